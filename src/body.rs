@@ -1,0 +1,428 @@
+//! Request bodies: JSON (`{"records":[...]}`) and NDJSON (one record object per line).
+//!
+//! Parsing borrows from the request's bytes: a `value` is the exact JSON text of the request
+//! (key order, number formatting and whitespace inside the value survive), and keys and header
+//! strings without escapes are not copied. Every error names the record (and, for NDJSON, the
+//! line) it is about. Nothing here panics on any input; the fuzz target holds us to that.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
+
+use base64::Engine as _;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::config::RequestLimits;
+
+/// The formats a produce request may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Ndjson,
+}
+
+impl Format {
+    /// The format for a `Content-Type` value, ignoring parameters such as `charset`.
+    pub fn from_content_type(value: &str) -> Option<Self> {
+        let essence = value.split(';').next().unwrap_or("").trim();
+        if essence.eq_ignore_ascii_case("application/json") {
+            Some(Self::Json)
+        } else if essence.eq_ignore_ascii_case("application/x-ndjson")
+            || essence.eq_ignore_ascii_case("application/ndjson")
+        {
+            Some(Self::Ndjson)
+        } else {
+            None
+        }
+    }
+}
+
+/// Deepest nesting accepted inside a `value` (serde_json's own limit for parsed values; raw
+/// values are skipped without it, so we check it ourselves: consumers parsing the record with
+/// a recursive decoder would otherwise crash on what we accepted).
+pub const MAX_VALUE_DEPTH: usize = 128;
+
+/// The deepest nesting of arrays and objects in valid JSON text.
+fn nesting_depth(json: &[u8]) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// One record, ready for the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub key: Option<Cow<'a, [u8]>>,
+    pub value: Cow<'a, [u8]>,
+    pub headers: Vec<(Cow<'a, str>, Cow<'a, [u8]>)>,
+    pub partition: Option<i32>,
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Record<'_> {
+    /// What the record costs in budgets and buffer: key, value, header names and values.
+    pub fn size(&self) -> u64 {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        (self.key.as_ref().map_or(0, |k| k.len()) + self.value.len() + headers) as u64
+    }
+}
+
+/// Why a body was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Malformed: 400 with this detail.
+    Malformed(String),
+    /// More records than a request may carry: 413.
+    TooManyRecords { limit: usize },
+    /// A record's key, value or headers are over their limit: 413 with this detail.
+    RecordTooLarge(String),
+}
+
+/// Parses a whole body into records, all of them or an error.
+pub fn parse<'a>(
+    format: Format,
+    body: &'a [u8],
+    limits: &RequestLimits,
+) -> Result<Vec<Record<'a>>, BodyError> {
+    let records = match format {
+        Format::Json => parse_json(body, limits)?,
+        Format::Ndjson => parse_ndjson(body, limits)?,
+    };
+    if records.is_empty() {
+        return Err(BodyError::Malformed("the request has no records".into()));
+    }
+    Ok(records)
+}
+
+fn parse_json<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'a>>, BodyError> {
+    let failed = Cell::new(None);
+    let too_many = Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let seed = EnvelopeSeed {
+        limits,
+        failed: &failed,
+        too_many: &too_many,
+    };
+    let result = seed.deserialize(&mut de).and_then(|records| {
+        de.end()?;
+        Ok(records)
+    });
+    result.map_err(|e| {
+        if too_many.get() {
+            return BodyError::TooManyRecords {
+                limit: limits.max_records_per_request,
+            };
+        }
+        match failed.take() {
+            Some(RecordFailure::TooLarge(detail)) => BodyError::RecordTooLarge(detail),
+            Some(RecordFailure::At(i)) => BodyError::Malformed(format!("record {i}: {e}")),
+            None => BodyError::Malformed(e.to_string()),
+        }
+    })
+}
+
+fn parse_ndjson<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'a>>, BodyError> {
+    let mut records = Vec::new();
+    for (line_index, line) in body.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let index = records.len();
+        if index >= limits.max_records_per_request {
+            return Err(BodyError::TooManyRecords {
+                limit: limits.max_records_per_request,
+            });
+        }
+        let at = |e: &dyn fmt::Display| {
+            BodyError::Malformed(format!("line {} (record {index}): {e}", line_index + 1))
+        };
+        let mut de = serde_json::Deserializer::from_slice(line);
+        let wire = WireRecord::deserialize(&mut de).map_err(|e| at(&e))?;
+        de.end().map_err(|e| at(&e))?;
+        records.push(wire.into_record(index, limits).map_err(|f| match f {
+            RecordProblem::Invalid(m) => at(&m),
+            RecordProblem::TooLarge(m) => {
+                BodyError::RecordTooLarge(format!("line {} (record {index}): {m}", line_index + 1))
+            }
+        })?);
+    }
+    Ok(records)
+}
+
+/// A record as it appears on the wire.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireRecord<'a> {
+    #[serde(borrow, default)]
+    value: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    value_b64: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    key: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    key_b64: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    headers: Option<Headers<'a>>,
+    #[serde(default)]
+    partition: Option<i32>,
+    #[serde(default)]
+    timestamp_ms: Option<i64>,
+}
+
+enum RecordProblem {
+    Invalid(String),
+    TooLarge(String),
+}
+
+impl fmt::Display for RecordProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid(m) | Self::TooLarge(m) => f.write_str(m),
+        }
+    }
+}
+
+fn decode_b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordProblem> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map(Cow::Owned)
+        .map_err(|e| RecordProblem::Invalid(format!("{field} is not valid base64: {e}")))
+}
+
+impl<'a> WireRecord<'a> {
+    fn into_record(
+        self,
+        _index: usize,
+        limits: &RequestLimits,
+    ) -> Result<Record<'a>, RecordProblem> {
+        let value: Cow<'a, [u8]> = match (self.value, self.value_b64) {
+            (Some(_), Some(_)) => {
+                return Err(RecordProblem::Invalid(
+                    "set value or value_b64, not both".into(),
+                ))
+            }
+            (Some(raw), None) => {
+                let text = raw.get().as_bytes();
+                if nesting_depth(text) > MAX_VALUE_DEPTH {
+                    return Err(RecordProblem::Invalid(format!(
+                        "value nests deeper than {MAX_VALUE_DEPTH} levels"
+                    )));
+                }
+                Cow::Borrowed(text)
+            }
+            (None, Some(b64)) => decode_b64("value_b64", &b64)?,
+            (None, None) => {
+                return Err(RecordProblem::Invalid(
+                    "needs value (any JSON) or value_b64 (base64 bytes)".into(),
+                ))
+            }
+        };
+        let key: Option<Cow<'a, [u8]>> = match (self.key, self.key_b64) {
+            (Some(_), Some(_)) => {
+                return Err(RecordProblem::Invalid(
+                    "set key or key_b64, not both".into(),
+                ))
+            }
+            (Some(Cow::Borrowed(k)), None) => Some(Cow::Borrowed(k.as_bytes())),
+            (Some(Cow::Owned(k)), None) => Some(Cow::Owned(k.into_bytes())),
+            (None, Some(b64)) => Some(decode_b64("key_b64", &b64)?),
+            (None, None) => None,
+        };
+        if let Some(p) = self.partition.filter(|p| *p < 0) {
+            return Err(RecordProblem::Invalid(format!("partition {p} is negative")));
+        }
+        if let Some(ts) = self.timestamp_ms.filter(|t| *t < 0) {
+            return Err(RecordProblem::Invalid(format!(
+                "timestamp_ms {ts} is negative"
+            )));
+        }
+        let headers: Vec<(Cow<'a, str>, Cow<'a, [u8]>)> = self
+            .headers
+            .map(|h| {
+                h.0.into_iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+                            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+                        };
+                        (k, v)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let key_len = key.as_ref().map_or(0, |k| k.len());
+        if key_len > limits.max_key_bytes {
+            return Err(RecordProblem::TooLarge(format!(
+                "key is {key_len} bytes; the limit is {}",
+                limits.max_key_bytes
+            )));
+        }
+        if value.len() > limits.max_value_bytes {
+            return Err(RecordProblem::TooLarge(format!(
+                "value is {} bytes; the limit is {}",
+                value.len(),
+                limits.max_value_bytes
+            )));
+        }
+        let header_len: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if header_len > limits.max_headers_bytes {
+            return Err(RecordProblem::TooLarge(format!(
+                "headers are {header_len} bytes; the limit is {}",
+                limits.max_headers_bytes
+            )));
+        }
+        Ok(Record {
+            key,
+            value,
+            headers,
+            partition: self.partition,
+            timestamp_ms: self.timestamp_ms,
+        })
+    }
+}
+
+/// Header object: string names to string values, a repeated name is an error (JSON objects
+/// with duplicate keys are ambiguous, and we refuse to guess which one the client meant).
+struct Headers<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Headers<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HeadersVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'a> {
+            type Value = Headers<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of header names to string values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+                    if out.iter().any(|(n, _)| *n == name) {
+                        return Err(de::Error::custom(format_args!(
+                            "header {name:?} appears twice"
+                        )));
+                    }
+                    let value: Cow<'de, str> = map.next_value()?;
+                    out.push((name, value));
+                }
+                Ok(Headers(out))
+            }
+        }
+        deserializer.deserialize_map(HeadersVisitor(std::marker::PhantomData))
+    }
+}
+
+enum RecordFailure {
+    At(usize),
+    TooLarge(String),
+}
+
+/// `{"records": [...]}`, nothing else.
+struct EnvelopeSeed<'l> {
+    limits: &'l RequestLimits,
+    failed: &'l Cell<Option<RecordFailure>>,
+    too_many: &'l Cell<bool>,
+}
+
+impl<'de, 'l> DeserializeSeed<'de> for EnvelopeSeed<'l> {
+    type Value = Vec<Record<'de>>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, 'l> Visitor<'de> for EnvelopeSeed<'l> {
+    type Value = Vec<Record<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(r#"an object {"records": [...]}"#)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut records = None;
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            if name != "records" {
+                return Err(de::Error::custom(format_args!(
+                    "unknown field {name:?}; the body is {{\"records\": [...]}}"
+                )));
+            }
+            if records.is_some() {
+                return Err(de::Error::custom("field \"records\" appears twice"));
+            }
+            records = Some(map.next_value_seed(RecordsSeed {
+                limits: self.limits,
+                failed: self.failed,
+                too_many: self.too_many,
+            })?);
+        }
+        records.ok_or_else(|| de::Error::missing_field("records"))
+    }
+}
+
+struct RecordsSeed<'l> {
+    limits: &'l RequestLimits,
+    failed: &'l Cell<Option<RecordFailure>>,
+    too_many: &'l Cell<bool>,
+}
+
+impl<'de, 'l> DeserializeSeed<'de> for RecordsSeed<'l> {
+    type Value = Vec<Record<'de>>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de, 'l> Visitor<'de> for RecordsSeed<'l> {
+    type Value = Vec<Record<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of record objects")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let max = self.limits.max_records_per_request;
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(max));
+        loop {
+            let index = out.len();
+            self.failed.set(Some(RecordFailure::At(index)));
+            let Some(wire) = seq.next_element::<WireRecord<'de>>()? else {
+                break;
+            };
+            if index >= max {
+                self.too_many.set(true);
+                return Err(de::Error::custom("too many records"));
+            }
+            match wire.into_record(index, self.limits) {
+                Ok(record) => out.push(record),
+                Err(RecordProblem::Invalid(m)) => return Err(de::Error::custom(m)),
+                Err(RecordProblem::TooLarge(m)) => {
+                    self.failed.set(Some(RecordFailure::TooLarge(format!(
+                        "record {index}: {m}"
+                    ))));
+                    return Err(de::Error::custom("record too large"));
+                }
+            }
+        }
+        self.failed.set(None);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+use super::*;
+
+fn limits() -> RequestLimits {
+    RequestLimits::default()
+}
+
+fn json(body: &str) -> Result<Vec<Record<'_>>, BodyError> {
+    parse(Format::Json, body.as_bytes(), &limits())
+}
+
+fn ndjson(body: &str) -> Result<Vec<Record<'_>>, BodyError> {
+    parse(Format::Ndjson, body.as_bytes(), &limits())
+}
+
+fn malformed(result: Result<Vec<Record<'_>>, BodyError>) -> String {
+    match result {
+        Err(BodyError::Malformed(detail)) => detail,
+        other => panic!("expected a malformed-body error, got {other:?}"),
+    }
+}
+
+#[test]
+fn json_values_are_kept_byte_for_byte() {
+    let body = r#"{"records":[{"value":{"b":1.50,"a":[1e3, 2]},"key":"k1"}]}"#;
+    let records = json(body).expect("valid");
+    assert_eq!(&*records[0].value, br#"{"b":1.50,"a":[1e3, 2]}"#);
+    assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
+}
+
+#[test]
+fn base64_values_keys_and_headers_are_decoded() {
+    let body = r#"{"records":[{"value_b64":"AAEC/w==","key_b64":"a2V5","headers":{"h":"v\u00e9"},"partition":2,"timestamp_ms":17}]}"#;
+    let r = &json(body).expect("valid")[0];
+    assert_eq!(&*r.value, &[0u8, 1, 2, 255][..]);
+    assert_eq!(r.key.as_deref(), Some(&b"key"[..]));
+    assert_eq!(
+        r.headers,
+        vec![(Cow::Borrowed("h"), Cow::Owned("vé".as_bytes().to_vec()))]
+    );
+    assert_eq!((r.partition, r.timestamp_ms), (Some(2), Some(17)));
+    assert_eq!(r.size(), 4 + 3 + 1 + 3);
+}
+
+#[test]
+fn errors_name_the_record() {
+    let d = malformed(json(r#"{"records":[{"value":1},{"value":2,"colour":3}]}"#));
+    assert!(d.starts_with("record 1: unknown field `colour`"), "{d}");
+    let d = malformed(json(
+        r#"{"records":[{"value":1},{"value":1},{"value_b64":"%%%"}]}"#,
+    ));
+    assert!(
+        d.starts_with("record 2: value_b64 is not valid base64"),
+        "{d}"
+    );
+    let d = malformed(json(r#"{"records":[{"value":1,"value_b64":"AA=="}]}"#));
+    assert!(
+        d.starts_with("record 0: set value or value_b64, not both"),
+        "{d}"
+    );
+    let d = malformed(json(r#"{"records":[{"key":"k"}]}"#));
+    assert!(d.starts_with("record 0: needs value"), "{d}");
+    let d = malformed(json(r#"{"records":[{"value":1,"partition":-1}]}"#));
+    assert!(d.starts_with("record 0: partition -1 is negative"), "{d}");
+}
+
+#[test]
+fn ndjson_errors_name_line_and_record() {
+    let body = "{\"value\":1}\n\n{\"value\":2}\n{\"value\":3\n";
+    let d = malformed(ndjson(body));
+    assert!(d.starts_with("line 4 (record 2): "), "{d}");
+}
+
+#[test]
+fn ndjson_skips_blank_lines_and_keeps_order() {
+    let records = ndjson("{\"value\":\"a\"}\r\n\n{\"value\":\"b\"}\n").expect("valid");
+    let values: Vec<&[u8]> = records.iter().map(|r| &*r.value).collect();
+    assert_eq!(values, vec![&b"\"a\""[..], &b"\"b\""[..]]);
+}
+
+#[test]
+fn duplicate_fields_and_headers_are_refused() {
+    let d = malformed(json(r#"{"records":[{"value":1,"key":"a","key":"b"}]}"#));
+    assert!(d.contains("duplicate field `key`"), "{d}");
+    let d = malformed(json(
+        r#"{"records":[{"value":1,"headers":{"h":"1","h":"2"}}]}"#,
+    ));
+    assert!(d.contains("header \"h\" appears twice"), "{d}");
+    let d = malformed(json(r#"{"records":[],"records":[]}"#));
+    assert!(d.contains("appears twice"), "{d}");
+}
+
+#[test]
+fn hostile_json_is_a_clear_error_not_a_crash() {
+    let deep = format!(
+        "{{\"records\":[{{\"value\":{}{}}}]}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let d = malformed(json(&deep));
+    assert!(
+        d.starts_with("record 0: value nests deeper than 128"),
+        "{d}"
+    );
+    let ok = format!(
+        "{{\"records\":[{{\"value\":{}\"[[\\\"\"{}}}]}}",
+        "[".repeat(128),
+        "]".repeat(128)
+    );
+    assert!(
+        json(&ok).is_ok(),
+        "128 levels, brackets inside strings do not count"
+    );
+    let d = malformed(json(
+        r#"{"records":[{"value":1,"partition":99999999999999999999}]}"#,
+    ));
+    assert!(d.starts_with("record 0:"), "{d}");
+    let bad_utf8 = b"{\"records\":[{\"value\":\"\xff\"}]}";
+    assert!(matches!(
+        parse(Format::Json, bad_utf8, &limits()),
+        Err(BodyError::Malformed(_))
+    ));
+    let d = malformed(json(r#"{"records":[{"value":1}]} trailing"#));
+    assert!(d.contains("trailing"), "{d}");
+    assert!(matches!(
+        json(r#"{"records":[]}"#),
+        Err(BodyError::Malformed(_))
+    ));
+    assert!(matches!(json(""), Err(BodyError::Malformed(_))));
+}
+
+#[test]
+fn huge_numbers_inside_values_survive_as_text() {
+    let body = r#"{"records":[{"value":123456789012345678901234567890.000000000000000001}]}"#;
+    let r = &json(body).expect("valid")[0];
+    assert_eq!(
+        &*r.value,
+        b"123456789012345678901234567890.000000000000000001"
+    );
+}
+
+#[test]
+fn record_count_and_sizes_are_bounded() {
+    let l = RequestLimits {
+        max_records_per_request: 2,
+        max_value_bytes: 4,
+        ..RequestLimits::default()
+    };
+    let three = r#"{"records":[{"value":1},{"value":2},{"value":3}]}"#;
+    assert_eq!(
+        parse(Format::Json, three.as_bytes(), &l),
+        Err(BodyError::TooManyRecords { limit: 2 })
+    );
+    assert_eq!(
+        parse(
+            Format::Ndjson,
+            b"{\"value\":1}\n{\"value\":2}\n{\"value\":3}",
+            &l
+        ),
+        Err(BodyError::TooManyRecords { limit: 2 })
+    );
+    match parse(Format::Json, br#"{"records":[{"value":"12345"}]}"#, &l) {
+        Err(BodyError::RecordTooLarge(d)) => {
+            assert!(d.starts_with("record 0: value is 7 bytes"), "{d}")
+        }
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+}
+
+#[test]
+fn content_types_select_the_format() {
+    assert_eq!(
+        Format::from_content_type("application/json; charset=utf-8"),
+        Some(Format::Json)
+    );
+    assert_eq!(
+        Format::from_content_type("application/x-ndjson"),
+        Some(Format::Ndjson)
+    );
+    assert_eq!(Format::from_content_type("text/plain"), None);
+}

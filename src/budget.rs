@@ -1,0 +1,86 @@
+//! Token-bucket budgets: per tenant and global, in records and in bytes.
+//!
+//! Why not `governor`: governor's GCRA admits one dimension per limiter, and a rejected
+//! `check_n` on the second limiter cannot undo the first limiter's accepted charge (there is
+//! no refund API). Our rule is "a refused request costs nothing, anywhere", across four
+//! buckets (tenant records, tenant bytes, global records, global bytes) plus the buffer. So
+//! this module keeps governor's idea (GCRA: one "theoretical arrival time" per bucket, no
+//! timer, no background refill) and makes admission atomic across dimensions:
+//! - a tenant's two buckets live under that tenant's own mutex (no global lock);
+//! - the global pair is packed into one 128-bit word and updated with a single
+//!   compare-and-swap (lock-free), only after the tenant's buckets have said yes, and
+//!   the tenant's buckets are committed only after the global CAS succeeded.
+
+mod clock;
+mod gcra;
+mod global;
+mod tenant_buckets;
+
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use gcra::{BucketView, RateSpec};
+pub use global::GlobalBudget;
+pub use tenant_buckets::TenantBuckets;
+
+use serde::{Deserialize, Serialize};
+
+/// A budget in both dimensions; `None` means that dimension is not limited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetSpec {
+    pub records: Option<RateSpec>,
+    pub bytes: Option<RateSpec>,
+}
+
+/// Which bucket a decision is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dimension {
+    Records,
+    Bytes,
+}
+
+/// A bucket that said no, and how long until it would say yes to the same request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shortfall {
+    pub dimension: Dimension,
+    pub wait_ns: u64,
+}
+
+/// Takes from both dimensions or from neither.
+pub(crate) fn take_both(
+    spec: &BudgetSpec,
+    (r_tat, b_tat): (u64, u64),
+    now_ns: u64,
+    records: u64,
+    bytes: u64,
+) -> Result<(u64, u64), Shortfall> {
+    let take = |s: &Option<RateSpec>, tat: u64, n: u64, dimension| match s {
+        None => Ok(tat),
+        Some(s) => s
+            .try_take(tat, now_ns, n)
+            .map_err(|wait_ns| Shortfall { dimension, wait_ns }),
+    };
+    let r = take(&spec.records, r_tat, records, Dimension::Records);
+    let b = take(&spec.bytes, b_tat, bytes, Dimension::Bytes);
+    match (r, b) {
+        (Ok(r), Ok(b)) => Ok((r, b)),
+        // Report the first dimension that refuses, but wait for the slower of the two.
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+        (Err(r), Err(b)) => Err(Shortfall {
+            wait_ns: r.wait_ns.max(b.wait_ns),
+            ..r
+        }),
+    }
+}
+
+/// Retargets one dimension's TAT from `old` to `new` (see [`RateSpec::retarget`]).
+pub(crate) fn retarget_tat(
+    old: &Option<RateSpec>,
+    new: &Option<RateSpec>,
+    tat: u64,
+    now_ns: u64,
+) -> u64 {
+    match (old, new) {
+        (Some(o), Some(n)) => o.retarget(tat, now_ns, n),
+        // Newly limited: starts full. No longer limited: the value is unused.
+        _ => 0,
+    }
+}

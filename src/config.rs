@@ -1,0 +1,542 @@
+//! Typed, documented configuration: one TOML file, overridable from the environment.
+//!
+//! Every field's `///` comment is the operator's documentation. Defaults sit next to the
+//! struct they belong to. Unknown keys are errors (`deny_unknown_fields`), so a typo never
+//! silently falls back to a default.
+//!
+//! Environment overrides: `FLOODGATE__<SECTION>__<KEY>=value`, e.g.
+//! `FLOODGATE__SERVER__LISTEN=0.0.0.0:8080` or `FLOODGATE__BUFFER__MAX_BYTES=1048576`.
+//! librdkafka properties are written with `_` for `.`:
+//! `FLOODGATE__KAFKA__PRODUCER__LINGER_MS=20` sets `linger.ms` (librdkafka property names
+//! contain no underscores, so the mapping is unambiguous). Tenants are not taken from the
+//! environment; use the file or the admin API.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{BudgetSpec, RateSpec};
+
+/// The whole gateway configuration.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listeners and connection-level bounds.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The Kafka cluster and the producer's librdkafka properties.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// The bounded downstream buffer: records handed to the producer and not yet acknowledged.
+    #[serde(default)]
+    pub buffer: BufferConfig,
+    /// Per-request bounds on what a client may send.
+    #[serde(default)]
+    pub limits: RequestLimits,
+    /// The global broker-protection budget, summed over all tenants.
+    #[serde(default)]
+    pub global: GlobalBudgetConfig,
+    /// Admin API settings.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+    /// Tenants known at start-up.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// Listeners and connection-level bounds.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address of the produce listener.
+    pub listen: SocketAddr,
+    /// Address of the admin listener (admin API, metrics, health). Never the same as `listen`.
+    pub admin_listen: SocketAddr,
+    /// Largest request body accepted, in bytes; larger bodies get 413 before they are read.
+    pub max_body_bytes: u64,
+    /// Connections served at once on the produce listener; further connections wait in the
+    /// kernel's accept backlog.
+    pub max_connections: usize,
+    /// Time allowed for a client to send its request headers, in milliseconds.
+    pub header_read_timeout_ms: u64,
+    /// Time allowed for a client to send its whole request body, in milliseconds
+    /// (a slow upload is cut off with 408).
+    pub body_read_timeout_ms: u64,
+    /// Largest request head (request line plus headers), in bytes.
+    pub max_header_bytes: usize,
+    /// Time allowed for a graceful shutdown (drain requests, flush the producer), in milliseconds.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            max_body_bytes: 8 * 1024 * 1024,
+            max_connections: 4096,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            max_header_bytes: 64 * 1024,
+            shutdown_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// The Kafka cluster and the producer's librdkafka properties.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port...]` of the brokers to bootstrap from.
+    pub bootstrap_servers: String,
+    /// librdkafka producer properties, passed through verbatim (`linger.ms`, `acks`,
+    /// `compression.type`, `security.protocol`, `sasl.*`, `ssl.*`, ...). They override
+    /// floodgate's defaults; the queue limits that keep librdkafka below our buffer cannot
+    /// be overridden.
+    pub producer: BTreeMap<String, PropertyValue>,
+    /// How long a topic's metadata (existence, partition count) is cached, in milliseconds.
+    pub metadata_ttl_ms: u64,
+    /// How long a metadata lookup may take before the request fails with 503, in milliseconds.
+    pub metadata_timeout_ms: u64,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            producer: BTreeMap::new(),
+            metadata_ttl_ms: 30_000,
+            metadata_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// A librdkafka property value: TOML strings, integers, floats and booleans are all accepted
+/// and handed to librdkafka as their text.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl std::fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(s) => f.write_str(s),
+            Self::Integer(i) => write!(f, "{i}"),
+            Self::Float(x) => write!(f, "{x}"),
+            Self::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+/// The bounded downstream buffer.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BufferConfig {
+    /// Most record bytes (key + value + header names and values) held between enqueue and
+    /// Kafka's acknowledgement.
+    pub max_bytes: u64,
+    /// Most records held between enqueue and Kafka's acknowledgement.
+    pub max_records: u64,
+}
+
+impl Default for BufferConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: 64 * 1024 * 1024,
+            max_records: 200_000,
+        }
+    }
+}
+
+/// Per-request bounds. Defaults stay below Kafka's default `message.max.bytes` (1 MB).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestLimits {
+    /// Most records in one request.
+    pub max_records_per_request: usize,
+    /// Largest record key, in bytes.
+    pub max_key_bytes: usize,
+    /// Largest record value, in bytes.
+    pub max_value_bytes: usize,
+    /// Largest sum of one record's header names and values, in bytes.
+    pub max_headers_bytes: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_records_per_request: 10_000,
+            max_key_bytes: 16 * 1024,
+            max_value_bytes: 900 * 1024,
+            max_headers_bytes: 16 * 1024,
+        }
+    }
+}
+
+/// The global broker-protection budget; unset rates mean "unlimited".
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GlobalBudgetConfig {
+    /// Records per second summed over all tenants.
+    pub records_per_sec: Option<u64>,
+    /// Records the global bucket can hold (defaults to one second of `records_per_sec`).
+    pub records_burst: Option<u64>,
+    /// Record bytes per second summed over all tenants.
+    pub bytes_per_sec: Option<u64>,
+    /// Bytes the global bucket can hold (defaults to one second of `bytes_per_sec`).
+    pub bytes_burst: Option<u64>,
+}
+
+impl GlobalBudgetConfig {
+    /// The budget this section describes, or the key of the first invalid value.
+    pub fn spec(&self) -> Result<BudgetSpec, ConfigProblem> {
+        budget_spec(
+            "global",
+            self.records_per_sec,
+            self.records_burst,
+            self.bytes_per_sec,
+            self.bytes_burst,
+        )
+    }
+}
+
+/// Admin API settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Name of the environment variable that holds the admin bearer token (never the token).
+    pub token_env: String,
+    /// Where the tenant registry is persisted; unset keeps admin changes in memory only.
+    pub state_file: Option<PathBuf>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            token_env: "FLOODGATE_ADMIN_TOKEN".into(),
+            state_file: None,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` for people, `json` for log pipelines.
+    pub format: LogFormat,
+    /// A tracing filter (`info`, `floodgate=debug`, ...); `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// One tenant.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Stable identifier, used in logs, metrics and the admin API.
+    pub id: String,
+    /// Lowercase hex SHA-256 digests of the tenant's API keys (`printf %s KEY | sha256sum`).
+    #[serde(default)]
+    pub api_key_sha256: Vec<String>,
+    /// Glob patterns of the topics the tenant may write (`*`, `?`, `[...]`).
+    pub topics: Vec<String>,
+    /// Records per second; unset: limited by the global budget only.
+    #[serde(default)]
+    pub records_per_sec: Option<u64>,
+    /// Records the bucket holds (defaults to one second of `records_per_sec`).
+    #[serde(default)]
+    pub records_burst: Option<u64>,
+    /// Record bytes per second; unset: limited by the global budget only.
+    #[serde(default)]
+    pub bytes_per_sec: Option<u64>,
+    /// Bytes the bucket holds (defaults to one second of `bytes_per_sec`).
+    #[serde(default)]
+    pub bytes_burst: Option<u64>,
+    /// Largest fraction of the downstream buffer (bytes and records) this tenant may hold.
+    #[serde(default)]
+    pub max_buffer_share: Option<f64>,
+}
+
+/// Default `max_buffer_share` when a tenant does not set one.
+pub const DEFAULT_BUFFER_SHARE: f64 = 0.5;
+
+impl TenantConfig {
+    /// The tenant's budget, or the key of the first invalid value.
+    pub fn spec(&self) -> Result<BudgetSpec, ConfigProblem> {
+        budget_spec(
+            &format!("tenants[{}]", self.id),
+            self.records_per_sec,
+            self.records_burst,
+            self.bytes_per_sec,
+            self.bytes_burst,
+        )
+    }
+
+    pub fn buffer_share(&self) -> f64 {
+        self.max_buffer_share.unwrap_or(DEFAULT_BUFFER_SHARE)
+    }
+}
+
+fn budget_spec(
+    prefix: &str,
+    records_per_sec: Option<u64>,
+    records_burst: Option<u64>,
+    bytes_per_sec: Option<u64>,
+    bytes_burst: Option<u64>,
+) -> Result<BudgetSpec, ConfigProblem> {
+    let records = rate_spec(prefix, "records", records_per_sec, records_burst)?;
+    let bytes = rate_spec(prefix, "bytes", bytes_per_sec, bytes_burst)?;
+    Ok(BudgetSpec { records, bytes })
+}
+
+fn rate_spec(
+    prefix: &str,
+    unit: &str,
+    per_sec: Option<u64>,
+    burst: Option<u64>,
+) -> Result<Option<RateSpec>, ConfigProblem> {
+    match (per_sec, burst) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ConfigProblem::new(
+            format!("{prefix}.{unit}_burst"),
+            format!("is set without {unit}_per_sec"),
+        )),
+        (Some(0), _) => Err(ConfigProblem::new(
+            format!("{prefix}.{unit}_per_sec"),
+            "must be at least 1",
+        )),
+        (Some(_), Some(0)) => Err(ConfigProblem::new(
+            format!("{prefix}.{unit}_burst"),
+            "must be at least 1",
+        )),
+        (Some(rate), burst) => Ok(Some(RateSpec {
+            per_sec: rate,
+            burst: burst.unwrap_or(rate),
+        })),
+    }
+}
+
+/// One thing wrong with a configuration, naming its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigProblem {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigProblem {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a configuration could not be used: every problem found, one per key.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError {
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl Config {
+    /// Reads `path`, applies `FLOODGATE__*` environment overrides, and validates the result.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// As [`Config::load`] with an explicit environment, so tests need not touch the process's.
+    pub fn load_with_env(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            return Err(ConfigError {
+                problems: vec![ConfigProblem::new(
+                    path.display().to_string(),
+                    "file not found",
+                )],
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            problems: vec![ConfigProblem::new(
+                path.display().to_string(),
+                e.to_string(),
+            )],
+        })?;
+        Self::from_toml_with_env(&text, env)
+    }
+
+    /// Parses TOML text (plus overrides) and validates it.
+    pub fn from_toml_with_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let one = |key: String, message: String| ConfigError {
+            problems: vec![ConfigProblem::new(key, message)],
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|span| format!("line {}", line_of(text, span.start)))
+                .unwrap_or_else(|| "config".into());
+            one(key, e.message().to_string())
+        })?;
+        for (name, value) in env {
+            if let Some(path) = env_key(&name) {
+                set_path(&mut table, &path, parse_scalar(&value));
+            }
+        }
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let path = e.path().to_string();
+                let key = if path == "." { "config".into() } else { path };
+                one(key, e.into_inner().message().to_string())
+            })?;
+        let problems = config.validate();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    /// Every semantic problem (the parser already caught unknown keys and wrong types).
+    pub fn validate(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let s = &self.server;
+        if s.listen == s.admin_listen {
+            problems.push(ConfigProblem::new(
+                "server.admin_listen",
+                "must differ from server.listen (the admin API is never served on the produce listener)",
+            ));
+        }
+        for (key, value) in [
+            ("server.max_body_bytes", s.max_body_bytes),
+            ("server.max_connections", s.max_connections as u64),
+            ("server.header_read_timeout_ms", s.header_read_timeout_ms),
+            ("server.body_read_timeout_ms", s.body_read_timeout_ms),
+            ("server.max_header_bytes", s.max_header_bytes as u64),
+            ("buffer.max_bytes", self.buffer.max_bytes),
+            ("buffer.max_records", self.buffer.max_records),
+            (
+                "limits.max_records_per_request",
+                self.limits.max_records_per_request as u64,
+            ),
+            ("limits.max_value_bytes", self.limits.max_value_bytes as u64),
+            ("kafka.metadata_timeout_ms", self.kafka.metadata_timeout_ms),
+        ] {
+            if value == 0 {
+                problems.push(ConfigProblem::new(key, "must be at least 1"));
+            }
+        }
+        if s.max_header_bytes < 8192 && s.max_header_bytes > 0 {
+            problems.push(ConfigProblem::new(
+                "server.max_header_bytes",
+                "must be at least 8192 (hyper's smallest read buffer)",
+            ));
+        }
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            problems.push(ConfigProblem::new(
+                "kafka.bootstrap_servers",
+                "must not be empty",
+            ));
+        }
+        if let Err(p) = self.global.spec() {
+            problems.push(p);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            problems.extend(crate::tenant::validate_tenant(t, &format!("tenants[{i}]")));
+            if !seen.insert(t.id.as_str()) {
+                problems.push(ConfigProblem::new(
+                    format!("tenants[{i}].id"),
+                    format!("duplicate tenant id {:?}", t.id),
+                ));
+            }
+        }
+        problems
+    }
+
+    /// Server timeouts as durations.
+    pub fn shutdown_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.server.shutdown_timeout_ms)
+    }
+}
+
+/// `FLOODGATE__KAFKA__PRODUCER__LINGER_MS` -> `["kafka", "producer", "linger.ms"]`;
+/// `FLOODGATE__SERVER__LISTEN` -> `["server", "listen"]`. Other variables are not ours.
+fn env_key(name: &str) -> Option<Vec<String>> {
+    let rest = name.strip_prefix("FLOODGATE__")?;
+    let mut parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+    if parts.iter().any(String::is_empty) {
+        return None;
+    }
+    if parts.len() == 3 && parts[0] == "kafka" && parts[1] == "producer" {
+        parts[2] = parts[2].replace('_', ".");
+    }
+    Some(parts)
+}
+
+/// An environment value as TOML would read it (`42`, `true`, `1.5`), else as a string.
+fn parse_scalar(value: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .filter(|v| !v.is_table())
+        .unwrap_or_else(|| toml::Value::String(value.to_string()))
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut current = table;
+    for key in parents {
+        let entry = current
+            .entry(key.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(next) = entry else {
+            return;
+        };
+        current = next;
+    }
+    current.insert(last.clone(), value);
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+#[cfg(test)]
+mod tests;

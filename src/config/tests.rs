@@ -1,0 +1,102 @@
+use super::*;
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+fn problems(text: &str) -> Vec<ConfigProblem> {
+    match Config::from_toml_with_env(text, no_env()) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.problems,
+    }
+}
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let text = include_str!("../../config/floodgate.toml");
+    let config = Config::from_toml_with_env(text, no_env()).expect("example config parses");
+    assert!(!config.tenants.is_empty());
+}
+
+#[test]
+fn unknown_keys_are_errors_that_name_the_key() {
+    let p = problems("[server]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n");
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].key, "server.lisen");
+    assert!(
+        p[0].message.contains("unknown field `lisen`"),
+        "{}",
+        p[0].message
+    );
+}
+
+#[test]
+fn wrong_types_name_the_key_path() {
+    let p = problems("[buffer]\nmax_bytes = \"lots\"\n");
+    assert_eq!(p[0].key, "buffer.max_bytes");
+}
+
+#[test]
+fn semantic_problems_are_all_reported() {
+    let text = r#"
+[server]
+listen = "127.0.0.1:8080"
+admin_listen = "127.0.0.1:8080"
+[buffer]
+max_bytes = 0
+[[tenants]]
+id = "a"
+topics = []
+records_burst = 5
+max_buffer_share = 1.5
+"#;
+    let keys: Vec<String> = problems(text).into_iter().map(|p| p.key).collect();
+    assert_eq!(
+        keys,
+        vec![
+            "server.admin_listen",
+            "buffer.max_bytes",
+            "tenants[0].topics",
+            "tenants[0].records_burst",
+            "tenants[0].max_buffer_share",
+        ]
+    );
+}
+
+#[test]
+fn environment_overrides_sections_and_librdkafka_properties() {
+    let env = vec![
+        (
+            "FLOODGATE__SERVER__MAX_BODY_BYTES".to_string(),
+            "1234".to_string(),
+        ),
+        (
+            "FLOODGATE__KAFKA__PRODUCER__LINGER_MS".to_string(),
+            "20".to_string(),
+        ),
+        (
+            "FLOODGATE__KAFKA__BOOTSTRAP_SERVERS".to_string(),
+            "k1:9092,k2:9092".to_string(),
+        ),
+        ("UNRELATED".to_string(), "x".to_string()),
+    ];
+    let c = Config::from_toml_with_env("", env).expect("valid");
+    assert_eq!(c.server.max_body_bytes, 1234);
+    assert_eq!(
+        c.kafka.producer.get("linger.ms"),
+        Some(&PropertyValue::Integer(20))
+    );
+    assert_eq!(c.kafka.bootstrap_servers, "k1:9092,k2:9092");
+}
+
+#[test]
+fn burst_defaults_to_one_second_of_rate() {
+    let c = Config::from_toml_with_env(
+        "[[tenants]]\nid = \"a\"\ntopics = [\"*\"]\nrecords_per_sec = 50\n",
+        no_env(),
+    )
+    .expect("valid");
+    let spec = c.tenants[0].spec().expect("valid");
+    assert_eq!(spec.records.map(|r| r.burst), Some(50));
+    assert_eq!(spec.bytes, None);
+}

@@ -1,0 +1,175 @@
+//! The request error type and its one mapping to HTTP: every status floodgate answers with
+//! on error is decided here. Bodies are `{"error": CODE, "detail": "..."}` with stable codes;
+//! internal details stay in the logs.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::admission::{Refusal, TooLarge};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    Unauthorized,
+    InvalidTopic(String),
+    ForbiddenTopic(String),
+    UnsupportedMediaType(String),
+    BodyTooLarge { limit: u64 },
+    TooManyRecords { limit: usize },
+    RecordTooLarge(String),
+    Malformed(String),
+    ExceedsBurst(TooLarge),
+    UnknownTopic(String),
+    UnknownPartition(String),
+    RateLimited(Refusal),
+    BodyTimeout,
+    KafkaUnavailable(String),
+    ShuttingDown,
+    NotFound,
+}
+
+impl ApiError {
+    /// The stable code clients match on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::InvalidTopic(_) => "invalid_topic",
+            Self::ForbiddenTopic(_) => "forbidden_topic",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::TooManyRecords { .. } => "too_many_records",
+            Self::RecordTooLarge(_) => "record_too_large",
+            Self::Malformed(_) => "malformed_body",
+            Self::ExceedsBurst(_) => "exceeds_burst",
+            Self::UnknownTopic(_) => "unknown_topic",
+            Self::UnknownPartition(_) => "unknown_partition",
+            Self::RateLimited(_) => "rate_limited",
+            Self::BodyTimeout => "body_timeout",
+            Self::KafkaUnavailable(_) => "kafka_unavailable",
+            Self::ShuttingDown => "shutting_down",
+            Self::NotFound => "not_found",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::InvalidTopic(_) | Self::Malformed(_) | Self::UnknownPartition(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::ForbiddenTopic(_) => StatusCode::FORBIDDEN,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::BodyTooLarge { .. }
+            | Self::TooManyRecords { .. }
+            | Self::RecordTooLarge(_)
+            | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Unauthorized => {
+                "missing or unknown API key (send Authorization: Bearer <key>)".into()
+            }
+            Self::InvalidTopic(d) | Self::Malformed(d) | Self::UnknownPartition(d) => d.clone(),
+            Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
+            Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
+            Self::UnsupportedMediaType(got) => format!(
+                "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
+            ),
+            Self::BodyTooLarge { limit } => format!("the body is larger than {limit} bytes"),
+            Self::TooManyRecords { limit } => {
+                format!("a request carries at most {limit} records")
+            }
+            Self::ExceedsBurst(t) => format!(
+                "the request has {} {}, more than the {} of {}: it can never be admitted, split it",
+                t.requested, t.unit, t.limit, t.allowed
+            ),
+            Self::UnknownTopic(t) => format!("topic {t:?} does not exist in Kafka"),
+            Self::RateLimited(r) => format!(
+                "{} exhausted; retry in {} ms",
+                r.reason.as_str(),
+                retry_after_ms(r)
+            ),
+            Self::BodyTimeout => "the request body was not received in time".into(),
+            Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
+            Self::NotFound => "no such route".into(),
+        }
+    }
+}
+
+/// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
+pub fn retry_after_ms(r: &Refusal) -> u64 {
+    u64::try_from(r.retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// `Retry-After` in whole seconds, rounded up, at least 1.
+pub fn retry_after_secs(r: &Refusal) -> u64 {
+    retry_after_ms(r).div_ceil(1000).max(1)
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = match &self {
+            Self::RateLimited(r) => {
+                let body = json!({
+                    "error": self.code(),
+                    "reason": r.reason.as_str(),
+                    "retry_after_ms": retry_after_ms(r),
+                    "detail": self.detail(),
+                });
+                let mut response = (status, Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(r)));
+                response
+            }
+            _ => (
+                status,
+                Json(json!({"error": self.code(), "detail": self.detail()})),
+            )
+                .into_response(),
+        };
+        if matches!(self, Self::ShuttingDown) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if matches!(self, Self::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Reason;
+    use std::time::Duration;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_at_least_one_second() {
+        let r = |ns| Refusal {
+            reason: Reason::TenantRecords,
+            retry_after: Duration::from_nanos(ns),
+        };
+        assert_eq!((retry_after_ms(&r(1)), retry_after_secs(&r(1))), (1, 1));
+        assert_eq!(
+            (
+                retry_after_ms(&r(1_000_000_001)),
+                retry_after_secs(&r(1_000_000_001))
+            ),
+            (1001, 2)
+        );
+        assert_eq!(retry_after_secs(&r(3_000_000_000)), 3);
+    }
+}

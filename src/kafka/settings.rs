@@ -1,0 +1,96 @@
+//! The librdkafka configuration floodgate runs with.
+//!
+//! Three layers, later wins: safe defaults for a gateway (acks=all, idempotence, short linger,
+//! lz4, 5 in-flight requests per connection), then the operator's `[kafka.producer]` table,
+//! then the queue limits that keep librdkafka's own queue strictly larger than our buffer
+//! (so our buffer, which answers 429, is always the bound that is hit first, and librdkafka
+//! never answers `QueueFull` mid-request).
+
+use rdkafka::ClientConfig;
+
+use crate::config::{BufferConfig, KafkaConfig};
+
+/// Defaults that differ from librdkafka's, and why.
+const DEFAULTS: &[(&str, &str)] = &[
+    // Nothing acknowledged to a client may be lost: wait for all in-sync replicas.
+    ("acks", "all"),
+    // Retries without duplicates or reordering.
+    ("enable.idempotence", "true"),
+    // Batch for throughput without adding noticeable latency.
+    ("linger.ms", "5"),
+    ("compression.type", "lz4"),
+    ("max.in.flight.requests.per.connection", "5"),
+    // librdkafka's default is 300 s: a sync request would hang for five minutes on an outage.
+    ("message.timeout.ms", "30000"),
+    // A metadata lookup must never create a topic: an unknown topic is a 404.
+    ("allow.auto.create.topics", "false"),
+];
+
+/// Properties the operator may not set, because our buffer bound depends on them.
+pub const RESERVED: &[&str] = &[
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "bootstrap.servers",
+];
+
+pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in DEFAULTS {
+        config.set(*key, *value);
+    }
+    for (key, value) in &kafka.producer {
+        if !RESERVED.contains(&key.as_str()) {
+            config.set(key, value.to_string());
+        }
+    }
+    config.set("bootstrap.servers", &kafka.bootstrap_servers);
+    // Twice our buffer plus slack: librdkafka counts only key and value bytes, we also count
+    // headers, so its queue cannot fill before ours does.
+    let messages = buffer.max_records.saturating_mul(2).saturating_add(1024);
+    let kbytes = (buffer.max_bytes / 1024)
+        .saturating_mul(2)
+        .saturating_add(1024);
+    config.set(
+        "queue.buffering.max.messages",
+        messages.min(2_147_483_647).to_string(),
+    );
+    config.set(
+        "queue.buffering.max.kbytes",
+        kbytes.min(2_147_483_647).to_string(),
+    );
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PropertyValue;
+
+    #[test]
+    fn defaults_are_safe_and_operator_values_win() {
+        let mut kafka = KafkaConfig::default();
+        kafka
+            .producer
+            .insert("linger.ms".into(), PropertyValue::Integer(50));
+        let c = client_config(&kafka, &BufferConfig::default());
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        assert_eq!(c.get("linger.ms"), Some("50"));
+    }
+
+    #[test]
+    fn librdkafka_queue_is_always_larger_than_our_buffer() {
+        let mut kafka = KafkaConfig::default();
+        kafka.producer.insert(
+            "queue.buffering.max.messages".into(),
+            PropertyValue::Integer(10),
+        );
+        let buffer = BufferConfig {
+            max_bytes: 10 * 1024 * 1024,
+            max_records: 5000,
+        };
+        let c = client_config(&kafka, &buffer);
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("11024"));
+        assert_eq!(c.get("queue.buffering.max.kbytes"), Some("21504"));
+    }
+}

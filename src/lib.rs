@@ -1,0 +1,133 @@
+//! floodgate: an HTTP ingest gateway in front of Kafka that refuses exactly and never queues
+//! without bound.
+//!
+//! Module map:
+//! - [`config`]: the typed, documented configuration and its validation.
+//! - [`tenant`]: tenant identities, API-key digests, topic patterns, the live registry.
+//! - [`budget`]: token buckets (GCRA) per tenant and global, generic over a clock.
+//! - [`buffer`]: the bounded downstream buffer (bytes and records awaiting Kafka's ack).
+//! - [`admission`]: the atomic admit-or-refuse decision across budgets and buffer.
+//! - [`body`]: JSON / NDJSON request bodies into records, errors naming the record.
+//! - [`kafka`]: librdkafka settings, the shared producer, delivery reports, topic metadata.
+//! - [`http`]: the produce route; [`ratelimit_headers`]: the IETF RateLimit fields.
+//! - [`error`]: the request error enum and its one mapping to HTTP responses.
+//! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain.
+//! - [`app`]: shared state; [`telemetry`]: logging set-up; [`dev`]: the embedded dev broker.
+
+pub mod admin;
+pub mod admission;
+pub mod app;
+pub mod body;
+pub mod budget;
+pub mod buffer;
+pub mod config;
+pub mod dev;
+pub mod error;
+pub mod http;
+pub mod kafka;
+pub mod ratelimit_headers;
+pub mod server;
+pub mod telemetry;
+pub mod tenant;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+
+use crate::app::{AppState, BuildError};
+use crate::budget::Clock;
+use crate::server::ConnectionLimits;
+
+/// The two sockets floodgate serves; bound by the caller so tests can use port 0.
+#[derive(Debug)]
+pub struct Listeners {
+    pub produce: TcpListener,
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    pub async fn bind(config: &config::Config) -> std::io::Result<Self> {
+        Ok(Self {
+            produce: TcpListener::bind(config.server.listen).await?,
+            admin: TcpListener::bind(config.server.admin_listen).await?,
+        })
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Records accepted (200/202) that Kafka had not confirmed when the time ran out.
+    pub unconfirmed_records: i32,
+}
+
+/// Runs the gateway until `shutdown` resolves, then drains within `[server] shutdown_timeout`.
+pub async fn run(
+    config: config::Config,
+    listeners: Listeners,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<ShutdownReport, BuildError> {
+    let state = Arc::new(AppState::build(&config, clock)?);
+    let limits = ConnectionLimits {
+        max_connections: config.server.max_connections,
+        header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+        max_header_bytes: config.server.max_header_bytes,
+    };
+    let shutdown_timeout = config.shutdown_timeout();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    tracing::info!(
+        produce = %listeners.produce.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        admin = %listeners.admin.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "floodgate listening"
+    );
+    let produce = tokio::spawn(server::serve(
+        listeners.produce,
+        http::router(state.clone()),
+        limits,
+        stopped(stop_rx.clone()),
+        shutdown_timeout,
+    ));
+    let admin = tokio::spawn(server::serve(
+        listeners.admin,
+        admin::router(state.clone()),
+        limits,
+        stopped(stop_rx),
+        shutdown_timeout,
+    ));
+
+    shutdown.await;
+    let deadline = Instant::now() + shutdown_timeout;
+    tracing::info!("shutdown: refusing new requests, draining open ones");
+    state.start_draining();
+    let _ = stop_tx.send(true);
+    if !matches!(produce.await, Ok(true)) {
+        tracing::warn!("shutdown: some produce connections were still open at the deadline");
+    }
+    let producer = state.producer.clone();
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let flushed = tokio::task::spawn_blocking(move || {
+        let result = producer.flush(remaining);
+        (result, producer.in_flight())
+    })
+    .await;
+    let unconfirmed = match flushed {
+        Ok((Ok(()), _)) => 0,
+        Ok((Err(error), in_flight)) => {
+            tracing::error!(%error, unconfirmed_records = in_flight,
+                "shutdown: Kafka did not confirm every accepted record in time");
+            in_flight
+        }
+        Err(_) => state.producer.in_flight(),
+    };
+    let _ = admin.await;
+    tracing::info!(unconfirmed_records = unconfirmed, "shutdown complete");
+    Ok(ShutdownReport {
+        unconfirmed_records: unconfirmed,
+    })
+}

@@ -1,0 +1,183 @@
+//! The `floodgate` command: run the gateway, check a configuration, or start the dev setup.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use floodgate::budget::MonotonicClock;
+use floodgate::config::Config;
+use floodgate::{dev, telemetry, Listeners};
+
+/// Exit code for a configuration that cannot be used (BSD sysexits EX_USAGE, as linkerd).
+const EXIT_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "floodgate",
+    version,
+    about = "HTTP ingest gateway in front of Kafka"
+)]
+struct Cli {
+    /// Configuration file.
+    #[arg(
+        long,
+        global = true,
+        default_value = "config/floodgate.toml",
+        env = "FLOODGATE_CONFIG"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Run,
+    /// Validate the configuration file and exit: one line per problem, naming the key.
+    CheckConfig,
+    /// Run on an in-process Kafka-protocol broker with a demo tenant (data in memory only).
+    Dev,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Run) {
+        Command::CheckConfig => match Config::load(&cli.config) {
+            Ok(_) => {
+                println!("{}: ok", cli.config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                for p in &e.problems {
+                    eprintln!("{}: {p}", cli.config.display());
+                }
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Run => match Config::load(&cli.config) {
+            Ok(config) => serve(config, None),
+            Err(e) => {
+                for p in &e.problems {
+                    eprintln!("{}: {p}", cli.config.display());
+                }
+                ExitCode::from(EXIT_CONFIG)
+            }
+        },
+        Command::Dev => {
+            // The dev setup needs no file; use the given one only if it exists.
+            let mut config = if cli.config.exists() {
+                match Config::load(&cli.config) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        for p in &e.problems {
+                            eprintln!("{}: {p}", cli.config.display());
+                        }
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                }
+            } else {
+                match Config::from_toml_with_env("", std::env::vars()) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return ExitCode::from(EXIT_CONFIG);
+                    }
+                }
+            };
+            config.tenants.clear();
+            match dev::start(&mut config) {
+                Ok(broker) => serve(config, Some(broker)),
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn serve(config: Config, dev: Option<dev::DevBroker>) -> ExitCode {
+    telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listeners = match Listeners::bind(&config).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, listen = %config.server.listen,
+                    admin_listen = %config.server.admin_listen, "could not bind the listeners");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(dev) = &dev {
+            announce_dev(&config, dev);
+        }
+        match floodgate::run(
+            config,
+            listeners,
+            Arc::new(MonotonicClock::new()),
+            shutdown_signal(),
+        )
+        .await
+        {
+            Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::FAILURE,
+            Err(e) => {
+                tracing::error!(error = %e, "floodgate could not start");
+                ExitCode::from(EXIT_CONFIG)
+            }
+        }
+    })
+}
+
+fn announce_dev(config: &Config, dev: &dev::DevBroker) {
+    tracing::warn!(
+        bootstrap = %dev.cluster.bootstrap_servers(),
+        "DEV MODE: the Kafka broker is librdkafka's in-process mock cluster; it keeps data in memory only and loses it on exit"
+    );
+    let topics: Vec<&str> = dev::DEMO_TOPICS.iter().map(|(t, _)| *t).collect();
+    println!("\nfloodgate dev is up.");
+    println!("  tenant:  demo (topics {topics:?}; 1000 records/s, burst 2000)");
+    println!("  API key: {}", dev.api_key);
+    println!(
+        "  try:     curl -s -H 'Authorization: Bearer {}' -H 'Content-Type: application/json' \\",
+        dev.api_key
+    );
+    println!(
+        "             -d '{{\"records\":[{{\"key\":\"k1\",\"value\":{{\"hello\":\"world\"}}}}]}}' http://{}/v1/topics/events.demo/records\n",
+        config.server.listen
+    );
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
