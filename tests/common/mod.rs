@@ -1,0 +1,258 @@
+//! Shared test harness: a gateway running in-process on loopback ports, a real Kafka-protocol
+//! broker (Tansu, started by scripts/test.sh) or librdkafka's mock cluster, and a consumer that
+//! reads records back by assigning partitions from offset 0.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::budget::{Clock, ManualClock, MonotonicClock};
+use floodgate::config::{Config, TenantConfig};
+use floodgate::tenant::ApiKeyHash;
+use floodgate::{Listeners, ShutdownReport};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const KEY: &str = "test-key-acme";
+
+/// The Tansu broker started by scripts/test.sh.
+pub fn tansu() -> String {
+    std::env::var("FLOODGATE_TEST_BROKER").unwrap_or_else(|_| {
+        panic!("FLOODGATE_TEST_BROKER is not set: run the suite with scripts/test.sh, which starts Tansu")
+    })
+}
+
+/// A topic name no other test uses.
+pub fn unique_topic(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}.{}.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0)
+    )
+}
+
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create_topics");
+    for r in results {
+        r.expect("topic created");
+    }
+}
+
+pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
+    TenantConfig {
+        id: id.into(),
+        api_key_sha256: vec![ApiKeyHash::of_key(key).to_hex()],
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        records_per_sec: None,
+        records_burst: None,
+        bytes_per_sec: None,
+        bytes_burst: None,
+        max_buffer_share: None,
+    }
+}
+
+/// A configuration for tests: loopback listeners (bound by the harness), a tenant "acme"
+/// with key [`KEY`] allowed on `test.*`, small timeouts.
+pub fn config(bootstrap: &str) -> Config {
+    let mut c = Config::from_toml_with_env("", Vec::new()).expect("defaults are valid");
+    c.kafka.bootstrap_servers = bootstrap.to_string();
+    c.kafka.producer.insert(
+        "message.timeout.ms".into(),
+        floodgate::config::PropertyValue::Integer(10_000),
+    );
+    c.server.shutdown_timeout_ms = 10_000;
+    c.tenants = vec![tenant("acme", KEY, &["test.*"])];
+    c
+}
+
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub clock: Option<Arc<ManualClock>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<ShutdownReport>>,
+}
+
+impl Gateway {
+    /// Starts a gateway on the monotonic clock.
+    pub async fn start(config: Config) -> Self {
+        Self::start_with(config, None).await
+    }
+
+    /// Starts a gateway whose budgets follow a clock the test steps.
+    pub async fn start_manual(config: Config) -> Self {
+        Self::start_with(config, Some(Arc::new(ManualClock::new()))).await
+    }
+
+    async fn start_with(config: Config, manual: Option<Arc<ManualClock>>) -> Self {
+        let listeners = Listeners {
+            produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+            admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        };
+        let addr = listeners.produce.local_addr().expect("addr");
+        let admin = listeners.admin.local_addr().expect("addr");
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(MonotonicClock::new()),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            floodgate::run(config, listeners, clock, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("gateway runs")
+        });
+        Self {
+            addr,
+            admin,
+            clock: manual,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, topic: &str) -> String {
+        format!("http://{}/v1/topics/{topic}/records", self.addr)
+    }
+
+    pub fn advance_ms(&self, ms: u64) {
+        self.clock.as_ref().expect("manual clock").advance_ms(ms);
+    }
+
+    /// Graceful shutdown; returns the run's report.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task
+            .take()
+            .expect("running")
+            .await
+            .expect("gateway task")
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// POSTs a JSON body with the test key; returns status, headers and the JSON answer.
+pub async fn post_json(
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    post_raw(url, key, "application/json", body.to_string()).await
+}
+
+pub async fn post_raw(
+    url: &str,
+    key: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let response = client()
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("response is not JSON ({e}): {text}"));
+    (status, headers, json)
+}
+
+/// A record as read back from Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp: Option<i64>,
+}
+
+/// Reads every record of `topic` from offset 0 of each partition, stopping once `expected`
+/// records have arrived and nothing more comes for `idle` (or at the overall deadline).
+pub fn read_back(bootstrap: &str, topic: &str, partitions: i32, expected: usize) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("reader-{}", unique_topic("g")))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let idle = Duration::from_millis(1500);
+    let mut last = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                out.push(Consumed {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+                last = Instant::now();
+            }
+            Some(Err(e)) => panic!("consumer error: {e}"),
+            None => {
+                if out.len() >= expected && last.elapsed() > idle {
+                    break;
+                }
+            }
+        }
+    }
+    out.sort_by_key(|c| (c.partition, c.offset));
+    out
+}
