@@ -1,22 +1,93 @@
-//! The admin listener: health and readiness now; the admin API and metrics live here too.
+//! The admin listener: health, readiness, and the admin API (tenants, keys, global budget).
+//! It is a separate listener so the admin API is never reachable from the produce port.
+
+pub mod api;
+pub mod auth;
+pub mod store;
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, MethodRouter};
 use axum::{Json, Router};
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use store::Actor;
+
+/// Every route of the admin listener with its methods. The router is built from this table, and
+/// a test checks that each entry is documented in `openapi.json`.
+pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/healthz", &["get"]),
+    ("/readyz", &["get"]),
+    ("/admin/tenants", &["get"]),
+    ("/admin/tenants/{id}", &["get", "put", "patch", "delete"]),
+    ("/admin/tenants/{id}/keys", &["post"]),
+    ("/admin/tenants/{id}/keys/{key_id}", &["delete"]),
+    ("/admin/global", &["get", "put"]),
+];
+
+fn route(path: &str) -> MethodRouter<Arc<AppState>> {
+    match path {
+        "/healthz" => get(|| async { (StatusCode::OK, "ok") }),
+        "/readyz" => get(readyz),
+        "/admin/tenants" => get(api::list_tenants),
+        "/admin/tenants/{id}" => get(api::get_tenant)
+            .put(api::put_tenant)
+            .patch(api::patch_tenant)
+            .delete(api::delete_tenant),
+        "/admin/tenants/{id}/keys" => axum::routing::post(api::issue_key),
+        "/admin/tenants/{id}/keys/{key_id}" => axum::routing::delete(api::revoke_key),
+        "/admin/global" => get(api::get_global).put(api::put_global),
+        _ => MethodRouter::new(),
+    }
+}
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
-        .route("/readyz", get(readyz))
+    let mut open = Router::new();
+    let mut admin = Router::new();
+    for (path, _) in ROUTES {
+        if path.starts_with("/admin/") {
+            admin = admin.route(path, route(path));
+        } else {
+            open = open.route(path, route(path));
+        }
+    }
+    let admin = admin.layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    open.merge(admin)
         .fallback(|| async { ApiError::NotFound })
         .with_state(state)
+}
+
+/// Admin calls need a valid admin token; the token's id becomes the audit log's actor.
+async fn require_admin(
+    State(app): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if app.admin_tokens.is_empty() {
+        return ApiError::AdminUnauthorized(format!(
+            "the admin API is disabled: no token in the environment variable {}",
+            app.admin_token_env
+        ))
+        .into_response();
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let Some(id) = presented.and_then(|t| app.admin_tokens.check(t)) else {
+        return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
+    };
+    let actor = Actor(id.to_string());
+    request.extensions_mut().insert(actor);
+    next.run(request).await
 }
 
 async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admin::auth::AdminTokens;
+use crate::admin::store::{StoreError, StoreState, TenantStore};
 use crate::admission::Admission;
 use crate::budget::{Clock, GlobalBudget};
 use crate::buffer::Buffer;
@@ -17,6 +19,11 @@ pub struct AppState {
     pub admission: Admission,
     pub producer: Arc<KafkaProducer>,
     pub catalog: TopicCatalog,
+    /// The registry's declarative form; every admin change goes through it.
+    pub store: TenantStore,
+    pub admin_tokens: AdminTokens,
+    /// The variable the tokens came from, to say so when there are none.
+    pub admin_token_env: String,
     pub limits: RequestLimits,
     pub max_body_bytes: u64,
     pub body_read_timeout: Duration,
@@ -30,10 +37,28 @@ pub enum BuildError {
     Config(#[from] ConfigProblem),
     #[error(transparent)]
     Producer(#[from] ProducerError),
+    #[error(transparent)]
+    State(#[from] StoreError),
 }
 
 impl AppState {
     pub fn build(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, BuildError> {
+        // The state file, when there is one, is the registry: config-file tenants plus every
+        // admin change since. Without one, the config file's tenants are the start.
+        let state = match &config.admin.state_file {
+            Some(path) => match StoreState::load(path)? {
+                Some(state) => {
+                    tracing::info!(file = %path.display(), tenants = state.tenants.len(),
+                        "tenant registry loaded from the state file");
+                    state
+                }
+                None => StoreState::from_config(config),
+            },
+            None => StoreState::from_config(config),
+        };
+        let tenant_configs: Vec<_> = state.tenants.values().cloned().collect();
+        let registry = Registry::from_configs(&tenant_configs)?;
+        let global = state.global.spec()?;
         let buffer = Arc::new(Buffer::new(
             config.buffer.max_bytes,
             config.buffer.max_records,
@@ -48,8 +73,11 @@ impl AppState {
             Duration::from_millis(config.kafka.metadata_timeout_ms),
         );
         Ok(Self {
-            tenants: Tenants::new(Registry::from_configs(&config.tenants)?),
-            admission: Admission::new(clock, GlobalBudget::new(config.global.spec()?), buffer),
+            tenants: Tenants::new(registry),
+            admission: Admission::new(clock, GlobalBudget::new(global), buffer),
+            store: TenantStore::new(state, config.admin.state_file.clone()),
+            admin_tokens: AdminTokens::from_env(&config.admin.token_env),
+            admin_token_env: config.admin.token_env.clone(),
             producer,
             catalog,
             limits: config.limits.clone(),

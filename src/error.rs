@@ -15,8 +15,12 @@ pub enum ApiError {
     InvalidTopic(String),
     ForbiddenTopic(String),
     UnsupportedMediaType(String),
-    BodyTooLarge { limit: u64 },
-    TooManyRecords { limit: usize },
+    BodyTooLarge {
+        limit: u64,
+    },
+    TooManyRecords {
+        limit: usize,
+    },
     RecordTooLarge(String),
     Malformed(String),
     ExceedsBurst(TooLarge),
@@ -27,6 +31,38 @@ pub enum ApiError {
     KafkaUnavailable(String),
     ShuttingDown,
     NotFound,
+    /// Admin API: no or wrong admin token (or no token configured).
+    AdminUnauthorized(String),
+    TenantNotFound(String),
+    KeyNotFound(String),
+    /// Admin API: a value that cannot be used, naming the field.
+    InvalidField {
+        field: String,
+        detail: String,
+    },
+    /// Admin API: the change was valid but could not be persisted, so it was not applied.
+    StateNotSaved,
+}
+
+impl ApiError {
+    /// A 422 for a configuration problem, named by field (`records_per_sec`), not by its
+    /// place in a config file (`tenants[acme].records_per_sec`).
+    pub fn invalid_field(problem: &crate::config::ConfigProblem) -> Self {
+        let field = if problem.key.starts_with("tenants[") || problem.key.starts_with("global.") {
+            problem
+                .key
+                .split_once("].")
+                .map(|(_, f)| f)
+                .or_else(|| problem.key.strip_prefix("global."))
+                .unwrap_or(&problem.key)
+        } else {
+            &problem.key
+        };
+        Self::InvalidField {
+            field: field.to_string(),
+            detail: problem.message.clone(),
+        }
+    }
 }
 
 impl ApiError {
@@ -49,12 +85,20 @@ impl ApiError {
             Self::KafkaUnavailable(_) => "kafka_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
+            Self::AdminUnauthorized(_) => "unauthorized",
+            Self::TenantNotFound(_) => "tenant_not_found",
+            Self::KeyNotFound(_) => "key_not_found",
+            Self::InvalidField { .. } => "invalid_field",
+            Self::StateNotSaved => "state_not_saved",
         }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::AdminUnauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::TenantNotFound(_) | Self::KeyNotFound(_) => StatusCode::NOT_FOUND,
+            Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
             Self::InvalidTopic(_) | Self::Malformed(_) | Self::UnknownPartition(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -99,6 +143,13 @@ impl ApiError {
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
             Self::NotFound => "no such route".into(),
+            Self::AdminUnauthorized(d) => d.clone(),
+            Self::TenantNotFound(id) => format!("no tenant {id:?}"),
+            Self::KeyNotFound(id) => format!("no key {id:?} for this tenant"),
+            Self::InvalidField { field, detail } => format!("{field}: {detail}"),
+            Self::StateNotSaved => {
+                "the change could not be saved to the state file, so it was not applied".into()
+            }
         }
     }
 }
@@ -130,6 +181,11 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(r)));
                 response
             }
+            Self::InvalidField { field, .. } => (
+                status,
+                Json(json!({"error": self.code(), "field": field, "detail": self.detail()})),
+            )
+                .into_response(),
             _ => (
                 status,
                 Json(json!({"error": self.code(), "detail": self.detail()})),
@@ -141,7 +197,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if matches!(self, Self::Unauthorized) {
+        if matches!(self, Self::Unauthorized | Self::AdminUnauthorized(_)) {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -13,9 +13,13 @@ use axum::Router;
 use crate::app::AppState;
 use crate::error::ApiError;
 
+/// The produce listener's routes and methods (documented in `openapi.json`; a test checks it).
+pub const ROUTES: &[(&str, &[&str])] = &[(PRODUCE, &["post"])];
+const PRODUCE: &str = "/v1/topics/{topic}/records";
+
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/v1/topics/{topic}/records", post(produce::produce))
+        .route(PRODUCE, post(produce::produce))
         .fallback(|| async { ApiError::NotFound })
         // Outermost: once shutdown starts, no new work is taken on open connections.
         .layer(middleware::from_fn_with_state(

@@ -13,6 +13,7 @@
 //! - [`error`]: the request error enum and its one mapping to HTTP responses.
 //! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain.
 //! - [`app`]: shared state; [`telemetry`]: logging set-up; [`dev`]: the embedded dev broker.
+//! - [`reload`]: SIGHUP re-reads the configuration file and applies tenant and budget changes.
 
 pub mod admin;
 pub mod admission;
@@ -26,6 +27,7 @@ pub mod error;
 pub mod http;
 pub mod kafka;
 pub mod ratelimit_headers;
+pub mod reload;
 pub mod server;
 pub mod telemetry;
 pub mod tenant;
@@ -56,6 +58,28 @@ impl Listeners {
     }
 }
 
+/// What a run needs besides its configuration.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The budgets' clock: monotonic in production, stepped by hand in tests.
+    pub clock: Arc<dyn Clock>,
+    /// The configuration file, re-read on SIGHUP; `None` disables reloading.
+    pub config_path: Option<std::path::PathBuf>,
+    /// Admin tokens to use instead of reading `[admin] token_env` (for embedding and tests,
+    /// which must not mutate the process environment).
+    pub admin_tokens: Option<admin::auth::AdminTokens>,
+}
+
+impl RunOptions {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            config_path: None,
+            admin_tokens: None,
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShutdownReport {
@@ -67,10 +91,17 @@ pub struct ShutdownReport {
 pub async fn run(
     config: config::Config,
     listeners: Listeners,
-    clock: Arc<dyn Clock>,
+    options: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ShutdownReport, BuildError> {
-    let state = Arc::new(AppState::build(&config, clock)?);
+    let mut state = AppState::build(&config, options.clock)?;
+    if let Some(tokens) = options.admin_tokens {
+        state.admin_tokens = tokens;
+    }
+    let state = Arc::new(state);
+    if let Some(path) = options.config_path {
+        tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
+    }
     let limits = ConnectionLimits {
         max_connections: config.server.max_connections,
         header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 use floodgate::budget::MonotonicClock;
 use floodgate::config::Config;
-use floodgate::{dev, telemetry, Listeners};
+use floodgate::{dev, telemetry, Listeners, RunOptions};
 
 /// Exit code for a configuration that cannot be used (BSD sysexits EX_USAGE, as linkerd).
 const EXIT_CONFIG: u8 = 64;
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run => match Config::load(&cli.config) {
-            Ok(config) => serve(config, None),
+            Ok(config) => serve(config, None, Some(cli.config.clone())),
             Err(e) => {
                 for p in &e.problems {
                     eprintln!("{}: {p}", cli.config.display());
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
             };
             config.tenants.clear();
             match dev::start(&mut config) {
-                Ok(broker) => serve(config, Some(broker)),
+                Ok(broker) => serve(config, Some(broker), None),
                 Err(e) => {
                     eprintln!("{e}");
                     ExitCode::FAILURE
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(config: Config, dev: Option<dev::DevBroker>) -> ExitCode {
+fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> ExitCode {
     telemetry::init(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -123,14 +123,12 @@ fn serve(config: Config, dev: Option<dev::DevBroker>) -> ExitCode {
         if let Some(dev) = &dev {
             announce_dev(&config, dev);
         }
-        match floodgate::run(
-            config,
-            listeners,
-            Arc::new(MonotonicClock::new()),
-            shutdown_signal(),
-        )
-        .await
-        {
+        let options = RunOptions {
+            clock: Arc::new(MonotonicClock::new()),
+            config_path: path,
+            admin_tokens: None,
+        };
+        match floodgate::run(config, listeners, options, shutdown_signal()).await {
             Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,
             Err(e) => {

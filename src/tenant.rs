@@ -4,7 +4,12 @@
 //! key is hashed once and looked up by digest. The lookup's timing can only reveal digests of
 //! valid keys, which (SHA-256 being preimage resistant) do not help an attacker forge a key.
 
-use std::collections::{BTreeMap, HashMap};
+mod registry;
+mod stats;
+
+pub use registry::{Registry, Tenants};
+pub use stats::TenantStats;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -132,6 +137,8 @@ pub struct Tenant {
     limits: Mutex<TenantLimits>,
     /// What this tenant holds in the downstream buffer now.
     pub usage: Arc<TenantUsage>,
+    /// Outcome counters since start, for the admin API and metrics.
+    pub stats: Arc<TenantStats>,
 }
 
 impl Tenant {
@@ -148,7 +155,22 @@ impl Tenant {
                 buffer_share: config.buffer_share(),
             }),
             usage: Arc::new(TenantUsage::default()),
+            stats: Arc::new(TenantStats::default()),
         })
+    }
+
+    /// Applies a changed configuration in place: topics and share are replaced, each bucket
+    /// keeps its current level (clamped to the new burst) so an edit never refills a bucket.
+    pub fn apply(&self, config: &TenantConfig, now_ns: u64) -> Result<(), ConfigProblem> {
+        let spec = config.spec()?;
+        let topics = TopicPatterns::parse(&config.topics).map_err(|(i, e)| {
+            ConfigProblem::new(format!("tenants[{}].topics[{i}]", config.id), e)
+        })?;
+        self.topics.store(Arc::new(topics));
+        let mut limits = self.limits();
+        limits.buckets.set_spec(spec, now_ns);
+        limits.buffer_share = config.buffer_share();
+        Ok(())
     }
 
     pub fn may_write(&self, topic: &Topic) -> bool {
@@ -219,60 +241,6 @@ pub fn validate_tenant(t: &TenantConfig, at: &str) -> Vec<ConfigProblem> {
     problems
 }
 
-/// An immutable snapshot of who is who; replaced whole when tenants or keys change.
-#[derive(Debug, Default)]
-pub struct Registry {
-    by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
-    by_id: BTreeMap<TenantId, Arc<Tenant>>,
-}
-
-impl Registry {
-    /// Builds a registry from configuration; the configuration was validated before.
-    pub fn from_configs(configs: &[TenantConfig]) -> Result<Self, ConfigProblem> {
-        let mut registry = Self::default();
-        for config in configs {
-            let tenant = Arc::new(Tenant::from_config(config)?);
-            for (i, h) in config.api_key_sha256.iter().enumerate() {
-                let hash = ApiKeyHash::from_hex(h).ok_or_else(|| {
-                    ConfigProblem::new(
-                        format!("tenants[{}].api_key_sha256[{i}]", config.id),
-                        "must be 64 lowercase hex digits",
-                    )
-                })?;
-                registry.by_key.insert(hash, tenant.clone());
-            }
-            registry.by_id.insert(tenant.id.clone(), tenant);
-        }
-        Ok(registry)
-    }
-
-    pub fn authenticate(&self, key: &str) -> Option<&Arc<Tenant>> {
-        self.by_key.get(&ApiKeyHash::of_key(key))
-    }
-
-    pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
-        self.by_id.get(&TenantId::new(id))
-    }
-
-    pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {
-        self.by_id.values()
-    }
-}
-
-/// The live registry: read lock-free by every request, swapped by admin changes.
-#[derive(Debug)]
-pub struct Tenants(ArcSwap<Registry>);
-
-impl Tenants {
-    pub fn new(registry: Registry) -> Self {
-        Self(ArcSwap::from_pointee(registry))
-    }
-
-    pub fn load(&self) -> arc_swap::Guard<Arc<Registry>> {
-        self.0.load()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +256,19 @@ mod tests {
             bytes_burst: None,
             max_buffer_share: None,
         }
+    }
+
+    #[test]
+    fn applying_a_new_budget_keeps_the_bucket_level() {
+        let mut c = tenant_config("k");
+        c.records_per_sec = Some(10);
+        let tenant = Tenant::from_config(&c).expect("valid");
+        let charge = tenant.limits().buckets.check(0, 8, 0).expect("fits");
+        tenant.limits().buckets.commit(charge);
+        c.records_per_sec = Some(1000);
+        tenant.apply(&c, 0).expect("valid");
+        let (records, _) = tenant.limits().buckets.view(0);
+        assert_eq!(records.map(|v| v.available), Some(2));
     }
 
     #[test]

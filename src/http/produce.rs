@@ -102,9 +102,10 @@ async fn produce_for(
         });
     }
     // Refuse before reading: the declared length bounds the record bytes from above.
-    app.admission
-        .precheck(tenant, declared.unwrap_or(1))
-        .map_err(ApiError::RateLimited)?;
+    if let Err(refusal) = app.admission.precheck(tenant, declared.unwrap_or(1)) {
+        tenant.stats.rejected(refusal.reason);
+        return Err(ApiError::RateLimited(refusal));
+    }
 
     let bytes = read_body(app, body).await?;
     let records = body::parse(format, &bytes, &app.limits).map_err(|e| match e {
@@ -128,10 +129,16 @@ async fn produce_for(
         .admission
         .admit(tenant, records.len() as u64, record_bytes);
     let lease = admitted.map_err(|d| match d {
-        Denial::Refused(r) => ApiError::RateLimited(r),
+        Denial::Refused(r) => {
+            tenant.stats.rejected(r.reason);
+            ApiError::RateLimited(r)
+        }
         Denial::TooLarge(t) => ApiError::ExceedsBurst(t),
     })?;
-    let batch = app.producer.send(topic.as_str(), &records, lease);
+    tenant.stats.admitted(records.len() as u64, record_bytes);
+    let batch = app
+        .producer
+        .send(topic.as_str(), &records, lease, tenant.stats.clone());
     drop(records);
     drop(bytes);
 

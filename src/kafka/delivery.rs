@@ -12,6 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::Notify;
 
 use crate::buffer::BufferLease;
+use crate::tenant::TenantStats;
 
 /// Where a record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,16 +100,20 @@ pub struct Batch {
     enqueued_at: Instant,
     /// Given back the moment the last record is answered.
     lease: Mutex<Option<BufferLease>>,
+    /// The sending tenant's counters: failures are counted when they happen, for async
+    /// requests too.
+    stats: std::sync::Arc<TenantStats>,
 }
 
 impl Batch {
-    pub fn new(records: usize, lease: BufferLease) -> Self {
+    pub fn new(records: usize, lease: BufferLease, stats: std::sync::Arc<TenantStats>) -> Self {
         Self {
             outcomes: (0..records).map(|_| OnceLock::new()).collect(),
             remaining: AtomicUsize::new(records),
             done: Notify::new(),
             enqueued_at: Instant::now(),
             lease: Mutex::new(Some(lease)),
+            stats,
         }
     }
 
@@ -124,8 +129,12 @@ impl Batch {
     /// Returns the time since enqueue when this was the last record.
     pub fn complete(&self, index: usize, outcome: Outcome) -> Option<std::time::Duration> {
         let slot = self.outcomes.get(index)?;
+        let failed = outcome.is_err();
         if slot.set(outcome).is_err() {
             return None;
+        }
+        if failed {
+            self.stats.failed(1);
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let lease = self
@@ -177,7 +186,7 @@ mod tests {
         let buffer = Arc::new(Buffer::new(100, 10));
         let tenant = Arc::new(TenantUsage::default());
         let lease = buffer.try_reserve(&tenant, 30, 2).expect("fits");
-        let batch = Batch::new(2, lease);
+        let batch = Batch::new(2, lease, Arc::default());
         let ok = Ok(Delivered {
             partition: 0,
             offset: 7,

@@ -12,6 +12,7 @@ use super::catalog::TopicInfo;
 use super::delivery::{Batch, Delivered, DeliveryFailure, Ticket};
 use crate::body::Record;
 use crate::buffer::{Buffer, BufferLease};
+use crate::tenant::TenantStats;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
@@ -67,8 +68,14 @@ impl KafkaProducer {
 
     /// Hands every record to librdkafka. The batch carries each record's outcome; a record
     /// librdkafka refuses at enqueue gets its failure at once, so a batch always completes.
-    pub fn send(&self, topic: &str, records: &[Record<'_>], lease: BufferLease) -> Arc<Batch> {
-        let batch = Arc::new(Batch::new(records.len(), lease));
+    pub fn send(
+        &self,
+        topic: &str,
+        records: &[Record<'_>],
+        lease: BufferLease,
+        stats: Arc<TenantStats>,
+    ) -> Arc<Batch> {
+        let batch = Arc::new(Batch::new(records.len(), lease, stats));
         for (index, record) in records.iter().enumerate() {
             let ticket = Box::new(Ticket {
                 batch: batch.clone(),

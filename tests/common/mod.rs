@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use floodgate::admin::auth::AdminTokens;
 use floodgate::budget::{Clock, ManualClock, MonotonicClock};
 use floodgate::config::{Config, TenantConfig};
 use floodgate::tenant::ApiKeyHash;
@@ -20,6 +21,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub const KEY: &str = "test-key-acme";
+/// Admin tokens of every test gateway: id "ops".
+pub const ADMIN_TOKENS: &str = "ops=test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 /// The Tansu broker started by scripts/test.sh.
 pub fn tansu() -> String {
@@ -101,25 +105,40 @@ impl Gateway {
         Self::start_with(config, None).await
     }
 
+    /// Starts a gateway with full options (admin tokens, config path for SIGHUP).
+    pub async fn start_options(config: Config, options: floodgate::RunOptions) -> Self {
+        Self::launch(config, options, None).await
+    }
+
     /// Starts a gateway whose budgets follow a clock the test steps.
     pub async fn start_manual(config: Config) -> Self {
         Self::start_with(config, Some(Arc::new(ManualClock::new()))).await
     }
 
     async fn start_with(config: Config, manual: Option<Arc<ManualClock>>) -> Self {
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(MonotonicClock::new()),
+        };
+        let mut options = floodgate::RunOptions::new(clock);
+        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS));
+        Self::launch(config, options, manual).await
+    }
+
+    async fn launch(
+        config: Config,
+        options: floodgate::RunOptions,
+        manual: Option<Arc<ManualClock>>,
+    ) -> Self {
         let listeners = Listeners {
             produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
             admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
         };
         let addr = listeners.produce.local_addr().expect("addr");
         let admin = listeners.admin.local_addr().expect("addr");
-        let clock: Arc<dyn Clock> = match &manual {
-            Some(m) => m.clone(),
-            None => Arc::new(MonotonicClock::new()),
-        };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            floodgate::run(config, listeners, clock, async {
+            floodgate::run(config, listeners, options, async {
                 let _ = stopped.await;
             })
             .await
@@ -132,6 +151,10 @@ impl Gateway {
             stop: Some(stop),
             task: Some(task),
         }
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
     }
 
     pub fn url(&self, topic: &str) -> String {
@@ -255,4 +278,30 @@ pub fn read_back(bootstrap: &str, topic: &str, partitions: i32, expected: usize)
     }
     out.sort_by_key(|c| (c.partition, c.offset));
     out
+}
+
+/// An admin call: method, path, optional JSON body, token.
+pub async fn admin(
+    gw: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+    token: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut request = client().request(method, gw.admin_url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("admin request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let json = if text.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    };
+    (status, json)
 }

@@ -1,0 +1,362 @@
+//! Admin API handlers: tenants, their keys, the global budget. JSON in and out; every change
+//! goes through the [`super::store::TenantStore`], which validates, persists and audits it.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::store::{Actor, StoreState};
+use crate::admission::Reason;
+use crate::app::AppState;
+use crate::config::{GlobalBudgetConfig, TenantConfig};
+use crate::error::ApiError;
+use crate::tenant::ApiKeyHash;
+
+/// Parses a JSON body: bad JSON is a 400, a value of the wrong type is a 422 naming its field.
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let mut field = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_data() {
+            let detail = strip_position(&inner.to_string());
+            // A missing field is reported at the parent: name the field itself.
+            if let Some(name) = detail
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                field = if field == "." {
+                    name.to_string()
+                } else {
+                    format!("{field}.{name}")
+                };
+            }
+            ApiError::InvalidField { field, detail }
+        } else {
+            ApiError::Malformed(inner.to_string())
+        }
+    })?;
+    de.end().map_err(|e| ApiError::Malformed(e.to_string()))?;
+    Ok(value)
+}
+
+fn strip_position(message: &str) -> String {
+    message
+        .rsplit_once(" at line ")
+        .map_or(message, |(m, _)| m)
+        .to_string()
+}
+
+/// The first 16 hex digits of a key's digest: enough to name it, useless to forge it.
+pub fn key_id(digest_hex: &str) -> String {
+    digest_hex.chars().take(16).collect()
+}
+
+/// A tenant's configuration and live state.
+#[derive(Serialize)]
+struct TenantView {
+    #[serde(flatten)]
+    config: TenantSettings,
+    keys: Vec<KeyView>,
+    live: Value,
+}
+
+#[derive(Serialize)]
+struct KeyView {
+    key_id: String,
+}
+
+/// The parts of a tenant an operator sets (keys are managed through their own endpoints).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantSettings {
+    #[serde(default, skip_deserializing)]
+    id: String,
+    topics: Vec<String>,
+    #[serde(default)]
+    records_per_sec: Option<u64>,
+    #[serde(default)]
+    records_burst: Option<u64>,
+    #[serde(default)]
+    bytes_per_sec: Option<u64>,
+    #[serde(default)]
+    bytes_burst: Option<u64>,
+    #[serde(default)]
+    max_buffer_share: Option<f64>,
+}
+
+impl TenantSettings {
+    fn of(c: &TenantConfig) -> Self {
+        Self {
+            id: c.id.clone(),
+            topics: c.topics.clone(),
+            records_per_sec: c.records_per_sec,
+            records_burst: c.records_burst,
+            bytes_per_sec: c.bytes_per_sec,
+            bytes_burst: c.bytes_burst,
+            max_buffer_share: c.max_buffer_share,
+        }
+    }
+
+    fn into_config(self, id: &str, keys: Vec<String>) -> TenantConfig {
+        TenantConfig {
+            id: id.to_string(),
+            api_key_sha256: keys,
+            topics: self.topics,
+            records_per_sec: self.records_per_sec,
+            records_burst: self.records_burst,
+            bytes_per_sec: self.bytes_per_sec,
+            bytes_burst: self.bytes_burst,
+            max_buffer_share: self.max_buffer_share,
+        }
+    }
+}
+
+fn view(app: &AppState, config: &TenantConfig) -> TenantView {
+    use std::sync::atomic::Ordering::Relaxed;
+    let registry = app.tenants.load();
+    let live = registry.get(&config.id).map_or(Value::Null, |t| {
+        let limits = app.admission.view(t);
+        let rejected: serde_json::Map<String, Value> = Reason::ALL
+            .iter()
+            .map(|r| (r.as_str().to_string(), json!(t.stats.rejected_count(*r))))
+            .collect();
+        json!({
+            "tokens": {
+                "records": limits.tenant_records.map(|v| v.available),
+                "bytes": limits.tenant_bytes.map(|v| v.available),
+            },
+            "buffer": {
+                "bytes": t.usage.bytes.load(Relaxed),
+                "records": t.usage.records.load(Relaxed),
+            },
+            "admitted": {
+                "requests": t.stats.admitted_requests.load(Relaxed),
+                "records": t.stats.admitted_records.load(Relaxed),
+                "bytes": t.stats.admitted_bytes.load(Relaxed),
+            },
+            "failed_records": t.stats.failed_records.load(Relaxed),
+            "rejected": rejected,
+        })
+    });
+    TenantView {
+        config: TenantSettings::of(config),
+        keys: config
+            .api_key_sha256
+            .iter()
+            .map(|h| KeyView { key_id: key_id(h) })
+            .collect(),
+        live,
+    }
+}
+
+type AppRef = State<Arc<AppState>>;
+
+pub async fn list_tenants(State(app): AppRef) -> Response {
+    let state = app.store.snapshot().await;
+    let views: Vec<TenantView> = state.tenants.values().map(|c| view(&app, c)).collect();
+    Json(json!({ "tenants": views })).into_response()
+}
+
+pub async fn get_tenant(State(app): AppRef, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let state = app.store.snapshot().await;
+    let config = state
+        .tenants
+        .get(&id)
+        .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+    Ok(Json(view(&app, config)).into_response())
+}
+
+async fn change<T>(
+    app: &AppState,
+    actor: &Actor,
+    action: &str,
+    edit: impl FnOnce(&mut StoreState) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    app.store
+        .change(actor, action, &app.tenants, &app.admission, edit)
+        .await
+}
+
+async fn tenant_response(
+    app: &AppState,
+    id: &str,
+    status: StatusCode,
+) -> Result<Response, ApiError> {
+    let state = app.store.snapshot().await;
+    let config = state
+        .tenants
+        .get(id)
+        .ok_or_else(|| ApiError::TenantNotFound(id.to_string()))?;
+    Ok((status, Json(view(app, config))).into_response())
+}
+
+/// Create or replace a tenant's settings; its keys are kept.
+pub async fn put_tenant(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let settings: TenantSettings = parse(&body)?;
+    let created = change(&app, &actor, "tenant.put", |state| {
+        let keys = state
+            .tenants
+            .get(&id)
+            .map(|t| t.api_key_sha256.clone())
+            .unwrap_or_default();
+        let created = !state.tenants.contains_key(&id);
+        state
+            .tenants
+            .insert(id.clone(), settings.into_config(&id, keys));
+        Ok(created)
+    })
+    .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    tenant_response(&app, &id, status).await
+}
+
+/// Change some fields: a JSON merge patch (RFC 7396) of the tenant's settings; `null` unsets.
+pub async fn patch_tenant(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let patch: serde_json::Map<String, Value> = parse(&body)?;
+    change(&app, &actor, "tenant.patch", |state| {
+        let current = state
+            .tenants
+            .get(&id)
+            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+        let mut merged = serde_json::to_value(TenantSettings::of(current))
+            .map_err(|e| ApiError::Malformed(e.to_string()))?;
+        if let Value::Object(fields) = &mut merged {
+            fields.remove("id");
+            for (name, value) in patch {
+                if value.is_null() {
+                    fields.remove(&name);
+                } else {
+                    fields.insert(name, value);
+                }
+            }
+        }
+        let settings: TenantSettings = parse(merged.to_string().as_bytes())?;
+        let keys = current.api_key_sha256.clone();
+        state
+            .tenants
+            .insert(id.clone(), settings.into_config(&id, keys));
+        Ok(())
+    })
+    .await?;
+    tenant_response(&app, &id, StatusCode::OK).await
+}
+
+pub async fn delete_tenant(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    change(&app, &actor, "tenant.delete", |state| {
+        state
+            .tenants
+            .remove(&id)
+            .map(|_| ())
+            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Issues a new random key: returned in the clear this once, stored only as its SHA-256.
+pub async fn issue_key(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = crate::dev::random_key("fg_").map_err(|e| {
+        tracing::error!(error = %e, "no randomness for a new API key");
+        ApiError::StateNotSaved
+    })?;
+    let digest = ApiKeyHash::of_key(&key).to_hex();
+    let kid = key_id(&digest);
+    change(&app, &actor, "tenant.key.issue", |state| {
+        let tenant = state
+            .tenants
+            .get_mut(&id)
+            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+        tenant.api_key_sha256.push(digest);
+        Ok(())
+    })
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"tenant": id, "key_id": kid, "api_key": key})),
+    )
+        .into_response())
+}
+
+pub async fn revoke_key(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    Path((id, kid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    change(&app, &actor, "tenant.key.revoke", |state| {
+        let tenant = state
+            .tenants
+            .get_mut(&id)
+            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+        let before = tenant.api_key_sha256.len();
+        tenant.api_key_sha256.retain(|h| key_id(h) != kid);
+        if tenant.api_key_sha256.len() == before {
+            return Err(ApiError::KeyNotFound(kid.clone()));
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
+    let (records, bytes) = app.admission.global.view(app.admission.now_ns());
+    json!({
+        "records_per_sec": config.records_per_sec,
+        "records_burst": config.records_burst,
+        "bytes_per_sec": config.bytes_per_sec,
+        "bytes_burst": config.bytes_burst,
+        "live": {"tokens": {
+            "records": records.map(|v| v.available),
+            "bytes": bytes.map(|v| v.available),
+        }},
+    })
+}
+
+pub async fn get_global(State(app): AppRef) -> Response {
+    let state = app.store.snapshot().await;
+    Json(global_view(&app, &state.global)).into_response()
+}
+
+pub async fn put_global(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let global: GlobalBudgetConfig = parse(&body)?;
+    let saved = change(&app, &actor, "global.put", |state| {
+        state.global = global;
+        Ok(state.global.clone())
+    })
+    .await?;
+    Ok(Json(global_view(&app, &saved)).into_response())
+}

@@ -1,0 +1,65 @@
+//! SIGHUP: re-read the configuration file and apply its tenants and global budget live, the
+//! same way the admin API does. Listener addresses and Kafka settings need a restart; the log
+//! says so when they changed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::app::AppState;
+use crate::config::Config;
+
+/// Applies the file at `path` to the running gateway. `running` is the configuration the
+/// process started with, to tell which changes cannot apply live.
+pub async fn reload(app: &AppState, running: &Config, path: &std::path::Path) {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            for p in &e.problems {
+                tracing::error!(file = %path.display(), problem = %p, "reload refused: invalid configuration");
+            }
+            return;
+        }
+    };
+    let needs_restart = |section: &str, same: bool| {
+        if !same {
+            tracing::warn!(
+                section,
+                "reload: this section changed but only applies after a restart"
+            );
+        }
+    };
+    needs_restart("server", same(&config.server, &running.server));
+    needs_restart("kafka", same(&config.kafka, &running.kafka));
+    needs_restart("buffer", same(&config.buffer, &running.buffer));
+    match app
+        .store
+        .apply_config(&config, &app.tenants, &app.admission)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(file = %path.display(), tenants = config.tenants.len(), "configuration reloaded")
+        }
+        Err(e) => tracing::error!(file = %path.display(), error = %e.detail(), "reload refused"),
+    }
+}
+
+/// Sections compared by their JSON form (they hold floats, so no `Eq`).
+fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
+    serde_json::to_string(a).ok() == serde_json::to_string(b).ok()
+}
+
+#[cfg(unix)]
+pub async fn on_sighup(app: Arc<AppState>, running: Config, path: PathBuf) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: configuration reload disabled");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        tracing::info!(file = %path.display(), "SIGHUP: reloading configuration");
+        reload(&app, &running, &path).await;
+    }
+}
+
+#[cfg(not(unix))]
+pub async fn on_sighup(_app: Arc<AppState>, _running: Config, _path: PathBuf) {}

@@ -1,0 +1,74 @@
+//! SIGHUP re-reads the configuration file and applies tenant and budget changes live, keeping
+//! keys issued through the admin API. (Its own test binary: the signal goes to the process.)
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use floodgate::budget::MonotonicClock;
+use rdkafka::mocking::MockCluster;
+use reqwest::Method;
+use serde_json::json;
+
+fn write_config(path: &std::path::Path, bootstrap: &str, records_per_sec: u64, extra_tenant: bool) {
+    let digest = floodgate::tenant::ApiKeyHash::of_key(KEY).to_hex();
+    let other = floodgate::tenant::ApiKeyHash::of_key("new-key").to_hex();
+    let mut text = format!(
+        "[kafka]\nbootstrap_servers = \"{bootstrap}\"\n\n[[tenants]]\nid = \"acme\"\napi_key_sha256 = [\"{digest}\"]\ntopics = [\"test.*\"]\nrecords_per_sec = {records_per_sec}\n"
+    );
+    if extra_tenant {
+        text.push_str(&format!(
+            "\n[[tenants]]\nid = \"newcomer\"\napi_key_sha256 = [\"{other}\"]\ntopics = [\"test.*\"]\n"
+        ));
+    }
+    std::fs::write(path, text).expect("write config");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_the_edited_file_live() {
+    let cluster = MockCluster::new(1).expect("mock");
+    cluster.create_topic("test.reload", 1, 1).expect("topic");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("floodgate.toml");
+    write_config(&path, &cluster.bootstrap_servers(), 100, false);
+    let cfg = floodgate::config::Config::load(&path).expect("valid");
+    let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+    options.config_path = Some(path.clone());
+    options.admin_tokens = Some(floodgate::admin::auth::AdminTokens::parse(ADMIN_TOKENS));
+    let gw = Gateway::start_options(cfg, options).await;
+    let t = Some(ADMIN_TOKEN);
+    let (_, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;
+    let issued = key["api_key"].as_str().expect("key").to_string();
+    let (s, _, _) = post_json(
+        &gw.url("test.reload"),
+        "new-key",
+        &json!({"records":[{"value":1}]}),
+    )
+    .await;
+    assert_eq!(s, 401);
+
+    write_config(&path, &cluster.bootstrap_servers(), 5, true);
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, view) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+        if view["records_per_sec"] == 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "reload not applied: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = gw.url("test.reload");
+    let (s, _, a) = post_json(&url, "new-key", &json!({"records":[{"value":1}]})).await;
+    assert_eq!(s, 200, "a tenant added to the file works after SIGHUP: {a}");
+    let (s, _, a) = post_json(&url, &issued, &json!({"records":[{"value":1}]})).await;
+    assert_eq!(s, 200, "keys issued through the API survive a reload: {a}");
+    gw.shutdown().await;
+}
