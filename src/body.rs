@@ -74,7 +74,8 @@ fn nesting_depth(json: &[u8]) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record<'a> {
     pub key: Option<Cow<'a, [u8]>>,
-    pub value: Cow<'a, [u8]>,
+    /// `None` for `"value": null`: a Kafka null value (a tombstone on compacted topics).
+    pub value: Option<Cow<'a, [u8]>>,
     pub headers: Vec<(Cow<'a, str>, Cow<'a, [u8]>)>,
     pub partition: Option<i32>,
     pub timestamp_ms: Option<i64>,
@@ -84,7 +85,8 @@ impl Record<'_> {
     /// What the record costs in budgets and buffer: key, value, header names and values.
     pub fn size(&self) -> u64 {
         let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        (self.key.as_ref().map_or(0, |k| k.len()) + self.value.len() + headers) as u64
+        let value = self.value.as_ref().map_or(0, |v| v.len());
+        (self.key.as_ref().map_or(0, |k| k.len()) + value + headers) as u64
     }
 }
 
@@ -174,8 +176,9 @@ fn parse_ndjson<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireRecord<'a> {
-    #[serde(borrow, default)]
-    value: Option<&'a RawValue>,
+    /// Absent: `None`; `null`: `Some(None)`.
+    #[serde(borrow, default, deserialize_with = "present")]
+    value: Option<Option<&'a RawValue>>,
     #[serde(borrow, default)]
     value_b64: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -188,6 +191,11 @@ struct WireRecord<'a> {
     partition: Option<i32>,
     #[serde(default)]
     timestamp_ms: Option<i64>,
+}
+
+/// Tells `"field": null` (Some(None)) from an absent field (None, via `default`).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<&'de RawValue>>, D::Error> {
+    Option::<&'de RawValue>::deserialize(d).map(Some)
 }
 
 enum RecordProblem {
@@ -216,22 +224,23 @@ impl<'a> WireRecord<'a> {
         _index: usize,
         limits: &RequestLimits,
     ) -> Result<Record<'a>, RecordProblem> {
-        let value: Cow<'a, [u8]> = match (self.value, self.value_b64) {
+        let value: Option<Cow<'a, [u8]>> = match (self.value, self.value_b64) {
             (Some(_), Some(_)) => {
                 return Err(RecordProblem::Invalid(
                     "set value or value_b64, not both".into(),
                 ))
             }
-            (Some(raw), None) => {
+            (Some(None), None) => None,
+            (Some(Some(raw)), None) => {
                 let text = raw.get().as_bytes();
                 if nesting_depth(text) > MAX_VALUE_DEPTH {
                     return Err(RecordProblem::Invalid(format!(
                         "value nests deeper than {MAX_VALUE_DEPTH} levels"
                     )));
                 }
-                Cow::Borrowed(text)
+                Some(Cow::Borrowed(text))
             }
-            (None, Some(b64)) => decode_b64("value_b64", &b64)?,
+            (None, Some(b64)) => Some(decode_b64("value_b64", &b64)?),
             (None, None) => {
                 return Err(RecordProblem::Invalid(
                     "needs value (any JSON) or value_b64 (base64 bytes)".into(),
@@ -278,10 +287,10 @@ impl<'a> WireRecord<'a> {
                 limits.max_key_bytes
             )));
         }
-        if value.len() > limits.max_value_bytes {
+        let value_len = value.as_ref().map_or(0, |v| v.len());
+        if value_len > limits.max_value_bytes {
             return Err(RecordProblem::TooLarge(format!(
-                "value is {} bytes; the limit is {}",
-                value.len(),
+                "value is {value_len} bytes; the limit is {}",
                 limits.max_value_bytes
             )));
         }

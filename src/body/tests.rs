@@ -23,7 +23,10 @@ fn malformed(result: Result<Vec<Record<'_>>, BodyError>) -> String {
 fn json_values_are_kept_byte_for_byte() {
     let body = r#"{"records":[{"value":{"b":1.50,"a":[1e3, 2]},"key":"k1"}]}"#;
     let records = json(body).expect("valid");
-    assert_eq!(&*records[0].value, br#"{"b":1.50,"a":[1e3, 2]}"#);
+    assert_eq!(
+        records[0].value.as_deref().unwrap_or_default(),
+        br#"{"b":1.50,"a":[1e3, 2]}"#
+    );
     assert_eq!(records[0].key.as_deref(), Some(&b"k1"[..]));
 }
 
@@ -31,7 +34,7 @@ fn json_values_are_kept_byte_for_byte() {
 fn base64_values_keys_and_headers_are_decoded() {
     let body = r#"{"records":[{"value_b64":"AAEC/w==","key_b64":"a2V5","headers":{"h":"v\u00e9"},"partition":2,"timestamp_ms":17}]}"#;
     let r = &json(body).expect("valid")[0];
-    assert_eq!(&*r.value, &[0u8, 1, 2, 255][..]);
+    assert_eq!(r.value.as_deref(), Some(&[0u8, 1, 2, 255][..]));
     assert_eq!(r.key.as_deref(), Some(&b"key"[..]));
     assert_eq!(
         r.headers,
@@ -39,6 +42,13 @@ fn base64_values_keys_and_headers_are_decoded() {
     );
     assert_eq!((r.partition, r.timestamp_ms), (Some(2), Some(17)));
     assert_eq!(r.size(), 4 + 3 + 1 + 3);
+}
+
+#[test]
+fn a_null_value_is_a_kafka_null_an_absent_one_an_error() {
+    let r = &json(r#"{"records":[{"key":"k","value":null}]}"#).expect("valid")[0];
+    assert_eq!(r.value, None);
+    assert_eq!(r.size(), 1);
 }
 
 #[test]
@@ -73,7 +83,7 @@ fn ndjson_errors_name_line_and_record() {
 #[test]
 fn ndjson_skips_blank_lines_and_keeps_order() {
     let records = ndjson("{\"value\":\"a\"}\r\n\n{\"value\":\"b\"}\n").expect("valid");
-    let values: Vec<&[u8]> = records.iter().map(|r| &*r.value).collect();
+    let values: Vec<&[u8]> = records.iter().filter_map(|r| r.value.as_deref()).collect();
     assert_eq!(values, vec![&b"\"a\""[..], &b"\"b\""[..]]);
 }
 
@@ -133,8 +143,8 @@ fn huge_numbers_inside_values_survive_as_text() {
     let body = r#"{"records":[{"value":123456789012345678901234567890.000000000000000001}]}"#;
     let r = &json(body).expect("valid")[0];
     assert_eq!(
-        &*r.value,
-        b"123456789012345678901234567890.000000000000000001"
+        r.value.as_deref(),
+        Some(&b"123456789012345678901234567890.000000000000000001"[..])
     );
 }
 

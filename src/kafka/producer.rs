@@ -82,7 +82,10 @@ impl KafkaProducer {
                 index,
             });
             let mut base: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
-                BaseRecord::with_opaque_to(topic, ticket).payload(&record.value[..]);
+                BaseRecord::with_opaque_to(topic, ticket);
+            if let Some(value) = &record.value {
+                base = base.payload(&value[..]);
+            }
             if let Some(key) = &record.key {
                 base = base.key(&key[..]);
             }
