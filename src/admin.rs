@@ -23,6 +23,7 @@ use store::Actor;
 pub const ROUTES: &[(&str, &[&str])] = &[
     ("/healthz", &["get"]),
     ("/readyz", &["get"]),
+    ("/metrics", &["get"]),
     ("/admin/tenants", &["get"]),
     ("/admin/tenants/{id}", &["get", "put", "patch", "delete"]),
     ("/admin/tenants/{id}/keys", &["post"]),
@@ -34,6 +35,7 @@ fn route(path: &str) -> MethodRouter<Arc<AppState>> {
     match path {
         "/healthz" => get(|| async { (StatusCode::OK, "ok") }),
         "/readyz" => get(readyz),
+        "/metrics" => get(metrics),
         "/admin/tenants" => get(api::list_tenants),
         "/admin/tenants/{id}" => get(api::get_tenant)
             .put(api::put_tenant)
@@ -90,12 +92,46 @@ async fn require_admin(
     next.run(request).await
 }
 
+async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+}
+
+/// How long readiness waits for Kafka's metadata.
+const READY_KAFKA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ready = not draining, Kafka metadata reachable, buffer below its high-water mark.
 async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    if app.is_draining() {
-        return (
+    let not_ready = |reason: &str, detail: String| {
+        (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"ready": false, "reason": "shutting_down"})),
+            Json(serde_json::json!({"ready": false, "reason": reason, "detail": detail})),
+        )
+    };
+    if app.is_draining() {
+        return not_ready("shutting_down", "floodgate is draining".into());
+    }
+    let buffer = &app.admission.buffer;
+    let (bytes, records) = buffer.held();
+    let fill = (bytes as f64 / buffer.max_bytes() as f64)
+        .max(records as f64 / buffer.max_records() as f64);
+    if fill >= app.ready_high_water {
+        return not_ready(
+            "buffer_high_water",
+            format!("the buffer is {:.0}% full", fill * 100.0),
         );
     }
-    (StatusCode::OK, Json(serde_json::json!({"ready": true})))
+    let producer = app.producer.clone();
+    let reachable =
+        tokio::task::spawn_blocking(move || producer.cluster_reachable(READY_KAFKA_TIMEOUT)).await;
+    match reachable {
+        Ok(Ok(())) => (StatusCode::OK, Json(serde_json::json!({"ready": true}))),
+        Ok(Err(e)) => not_ready("kafka_unreachable", e.to_string()),
+        Err(e) => not_ready("kafka_unreachable", e.to_string()),
+    }
 }

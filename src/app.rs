@@ -11,12 +11,16 @@ use crate::budget::{Clock, GlobalBudget};
 use crate::buffer::Buffer;
 use crate::config::{Config, ConfigProblem, RequestLimits};
 use crate::kafka::{client_config, KafkaProducer, ProducerError, TopicCatalog};
+use crate::metrics::{KafkaMetrics, Metrics};
 use crate::tenant::{Registry, Tenants};
 
 #[derive(Debug)]
 pub struct AppState {
-    pub tenants: Tenants,
-    pub admission: Admission,
+    pub tenants: Arc<Tenants>,
+    pub admission: Arc<Admission>,
+    pub metrics: Metrics,
+    /// Buffer occupancy above which `/readyz` says not ready.
+    pub ready_high_water: f64,
     pub producer: Arc<KafkaProducer>,
     pub catalog: TopicCatalog,
     /// The registry's declarative form; every admin change goes through it.
@@ -63,18 +67,24 @@ impl AppState {
             config.buffer.max_bytes,
             config.buffer.max_records,
         ));
+        let kafka_metrics = KafkaMetrics::default();
         let producer = Arc::new(KafkaProducer::new(
             &client_config(&config.kafka, &config.buffer),
             buffer.clone(),
+            kafka_metrics.clone(),
         )?);
         let catalog = TopicCatalog::new(
             producer.clone(),
             Duration::from_millis(config.kafka.metadata_ttl_ms),
             Duration::from_millis(config.kafka.metadata_timeout_ms),
         );
+        let tenants = Arc::new(Tenants::new(registry));
+        let admission = Arc::new(Admission::new(clock, GlobalBudget::new(global), buffer));
         Ok(Self {
-            tenants: Tenants::new(registry),
-            admission: Admission::new(clock, GlobalBudget::new(global), buffer),
+            metrics: Metrics::new(tenants.clone(), admission.clone(), kafka_metrics),
+            ready_high_water: config.buffer.ready_high_water,
+            tenants,
+            admission,
             store: TenantStore::new(state, config.admin.state_file.clone()),
             admin_tokens: AdminTokens::from_env(&config.admin.token_env),
             admin_token_env: config.admin.token_env.clone(),

@@ -147,6 +147,9 @@ pub struct BufferConfig {
     pub max_bytes: u64,
     /// Most records held between enqueue and Kafka's acknowledgement.
     pub max_records: u64,
+    /// Occupancy (fraction of bytes or records) above which `/readyz` answers 503, so a load
+    /// balancer sends new clients elsewhere before this instance must refuse them.
+    pub ready_high_water: f64,
 }
 
 impl Default for BufferConfig {
@@ -154,6 +157,7 @@ impl Default for BufferConfig {
         Self {
             max_bytes: 64 * 1024 * 1024,
             max_records: 200_000,
+            ready_high_water: 0.9,
         }
     }
 }
@@ -461,6 +465,12 @@ impl Config {
             problems.push(ConfigProblem::new(
                 "server.max_header_bytes",
                 "must be at least 8192 (hyper's smallest read buffer)",
+            ));
+        }
+        if !(self.buffer.ready_high_water > 0.0 && self.buffer.ready_high_water <= 1.0) {
+            problems.push(ConfigProblem::new(
+                "buffer.ready_high_water",
+                "must be greater than 0 and at most 1",
             ));
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {

@@ -12,6 +12,7 @@ use axum::Router;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::metrics::HttpLabels;
 
 /// The produce listener's routes and methods (documented in `openapi.json`; a test checks it).
 pub const ROUTES: &[(&str, &[&str])] = &[(PRODUCE, &["post"])];
@@ -21,12 +22,37 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(PRODUCE, post(produce::produce))
         .fallback(|| async { ApiError::NotFound })
-        // Outermost: once shutdown starts, no new work is taken on open connections.
+        // Inner: once shutdown starts, no new work is taken on open connections.
         .layer(middleware::from_fn_with_state(
             state.clone(),
             refuse_when_draining,
         ))
+        // Outer: every answer is timed, refusals included.
+        .layer(middleware::from_fn_with_state(state.clone(), time_requests))
         .with_state(state)
+}
+
+async fn time_requests(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let route = if request.uri().path().starts_with("/v1/topics/") {
+        "produce"
+    } else {
+        "other"
+    };
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_seconds
+        .get_or_create(&HttpLabels {
+            route,
+            status: response.status().as_u16(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    response
 }
 
 async fn refuse_when_draining(

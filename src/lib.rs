@@ -9,6 +9,7 @@
 //! - [`admission`]: the atomic admit-or-refuse decision across budgets and buffer.
 //! - [`body`]: JSON / NDJSON request bodies into records, errors naming the record.
 //! - [`kafka`]: librdkafka settings, the shared producer, delivery reports, topic metadata.
+//! - [`metrics`]: Prometheus metrics, read from live state at scrape time.
 //! - [`http`]: the produce route; [`ratelimit_headers`]: the IETF RateLimit fields.
 //! - [`error`]: the request error enum and its one mapping to HTTP responses.
 //! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain.
@@ -26,6 +27,7 @@ pub mod dev;
 pub mod error;
 pub mod http;
 pub mod kafka;
+pub mod metrics;
 pub mod ratelimit_headers;
 pub mod reload;
 pub mod server;

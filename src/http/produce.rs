@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http_body_util::{BodyExt, Limited};
 use serde::Serialize;
+use tracing::Instrument as _;
 
 use crate::admission::Denial;
 use crate::app::AppState;
@@ -37,10 +38,23 @@ pub async fn produce(
         Ok(Path(t)) => t,
         Err(e) => return ApiError::InvalidTopic(e.body_text()).into_response(),
     };
-    let mut response = match produce_for(&app, &tenant, &topic, &parts, body).await {
+    // One span per request: tenant, topic, record count and outcome; never keys or payloads.
+    let span = tracing::info_span!(
+        "produce",
+        tenant = %tenant.id,
+        topic = %topic,
+        records = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    let mut response = match produce_for(&app, &tenant, &topic, &parts, body)
+        .instrument(span.clone())
+        .await
+    {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
+    span.record("status", response.status().as_u16());
+    span.in_scope(|| tracing::debug!("produce request done"));
     // Every answer to an authenticated client says where its buckets stand.
     ratelimit_headers::insert(response.headers_mut(), &app.admission.view(&tenant));
     response
@@ -124,6 +138,7 @@ async fn produce_for(
         TopicInfo::Exists { partitions } => check_partitions(&records, partitions)?,
     }
 
+    tracing::Span::current().record("records", records.len());
     let record_bytes: u64 = records.iter().map(Record::size).sum();
     let (admitted, _view) = app
         .admission

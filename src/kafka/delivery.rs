@@ -149,6 +149,11 @@ impl Batch {
         None
     }
 
+    /// Time since the records were handed to librdkafka.
+    pub fn age(&self) -> std::time::Duration {
+        self.enqueued_at.elapsed()
+    }
+
     pub fn is_complete(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
     }

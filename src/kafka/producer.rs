@@ -6,12 +6,13 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext, Message};
+use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
 
 use super::catalog::TopicInfo;
 use super::delivery::{Batch, Delivered, DeliveryFailure, Ticket};
 use crate::body::Record;
 use crate::buffer::{Buffer, BufferLease};
+use crate::metrics::{ErrorLabels, KafkaMetrics, KafkaStats};
 use crate::tenant::TenantStats;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,11 +24,37 @@ pub enum ProducerError {
 /// Receives librdkafka's callbacks on the producer's polling thread.
 pub struct DeliveryContext {
     buffer: Arc<Buffer>,
+    metrics: KafkaMetrics,
 }
 
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(%error, reason, "kafka client error");
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let brokers = statistics
+            .brokers
+            .values()
+            .filter(|b| b.nodeid >= 0)
+            .map(|b| {
+                (
+                    b.name.clone(),
+                    b.outbuf_cnt + b.waitresp_cnt,
+                    b.rtt.as_ref().map_or(0, |w| w.avg),
+                    b.throttle.as_ref().map_or(0, |w| w.avg),
+                )
+            })
+            .collect();
+        *self
+            .metrics
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = KafkaStats {
+            queue_messages: statistics.msg_cnt,
+            queue_bytes: statistics.msg_size,
+            brokers,
+        };
     }
 }
 
@@ -42,6 +69,20 @@ impl ProducerContext for DeliveryContext {
             }),
             Err((error, _)) => Err(DeliveryFailure::from_kafka(error)),
         };
+        match &outcome {
+            Ok(_) => self
+                .metrics
+                .delivery_seconds
+                .observe(ticket.batch.age().as_secs_f64()),
+            Err(failure) => {
+                self.metrics
+                    .delivery_errors
+                    .get_or_create(&ErrorLabels {
+                        code: failure.code.clone(),
+                    })
+                    .inc();
+            }
+        }
         if let Some(latency) = ticket.batch.complete(ticket.index, outcome) {
             self.buffer.observe_ack_latency(latency);
         }
@@ -59,9 +100,13 @@ impl std::fmt::Debug for KafkaProducer {
 }
 
 impl KafkaProducer {
-    pub fn new(config: &ClientConfig, buffer: Arc<Buffer>) -> Result<Self, ProducerError> {
+    pub fn new(
+        config: &ClientConfig,
+        buffer: Arc<Buffer>,
+        metrics: KafkaMetrics,
+    ) -> Result<Self, ProducerError> {
         let inner = config
-            .create_with_context(DeliveryContext { buffer })
+            .create_with_context(DeliveryContext { buffer, metrics })
             .map_err(ProducerError::Create)?;
         Ok(Self { inner })
     }
@@ -124,6 +169,14 @@ impl KafkaProducer {
     /// Records queued or in flight inside librdkafka.
     pub fn in_flight(&self) -> i32 {
         self.inner.in_flight_count()
+    }
+
+    /// Can the cluster's metadata be fetched within `timeout`? (blocking)
+    pub fn cluster_reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.inner
+            .client()
+            .fetch_metadata(None, timeout)
+            .map(|_| ())
     }
 
     /// Asks the cluster about one topic (blocking; call from a blocking thread).

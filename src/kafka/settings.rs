@@ -24,6 +24,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("message.timeout.ms", "30000"),
     // A metadata lookup must never create a topic: an unknown topic is a 404.
     ("allow.auto.create.topics", "false"),
+    // Queue depth, in-flight requests, broker rtt and throttle for /metrics.
+    ("statistics.interval.ms", "5000"),
 ];
 
 /// Properties the operator may not set, because our buffer bound depends on them.
@@ -88,6 +90,7 @@ mod tests {
         let buffer = BufferConfig {
             max_bytes: 10 * 1024 * 1024,
             max_records: 5000,
+            ..BufferConfig::default()
         };
         let c = client_config(&kafka, &buffer);
         assert_eq!(c.get("queue.buffering.max.messages"), Some("11024"));

@@ -1,0 +1,258 @@
+//! /metrics counts exactly what happened, and /readyz follows the broker.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use reqwest::Method;
+use serde_json::json;
+
+async fn scrape(gw: &Gateway) -> String {
+    let r = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(r.status().as_u16(), 200);
+    r.text().await.expect("text")
+}
+
+/// The value of one sample, 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+fn records(n: usize, size: usize) -> serde_json::Value {
+    let r: Vec<_> = (0..n).map(|_| json!({"value": "v".repeat(size)})).collect();
+    json!({ "records": r })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_move_by_exactly_the_driven_amounts() {
+    let cluster = MockCluster::new(1).expect("mock");
+    cluster.create_topic("test.metrics", 1, 1).expect("topic");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].records_per_sec = Some(5);
+    cfg.tenants[0].records_burst = Some(5);
+    cfg.tenants[0].bytes_per_sec = Some(1000);
+    cfg.tenants[0].bytes_burst = Some(1000);
+    let mut b = tenant("b", "key-b", &["test.*"]);
+    b.max_buffer_share = Some(1.0);
+    cfg.tenants.push(b);
+    cfg.global.records_per_sec = Some(1000);
+    cfg.global.records_burst = Some(30);
+    cfg.global.bytes_per_sec = Some(100_000);
+    cfg.global.bytes_burst = Some(5_000);
+    let gw = Gateway::start_manual(cfg).await;
+    let url = gw.url("test.metrics");
+    let before = scrape(&gw).await;
+    assert_eq!(
+        sample(
+            &before,
+            "floodgate_tenant_requests_total{tenant=\"acme\",outcome=\"admitted\"}"
+        ),
+        0.0
+    );
+
+    let status = |s: u16, a: &serde_json::Value| (s, a["reason"].as_str().map(str::to_string));
+    let (s, _, a) = post_json(&url, KEY, &records(5, 8)).await; // 5 records of 10 bytes
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&url, KEY, &records(1, 8)).await;
+    assert_eq!(status(s, &a), (429, Some("tenant_records".into())));
+    gw.advance_ms(1000);
+    let (s, _, a) = post_json(&url, KEY, &records(1, 600)).await; // 602 bytes
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&url, KEY, &records(1, 600)).await;
+    assert_eq!(status(s, &a), (429, Some("tenant_bytes".into())));
+    let (s, _, a) = post_json(&url, "key-b", &records(20, 8)).await;
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&url, "key-b", &records(10, 8)).await;
+    assert_eq!(status(s, &a), (429, Some("global_records".into())));
+    gw.advance_ms(1000);
+    let (s, _, a) = post_json(&url, "key-b", &records(1, 4800)).await;
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&url, "key-b", &records(1, 1000)).await;
+    assert_eq!(status(s, &a), (429, Some("global_bytes".into())));
+
+    // Kafka refuses the next produce request outright: 3 records fail.
+    gw.advance_ms(1000);
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+    );
+    let (s, _, a) = post_json(&url, "key-b", &records(3, 8)).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (502, Some("delivery_failed")),
+        "{a}"
+    );
+
+    let m = scrape(&gw).await;
+    let acme = |what: &str| sample(&m, &format!("floodgate_{what}"));
+    assert_eq!(
+        acme("tenant_requests_total{tenant=\"acme\",outcome=\"admitted\"}"),
+        2.0
+    );
+    assert_eq!(
+        acme("tenant_requests_total{tenant=\"acme\",outcome=\"rejected\"}"),
+        2.0
+    );
+    assert_eq!(
+        acme("tenant_records_total{tenant=\"acme\",outcome=\"admitted\"}"),
+        6.0
+    );
+    assert_eq!(
+        acme("tenant_record_bytes_total{tenant=\"acme\",outcome=\"admitted\"}"),
+        652.0
+    );
+    assert_eq!(
+        acme("tenant_rejections_total{tenant=\"acme\",reason=\"tenant_records\"}"),
+        1.0
+    );
+    assert_eq!(
+        acme("tenant_rejections_total{tenant=\"acme\",reason=\"tenant_bytes\"}"),
+        1.0
+    );
+    assert_eq!(
+        acme("tenant_rejections_total{tenant=\"b\",reason=\"global_records\"}"),
+        1.0
+    );
+    assert_eq!(
+        acme("tenant_rejections_total{tenant=\"b\",reason=\"global_bytes\"}"),
+        1.0
+    );
+    assert_eq!(
+        acme("tenant_requests_total{tenant=\"b\",outcome=\"admitted\"}"),
+        3.0
+    );
+    assert_eq!(
+        acme("tenant_records_total{tenant=\"b\",outcome=\"admitted\"}"),
+        24.0
+    );
+    assert_eq!(
+        acme("tenant_records_total{tenant=\"b\",outcome=\"failed\"}"),
+        3.0
+    );
+    assert_eq!(
+        acme("kafka_delivery_errors_total{code=\"invalid_record\"}"),
+        3.0
+    );
+    assert_eq!(
+        acme("tenant_tokens{tenant=\"acme\",bucket=\"records\"}"),
+        5.0
+    );
+    assert_eq!(
+        acme("tenant_tokens{tenant=\"acme\",bucket=\"bytes\"}"),
+        1000.0
+    );
+    assert_eq!(acme("buffer_held_bytes"), 0.0);
+    assert_eq!(acme("buffer_capacity_records"), 200_000.0);
+    assert!(
+        m.contains(
+            "floodgate_http_request_duration_seconds_count{route=\"produce\",status=\"429\"} 4"
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains("floodgate_kafka_delivery_duration_seconds_count 27"),
+        "{m}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_reasons_and_readiness_follow_the_broker() {
+    let cluster = MockCluster::new(1).expect("mock");
+    cluster.create_topic("test.ready", 1, 1).expect("topic");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.buffer.max_records = 20;
+    cfg.tenants[0].max_buffer_share = Some(0.5);
+    let mut b = tenant("b", "key-b", &["test.*"]);
+    b.max_buffer_share = Some(1.0);
+    cfg.tenants.push(b);
+    let gw = Gateway::start(cfg).await;
+    let (s, _) = admin(&gw, Method::GET, "/readyz", None, None).await;
+    assert_eq!(s, 200);
+    let (s, _, _) = post_json(&gw.url("test.ready"), KEY, &records(1, 4)).await;
+    assert_eq!(s, 200);
+
+    cluster.broker_down(1).expect("down");
+    let url = format!("{}?async=true", gw.url("test.ready"));
+    let (s, _, _) = post_json(&url, KEY, &records(10, 4)).await;
+    assert_eq!(s, 202);
+    let (s, _, a) = post_json(&url, KEY, &records(1, 4)).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_buffer")),
+        "{a}"
+    );
+    let (s, _, _) = post_json(&url, "key-b", &records(10, 4)).await;
+    assert_eq!(s, 202);
+    let (s, _, a) = post_json(&url, "key-b", &records(1, 4)).await;
+    assert_eq!((s, a["reason"].as_str()), (429, Some("buffer_full")), "{a}");
+    let m = scrape(&gw).await;
+    assert_eq!(
+        sample(
+            &m,
+            "floodgate_tenant_rejections_total{tenant=\"acme\",reason=\"tenant_buffer\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "floodgate_tenant_rejections_total{tenant=\"b\",reason=\"buffer_full\"}"
+        ),
+        1.0
+    );
+    assert_eq!(sample(&m, "floodgate_buffer_held_records"), 20.0);
+    assert_eq!(
+        sample(&m, "floodgate_tenant_buffer_bytes{tenant=\"acme\"}"),
+        60.0
+    );
+    let (s, a) = admin(&gw, Method::GET, "/readyz", None, None).await;
+    assert_eq!((s, a["ready"].as_bool()), (503, Some(false)), "{a}");
+
+    cluster.broker_up(1).expect("up");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (s, a) = admin(&gw, Method::GET, "/readyz", None, None).await;
+        if s == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready again: {a}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reports_an_unreachable_broker() {
+    let cluster = MockCluster::new(1).expect("mock");
+    cluster.create_topic("test.ready2", 1, 1).expect("topic");
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    let (s, _) = admin(&gw, Method::GET, "/readyz", None, None).await;
+    assert_eq!(s, 200);
+    cluster.broker_down(1).expect("down");
+    let (s, a) = admin(&gw, Method::GET, "/readyz", None, None).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (503, Some("kafka_unreachable")),
+        "{a}"
+    );
+    cluster.broker_up(1).expect("up");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while admin(&gw, Method::GET, "/readyz", None, None).await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    gw.shutdown().await;
+}
