@@ -1,0 +1,81 @@
+//! The shipped Grafana dashboard and alert rules only use metrics floodgate really exports:
+//! every `floodgate_*` name in them must appear in a scrape of a running gateway.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use rdkafka::mocking::MockCluster;
+
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("floodgate_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_and_alerts_use_only_exported_metrics() {
+    let cluster = MockCluster::new(1).expect("mock");
+    cluster.create_topic("test.dash", 1, 1).expect("topic");
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    // One request so every histogram has samples.
+    let (s, _, _) = post_json(
+        &gw.url("test.dash"),
+        KEY,
+        &serde_json::json!({"records":[{"value":1}]}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let scrape = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    // Every declared family, with the sample names its type implies (a family with no samples
+    // yet, such as delivery errors, is still exported).
+    let mut exported = metric_names(&scrape);
+    for line in scrape.lines() {
+        let mut words = line.strip_prefix("# TYPE ").unwrap_or("").split(' ');
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            _ => &[""],
+        };
+        exported.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    gw.shutdown().await;
+
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dashboard = std::fs::read_to_string(format!("{root}/config/grafana-dashboard.json"))
+        .expect("dashboard");
+    let parsed: serde_json::Value = serde_json::from_str(&dashboard).expect("dashboard is JSON");
+    assert!(parsed["panels"].as_array().is_some_and(|p| p.len() >= 4));
+    let alerts = std::fs::read_to_string(format!("{root}/config/alerts.yml")).expect("alerts");
+    for (file, text) in [
+        ("grafana-dashboard.json", &dashboard),
+        ("alerts.yml", &alerts),
+    ] {
+        let used = metric_names(text);
+        assert!(!used.is_empty());
+        let unknown: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} uses metrics floodgate does not export: {unknown:?}"
+        );
+    }
+}
