@@ -27,14 +27,16 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
     let cluster = MockCluster::new(1).expect("mock");
     cluster.create_topic("test.dash", 1, 1).expect("topic");
     let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
-    // One request so every histogram has samples.
-    let (s, _, _) = post_json(
-        &gw.url("test.dash"),
-        KEY,
-        &serde_json::json!({"records":[{"value":1}]}),
-    )
-    .await;
+    // One delivered and one refused request, so every family has samples.
+    let one = serde_json::json!({"records":[{"value":1}]});
+    let (s, _, _) = post_json(&gw.url("test.dash"), KEY, &one).await;
     assert_eq!(s, 200);
+    cluster.request_errors(
+        rdkafka::types::RDKafkaApiKey::Produce,
+        &[rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD],
+    );
+    let (s, _, _) = post_json(&gw.url("test.dash"), KEY, &one).await;
+    assert_eq!(s, 502);
     let scrape = client()
         .get(gw.admin_url("/metrics"))
         .send()
