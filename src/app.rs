@@ -31,6 +31,8 @@ pub struct AppState {
     pub limits: RequestLimits,
     pub max_body_bytes: u64,
     pub body_read_timeout: Duration,
+    /// How long a sync request waits for Kafka's acknowledgements.
+    pub delivery_timeout: Duration,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
 }
@@ -93,6 +95,7 @@ impl AppState {
             limits: config.limits.clone(),
             max_body_bytes: config.server.max_body_bytes,
             body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
+            delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             draining: AtomicBool::new(false),
         })
     }

@@ -96,13 +96,17 @@ pub struct KafkaConfig {
     pub bootstrap_servers: String,
     /// librdkafka producer properties, passed through verbatim (`linger.ms`, `acks`,
     /// `compression.type`, `security.protocol`, `sasl.*`, `ssl.*`, ...). They override
-    /// floodgate's defaults; the queue limits that keep librdkafka below our buffer cannot
-    /// be overridden.
+    /// floodgate's defaults; the queue limits that keep librdkafka below our buffer and
+    /// `message.timeout.ms` (always infinite) cannot be overridden.
     pub producer: BTreeMap<String, PropertyValue>,
     /// How long a topic's metadata (existence, partition count) is cached, in milliseconds.
     pub metadata_ttl_ms: u64,
     /// How long a metadata lookup may take before the request fails with 503, in milliseconds.
     pub metadata_timeout_ms: u64,
+    /// How long a sync request waits for Kafka's acknowledgements before answering 503
+    /// `kafka_unavailable`. Its records stay queued and are still delivered when Kafka returns
+    /// (librdkafka never times a record out: see `kafka::settings`).
+    pub delivery_timeout_ms: u64,
 }
 
 impl Default for KafkaConfig {
@@ -112,6 +116,7 @@ impl Default for KafkaConfig {
             producer: BTreeMap::new(),
             metadata_ttl_ms: 30_000,
             metadata_timeout_ms: 5_000,
+            delivery_timeout_ms: 30_000,
         }
     }
 }
@@ -456,6 +461,7 @@ impl Config {
             ),
             ("limits.max_value_bytes", self.limits.max_value_bytes as u64),
             ("kafka.metadata_timeout_ms", self.kafka.metadata_timeout_ms),
+            ("kafka.delivery_timeout_ms", self.kafka.delivery_timeout_ms),
         ] {
             if value == 0 {
                 problems.push(ConfigProblem::new(key, "must be at least 1"));

@@ -17,10 +17,6 @@ async fn a_stalled_broker_fills_the_buffer_and_further_requests_get_429_at_once(
     let mut cfg = config(&cluster.bootstrap_servers());
     cfg.buffer.max_records = 20;
     cfg.tenants[0].max_buffer_share = Some(1.0);
-    cfg.kafka.producer.insert(
-        "message.timeout.ms".into(),
-        floodgate::config::PropertyValue::Integer(60_000),
-    );
     let gw = Gateway::start(cfg).await;
     let url = format!("{}?async=true", gw.url("test.stall"));
     let batch = |tag: &str| {

@@ -164,7 +164,18 @@ async fn produce_for(
         )
             .into_response());
     }
-    batch.wait().await;
+    if tokio::time::timeout(app.delivery_timeout, batch.wait())
+        .await
+        .is_err()
+    {
+        let pending = batch.outcomes().filter(Option::is_none).count();
+        return Err(ApiError::KafkaUnavailable(format!(
+            "Kafka did not acknowledge {pending} of {} records within {} ms; they stay queued \
+             and will be written when Kafka accepts them",
+            batch.len(),
+            app.delivery_timeout.as_millis()
+        )));
+    }
     Ok(delivery_response(&batch))
 }
 

@@ -20,19 +20,19 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("linger.ms", "5"),
     ("compression.type", "lz4"),
     ("max.in.flight.requests.per.connection", "5"),
-    // librdkafka's default is 300 s: a sync request would hang for five minutes on an outage.
-    ("message.timeout.ms", "30000"),
     // A metadata lookup must never create a topic: an unknown topic is a 404.
     ("allow.auto.create.topics", "false"),
     // Queue depth, in-flight requests, broker rtt and throttle for /metrics.
     ("statistics.interval.ms", "5000"),
 ];
 
-/// Properties the operator may not set, because our buffer bound depends on them.
+/// Properties the operator may not set: our buffer bound depends on the queue limits, and our
+/// delivery promise on the message timeout.
 pub const RESERVED: &[&str] = &[
     "queue.buffering.max.messages",
     "queue.buffering.max.kbytes",
     "bootstrap.servers",
+    "message.timeout.ms",
 ];
 
 pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig {
@@ -46,6 +46,11 @@ pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig
         }
     }
     config.set("bootstrap.servers", &kafka.bootstrap_servers);
+    // Never time a record out: a record answered 202 is retried (idempotently, so without
+    // duplicates) until Kafka takes it, however long an outage lasts. Its buffer space stays
+    // held meanwhile, so an outage turns into 429 buffer_full, not into lost records. Sync
+    // requests stop waiting after `[kafka] delivery_timeout_ms` instead (see the produce route).
+    config.set("message.timeout.ms", "0");
     // Twice our buffer plus slack: librdkafka counts only key and value bytes, we also count
     // headers, so its queue cannot fill before ours does.
     let messages = buffer.max_records.saturating_mul(2).saturating_add(1024);

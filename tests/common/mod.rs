@@ -82,10 +82,7 @@ pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
 pub fn config(bootstrap: &str) -> Config {
     let mut c = Config::from_toml_with_env("", Vec::new()).expect("defaults are valid");
     c.kafka.bootstrap_servers = bootstrap.to_string();
-    c.kafka.producer.insert(
-        "message.timeout.ms".into(),
-        floodgate::config::PropertyValue::Integer(10_000),
-    );
+    c.kafka.delivery_timeout_ms = 10_000;
     c.server.shutdown_timeout_ms = 10_000;
     c.tenants = vec![tenant("acme", KEY, &["test.*"])];
     c

@@ -1,0 +1,151 @@
+//! Hostile clients: slow headers, slow bodies, too many connections, oversized headers, and
+//! topic names smuggled through URL encoding. Each gets a clear, bounded answer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rdkafka::mocking::MockCluster;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+type Cluster = MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+fn cluster() -> Cluster {
+    let c = MockCluster::new(1).expect("mock");
+    c.create_topic("test.hostile", 1, 1).expect("topic");
+    c
+}
+
+/// Everything the server sends until it closes the connection (or `limit` passes).
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, read).await.ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.header_read_timeout_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(b"POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(
+        answer.is_some(),
+        "the connection must be closed by the server"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_gets_408() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.body_read_timeout_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"records\""
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"error\":\"body_timeout\""), "{answer}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_wait_until_one_closes() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.max_connections = 2;
+    let gw = Gateway::start(cfg).await;
+    let idle1 = TcpStream::connect(gw.addr).await.expect("connect");
+    let _idle2 = TcpStream::connect(gw.addr).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the server accept both
+    let quick = reqwest::Client::builder()
+        .timeout(Duration::from_millis(700))
+        .build()
+        .expect("client");
+    let one = json!({"records":[{"value":1}]});
+    let third = quick
+        .post(gw.url("test.hostile"))
+        .bearer_auth(KEY)
+        .json(&one)
+        .send()
+        .await;
+    assert!(
+        third.is_err(),
+        "a third connection is not served while two are open"
+    );
+    drop(idle1);
+    let (s, _, a) = post_json(&gw.url("test.hostile"), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_are_refused() {
+    let c = cluster();
+    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nX-Junk: {}\r\n\r\n",
+        "a".repeat(200 * 1024)
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default();
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_names_are_checked_after_url_decoding() {
+    let c = cluster();
+    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
+    let one = json!({"records":[{"value":1}]});
+    let at = |raw: &str| format!("http://{}/v1/topics/{raw}/records", gw.addr);
+    // %2E is '.', so this is test.hostile, which the tenant may write.
+    let (s, _, a) = post_json(&at("test%2Ehostile"), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&at("other%2Etopic"), KEY, &one).await;
+    assert_eq!((s, a["error"].as_str()), (403, Some("forbidden_topic")));
+    let (s, _, a) = post_json(&at("test.%2E%2E%2Fsecret"), KEY, &one).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (400, Some("invalid_topic")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&at("test.%FF"), KEY, &one).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (400, Some("invalid_topic")),
+        "{a}"
+    );
+    gw.shutdown().await;
+}
