@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# End-to-end benchmark, in one run on one machine, against the real broker (Tansu):
+#   (a) the limit: records produced straight into Kafka with librdkafka and floodgate's settings;
+#   (b) the same records through floodgate: batched (100/request) and single-record, async and
+#       sync, and sync latency at half of the single-record capacity;
+#   (c) the HTTP limit: the same single-record requests to a do-nothing axum handler;
+#   then the burst-and-drain scenario (mock broker with added RTT) as CSV and PNG.
+# Load generator on core 0; floodgate (and the broker / null server) on core 1.
+# Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png.
+#
+# Knobs: RECORDS (direct run size), SIZE (value bytes), SECS (seconds per HTTP run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RECORDS=${RECORDS:-300000}
+SIZE=${SIZE:-200}
+SECS=${SECS:-10}
+KAFKA_PORT=${KAFKA_PORT:-19392}
+PORT=18080
+ADMIN_PORT=18090
+NULL_PORT=18081
+OUT=bench/out
+mkdir -p "$OUT" docs
+
+command -v taskset >/dev/null || { echo "taskset (util-linux) is required" >&2; exit 1; }
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || apt-get install -y -qq fonts-dejavu-core
+
+cargo build --release --features load --bins
+BIN=target/release
+LOAD=(taskset -c 0 "$BIN/floodgate-load")
+
+scripts/tansu.sh install
+TANSU_DIR=$(mktemp -d /tmp/floodgate-bench-tansu.XXXXXX)
+taskset -c 1 scripts/tansu.sh start "$KAFKA_PORT" "$TANSU_DIR"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  scripts/tansu.sh stop "$TANSU_DIR"
+}
+trap cleanup EXIT
+for t in bench.direct bench.direct-paced bench.http; do
+  tansu topic create "$t" --broker "tcp://127.0.0.1:$KAFKA_PORT" --partitions 3 >/dev/null
+done
+
+KEY=bench-key
+DIGEST=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+cat > "$OUT/floodgate.toml" <<EOF
+[server]
+listen = "127.0.0.1:$PORT"
+admin_listen = "127.0.0.1:$ADMIN_PORT"
+[kafka]
+bootstrap_servers = "127.0.0.1:$KAFKA_PORT"
+[log]
+level = "warn"
+[[tenants]]
+id = "bench"
+api_key_sha256 = ["$DIGEST"]
+topics = ["bench.*"]
+EOF
+
+echo "== (a) direct librdkafka, $RECORDS records of $SIZE B"
+"${LOAD[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct --records "$RECORDS" \
+  --record-size "$SIZE" --config "$OUT/floodgate.toml" --json "$OUT/direct.json"
+
+taskset -c 1 "$BIN/floodgate" --config "$OUT/floodgate.toml" > "$OUT/floodgate.log" 2>&1 &
+fg_pid=$!
+pids+=("$fg_pid")
+for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT) 2>/dev/null && break; sleep 0.1; done
+
+run() { # name, records per request, concurrency, extra args...
+  local name=$1 rpr=$2 conc=$3; shift 3
+  "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY" \
+    --records-per-request "$rpr" --record-size "$SIZE" --duration-secs "$SECS" \
+    --concurrency "$conc" --json "$OUT/$name.json" "$@" 2>/dev/null
+}
+echo "== (b) through floodgate, $SECS s each"
+run batched-async 100 16 --async
+run batched-sync 100 32
+run single-async 1 64 --async
+run single-sync 1 64
+rps() { python3 -c "import json,sys;print(json.load(open('$OUT/$1.json'))['tenants'][0]['$2'])"; }
+half=$(python3 -c "print(round(float('$(rps single-sync admitted_per_sec)')/2))")
+echo "== sync latency at half of single-record sync capacity ($half requests/s)"
+"${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY@$half" \
+  --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 256 \
+  --json "$OUT/half-sync.json" 2>/dev/null
+"${LOAD[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct-paced \
+  --records "$((half * SECS))" --rate "$half" --record-size "$SIZE" --config "$OUT/floodgate.toml" \
+  --json "$OUT/direct-paced.json"
+rss_kb=$(awk '/VmHWM/{print $2}' "/proc/$fg_pid/status")
+kill -TERM "$fg_pid"; wait "$fg_pid" || true
+
+echo "== (c) do-nothing axum handler"
+taskset -c 1 "$BIN/floodgate-load" null-server --listen "127.0.0.1:$NULL_PORT" 2>/dev/null &
+null_pid=$!
+pids+=("$null_pid")
+for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$NULL_PORT) 2>/dev/null && break; sleep 0.1; done
+"${LOAD[@]}" run --url "http://127.0.0.1:$NULL_PORT" --topic bench.http --tenant "$KEY" \
+  --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 64 \
+  --json "$OUT/null.json" 2>/dev/null
+kill "$null_pid"
+
+echo "== burst and drain (mock broker, 250 ms RTT)"
+"${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
+
+python3 - "$OUT" "$rss_kb" <<'PY'
+import json, sys
+out, rss_kb = sys.argv[1], int(sys.argv[2])
+j = lambda n: json.load(open(f"{out}/{n}.json"))
+t = lambda n: j(n)["tenants"][0]
+direct, paced = j("direct"), j("direct-paced")
+rows = [("direct librdkafka (limit)", direct["records_per_sec"], None, direct["p99_ms"])]
+for name, label in [("batched-async", "floodgate batched 100, async"), ("batched-sync", "floodgate batched 100, sync"),
+                    ("single-async", "floodgate single-record, async"), ("single-sync", "floodgate single-record, sync")]:
+    s = t(name)
+    rows.append((label, s["admitted_records_per_sec"], s["admitted_per_sec"], s["latency_ms"]["p99"]))
+null = t("null")
+rows.append(("do-nothing axum handler (HTTP limit)", null["admitted_records_per_sec"], null["admitted_per_sec"], null["latency_ms"]["p99"]))
+print(f"\n{'run':<40} {'records/s':>11} {'requests/s':>11} {'p99 ms':>8}")
+for label, recs, reqs, p99 in rows:
+    print(f"{label:<40} {recs:>11.0f} {reqs if reqs is not None else '-':>11} {p99:>8.2f}".replace("None", "-"))
+ba, ss = t("batched-async"), t("single-async")
+half = t("half-sync")
+print()
+print(f"batched async / direct librdkafka:        {ba['admitted_records_per_sec']/direct['records_per_sec']:.2f}  (target >= 0.90)")
+print(f"single-record async req/s / null handler: {ss['admitted_per_sec']/null['admitted_per_sec']:.2f}  (target >= 0.70)")
+print(f"sync p99 at {half['offered_per_sec']:.0f} req/s: {half['latency_ms']['p99']:.2f} ms vs direct paced p99 {paced['p99_ms']:.2f} ms: "
+      f"added {half['latency_ms']['p99']-paced['p99_ms']:.2f} ms  (target <= 2 ms)")
+print(f"floodgate peak RSS over the runs: {rss_kb/1024:.0f} MiB")
+PY

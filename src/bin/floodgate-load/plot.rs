@@ -1,0 +1,100 @@
+//! The burst-and-drain plot (PNG, plotters). Text uses DejaVu Sans from the system's fonts
+//! (Debian: fonts-dejavu-core), read at run time.
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use crate::scenario::{Row, ScenarioArgs};
+
+/// A line: its legend, colour, and the value it takes from a row.
+type Series = (&'static str, RGBColor, fn(&Row) -> f64);
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+pub fn burst_drain(
+    path: &std::path::Path,
+    rows: &[Row],
+    args: &ScenarioArgs,
+) -> Result<(), String> {
+    let font = std::fs::read(FONT)
+        .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
+    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
+    register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| "font not usable".to_string())?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let max_rate = rows
+        .iter()
+        .map(|r| r.1.max(r.2).max(r.3))
+        .max()
+        .unwrap_or(1) as f64
+        * 1.1;
+    let seconds = rows.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Burst and drain: {} req/s x{} records, burst {}, broker RTT {} ms",
+                args.base_rate, args.records_per_request, args.burst, args.rtt_ms
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .right_y_label_area_size(60)
+        .build_cartesian_2d(0f64..seconds, 0f64..max_rate)
+        .map_err(|e| err(&e))?
+        .set_secondary_coord(0f64..seconds, 0f64..100f64);
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("requests / s")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("buffer occupancy %")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let series: [Series; 3] = [
+        ("offered", BLUE, |r| r.1 as f64),
+        ("admitted (202)", GREEN, |r| r.2 as f64),
+        ("refused (429)", RED, |r| r.3 as f64),
+    ];
+    for (name, color, value) in series {
+        chart
+            .draw_series(LineSeries::new(
+                rows.iter().map(|r| (r.0 as f64 + 0.5, value(r))),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    let orange = RGBColor(230, 140, 0);
+    chart
+        .draw_secondary_series(LineSeries::new(
+            rows.iter().map(|r| (r.0 as f64 + 0.5, r.4)),
+            orange.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?
+        .label("buffer occupancy % (right axis)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], orange.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 14))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
