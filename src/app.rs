@@ -45,6 +45,8 @@ pub enum BuildError {
     Producer(#[from] ProducerError),
     #[error(transparent)]
     State(#[from] StoreError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl AppState {

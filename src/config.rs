@@ -71,6 +71,10 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     /// Time allowed for a graceful shutdown (drain requests, flush the producer), in milliseconds.
     pub shutdown_timeout_ms: u64,
+    /// PEM certificate chain: with `tls_key_file`, both listeners speak TLS (HTTP/2 and 1.1).
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key for `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +88,8 @@ impl Default for ServerConfig {
             body_read_timeout_ms: 30_000,
             max_header_bytes: 64 * 1024,
             shutdown_timeout_ms: 30_000,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -466,6 +472,12 @@ impl Config {
             if value == 0 {
                 problems.push(ConfigProblem::new(key, "must be at least 1"));
             }
+        }
+        if s.tls_cert_file.is_some() != s.tls_key_file.is_some() {
+            problems.push(ConfigProblem::new(
+                "server.tls_key_file",
+                "tls_cert_file and tls_key_file are set together or not at all",
+            ));
         }
         if s.max_header_bytes < 8192 && s.max_header_bytes > 0 {
             problems.push(ConfigProblem::new(

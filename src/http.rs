@@ -22,28 +22,25 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(PRODUCE, post(produce::produce))
         .fallback(|| async { ApiError::NotFound })
-        // Inner: once shutdown starts, no new work is taken on open connections.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            refuse_when_draining,
-        ))
-        // Outer: every answer is timed, refusals included.
-        .layer(middleware::from_fn_with_state(state.clone(), time_requests))
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state)
 }
 
-async fn time_requests(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The one middleware of the produce listener (one, because each costs an allocation per
+/// request): once shutdown starts no new work is taken on open connections, and every answer
+/// is timed, refusals included.
+async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let route = if request.uri().path().starts_with("/v1/topics/") {
         "produce"
     } else {
         "other"
     };
-    let response = next.run(request).await;
+    let response = if state.is_draining() {
+        ApiError::ShuttingDown.into_response()
+    } else {
+        next.run(request).await
+    };
     state
         .metrics
         .http_seconds
@@ -53,15 +50,4 @@ async fn time_requests(
         })
         .observe(started.elapsed().as_secs_f64());
     response
-}
-
-async fn refuse_when_draining(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    if state.is_draining() {
-        return ApiError::ShuttingDown.into_response();
-    }
-    next.run(request).await
 }

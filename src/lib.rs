@@ -12,7 +12,8 @@
 //! - [`metrics`]: Prometheus metrics, read from live state at scrape time.
 //! - [`http`]: the produce route; [`ratelimit_headers`]: the IETF RateLimit fields.
 //! - [`error`]: the request error enum and its one mapping to HTTP responses.
-//! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain.
+//! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain;
+//!   [`tls`]: rustls for both listeners.
 //! - [`app`]: shared state; [`telemetry`]: logging set-up; [`dev`]: the embedded dev broker.
 //! - [`reload`]: SIGHUP re-reads the configuration file and applies tenant and budget changes.
 
@@ -33,6 +34,7 @@ pub mod reload;
 pub mod server;
 pub mod telemetry;
 pub mod tenant;
+pub mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -104,10 +106,15 @@ pub async fn run(
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
+    let tls = match (&config.server.tls_cert_file, &config.server.tls_key_file) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let limits = ConnectionLimits {
         max_connections: config.server.max_connections,
         header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
         max_header_bytes: config.server.max_header_bytes,
+        tls,
     };
     let shutdown_timeout = config.shutdown_timeout();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -122,7 +129,7 @@ pub async fn run(
     let produce = tokio::spawn(server::serve(
         listeners.produce,
         http::router(state.clone()),
-        limits,
+        limits.clone(),
         stopped(stop_rx.clone()),
         shutdown_timeout,
     ));

@@ -15,12 +15,14 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// Connection-level bounds.
-#[derive(Debug, Clone, Copy)]
+/// Connection-level bounds, and TLS when configured.
+#[derive(Clone)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// Also bounds the TLS handshake.
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// Serves until `shutdown` resolves, then drains open connections for at most `drain`.
@@ -64,12 +66,33 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            let _ = connection.await;
-            drop(permit);
-        });
+        match &limits.tls {
+            None => {
+                let connection =
+                    builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection.into_owned());
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                    drop(permit);
+                });
+            }
+            Some(acceptor) => {
+                let (acceptor, builder) = (acceptor.clone(), builder.clone());
+                let (watcher, handshake_timeout) = (graceful.watcher(), limits.header_read_timeout);
+                tokio::spawn(async move {
+                    // A client that never finishes its handshake is cut off like one that never
+                    // finishes its headers.
+                    if let Ok(Ok(tls)) =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
+                    {
+                        let connection =
+                            builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+                        let _ = watcher.watch(connection.into_owned()).await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     tokio::time::timeout(drain, graceful.shutdown())

@@ -88,6 +88,25 @@ fn produce(args: DirectArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     // The same value bytes the HTTP runs send: a JSON string of `record_size` bytes.
     let value = format!("\"{}\"", "x".repeat(args.record_size.saturating_sub(2)));
+    // Warm up (connection, metadata, producer id) outside the measurement, as floodgate's
+    // producer is warm by the time the HTTP runs are measured.
+    producer
+        .send(
+            BaseRecord::<[u8], [u8], Box<Instant>>::with_opaque_to(
+                &args.topic,
+                Box::new(Instant::now()),
+            )
+            .payload(value.as_bytes()),
+        )
+        .map_err(|(e, _)| format!("warm-up send failed: {e}"))?;
+    producer
+        .flush(Duration::from_secs(30))
+        .map_err(|e| format!("warm-up flush: {e}"))?;
+    timing
+        .latencies_us
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
     let started = Instant::now();
     let pace = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     for i in 0..args.records {
