@@ -72,11 +72,11 @@ impl AppState {
             config.buffer.max_records,
         ));
         let kafka_metrics = KafkaMetrics::default();
-        let producer = Arc::new(KafkaProducer::new(
+        let producer = KafkaProducer::new(
             &client_config(&config.kafka, &config.buffer),
             buffer.clone(),
             kafka_metrics.clone(),
-        )?);
+        )?;
         let catalog = TopicCatalog::new(
             producer.clone(),
             Duration::from_millis(config.kafka.metadata_ttl_ms),

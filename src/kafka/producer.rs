@@ -1,11 +1,24 @@
-//! The one shared producer: enqueue a request's records, route delivery reports to batches.
+//! The one shared producer: enqueue a request's records, route delivery reports to batches,
+//! and replace the librdkafka producer when it hits a fatal error.
+//!
+//! An idempotent producer can fail fatally (after a broker lost its state, it may answer
+//! `UnknownProducerId`) and is then unusable for good. floodgate notices (the error callback,
+//! and a check before each send), builds a fresh producer from the same settings, swaps it in,
+//! and purges the dead one on a thread of its own: every record the dead producer still held
+//! comes back through its delivery report with a fatal or purge error, and is sent again on the
+//! new producer with the same ticket — so a record answered 202 is not lost to a fatal error.
+//! (It may be written twice if the dead producer had in fact delivered it: the broker lost the
+//! producer's idempotence state, so nothing can tell.)
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use rdkafka::error::KafkaError;
+use arc_swap::ArcSwap;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{
+    BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
+};
 use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
 
 use super::catalog::TopicInfo;
@@ -21,15 +34,30 @@ pub enum ProducerError {
     Create(#[source] KafkaError),
 }
 
-/// Receives librdkafka's callbacks on the producer's polling thread.
-pub struct DeliveryContext {
+type Inner = ThreadedProducer<DeliveryContext>;
+
+/// What every generation of the librdkafka producer shares.
+struct Shared {
     buffer: Arc<Buffer>,
     metrics: KafkaMetrics,
+    /// The owner, to re-send records a dead producer hands back. Weak: at shutdown the owner
+    /// goes first, and records purged then are not re-sent.
+    owner: OnceLock<Weak<KafkaProducer>>,
+}
+
+/// Receives librdkafka's callbacks on the producer's polling thread.
+pub struct DeliveryContext {
+    shared: Arc<Shared>,
 }
 
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(%error, reason, "kafka client error");
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            if let Some(owner) = self.shared.owner.get().and_then(Weak::upgrade) {
+                owner.replace_if_fatal();
+            }
+        }
     }
 
     fn stats(&self, statistics: Statistics) {
@@ -47,6 +75,7 @@ impl ClientContext for DeliveryContext {
             })
             .collect();
         *self
+            .shared
             .metrics
             .stats
             .lock()
@@ -58,39 +87,68 @@ impl ClientContext for DeliveryContext {
     }
 }
 
+/// Errors that say "this producer is dead or was emptied", not "Kafka refused the record".
+fn handed_back(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::PurgeQueue
+                | RDKafkaErrorCode::PurgeInflight
+        )
+    )
+}
+
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Box<Ticket>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, ticket: Box<Ticket>) {
-        let outcome = match result {
-            Ok(message) => Ok(Delivered {
-                partition: message.partition(),
-                offset: message.offset(),
-            }),
-            Err((error, _)) => Err(DeliveryFailure::from_kafka(error)),
+        let ticket = match result {
+            Err((error, message)) if handed_back(error) => {
+                match self.shared.owner.get().and_then(Weak::upgrade) {
+                    Some(owner) => match owner.resend(message, ticket) {
+                        Ok(()) => return,
+                        Err(ticket) => ticket,
+                    },
+                    None => ticket,
+                }
+            }
+            _ => ticket,
         };
-        match &outcome {
-            Ok(_) => self
-                .metrics
-                .delivery_seconds
-                .observe(ticket.batch.age().as_secs_f64()),
-            Err(failure) => {
-                self.metrics
+        let metrics = &self.shared.metrics;
+        let outcome = match result {
+            Ok(message) => {
+                metrics
+                    .delivery_seconds
+                    .observe(ticket.batch.age().as_secs_f64());
+                Ok(Delivered {
+                    partition: message.partition(),
+                    offset: message.offset(),
+                })
+            }
+            Err((error, _)) => {
+                let failure = DeliveryFailure::from_kafka(error);
+                metrics
                     .delivery_errors
                     .get_or_create(&ErrorLabels {
                         code: failure.code.clone(),
                     })
                     .inc();
+                Err(failure)
             }
-        }
+        };
         if let Some(latency) = ticket.batch.complete(ticket.index, outcome) {
-            self.buffer.observe_ack_latency(latency);
+            self.shared.buffer.observe_ack_latency(latency);
         }
     }
 }
 
 pub struct KafkaProducer {
-    inner: ThreadedProducer<DeliveryContext>,
+    config: ClientConfig,
+    shared: Arc<Shared>,
+    current: ArcSwap<Inner>,
+    /// One replacement at a time.
+    replacing: Mutex<()>,
 }
 
 impl std::fmt::Debug for KafkaProducer {
@@ -104,11 +162,59 @@ impl KafkaProducer {
         config: &ClientConfig,
         buffer: Arc<Buffer>,
         metrics: KafkaMetrics,
-    ) -> Result<Self, ProducerError> {
-        let inner = config
-            .create_with_context(DeliveryContext { buffer, metrics })
-            .map_err(ProducerError::Create)?;
-        Ok(Self { inner })
+    ) -> Result<Arc<Self>, ProducerError> {
+        let shared = Arc::new(Shared {
+            buffer,
+            metrics,
+            owner: OnceLock::new(),
+        });
+        let inner = create(config, &shared)?;
+        let producer = Arc::new(Self {
+            config: config.clone(),
+            shared,
+            current: ArcSwap::from_pointee(inner),
+            replacing: Mutex::new(()),
+        });
+        let _ = producer.shared.owner.set(Arc::downgrade(&producer));
+        Ok(producer)
+    }
+
+    /// The live librdkafka producer, replaced first if it has failed fatally.
+    fn live(&self) -> Arc<Inner> {
+        let current = self.current.load_full();
+        if current.client().fatal_error().is_none() {
+            return current;
+        }
+        self.replace_if_fatal();
+        self.current.load_full()
+    }
+
+    /// Builds a new producer if the current one has failed fatally, and purges the old one on
+    /// a thread of its own (a producer's drop joins its polling thread, which may be us).
+    fn replace_if_fatal(&self) {
+        let _guard = self
+            .replacing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.current.load_full();
+        let Some((code, reason)) = current.client().fatal_error() else {
+            return;
+        };
+        match create(&self.config, &self.shared) {
+            Ok(fresh) => {
+                tracing::error!(?code, reason, "kafka producer failed fatally; replaced it");
+                let old = self.current.swap(Arc::new(fresh));
+                drop(current);
+                std::thread::spawn(move || {
+                    old.purge(PurgeConfig::default().queue().inflight());
+                    let _ = old.flush(Duration::from_secs(5));
+                    drop(old);
+                });
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "kafka producer failed fatally and could not be rebuilt")
+            }
+        }
     }
 
     /// Hands every record to librdkafka. The batch carries each record's outcome; a record
@@ -121,6 +227,7 @@ impl KafkaProducer {
         stats: Arc<TenantStats>,
     ) -> Arc<Batch> {
         let batch = Arc::new(Batch::new(records.len(), lease, stats));
+        let producer = self.live();
         for (index, record) in records.iter().enumerate() {
             let ticket = Box::new(Ticket {
                 batch: batch.clone(),
@@ -152,7 +259,7 @@ impl KafkaProducer {
                 );
                 base = base.headers(headers);
             }
-            if let Err((error, base)) = self.inner.send(base) {
+            if let Err((error, base)) = producer.send(base) {
                 drop(base);
                 tracing::warn!(%error, topic, index, "librdkafka refused a record at enqueue");
                 batch.complete(index, Err(DeliveryFailure::from_kafka(&error)));
@@ -161,19 +268,50 @@ impl KafkaProducer {
         batch
     }
 
+    /// Sends a record a dead producer handed back, on the live producer, with its ticket.
+    fn resend(
+        &self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        ticket: Box<Ticket>,
+    ) -> Result<(), Box<Ticket>> {
+        let producer = self.live();
+        let topic = message.topic().to_string();
+        let mut base: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
+            BaseRecord::with_opaque_to(&topic, ticket);
+        if let Some(payload) = message.payload() {
+            base = base.payload(payload);
+        }
+        if let Some(key) = message.key() {
+            base = base.key(key);
+        }
+        if message.partition() >= 0 {
+            base = base.partition(message.partition());
+        }
+        if let Some(ts) = message.timestamp().to_millis() {
+            base = base.timestamp(ts);
+        }
+        if let Some(headers) = message.headers() {
+            base = base.headers(headers.detach());
+        }
+        producer.send(base).map_err(|(error, base)| {
+            tracing::warn!(%error, "could not re-send a record handed back by a dead producer");
+            base.delivery_opaque
+        })
+    }
+
     /// Waits for every queued record to be answered, up to `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.inner.flush(timeout)
+        self.current.load().flush(timeout)
     }
 
     /// Records queued or in flight inside librdkafka.
     pub fn in_flight(&self) -> i32 {
-        self.inner.in_flight_count()
+        self.current.load().in_flight_count()
     }
 
     /// Can the cluster's metadata be fetched within `timeout`? (blocking)
     pub fn cluster_reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.inner
+        self.live()
             .client()
             .fetch_metadata(None, timeout)
             .map(|_| ())
@@ -181,7 +319,7 @@ impl KafkaProducer {
 
     /// Asks the cluster about one topic (blocking; call from a blocking thread).
     pub fn fetch_topic(&self, topic: &str, timeout: Duration) -> Result<TopicInfo, KafkaError> {
-        let metadata = self.inner.client().fetch_metadata(Some(topic), timeout)?;
+        let metadata = self.live().client().fetch_metadata(Some(topic), timeout)?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
             return Ok(TopicInfo::Missing);
         };
@@ -192,4 +330,32 @@ impl KafkaProducer {
             partitions: t.partitions().len() as u32,
         })
     }
+
+    /// Makes the live producer fail fatally, as a broker that lost its state would (tests).
+    #[cfg(test)]
+    #[allow(unsafe_code)]
+    pub(crate) fn inject_fatal_error(&self) {
+        let producer = self.current.load_full();
+        let reason = c"injected by a floodgate test";
+        // SAFETY: the client pointer is valid while `producer` is alive; the reason is a
+        // NUL-terminated string that outlives the call (librdkafka copies it).
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.client().native_ptr(),
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            );
+        }
+    }
 }
+
+fn create(config: &ClientConfig, shared: &Arc<Shared>) -> Result<Inner, ProducerError> {
+    config
+        .create_with_context(DeliveryContext {
+            shared: shared.clone(),
+        })
+        .map_err(ProducerError::Create)
+}
+
+#[cfg(test)]
+mod tests;
