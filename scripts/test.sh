@@ -15,4 +15,4 @@ export FLOODGATE_TEST_BROKER="127.0.0.1:$PORT"
 export FLOODGATE_TEST_BROKER_PID
 FLOODGATE_TEST_BROKER_PID=$(cat "$DIR/tansu.pid")
 
-cargo test --all-targets "$@"
+cargo test --lib --bins --tests "$@"
