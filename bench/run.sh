@@ -100,6 +100,52 @@ for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$NULL_PORT) 2>/dev/null &&
   --json "$OUT/null.json" 2>/dev/null
 kill "$null_pid"
 
+echo "== (d) budgets under overload: drift at 10x, isolation at 100x"
+NOISY=noisy-key
+QUIET=quiet-key
+digest() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+{
+  echo "[server]"
+  echo "listen = \"127.0.0.1:$PORT\""
+  echo "admin_listen = \"127.0.0.1:$ADMIN_PORT\""
+  echo "[kafka]"
+  echo "bootstrap_servers = \"127.0.0.1:$KAFKA_PORT\""
+  echo "[log]"
+  echo "level = \"warn\""
+  echo "[[tenants]]"
+  echo "id = \"noisy\""
+  echo "api_key_sha256 = [\"$(digest $NOISY)\"]"
+  echo "topics = [\"bench.*\"]"
+  echo "records_per_sec = 100"
+  echo "records_burst = 100"
+  echo "[[tenants]]"
+  echo "id = \"quiet\""
+  echo "api_key_sha256 = [\"$(digest $QUIET)\"]"
+  echo "topics = [\"bench.*\"]"
+  echo "records_per_sec = 1000"
+  echo "records_burst = 1000"
+} > "$OUT/budgets.toml"
+taskset -c 1 "$BIN/floodgate" --config "$OUT/budgets.toml" > "$OUT/floodgate-budgets.log" 2>&1 &
+fg_pid=$!
+pids+=("$fg_pid")
+for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT) 2>/dev/null && break; sleep 0.1; done
+budget_run() { # name, tenants...
+  local name=$1
+  shift
+  local args=()
+  for t in "$@"; do args+=(--tenant "$t"); done
+  "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http "${args[@]}" \
+    --records-per-request 1 --record-size "$SIZE" --duration-secs 10 --concurrency 256 \
+    --json "$OUT/$name.json" 2>/dev/null
+}
+budget_run quiet-alone "$QUIET@100"
+sleep 1.2 # the quiet tenant's bucket refills between runs
+budget_run drift-10x "$NOISY@1000"
+sleep 1.2
+budget_run isolation-100x "$QUIET@100" "$NOISY@10000"
+kill -TERM "$fg_pid"
+wait "$fg_pid" || true
+
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
 
@@ -127,4 +173,16 @@ print(f"single-record async req/s / null handler: {ss['admitted_per_sec']/null['
 print(f"sync p99 at {half['offered_per_sec']:.0f} req/s: {half['latency_ms']['p99']:.2f} ms vs direct paced p99 {paced['p99_ms']:.2f} ms: "
       f"added {half['latency_ms']['p99']-paced['p99_ms']:.2f} ms  (target <= 2 ms)")
 print(f"floodgate peak RSS over the runs: {rss_kb/1024:.0f} MiB")
+drift = t("drift-10x")
+admitted = drift["admitted_per_sec"] * 10
+print(f"noisy tenant at 10x (100 rec/s, burst 100) for 10 s: admitted {admitted:.0f} records, "
+      f"bound 1100, {100*(admitted-1100)/1100:+.1f}%  (target within 2%)")
+alone, iso = t("quiet-alone"), j("isolation-100x")["tenants"]
+quiet = next(x for x in iso if x["tenant"].startswith("quiet"))
+noisy = next(x for x in iso if x["tenant"].startswith("noisy"))
+print(f"quiet tenant alone: p50 {alone['latency_ms']['p50']:.2f} ms, p99 {alone['latency_ms']['p99']:.2f} ms, "
+      f"429/s {sum(alone['refused_per_sec'].values()):.1f}")
+print(f"quiet tenant beside noisy at 100x ({noisy['offered_per_sec']:.0f} req/s offered, "
+      f"{sum(noisy['refused_per_sec'].values()):.0f}/s refused): p50 {quiet['latency_ms']['p50']:.2f} ms, "
+      f"p99 {quiet['latency_ms']['p99']:.2f} ms, 429/s {sum(quiet['refused_per_sec'].values()):.1f}")
 PY
