@@ -5,14 +5,15 @@
 #       sync, and sync latency at half of the single-record capacity;
 #   (c) the HTTP limit: the same single-record requests to a do-nothing axum handler;
 #   then the burst-and-drain scenario (mock broker with added RTT) as CSV and PNG.
-# Load generator on core 0; floodgate (and the broker / null server) on core 1.
+# Load generator on core 0; floodgate, the broker, the direct producer and the null server on
+# core 1 (the machine has two cores).
 # Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png.
 #
 # Knobs: RECORDS (direct run size), SIZE (value bytes), SECS (seconds per HTTP run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RECORDS=${RECORDS:-300000}
+RECORDS=${RECORDS:-1000000}
 SIZE=${SIZE:-200}
 SECS=${SECS:-10}
 KAFKA_PORT=${KAFKA_PORT:-19392}
@@ -58,8 +59,11 @@ api_key_sha256 = ["$DIGEST"]
 topics = ["bench.*"]
 EOF
 
+# The direct producer runs where floodgate will run (core 1, beside the broker), so both get the
+# same CPU for their Kafka client; only the HTTP load generator lives on core 0.
+DIRECT=(taskset -c 1 "$BIN/floodgate-load")
 echo "== (a) direct librdkafka, $RECORDS records of $SIZE B"
-"${LOAD[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct --records "$RECORDS" \
+"${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct --records "$RECORDS" \
   --record-size "$SIZE" --config "$OUT/floodgate.toml" --json "$OUT/direct.json"
 
 taskset -c 1 "$BIN/floodgate" --config "$OUT/floodgate.toml" > "$OUT/floodgate.log" 2>&1 &
@@ -84,7 +88,7 @@ echo "== sync latency at half of single-record sync capacity ($half requests/s)"
 "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY@$half" \
   --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 256 \
   --json "$OUT/half-sync.json" 2>/dev/null
-"${LOAD[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct-paced \
+"${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct-paced \
   --records "$((half * SECS))" --rate "$half" --record-size "$SIZE" --config "$OUT/floodgate.toml" \
   --json "$OUT/direct-paced.json"
 rss_kb=$(awk '/VmHWM/{print $2}' "/proc/$fg_pid/status")

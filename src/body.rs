@@ -233,7 +233,10 @@ impl<'a> WireRecord<'a> {
             (Some(None), None) => None,
             (Some(Some(raw)), None) => {
                 let text = raw.get().as_bytes();
-                if nesting_depth(text) > MAX_VALUE_DEPTH {
+                // Only arrays and objects nest; strings and numbers (most values) skip the scan.
+                if matches!(text.first(), Some(b'[' | b'{'))
+                    && nesting_depth(text) > MAX_VALUE_DEPTH
+                {
                     return Err(RecordProblem::Invalid(format!(
                         "value nests deeper than {MAX_VALUE_DEPTH} levels"
                     )));

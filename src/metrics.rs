@@ -80,7 +80,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "kafka_delivery_duration",
-            "Time from enqueue to Kafka's acknowledgement, per record",
+            "Time from enqueue to Kafka's answer for a request's last record, per request",
             Unit::Seconds,
             kafka.delivery_seconds.clone(),
         );
