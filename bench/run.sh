@@ -78,9 +78,13 @@ run() { # name, records per request, concurrency, extra args...
     --concurrency "$conc" --json "$OUT/$name.json" "$@" 2>/dev/null
 }
 echo "== (b) through floodgate, $SECS s each"
+# CPU seconds (user + system) floodgate has used so far, from /proc (clock ticks of 1/100 s).
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run batched-async 100 16 --async
 run batched-sync 100 32
+c0=$(cpu "$fg_pid")
 run single-async 1 64 --async
+echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-single-async.txt"
 run single-sync 1 64
 rps() { python3 -c "import json,sys;print(json.load(open('$OUT/$1.json'))['tenants'][0]['$2'])"; }
 half=$(python3 -c "print(round(float('$(rps single-sync admitted_per_sec)')/2))")
@@ -147,6 +151,10 @@ sleep 1.2 # the quiet tenant's bucket refills between runs
 budget_run drift-10x "$NOISY@1000"
 sleep 1.2
 budget_run isolation-100x "$QUIET@100" "$NOISY@10000"
+sleep 1.2
+c0=$(cpu "$fg_pid")
+budget_run refused-only "$NOISY@5000"
+echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-refused-only.txt"
 kill -TERM "$fg_pid"
 wait "$fg_pid" || true
 
@@ -189,4 +197,12 @@ print(f"quiet tenant alone: p50 {alone['latency_ms']['p50']:.2f} ms, p99 {alone[
 print(f"quiet tenant beside noisy at 100x ({noisy['offered_per_sec']:.0f} req/s offered, "
       f"{sum(noisy['refused_per_sec'].values()):.0f}/s refused): p50 {quiet['latency_ms']['p50']:.2f} ms, "
       f"p99 {quiet['latency_ms']['p99']:.2f} ms, 429/s {sum(quiet['refused_per_sec'].values()):.1f}")
+def cpu_per_request(name, requests):
+    a, b = map(float, open(f"{out}/cpu-{name}.txt").read().split())
+    return (b - a) / 100 / requests * 1e6
+admitted_us = cpu_per_request("single-async", ss["admitted_per_sec"] * j("single-async")["duration_secs"])
+ro = t("refused-only")
+refused_us = cpu_per_request("refused-only", ro["offered_per_sec"] * 10)
+print(f"floodgate CPU per request, end to end (HTTP included): admitted single-record {admitted_us:.1f} us, "
+      f"refused {refused_us:.1f} us ({100*refused_us/admitted_us:.0f}%)")
 PY

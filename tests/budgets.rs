@@ -204,3 +204,43 @@ async fn a_tenant_within_budget_is_untouched_by_a_noisy_neighbour() {
     }
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_429_for_a_small_body_keeps_the_connection_open() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("test.keepalive", 1, 1).expect("topic");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].records_per_sec = Some(1);
+    cfg.tenants[0].records_burst = Some(1);
+    let gw = Gateway::start_manual(cfg).await;
+    let (s, _, _) = post_json(&gw.url("test.keepalive"), KEY, &records(1, "only")).await;
+    assert_eq!(s, 200);
+
+    let mut stream = tokio::net::TcpStream::connect(gw.addr)
+        .await
+        .expect("connect");
+    let body = r#"{"records":[{"value":1}]}"#;
+    let request = format!(
+        "POST /v1/topics/test.keepalive/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for round in 0..2 {
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write on the same connection");
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("answered")
+            .expect("read");
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(text.starts_with("HTTP/1.1 429"), "round {round}: {text}");
+        assert!(
+            !text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+    }
+    gw.shutdown().await;
+}

@@ -118,6 +118,7 @@ async fn produce_for(
     // Refuse before reading: the declared length bounds the record bytes from above.
     if let Err(refusal) = app.admission.precheck(tenant, declared.unwrap_or(1)) {
         tenant.stats.rejected(refusal.reason);
+        keep_alive_if_small(declared, body).await;
         return Err(ApiError::RateLimited(refusal));
     }
 
@@ -177,6 +178,21 @@ async fn produce_for(
         )));
     }
     Ok(delivery_response(&batch))
+}
+
+/// Largest declared body that is drained after an early refusal.
+const DRAIN_MAX_BYTES: u64 = 16 * 1024;
+/// How long draining may delay an early refusal.
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// An HTTP/1.1 connection whose request body was not read cannot carry another request, so an
+/// early 429 would cost the client a new connection (and a TLS handshake) for every refusal.
+/// A small body that has already arrived — the common case — is read and dropped; a large or
+/// slow one is not waited for, and its connection closes.
+async fn keep_alive_if_small(declared: Option<u64>, body: Body) {
+    if declared.is_some_and(|n| n <= DRAIN_MAX_BYTES) {
+        let _ = tokio::time::timeout(DRAIN_WAIT, body.collect()).await;
+    }
 }
 
 async fn read_body(app: &AppState, body: Body) -> Result<bytes::Bytes, ApiError> {
