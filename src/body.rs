@@ -121,11 +121,11 @@ fn parse_json<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'
     let failed = Cell::new(None);
     let too_many = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(body);
-    let seed = EnvelopeSeed {
+    let seed = EnvelopeSeed(ParseContext {
         limits,
         failed: &failed,
         too_many: &too_many,
-    };
+    });
     let result = seed.deserialize(&mut de).and_then(|records| {
         de.end()?;
         Ok(records)
@@ -349,12 +349,17 @@ enum RecordFailure {
     TooLarge(String),
 }
 
-/// `{"records": [...]}`, nothing else.
-struct EnvelopeSeed<'l> {
+/// What the JSON visitors share: the limits, and where they leave why parsing stopped (serde's
+/// error type cannot carry it).
+#[derive(Clone, Copy)]
+struct ParseContext<'l> {
     limits: &'l RequestLimits,
     failed: &'l Cell<Option<RecordFailure>>,
     too_many: &'l Cell<bool>,
 }
+
+/// `{"records": [...]}`, nothing else.
+struct EnvelopeSeed<'l>(ParseContext<'l>);
 
 impl<'de, 'l> DeserializeSeed<'de> for EnvelopeSeed<'l> {
     type Value = Vec<Record<'de>>;
@@ -379,21 +384,14 @@ impl<'de, 'l> Visitor<'de> for EnvelopeSeed<'l> {
             if records.is_some() {
                 return Err(de::Error::custom("field \"records\" appears twice"));
             }
-            records = Some(map.next_value_seed(RecordsSeed {
-                limits: self.limits,
-                failed: self.failed,
-                too_many: self.too_many,
-            })?);
+            records = Some(map.next_value_seed(RecordsSeed(self.0))?);
         }
         records.ok_or_else(|| de::Error::missing_field("records"))
     }
 }
 
-struct RecordsSeed<'l> {
-    limits: &'l RequestLimits,
-    failed: &'l Cell<Option<RecordFailure>>,
-    too_many: &'l Cell<bool>,
-}
+/// The records array, each element parsed and checked as it comes.
+struct RecordsSeed<'l>(ParseContext<'l>);
 
 impl<'de, 'l> DeserializeSeed<'de> for RecordsSeed<'l> {
     type Value = Vec<Record<'de>>;
@@ -408,30 +406,30 @@ impl<'de, 'l> Visitor<'de> for RecordsSeed<'l> {
         f.write_str("an array of record objects")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let max = self.limits.max_records_per_request;
+        let max = self.0.limits.max_records_per_request;
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(max));
         loop {
             let index = out.len();
-            self.failed.set(Some(RecordFailure::At(index)));
+            self.0.failed.set(Some(RecordFailure::At(index)));
             let Some(wire) = seq.next_element::<WireRecord<'de>>()? else {
                 break;
             };
             if index >= max {
-                self.too_many.set(true);
+                self.0.too_many.set(true);
                 return Err(de::Error::custom("too many records"));
             }
-            match wire.into_record(index, self.limits) {
+            match wire.into_record(index, self.0.limits) {
                 Ok(record) => out.push(record),
                 Err(RecordProblem::Invalid(m)) => return Err(de::Error::custom(m)),
                 Err(RecordProblem::TooLarge(m)) => {
-                    self.failed.set(Some(RecordFailure::TooLarge(format!(
+                    self.0.failed.set(Some(RecordFailure::TooLarge(format!(
                         "record {index}: {m}"
                     ))));
                     return Err(de::Error::custom("record too large"));
                 }
             }
         }
-        self.failed.set(None);
+        self.0.failed.set(None);
         Ok(out)
     }
 }
