@@ -350,10 +350,19 @@ fn rate_spec(
             format!("{prefix}.{unit}_burst"),
             "must be at least 1",
         )),
-        (Some(rate), burst) => Ok(Some(RateSpec {
-            per_sec: rate,
-            burst: burst.unwrap_or(rate),
-        })),
+        (Some(rate), burst) => {
+            let spec = RateSpec {
+                per_sec: rate,
+                burst: burst.unwrap_or(rate),
+            };
+            match spec.problem() {
+                Some(problem) => Err(ConfigProblem::new(
+                    format!("{prefix}.{unit}_per_sec"),
+                    problem,
+                )),
+                None => Ok(Some(spec)),
+            }
+        }
     }
 }
 
@@ -472,6 +481,13 @@ impl Config {
             if value == 0 {
                 problems.push(ConfigProblem::new(key, "must be at least 1"));
             }
+        }
+        // tokio's semaphore panics above its MAX_PERMITS; no machine serves a million sockets.
+        if s.max_connections > 1_000_000 {
+            problems.push(ConfigProblem::new(
+                "server.max_connections",
+                "must be at most 1000000",
+            ));
         }
         if s.tls_cert_file.is_some() != s.tls_key_file.is_some() {
             problems.push(ConfigProblem::new(

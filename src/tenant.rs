@@ -217,18 +217,9 @@ pub fn validate_tenant(t: &TenantConfig, at: &str) -> Vec<ConfigProblem> {
     if let Err((i, e)) = TopicPatterns::parse(&t.topics) {
         problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), e));
     }
-    match t.spec() {
-        Err(mut p) => {
-            p.key = p.key.replacen(&format!("tenants[{}]", t.id), at, 1);
-            problems.push(p);
-        }
-        Ok(spec) => {
-            for (name, rate) in [("records", spec.records), ("bytes", spec.bytes)] {
-                if let Some(problem) = rate.and_then(|r| r.problem()) {
-                    problems.push(ConfigProblem::new(format!("{at}.{name}_per_sec"), problem));
-                }
-            }
-        }
+    if let Err(mut p) = t.spec() {
+        p.key = p.key.replacen(&format!("tenants[{}]", t.id), at, 1);
+        problems.push(p);
     }
     if let Some(share) = t.max_buffer_share {
         if !(share > 0.0 && share <= 1.0) {

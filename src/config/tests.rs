@@ -90,6 +90,20 @@ fn environment_overrides_sections_and_librdkafka_properties() {
 }
 
 #[test]
+fn values_that_would_break_the_runtime_are_refused() {
+    let keys: Vec<String> = problems(
+        "[server]\nmax_connections = 99999999999\n[global]\nrecords_per_sec = 99999999999\n",
+    )
+    .into_iter()
+    .map(|p| p.key)
+    .collect();
+    assert_eq!(
+        keys,
+        vec!["server.max_connections", "global.records_per_sec"]
+    );
+}
+
+#[test]
 fn burst_defaults_to_one_second_of_rate() {
     let c = Config::from_toml_with_env(
         "[[tenants]]\nid = \"a\"\ntopics = [\"*\"]\nrecords_per_sec = 50\n",
