@@ -1,8 +1,6 @@
-# Multi-stage build: compile with the full toolchain, run on a slim Debian with only the
-# shared libraries floodgate links (OpenSSL for SASL_SSL/SSL to Kafka, zlib).
+# Multi-stage build: compile with the full toolchain (librdkafka, OpenSSL and zlib are built
+# from source and linked statically), run on a slim Debian.
 FROM rust:1-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends pkg-config libssl-dev zlib1g-dev \
-    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
@@ -10,7 +8,7 @@ COPY benches ./benches
 RUN cargo build --release --locked --bin floodgate
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends libssl3 zlib1g ca-certificates \
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* && useradd --system --uid 10001 floodgate
 COPY --from=build /src/target/release/floodgate /usr/local/bin/floodgate
 USER floodgate
