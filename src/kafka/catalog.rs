@@ -94,12 +94,4 @@ impl TopicCatalog {
         self.remember(topic, info);
         Ok(info)
     }
-
-    /// Forgets a topic, e.g. after Kafka said it does not know it.
-    pub fn forget(&self, topic: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(topic);
-    }
 }
