@@ -62,6 +62,30 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     for r in results {
         r.expect("topic created");
     }
+    // A created topic shows in the broker's metadata a moment later; the gateway (rightly)
+    // answers 404 until it does, so wait for it here.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let visible = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(2))
+            .map(|m| {
+                m.topics().iter().any(|t| {
+                    t.name() == topic
+                        && t.error().is_none()
+                        && t.partitions().len() == partitions as usize
+                })
+            })
+            .unwrap_or(false);
+        if visible {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {topic} never appeared in metadata"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
