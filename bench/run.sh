@@ -62,50 +62,59 @@ EOF
 # The direct producer runs where floodgate will run (core 1, beside the broker), so both get the
 # same CPU for their Kafka client; only the HTTP load generator lives on core 0.
 DIRECT=(taskset -c 1 "$BIN/floodgate-load")
-echo "== (a) direct librdkafka, $RECORDS records of $SIZE B"
-"${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct --records "$RECORDS" \
-  --record-size "$SIZE" --config "$OUT/floodgate.toml" --json "$OUT/direct.json"
+direct() { # json name, extra args...
+  local name=$1
+  shift
+  "${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --record-size "$SIZE" \
+    --config "$OUT/floodgate.toml" --json "$OUT/$name.json" "$@"
+}
+wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; }
 
 taskset -c 1 "$BIN/floodgate" --config "$OUT/floodgate.toml" > "$OUT/floodgate.log" 2>&1 &
 fg_pid=$!
 pids+=("$fg_pid")
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT) 2>/dev/null && break; sleep 0.1; done
+taskset -c 1 "$BIN/floodgate-load" null-server --listen "127.0.0.1:$NULL_PORT" 2>/dev/null &
+null_pid=$!
+pids+=("$null_pid")
+wait_port "$ADMIN_PORT"
+wait_port "$NULL_PORT"
 
-run() { # name, records per request, concurrency, extra args...
-  local name=$1 rpr=$2 conc=$3; shift 3
-  "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY" \
+run() { # name, port, records per request, concurrency, extra args...
+  local name=$1 port=$2 rpr=$3 conc=$4
+  shift 4
+  "${LOAD[@]}" run --url "http://127.0.0.1:$port" --topic bench.http --tenant "$KEY" \
     --records-per-request "$rpr" --record-size "$SIZE" --duration-secs "$SECS" \
     --concurrency "$conc" --json "$OUT/$name.json" "$@" 2>/dev/null
 }
-echo "== (b) through floodgate, $SECS s each"
 # CPU seconds (user + system) floodgate has used so far, from /proc (clock ticks of 1/100 s).
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-run batched-async 100 16 --async
-run batched-sync 100 32
-c0=$(cpu "$fg_pid")
-run single-async 1 64 --async
-echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-single-async.txt"
-run single-sync 1 64
+
+# The host is shared and noisy: the runs that make the two throughput ratios are repeated,
+# interleaved, and the medians compared.
+REPEAT=${REPEAT:-3}
+for i in $(seq 1 "$REPEAT"); do
+  echo "== round $i/$REPEAT: (a) direct librdkafka, $RECORDS records of $SIZE B"
+  direct "direct-$i" --topic bench.direct --records "$RECORDS"
+  echo "== round $i/$REPEAT: (b) floodgate batched async, single-record async; (c) null handler, $SECS s each"
+  run "batched-async-$i" "$PORT" 100 16 --async
+  c0=$(cpu "$fg_pid")
+  run "single-async-$i" "$PORT" 1 64 --async
+  [ "$i" -eq 1 ] && echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-single-async.txt"
+  run "null-$i" "$NULL_PORT" 1 64
+done
+echo "== (b) sync"
+run batched-sync "$PORT" 100 32
+run single-sync "$PORT" 1 64
 rps() { python3 -c "import json,sys;print(json.load(open('$OUT/$1.json'))['tenants'][0]['$2'])"; }
 half=$(python3 -c "print(round(float('$(rps single-sync admitted_per_sec)')/2))")
 echo "== sync latency at half of single-record sync capacity ($half requests/s)"
 "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY@$half" \
   --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 256 \
   --json "$OUT/half-sync.json" 2>/dev/null
-"${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench.direct-paced \
-  --records "$((half * SECS))" --rate "$half" --record-size "$SIZE" --config "$OUT/floodgate.toml" \
-  --json "$OUT/direct-paced.json"
+direct direct-paced --topic bench.direct-paced --records "$((half * SECS))" --rate "$half"
 rss_kb=$(awk '/VmHWM/{print $2}' "/proc/$fg_pid/status")
-kill -TERM "$fg_pid"; wait "$fg_pid" || true
-
-echo "== (c) do-nothing axum handler"
-taskset -c 1 "$BIN/floodgate-load" null-server --listen "127.0.0.1:$NULL_PORT" 2>/dev/null &
-null_pid=$!
-pids+=("$null_pid")
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$NULL_PORT) 2>/dev/null && break; sleep 0.1; done
-"${LOAD[@]}" run --url "http://127.0.0.1:$NULL_PORT" --topic bench.http --tenant "$KEY" \
-  --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 64 \
-  --json "$OUT/null.json" 2>/dev/null
+kill -TERM "$fg_pid"
+wait "$fg_pid" || true
 kill "$null_pid"
 
 echo "== (d) budgets under overload: drift at 10x, isolation at 100x"
@@ -161,27 +170,42 @@ wait "$fg_pid" || true
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
 
-python3 - "$OUT" "$rss_kb" <<'PY'
-import json, sys
-out, rss_kb = sys.argv[1], int(sys.argv[2])
+python3 - "$OUT" "$rss_kb" "$REPEAT" <<'PY'
+import json, statistics, sys
+out, rss_kb, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 j = lambda n: json.load(open(f"{out}/{n}.json"))
 t = lambda n: j(n)["tenants"][0]
-direct, paced = j("direct"), j("direct-paced")
-rows = [("direct librdkafka (limit)", direct["records_per_sec"], None, direct["p99_ms"])]
-for name, label in [("batched-async", "floodgate batched 100, async"), ("batched-sync", "floodgate batched 100, sync"),
-                    ("single-async", "floodgate single-record, async"), ("single-sync", "floodgate single-record, sync")]:
-    s = t(name)
-    rows.append((label, s["admitted_records_per_sec"], s["admitted_per_sec"], s["latency_ms"]["p99"]))
-null = t("null")
-rows.append(("do-nothing axum handler (HTTP limit)", null["admitted_records_per_sec"], null["admitted_per_sec"], null["latency_ms"]["p99"]))
-print(f"\n{'run':<40} {'records/s':>11} {'requests/s':>11} {'p99 ms':>8}")
-for label, recs, reqs, p99 in rows:
-    print(f"{label:<40} {recs:>11.0f} {reqs if reqs is not None else '-':>11} {p99:>8.2f}".replace("None", "-"))
-ba, ss = t("batched-async"), t("single-async")
+med = lambda xs: statistics.median(xs)
+rounds = range(1, repeat + 1)
+direct = [j(f"direct-{i}") for i in rounds]
+batched = [t(f"batched-async-{i}") for i in rounds]
+single = [t(f"single-async-{i}") for i in rounds]
+null = [t(f"null-{i}") for i in rounds]
+paced = j("direct-paced")
+print(f"\nmedians of {repeat} interleaved rounds (per-round values in brackets):")
+print(f"{'run':<40} {'records/s':>11} {'requests/s':>11} {'p99 ms':>8}")
+def row(label, recs, reqs, p99):
+    print(f"{label:<40} {recs:>11.0f} {reqs:>11} {p99:>8.2f}")
+row("direct librdkafka (limit)", med(d["records_per_sec"] for d in direct), "-", med(d["p99_ms"] for d in direct))
+row("floodgate batched 100, async", med(b["admitted_records_per_sec"] for b in batched),
+    f"{med(b['admitted_per_sec'] for b in batched):.0f}", med(b["latency_ms"]["p99"] for b in batched))
+for name, label in [("batched-sync", "floodgate batched 100, sync"), ("single-sync", "floodgate single-record, sync")]:
+    x = t(name)
+    row(label, x["admitted_records_per_sec"], f"{x['admitted_per_sec']:.0f}", x["latency_ms"]["p99"])
+row("floodgate single-record, async", med(x["admitted_records_per_sec"] for x in single),
+    f"{med(x['admitted_per_sec'] for x in single):.0f}", med(x["latency_ms"]["p99"] for x in single))
+row("do-nothing axum handler (HTTP limit)", med(x["admitted_records_per_sec"] for x in null),
+    f"{med(x['admitted_per_sec'] for x in null):.0f}", med(x["latency_ms"]["p99"] for x in null))
+print()
+ratio_b = med(b["admitted_records_per_sec"] for b in batched) / med(d["records_per_sec"] for d in direct)
+per_b = [round(b["admitted_records_per_sec"] / d["records_per_sec"], 2) for b, d in zip(batched, direct)]
+print(f"batched async / direct librdkafka:        {ratio_b:.2f} {per_b}  (target >= 0.90)")
+ratio_s = med(x["admitted_per_sec"] for x in single) / med(x["admitted_per_sec"] for x in null)
+per_s = [round(a["admitted_per_sec"] / b["admitted_per_sec"], 2) for a, b in zip(single, null)]
+print(f"single-record async req/s / null handler: {ratio_s:.2f} {per_s}  (target >= 0.70)")
+ss = single[0]
 half = t("half-sync")
 print()
-print(f"batched async / direct librdkafka:        {ba['admitted_records_per_sec']/direct['records_per_sec']:.2f}  (target >= 0.90)")
-print(f"single-record async req/s / null handler: {ss['admitted_per_sec']/null['admitted_per_sec']:.2f}  (target >= 0.70)")
 print(f"sync p99 at {half['offered_per_sec']:.0f} req/s: {half['latency_ms']['p99']:.2f} ms vs direct paced p99 {paced['p99_ms']:.2f} ms: "
       f"added {half['latency_ms']['p99']-paced['p99_ms']:.2f} ms  (target <= 2 ms)")
 print(f"floodgate peak RSS over the runs: {rss_kb/1024:.0f} MiB")
@@ -200,7 +224,7 @@ print(f"quiet tenant beside noisy at 100x ({noisy['offered_per_sec']:.0f} req/s 
 def cpu_per_request(name, requests):
     a, b = map(float, open(f"{out}/cpu-{name}.txt").read().split())
     return (b - a) / 100 / requests * 1e6
-admitted_us = cpu_per_request("single-async", ss["admitted_per_sec"] * j("single-async")["duration_secs"])
+admitted_us = cpu_per_request("single-async", ss["admitted_per_sec"] * j("single-async-1")["duration_secs"])
 ro = t("refused-only")
 refused_us = cpu_per_request("refused-only", ro["offered_per_sec"] * 10)
 print(f"floodgate CPU per request, end to end (HTTP included): admitted single-record {admitted_us:.1f} us, "
