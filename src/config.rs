@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -391,67 +391,6 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads `path`, applies `FLOODGATE__*` environment overrides, and validates the result.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        Self::load_with_env(path, std::env::vars())
-    }
-
-    /// As [`Config::load`] with an explicit environment, so tests need not touch the process's.
-    pub fn load_with_env(
-        path: &Path,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        if !path.exists() {
-            return Err(ConfigError {
-                problems: vec![ConfigProblem::new(
-                    path.display().to_string(),
-                    "file not found",
-                )],
-            });
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            problems: vec![ConfigProblem::new(
-                path.display().to_string(),
-                e.to_string(),
-            )],
-        })?;
-        Self::from_toml_with_env(&text, env)
-    }
-
-    /// Parses TOML text (plus overrides) and validates it.
-    pub fn from_toml_with_env(
-        text: &str,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let one = |key: String, message: String| ConfigError {
-            problems: vec![ConfigProblem::new(key, message)],
-        };
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
-            let key = e
-                .span()
-                .map(|span| format!("line {}", line_of(text, span.start)))
-                .unwrap_or_else(|| "config".into());
-            one(key, e.message().to_string())
-        })?;
-        for (name, value) in env {
-            if let Some(path) = env_key(&name) {
-                set_path(&mut table, &path, parse_scalar(&value));
-            }
-        }
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-                let path = e.path().to_string();
-                let key = if path == "." { "config".into() } else { path };
-                one(key, e.into_inner().message().to_string())
-            })?;
-        let problems = config.validate();
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError { problems })
-        }
-    }
-
     /// Every semantic problem (the parser already caught unknown keys and wrong types).
     pub fn validate(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
@@ -535,52 +474,7 @@ impl Config {
     }
 }
 
-/// `FLOODGATE__KAFKA__PRODUCER__LINGER_MS` -> `["kafka", "producer", "linger.ms"]`;
-/// `FLOODGATE__SERVER__LISTEN` -> `["server", "listen"]`. Other variables are not ours.
-fn env_key(name: &str) -> Option<Vec<String>> {
-    let rest = name.strip_prefix("FLOODGATE__")?;
-    let mut parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-    if parts.iter().any(String::is_empty) {
-        return None;
-    }
-    if parts.len() == 3 && parts[0] == "kafka" && parts[1] == "producer" {
-        parts[2] = parts[2].replace('_', ".");
-    }
-    Some(parts)
-}
-
-/// An environment value as TOML would read it (`42`, `true`, `1.5`), else as a string.
-fn parse_scalar(value: &str) -> toml::Value {
-    toml::from_str::<toml::Table>(&format!("v = {value}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .filter(|v| !v.is_table())
-        .unwrap_or_else(|| toml::Value::String(value.to_string()))
-}
-
-fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut current = table;
-    for key in parents {
-        let entry = current
-            .entry(key.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if !entry.is_table() {
-            *entry = toml::Value::Table(toml::Table::new());
-        }
-        let toml::Value::Table(next) = entry else {
-            return;
-        };
-        current = next;
-    }
-    current.insert(last.clone(), value);
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
-}
+mod load;
 
 #[cfg(test)]
 mod tests;
