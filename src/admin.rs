@@ -61,6 +61,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     let admin = admin.layer(middleware::from_fn_with_state(state.clone(), require_admin));
     open.merge(admin)
         .fallback(|| async { ApiError::NotFound })
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            crate::error::panic_response,
+        ))
         .with_state(state)
 }
 

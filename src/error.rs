@@ -154,6 +154,22 @@ impl ApiError {
     }
 }
 
+/// The answer when a handler panicked (tower-http's CatchPanicLayer calls this): a JSON 500 that
+/// says nothing of the panic, which goes to the log instead.
+pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(panic = %message, "a request handler panicked");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(json!({"error": "internal", "detail": "internal error; it has been logged"})),
+    )
+        .into_response()
+}
+
 /// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
 pub fn retry_after_ms(r: &Refusal) -> u64 {
     u64::try_from(r.retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
@@ -209,6 +225,36 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_with_json_500() {
+        use tower::ServiceExt as _;
+        let router = axum::Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    let empty: Vec<u8> = Vec::new();
+                    // Index out of bounds on purpose.
+                    let byte = empty[usize::from(empty.is_empty())];
+                    byte.to_string()
+                }),
+            )
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                panic_response,
+            ));
+        let request = axum::http::Request::get("/boom")
+            .body(axum::body::Body::empty())
+            .unwrap_or_default();
+        let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap_or_default();
+        assert_eq!(
+            &body[..],
+            br#"{"detail":"internal error; it has been logged","error":"internal"}"#
+        );
+    }
     use crate::admission::Reason;
     use std::time::Duration;
 

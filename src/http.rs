@@ -22,7 +22,14 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route(PRODUCE, post(produce::produce))
         .fallback(|| async { ApiError::NotFound })
-        .layer(middleware::from_fn_with_state(state.clone(), edge))
+        .layer(
+            tower::ServiceBuilder::new()
+                // Outermost: even a panicking handler is timed and answered in JSON.
+                .layer(middleware::from_fn_with_state(state.clone(), edge))
+                .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+                    crate::error::panic_response,
+                )),
+        )
         .with_state(state)
 }
 
