@@ -26,7 +26,7 @@ mkdir -p "$OUT" docs
 command -v taskset >/dev/null || { echo "taskset (util-linux) is required" >&2; exit 1; }
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || apt-get install -y -qq fonts-dejavu-core
 
-cargo build --release --features load --bins
+cargo build --release --workspace --bins
 BIN=target/release
 LOAD=(taskset -c 0 "$BIN/floodgate-load")
 

@@ -3,7 +3,7 @@
 # broker is frozen with SIGSTOP for 6 s and thawed with SIGCONT. Prints floodgate's RSS every
 # second and the load summary: while the broker is frozen the buffer fills, clients get
 # 429 buffer_full, and RSS stays flat instead of growing with the backlog.
-# Run after bench/run.sh has built target/release (or: cargo build --release --features load --bins).
+# Run after bench/run.sh has built target/release (or: cargo build --release --workspace --bins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KAFKA_PORT=19492
@@ -12,7 +12,7 @@ ADMIN_PORT=18190
 OUT=bench/out
 mkdir -p "$OUT"
 BIN=target/release
-[ -x "$BIN/floodgate-load" ] || cargo build --release --features load --bins
+[ -x "$BIN/floodgate-load" ] || cargo build --release --workspace --bins
 
 scripts/tansu.sh install
 TANSU_DIR=$(mktemp -d /tmp/floodgate-stall-tansu.XXXXXX)

@@ -10,6 +10,7 @@ use floodgate::admission::Admission;
 use floodgate::budget::{BudgetSpec, GlobalBudget, MonotonicClock, RateSpec};
 use floodgate::buffer::Buffer;
 use floodgate::config::TenantConfig;
+use floodgate::record::Charge;
 use floodgate::tenant::Tenant;
 
 fn tenant(records_per_sec: u64, burst: u64) -> Tenant {
@@ -20,9 +21,8 @@ fn tenant(records_per_sec: u64, burst: u64) -> Tenant {
         records_per_sec: Some(records_per_sec),
         records_burst: Some(burst),
         // Bytes unlimited at the tenant; the global byte bucket still runs on every decision.
-        bytes_per_sec: None,
-        bytes_burst: None,
         max_buffer_share: Some(0.5),
+        ..TenantConfig::default()
     })
     .expect("valid")
 }
@@ -36,10 +36,10 @@ fn admission() -> Admission {
     };
     Admission::new(
         Arc::new(MonotonicClock::new()),
-        GlobalBudget::new(BudgetSpec {
+        Arc::new(GlobalBudget::new(BudgetSpec {
             records: rate(10_000_000_000),
             bytes: rate(10_000_000_000),
-        }),
+        })),
         Arc::new(Buffer::new(1 << 40, 1 << 40)),
     )
 }
@@ -50,17 +50,17 @@ fn bench(c: &mut Criterion) {
     let open = tenant(10_000_000_000, 1 << 50);
     c.bench_function("admit/admitted (100 records, 10 KiB; lease dropped)", |b| {
         b.iter(|| {
-            let (lease, view) = admission.admit(black_box(&open), 100, 10_240);
+            let (lease, view) = admission.admit(black_box(&open), Charge::new(100, 10_240));
             black_box(view);
             black_box(lease.is_ok())
         })
     });
     // Refused: an empty bucket that refills 1 record/s.
     let empty = tenant(1, 1);
-    let _ = admission.admit(&empty, 1, 1);
+    let _ = admission.admit(&empty, Charge::new(1, 1));
     c.bench_function("admit/refused (tenant_records)", |b| {
         b.iter(|| {
-            let (lease, view) = admission.admit(black_box(&empty), 1, 10);
+            let (lease, view) = admission.admit(black_box(&empty), Charge::new(1, 10));
             black_box(view);
             black_box(lease.is_err())
         })

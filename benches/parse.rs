@@ -4,7 +4,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use floodgate::body::{parse, Format};
-use floodgate::config::RequestLimits;
+use floodgate::config::RequestBounds;
 
 fn bodies() -> (String, String, String) {
     let value = |i: usize| {
@@ -34,7 +34,7 @@ fn bodies() -> (String, String, String) {
 }
 
 fn bench(c: &mut Criterion) {
-    let limits = RequestLimits::default();
+    let limits = RequestBounds::default();
     let (json, ndjson, b64) = bodies();
     let mut group = c.benchmark_group("parse 100 records");
     for (name, format, body) in [

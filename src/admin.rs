@@ -1,9 +1,11 @@
-//! The admin listener: health, readiness, and the admin API (tenants, keys, global budget).
-//! It is a separate listener so the admin API is never reachable from the produce port.
+//! The admin listener: health, readiness, metrics, and the admin API (tenants, keys, global
+//! budget). It is a separate listener so the admin API is never reachable from the produce
+//! port.
+//!
+//! Layer: HTTP edge, HTTP only: routes, authentication and request/response shapes. Changes go
+//! through the registry store; statuses come from the outcome room.
 
 pub mod api;
-pub mod auth;
-pub mod store;
 
 use std::sync::Arc;
 
@@ -12,11 +14,12 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
-use axum::{Json, Router};
+use axum::Router;
 
 use crate::app::AppState;
-use crate::error::ApiError;
-use store::Actor;
+use crate::kafka::Reachability;
+use crate::outcome::{ApiError, Readiness};
+use crate::registry::Actor;
 
 /// Every route of the admin listener with its methods. The router is built from this table, and
 /// a test checks that each entry is documented in `openapi.json`.
@@ -62,7 +65,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     open.merge(admin)
         .fallback(|| async { ApiError::NotFound })
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            crate::error::panic_response,
+            crate::outcome::panic_response,
         ))
         .with_state(state)
 }
@@ -73,10 +76,10 @@ async fn require_admin(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if app.admin_tokens.is_empty() {
+    if app.admin.tokens.is_empty() {
         return ApiError::AdminUnauthorized(format!(
             "the admin API is disabled: no token in the environment variable {}",
-            app.admin_token_env
+            app.admin.token_env
         ))
         .into_response();
     }
@@ -87,10 +90,10 @@ async fn require_admin(
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
-    let Some(id) = presented.and_then(|t| app.admin_tokens.check(t)) else {
+    let Some(id) = presented.and_then(|t| app.admin.tokens.check(t)) else {
         return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
     };
-    let actor = Actor(id.to_string());
+    let actor = Actor::new(id);
     request.extensions_mut().insert(actor);
     next.run(request).await
 }
@@ -105,36 +108,34 @@ async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
     )
 }
 
-/// How long readiness waits for Kafka's metadata.
-const READY_KAFKA_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Ready = not draining, Kafka metadata reachable, buffer below its high-water mark.
-async fn readyz(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    let not_ready = |reason: &str, detail: String| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"ready": false, "reason": reason, "detail": detail})),
-        )
-    };
+/// Ready = not draining, buffer below its high-water mark, and the last topic-metadata refresh
+/// answered (a latch the catalog keeps: a probe costs no Kafka request and no thread).
+async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
     if app.is_draining() {
-        return not_ready("shutting_down", "floodgate is draining".into());
+        return Readiness::NotReady {
+            reason: "shutting_down",
+            detail: "floodgate is draining".into(),
+        };
     }
-    let buffer = &app.admission.buffer;
+    let buffer = &app.ingest.admission.buffer;
     let (bytes, records) = buffer.held();
     let fill = (bytes as f64 / buffer.max_bytes() as f64)
         .max(records as f64 / buffer.max_records() as f64);
     if fill >= app.ready_high_water {
-        return not_ready(
-            "buffer_high_water",
-            format!("the buffer is {:.0}% full", fill * 100.0),
-        );
+        return Readiness::NotReady {
+            reason: "buffer_high_water",
+            detail: format!("the buffer is {:.0}% full", fill * 100.0),
+        };
     }
-    let producer = app.producer.clone();
-    let reachable =
-        tokio::task::spawn_blocking(move || producer.cluster_reachable(READY_KAFKA_TIMEOUT)).await;
-    match reachable {
-        Ok(Ok(())) => (StatusCode::OK, Json(serde_json::json!({"ready": true}))),
-        Ok(Err(e)) => not_ready("kafka_unreachable", e.to_string()),
-        Err(e) => not_ready("kafka_unreachable", e.to_string()),
+    match app.ingest.catalog.reachability() {
+        Reachability::Reachable => Readiness::Ready,
+        Reachability::Unknown => Readiness::NotReady {
+            reason: "kafka_unreachable",
+            detail: "Kafka's metadata has not been fetched yet".into(),
+        },
+        Reachability::Unreachable(e) => Readiness::NotReady {
+            reason: "kafka_unreachable",
+            detail: e,
+        },
     }
 }

@@ -6,91 +6,38 @@
 //! reserved (one CAS, exact rollback), then the global budget is charged (one CAS), then the
 //! tenant's buckets are committed. A refusal at any step leaves every bucket and the buffer as
 //! they were.
+//!
+//! Layer: decisions. Imports tenants and the foundations; knows nothing of Kafka, HTTP or how
+//! a request body looks.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::budget::{BucketView, Clock, Dimension, GlobalBudget, Shortfall};
+use crate::budget::{
+    BucketView, BudgetSpec, Clock, Dimension, GlobalBudget, Shortfall, TenantBuckets,
+};
 use crate::buffer::{Buffer, BufferLease};
+use crate::record::Charge;
+use crate::refusal::{Denial, Reason, Refusal, TooLarge};
 use crate::tenant::Tenant;
 
-/// Why a request was refused with 429; the strings are part of the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    TenantRecords,
-    TenantBytes,
-    GlobalRecords,
-    GlobalBytes,
-    TenantBuffer,
-    BufferFull,
-}
-
-impl Reason {
-    pub const ALL: [Reason; 6] = [
-        Reason::TenantRecords,
-        Reason::TenantBytes,
-        Reason::GlobalRecords,
-        Reason::GlobalBytes,
-        Reason::TenantBuffer,
-        Reason::BufferFull,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::TenantRecords => "tenant_records",
-            Reason::TenantBytes => "tenant_bytes",
-            Reason::GlobalRecords => "global_records",
-            Reason::GlobalBytes => "global_bytes",
-            Reason::TenantBuffer => "tenant_buffer",
-            Reason::BufferFull => "buffer_full",
-        }
-    }
-
-    fn tenant(s: Shortfall) -> Self {
-        match s.dimension {
-            Dimension::Records => Reason::TenantRecords,
-            Dimension::Bytes => Reason::TenantBytes,
-        }
-    }
-
-    fn global(s: Shortfall) -> Self {
-        match s.dimension {
-            Dimension::Records => Reason::GlobalRecords,
-            Dimension::Bytes => Reason::GlobalBytes,
-        }
+fn tenant_reason(s: Shortfall) -> Reason {
+    match s.dimension {
+        Dimension::Records => Reason::TenantRecords,
+        Dimension::Bytes => Reason::TenantBytes,
     }
 }
 
-/// A 429: what ran out and when the same request would be admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refusal {
-    pub reason: Reason,
-    pub retry_after: Duration,
-}
-
-/// Why a request was not admitted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denial {
-    /// Come back later.
-    Refused(Refusal),
-    /// Never admissible as it is (bigger than a burst or a buffer share): a 413.
-    TooLarge(TooLarge),
-}
-
-/// A request larger than some bucket or buffer can ever hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TooLarge {
-    /// What was counted: "records" or "bytes".
-    pub unit: &'static str,
-    pub requested: u64,
-    /// Which limit: "tenant records_burst", "global bytes_burst", "buffer share", ...
-    pub limit: &'static str,
-    pub allowed: u64,
+fn global_reason(s: Shortfall) -> Reason {
+    match s.dimension {
+        Dimension::Records => Reason::GlobalRecords,
+        Dimension::Bytes => Reason::GlobalBytes,
+    }
 }
 
 /// Every bucket that applies to a tenant, as it stands: the source of the RateLimit headers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LimitsView {
+pub struct BucketsView {
     pub tenant_records: Option<BucketView>,
     pub tenant_bytes: Option<BucketView>,
     pub global_records: Option<BucketView>,
@@ -101,12 +48,12 @@ pub struct LimitsView {
 #[derive(Debug)]
 pub struct Admission {
     clock: Arc<dyn Clock>,
-    pub global: GlobalBudget,
+    pub global: Arc<GlobalBudget>,
     pub buffer: Arc<Buffer>,
 }
 
 impl Admission {
-    pub fn new(clock: Arc<dyn Clock>, global: GlobalBudget, buffer: Arc<Buffer>) -> Self {
+    pub fn new(clock: Arc<dyn Clock>, global: Arc<GlobalBudget>, buffer: Arc<Buffer>) -> Self {
         Self {
             clock,
             global,
@@ -123,46 +70,45 @@ impl Admission {
     pub fn admit(
         &self,
         tenant: &Tenant,
-        records: u64,
-        bytes: u64,
-    ) -> (Result<BufferLease, Denial>, LimitsView) {
+        charge: Charge,
+    ) -> (Result<BufferLease, Denial>, BucketsView) {
         let now = self.clock.now_ns();
-        let mut limits = tenant.limits();
+        let mut state = tenant.admission_state();
         let decision = (|| {
-            let share = limits.buffer_share;
-            self.never_fits(limits.buckets.spec(), share, records, bytes)?;
-            let charge = limits.buckets.check(now, records, bytes);
-            let global = self.global.check(now, records, bytes);
-            let charge = match (charge, global) {
+            let share = state.buffer_share;
+            self.never_fits(state.buckets.spec(), share, charge)?;
+            let pending = state.buckets.check(now, charge);
+            let global = self.global.check(now, charge);
+            let pending = match (pending, global) {
                 (Err(t), g) => {
                     let wait = t.wait_ns.max(g.err().map_or(0, |g| g.wait_ns));
-                    return Err(refused(Reason::tenant(t), wait));
+                    return Err(refused(tenant_reason(t), wait));
                 }
-                (Ok(_), Err(g)) => return Err(refused(Reason::global(g), g.wait_ns)),
+                (Ok(_), Err(g)) => return Err(refused(global_reason(g), g.wait_ns)),
                 (Ok(c), Ok(())) => c,
             };
             let (held_bytes, held_records) = self.tenant_usage(tenant);
             let (share_bytes, share_records) = self.share(share);
             // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
             if share < 1.0
-                && (held_bytes.saturating_add(bytes) > share_bytes
-                    || held_records.saturating_add(records) > share_records)
+                && (held_bytes.saturating_add(charge.bytes) > share_bytes
+                    || held_records.saturating_add(charge.records) > share_records)
             {
                 return Err(self.buffer_refusal(Reason::TenantBuffer));
             }
             let lease = self
                 .buffer
-                .try_reserve(&tenant.usage, bytes, records)
+                .try_reserve(&tenant.usage, charge)
                 .ok_or_else(|| self.buffer_refusal(Reason::BufferFull))?;
             // Another tenant may have taken the global tokens since the check above; if so
             // the lease is dropped here, giving its space back exactly.
             self.global
-                .take(now, records, bytes)
-                .map_err(|g| refused(Reason::global(g), g.wait_ns))?;
-            limits.buckets.commit(charge);
+                .take(now, charge)
+                .map_err(|g| refused(global_reason(g), g.wait_ns))?;
+            state.buckets.commit(pending);
             Ok(lease)
         })();
-        let view = self.view_locked(&limits.buckets, now);
+        let view = self.view_locked(&state.buckets, now);
         (decision, view)
     }
 
@@ -171,43 +117,43 @@ impl Admission {
     /// the record bytes from above)? Charges nothing.
     pub fn precheck(&self, tenant: &Tenant, bytes_upper: u64) -> Result<(), Refusal> {
         let now = self.clock.now_ns();
-        let limits = tenant.limits();
-        let spec = limits.buckets.spec();
+        let state = tenant.admission_state();
+        let spec = state.buckets.spec();
         let global_spec = self.global.spec();
         // Only ask for as many bytes as a bucket could ever hold: the exact count, made after
         // parsing, decides the rest.
         let cap = |burst: Option<u64>| burst.map_or(bytes_upper, |b| bytes_upper.min(b));
         let tenant_bytes = cap(spec.bytes.map(|s| s.burst));
         let global_bytes = cap(global_spec.bytes.map(|s| s.burst));
-        if let Err(t) = limits.buckets.check(now, 1, tenant_bytes) {
-            return Err(refused_plain(Reason::tenant(t), t.wait_ns));
+        if let Err(t) = state.buckets.check(now, Charge::new(1, tenant_bytes)) {
+            return Err(refused_plain(tenant_reason(t), t.wait_ns));
         }
-        if let Err(g) = self.global.check(now, 1, global_bytes) {
-            return Err(refused_plain(Reason::global(g), g.wait_ns));
+        if let Err(g) = self.global.check(now, Charge::new(1, global_bytes)) {
+            return Err(refused_plain(global_reason(g), g.wait_ns));
         }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
-        let (share_bytes, share_records) = self.share(limits.buffer_share);
-        if limits.buffer_share < 1.0 && (held_records >= share_records || held_bytes >= share_bytes)
+        let (share_bytes, share_records) = self.share(state.buffer_share);
+        if state.buffer_share < 1.0 && (held_records >= share_records || held_bytes >= share_bytes)
         {
             return Err(self.buffer_refusal_plain(Reason::TenantBuffer));
         }
-        if !self.buffer.has_room(1, 1) {
+        if !self.buffer.has_room(Charge::new(1, 1)) {
             return Err(self.buffer_refusal_plain(Reason::BufferFull));
         }
         Ok(())
     }
 
     /// The tenant's and the global buckets as they are now.
-    pub fn view(&self, tenant: &Tenant) -> LimitsView {
+    pub fn view(&self, tenant: &Tenant) -> BucketsView {
         let now = self.clock.now_ns();
-        let limits = tenant.limits();
-        self.view_locked(&limits.buckets, now)
+        let state = tenant.admission_state();
+        self.view_locked(&state.buckets, now)
     }
 
-    fn view_locked(&self, buckets: &crate::budget::TenantBuckets, now: u64) -> LimitsView {
+    fn view_locked(&self, buckets: &TenantBuckets, now: u64) -> BucketsView {
         let (tenant_records, tenant_bytes) = buckets.view(now);
         let (global_records, global_bytes) = self.global.view(now);
-        LimitsView {
+        BucketsView {
             tenant_records,
             tenant_bytes,
             global_records,
@@ -215,49 +161,25 @@ impl Admission {
         }
     }
 
-    fn never_fits(
-        &self,
-        spec: crate::budget::BudgetSpec,
-        share: f64,
-        records: u64,
-        bytes: u64,
-    ) -> Result<(), Denial> {
+    fn never_fits(&self, spec: BudgetSpec, share: f64, charge: Charge) -> Result<(), Denial> {
         let global = self.global.spec();
         let (share_bytes, share_records) = self.share(share);
+        let burst = |s: Option<crate::budget::RateSpec>| s.map(|s| s.burst);
+        let (r, b) = ("records", "bytes");
         let checks = [
-            (
-                "records",
-                records,
-                "tenant records_burst",
-                spec.records.map(|s| s.burst),
-            ),
-            (
-                "bytes",
-                bytes,
-                "tenant bytes_burst",
-                spec.bytes.map(|s| s.burst),
-            ),
-            (
-                "records",
-                records,
-                "global records_burst",
-                global.records.map(|s| s.burst),
-            ),
-            (
-                "bytes",
-                bytes,
-                "global bytes_burst",
-                global.bytes.map(|s| s.burst),
-            ),
-            (
-                "records",
-                records,
-                "tenant buffer share",
-                Some(share_records),
-            ),
-            ("bytes", bytes, "tenant buffer share", Some(share_bytes)),
+            (r, "tenant records_burst", burst(spec.records)),
+            (b, "tenant bytes_burst", burst(spec.bytes)),
+            (r, "global records_burst", burst(global.records)),
+            (b, "global bytes_burst", burst(global.bytes)),
+            (r, "tenant buffer share", Some(share_records)),
+            (b, "tenant buffer share", Some(share_bytes)),
         ];
-        for (unit, requested, limit, allowed) in checks {
+        for (unit, limit, allowed) in checks {
+            let requested = if unit == r {
+                charge.records
+            } else {
+                charge.bytes
+            };
             if let Some(allowed) = allowed.filter(|a| requested > *a) {
                 return Err(Denial::TooLarge(TooLarge {
                     unit,

@@ -1,72 +1,70 @@
-//! The gateway's shared state, built once from configuration and handed to every handler.
+//! The gateway's shared state, built once from configuration and handed to every handler,
+//! grouped by who uses it: the produce path, the registry, the admin API, observability.
+//!
+//! Layer: assembly. Imports everything below the HTTP edges; imported by the edges.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::auth::AdminTokens;
-use crate::admin::store::{StoreError, StoreState, TenantStore};
+use crate::access::AdminTokens;
 use crate::admission::Admission;
-use crate::budget::{Clock, GlobalBudget};
+use crate::budget::Clock;
 use crate::buffer::Buffer;
-use crate::config::{Config, ConfigProblem, RequestLimits};
-use crate::kafka::{client_config, KafkaProducer, ProducerError, TopicCatalog};
-use crate::metrics::{KafkaMetrics, Metrics};
-use crate::tenant::{Registry, Tenants};
+use crate::config::Config;
+use crate::ingest::Ingest;
+use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, ProducerError, TopicCatalog};
+use crate::metrics::Metrics;
+use crate::registry::{InMemory, Persistence, RegistryError, RegistryStore, StateFile};
 
 #[derive(Debug)]
 pub struct AppState {
-    pub tenants: Arc<Tenants>,
-    pub admission: Arc<Admission>,
+    /// The produce path: tenants, admission, Kafka, request bounds.
+    pub ingest: Ingest,
+    /// The registry's source of truth; every admin change and reload goes through it.
+    pub registry: RegistryStore,
+    /// Who may call the admin API.
+    pub admin: AdminAccess,
+    /// Prometheus metrics (read from live state at scrape time).
     pub metrics: Metrics,
     /// Buffer occupancy above which `/readyz` says not ready.
     pub ready_high_water: f64,
-    pub producer: Arc<KafkaProducer>,
-    pub catalog: TopicCatalog,
-    /// The registry's declarative form; every admin change goes through it.
-    pub store: TenantStore,
-    pub admin_tokens: AdminTokens,
-    /// The variable the tokens came from, to say so when there are none.
-    pub admin_token_env: String,
-    pub limits: RequestLimits,
-    pub max_body_bytes: u64,
-    pub body_read_timeout: Duration,
-    /// How long a sync request waits for Kafka's acknowledgements.
-    pub delivery_timeout: Duration,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
 }
 
+/// The admin API's credentials.
+#[derive(Debug)]
+pub struct AdminAccess {
+    pub tokens: AdminTokens,
+    /// The variable the tokens came from, to say so when there are none.
+    pub token_env: String,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("invalid configuration: {0}")]
-    Config(#[from] ConfigProblem),
     #[error(transparent)]
     Producer(#[from] ProducerError),
     #[error(transparent)]
-    State(#[from] StoreError),
+    Registry(#[from] RegistryError),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error("admin tokens: {0}")]
+    AdminTokens(String),
 }
 
 impl AppState {
-    pub fn build(config: &Config, clock: Arc<dyn Clock>) -> Result<Self, BuildError> {
-        // The state file, when there is one, is the registry: config-file tenants plus every
-        // admin change since. Without one, the config file's tenants are the start.
-        let state = match &config.admin.state_file {
-            Some(path) => match StoreState::load(path)? {
-                Some(state) => {
-                    tracing::info!(file = %path.display(), tenants = state.tenants.len(),
-                        "tenant registry loaded from the state file");
-                    state
-                }
-                None => StoreState::from_config(config),
-            },
-            None => StoreState::from_config(config),
+    /// Builds the state; call inside the runtime (the topic catalog starts refreshing).
+    pub fn build(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        tokens: AdminTokens,
+    ) -> Result<Self, BuildError> {
+        let persistence: Box<dyn Persistence> = match &config.admin.state_file {
+            Some(path) => Box::new(StateFile::open(path)?),
+            None => Box::new(InMemory),
         };
-        let tenant_configs: Vec<_> = state.tenants.values().cloned().collect();
-        let registry = Registry::from_configs(&tenant_configs)?;
-        let global = state.global.spec()?;
+        let registry = RegistryStore::open(config, persistence, clock.clone())?;
         let buffer = Arc::new(Buffer::new(
             config.buffer.max_bytes,
             config.buffer.max_records,
@@ -82,22 +80,27 @@ impl AppState {
             Duration::from_millis(config.kafka.metadata_ttl_ms),
             Duration::from_millis(config.kafka.metadata_timeout_ms),
         );
-        let tenants = Arc::new(Tenants::new(registry));
-        let admission = Arc::new(Admission::new(clock, GlobalBudget::new(global), buffer));
+        catalog.start_refreshing();
+        let admission = Arc::new(Admission::new(clock, registry.global().clone(), buffer));
+        let tenants = registry.tenants().clone();
         Ok(Self {
             metrics: Metrics::new(tenants.clone(), admission.clone(), kafka_metrics),
+            ingest: Ingest {
+                tenants,
+                admission,
+                catalog,
+                producer,
+                bounds: config.limits.clone(),
+                max_body_bytes: config.server.max_body_bytes,
+                body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
+                delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
+            },
+            registry,
+            admin: AdminAccess {
+                tokens,
+                token_env: config.admin.token_env.clone(),
+            },
             ready_high_water: config.buffer.ready_high_water,
-            tenants,
-            admission,
-            store: TenantStore::new(state, config.admin.state_file.clone()),
-            admin_tokens: AdminTokens::from_env(&config.admin.token_env),
-            admin_token_env: config.admin.token_env.clone(),
-            producer,
-            catalog,
-            limits: config.limits.clone(),
-            max_body_bytes: config.server.max_body_bytes,
-            body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
-            delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             draining: AtomicBool::new(false),
         })
     }

@@ -4,6 +4,9 @@
 //! (key order, number formatting and whitespace inside the value survive), and keys and header
 //! strings without escapes are not copied. Every error names the record (and, for NDJSON, the
 //! line) it is about. Nothing here panics on any input; the fuzz target holds us to that.
+//!
+//! Layer: wire decoding. Imports only configuration bounds and the record type; the `/v1`
+//! adapter in `http` calls it, and nothing here knows about tenants, budgets or Kafka.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -14,7 +17,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::config::RequestLimits;
+use crate::config::RequestBounds;
+pub use crate::record::Record;
 
 /// The formats a produce request may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,26 +74,6 @@ fn nesting_depth(json: &[u8]) -> usize {
     max
 }
 
-/// One record, ready for the producer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record<'a> {
-    pub key: Option<Cow<'a, [u8]>>,
-    /// `None` for `"value": null`: a Kafka null value (a tombstone on compacted topics).
-    pub value: Option<Cow<'a, [u8]>>,
-    pub headers: Vec<(Cow<'a, str>, Cow<'a, [u8]>)>,
-    pub partition: Option<i32>,
-    pub timestamp_ms: Option<i64>,
-}
-
-impl Record<'_> {
-    /// What the record costs in budgets and buffer: key, value, header names and values.
-    pub fn size(&self) -> u64 {
-        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-        let value = self.value.as_ref().map_or(0, |v| v.len());
-        (self.key.as_ref().map_or(0, |k| k.len()) + value + headers) as u64
-    }
-}
-
 /// Why a body was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
@@ -105,7 +89,7 @@ pub enum BodyError {
 pub fn parse<'a>(
     format: Format,
     body: &'a [u8],
-    limits: &RequestLimits,
+    limits: &RequestBounds,
 ) -> Result<Vec<Record<'a>>, BodyError> {
     let records = match format {
         Format::Json => parse_json(body, limits)?,
@@ -117,7 +101,7 @@ pub fn parse<'a>(
     Ok(records)
 }
 
-fn parse_json<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'a>>, BodyError> {
+fn parse_json<'a>(body: &'a [u8], limits: &RequestBounds) -> Result<Vec<Record<'a>>, BodyError> {
     let failed = Cell::new(None);
     let too_many = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -144,7 +128,7 @@ fn parse_json<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'
     })
 }
 
-fn parse_ndjson<'a>(body: &'a [u8], limits: &RequestLimits) -> Result<Vec<Record<'a>>, BodyError> {
+fn parse_ndjson<'a>(body: &'a [u8], limits: &RequestBounds) -> Result<Vec<Record<'a>>, BodyError> {
     let mut records = Vec::new();
     for (line_index, line) in body.split(|b| *b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -222,7 +206,7 @@ impl<'a> WireRecord<'a> {
     fn into_record(
         self,
         _index: usize,
-        limits: &RequestLimits,
+        limits: &RequestBounds,
     ) -> Result<Record<'a>, RecordProblem> {
         let value: Option<Cow<'a, [u8]>> = match (self.value, self.value_b64) {
             (Some(_), Some(_)) => {
@@ -353,7 +337,7 @@ enum RecordFailure {
 /// error type cannot carry it).
 #[derive(Clone, Copy)]
 struct ParseContext<'l> {
-    limits: &'l RequestLimits,
+    limits: &'l RequestBounds,
     failed: &'l Cell<Option<RecordFailure>>,
     too_many: &'l Cell<bool>,
 }

@@ -10,6 +10,9 @@
 //! - the global pair is packed into one 128-bit word and updated with a single
 //!   compare-and-swap (lock-free), only after the tenant's buckets have said yes, and
 //!   the tenant's buckets are committed only after the global CAS succeeded.
+//!
+//! A foundation module: it imports only [`crate::record::Charge`], and knows nothing of
+//! tenants, configuration files or HTTP.
 
 mod clock;
 mod gcra;
@@ -22,6 +25,8 @@ pub use global::GlobalBudget;
 pub use tenant_buckets::TenantBuckets;
 
 use serde::{Deserialize, Serialize};
+
+use crate::record::Charge;
 
 /// A budget in both dimensions; `None` means that dimension is not limited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,8 +54,7 @@ pub(crate) fn take_both(
     spec: &BudgetSpec,
     (r_tat, b_tat): (u64, u64),
     now_ns: u64,
-    records: u64,
-    bytes: u64,
+    charge: Charge,
 ) -> Result<(u64, u64), Shortfall> {
     let take = |s: &Option<RateSpec>, tat: u64, n: u64, dimension| match s {
         None => Ok(tat),
@@ -58,8 +62,8 @@ pub(crate) fn take_both(
             .try_take(tat, now_ns, n)
             .map_err(|wait_ns| Shortfall { dimension, wait_ns }),
     };
-    let r = take(&spec.records, r_tat, records, Dimension::Records);
-    let b = take(&spec.bytes, b_tat, bytes, Dimension::Bytes);
+    let r = take(&spec.records, r_tat, charge.records, Dimension::Records);
+    let b = take(&spec.bytes, b_tat, charge.bytes, Dimension::Bytes);
     match (r, b) {
         (Ok(r), Ok(b)) => Ok((r, b)),
         // Report the first dimension that refuses, but wait for the slower of the two.

@@ -4,12 +4,16 @@
 //! Space is reserved at admission, before a record reaches librdkafka, and given back when the
 //! last delivery report of the request arrives (the [`BufferLease`] is dropped). Bytes and
 //! records share one 128-bit word so a reservation checks and takes both in one CAS.
+//!
+//! A foundation module: it imports only [`crate::record::Charge`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use portable_atomic::AtomicU128;
+
+use crate::record::Charge;
 
 /// Shortest and longest retry hint for a full buffer.
 const MIN_RETRY: Duration = Duration::from_millis(100);
@@ -64,19 +68,20 @@ impl Buffer {
         unpack(self.held.load(Ordering::Acquire))
     }
 
-    /// Would `bytes`/`records` fit now? Reserves nothing.
-    pub fn has_room(&self, bytes: u64, records: u64) -> bool {
+    /// Would `charge` fit now? Reserves nothing.
+    pub fn has_room(&self, charge: Charge) -> bool {
         let (b, r) = self.held();
-        b.saturating_add(bytes) <= self.max_bytes && r.saturating_add(records) <= self.max_records
+        b.saturating_add(charge.bytes) <= self.max_bytes
+            && r.saturating_add(charge.records) <= self.max_records
     }
 
     /// Reserves space for a request, all of it or none.
     pub fn try_reserve(
         self: &Arc<Self>,
         tenant: &Arc<TenantUsage>,
-        bytes: u64,
-        records: u64,
+        charge: Charge,
     ) -> Option<BufferLease> {
+        let Charge { records, bytes } = charge;
         let mut current = self.held.load(Ordering::Acquire);
         loop {
             let (b, r) = unpack(current);
@@ -159,8 +164,10 @@ mod tests {
     fn reserves_all_or_nothing_and_releases_on_drop() {
         let buffer = Arc::new(Buffer::new(100, 10));
         let tenant = Arc::new(TenantUsage::default());
-        let lease = buffer.try_reserve(&tenant, 60, 2).expect("fits");
-        assert!(buffer.try_reserve(&tenant, 41, 1).is_none());
+        let lease = buffer
+            .try_reserve(&tenant, Charge::new(2, 60))
+            .expect("fits");
+        assert!(buffer.try_reserve(&tenant, Charge::new(1, 41)).is_none());
         assert_eq!(
             buffer.held(),
             (60, 2),
@@ -176,8 +183,10 @@ mod tests {
     fn records_bound_applies_independently_of_bytes() {
         let buffer = Arc::new(Buffer::new(1_000_000, 3));
         let tenant = Arc::new(TenantUsage::default());
-        let _a = buffer.try_reserve(&tenant, 1, 3).expect("fits");
-        assert!(buffer.try_reserve(&tenant, 1, 1).is_none());
+        let _a = buffer
+            .try_reserve(&tenant, Charge::new(3, 1))
+            .expect("fits");
+        assert!(buffer.try_reserve(&tenant, Charge::new(1, 1)).is_none());
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //! `FLOODGATE__KAFKA__PRODUCER__LINGER_MS=20` sets `linger.ms` (librdkafka property names
 //! contain no underscores, so the mapping is unambiguous). Tenants are not taken from the
 //! environment; use the file or the admin API.
+//!
+//! Layer: configuration. It imports only the foundations (`budget`, `identity`); every other
+//! module may read it, and it validates everything it holds, tenants included.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,6 +21,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetSpec, RateSpec};
+use crate::identity::{ApiKeyHash, TenantId, TopicPatterns};
 
 /// The whole gateway configuration.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -32,9 +36,9 @@ pub struct Config {
     /// The bounded downstream buffer: records handed to the producer and not yet acknowledged.
     #[serde(default)]
     pub buffer: BufferConfig,
-    /// Per-request bounds on what a client may send.
+    /// Per-request bounds on what a client may send (the `[limits]` section).
     #[serde(default)]
-    pub limits: RequestLimits,
+    pub limits: RequestBounds,
     /// The global broker-protection budget, summed over all tenants.
     #[serde(default)]
     pub global: GlobalBudgetConfig,
@@ -105,7 +109,10 @@ pub struct KafkaConfig {
     /// floodgate's defaults; the queue limits that keep librdkafka below our buffer and
     /// `message.timeout.ms` (always infinite) cannot be overridden.
     pub producer: BTreeMap<String, PropertyValue>,
-    /// How long a topic's metadata (existence, partition count) is cached, in milliseconds.
+    /// How often the cluster's topic list (existence, partition counts) is refreshed in the
+    /// background, in milliseconds. `/readyz` follows the last refresh, so this is also how
+    /// soon readiness notices Kafka going away or coming back. A topic not in the list is
+    /// looked up again at most once a second.
     pub metadata_ttl_ms: u64,
     /// How long a metadata lookup may take before the request fails with 503, in milliseconds.
     pub metadata_timeout_ms: u64,
@@ -120,7 +127,7 @@ impl Default for KafkaConfig {
         Self {
             bootstrap_servers: "127.0.0.1:9092".into(),
             producer: BTreeMap::new(),
-            metadata_ttl_ms: 30_000,
+            metadata_ttl_ms: 2_000,
             metadata_timeout_ms: 5_000,
             delivery_timeout_ms: 30_000,
         }
@@ -173,10 +180,11 @@ impl Default for BufferConfig {
     }
 }
 
-/// Per-request bounds. Defaults stay below Kafka's default `message.max.bytes` (1 MB).
+/// Per-request bounds (the `[limits]` section). Defaults stay below Kafka's default
+/// `message.max.bytes` (1 MB).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RequestLimits {
+pub struct RequestBounds {
     /// Most records in one request.
     pub max_records_per_request: usize,
     /// Largest record key, in bytes.
@@ -187,7 +195,7 @@ pub struct RequestLimits {
     pub max_headers_bytes: usize,
 }
 
-impl Default for RequestLimits {
+impl Default for RequestBounds {
     fn default() -> Self {
         Self {
             max_records_per_request: 10_000,
@@ -270,8 +278,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// One tenant.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+/// One tenant. `Default` is a tenant with no id, no keys and no topics (invalid until those are
+/// set), so code and tests write only the fields they care about.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// Stable identifier, used in logs, metrics and the admin API.
@@ -316,6 +325,92 @@ impl TenantConfig {
     pub fn buffer_share(&self) -> f64 {
         self.max_buffer_share.unwrap_or(DEFAULT_BUFFER_SHARE)
     }
+
+    /// The key digests, parsed (invalid ones are skipped: [`TenantConfig::problems`] reports
+    /// them).
+    pub fn key_digests(&self) -> impl Iterator<Item = ApiKeyHash> + '_ {
+        self.api_key_sha256
+            .iter()
+            .filter_map(|h| ApiKeyHash::from_hex(h))
+    }
+
+    /// Every semantic problem with this tenant, keys prefixed by `at` (`tenants[0]`).
+    pub fn problems(&self, at: &str) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        if let Some(p) = TenantId::problem(&self.id) {
+            problems.push(ConfigProblem::new(format!("{at}.id"), p));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, h) in self.api_key_sha256.iter().enumerate() {
+            match ApiKeyHash::from_hex(h) {
+                None => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    "must be 64 lowercase hex digits (the SHA-256 of the key)",
+                )),
+                Some(d) if !seen.insert(d) => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    "is listed twice",
+                )),
+                Some(_) => {}
+            }
+        }
+        if self.topics.is_empty() {
+            problems.push(ConfigProblem::new(
+                format!("{at}.topics"),
+                "must list at least one pattern",
+            ));
+        }
+        if let Err((i, e)) = TopicPatterns::parse(&self.topics) {
+            problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), e));
+        }
+        if let Err(mut p) = self.spec() {
+            p.key = p.key.replacen(&format!("tenants[{}]", self.id), at, 1);
+            problems.push(p);
+        }
+        if let Some(share) = self.max_buffer_share {
+            if !(share > 0.0 && share <= 1.0) {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.max_buffer_share"),
+                    "must be greater than 0 and at most 1",
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// Problems that span tenants: a tenant id used twice, and a key digest held by two tenants
+/// (which of them a request authenticates as would be a guess). `tenants` yields each
+/// tenant with the key prefix its problems are reported under.
+pub fn cross_tenant_problems<'a>(
+    tenants: impl IntoIterator<Item = (String, &'a TenantConfig)>,
+) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    let mut owners: std::collections::HashMap<ApiKeyHash, &str> = Default::default();
+    for (at, t) in tenants {
+        if !ids.insert(t.id.as_str()) {
+            problems.push(ConfigProblem::new(
+                format!("{at}.id"),
+                format!("duplicate tenant id {:?}", t.id),
+            ));
+        }
+        for (i, digest) in t.api_key_sha256.iter().enumerate() {
+            let Some(d) = ApiKeyHash::from_hex(digest) else {
+                continue;
+            };
+            match owners.get(&d) {
+                Some(owner) if *owner != t.id => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    format!("this key already belongs to tenant {owner:?}"),
+                )),
+                _ => {
+                    owners.insert(d, t.id.as_str());
+                }
+            }
+        }
+    }
+    problems
 }
 
 fn budget_spec(
@@ -415,6 +510,7 @@ impl Config {
             ),
             ("limits.max_value_bytes", self.limits.max_value_bytes as u64),
             ("kafka.metadata_timeout_ms", self.kafka.metadata_timeout_ms),
+            ("kafka.metadata_ttl_ms", self.kafka.metadata_ttl_ms),
             ("kafka.delivery_timeout_ms", self.kafka.delivery_timeout_ms),
         ] {
             if value == 0 {
@@ -455,16 +551,15 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
-        let mut seen = std::collections::HashSet::new();
         for (i, t) in self.tenants.iter().enumerate() {
-            problems.extend(crate::tenant::validate_tenant(t, &format!("tenants[{i}]")));
-            if !seen.insert(t.id.as_str()) {
-                problems.push(ConfigProblem::new(
-                    format!("tenants[{i}].id"),
-                    format!("duplicate tenant id {:?}", t.id),
-                ));
-            }
+            problems.extend(t.problems(&format!("tenants[{i}]")));
         }
+        problems.extend(cross_tenant_problems(
+            self.tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("tenants[{i}]"), t)),
+        ));
         problems
     }
 

@@ -6,7 +6,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 
 use crate::config::{Config, TenantConfig};
-use crate::tenant::ApiKeyHash;
+use crate::identity::ApiKeyHash;
 
 /// The demo topics and their partition counts.
 pub const DEMO_TOPICS: &[(&str, i32)] = &[("events.demo", 3), ("events.demo.audit", 1)];
@@ -49,7 +49,7 @@ pub fn start(config: &mut Config) -> Result<DevBroker, DevError> {
         records_burst: Some(2000),
         bytes_per_sec: Some(1024 * 1024),
         bytes_burst: Some(2 * 1024 * 1024),
-        max_buffer_share: None,
+        ..TenantConfig::default()
     });
     Ok(DevBroker { cluster, api_key })
 }

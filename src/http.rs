@@ -1,6 +1,9 @@
-//! The produce listener's routes.
+//! The produce listener: its routes (one adapter per wire format on the shared ingest pipeline)
+//! and its one edge middleware.
+//!
+//! Layer: HTTP edge. Imports the app state, the pipeline and the outcome room.
 
-mod produce;
+mod v1;
 
 use std::sync::Arc;
 
@@ -11,23 +14,22 @@ use axum::routing::post;
 use axum::Router;
 
 use crate::app::AppState;
-use crate::error::ApiError;
 use crate::metrics::HttpLabels;
+use crate::outcome::ApiError;
 
 /// The produce listener's routes and methods (documented in `openapi.json`; a test checks it).
-pub const ROUTES: &[(&str, &[&str])] = &[(PRODUCE, &["post"])];
-const PRODUCE: &str = "/v1/topics/{topic}/records";
+pub const ROUTES: &[(&str, &[&str])] = &[(v1::PRODUCE, &["post"])];
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(PRODUCE, post(produce::produce))
+        .route(v1::PRODUCE, post(v1::produce))
         .fallback(|| async { ApiError::NotFound })
         .layer(
             tower::ServiceBuilder::new()
                 // Outermost: even a panicking handler is timed and answered in JSON.
                 .layer(middleware::from_fn_with_state(state.clone(), edge))
                 .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                    crate::error::panic_response,
+                    crate::outcome::panic_response,
                 )),
         )
         .with_state(state)

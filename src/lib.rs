@@ -1,22 +1,28 @@
 //! floodgate: an HTTP ingest gateway in front of Kafka that refuses exactly and never queues
 //! without bound.
 //!
-//! Module map:
-//! - [`config`]: the typed, documented configuration and its validation.
-//! - [`tenant`]: tenant identities, API-key digests, topic patterns, the live registry.
-//! - [`budget`]: token buckets (GCRA) per tenant and global, generic over a clock.
-//! - [`buffer`]: the bounded downstream buffer (bytes and records awaiting Kafka's ack).
-//! - [`admission`]: the atomic admit-or-refuse decision across budgets and buffer.
-//! - [`body`]: JSON / NDJSON request bodies into records, errors naming the record.
-//! - [`kafka`]: librdkafka settings, the shared producer, delivery reports, topic metadata.
-//! - [`metrics`]: Prometheus metrics, read from live state at scrape time.
-//! - [`http`]: the produce route; [`ratelimit_headers`]: the IETF RateLimit fields.
-//! - [`error`]: the request error enum and its one mapping to HTTP responses.
-//! - [`admin`]: the admin listener's routes; [`server`]: bounded accept loop, graceful drain;
-//!   [`tls`]: rustls for both listeners.
-//! - [`app`]: shared state; [`telemetry`]: logging set-up; [`dev`]: the embedded dev broker.
-//! - [`reload`]: SIGHUP re-reads the configuration file and applies tenant and budget changes.
+//! Modules by layer, lowest first. A module may import modules of its own layer or below,
+//! never above (docs/ARCHITECTURE.md draws the same picture with one request's path):
+//!
+//! 1. Foundations — import nothing of floodgate's but each other, as listed:
+//!    [`record`] (records and the `Charge` they make), [`refusal`] (why a request is not
+//!    admitted), [`identity`] (tenant ids, key digests, topics, topic patterns), [`access`]
+//!    (admin tokens), [`budget`] (GCRA token buckets; uses `record`), [`buffer`] (the bounded
+//!    downstream buffer; uses `record`), [`server`] and [`tls`] (bounded accept loop).
+//! 2. Configuration — [`config`]: the typed, validated configuration file.
+//! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
+//!    decoder), [`kafka`] (settings, the shared producer, delivery reports, topic catalog,
+//!    Kafka statistics).
+//! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
+//!    [`registry`] (the registry's declarative state, its changes, audit and persistence),
+//!    [`metrics`] (Prometheus, read from live state).
+//! 5. Outcomes and pipeline — [`outcome`] (every status and body decided once), then
+//!    [`ingest`] (the produce pipeline every wire format shares).
+//! 6. Assembly — [`app`] (the shared state), [`ratelimit_headers`] (the IETF fields).
+//! 7. HTTP edges — [`http`] (produce routes, one adapter per wire format), [`admin`] (admin
+//!    routes), [`reload`] (SIGHUP), [`telemetry`] (logging), [`dev`] (the embedded broker).
 
+pub mod access;
 pub mod admin;
 pub mod admission;
 pub mod app;
@@ -25,11 +31,16 @@ pub mod budget;
 pub mod buffer;
 pub mod config;
 pub mod dev;
-pub mod error;
 pub mod http;
+pub mod identity;
+pub mod ingest;
 pub mod kafka;
 pub mod metrics;
+pub mod outcome;
 pub mod ratelimit_headers;
+pub mod record;
+pub mod refusal;
+pub mod registry;
 pub mod reload;
 pub mod server;
 pub mod telemetry;
@@ -44,7 +55,7 @@ use tokio::net::TcpListener;
 
 use crate::app::{AppState, BuildError};
 use crate::budget::Clock;
-use crate::server::ConnectionLimits;
+use crate::server::ConnectionBounds;
 
 /// The two sockets floodgate serves; bound by the caller so tests can use port 0.
 #[derive(Debug)]
@@ -71,7 +82,7 @@ pub struct RunOptions {
     pub config_path: Option<std::path::PathBuf>,
     /// Admin tokens to use instead of reading `[admin] token_env` (for embedding and tests,
     /// which must not mutate the process environment).
-    pub admin_tokens: Option<admin::auth::AdminTokens>,
+    pub admin_tokens: Option<access::AdminTokens>,
 }
 
 impl RunOptions {
@@ -98,11 +109,12 @@ pub async fn run(
     options: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<ShutdownReport, BuildError> {
-    let mut state = AppState::build(&config, options.clock)?;
-    if let Some(tokens) = options.admin_tokens {
-        state.admin_tokens = tokens;
-    }
-    let state = Arc::new(state);
+    let tokens = match options.admin_tokens {
+        Some(tokens) => tokens,
+        None => access::AdminTokens::from_env(&config.admin.token_env)
+            .map_err(BuildError::AdminTokens)?,
+    };
+    let state = Arc::new(AppState::build(&config, options.clock, tokens)?);
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
@@ -110,7 +122,7 @@ pub async fn run(
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         _ => None,
     };
-    let limits = ConnectionLimits {
+    let bounds = ConnectionBounds {
         max_connections: config.server.max_connections,
         header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
         max_header_bytes: config.server.max_header_bytes,
@@ -129,14 +141,14 @@ pub async fn run(
     let produce = tokio::spawn(server::serve(
         listeners.produce,
         http::router(state.clone()),
-        limits.clone(),
+        bounds.clone(),
         stopped(stop_rx.clone()),
         shutdown_timeout,
     ));
     let admin = tokio::spawn(server::serve(
         listeners.admin,
         admin::router(state.clone()),
-        limits,
+        bounds,
         stopped(stop_rx),
         shutdown_timeout,
     ));
@@ -149,7 +161,7 @@ pub async fn run(
     if !matches!(produce.await, Ok(true)) {
         tracing::warn!("shutdown: some produce connections were still open at the deadline");
     }
-    let producer = state.producer.clone();
+    let producer = state.ingest.producer.clone();
     let remaining = deadline.saturating_duration_since(Instant::now());
     let flushed = tokio::task::spawn_blocking(move || {
         let result = producer.flush(remaining);
@@ -163,7 +175,7 @@ pub async fn run(
                 "shutdown: Kafka did not confirm every accepted record in time");
             in_flight
         }
-        Err(_) => state.producer.in_flight(),
+        Err(_) => state.ingest.producer.in_flight(),
     };
     let _ = admin.await;
     tracing::info!(unconfirmed_records = unconfirmed, "shutdown complete");

@@ -7,56 +7,30 @@
 //! from closed sets (reasons, outcomes, routes, status codes, librdkafka error names, brokers),
 //! never from request data.
 
+//!
+//! Layer: observability. Imports tenants, admission and Kafka's own statistics; written to by
+//! nothing but the HTTP edge's latency histogram.
+
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::admission::{Admission, Reason};
+use crate::admission::Admission;
+use crate::kafka::{KafkaMetrics, KafkaStats};
+use crate::refusal::Reason;
 use crate::tenant::Tenants;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub route: &'static str,
     pub status: u16,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub code: String,
-}
-
-/// The last librdkafka statistics we received (every `statistics.interval.ms`).
-#[derive(Debug, Clone, Default)]
-pub struct KafkaStats {
-    pub queue_messages: u64,
-    pub queue_bytes: u64,
-    /// Per broker: (name, in-flight requests, average rtt in µs, average throttle in ms).
-    pub brokers: Vec<(String, i64, i64, i64)>,
-}
-
-/// Metrics written by the Kafka delivery path.
-#[derive(Debug, Clone)]
-pub struct KafkaMetrics {
-    pub delivery_seconds: Histogram,
-    pub delivery_errors: Family<ErrorLabels, Counter>,
-    pub stats: Arc<Mutex<KafkaStats>>,
-}
-
-impl Default for KafkaMetrics {
-    fn default() -> Self {
-        Self {
-            // 0.5 ms to ~32 s.
-            delivery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 17)),
-            delivery_errors: Family::default(),
-            stats: Arc::default(),
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -92,7 +66,7 @@ impl Metrics {
         registry.register_collector(Box::new(LiveCollector {
             tenants,
             admission,
-            kafka_stats: kafka.stats.clone(),
+            kafka: kafka.clone(),
         }));
         Self {
             registry,
@@ -116,7 +90,7 @@ impl Metrics {
 struct LiveCollector {
     tenants: Arc<Tenants>,
     admission: Arc<Admission>,
-    kafka_stats: Arc<Mutex<KafkaStats>>,
+    kafka: KafkaMetrics,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -136,36 +110,40 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
+fn gauge(v: u64) -> Vec<(Labels<'static>, ConstGauge<f64>)> {
+    vec![(Vec::new(), ConstGauge::new(v as f64))]
+}
+
 impl prometheus_client::collector::Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
+        self.encode_tenants(&mut encoder)?;
+        self.encode_buffer(&mut encoder)?;
+        self.encode_global(&mut encoder)?;
+        encode_kafka(&mut encoder, &self.kafka.latest())
+    }
+}
+
+impl LiveCollector {
+    /// Per-tenant counters, bucket levels and buffer shares.
+    fn encode_tenants(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let registry = self.tenants.load();
         let (mut requests, mut records, mut bytes, mut rejected) = (vec![], vec![], vec![], vec![]);
         let (mut tokens, mut held) = (vec![], vec![]);
         for t in registry.tenants() {
             let id = t.id.as_str();
             let s = &t.stats;
+            let counter = |outcome, value| {
+                (
+                    vec![("tenant", id), ("outcome", outcome)],
+                    ConstCounter::new(value),
+                )
+            };
             let rejected_total: u64 = Reason::ALL.iter().map(|r| s.rejected_count(*r)).sum();
-            requests.push((
-                vec![("tenant", id), ("outcome", "admitted")],
-                ConstCounter::new(s.admitted_requests.load(Relaxed)),
-            ));
-            requests.push((
-                vec![("tenant", id), ("outcome", "rejected")],
-                ConstCounter::new(rejected_total),
-            ));
-            records.push((
-                vec![("tenant", id), ("outcome", "admitted")],
-                ConstCounter::new(s.admitted_records.load(Relaxed)),
-            ));
-            records.push((
-                vec![("tenant", id), ("outcome", "failed")],
-                ConstCounter::new(s.failed_records.load(Relaxed)),
-            ));
-            bytes.push((
-                vec![("tenant", id), ("outcome", "admitted")],
-                ConstCounter::new(s.admitted_bytes.load(Relaxed)),
-            ));
+            requests.push(counter("admitted", s.admitted_requests.load(Relaxed)));
+            requests.push(counter("rejected", rejected_total));
+            records.push(counter("admitted", s.admitted_records.load(Relaxed)));
+            records.push(counter("failed", s.failed_records.load(Relaxed)));
+            bytes.push(counter("admitted", s.admitted_bytes.load(Relaxed)));
             for r in Reason::ALL {
                 rejected.push((
                     vec![("tenant", id), ("reason", r.as_str())],
@@ -173,17 +151,16 @@ impl prometheus_client::collector::Collector for LiveCollector {
                 ));
             }
             let view = self.admission.view(t);
-            if let Some(v) = view.tenant_records {
-                tokens.push((
-                    vec![("tenant", id), ("bucket", "records")],
-                    ConstGauge::new(v.available as f64),
-                ));
-            }
-            if let Some(v) = view.tenant_bytes {
-                tokens.push((
-                    vec![("tenant", id), ("bucket", "bytes")],
-                    ConstGauge::new(v.available as f64),
-                ));
+            for (bucket, v) in [
+                ("records", view.tenant_records),
+                ("bytes", view.tenant_bytes),
+            ] {
+                if let Some(v) = v {
+                    tokens.push((
+                        vec![("tenant", id), ("bucket", bucket)],
+                        ConstGauge::new(v.available as f64),
+                    ));
+                }
             }
             held.push((
                 vec![("tenant", id)],
@@ -191,7 +168,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             ));
         }
         family(
-            &mut encoder,
+            encoder,
             "tenant_requests",
             "Produce requests by tenant and outcome",
             None,
@@ -199,7 +176,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &requests,
         )?;
         family(
-            &mut encoder,
+            encoder,
             "tenant_records",
             "Records by tenant and outcome (failed: not acknowledged by Kafka)",
             None,
@@ -207,7 +184,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &records,
         )?;
         family(
-            &mut encoder,
+            encoder,
             "tenant_record",
             "Record bytes (key + value + headers) admitted, by tenant",
             Some(&Unit::Bytes),
@@ -215,7 +192,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &bytes,
         )?;
         family(
-            &mut encoder,
+            encoder,
             "tenant_rejections",
             "Requests refused with 429, by tenant and reason",
             None,
@@ -223,7 +200,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &rejected,
         )?;
         family(
-            &mut encoder,
+            encoder,
             "tenant_tokens",
             "Tokens available now in each tenant bucket",
             None,
@@ -231,19 +208,21 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &tokens,
         )?;
         family(
-            &mut encoder,
+            encoder,
             "tenant_buffer",
             "Record bytes each tenant holds in the buffer",
             Some(&Unit::Bytes),
             G,
             &held,
-        )?;
+        )
+    }
 
+    /// The downstream buffer's occupancy and bounds.
+    fn encode_buffer(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let buffer = &self.admission.buffer;
         let (b, r) = buffer.held();
-        let gauge = |v: u64| vec![(Vec::new(), ConstGauge::new(v as f64))];
         family(
-            &mut encoder,
+            encoder,
             "buffer_held",
             "Record bytes handed to Kafka and not yet acknowledged",
             Some(&Unit::Bytes),
@@ -251,7 +230,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &gauge(b),
         )?;
         family(
-            &mut encoder,
+            encoder,
             "buffer_held_records",
             "Records handed to Kafka and not yet acknowledged",
             None,
@@ -259,7 +238,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &gauge(r),
         )?;
         family(
-            &mut encoder,
+            encoder,
             "buffer_capacity",
             "Buffer bound in bytes",
             Some(&Unit::Bytes),
@@ -267,96 +246,90 @@ impl prometheus_client::collector::Collector for LiveCollector {
             &gauge(buffer.max_bytes()),
         )?;
         family(
-            &mut encoder,
+            encoder,
             "buffer_capacity_records",
             "Buffer bound in records",
             None,
             G,
             &gauge(buffer.max_records()),
-        )?;
+        )
+    }
+
+    /// The global budget's bucket levels.
+    fn encode_global(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let (gr, gb) = self.admission.global.view(self.admission.now_ns());
-        let mut global = vec![];
-        if let Some(v) = gr {
-            global.push((
-                vec![("bucket", "records")],
-                ConstGauge::new(v.available as f64),
-            ));
-        }
-        if let Some(v) = gb {
-            global.push((
-                vec![("bucket", "bytes")],
-                ConstGauge::new(v.available as f64),
-            ));
-        }
+        let global: Vec<_> = [("records", gr), ("bytes", gb)]
+            .into_iter()
+            .filter_map(|(bucket, v)| {
+                v.map(|v| {
+                    (
+                        vec![("bucket", bucket)],
+                        ConstGauge::new(v.available as f64),
+                    )
+                })
+            })
+            .collect();
         family(
-            &mut encoder,
+            encoder,
             "global_tokens",
             "Tokens available now in the global buckets",
             None,
             G,
             &global,
-        )?;
-
-        let stats = self
-            .kafka_stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        family(
-            &mut encoder,
-            "kafka_queue_messages",
-            "Messages in librdkafka's queue (librdkafka statistics)",
-            None,
-            G,
-            &gauge(stats.queue_messages),
-        )?;
-        family(
-            &mut encoder,
-            "kafka_queue",
-            "Bytes in librdkafka's queue",
-            Some(&Unit::Bytes),
-            G,
-            &gauge(stats.queue_bytes),
-        )?;
-        let (mut inflight, mut rtt, mut throttle) = (vec![], vec![], vec![]);
-        for (name, reqs, rtt_us, throttle_ms) in &stats.brokers {
-            inflight.push((
-                vec![("broker", name.as_str())],
-                ConstGauge::new(*reqs as f64),
-            ));
-            rtt.push((
-                vec![("broker", name.as_str())],
-                ConstGauge::new(*rtt_us as f64 / 1e6),
-            ));
-            throttle.push((
-                vec![("broker", name.as_str())],
-                ConstGauge::new(*throttle_ms as f64 / 1e3),
-            ));
-        }
-        family(
-            &mut encoder,
-            "kafka_broker_inflight_requests",
-            "Requests sent to a broker and not answered",
-            None,
-            G,
-            &inflight,
-        )?;
-        family(
-            &mut encoder,
-            "kafka_broker_rtt",
-            "Average broker round-trip time",
-            Some(&Unit::Seconds),
-            G,
-            &rtt,
-        )?;
-        family(
-            &mut encoder,
-            "kafka_broker_throttle",
-            "Average broker quota throttle time",
-            Some(&Unit::Seconds),
-            G,
-            &throttle,
-        )?;
-        Ok(())
+        )
     }
+}
+
+/// librdkafka's statistics: queue and per-broker state.
+fn encode_kafka(
+    encoder: &mut DescriptorEncoder,
+    stats: &KafkaStats,
+) -> Result<(), std::fmt::Error> {
+    family(
+        encoder,
+        "kafka_queue_messages",
+        "Messages in librdkafka's queue (librdkafka statistics)",
+        None,
+        G,
+        &gauge(stats.queue_messages),
+    )?;
+    family(
+        encoder,
+        "kafka_queue",
+        "Bytes in librdkafka's queue",
+        Some(&Unit::Bytes),
+        G,
+        &gauge(stats.queue_bytes),
+    )?;
+    let per_broker = |value: fn(&crate::kafka::BrokerStats) -> f64| -> Vec<_> {
+        stats
+            .brokers
+            .iter()
+            .map(|b| (vec![("broker", b.name.as_str())], ConstGauge::new(value(b))))
+            .collect()
+    };
+    family(
+        encoder,
+        "kafka_broker_inflight_requests",
+        "Requests sent to a broker and not answered",
+        None,
+        G,
+        &per_broker(|b| b.inflight_requests as f64),
+    )?;
+    family(
+        encoder,
+        "kafka_broker_rtt",
+        "Average broker round-trip time",
+        Some(&Unit::Seconds),
+        G,
+        &per_broker(|b| b.rtt_us as f64 / 1e6),
+    )?;
+    family(
+        encoder,
+        "kafka_broker_throttle",
+        "Average broker quota throttle time",
+        Some(&Unit::Seconds),
+        G,
+        &per_broker(|b| b.throttle_ms as f64 / 1e3),
+    )
 }

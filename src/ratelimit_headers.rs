@@ -15,13 +15,13 @@ use std::fmt::Write as _;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::admission::LimitsView;
+use crate::admission::BucketsView;
 use crate::budget::BucketView;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-fn buckets(view: &LimitsView) -> [(&'static str, &'static str, Option<BucketView>); 4] {
+fn buckets(view: &BucketsView) -> [(&'static str, &'static str, Option<BucketView>); 4] {
     [
         ("tenant-records", "records", view.tenant_records),
         ("tenant-bytes", "content-bytes", view.tenant_bytes),
@@ -35,7 +35,7 @@ fn ceil_secs(ns: u128) -> u128 {
 }
 
 /// The two fields' values, or `None` when no bucket applies.
-pub fn render(view: &LimitsView) -> Option<(String, String)> {
+pub fn render(view: &BucketsView) -> Option<(String, String)> {
     let mut policy = String::new();
     let mut state = String::new();
     for (name, unit, bucket) in buckets(view) {
@@ -61,7 +61,7 @@ pub fn render(view: &LimitsView) -> Option<(String, String)> {
     (!policy.is_empty()).then_some((policy, state))
 }
 
-pub fn insert(headers: &mut HeaderMap, view: &LimitsView) {
+pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
     if let Some((policy, state)) = render(view) {
         if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
             headers.insert(RATELIMIT_POLICY.clone(), p);
@@ -77,7 +77,7 @@ mod tests {
 
     #[test]
     fn one_item_per_configured_bucket() {
-        let view = LimitsView {
+        let view = BucketsView {
             tenant_records: Some(BucketView {
                 spec: RateSpec {
                     per_sec: 100,
@@ -94,7 +94,7 @@ mod tests {
                 available: 1000,
                 full_in_ns: 0,
             }),
-            ..LimitsView::default()
+            ..BucketsView::default()
         };
         let (policy, state) = render(&view).expect("two buckets");
         assert_eq!(
@@ -109,6 +109,6 @@ mod tests {
 
     #[test]
     fn no_fields_without_buckets() {
-        assert_eq!(render(&LimitsView::default()), None);
+        assert_eq!(render(&BucketsView::default()), None);
     }
 }

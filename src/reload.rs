@@ -1,6 +1,7 @@
 //! SIGHUP: re-read the configuration file and apply its tenants and global budget live, the
 //! same way the admin API does. Listener addresses and Kafka settings need a restart; the log
-//! says so when they changed.
+//! says so when they changed. Which changes in the file apply, and which admin changes they
+//! leave alone, is the registry's rule (`registry::state`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,15 +32,11 @@ pub async fn reload(app: &AppState, running: &Config, path: &std::path::Path) {
     needs_restart("server", same(&config.server, &running.server));
     needs_restart("kafka", same(&config.kafka, &running.kafka));
     needs_restart("buffer", same(&config.buffer, &running.buffer));
-    match app
-        .store
-        .apply_config(&config, &app.tenants, &app.admission)
-        .await
-    {
-        Ok(()) => {
+    match app.registry.apply_file(&config).await {
+        Ok(_) => {
             tracing::info!(file = %path.display(), tenants = config.tenants.len(), "configuration reloaded")
         }
-        Err(e) => tracing::error!(file = %path.display(), error = %e.detail(), "reload refused"),
+        Err(e) => tracing::error!(file = %path.display(), error = %e, "reload refused"),
     }
 }
 

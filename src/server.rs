@@ -2,6 +2,8 @@
 //! how many connections at once (a semaphore; the rest wait in the kernel's backlog), how long
 //! a client may take to send its headers (slowloris), and how large the headers may be.
 //! Shutdown is graceful: stop accepting, let open requests finish, close idle connections.
+//!
+//! A foundation module: it serves any axum router and imports nothing of floodgate's.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use tokio::sync::Semaphore;
 
 /// Connection-level bounds, and TLS when configured.
 #[derive(Clone)]
-pub struct ConnectionLimits {
+pub struct ConnectionBounds {
     pub max_connections: usize,
     /// Also bounds the TLS handshake.
     pub header_read_timeout: Duration,
@@ -30,22 +32,22 @@ pub struct ConnectionLimits {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    limits: ConnectionLimits,
+    bounds: ConnectionBounds,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> bool {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let permits = Arc::new(Semaphore::new(bounds.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(limits.max_header_bytes);
+        .header_read_timeout(bounds.header_read_timeout)
+        .max_buf_size(bounds.max_header_bytes);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+        .max_header_list_size(u32::try_from(bounds.max_header_bytes).unwrap_or(u32::MAX));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -66,7 +68,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        match &limits.tls {
+        match &bounds.tls {
             None => {
                 let connection =
                     builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
@@ -78,7 +80,7 @@ pub async fn serve(
             }
             Some(acceptor) => {
                 let (acceptor, builder) = (acceptor.clone(), builder.clone());
-                let (watcher, handshake_timeout) = (graceful.watcher(), limits.header_read_timeout);
+                let (watcher, handshake_timeout) = (graceful.watcher(), bounds.header_read_timeout);
                 tokio::spawn(async move {
                     // A client that never finishes its handshake is cut off like one that never
                     // finishes its headers.

@@ -60,7 +60,7 @@ async fn every_admin_call_needs_a_valid_token() {
 async fn without_a_configured_token_the_admin_api_is_closed() {
     let cluster = cluster();
     let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
-    options.admin_tokens = Some(floodgate::admin::auth::AdminTokens::parse(""));
+    options.admin_tokens = Some(floodgate::access::AdminTokens::parse("").expect("tokens"));
     let gw = Gateway::start_options(config(&cluster.bootstrap_servers()), options).await;
     let (s, a) = admin(&gw, Method::GET, "/admin/tenants", None, Some(ADMIN_TOKEN)).await;
     assert_eq!(s, 401);

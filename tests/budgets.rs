@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use rdkafka::mocking::MockCluster;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,12 +20,11 @@ fn records(n: usize, tag: &str) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_records_429_says_exactly_when_to_come_back() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.budget", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].records_per_sec = Some(10);
-    cfg.tenants[0].records_burst = Some(10);
-    let gw = Gateway::start_manual(cfg).await;
+    let (cluster, gw) = gateway_on_mock("test.budget", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(10);
+        cfg.tenants[0].records_burst = Some(10);
+    })
+    .await;
     let url = gw.url("test.budget");
 
     let (s, h, a) = post_json(&url, KEY, &records(8, "burst")).await;
@@ -77,15 +75,14 @@ async fn tenant_records_429_says_exactly_when_to_come_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_and_global_budgets_refuse_with_their_own_reasons() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.bytes", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].bytes_per_sec = Some(1000);
-    cfg.tenants[0].bytes_burst = Some(1000);
-    cfg.tenants.push(tenant("other", "other-key", &["test.*"]));
-    cfg.global.records_per_sec = Some(100);
-    cfg.global.records_burst = Some(20);
-    let gw = Gateway::start_manual(cfg).await;
+    let (_cluster, gw) = gateway_on_mock("test.bytes", Time::Manual, |cfg| {
+        cfg.tenants[0].bytes_per_sec = Some(1000);
+        cfg.tenants[0].bytes_burst = Some(1000);
+        cfg.tenants.push(tenant("other", "other-key", &["test.*"]));
+        cfg.global.records_per_sec = Some(100);
+        cfg.global.records_burst = Some(20);
+    })
+    .await;
     let url = gw.url("test.bytes");
 
     // 600 value bytes: the JSON string "xxx..." is 602 bytes of value text.
@@ -121,12 +118,11 @@ async fn bytes_and_global_budgets_refuse_with_their_own_reasons() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_larger_than_the_burst_is_413_not_429() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.burst", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].records_per_sec = Some(100);
-    cfg.tenants[0].records_burst = Some(5);
-    let gw = Gateway::start_manual(cfg).await;
+    let (_cluster, gw) = gateway_on_mock("test.burst", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(100);
+        cfg.tenants[0].records_burst = Some(5);
+    })
+    .await;
     let (s, h, a) = post_json(&gw.url("test.burst"), KEY, &records(6, "x")).await;
     assert_eq!(
         (s, a["error"].as_str()),
@@ -141,12 +137,11 @@ async fn a_request_larger_than_the_burst_is_413_not_429() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_upload_is_refused_before_its_body_is_sent() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.slow", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].bytes_per_sec = Some(10_000);
-    cfg.tenants[0].bytes_burst = Some(10_000);
-    let gw = Gateway::start_manual(cfg).await;
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Manual, |cfg| {
+        cfg.tenants[0].bytes_per_sec = Some(10_000);
+        cfg.tenants[0].bytes_burst = Some(10_000);
+    })
+    .await;
     let (s, _, _) = post_json(
         &gw.url("test.slow"),
         KEY,
@@ -179,16 +174,15 @@ async fn a_slow_upload_is_refused_before_its_body_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_within_budget_is_untouched_by_a_noisy_neighbour() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.iso", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].records_per_sec = Some(10);
-    cfg.tenants[0].records_burst = Some(10);
-    let mut quiet = tenant("quiet", "quiet-key", &["test.*"]);
-    quiet.records_per_sec = Some(10);
-    quiet.records_burst = Some(10);
-    cfg.tenants.push(quiet);
-    let gw = Gateway::start_manual(cfg).await;
+    let (_cluster, gw) = gateway_on_mock("test.iso", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(10);
+        cfg.tenants[0].records_burst = Some(10);
+        let mut quiet = tenant("quiet", "quiet-key", &["test.*"]);
+        quiet.records_per_sec = Some(10);
+        quiet.records_burst = Some(10);
+        cfg.tenants.push(quiet);
+    })
+    .await;
     let url = gw.url("test.iso");
     let mut refused = 0;
     for _ in 0..30 {
@@ -207,12 +201,11 @@ async fn a_tenant_within_budget_is_untouched_by_a_noisy_neighbour() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_429_for_a_small_body_keeps_the_connection_open() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.keepalive", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].records_per_sec = Some(1);
-    cfg.tenants[0].records_burst = Some(1);
-    let gw = Gateway::start_manual(cfg).await;
+    let (_cluster, gw) = gateway_on_mock("test.keepalive", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(1);
+        cfg.tenants[0].records_burst = Some(1);
+    })
+    .await;
     let (s, _, _) = post_json(&gw.url("test.keepalive"), KEY, &records(1, "only")).await;
     assert_eq!(s, 200);
 

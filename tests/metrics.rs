@@ -5,7 +5,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use reqwest::Method;
 use serde_json::json;
@@ -37,21 +36,20 @@ fn records(n: usize, size: usize) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_move_by_exactly_the_driven_amounts() {
-    let cluster = MockCluster::new(1).expect("mock");
-    cluster.create_topic("test.metrics", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].records_per_sec = Some(5);
-    cfg.tenants[0].records_burst = Some(5);
-    cfg.tenants[0].bytes_per_sec = Some(1000);
-    cfg.tenants[0].bytes_burst = Some(1000);
-    let mut b = tenant("b", "key-b", &["test.*"]);
-    b.max_buffer_share = Some(1.0);
-    cfg.tenants.push(b);
-    cfg.global.records_per_sec = Some(1000);
-    cfg.global.records_burst = Some(30);
-    cfg.global.bytes_per_sec = Some(100_000);
-    cfg.global.bytes_burst = Some(5_000);
-    let gw = Gateway::start_manual(cfg).await;
+    let (cluster, gw) = gateway_on_mock("test.metrics", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(5);
+        cfg.tenants[0].records_burst = Some(5);
+        cfg.tenants[0].bytes_per_sec = Some(1000);
+        cfg.tenants[0].bytes_burst = Some(1000);
+        let mut b = tenant("b", "key-b", &["test.*"]);
+        b.max_buffer_share = Some(1.0);
+        cfg.tenants.push(b);
+        cfg.global.records_per_sec = Some(1000);
+        cfg.global.records_burst = Some(30);
+        cfg.global.bytes_per_sec = Some(100_000);
+        cfg.global.bytes_burst = Some(5_000);
+    })
+    .await;
     let url = gw.url("test.metrics");
     let before = scrape(&gw).await;
     assert_eq!(
@@ -170,17 +168,15 @@ async fn counters_move_by_exactly_the_driven_amounts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buffer_reasons_and_readiness_follow_the_broker() {
-    let cluster = MockCluster::new(1).expect("mock");
-    cluster.create_topic("test.ready", 1, 1).expect("topic");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.buffer.max_records = 20;
-    cfg.tenants[0].max_buffer_share = Some(0.5);
-    let mut b = tenant("b", "key-b", &["test.*"]);
-    b.max_buffer_share = Some(1.0);
-    cfg.tenants.push(b);
-    let gw = Gateway::start(cfg).await;
-    let (s, _) = admin(&gw, Method::GET, "/readyz", None, None).await;
-    assert_eq!(s, 200);
+    let (cluster, gw) = gateway_on_mock("test.ready", Time::Real, |cfg| {
+        cfg.buffer.max_records = 20;
+        cfg.tenants[0].max_buffer_share = Some(0.5);
+        let mut b = tenant("b", "key-b", &["test.*"]);
+        b.max_buffer_share = Some(1.0);
+        cfg.tenants.push(b);
+    })
+    .await;
+    readyz_becomes(&gw, 200, Duration::from_secs(5)).await;
     let (s, _, _) = post_json(&gw.url("test.ready"), KEY, &records(1, 4)).await;
     assert_eq!(s, 200);
 
@@ -234,25 +230,37 @@ async fn buffer_reasons_and_readiness_follow_the_broker() {
     gw.shutdown().await;
 }
 
+/// Polls `/readyz` until it answers `status`, for at most `within`; returns its last answer.
+async fn readyz_becomes(gw: &Gateway, status: u16, within: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (s, a) = admin(gw, Method::GET, "/readyz", None, None).await;
+        if s == status {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz never answered {status}: {a}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Readiness is a latch kept by the catalog's background refresh (every `metadata_ttl_ms`), so
+/// it follows the broker within one interval plus the metadata timeout, and a probe costs no
+/// Kafka request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_reports_an_unreachable_broker() {
-    let cluster = MockCluster::new(1).expect("mock");
-    cluster.create_topic("test.ready2", 1, 1).expect("topic");
-    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
-    let (s, _) = admin(&gw, Method::GET, "/readyz", None, None).await;
-    assert_eq!(s, 200);
+    let (cluster, gw) = gateway_on_mock("test.ready2", Time::Real, |cfg| {
+        cfg.kafka.metadata_ttl_ms = 200;
+        cfg.kafka.metadata_timeout_ms = 500;
+    })
+    .await;
+    readyz_becomes(&gw, 200, Duration::from_secs(5)).await;
     cluster.broker_down(1).expect("down");
-    let (s, a) = admin(&gw, Method::GET, "/readyz", None, None).await;
-    assert_eq!(
-        (s, a["reason"].as_str()),
-        (503, Some("kafka_unreachable")),
-        "{a}"
-    );
+    let a = readyz_becomes(&gw, 503, Duration::from_secs(5)).await;
+    assert_eq!(a["reason"].as_str(), Some("kafka_unreachable"), "{a}");
     cluster.broker_up(1).expect("up");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while admin(&gw, Method::GET, "/readyz", None, None).await.0 != 200 {
-        assert!(Instant::now() < deadline, "never ready again");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    readyz_becomes(&gw, 200, Duration::from_secs(30)).await;
     gw.shutdown().await;
 }

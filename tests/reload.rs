@@ -13,8 +13,8 @@ use reqwest::Method;
 use serde_json::json;
 
 fn write_config(path: &std::path::Path, bootstrap: &str, records_per_sec: u64, extra_tenant: bool) {
-    let digest = floodgate::tenant::ApiKeyHash::of_key(KEY).to_hex();
-    let other = floodgate::tenant::ApiKeyHash::of_key("new-key").to_hex();
+    let digest = floodgate::identity::ApiKeyHash::of_key(KEY).to_hex();
+    let other = floodgate::identity::ApiKeyHash::of_key("new-key").to_hex();
     let mut text = format!(
         "[kafka]\nbootstrap_servers = \"{bootstrap}\"\n\n[[tenants]]\nid = \"acme\"\napi_key_sha256 = [\"{digest}\"]\ntopics = [\"test.*\"]\nrecords_per_sec = {records_per_sec}\n"
     );
@@ -36,7 +36,8 @@ async fn sighup_applies_the_edited_file_live() {
     let cfg = floodgate::config::Config::load(&path).expect("valid");
     let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
     options.config_path = Some(path.clone());
-    options.admin_tokens = Some(floodgate::admin::auth::AdminTokens::parse(ADMIN_TOKENS));
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
     let gw = Gateway::start_options(cfg, options).await;
     let t = Some(ADMIN_TOKEN);
     let (_, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;

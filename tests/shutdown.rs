@@ -25,7 +25,7 @@ async fn sigterm_under_load_loses_and_duplicates_nothing_acknowledged() {
     create_topic(&tansu(), &topic, 3).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (port, admin_port) = (free_port(), free_port());
-    let digest = floodgate::tenant::ApiKeyHash::of_key(KEY).to_hex();
+    let digest = floodgate::identity::ApiKeyHash::of_key(KEY).to_hex();
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
          shutdown_timeout_ms = 20000\n[kafka]\nbootstrap_servers = \"{}\"\n\

@@ -2,11 +2,11 @@
 //! Any bytes, either format: the parser answers Ok or Err, never panics, never loops.
 
 use floodgate::body::{parse, Format};
-use floodgate::config::RequestLimits;
+use floodgate::config::RequestBounds;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = RequestLimits::default();
+    let limits = RequestBounds::default();
     for format in [Format::Json, Format::Ndjson] {
         if let Ok(records) = parse(format, data, &limits) {
             for r in &records {

@@ -1,5 +1,6 @@
 //! Admin API handlers: tenants, their keys, the global budget. JSON in and out; every change
-//! goes through the [`super::store::TenantStore`], which validates, persists and audits it.
+//! goes through the [`crate::registry::RegistryStore`], which validates, persists and audits
+//! it. This module only translates between HTTP and registry changes.
 
 use std::sync::Arc;
 
@@ -12,12 +13,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::store::{Actor, StoreState};
-use crate::admission::Reason;
 use crate::app::AppState;
 use crate::config::{GlobalBudgetConfig, TenantConfig};
-use crate::error::ApiError;
-use crate::tenant::ApiKeyHash;
+use crate::identity::ApiKeyHash;
+use crate::outcome::ApiError;
+use crate::refusal::Reason;
+use crate::registry::{Actor, ChangeError, RegistryState};
 
 /// Parses a JSON body: bad JSON is a 400, a value of the wrong type is a 422 naming its field.
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
@@ -63,7 +64,7 @@ pub fn key_id(digest_hex: &str) -> String {
 #[derive(Serialize)]
 struct TenantView {
     #[serde(flatten)]
-    config: TenantSettings,
+    config: TenantBody,
     keys: Vec<KeyView>,
     live: Value,
 }
@@ -76,7 +77,7 @@ struct KeyView {
 /// The parts of a tenant an operator sets (keys are managed through their own endpoints).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TenantSettings {
+struct TenantBody {
     #[serde(default, skip_deserializing)]
     id: String,
     topics: Vec<String>,
@@ -92,7 +93,7 @@ struct TenantSettings {
     max_buffer_share: Option<f64>,
 }
 
-impl TenantSettings {
+impl TenantBody {
     fn of(c: &TenantConfig) -> Self {
         Self {
             id: c.id.clone(),
@@ -119,11 +120,15 @@ impl TenantSettings {
     }
 }
 
+fn not_found(id: &str) -> ApiError {
+    ChangeError::TenantNotFound(id.to_string()).into()
+}
+
 fn view(app: &AppState, config: &TenantConfig) -> TenantView {
     use std::sync::atomic::Ordering::Relaxed;
-    let registry = app.tenants.load();
+    let registry = app.ingest.tenants.load();
     let live = registry.get(&config.id).map_or(Value::Null, |t| {
-        let limits = app.admission.view(t);
+        let limits = app.ingest.view(t);
         let rejected: serde_json::Map<String, Value> = Reason::ALL
             .iter()
             .map(|r| (r.as_str().to_string(), json!(t.stats.rejected_count(*r))))
@@ -147,7 +152,7 @@ fn view(app: &AppState, config: &TenantConfig) -> TenantView {
         })
     });
     TenantView {
-        config: TenantSettings::of(config),
+        config: TenantBody::of(config),
         keys: config
             .api_key_sha256
             .iter()
@@ -160,17 +165,14 @@ fn view(app: &AppState, config: &TenantConfig) -> TenantView {
 type AppRef = State<Arc<AppState>>;
 
 pub async fn list_tenants(State(app): AppRef) -> Response {
-    let state = app.store.snapshot().await;
+    let state = app.registry.snapshot().await;
     let views: Vec<TenantView> = state.tenants.values().map(|c| view(&app, c)).collect();
     Json(json!({ "tenants": views })).into_response()
 }
 
 pub async fn get_tenant(State(app): AppRef, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let state = app.store.snapshot().await;
-    let config = state
-        .tenants
-        .get(&id)
-        .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+    let state = app.registry.snapshot().await;
+    let config = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
     Ok(Json(view(&app, config)).into_response())
 }
 
@@ -178,11 +180,9 @@ async fn change<T>(
     app: &AppState,
     actor: &Actor,
     action: &str,
-    edit: impl FnOnce(&mut StoreState) -> Result<T, ApiError>,
+    edit: impl FnOnce(&mut RegistryState) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
-    app.store
-        .change(actor, action, &app.tenants, &app.admission, edit)
-        .await
+    app.registry.change(actor, action, edit).await
 }
 
 async fn tenant_response(
@@ -190,11 +190,8 @@ async fn tenant_response(
     id: &str,
     status: StatusCode,
 ) -> Result<Response, ApiError> {
-    let state = app.store.snapshot().await;
-    let config = state
-        .tenants
-        .get(id)
-        .ok_or_else(|| ApiError::TenantNotFound(id.to_string()))?;
+    let state = app.registry.snapshot().await;
+    let config = state.tenants.get(id).ok_or_else(|| not_found(id))?;
     Ok((status, Json(view(app, config))).into_response())
 }
 
@@ -205,7 +202,7 @@ pub async fn put_tenant(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let settings: TenantSettings = parse(&body)?;
+    let settings: TenantBody = parse(&body)?;
     let created = change(&app, &actor, "tenant.put", |state| {
         let keys = state
             .tenants
@@ -236,11 +233,8 @@ pub async fn patch_tenant(
 ) -> Result<Response, ApiError> {
     let patch: serde_json::Map<String, Value> = parse(&body)?;
     change(&app, &actor, "tenant.patch", |state| {
-        let current = state
-            .tenants
-            .get(&id)
-            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
-        let mut merged = serde_json::to_value(TenantSettings::of(current))
+        let current = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
+        let mut merged = serde_json::to_value(TenantBody::of(current))
             .map_err(|e| ApiError::Malformed(e.to_string()))?;
         if let Value::Object(fields) = &mut merged {
             fields.remove("id");
@@ -252,7 +246,7 @@ pub async fn patch_tenant(
                 }
             }
         }
-        let settings: TenantSettings = parse(merged.to_string().as_bytes())?;
+        let settings: TenantBody = parse(merged.to_string().as_bytes())?;
         let keys = current.api_key_sha256.clone();
         state
             .tenants
@@ -273,7 +267,7 @@ pub async fn delete_tenant(
             .tenants
             .remove(&id)
             .map(|_| ())
-            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))
+            .ok_or_else(|| not_found(&id))
     })
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -292,10 +286,7 @@ pub async fn issue_key(
     let digest = ApiKeyHash::of_key(&key).to_hex();
     let kid = key_id(&digest);
     change(&app, &actor, "tenant.key.issue", |state| {
-        let tenant = state
-            .tenants
-            .get_mut(&id)
-            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+        let tenant = state.tenants.get_mut(&id).ok_or_else(|| not_found(&id))?;
         tenant.api_key_sha256.push(digest);
         Ok(())
     })
@@ -313,14 +304,11 @@ pub async fn revoke_key(
     Path((id, kid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     change(&app, &actor, "tenant.key.revoke", |state| {
-        let tenant = state
-            .tenants
-            .get_mut(&id)
-            .ok_or_else(|| ApiError::TenantNotFound(id.clone()))?;
+        let tenant = state.tenants.get_mut(&id).ok_or_else(|| not_found(&id))?;
         let before = tenant.api_key_sha256.len();
         tenant.api_key_sha256.retain(|h| key_id(h) != kid);
         if tenant.api_key_sha256.len() == before {
-            return Err(ApiError::KeyNotFound(kid.clone()));
+            return Err(ChangeError::KeyNotFound(kid.clone()).into());
         }
         Ok(())
     })
@@ -329,7 +317,8 @@ pub async fn revoke_key(
 }
 
 fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
-    let (records, bytes) = app.admission.global.view(app.admission.now_ns());
+    let admission = &app.ingest.admission;
+    let (records, bytes) = admission.global.view(admission.now_ns());
     json!({
         "records_per_sec": config.records_per_sec,
         "records_burst": config.records_burst,
@@ -343,7 +332,7 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
 }
 
 pub async fn get_global(State(app): AppRef) -> Response {
-    let state = app.store.snapshot().await;
+    let state = app.registry.snapshot().await;
     Json(global_view(&app, &state.global)).into_response()
 }
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::budget::{BudgetSpec, ManualClock, RateSpec};
 use crate::config::TenantConfig;
+use crate::record::Charge;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -17,7 +18,7 @@ fn rig(global: BudgetSpec, max_bytes: u64, max_records: u64) -> Rig {
     let clock = Arc::new(ManualClock::new());
     let admission = Admission::new(
         clock.clone(),
-        GlobalBudget::new(global),
+        Arc::new(GlobalBudget::new(global)),
         Arc::new(Buffer::new(max_bytes, max_records)),
     );
     Rig { clock, admission }
@@ -26,13 +27,13 @@ fn rig(global: BudgetSpec, max_bytes: u64, max_records: u64) -> Rig {
 fn tenant(id: &str, records: Option<(u64, u64)>, bytes: Option<(u64, u64)>, share: f64) -> Tenant {
     Tenant::from_config(&TenantConfig {
         id: id.into(),
-        api_key_sha256: vec![],
         topics: vec!["*".into()],
         records_per_sec: records.map(|r| r.0),
         records_burst: records.map(|r| r.1),
         bytes_per_sec: bytes.map(|b| b.0),
         bytes_burst: bytes.map(|b| b.1),
         max_buffer_share: Some(share),
+        ..TenantConfig::default()
     })
     .expect("valid tenant")
 }
@@ -48,25 +49,32 @@ fn refusal(result: Result<BufferLease, Denial>) -> Refusal {
 fn tenant_records_refusal_says_when_enough_records_are_back() {
     let r = rig(BudgetSpec::default(), 1 << 30, 1 << 20);
     let t = tenant("a", Some((10, 10)), None, 1.0);
-    let (lease, view) = r.admission.admit(&t, 10, 100);
+    let (lease, view) = r.admission.admit(&t, Charge::new(10, 100));
     let _lease = lease.expect("burst is admitted");
     assert_eq!(view.tenant_records.map(|v| v.available), Some(0));
     // 3 records at 10/s: 300 ms.
-    let refused = refusal(r.admission.admit(&t, 3, 1).0);
+    let refused = refusal(r.admission.admit(&t, Charge::new(3, 1)).0);
     assert_eq!(refused.reason, Reason::TenantRecords);
     assert_eq!(refused.retry_after, 300 * MS);
     r.clock.advance_ms(299);
-    assert_eq!(refusal(r.admission.admit(&t, 3, 1).0).retry_after, MS);
+    assert_eq!(
+        refusal(r.admission.admit(&t, Charge::new(3, 1)).0).retry_after,
+        MS
+    );
     r.clock.advance_ms(1);
-    assert!(r.admission.admit(&t, 3, 1).0.is_ok());
+    assert!(r.admission.admit(&t, Charge::new(3, 1)).0.is_ok());
 }
 
 #[test]
 fn tenant_bytes_refusal_names_bytes_and_waits_for_bytes() {
     let r = rig(BudgetSpec::default(), 1 << 30, 1 << 20);
     let t = tenant("a", Some((1000, 1000)), Some((1000, 1000)), 1.0);
-    let _l = r.admission.admit(&t, 1, 1000).0.expect("burst");
-    let refused = refusal(r.admission.admit(&t, 1, 500).0);
+    let _l = r
+        .admission
+        .admit(&t, Charge::new(1, 1000))
+        .0
+        .expect("burst");
+    let refused = refusal(r.admission.admit(&t, Charge::new(1, 500)).0);
     assert_eq!(refused.reason, Reason::TenantBytes);
     assert_eq!(refused.retry_after, 500 * MS);
 }
@@ -80,14 +88,22 @@ fn global_budgets_cap_the_sum_of_tenants() {
     let r = rig(global, 1 << 30, 1 << 20);
     let a = tenant("a", None, None, 1.0);
     let b = tenant("b", None, None, 1.0);
-    let _l = r.admission.admit(&a, 100, 10).0.expect("global burst");
-    let refused = refusal(r.admission.admit(&b, 1, 10).0);
+    let _l = r
+        .admission
+        .admit(&a, Charge::new(100, 10))
+        .0
+        .expect("global burst");
+    let refused = refusal(r.admission.admit(&b, Charge::new(1, 10)).0);
     assert_eq!(refused.reason, Reason::GlobalRecords);
     assert_eq!(refused.retry_after, 10 * MS);
 
     r.clock.advance_ms(1000);
-    let _l = r.admission.admit(&a, 1, 10_000).0.expect("bytes burst");
-    let refused = refusal(r.admission.admit(&b, 1, 2_500).0);
+    let _l = r
+        .admission
+        .admit(&a, Charge::new(1, 10_000))
+        .0
+        .expect("bytes burst");
+    let refused = refusal(r.admission.admit(&b, Charge::new(1, 2_500)).0);
     assert_eq!(refused.reason, Reason::GlobalBytes);
     assert_eq!(refused.retry_after, 250 * MS);
 }
@@ -101,9 +117,9 @@ fn a_refused_request_charges_nothing_anywhere() {
     let r = rig(global, 10_000, 1000);
     let t = tenant("a", Some((100, 100)), Some((100_000, 100_000)), 1.0);
     // Refused by the global bytes bucket after the tenant buckets said yes.
-    let _hold = r.admission.admit(&t, 1, 900).0.expect("fits");
+    let _hold = r.admission.admit(&t, Charge::new(1, 900)).0.expect("fits");
     let before = (r.admission.view(&t), r.admission.buffer.held());
-    let refused = refusal(r.admission.admit(&t, 5, 200).0);
+    let refused = refusal(r.admission.admit(&t, Charge::new(5, 200)).0);
     assert_eq!(refused.reason, Reason::GlobalBytes);
     assert_eq!((r.admission.view(&t), r.admission.buffer.held()), before);
 }
@@ -116,9 +132,9 @@ fn a_buffer_refusal_charges_no_bucket() {
     };
     let r = rig(global, 1000, 1000);
     let t = tenant("a", Some((100, 100)), None, 1.0);
-    let _hold = r.admission.admit(&t, 1, 900).0.expect("fits");
+    let _hold = r.admission.admit(&t, Charge::new(1, 900)).0.expect("fits");
     let before = r.admission.view(&t);
-    let refused = refusal(r.admission.admit(&t, 1, 200).0);
+    let refused = refusal(r.admission.admit(&t, Charge::new(1, 200)).0);
     assert_eq!(refused.reason, Reason::BufferFull);
     assert_eq!(r.admission.view(&t), before);
 }
@@ -128,31 +144,39 @@ fn a_tenant_cannot_hold_more_than_its_buffer_share() {
     let r = rig(BudgetSpec::default(), 1000, 1000);
     let greedy = tenant("greedy", None, None, 0.5);
     let other = tenant("other", None, None, 0.5);
-    let _a = r.admission.admit(&greedy, 1, 400).0.expect("within share");
-    let refused = refusal(r.admission.admit(&greedy, 1, 101).0);
+    let _a = r
+        .admission
+        .admit(&greedy, Charge::new(1, 400))
+        .0
+        .expect("within share");
+    let refused = refusal(r.admission.admit(&greedy, Charge::new(1, 101)).0);
     assert_eq!(refused.reason, Reason::TenantBuffer);
     // The other tenant still gets its half.
-    let _b = r.admission.admit(&other, 1, 500).0.expect("own share");
+    let _b = r
+        .admission
+        .admit(&other, Charge::new(1, 500))
+        .0
+        .expect("own share");
 }
 
 #[test]
 fn buffer_space_comes_back_when_the_lease_is_dropped() {
     let r = rig(BudgetSpec::default(), 1000, 1000);
     let t = tenant("a", None, None, 1.0);
-    let lease = r.admission.admit(&t, 1, 1000).0.expect("fits");
+    let lease = r.admission.admit(&t, Charge::new(1, 1000)).0.expect("fits");
     assert_eq!(
-        refusal(r.admission.admit(&t, 1, 1).0).reason,
+        refusal(r.admission.admit(&t, Charge::new(1, 1)).0).reason,
         Reason::BufferFull
     );
     drop(lease);
-    assert!(r.admission.admit(&t, 1, 1).0.is_ok());
+    assert!(r.admission.admit(&t, Charge::new(1, 1)).0.is_ok());
 }
 
 #[test]
 fn a_request_over_the_burst_is_too_large_not_refused() {
     let r = rig(BudgetSpec::default(), 1 << 30, 1 << 20);
     let t = tenant("a", Some((100, 50)), None, 1.0);
-    match r.admission.admit(&t, 51, 1).0 {
+    match r.admission.admit(&t, Charge::new(51, 1)).0 {
         Err(Denial::TooLarge(t)) => {
             assert_eq!((t.unit, t.requested, t.allowed), ("records", 51, 50));
             assert_eq!(t.limit, "tenant records_burst");
@@ -171,12 +195,12 @@ fn tenants_are_isolated_from_each_others_bursts() {
     let noisy = tenant("noisy", Some((10, 10)), None, 0.5);
     let quiet = tenant("quiet", Some((10, 10)), None, 0.5);
     for _ in 0..1000 {
-        let _ = r.admission.admit(&noisy, 1, 1);
+        let _ = r.admission.admit(&noisy, Charge::new(1, 1));
     }
     for _ in 0..10 {
         let _l = r
             .admission
-            .admit(&quiet, 1, 1)
+            .admit(&quiet, Charge::new(1, 1))
             .0
             .expect("quiet tenant unaffected");
     }
@@ -190,7 +214,7 @@ fn sustained_overload_admits_exactly_burst_plus_rate_times_time() {
     let mut admitted = 0u64;
     let mut leases = Vec::new();
     for _ in 0..1000 {
-        if let Ok(lease) = r.admission.admit(&t, 1, 1).0 {
+        if let Ok(lease) = r.admission.admit(&t, Charge::new(1, 1)).0 {
             admitted += 1;
             leases.push(lease);
         }
@@ -208,7 +232,7 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
         r.admission.precheck(&t, 10_000_000).is_ok(),
         "body larger than the burst is decided after parsing"
     );
-    let _l = r.admission.admit(&t, 1, 900).0.expect("fits");
+    let _l = r.admission.admit(&t, Charge::new(1, 900)).0.expect("fits");
     let refused = r
         .admission
         .precheck(&t, 500)

@@ -1,7 +1,7 @@
 use super::*;
 
-fn limits() -> RequestLimits {
-    RequestLimits::default()
+fn limits() -> RequestBounds {
+    RequestBounds::default()
 }
 
 fn json(body: &str) -> Result<Vec<Record<'_>>, BodyError> {
@@ -150,10 +150,10 @@ fn huge_numbers_inside_values_survive_as_text() {
 
 #[test]
 fn record_count_and_sizes_are_bounded() {
-    let l = RequestLimits {
+    let l = RequestBounds {
         max_records_per_request: 2,
         max_value_bytes: 4,
-        ..RequestLimits::default()
+        ..RequestBounds::default()
     };
     let three = r#"{"records":[{"value":1},{"value":2},{"value":3}]}"#;
     assert_eq!(

@@ -3,18 +3,36 @@
 //! Both TATs live in one 128-bit word (records in the high half, bytes in the low half), so
 //! checking and charging both dimensions is a single compare-and-swap: exact, and lock-free
 //! on x86_64 (`cmpxchg16b`; portable-atomic falls back to a lock elsewhere).
+//!
+//! The word and the spec it is counted in form one *generation*, swapped whole when an operator
+//! changes the budget. The change first closes the old generation's word (swapping in a
+//! sentinel, which also reads its final TATs), so no admission can charge a generation that is
+//! being replaced, and no admission ever reads TATs in one spec's ticks against another spec:
+//! a change is atomic with respect to every concurrent admission.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Shortfall};
+use crate::record::Charge;
+
+/// A word no live generation holds: TATs never reach `u64::MAX` in both halves.
+const CLOSED: u128 = u128::MAX;
+
+#[derive(Debug)]
+struct Generation {
+    spec: BudgetSpec,
+    tats: AtomicU128,
+}
 
 #[derive(Debug)]
 pub struct GlobalBudget {
-    spec: ArcSwap<BudgetSpec>,
-    tats: AtomicU128,
+    current: ArcSwap<Generation>,
+    /// Serialises budget changes (never taken by admissions).
+    changing: Mutex<()>,
 }
 
 fn pack(records: u64, bytes: u64) -> u128 {
@@ -29,58 +47,80 @@ fn unpack(word: u128) -> (u64, u64) {
 impl GlobalBudget {
     pub fn new(spec: BudgetSpec) -> Self {
         Self {
-            spec: ArcSwap::from_pointee(spec),
-            tats: AtomicU128::new(0),
+            current: ArcSwap::from_pointee(Generation {
+                spec,
+                tats: AtomicU128::new(0),
+            }),
+            changing: Mutex::new(()),
         }
     }
 
     pub fn spec(&self) -> BudgetSpec {
-        **self.spec.load()
+        self.current.load().spec
     }
 
-    /// Would `records`/`bytes` be admitted now? Charges nothing.
-    pub fn check(&self, now_ns: u64, records: u64, bytes: u64) -> Result<(), Shortfall> {
-        let spec = self.spec.load();
-        let tats = unpack(self.tats.load(Ordering::Acquire));
-        take_both(&spec, tats, now_ns, records, bytes).map(|_| ())
+    /// The live generation's spec and TATs, consistent with each other.
+    fn snapshot(&self) -> (BudgetSpec, (u64, u64)) {
+        loop {
+            let generation = self.current.load();
+            let word = generation.tats.load(Ordering::Acquire);
+            if word != CLOSED {
+                return (generation.spec, unpack(word));
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Would `charge` be admitted now? Charges nothing.
+    pub fn check(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
+        let (spec, tats) = self.snapshot();
+        take_both(&spec, tats, now_ns, charge).map(|_| ())
     }
 
     /// Charges both dimensions, or neither.
-    pub fn take(&self, now_ns: u64, records: u64, bytes: u64) -> Result<(), Shortfall> {
-        let spec = self.spec.load();
-        let mut current = self.tats.load(Ordering::Acquire);
-        loop {
-            let (r, b) = take_both(&spec, unpack(current), now_ns, records, bytes)?;
-            match self.tats.compare_exchange_weak(
-                current,
-                pack(r, b),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => current = actual,
+    pub fn take(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
+        'generation: loop {
+            let generation = self.current.load();
+            let mut current = generation.tats.load(Ordering::Acquire);
+            loop {
+                if current == CLOSED {
+                    std::hint::spin_loop();
+                    continue 'generation;
+                }
+                let (r, b) = take_both(&generation.spec, unpack(current), now_ns, charge)?;
+                match generation.tats.compare_exchange_weak(
+                    current,
+                    pack(r, b),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(()),
+                    Err(actual) => current = actual,
+                }
             }
         }
     }
 
     /// Replaces the budget, keeping each bucket's current level (clamped to the new burst).
     pub fn set_spec(&self, new: BudgetSpec, now_ns: u64) {
-        let old = self.spec.swap(std::sync::Arc::new(new));
-        let _ = self
-            .tats
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-                let (r, b) = unpack(word);
-                Some(pack(
-                    retarget_tat(&old.records, &new.records, r, now_ns),
-                    retarget_tat(&old.bytes, &new.bytes, b, now_ns),
-                ))
-            });
+        let _one_change_at_a_time = self
+            .changing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = self.current.load_full();
+        let (r, b) = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
+        self.current.store(Arc::new(Generation {
+            spec: new,
+            tats: AtomicU128::new(pack(
+                retarget_tat(&old.spec.records, &new.records, r, now_ns),
+                retarget_tat(&old.spec.bytes, &new.bytes, b, now_ns),
+            )),
+        }));
     }
 
     /// Records and bytes buckets as they are now.
     pub fn view(&self, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
-        let spec = self.spec.load();
-        let (r, b) = unpack(self.tats.load(Ordering::Acquire));
+        let (spec, (r, b)) = self.snapshot();
         (
             spec.records.map(|s| s.view(r, now_ns)),
             spec.bytes.map(|s| s.view(b, now_ns)),
@@ -109,7 +149,7 @@ mod tests {
     #[test]
     fn a_refusal_in_one_dimension_charges_the_other_nothing() {
         let g = budget(10, 100);
-        let err = g.take(0, 1, 101).expect_err("too many bytes");
+        let err = g.take(0, Charge::new(1, 101)).expect_err("too many bytes");
         assert_eq!(err.dimension, Dimension::Bytes);
         let (records, _) = g.view(0);
         assert_eq!(records.map(|v| v.available), Some(10));
@@ -118,7 +158,7 @@ mod tests {
     #[test]
     fn both_dimensions_are_charged_together() {
         let g = budget(10, 100);
-        g.take(0, 4, 40).expect("fits");
+        g.take(0, Charge::new(4, 40)).expect("fits");
         let (r, b) = g.view(0);
         assert_eq!(r.map(|v| v.available), Some(6));
         assert_eq!(b.map(|v| v.available), Some(60));
@@ -127,7 +167,7 @@ mod tests {
     #[test]
     fn lowering_the_budget_keeps_the_level_instead_of_refilling() {
         let g = budget(10, 100);
-        g.take(0, 8, 0).expect("fits"); // 2 records left
+        g.take(0, Charge::new(8, 0)).expect("fits"); // 2 records left
         g.set_spec(
             BudgetSpec {
                 records: Some(RateSpec {
@@ -149,10 +189,57 @@ mod tests {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let g = g.clone();
-                std::thread::spawn(move || (0..1000).filter(|_| g.take(0, 1, 1).is_ok()).count())
+                std::thread::spawn(move || {
+                    (0..1000)
+                        .filter(|_| g.take(0, Charge::new(1, 1)).is_ok())
+                        .count()
+                })
             })
             .collect();
         let admitted: usize = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
         assert_eq!(admitted, 1000);
+    }
+
+    /// Budget changes racing admissions: every refusal's wait stays within what the slowest
+    /// spec could ask (a refusal computed from one spec's TATs in another spec's ticks would
+    /// ask for centuries), and nothing is admitted beyond the larger burst.
+    #[test]
+    fn a_budget_change_is_atomic_with_respect_to_admissions() {
+        let slow = BudgetSpec {
+            records: Some(RateSpec {
+                per_sec: 1,
+                burst: 10,
+            }),
+            bytes: None,
+        };
+        let fast = BudgetSpec {
+            records: Some(RateSpec {
+                per_sec: 1_000_000_000,
+                burst: 10,
+            }),
+            bytes: None,
+        };
+        let g = std::sync::Arc::new(GlobalBudget::new(slow));
+        // An hour in: the fast spec's ticks are 3.6e12, the slow one's 3600.
+        let now = 3_600_000_000_000u64;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let changer = {
+            let (g, stop) = (g.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for i in 0..20_000 {
+                    g.set_spec(if i % 2 == 0 { fast } else { slow }, now);
+                }
+                stop.store(true, Ordering::Release);
+            })
+        };
+        let mut worst_wait = 0u64;
+        while !stop.load(Ordering::Acquire) {
+            if let Err(s) = g.take(now, Charge::new(1, 0)) {
+                worst_wait = worst_wait.max(s.wait_ns);
+            }
+        }
+        changer.join().expect("changer");
+        // The slow spec refills one record per second: no honest wait exceeds 1 s.
+        assert!(worst_wait <= 1_000_000_000, "wait of {worst_wait} ns");
     }
 }

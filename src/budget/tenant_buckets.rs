@@ -2,6 +2,7 @@
 //! which is what makes tenant + global admission atomic without a global lock.
 
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Shortfall};
+use crate::record::Charge;
 
 #[derive(Debug, Clone)]
 pub struct TenantBuckets {
@@ -25,8 +26,8 @@ impl TenantBuckets {
     }
 
     /// Would the request fit? Charges nothing until [`TenantBuckets::commit`].
-    pub fn check(&self, now_ns: u64, records: u64, bytes: u64) -> Result<PendingCharge, Shortfall> {
-        take_both(&self.spec, self.tats, now_ns, records, bytes).map(PendingCharge)
+    pub fn check(&self, now_ns: u64, charge: Charge) -> Result<PendingCharge, Shortfall> {
+        take_both(&self.spec, self.tats, now_ns, charge).map(PendingCharge)
     }
 
     pub fn commit(&mut self, charge: PendingCharge) {

@@ -1,22 +1,31 @@
-//! Which topics exist and how many partitions they have, cached.
+//! Which topics exist and how many partitions they have, and whether the cluster answers at all.
 //!
 //! Kafka does not refuse a record for a missing topic: librdkafka would hold it until
-//! `message.timeout.ms`. To answer 404 at once we ask the cluster's metadata, and cache the
-//! answer (positive for `ttl`, negative for a shorter time so a new topic is found soon).
-//! Lookups run on blocking threads, at most [`MAX_CONCURRENT_LOOKUPS`] at a time, and the cache
-//! holds at most [`MAX_ENTRIES`] topics: request data never grows it without bound.
+//! `message.timeout.ms`. To answer 404 at once we keep a snapshot of the cluster's topic list.
+//! A background task refreshes it every `[kafka] metadata_ttl_ms` with one metadata request for
+//! all topics; its result is also the readiness latch, so `/readyz` costs nothing and a flood of
+//! probes cannot block threads.
+//!
+//! A topic missing from the snapshot triggers an early refresh, at most one at a time and at
+//! most one per [`MISS_REFRESH_INTERVAL`] whoever asks (a lookup waits for the next one it may
+//! start, unless one started after it asked): a client inventing topic names costs at most one
+//! metadata request per interval for the whole gateway, creates no topic object inside
+//! librdkafka (only the all-topics request is ever made), and never delays the lookups of
+//! topics already in the snapshot, which are answered from memory. The refresh keeps running
+//! to its end even if the request that started it goes away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use arc_swap::ArcSwap;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaRespErr;
 
 use super::producer::KafkaProducer;
 
-const MAX_CONCURRENT_LOOKUPS: usize = 4;
-const MAX_ENTRIES: usize = 10_000;
-const NEGATIVE_TTL: Duration = Duration::from_secs(2);
+/// The shortest time between two refreshes triggered by unknown topics.
+pub const MISS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicInfo {
@@ -24,74 +33,178 @@ pub enum TopicInfo {
     Missing,
 }
 
+/// The cluster's topics as the last successful refresh saw them.
+#[derive(Debug, Default)]
+struct Snapshot {
+    partitions: HashMap<String, u32>,
+    /// Topics whose metadata carried an error other than "unknown topic" (leader election,
+    /// authorization...): neither present nor known to be missing.
+    unsettled: HashMap<String, String>,
+    taken_at: Option<Instant>,
+}
+
+/// Whether the last metadata request was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reachability {
+    /// No refresh has finished yet.
+    Unknown,
+    Reachable,
+    Unreachable(String),
+}
+
 #[derive(Debug)]
 pub struct TopicCatalog {
     producer: Arc<KafkaProducer>,
-    entries: Mutex<HashMap<String, (TopicInfo, Instant)>>,
-    lookups: Semaphore,
-    ttl: Duration,
+    snapshot: ArcSwap<Snapshot>,
+    reachability: Mutex<Reachability>,
+    /// One refresh at a time; holds when the last one started.
+    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    interval: Duration,
     timeout: Duration,
 }
 
 impl TopicCatalog {
-    pub fn new(producer: Arc<KafkaProducer>, ttl: Duration, timeout: Duration) -> Self {
-        Self {
+    pub fn new(producer: Arc<KafkaProducer>, interval: Duration, timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
             producer,
-            entries: Mutex::new(HashMap::new()),
-            lookups: Semaphore::new(MAX_CONCURRENT_LOOKUPS),
-            ttl,
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            reachability: Mutex::new(Reachability::Unknown),
+            refreshing: tokio::sync::Mutex::new(None),
+            interval,
             timeout,
+        })
+    }
+
+    /// Refreshes the snapshot every interval until the catalog is dropped. Call once, inside
+    /// the runtime.
+    pub fn start_refreshing(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(catalog) = weak.upgrade() else {
+                    return;
+                };
+                catalog.refresh(None).await;
+                let interval = catalog.interval;
+                drop(catalog);
+                tokio::time::sleep(interval).await;
+            }
+        });
+    }
+
+    /// The readiness latch: the outcome of the last refresh.
+    pub fn reachability(&self) -> Reachability {
+        self.reachability
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn answer(&self, topic: &str) -> Option<Result<TopicInfo, String>> {
+        let snapshot = self.snapshot.load();
+        if let Some(p) = snapshot.partitions.get(topic) {
+            return Some(Ok(TopicInfo::Exists { partitions: *p }));
         }
+        if let Some(error) = snapshot.unsettled.get(topic) {
+            return Some(Err(format!("topic {topic:?} is not available: {error}")));
+        }
+        snapshot.taken_at.map(|_| Ok(TopicInfo::Missing))
     }
 
-    fn cached(&self, topic: &str) -> Option<TopicInfo> {
-        let entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (info, at) = entries.get(topic)?;
-        let ttl = match info {
-            TopicInfo::Exists { .. } => self.ttl,
-            TopicInfo::Missing => NEGATIVE_TTL.min(self.ttl),
-        };
-        (at.elapsed() < ttl).then_some(*info)
-    }
-
-    fn remember(&self, topic: &str, info: TopicInfo) {
-        let mut entries = self
-            .entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.len() >= MAX_ENTRIES {
-            entries.retain(|_, (_, at)| at.elapsed() < NEGATIVE_TTL);
-            if entries.len() >= MAX_ENTRIES {
-                return;
+    /// The topic's metadata. `Err` means the cluster could not say (unreachable, or the topic
+    /// is between leaders): a 503, never a cached 404.
+    pub async fn lookup(&self, topic: &str) -> Result<TopicInfo, String> {
+        match self.answer(topic) {
+            Some(Ok(TopicInfo::Exists { partitions })) => {
+                return Ok(TopicInfo::Exists { partitions })
+            }
+            // Missing or unsettled: perhaps created or healed since; look again (rate-limited).
+            _ => {
+                let asked = Instant::now();
+                self.refresh(Some(asked)).await;
             }
         }
-        entries.insert(topic.to_string(), (info, Instant::now()));
+        match self.answer(topic) {
+            Some(answer) => answer,
+            None => Err(match self.reachability() {
+                Reachability::Unreachable(e) => format!("metadata lookup failed: {e}"),
+                _ => "topic metadata is not available yet".to_string(),
+            }),
+        }
     }
 
-    /// The topic's metadata, from the cache or the cluster. `Err` means the cluster could not
-    /// be asked within the timeout.
-    pub async fn lookup(&self, topic: &str) -> Result<TopicInfo, String> {
-        if let Some(info) = self.cached(topic) {
-            return Ok(info);
+    /// Fetches all topics' metadata, unless a refresh started at or after `since` already
+    /// did; a refresh for a miss (`since` set) starts no sooner than [`MISS_REFRESH_INTERVAL`]
+    /// after the previous one. `None` refreshes now (the background task).
+    async fn refresh(&self, since: Option<Instant>) {
+        let budget = self.timeout + MISS_REFRESH_INTERVAL;
+        let mut last = match tokio::time::timeout(budget, self.refreshing.lock()).await {
+            Ok(guard) => guard,
+            Err(_) => return, // another refresh is slow; its result will do
+        };
+        if let (Some(since), Some(started)) = (since, *last) {
+            if started >= since {
+                return;
+            }
+            let next = started + MISS_REFRESH_INTERVAL;
+            if next > Instant::now() {
+                tokio::time::sleep_until(next.into()).await;
+            }
         }
-        let _permit = tokio::time::timeout(self.timeout, self.lookups.acquire())
-            .await
-            .map_err(|_| "metadata lookups are saturated".to_string())?
-            .map_err(|_| "metadata lookups are closed".to_string())?;
-        // Another request may have fetched it while we waited.
-        if let Some(info) = self.cached(topic) {
-            return Ok(info);
+        *last = Some(Instant::now());
+        let (producer, timeout) = (self.producer.clone(), self.timeout);
+        // The blocking fetch runs to its end even if this future is dropped; the guard is
+        // held until it does, so a client that disconnects frees nothing early.
+        let fetched = tokio::task::spawn_blocking(move || {
+            producer
+                .fetch_metadata(None, timeout)
+                .map(|m| snapshot_of(&m))
+        })
+        .await;
+        let outcome = match fetched {
+            Ok(Ok(snapshot)) => {
+                self.snapshot.store(Arc::new(snapshot));
+                Reachability::Reachable
+            }
+            Ok(Err(e)) => Reachability::Unreachable(e.to_string()),
+            Err(e) => Reachability::Unreachable(e.to_string()),
+        };
+        if let Reachability::Unreachable(e) = &outcome {
+            tracing::debug!(error = %e, "topic metadata refresh failed");
         }
-        let producer = self.producer.clone();
-        let (name, timeout) = (topic.to_string(), self.timeout);
-        let info = tokio::task::spawn_blocking(move || producer.fetch_topic(&name, timeout))
-            .await
-            .map_err(|e| format!("metadata lookup failed: {e}"))?
-            .map_err(|e| format!("metadata lookup failed: {e}"))?;
-        self.remember(topic, info);
-        Ok(info)
+        *self
+            .reachability
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = outcome;
+        drop(last);
     }
+}
+
+fn snapshot_of(metadata: &rdkafka::metadata::Metadata) -> Snapshot {
+    let mut snapshot = Snapshot {
+        taken_at: Some(Instant::now()),
+        ..Snapshot::default()
+    };
+    for t in metadata.topics() {
+        match t.error() {
+            None if !t.partitions().is_empty() => {
+                snapshot
+                    .partitions
+                    .insert(t.name().to_string(), t.partitions().len() as u32);
+            }
+            None => {
+                snapshot
+                    .unsettled
+                    .insert(t.name().to_string(), "it has no partitions".into());
+            }
+            Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => {}
+            Some(code) => {
+                let error = KafkaError::MetadataFetch(code.into());
+                snapshot
+                    .unsettled
+                    .insert(t.name().to_string(), error.to_string());
+            }
+        }
+    }
+    snapshot
 }

@@ -12,7 +12,12 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::Notify;
 
 use crate::buffer::BufferLease;
-use crate::tenant::TenantStats;
+
+/// Who counts a request's failed records (the sending tenant's counters). Kafka's side does not
+/// know what a tenant is; the ingest pipeline hands in the counter.
+pub trait FailureCounter: Send + Sync + std::fmt::Debug {
+    fn records_failed(&self, records: u64);
+}
 
 /// Where a record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,20 +105,23 @@ pub struct Batch {
     enqueued_at: Instant,
     /// Given back the moment the last record is answered.
     lease: Mutex<Option<BufferLease>>,
-    /// The sending tenant's counters: failures are counted when they happen, for async
-    /// requests too.
-    stats: std::sync::Arc<TenantStats>,
+    /// Failures are counted when they happen, for async requests too.
+    failures: std::sync::Arc<dyn FailureCounter>,
 }
 
 impl Batch {
-    pub fn new(records: usize, lease: BufferLease, stats: std::sync::Arc<TenantStats>) -> Self {
+    pub fn new(
+        records: usize,
+        lease: BufferLease,
+        failures: std::sync::Arc<dyn FailureCounter>,
+    ) -> Self {
         Self {
             outcomes: (0..records).map(|_| OnceLock::new()).collect(),
             remaining: AtomicUsize::new(records),
             done: Notify::new(),
             enqueued_at: Instant::now(),
             lease: Mutex::new(Some(lease)),
-            stats,
+            failures,
         }
     }
 
@@ -134,7 +142,7 @@ impl Batch {
             return None;
         }
         if failed {
-            self.stats.failed(1);
+            self.failures.records_failed(1);
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let lease = self
@@ -184,14 +192,26 @@ pub struct Ticket {
 mod tests {
     use super::*;
     use crate::buffer::{Buffer, TenantUsage};
+    use crate::record::Charge;
     use std::sync::Arc;
+
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+    impl FailureCounter for Count {
+        fn records_failed(&self, records: u64) {
+            self.0.fetch_add(records as usize, Ordering::Relaxed);
+        }
+    }
 
     #[test]
     fn space_is_given_back_when_the_last_record_is_answered() {
         let buffer = Arc::new(Buffer::new(100, 10));
         let tenant = Arc::new(TenantUsage::default());
-        let lease = buffer.try_reserve(&tenant, 30, 2).expect("fits");
-        let batch = Batch::new(2, lease, Arc::default());
+        let lease = buffer
+            .try_reserve(&tenant, Charge::new(2, 30))
+            .expect("fits");
+        let failures = Arc::new(Count::default());
+        let batch = Batch::new(2, lease, failures.clone());
         let ok = Ok(Delivered {
             partition: 0,
             offset: 7,
@@ -201,6 +221,7 @@ mod tests {
         assert!(batch.complete(1, ok).is_some());
         assert_eq!(buffer.held(), (0, 0));
         assert!(batch.is_complete());
+        assert_eq!(failures.0.load(Ordering::Relaxed), 0);
     }
 
     #[test]

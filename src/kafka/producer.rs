@@ -16,17 +16,16 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::{
     BaseRecord, DeliveryResult, Producer, ProducerContext, PurgeConfig, ThreadedProducer,
 };
 use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
 
-use super::catalog::TopicInfo;
-use super::delivery::{Batch, Delivered, DeliveryFailure, Ticket};
-use crate::body::Record;
+use super::delivery::{Batch, Delivered, DeliveryFailure, FailureCounter, Ticket};
+use super::stats::{ErrorLabels, KafkaMetrics, KafkaStats};
 use crate::buffer::{Buffer, BufferLease};
-use crate::metrics::{ErrorLabels, KafkaMetrics, KafkaStats};
-use crate::tenant::TenantStats;
+use crate::record::Record;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProducerError {
@@ -61,29 +60,9 @@ impl ClientContext for DeliveryContext {
     }
 
     fn stats(&self, statistics: Statistics) {
-        let brokers = statistics
-            .brokers
-            .values()
-            .filter(|b| b.nodeid >= 0)
-            .map(|b| {
-                (
-                    b.name.clone(),
-                    b.outbuf_cnt + b.waitresp_cnt,
-                    b.rtt.as_ref().map_or(0, |w| w.avg),
-                    b.throttle.as_ref().map_or(0, |w| w.avg),
-                )
-            })
-            .collect();
-        *self
-            .shared
+        self.shared
             .metrics
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = KafkaStats {
-            queue_messages: statistics.msg_cnt,
-            queue_bytes: statistics.msg_size,
-            brokers,
-        };
+            .store(KafkaStats::from_statistics(&statistics));
     }
 }
 
@@ -222,31 +201,17 @@ impl KafkaProducer {
         topic: &str,
         records: &[Record<'_>],
         lease: BufferLease,
-        stats: Arc<TenantStats>,
+        failures: Arc<dyn FailureCounter>,
     ) -> Arc<Batch> {
-        let batch = Arc::new(Batch::new(records.len(), lease, stats));
+        let batch = Arc::new(Batch::new(records.len(), lease, failures));
         let producer = self.live();
         for (index, record) in records.iter().enumerate() {
             let ticket = Box::new(Ticket {
                 batch: batch.clone(),
                 index,
             });
-            let mut base: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
-                BaseRecord::with_opaque_to(topic, ticket);
-            if let Some(value) = &record.value {
-                base = base.payload(&value[..]);
-            }
-            if let Some(key) = &record.key {
-                base = base.key(&key[..]);
-            }
-            if let Some(partition) = record.partition {
-                base = base.partition(partition);
-            }
-            if let Some(ts) = record.timestamp_ms {
-                base = base.timestamp(ts);
-            }
-            if !record.headers.is_empty() {
-                let headers = record.headers.iter().fold(
+            let headers = (!record.headers.is_empty()).then(|| {
+                record.headers.iter().fold(
                     OwnedHeaders::new_with_capacity(record.headers.len()),
                     |h, (name, value)| {
                         h.insert(Header {
@@ -254,10 +219,16 @@ impl KafkaProducer {
                             value: Some(&value[..]),
                         })
                     },
-                );
-                base = base.headers(headers);
-            }
-            if let Err((error, base)) = producer.send(base) {
+                )
+            });
+            let parts = RecordParts {
+                key: record.key.as_deref(),
+                payload: record.value.as_deref(),
+                partition: record.partition,
+                timestamp_ms: record.timestamp_ms,
+                headers,
+            };
+            if let Err((error, base)) = producer.send(base_record(topic, parts, ticket)) {
                 drop(base);
                 tracing::warn!(%error, topic, index, "librdkafka refused a record at enqueue");
                 batch.complete(index, Err(DeliveryFailure::from_kafka(&error)));
@@ -274,27 +245,19 @@ impl KafkaProducer {
     ) -> Result<(), Box<Ticket>> {
         let producer = self.live();
         let topic = message.topic().to_string();
-        let mut base: BaseRecord<'_, [u8], [u8], Box<Ticket>> =
-            BaseRecord::with_opaque_to(&topic, ticket);
-        if let Some(payload) = message.payload() {
-            base = base.payload(payload);
-        }
-        if let Some(key) = message.key() {
-            base = base.key(key);
-        }
-        if message.partition() >= 0 {
-            base = base.partition(message.partition());
-        }
-        if let Some(ts) = message.timestamp().to_millis() {
-            base = base.timestamp(ts);
-        }
-        if let Some(headers) = message.headers() {
-            base = base.headers(headers.detach());
-        }
-        producer.send(base).map_err(|(error, base)| {
-            tracing::warn!(%error, "could not re-send a record handed back by a dead producer");
-            base.delivery_opaque
-        })
+        let parts = RecordParts {
+            key: message.key(),
+            payload: message.payload(),
+            partition: (message.partition() >= 0).then_some(message.partition()),
+            timestamp_ms: message.timestamp().to_millis(),
+            headers: message.headers().map(|h| h.detach()),
+        };
+        producer
+            .send(base_record(&topic, parts, ticket))
+            .map_err(|(error, base)| {
+                tracing::warn!(%error, "could not re-send a record handed back by a dead producer");
+                base.delivery_opaque
+            })
     }
 
     /// Waits for every queued record to be answered, up to `timeout`.
@@ -307,26 +270,14 @@ impl KafkaProducer {
         self.current.load().in_flight_count()
     }
 
-    /// Can the cluster's metadata be fetched within `timeout`? (blocking)
-    pub fn cluster_reachable(&self, timeout: Duration) -> Result<(), KafkaError> {
-        self.live()
-            .client()
-            .fetch_metadata(None, timeout)
-            .map(|_| ())
-    }
-
-    /// Asks the cluster about one topic (blocking; call from a blocking thread).
-    pub fn fetch_topic(&self, topic: &str, timeout: Duration) -> Result<TopicInfo, KafkaError> {
-        let metadata = self.live().client().fetch_metadata(Some(topic), timeout)?;
-        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
-            return Ok(TopicInfo::Missing);
-        };
-        if t.error().is_some() || t.partitions().is_empty() {
-            return Ok(TopicInfo::Missing);
-        }
-        Ok(TopicInfo::Exists {
-            partitions: t.partitions().len() as u32,
-        })
+    /// The cluster's metadata, for one topic or all (blocking; call from a blocking thread).
+    /// Interpreting it is the catalog's job.
+    pub(super) fn fetch_metadata(
+        &self,
+        topic: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Metadata, KafkaError> {
+        self.live().client().fetch_metadata(topic, timeout)
     }
 
     /// Makes the live producer fail fatally, as a broker that lost its state would (tests).
@@ -345,6 +296,41 @@ impl KafkaProducer {
             );
         }
     }
+}
+
+/// The fields of one record, wherever they come from (a request, or a dead producer's
+/// hand-back).
+struct RecordParts<'a> {
+    key: Option<&'a [u8]>,
+    payload: Option<&'a [u8]>,
+    partition: Option<i32>,
+    timestamp_ms: Option<i64>,
+    headers: Option<OwnedHeaders>,
+}
+
+/// The one place a librdkafka record is built, for send and re-send alike.
+fn base_record<'a>(
+    topic: &'a str,
+    parts: RecordParts<'a>,
+    ticket: Box<Ticket>,
+) -> BaseRecord<'a, [u8], [u8], Box<Ticket>> {
+    let mut base = BaseRecord::with_opaque_to(topic, ticket);
+    if let Some(payload) = parts.payload {
+        base = base.payload(payload);
+    }
+    if let Some(key) = parts.key {
+        base = base.key(key);
+    }
+    if let Some(partition) = parts.partition {
+        base = base.partition(partition);
+    }
+    if let Some(ts) = parts.timestamp_ms {
+        base = base.timestamp(ts);
+    }
+    if let Some(headers) = parts.headers {
+        base = base.headers(headers);
+    }
+    base
 }
 
 fn create(config: &ClientConfig, shared: &Arc<Shared>) -> Result<Inner, ProducerError> {

@@ -1,12 +1,17 @@
 //! The registry of tenants, read lock-free by every request and replaced whole on a change.
+//!
+//! A change is two steps so that nothing live moves until the change is sure: [`Registry::plan`]
+//! parses and checks every tenant's settings without touching the running tenants, and
+//! [`RegistryPlan::build`] (which cannot fail) applies them and builds the next registry.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::{ApiKeyHash, Tenant, TenantId};
+use super::{Tenant, TenantSettings};
 use crate::config::{ConfigProblem, TenantConfig};
+use crate::identity::{ApiKeyHash, TenantId};
 
 /// An immutable snapshot of who is who; replaced whole when tenants or keys change.
 #[derive(Debug, Default)]
@@ -15,45 +20,33 @@ pub struct Registry {
     by_id: BTreeMap<TenantId, Arc<Tenant>>,
 }
 
+/// Checked tenant settings, ready to become the live registry.
+#[derive(Debug)]
+pub struct RegistryPlan(Vec<(String, TenantSettings, Vec<ApiKeyHash>)>);
+
 impl Registry {
-    /// Builds a registry from configuration; the configuration was validated before.
+    /// Builds a registry from configuration.
     pub fn from_configs(configs: &[TenantConfig]) -> Result<Self, ConfigProblem> {
-        Self::rebuild(configs, &Self::default(), 0)
+        Ok(Self::plan(configs)?.build(&Self::default(), 0))
     }
 
-    /// A registry for `configs` that keeps the live state (bucket levels, buffer usage,
-    /// counters) of every tenant `previous` already had.
-    pub fn rebuild(
-        configs: &[TenantConfig],
-        previous: &Registry,
-        now_ns: u64,
-    ) -> Result<Self, ConfigProblem> {
-        let mut registry = Self::default();
+    /// Parses and checks `configs`; changes nothing.
+    pub fn plan(configs: &[TenantConfig]) -> Result<RegistryPlan, ConfigProblem> {
+        let mut planned = Vec::with_capacity(configs.len());
         for config in configs {
-            let tenant = match previous.get(&config.id) {
-                Some(existing) => {
-                    existing.apply(config, now_ns)?;
-                    existing.clone()
-                }
-                None => Arc::new(Tenant::from_config(config)?),
-            };
-            registry.insert(config, tenant)?;
+            let settings = TenantSettings::parse(config)?;
+            let mut keys = Vec::with_capacity(config.api_key_sha256.len());
+            for (i, h) in config.api_key_sha256.iter().enumerate() {
+                keys.push(ApiKeyHash::from_hex(h).ok_or_else(|| {
+                    ConfigProblem::new(
+                        format!("tenants[{}].api_key_sha256[{i}]", config.id),
+                        "must be 64 lowercase hex digits",
+                    )
+                })?);
+            }
+            planned.push((config.id.clone(), settings, keys));
         }
-        Ok(registry)
-    }
-
-    fn insert(&mut self, config: &TenantConfig, tenant: Arc<Tenant>) -> Result<(), ConfigProblem> {
-        for (i, h) in config.api_key_sha256.iter().enumerate() {
-            let hash = ApiKeyHash::from_hex(h).ok_or_else(|| {
-                ConfigProblem::new(
-                    format!("tenants[{}].api_key_sha256[{i}]", config.id),
-                    "must be 64 lowercase hex digits",
-                )
-            })?;
-            self.by_key.insert(hash, tenant.clone());
-        }
-        self.by_id.insert(tenant.id.clone(), tenant);
-        Ok(())
+        Ok(RegistryPlan(planned))
     }
 
     pub fn authenticate(&self, key: &str) -> Option<&Arc<Tenant>> {
@@ -69,7 +62,29 @@ impl Registry {
     }
 }
 
-/// The live registry: read lock-free by every request, swapped by admin changes.
+impl RegistryPlan {
+    /// The next registry: tenants `previous` already had keep their live state (bucket levels,
+    /// buffer usage, counters) and get the new settings; new tenants start full.
+    pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
+        let mut registry = Registry::default();
+        for (id, settings, keys) in self.0 {
+            let tenant = match previous.get(&id) {
+                Some(existing) => {
+                    existing.apply(&settings, now_ns);
+                    existing.clone()
+                }
+                None => Arc::new(Tenant::new(&id, &settings)),
+            };
+            for key in keys {
+                registry.by_key.insert(key, tenant.clone());
+            }
+            registry.by_id.insert(tenant.id.clone(), tenant);
+        }
+        registry
+    }
+}
+
+/// The live registry: read lock-free by every request, swapped by registry changes.
 #[derive(Debug)]
 pub struct Tenants(ArcSwap<Registry>);
 

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::admission::Reason;
+use crate::refusal::Reason;
 
 #[derive(Debug, Default)]
 pub struct TenantStats {

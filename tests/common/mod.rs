@@ -7,14 +7,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::admin::auth::AdminTokens;
+use floodgate::access::AdminTokens;
 use floodgate::budget::{Clock, ManualClock, MonotonicClock};
 use floodgate::config::{Config, TenantConfig};
-use floodgate::tenant::ApiKeyHash;
+use floodgate::identity::ApiKeyHash;
 use floodgate::{Listeners, ShutdownReport};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers;
+use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -22,7 +23,7 @@ use tokio::task::JoinHandle;
 
 pub const KEY: &str = "test-key-acme";
 /// Admin tokens of every test gateway: id "ops".
-pub const ADMIN_TOKENS: &str = "ops=test-admin-token";
+pub const ADMIN_TOKENS: &str = "ops:test-admin-token";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
 /// The Tansu broker started by scripts/test.sh.
@@ -93,12 +94,45 @@ pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
         id: id.into(),
         api_key_sha256: vec![ApiKeyHash::of_key(key).to_hex()],
         topics: topics.iter().map(|t| t.to_string()).collect(),
-        records_per_sec: None,
-        records_burst: None,
-        bytes_per_sec: None,
-        bytes_burst: None,
-        max_buffer_share: None,
+        ..TenantConfig::default()
     }
+}
+
+/// librdkafka's in-process mock cluster, for fault injection.
+pub type Cluster = MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+/// A one-broker mock cluster with these single-partition topics.
+pub fn mock_cluster(topics: &[&str]) -> Cluster {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    for topic in topics {
+        cluster.create_topic(topic, 1, 1).expect("topic");
+    }
+    cluster
+}
+
+/// Which clock a test gateway's budgets follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Time {
+    Real,
+    /// Stepped by the test ([`Gateway::advance_ms`]).
+    Manual,
+}
+
+/// The usual set-up: a mock cluster with `topic`, and a gateway on it with the tenant "acme"
+/// (key [`KEY`], topics `test.*`), after `edit` has adjusted the configuration.
+pub async fn gateway_on_mock(
+    topic: &str,
+    time: Time,
+    edit: impl FnOnce(&mut Config),
+) -> (Cluster, Gateway) {
+    let cluster = mock_cluster(&[topic]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    edit(&mut cfg);
+    let gw = match time {
+        Time::Real => Gateway::start(cfg).await,
+        Time::Manual => Gateway::start_manual(cfg).await,
+    };
+    (cluster, gw)
 }
 
 /// A configuration for tests: loopback listeners (bound by the harness), a tenant "acme"
@@ -142,7 +176,7 @@ impl Gateway {
             None => Arc::new(MonotonicClock::new()),
         };
         let mut options = floodgate::RunOptions::new(clock);
-        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS));
+        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
         Self::launch(config, options, manual).await
     }
 

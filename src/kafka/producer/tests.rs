@@ -5,17 +5,20 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::*;
-use crate::body::Record;
 use crate::buffer::TenantUsage;
 use crate::config::{BufferConfig, KafkaConfig};
+use crate::record::{Charge, Record};
+
+#[derive(Debug)]
+struct NoCount;
+impl FailureCounter for NoCount {
+    fn records_failed(&self, _: u64) {}
+}
 
 fn record(value: &str) -> Record<'static> {
     Record {
-        key: None,
         value: Some(std::borrow::Cow::Owned(value.as_bytes().to_vec())),
-        headers: vec![],
-        partition: None,
-        timestamp_ms: None,
+        ..Record::default()
     }
 }
 
@@ -69,8 +72,10 @@ async fn a_fatal_error_replaces_the_producer_and_loses_no_accepted_record() {
     let usage = Arc::new(TenantUsage::default());
     let send = |tag: &str| {
         let records: Vec<Record<'static>> = (0..5).map(|i| record(&format!("{tag}-{i}"))).collect();
-        let lease = buffer.try_reserve(&usage, 100, 5).expect("room");
-        producer.send("fatal", &records, lease, Arc::default())
+        let lease = buffer
+            .try_reserve(&usage, Charge::new(5, 100))
+            .expect("room");
+        producer.send("fatal", &records, lease, Arc::new(NoCount))
     };
     let warm = send("warm");
     tokio::time::timeout(Duration::from_secs(10), warm.wait())

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use floodgate::budget::MonotonicClock;
 use floodgate::config::{Config, TenantConfig};
-use floodgate::tenant::ApiKeyHash;
+use floodgate::identity::ApiKeyHash;
 use rdkafka::mocking::MockCluster;
 
 use crate::load::{self, Timelines};
@@ -59,9 +59,8 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
         topics: vec!["events.*".into()],
         records_per_sec: Some(args.tenant_records_per_sec),
         records_burst: Some(args.tenant_records_per_sec * 2),
-        bytes_per_sec: None,
-        bytes_burst: None,
         max_buffer_share: Some(1.0),
+        ..TenantConfig::default()
     }];
     let listeners = floodgate::Listeners {
         produce: tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -115,13 +114,17 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
         .clone();
     let rows = merge(&timelines, &samples);
     write_csv(&args.csv, &rows)?;
-    crate::plot::burst_drain(&args.png, &rows, &args)?;
+    let title = format!(
+        "Burst and drain: {} req/s x{} records, burst {}, broker RTT {} ms",
+        args.base_rate, args.records_per_request, args.burst, args.rtt_ms
+    );
+    crate::plot::burst_drain(&args.png, &rows, &title)?;
     println!("wrote {} and {}", args.csv.display(), args.png.display());
     Ok(())
 }
 
 /// One row per second: offered/s, admitted/s, refused/s, peak buffer occupancy (%).
-pub type Row = (usize, u64, u64, u64, f64);
+use crate::plot::Row;
 
 fn merge(timelines: &Timelines, samples: &[(f64, f64)]) -> Vec<Row> {
     let Some((_, seconds)) = timelines.first() else {

@@ -4,18 +4,15 @@
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
-use crate::scenario::{Row, ScenarioArgs};
+/// One second of the scenario: (second, offered, admitted, refused, buffer occupancy %).
+pub type Row = (usize, u64, u64, u64, f64);
 
 /// A line: its legend, colour, and the value it takes from a row.
 type Series = (&'static str, RGBColor, fn(&Row) -> f64);
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
-pub fn burst_drain(
-    path: &std::path::Path,
-    rows: &[Row],
-    args: &ScenarioArgs,
-) -> Result<(), String> {
+pub fn burst_drain(path: &std::path::Path, rows: &[Row], title: &str) -> Result<(), String> {
     let font = std::fs::read(FONT)
         .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
@@ -35,13 +32,7 @@ pub fn burst_drain(
         * 1.1;
     let seconds = rows.len().max(1) as f64;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "Burst and drain: {} req/s x{} records, burst {}, broker RTT {} ms",
-                args.base_rate, args.records_per_request, args.burst, args.rtt_ms
-            ),
-            ("sans-serif", 20),
-        )
+        .caption(title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)

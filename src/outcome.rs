@@ -1,13 +1,24 @@
-//! The request error type and its one mapping to HTTP: every status floodgate answers with
-//! on error is decided here. Bodies are `{"error": CODE, "detail": "..."}` with stable codes;
-//! internal details stay in the logs.
+//! The outcome room: every status and body floodgate answers with is decided here — errors
+//! ([`ApiError`], with `From` for body, admission and registry errors), produce results
+//! ([`Produced`]: 202, 200, 502, 503), and readiness ([`Readiness`]). Error bodies are
+//! `{"error": CODE, "detail": "..."}` with stable codes; internal details stay in the logs.
+//! Wire formats with other shapes (Confluent's) map the same values in their own encoder.
+//!
+//! Layer: outcomes. Imports the values it answers for (refusals, body errors, delivery
+//! batches, registry errors); imported by the ingest pipeline and the HTTP edges.
+
+use std::sync::Arc;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::json;
 
-use crate::admission::{Refusal, TooLarge};
+use crate::body::BodyError;
+use crate::kafka::{Batch, FailureKind};
+use crate::refusal::{Denial, Refusal, TooLarge};
+use crate::registry::ChangeError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -61,6 +72,36 @@ impl ApiError {
         Self::InvalidField {
             field: field.to_string(),
             detail: problem.message.clone(),
+        }
+    }
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::Malformed(d) => Self::Malformed(d),
+            BodyError::TooManyRecords { limit } => Self::TooManyRecords { limit },
+            BodyError::RecordTooLarge(d) => Self::RecordTooLarge(d),
+        }
+    }
+}
+
+impl From<Denial> for ApiError {
+    fn from(d: Denial) -> Self {
+        match d {
+            Denial::Refused(r) => Self::RateLimited(r),
+            Denial::TooLarge(t) => Self::ExceedsBurst(t),
+        }
+    }
+}
+
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Invalid(p) => Self::invalid_field(&p),
+            ChangeError::TenantNotFound(id) => Self::TenantNotFound(id),
+            ChangeError::KeyNotFound(id) => Self::KeyNotFound(id),
+            ChangeError::NotSaved(_) => Self::StateNotSaved,
         }
     }
 }
@@ -138,7 +179,7 @@ impl ApiError {
             Self::RateLimited(r) => format!(
                 "{} exhausted; retry in {} ms",
                 r.reason.as_str(),
-                retry_after_ms(r)
+                r.retry_after_ms()
             ),
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
@@ -170,16 +211,6 @@ pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Respons
         .into_response()
 }
 
-/// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
-pub fn retry_after_ms(r: &Refusal) -> u64 {
-    u64::try_from(r.retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-/// `Retry-After` in whole seconds, rounded up, at least 1.
-pub fn retry_after_secs(r: &Refusal) -> u64 {
-    retry_after_ms(r).div_ceil(1000).max(1)
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -188,13 +219,13 @@ impl IntoResponse for ApiError {
                 let body = json!({
                     "error": self.code(),
                     "reason": r.reason.as_str(),
-                    "retry_after_ms": retry_after_ms(r),
+                    "retry_after_ms": r.retry_after_ms(),
                     "detail": self.detail(),
                 });
                 let mut response = (status, Json(body)).into_response();
                 response
                     .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(r)));
+                    .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs()));
                 response
             }
             Self::InvalidField { field, .. } => (
@@ -219,6 +250,95 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// What a produce request achieved.
+#[derive(Debug)]
+pub enum Produced {
+    /// Handed to the producer (async mode): 202.
+    Accepted { records: usize },
+    /// Every record has Kafka's answer: 200, or 502/503 if some were not delivered.
+    Settled(Arc<Batch>),
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum RecordResult<'a> {
+    Delivered { partition: i32, offset: i64 },
+    Failed { error: &'a str },
+}
+
+impl IntoResponse for Produced {
+    /// 202 `{"accepted": N}`; 200 with offsets in record order; 502 (or 503 when Kafka was
+    /// unreachable for every failed record) with each record's offset or error.
+    fn into_response(self) -> Response {
+        let batch = match self {
+            Self::Accepted { records } => {
+                return (StatusCode::ACCEPTED, Json(json!({ "accepted": records }))).into_response()
+            }
+            Self::Settled(batch) => batch,
+        };
+        let mut failed = 0usize;
+        let mut unavailable = 0usize;
+        let results: Vec<RecordResult<'_>> = batch
+            .outcomes()
+            .map(|o| match o {
+                Some(Ok(d)) => RecordResult::Delivered {
+                    partition: d.partition,
+                    offset: d.offset,
+                },
+                Some(Err(f)) => {
+                    failed += 1;
+                    if f.kind == FailureKind::Unavailable {
+                        unavailable += 1;
+                    }
+                    RecordResult::Failed { error: &f.code }
+                }
+                None => {
+                    failed += 1;
+                    RecordResult::Failed { error: "pending" }
+                }
+            })
+            .collect();
+        if failed == 0 {
+            return (StatusCode::OK, Json(json!({ "offsets": results }))).into_response();
+        }
+        let (status, code) = if unavailable == failed {
+            (StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable")
+        } else {
+            (StatusCode::BAD_GATEWAY, "delivery_failed")
+        };
+        let detail = format!("{failed} of {} records were not delivered", batch.len());
+        (
+            status,
+            Json(json!({"error": code, "detail": detail, "offsets": results})),
+        )
+            .into_response()
+    }
+}
+
+/// `/readyz`: whether this instance should receive traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    NotReady {
+        /// A stable code: `shutting_down`, `buffer_high_water`, `kafka_unreachable`, ...
+        reason: &'static str,
+        detail: String,
+    },
+}
+
+impl IntoResponse for Readiness {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Ready => (StatusCode::OK, Json(json!({"ready": true}))).into_response(),
+            Self::NotReady { reason, detail } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"ready": false, "reason": reason, "detail": detail})),
+            )
+                .into_response(),
+        }
     }
 }
 
@@ -254,24 +374,5 @@ mod tests {
             &body[..],
             br#"{"detail":"internal error; it has been logged","error":"internal"}"#
         );
-    }
-    use crate::admission::Reason;
-    use std::time::Duration;
-
-    #[test]
-    fn retry_after_rounds_up_and_is_at_least_one_second() {
-        let r = |ns| Refusal {
-            reason: Reason::TenantRecords,
-            retry_after: Duration::from_nanos(ns),
-        };
-        assert_eq!((retry_after_ms(&r(1)), retry_after_secs(&r(1))), (1, 1));
-        assert_eq!(
-            (
-                retry_after_ms(&r(1_000_000_001)),
-                retry_after_secs(&r(1_000_000_001))
-            ),
-            (1001, 2)
-        );
-        assert_eq!(retry_after_secs(&r(3_000_000_000)), 3);
     }
 }

@@ -1,0 +1,100 @@
+//! The `/v1` wire format: `POST /v1/topics/{topic}/records` with a JSON (`{"records":[...]}`)
+//! or NDJSON body, `?async=true` for a 202 once enqueued. An adapter on the ingest pipeline:
+//! it picks the decoder for the content type and encodes the outcome in floodgate's own shape.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+use crate::app::AppState;
+use crate::body::{self, BodyError, Format};
+use crate::config::RequestBounds;
+use crate::ingest::{Ack, Decode, ProduceRequest};
+use crate::outcome::ApiError;
+use crate::ratelimit_headers;
+use crate::record::Record;
+
+/// The route, as registered and as documented in `openapi.json`.
+pub const PRODUCE: &str = "/v1/topics/{topic}/records";
+
+/// JSON or NDJSON records.
+struct V1(Format);
+
+impl Decode for V1 {
+    fn decode<'a>(
+        &self,
+        body: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Result<Vec<Record<'a>>, BodyError> {
+        body::parse(self.0, body, bounds)
+    }
+}
+
+pub async fn produce(
+    State(app): State<Arc<AppState>>,
+    topic: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let topic = match &topic {
+        Ok(Path(t)) => t.as_str(),
+        Err(e) => {
+            // Authentication still comes first: an unauthenticated client learns nothing.
+            if app.ingest.authenticate(&parts.headers).is_err() {
+                return ApiError::Unauthorized.into_response();
+            }
+            return ApiError::InvalidTopic(e.body_text()).into_response();
+        }
+    };
+    let wire = ack_mode(parts.uri.query()).and_then(|ack| {
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        let format = Format::from_content_type(&content_type)
+            .ok_or(ApiError::UnsupportedMediaType(content_type))?;
+        Ok((ack, V1(format)))
+    });
+    let (ack, decoder) = match &wire {
+        Ok((ack, v1)) => (*ack, Ok(v1 as &dyn Decode)),
+        Err(e) => (Ack::Kafka, Err(e.clone())),
+    };
+    let request = ProduceRequest {
+        headers: &parts.headers,
+        topic,
+        ack,
+        body,
+    };
+    let (tenant, outcome) = app.ingest.produce(request, decoder).await;
+    let mut response = match outcome {
+        Ok(produced) => produced.into_response(),
+        Err(error) => error.into_response(),
+    };
+    // Every answer to an authenticated client says where its buckets stand.
+    if let Some(tenant) = tenant {
+        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+    }
+    response
+}
+
+/// `?async=true` answers 202 once records are handed to the producer.
+fn ack_mode(query: Option<&str>) -> Result<Ack, ApiError> {
+    let mut ack = Ack::Kafka;
+    for pair in query.unwrap_or("").split('&') {
+        match pair.split_once('=').unwrap_or((pair, "")) {
+            ("", _) => {}
+            ("async", "true" | "1" | "") => ack = Ack::Enqueued,
+            ("async", "false" | "0") => ack = Ack::Kafka,
+            (name, _) => {
+                return Err(ApiError::Malformed(format!(
+                    "query parameter {name:?} is not understood (only async=true|false)"
+                )))
+            }
+        }
+    }
+    Ok(ack)
+}

@@ -1,0 +1,151 @@
+//! Names the gateway checks and compares: tenant ids, API-key digests, Kafka topic names and the
+//! topic patterns a tenant may write.
+//!
+//! A foundation module: it imports nothing of floodgate's, so configuration validation,
+//! tenants and the registry can all use it without knowing each other.
+//!
+//! API keys are never stored: only their SHA-256 digests. A request's key is hashed once and
+//! looked up by digest. The lookup's timing can only reveal digests of valid keys, which
+//! (SHA-256 being preimage resistant) do not help an attacker forge a key.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// A tenant's stable identifier.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantId(Arc<str>);
+
+impl TenantId {
+    pub fn new(id: &str) -> Self {
+        Self(Arc::from(id))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Why `id` cannot name a tenant, if it cannot.
+    pub fn problem(id: &str) -> Option<&'static str> {
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if id.is_empty() || id.len() > 128 || !id.chars().all(legal) {
+            Some("must be 1 to 128 characters of a-z A-Z 0-9 . _ -")
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SHA-256 digest of an API key: all the gateway ever keeps of a key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ApiKeyHash([u8; 32]);
+
+impl ApiKeyHash {
+    pub fn of_key(key: &str) -> Self {
+        Self(Sha256::digest(key.as_bytes()).into())
+    }
+
+    /// Parses 64 lowercase hex digits.
+    pub fn from_hex(text: &str) -> Option<Self> {
+        if text.len() != 64 || text.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).ok()?;
+        Some(Self(out))
+    }
+
+    pub fn to_hex(self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The first 16 hex digits: enough to name a key in the admin API, useless to forge it.
+    pub fn key_id(self) -> String {
+        hex::encode(&self.0[..8])
+    }
+}
+
+impl fmt::Debug for ApiKeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A digest is not a secret, but an abbreviated one is all a log needs.
+        write!(f, "ApiKeyHash({}…)", &self.to_hex()[..8])
+    }
+}
+
+/// A Kafka topic name, checked against Kafka's rules (legal characters, length).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Topic(String);
+
+impl Topic {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        if name.is_empty() || name.len() > 249 {
+            return Err("topic names are 1 to 249 characters".into());
+        }
+        if name == "." || name == ".." {
+            return Err("topic name cannot be '.' or '..'".into());
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(format!(
+                "character {c:?} is not allowed in a topic name (allowed: a-z A-Z 0-9 . _ -)"
+            ));
+        }
+        Ok(Self(name.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The topics a tenant may write, as glob patterns.
+#[derive(Debug, Clone)]
+pub struct TopicPatterns(Vec<glob::Pattern>);
+
+impl TopicPatterns {
+    /// The patterns, or the index of the first invalid one and why.
+    pub fn parse(patterns: &[String]) -> Result<Self, (usize, String)> {
+        patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| glob::Pattern::new(p).map_err(|e| (i, e.to_string())))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self)
+    }
+
+    pub fn allows(&self, topic: &Topic) -> bool {
+        self.0.iter().any(|p| p.matches(topic.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(Topic::parse("events.acme/../x").is_err());
+        assert!(Topic::parse("événements").is_err());
+        assert!(Topic::parse("..").is_err());
+        assert!(Topic::parse(&"a".repeat(250)).is_err());
+        assert!(Topic::parse("a_b-c.d").is_ok());
+    }
+
+    #[test]
+    fn digests_are_lowercase_hex_only() {
+        assert!(ApiKeyHash::from_hex("ABC").is_none());
+        assert!(ApiKeyHash::from_hex(&"A".repeat(64)).is_none());
+        let h = ApiKeyHash::of_key("k");
+        assert_eq!(ApiKeyHash::from_hex(&h.to_hex()), Some(h));
+        assert_eq!(h.key_id(), h.to_hex()[..16]);
+    }
+}

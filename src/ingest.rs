@@ -1,0 +1,311 @@
+//! The ingest pipeline: what every produce request goes through, whatever its wire format.
+//!
+//! authenticate → topic (parse, may the tenant write it) → early check (before the body is
+//! read) → read and decode the body (the wire format's [`Decode`]) → topic metadata → admit →
+//! send → settle. Each step is a method over typed values; [`Ingest::produce`] runs them in
+//! order. A wire format is an adapter at the edge: it picks a decoder for the request's content
+//! type and encodes the [`Produced`] or [`ApiError`] it gets back; adding a format means adding
+//! an adapter and its routes, never touching this module.
+//!
+//! The order is the design: everything that can refuse a request without reading its body
+//! runs first, so a refused client costs a few hundred nanoseconds and no memory, and a client
+//! announcing a large body hears 429 before it uploads.
+//!
+//! Layer: pipeline. Imports admission, tenants, Kafka and the outcome room; never HTTP
+//! routing or response shapes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use http_body_util::{BodyExt, Limited};
+use tracing::Instrument as _;
+
+use crate::admission::{Admission, BucketsView};
+use crate::body::BodyError;
+use crate::buffer::BufferLease;
+use crate::config::RequestBounds;
+use crate::identity::Topic;
+use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
+use crate::outcome::{ApiError, Produced};
+use crate::record::{Charge, Record};
+use crate::refusal::Refusal;
+use crate::tenant::{Tenant, TenantStats, Tenants};
+
+/// A wire format's decoder: a body into records, errors naming the record.
+pub trait Decode: Send + Sync {
+    fn decode<'a>(
+        &self,
+        body: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Result<Vec<Record<'a>>, BodyError>;
+}
+
+/// When a produce request is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// Once every record has Kafka's answer (200 with offsets).
+    Kafka,
+    /// Once every record is handed to the producer (202).
+    Enqueued,
+}
+
+/// One produce request as the pipeline sees it.
+pub struct ProduceRequest<'a> {
+    pub headers: &'a HeaderMap,
+    /// The topic as the URL named it, already percent-decoded.
+    pub topic: &'a str,
+    pub ack: Ack,
+    pub body: Body,
+}
+
+/// Everything the pipeline needs, shared by every request.
+#[derive(Debug)]
+pub struct Ingest {
+    /// Who is who (swapped whole by registry changes).
+    pub tenants: Arc<Tenants>,
+    /// Budgets and buffer.
+    pub admission: Arc<Admission>,
+    /// Which topics exist (also the readiness latch).
+    pub catalog: Arc<TopicCatalog>,
+    /// The one shared librdkafka producer.
+    pub producer: Arc<KafkaProducer>,
+    /// Per-request and per-record bounds.
+    pub bounds: RequestBounds,
+    pub max_body_bytes: u64,
+    pub body_read_timeout: Duration,
+    /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
+    pub delivery_timeout: Duration,
+}
+
+/// Largest declared body that is drained after an early refusal.
+const DRAIN_MAX_BYTES: u64 = 16 * 1024;
+/// How long draining may delay an early refusal.
+const DRAIN_WAIT: Duration = Duration::from_millis(5);
+
+/// The tenant's failure counter is where Kafka-side failures are counted.
+impl FailureCounter for TenantStats {
+    fn records_failed(&self, records: u64) {
+        self.failed(records);
+    }
+}
+
+impl Ingest {
+    /// Runs the whole pipeline. Returns the tenant once authenticated (its buckets go into
+    /// every answer's RateLimit fields) and the outcome.
+    ///
+    /// `decoder` is the wire format's decoder for this request, or what the adapter found
+    /// wrong with the request's format (content type, query): reported after the key and the
+    /// topic are checked, like every other problem with the request itself.
+    pub async fn produce(
+        &self,
+        request: ProduceRequest<'_>,
+        decoder: Result<&dyn Decode, ApiError>,
+    ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
+        let tenant = match self.authenticate(request.headers) {
+            Ok(t) => t,
+            Err(e) => return (None, Err(e)),
+        };
+        // One span per request: tenant, topic, record count and outcome; never keys or
+        // payloads, and the topic only once it is known to be a legal name.
+        let span = tracing::info_span!(
+            "produce",
+            tenant = %tenant.id,
+            topic = tracing::field::Empty,
+            records = tracing::field::Empty,
+        );
+        let outcome = self
+            .produce_for(&tenant, request, decoder)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| match &outcome {
+            Ok(_) => tracing::debug!("produce request done"),
+            Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
+        });
+        (Some(tenant), outcome)
+    }
+
+    async fn produce_for(
+        &self,
+        tenant: &Tenant,
+        request: ProduceRequest<'_>,
+        decoder: Result<&dyn Decode, ApiError>,
+    ) -> Result<Produced, ApiError> {
+        let topic = self.topic(tenant, request.topic)?;
+        tracing::Span::current().record("topic", topic.as_str());
+        let decoder = decoder?;
+        let declared = declared_length(request.headers);
+        if let Err(e) = self.early_check(tenant, declared) {
+            drain_if_small(declared, request.body).await;
+            return Err(e);
+        }
+        let bytes = self.read_body(request.body).await?;
+        let records = decoder.decode(&bytes, &self.bounds)?;
+        if records.is_empty() {
+            return Err(ApiError::Malformed("the request has no records".into()));
+        }
+        tracing::Span::current().record("records", records.len());
+        self.check_topic(&topic, &records).await?;
+        let lease = self.admit(tenant, Charge::of(&records))?;
+        let batch = self.send(tenant, &topic, &records, lease);
+        drop(records);
+        drop(bytes);
+        self.settle(batch, request.ack).await
+    }
+
+    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`).
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or(ApiError::Unauthorized)?;
+        let (scheme, key) = value.split_once(' ').ok_or(ApiError::Unauthorized)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(ApiError::Unauthorized);
+        }
+        self.tenants
+            .load()
+            .authenticate(key.trim())
+            .cloned()
+            .ok_or(ApiError::Unauthorized)
+    }
+
+    /// The topic, if it is a legal Kafka name the tenant may write.
+    pub fn topic(&self, tenant: &Tenant, name: &str) -> Result<Topic, ApiError> {
+        let topic = Topic::parse(name).map_err(ApiError::InvalidTopic)?;
+        if !tenant.may_write(&topic) {
+            return Err(ApiError::ForbiddenTopic(topic.as_str().to_string()));
+        }
+        Ok(topic)
+    }
+
+    /// Before the body is read: is it too large to accept, and could the tenant be admitted
+    /// with one record and the declared length in bytes (which bounds the record bytes from
+    /// above)? Charges nothing.
+    pub fn early_check(&self, tenant: &Tenant, declared: Option<u64>) -> Result<(), ApiError> {
+        if declared.is_some_and(|n| n > self.max_body_bytes) {
+            return Err(ApiError::BodyTooLarge {
+                limit: self.max_body_bytes,
+            });
+        }
+        self.admission
+            .precheck(tenant, declared.unwrap_or(1))
+            .map_err(|refusal| refused(tenant, refusal))
+    }
+
+    /// The whole body, within `max_body_bytes` and `body_read_timeout`.
+    pub async fn read_body(&self, body: Body) -> Result<bytes::Bytes, ApiError> {
+        let limit = usize::try_from(self.max_body_bytes).unwrap_or(usize::MAX);
+        let collected =
+            tokio::time::timeout(self.body_read_timeout, Limited::new(body, limit).collect())
+                .await
+                .map_err(|_| ApiError::BodyTimeout)?;
+        match collected {
+            Ok(c) => Ok(c.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::BodyTooLarge {
+                limit: self.max_body_bytes,
+            }),
+            Err(e) => Err(ApiError::Malformed(format!(
+                "the body could not be read: {e}"
+            ))),
+        }
+    }
+
+    /// Does the topic exist, and does every record's partition?
+    pub async fn check_topic(&self, topic: &Topic, records: &[Record<'_>]) -> Result<(), ApiError> {
+        let partitions = match self
+            .catalog
+            .lookup(topic.as_str())
+            .await
+            .map_err(ApiError::KafkaUnavailable)?
+        {
+            TopicInfo::Missing => return Err(ApiError::UnknownTopic(topic.as_str().to_string())),
+            TopicInfo::Exists { partitions } => partitions,
+        };
+        for (i, r) in records.iter().enumerate() {
+            if let Some(p) = r.partition.filter(|p| *p as u32 >= partitions) {
+                return Err(ApiError::UnknownPartition(format!(
+                    "record {i}: partition {p} does not exist (the topic has {partitions})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges every budget and reserves buffer space for the whole request, or nothing.
+    pub fn admit(&self, tenant: &Tenant, charge: Charge) -> Result<BufferLease, ApiError> {
+        let (decision, _view) = self.admission.admit(tenant, charge);
+        match decision {
+            Ok(lease) => {
+                tenant.stats.admitted(charge.records, charge.bytes);
+                Ok(lease)
+            }
+            Err(crate::refusal::Denial::Refused(r)) => Err(refused(tenant, r)),
+            Err(denial) => Err(denial.into()),
+        }
+    }
+
+    /// Hands the admitted records to the producer.
+    pub fn send(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        records: &[Record<'_>],
+        lease: BufferLease,
+    ) -> Arc<Batch> {
+        self.producer
+            .send(topic.as_str(), records, lease, tenant.stats.clone())
+    }
+
+    /// Waits for what the client asked to wait for.
+    pub async fn settle(&self, batch: Arc<Batch>, ack: Ack) -> Result<Produced, ApiError> {
+        let failed_at_enqueue = batch.outcomes().any(|o| matches!(o, Some(Err(_))));
+        if ack == Ack::Enqueued && !failed_at_enqueue {
+            return Ok(Produced::Accepted {
+                records: batch.len(),
+            });
+        }
+        if tokio::time::timeout(self.delivery_timeout, batch.wait())
+            .await
+            .is_err()
+        {
+            let pending = batch.outcomes().filter(Option::is_none).count();
+            return Err(ApiError::KafkaUnavailable(format!(
+                "Kafka did not acknowledge {pending} of {} records within {} ms; they stay queued \
+                 and will be written when Kafka accepts them",
+                batch.len(),
+                self.delivery_timeout.as_millis()
+            )));
+        }
+        Ok(Produced::Settled(batch))
+    }
+
+    /// The tenant's and the global buckets as they stand, for the RateLimit fields.
+    pub fn view(&self, tenant: &Tenant) -> BucketsView {
+        self.admission.view(tenant)
+    }
+}
+
+/// A 429, counted against the tenant where it is decided.
+fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
+    tenant.stats.rejected(refusal.reason);
+    tracing::debug!(reason = refusal.reason.as_str(), "refused");
+    ApiError::RateLimited(refusal)
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
+/// An HTTP/1.1 connection whose request body was not read cannot carry another request, so an
+/// early refusal would cost the client a new connection (and a TLS handshake) for every
+/// refusal. A small body that has already arrived — the common case — is read and dropped; a
+/// large or slow one is not waited for, and its connection closes.
+async fn drain_if_small(declared: Option<u64>, body: Body) {
+    if declared.is_some_and(|n| n <= DRAIN_MAX_BYTES) {
+        let _ = tokio::time::timeout(DRAIN_WAIT, body.collect()).await;
+    }
+}

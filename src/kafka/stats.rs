@@ -1,0 +1,94 @@
+//! What the Kafka side reports about itself: delivery latency and errors (written by the
+//! delivery path) and librdkafka's periodic statistics (queue depth, per-broker in-flight
+//! requests, round-trip and throttle times). The metrics module reads these at scrape time.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use rdkafka::Statistics;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// librdkafka's error name, snake_case (a closed set).
+    pub code: String,
+}
+
+/// One broker as the last statistics saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerStats {
+    pub name: String,
+    /// Requests sent and not answered, plus requests waiting to be sent.
+    pub inflight_requests: i64,
+    /// Average round-trip time, microseconds.
+    pub rtt_us: i64,
+    /// Average quota throttle time, milliseconds.
+    pub throttle_ms: i64,
+}
+
+/// The last librdkafka statistics we received (every `statistics.interval.ms`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KafkaStats {
+    pub queue_messages: u64,
+    pub queue_bytes: u64,
+    pub brokers: Vec<BrokerStats>,
+}
+
+impl KafkaStats {
+    pub fn from_statistics(statistics: &Statistics) -> Self {
+        let brokers = statistics
+            .brokers
+            .values()
+            .filter(|b| b.nodeid >= 0)
+            .map(|b| BrokerStats {
+                name: b.name.clone(),
+                inflight_requests: b.outbuf_cnt + b.waitresp_cnt,
+                rtt_us: b.rtt.as_ref().map_or(0, |w| w.avg),
+                throttle_ms: b.throttle.as_ref().map_or(0, |w| w.avg),
+            })
+            .collect();
+        Self {
+            queue_messages: statistics.msg_cnt,
+            queue_bytes: statistics.msg_size,
+            brokers,
+        }
+    }
+}
+
+/// Metrics written by the Kafka delivery path; cloned handles share the same series.
+#[derive(Debug, Clone)]
+pub struct KafkaMetrics {
+    pub delivery_seconds: Histogram,
+    pub delivery_errors: Family<ErrorLabels, Counter>,
+    pub stats: Arc<Mutex<KafkaStats>>,
+}
+
+impl Default for KafkaMetrics {
+    fn default() -> Self {
+        Self {
+            // 0.5 ms to ~32 s.
+            delivery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 17)),
+            delivery_errors: Family::default(),
+            stats: Arc::default(),
+        }
+    }
+}
+
+impl KafkaMetrics {
+    /// The latest statistics.
+    pub fn latest(&self) -> KafkaStats {
+        self.stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn store(&self, stats: KafkaStats) {
+        *self
+            .stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = stats;
+    }
+}

@@ -1,0 +1,96 @@
+//! Why a request is not admitted: a 429 [`Refusal`] (come back later, with the wait) or a
+//! [`TooLarge`] request that no bucket or buffer share can ever hold (a 413).
+//!
+//! A foundation module, so that admission decides refusals, tenant counters count them and the
+//! outcome room answers them, without importing one another.
+
+use std::time::Duration;
+
+/// Why a request was refused with 429; the strings are part of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    TenantRecords,
+    TenantBytes,
+    GlobalRecords,
+    GlobalBytes,
+    TenantBuffer,
+    BufferFull,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 6] = [
+        Reason::TenantRecords,
+        Reason::TenantBytes,
+        Reason::GlobalRecords,
+        Reason::GlobalBytes,
+        Reason::TenantBuffer,
+        Reason::BufferFull,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::TenantRecords => "tenant_records",
+            Reason::TenantBytes => "tenant_bytes",
+            Reason::GlobalRecords => "global_records",
+            Reason::GlobalBytes => "global_bytes",
+            Reason::TenantBuffer => "tenant_buffer",
+            Reason::BufferFull => "buffer_full",
+        }
+    }
+}
+
+/// A 429: what ran out and when the same request would be admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub retry_after: Duration,
+}
+
+impl Refusal {
+    /// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
+    pub fn retry_after_ms(&self) -> u64 {
+        u64::try_from(self.retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    }
+
+    /// `Retry-After` in whole seconds, rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after_ms().div_ceil(1000).max(1)
+    }
+}
+
+/// A request larger than some bucket or buffer can ever hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooLarge {
+    /// What was counted: "records" or "bytes".
+    pub unit: &'static str,
+    pub requested: u64,
+    /// Which limit: "tenant records_burst", "global bytes_burst", "buffer share", ...
+    pub limit: &'static str,
+    pub allowed: u64,
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// Come back later.
+    Refused(Refusal),
+    /// Never admissible as it is (bigger than a burst or a buffer share): a 413.
+    TooLarge(TooLarge),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_at_least_one_second() {
+        let r = |ns| Refusal {
+            reason: Reason::TenantRecords,
+            retry_after: Duration::from_nanos(ns),
+        };
+        assert_eq!((r(1).retry_after_ms(), r(1).retry_after_secs()), (1, 1));
+        let long = r(1_000_000_001);
+        assert_eq!((long.retry_after_ms(), long.retry_after_secs()), (1001, 2));
+        assert_eq!(r(3_000_000_000).retry_after_secs(), 3);
+    }
+}
