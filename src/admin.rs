@@ -139,3 +139,50 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
         },
     }
 }
+
+/// Routing and authentication of the admin listener, through the router alone (no sockets).
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    async fn call(path: &str, token: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let router = super::router(crate::app::state_for_tests());
+        let mut request = Request::get(path);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(Body::empty()).unwrap_or_default();
+        let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        (status, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn admin_routes_need_the_token_and_health_does_not() {
+        assert_eq!(call("/healthz", None).await.0, StatusCode::OK);
+        for token in [None, Some("acme-key"), Some("router-test-token-x")] {
+            let (s, body) = call("/admin/tenants", token).await;
+            assert_eq!(
+                (s, body["error"].as_str()),
+                (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+            );
+        }
+        let (s, body) = call("/admin/tenants", Some("router-test-token")).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(body["tenants"][0]["id"], "acme");
+    }
+
+    #[tokio::test]
+    async fn readiness_waits_for_the_first_metadata_refresh() {
+        let (s, body) = call("/readyz", None).await;
+        assert_eq!(
+            (s, body["reason"].as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("kafka_unreachable"))
+        );
+    }
+}

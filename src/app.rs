@@ -113,3 +113,21 @@ impl AppState {
         self.draining.load(Ordering::Acquire)
     }
 }
+
+/// State for router tests that need no sockets: a tenant "acme" (key `acme-key`) on `test.*`,
+/// admin token `ops:router-test-token`, and a Kafka client that is never reached.
+#[cfg(test)]
+pub(crate) fn state_for_tests() -> Arc<AppState> {
+    use crate::identity::ApiKeyHash;
+    let mut config = Config::from_toml_with_env("", Vec::new()).expect("defaults");
+    config.kafka.bootstrap_servers = "127.0.0.1:1".into();
+    config.tenants = vec![crate::config::TenantConfig {
+        id: "acme".into(),
+        api_key_sha256: vec![ApiKeyHash::of_key("acme-key").to_hex()],
+        topics: vec!["test.*".into()],
+        ..Default::default()
+    }];
+    let tokens = AdminTokens::parse("ops:router-test-token").expect("tokens");
+    let clock = Arc::new(crate::budget::ManualClock::new());
+    Arc::new(AppState::build(&config, clock, tokens).expect("state"))
+}

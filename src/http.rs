@@ -60,3 +60,98 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
         .observe(started.elapsed().as_secs_f64());
     response
 }
+
+/// Routing, authentication and error shapes, through the router alone (no sockets).
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    async fn call(
+        request: Request<Body>,
+    ) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
+        let router = super::router(crate::app::state_for_tests());
+        let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        (
+            status,
+            headers,
+            serde_json::from_slice(&body).unwrap_or_default(),
+        )
+    }
+
+    fn post(path: &str, key: Option<&str>, content_type: &str) -> Request<Body> {
+        let mut r = Request::post(path).header("content-type", content_type);
+        if let Some(key) = key {
+            r = r.header("authorization", format!("Bearer {key}"));
+        }
+        r.body(Body::from(r#"{"records":[{"value":1}]}"#))
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn unknown_routes_are_json_404s() {
+        let (s, _, body) = call(post("/v2/elsewhere", None, "application/json")).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_unknown_key_is_401_with_a_challenge() {
+        for key in [None, Some("nope")] {
+            let (s, h, body) =
+                call(post("/v1/topics/test.a/records", key, "application/json")).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED, "{key:?}");
+            assert_eq!(body["error"], "unauthorized");
+            assert_eq!(h["www-authenticate"], "Bearer");
+            assert!(
+                h.get("ratelimit").is_none(),
+                "no bucket state for strangers"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_topic_is_checked_before_the_content_type() {
+        let (s, _, body) = call(post(
+            "/v1/topics/other.a/records",
+            Some("acme-key"),
+            "text/plain",
+        ))
+        .await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::FORBIDDEN, Some("forbidden_topic"))
+        );
+        let (s, _, body) = call(post(
+            "/v1/topics/test.a/records",
+            Some("acme-key"),
+            "text/plain",
+        ))
+        .await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Some("unsupported_media_type")
+            )
+        );
+        let (s, _, body) = call(post(
+            "/v1/topics/test.a/records?sync=no",
+            Some("acme-key"),
+            "application/json",
+        ))
+        .await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("malformed_body"))
+        );
+    }
+}
