@@ -66,8 +66,20 @@ pub struct ServerConfig {
     /// Connections served at once on the produce listener; further connections wait in the
     /// kernel's accept backlog.
     pub max_connections: usize,
-    /// Time allowed for a client to send its request headers, in milliseconds.
+    /// Time allowed for a new connection to finish its TLS handshake, show which HTTP version
+    /// it speaks and send its first request head; and for every later HTTP/1 request head.
+    /// In milliseconds.
     pub header_read_timeout_ms: u64,
+    /// Time a connection may stay open with no request in flight (HTTP/1 keep-alive, an idle
+    /// HTTP/2 session) before it is closed gracefully, in milliseconds.
+    pub idle_timeout_ms: u64,
+    /// HTTP/2 streams (concurrent requests) one connection may have open.
+    pub http2_max_streams: u32,
+    /// Request-body bytes held in memory at once, over all connections and HTTP/2 streams.
+    /// A request reserves its declared length before its body is read (a chunked one, as its
+    /// chunks arrive); when the budget is spent, new bodies are refused at once with
+    /// `429 server_busy`.
+    pub max_inflight_body_bytes: u64,
     /// Time allowed for a client to send its whole request body, in milliseconds
     /// (a slow upload is cut off with 408).
     pub body_read_timeout_ms: u64,
@@ -89,6 +101,9 @@ impl Default for ServerConfig {
             max_body_bytes: 8 * 1024 * 1024,
             max_connections: 4096,
             header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            http2_max_streams: 32,
+            max_inflight_body_bytes: 64 * 1024 * 1024,
             body_read_timeout_ms: 30_000,
             max_header_bytes: 64 * 1024,
             shutdown_timeout_ms: 30_000,
@@ -500,6 +515,9 @@ impl Config {
             ("server.max_body_bytes", s.max_body_bytes),
             ("server.max_connections", s.max_connections as u64),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
+            ("server.idle_timeout_ms", s.idle_timeout_ms),
+            ("server.http2_max_streams", u64::from(s.http2_max_streams)),
+            ("server.max_inflight_body_bytes", s.max_inflight_body_bytes),
             ("server.body_read_timeout_ms", s.body_read_timeout_ms),
             ("server.max_header_bytes", s.max_header_bytes as u64),
             ("buffer.max_bytes", self.buffer.max_bytes),

@@ -125,7 +125,9 @@ pub async fn run(
     let bounds = ConnectionBounds {
         max_connections: config.server.max_connections,
         header_read_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(config.server.idle_timeout_ms),
         max_header_bytes: config.server.max_header_bytes,
+        http2_max_streams: config.server.http2_max_streams,
         tls,
     };
     let shutdown_timeout = config.shutdown_timeout();

@@ -1,30 +1,66 @@
-//! Serving a router on a listener with bounds on every connection-level edge:
-//! how many connections at once (a semaphore; the rest wait in the kernel's backlog), how long
-//! a client may take to send its headers (slowloris), and how large the headers may be.
-//! Shutdown is graceful: stop accepting, let open requests finish, close idle connections.
+//! Serving a router on a listener with a bound on every connection-level edge:
+//! - how many connections at once (a semaphore; the rest wait in the kernel's backlog);
+//! - how long a new connection may take to show what it speaks (TLS handshake, or the first
+//!   bytes that tell HTTP/1 from HTTP/2) and to send its first request head: `header_read_timeout`;
+//! - how long any later HTTP/1 request head may take, counted from when the previous answer
+//!   was sent (hyper's header timer runs while it waits for the next head), so an idle HTTP/1
+//!   keep-alive connection lasts at most `min(header_read_timeout, idle_timeout)`;
+//! - how long a connection may sit with no request in flight (an open HTTP/2 session, or any
+//!   connection between requests): `idle_timeout` (then it is closed gracefully; HTTP/2 gets
+//!   a GOAWAY);
+//! - how large a request head may be, and how many HTTP/2 streams a connection may open at once
+//!   and how much unread body data it may buffer (flow-control windows).
+//!
+//! We decide HTTP/1 or HTTP/2 ourselves (ALPN on TLS, the connection preface on plain TCP)
+//! instead of letting a builder sniff without a deadline: a socket that sends nothing, or one
+//! byte, is closed on time like any other slow client.
+//!
+//! Shutdown is graceful: stop accepting, ask every connection to finish (HTTP/1 closes after the
+//! request in flight, HTTP/2 sends GOAWAY), wait for them up to the drain time.
 //!
 //! A foundation module: it serves any axum router and imports nothing of floodgate's.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tower::ServiceExt as _;
 
 /// Connection-level bounds, and TLS when configured.
 #[derive(Clone)]
 pub struct ConnectionBounds {
     pub max_connections: usize,
-    /// Also bounds the TLS handshake.
+    /// Time to finish the TLS handshake and protocol detection, and to send a request head.
     pub header_read_timeout: Duration,
+    /// Longest time a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
     pub max_header_bytes: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub http2_max_streams: u32,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// Unread request-body bytes HTTP/2 may buffer per stream and per connection (flow control):
+/// what a connection can make us hold before our own body budget sees a byte.
+pub const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
+pub const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
+
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
 }
 
 /// Serves until `shutdown` resolves, then drains open connections for at most `drain`.
@@ -37,17 +73,8 @@ pub async fn serve(
     drain: Duration,
 ) -> bool {
     let permits = Arc::new(Semaphore::new(bounds.max_connections));
-    let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(bounds.header_read_timeout)
-        .max_buf_size(bounds.max_header_bytes);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(bounds.max_header_bytes).unwrap_or(u32::MAX));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let bounds = Arc::new(bounds);
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -67,37 +94,279 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        match &bounds.tls {
-            None => {
-                let connection =
-                    builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection.into_owned());
-                tokio::spawn(async move {
-                    let _ = connection.await;
-                    drop(permit);
-                });
-            }
-            Some(acceptor) => {
-                let (acceptor, builder) = (acceptor.clone(), builder.clone());
-                let (watcher, handshake_timeout) = (graceful.watcher(), bounds.header_read_timeout);
-                tokio::spawn(async move {
-                    // A client that never finishes its handshake is cut off like one that never
-                    // finishes its headers.
-                    if let Ok(Ok(tls)) =
-                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
-                    {
-                        let connection =
-                            builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-                        let _ = watcher.watch(connection.into_owned()).await;
-                    }
-                    drop(permit);
-                });
-            }
-        }
+        let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, router, &bounds, stop).await;
+            drop(permit);
+        });
     }
     drop(listener);
-    tokio::time::timeout(drain, graceful.shutdown())
+    let _ = stop_tx.send(true);
+    // Every connection holds a permit until it ends: all permits back means all closed.
+    let all = u32::try_from(bounds.max_connections).unwrap_or(u32::MAX);
+    let drained = tokio::time::timeout(drain, permits.acquire_many(all))
         .await
-        .is_ok()
+        .is_ok();
+    drained
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    router: Router,
+    bounds: &ConnectionBounds,
+    stop: watch::Receiver<bool>,
+) {
+    let opened = Instant::now();
+    let deadline = tokio::time::Instant::from_std(opened + bounds.header_read_timeout);
+    match &bounds.tls {
+        Some(acceptor) => {
+            let Ok(Ok(tls)) = tokio::time::timeout_at(deadline, acceptor.accept(stream)).await
+            else {
+                return;
+            };
+            let protocol = match tls.get_ref().1.alpn_protocol() {
+                Some(b"h2") => Protocol::Http2,
+                _ => Protocol::Http1,
+            };
+            drive(tls, protocol, router, bounds, opened, stop).await;
+        }
+        None => {
+            let Ok(Ok((protocol, prefix))) =
+                tokio::time::timeout_at(deadline, detect(&mut stream)).await
+            else {
+                return;
+            };
+            let io = Prefixed {
+                prefix,
+                at: 0,
+                inner: stream,
+            };
+            drive(io, protocol, router, bounds, opened, stop).await;
+        }
+    }
+}
+
+/// Reads just enough to tell HTTP/2's connection preface from anything else.
+async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Vec<u8>)> {
+    let mut seen = Vec::with_capacity(H2_PREFACE.len());
+    let mut chunk = [0u8; 24];
+    loop {
+        let want = H2_PREFACE.len() - seen.len();
+        let n = stream.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        seen.extend_from_slice(&chunk[..n]);
+        if !H2_PREFACE.starts_with(&seen) {
+            return Ok((Protocol::Http1, seen));
+        }
+        if seen.len() == H2_PREFACE.len() {
+            return Ok((Protocol::Http2, seen));
+        }
+    }
+}
+
+/// When the connection last had no request in flight, and how many it has now.
+struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// Nanoseconds after `opened` at which the last request finished (0: none yet).
+    idle_since_ns: AtomicU64,
+    /// Requests served so far.
+    served: AtomicU64,
+}
+
+impl Activity {
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// The instant after which the connection may be closed for want of requests, if none is
+    /// in flight now: the first request must come within `first`, later ones within `idle`.
+    fn idle_deadline(&self, first: Duration, idle: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        if self.served.load(Ordering::Acquire) == 0 {
+            return Some(self.opened + first);
+        }
+        let since = Duration::from_nanos(self.idle_since_ns.load(Ordering::Acquire));
+        Some(self.opened + since + idle)
+    }
+}
+
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let since = u64::try_from(a.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        a.idle_since_ns.store(since, Ordering::Release);
+        a.served.fetch_add(1, Ordering::AcqRel);
+        a.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serves one connection in the protocol it speaks, closing it gracefully when it idles too
+/// long or the server shuts down.
+async fn drive<I>(
+    io: I,
+    protocol: Protocol,
+    router: Router,
+    bounds: &ConnectionBounds,
+    opened: Instant,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity {
+        opened,
+        in_flight: AtomicUsize::new(0),
+        idle_since_ns: AtomicU64::new(0),
+        served: AtomicU64::new(0),
+    });
+    let tracker = activity.clone();
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let guard = tracker.begin();
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request.map(axum::body::Body::new)).await;
+            drop(guard);
+            response
+        }
+    });
+    let io = TokioIo::new(io);
+    let watch = Watch {
+        activity: &activity,
+        first: bounds.header_read_timeout,
+        idle: bounds.idle_timeout,
+        stop: &mut stop,
+    };
+    match protocol {
+        Protocol::Http1 => {
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(bounds.header_read_timeout)
+                .max_buf_size(bounds.max_header_bytes)
+                .serve_connection(io, service);
+            watch
+                .run(connection, |c| {
+                    http1::Connection::graceful_shutdown(c);
+                })
+                .await;
+        }
+        Protocol::Http2 => {
+            let connection = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(bounds.http2_max_streams)
+                .max_header_list_size(u32::try_from(bounds.max_header_bytes).unwrap_or(u32::MAX))
+                .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+                .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+                .adaptive_window(false)
+                // Dead peers are found by pings; idle live ones by the idle timeout.
+                .keep_alive_interval(Some(bounds.idle_timeout / 2))
+                .keep_alive_timeout(bounds.header_read_timeout)
+                .serve_connection(io, service);
+            watch
+                .run(connection, |c| {
+                    http2::Connection::graceful_shutdown(c);
+                })
+                .await;
+        }
+    }
+}
+
+/// Runs a connection to its end, asking it to close gracefully (once) when it has been idle
+/// too long or the server stops, and dropping it if it then takes longer than the idle time.
+struct Watch<'a> {
+    activity: &'a Arc<Activity>,
+    first: Duration,
+    idle: Duration,
+    stop: &'a mut watch::Receiver<bool>,
+}
+
+impl Watch<'_> {
+    async fn run<C, E>(self, connection: C, graceful: impl FnOnce(Pin<&mut C>))
+    where
+        C: Future<Output = Result<(), E>>,
+    {
+        tokio::pin!(connection);
+        let check = self.first.min(self.idle).max(Duration::from_millis(10)) / 4;
+        let stopping = async {
+            let _ = self.stop.wait_for(|stop| *stop).await;
+        };
+        tokio::pin!(stopping);
+        // Phase 1: serve until idle too long or told to stop.
+        loop {
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = &mut stopping => break,
+                () = tokio::time::sleep(check) => {
+                    let deadline = self.activity.idle_deadline(self.first, self.idle);
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                }
+            }
+        }
+        // Phase 2: finish what is in flight, then close; a peer that will not let go is cut.
+        graceful(connection.as_mut());
+        let _ = tokio::time::timeout(self.idle.max(self.first), connection).await;
+    }
+}
+
+/// A stream whose first bytes were already read (to detect the protocol): they are replayed
+/// before the rest.
+struct Prefixed<T> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.prefix.len() {
+            let n = (this.prefix.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.at..this.at + n]);
+            this.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
 }
