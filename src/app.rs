@@ -93,6 +93,9 @@ impl AppState {
                 bounds: config.limits.clone(),
                 max_body_bytes: config.server.max_body_bytes,
                 body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
+                body_budget: crate::body_budget::BodyBudget::new(
+                    config.server.max_inflight_body_bytes,
+                ),
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             },
             registry,

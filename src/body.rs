@@ -91,6 +91,7 @@ pub fn parse<'a>(
     body: &'a [u8],
     limits: &RequestBounds,
 ) -> Result<Vec<Record<'a>>, BodyError> {
+    let _limit = HeaderLimit::set(limits.max_headers_bytes);
     let records = match format {
         Format::Json => parse_json(body, limits)?,
         Format::Ndjson => parse_ndjson(body, limits)?,
@@ -122,6 +123,9 @@ fn parse_json<'a>(body: &'a [u8], limits: &RequestBounds) -> Result<Vec<Record<'
         }
         match failed.take() {
             Some(RecordFailure::TooLarge(detail)) => BodyError::RecordTooLarge(detail),
+            Some(RecordFailure::At(i)) if HeaderLimit::exceeded() => {
+                BodyError::RecordTooLarge(format!("record {i}: {e}"))
+            }
             Some(RecordFailure::At(i)) => BodyError::Malformed(format!("record {i}: {e}")),
             None => BodyError::Malformed(e.to_string()),
         }
@@ -144,7 +148,13 @@ fn parse_ndjson<'a>(body: &'a [u8], limits: &RequestBounds) -> Result<Vec<Record
             BodyError::Malformed(format!("line {} (record {index}): {e}", line_index + 1))
         };
         let mut de = serde_json::Deserializer::from_slice(line);
-        let wire = WireRecord::deserialize(&mut de).map_err(|e| at(&e))?;
+        let wire = WireRecord::deserialize(&mut de).map_err(|e| {
+            if HeaderLimit::exceeded() {
+                BodyError::RecordTooLarge(format!("line {} (record {index}): {e}", line_index + 1))
+            } else {
+                at(&e)
+            }
+        })?;
         de.end().map_err(|e| at(&e))?;
         records.push(wire.into_record(index, limits).map_err(|f| match f {
             RecordProblem::Invalid(m) => at(&m),
@@ -298,8 +308,46 @@ impl<'a> WireRecord<'a> {
     }
 }
 
+thread_local! {
+    /// The headers byte limit of the parse running on this thread, and whether a record went
+    /// over it. Parsing is synchronous, so the limit is in force exactly for the duration of
+    /// one [`parse`] call (see [`HeaderLimit`]); serde's derive offers no other way to hand a
+    /// limit to a field's deserializer, nor its error type a way to say "too large".
+    static HEADER_LIMIT: Cell<(usize, bool)> = const { Cell::new((usize::MAX, false)) };
+}
+
+/// Puts a headers limit in force on this thread until dropped.
+struct HeaderLimit;
+
+impl HeaderLimit {
+    fn set(limit: usize) -> Self {
+        HEADER_LIMIT.with(|l| l.set((limit, false)));
+        HeaderLimit
+    }
+
+    /// Whether a record went over the limit (and forget it).
+    fn exceeded() -> bool {
+        HEADER_LIMIT.with(|l| {
+            let (limit, exceeded) = l.get();
+            l.set((limit, false));
+            exceeded
+        })
+    }
+}
+
+impl Drop for HeaderLimit {
+    fn drop(&mut self) {
+        HEADER_LIMIT.with(|l| l.set((usize::MAX, false)));
+    }
+}
+
+/// Above this many headers, duplicates are found with a hash set instead of a scan.
+const LINEAR_DUPLICATE_SCAN: usize = 16;
+
 /// Header object: string names to string values, a repeated name is an error (JSON objects
 /// with duplicate keys are ambiguous, and we refuse to guess which one the client meant).
+/// The byte limit is enforced while the object is read, and duplicates are found in linear
+/// time, so a record with a huge header object costs no more than its bytes.
 struct Headers<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Headers<'a> {
@@ -311,14 +359,32 @@ impl<'de: 'a, 'a> Deserialize<'de> for Headers<'a> {
                 f.write_str("an object of header names to string values")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let limit = HEADER_LIMIT.with(|l| l.get().0);
                 let mut out: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+                let mut seen: std::collections::HashSet<Cow<'a, str>> = Default::default();
+                let mut bytes = 0usize;
                 while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    if out.iter().any(|(n, _)| *n == name) {
+                    let duplicate = if out.len() < LINEAR_DUPLICATE_SCAN {
+                        out.iter().any(|(n, _)| *n == name)
+                    } else {
+                        if seen.is_empty() {
+                            seen.extend(out.iter().map(|(n, _)| n.clone()));
+                        }
+                        !seen.insert(name.clone())
+                    };
+                    if duplicate {
                         return Err(de::Error::custom(format_args!(
                             "header {name:?} appears twice"
                         )));
                     }
                     let value: Cow<'de, str> = map.next_value()?;
+                    bytes = bytes.saturating_add(name.len() + value.len());
+                    if bytes > limit {
+                        HEADER_LIMIT.with(|l| l.set((limit, true)));
+                        return Err(de::Error::custom(format_args!(
+                            "headers are more than {limit} bytes"
+                        )));
+                    }
                     out.push((name, value));
                 }
                 Ok(Headers(out))

@@ -121,9 +121,13 @@ pub struct KafkaConfig {
     pub bootstrap_servers: String,
     /// librdkafka producer properties, passed through verbatim (`linger.ms`, `acks`,
     /// `compression.type`, `security.protocol`, `sasl.*`, `ssl.*`, ...). They override
-    /// floodgate's defaults; the queue limits that keep librdkafka below our buffer and
-    /// `message.timeout.ms` (always infinite) cannot be overridden.
-    pub producer: BTreeMap<String, PropertyValue>,
+    /// floodgate's defaults. The queue limits that keep librdkafka below our buffer,
+    /// `message.timeout.ms` (always infinite) and `bootstrap.servers` are reserved under every
+    /// name librdkafka knows them by, and a property may be set under one name only
+    /// (`linger.ms` or its alias `queue.buffering.max.ms`, not both). Values of properties
+    /// holding secrets (`*password*`, `*secret*`, `sasl.oauthbearer.*`, `ssl.key*`) are never
+    /// printed.
+    pub producer: ProducerProperties,
     /// How often the cluster's topic list (existence, partition counts) is refreshed in the
     /// background, in milliseconds. `/readyz` follows the last refresh, so this is also how
     /// soon readiness notices Kafka going away or coming back. A topic not in the list is
@@ -141,11 +145,44 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         Self {
             bootstrap_servers: "127.0.0.1:9092".into(),
-            producer: BTreeMap::new(),
+            producer: ProducerProperties::default(),
             metadata_ttl_ms: 2_000,
             metadata_timeout_ms: 5_000,
             delivery_timeout_ms: 30_000,
         }
+    }
+}
+
+/// The `[kafka.producer]` table. Its `Debug` form redacts secrets, so a configuration can be
+/// logged or shown in an error without leaking a password.
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(transparent)]
+pub struct ProducerProperties(pub BTreeMap<String, PropertyValue>);
+
+impl std::ops::Deref for ProducerProperties {
+    type Target = BTreeMap<String, PropertyValue>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ProducerProperties {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Debug for ProducerProperties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut map = f.debug_map();
+        for (name, value) in &self.0 {
+            if librdkafka::is_sensitive(name) {
+                map.entry(name, &"<redacted>");
+            } else {
+                map.entry(name, value);
+            }
+        }
+        map.finish()
     }
 }
 
@@ -542,6 +579,18 @@ impl Config {
                 "must be at most 1000000",
             ));
         }
+        if s.max_body_bytes > s.max_inflight_body_bytes {
+            problems.push(ConfigProblem::new(
+                "server.max_body_bytes",
+                "must be at most server.max_inflight_body_bytes (a body that large could never be read)",
+            ));
+        }
+        if s.max_body_bytes > u64::from(u32::MAX) {
+            problems.push(ConfigProblem::new(
+                "server.max_body_bytes",
+                "must be at most 4294967295",
+            ));
+        }
         if s.tls_cert_file.is_some() != s.tls_key_file.is_some() {
             problems.push(ConfigProblem::new(
                 "server.tls_key_file",
@@ -569,6 +618,7 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
+        problems.extend(librdkafka::problems(&self.kafka.producer));
         for (i, t) in self.tenants.iter().enumerate() {
             problems.extend(t.problems(&format!("tenants[{i}]")));
         }
@@ -587,6 +637,7 @@ impl Config {
     }
 }
 
+pub mod librdkafka;
 mod load;
 
 #[cfg(test)]

@@ -19,18 +19,19 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use tracing::Instrument as _;
 
 use crate::admission::{Admission, BucketsView};
 use crate::body::BodyError;
+use crate::body_budget::{BodyBudget, BodyHold};
 use crate::buffer::BufferLease;
 use crate::config::RequestBounds;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
 use crate::record::{Charge, Record};
-use crate::refusal::Refusal;
+use crate::refusal::{Reason, Refusal};
 use crate::tenant::{Tenant, TenantStats, Tenants};
 
 /// A wire format's decoder: a body into records, errors naming the record.
@@ -75,6 +76,8 @@ pub struct Ingest {
     pub bounds: RequestBounds,
     pub max_body_bytes: u64,
     pub body_read_timeout: Duration,
+    /// Request bodies in memory, over all requests.
+    pub body_budget: BodyBudget,
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
 }
@@ -140,8 +143,8 @@ impl Ingest {
             drain_if_small(declared, request.body).await;
             return Err(e);
         }
-        let bytes = self.read_body(request.body).await?;
-        let records = decoder.decode(&bytes, &self.bounds)?;
+        let (bytes, hold) = self.read_body(tenant, request.body, declared).await?;
+        let records = decode(decoder, &bytes, &self.bounds)?;
         if records.is_empty() {
             return Err(ApiError::Malformed("the request has no records".into()));
         }
@@ -151,6 +154,7 @@ impl Ingest {
         let batch = self.send(tenant, &topic, &records, lease);
         drop(records);
         drop(bytes);
+        drop(hold);
         self.settle(batch, request.ack).await
     }
 
@@ -194,22 +198,69 @@ impl Ingest {
             .map_err(|refusal| refused(tenant, refusal))
     }
 
-    /// The whole body, within `max_body_bytes` and `body_read_timeout`.
-    pub async fn read_body(&self, body: Body) -> Result<bytes::Bytes, ApiError> {
-        let limit = usize::try_from(self.max_body_bytes).unwrap_or(usize::MAX);
-        let collected =
-            tokio::time::timeout(self.body_read_timeout, Limited::new(body, limit).collect())
-                .await
-                .map_err(|_| ApiError::BodyTimeout)?;
-        match collected {
-            Ok(c) => Ok(c.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::BodyTooLarge {
-                limit: self.max_body_bytes,
-            }),
-            Err(e) => Err(ApiError::Malformed(format!(
-                "the body could not be read: {e}"
-            ))),
+    /// The whole body, within `max_body_bytes` and `body_read_timeout`, held against the
+    /// body budget: the declared length is reserved before the first byte is read, a chunked
+    /// body's chunks as they arrive. The hold is given back when it is dropped.
+    pub async fn read_body(
+        &self,
+        tenant: &Tenant,
+        mut body: Body,
+        declared: Option<u64>,
+    ) -> Result<(bytes::Bytes, BodyHold<'_>), ApiError> {
+        let too_large = || ApiError::BodyTooLarge {
+            limit: self.max_body_bytes,
+        };
+        let busy = |budget: &BodyBudget| {
+            refused(
+                tenant,
+                Refusal {
+                    reason: Reason::ServerBusy,
+                    retry_after: budget.retry_hint(),
+                },
+            )
+        };
+        let mut hold = self.body_budget.hold();
+        if !hold.grow(declared.unwrap_or(0)) {
+            return Err(busy(&self.body_budget));
         }
+        let deadline = tokio::time::Instant::now() + self.body_read_timeout;
+        let mut chunks: Vec<bytes::Bytes> = Vec::new();
+        let mut received = 0u64;
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return Err(ApiError::BodyTimeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(ApiError::Malformed(format!(
+                        "the body could not be read: {e}"
+                    )))
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            received += data.len() as u64;
+            if received > self.max_body_bytes {
+                return Err(too_large());
+            }
+            if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
+                return Err(busy(&self.body_budget));
+            }
+            chunks.push(data);
+        }
+        let bytes = match chunks.len() {
+            0 => bytes::Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => {
+                let mut all = bytes::BytesMut::with_capacity(received as usize);
+                for c in chunks {
+                    all.extend_from_slice(&c);
+                }
+                all.freeze()
+            }
+        };
+        Ok((bytes, hold))
     }
 
     /// Does the topic exist, and does every record's partition?
@@ -292,6 +343,24 @@ fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     tenant.stats.rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
+}
+
+/// Bodies larger than this are decoded with the worker thread handed over to the runtime's
+/// blocking pool, so a large body's parsing never stalls the other requests on that thread.
+const DECODE_IN_PLACE_BYTES: usize = 256 * 1024;
+
+fn decode<'a>(
+    decoder: &dyn Decode,
+    body: &'a [u8],
+    bounds: &RequestBounds,
+) -> Result<Vec<Record<'a>>, BodyError> {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if body.len() > DECODE_IN_PLACE_BYTES && multi_thread {
+        tokio::task::block_in_place(|| decoder.decode(body, bounds))
+    } else {
+        decoder.decode(body, bounds)
+    }
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

@@ -8,7 +8,8 @@
 //!    [`record`] (records and the `Charge` they make), [`refusal`] (why a request is not
 //!    admitted), [`identity`] (tenant ids, key digests, topics, topic patterns), [`access`]
 //!    (admin tokens), [`budget`] (GCRA token buckets; uses `record`), [`buffer`] (the bounded
-//!    downstream buffer; uses `record`), [`server`] and [`tls`] (bounded accept loop).
+//!    downstream buffer; uses `record`), [`body_budget`] (request bodies in memory),
+//!    [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file.
 //! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
 //!    decoder), [`kafka`] (settings, the shared producer, delivery reports, topic catalog,
@@ -27,6 +28,7 @@ pub mod admin;
 pub mod admission;
 pub mod app;
 pub mod body;
+pub mod body_budget;
 pub mod budget;
 pub mod buffer;
 pub mod config;

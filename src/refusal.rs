@@ -15,16 +15,19 @@ pub enum Reason {
     GlobalBytes,
     TenantBuffer,
     BufferFull,
+    /// The memory budget for request bodies in flight is spent.
+    ServerBusy,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::TenantRecords,
         Reason::TenantBytes,
         Reason::GlobalRecords,
         Reason::GlobalBytes,
         Reason::TenantBuffer,
         Reason::BufferFull,
+        Reason::ServerBusy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +38,7 @@ impl Reason {
             Reason::GlobalBytes => "global_bytes",
             Reason::TenantBuffer => "tenant_buffer",
             Reason::BufferFull => "buffer_full",
+            Reason::ServerBusy => "server_busy",
         }
     }
 }

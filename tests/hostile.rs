@@ -149,3 +149,82 @@ async fn topic_names_are_checked_after_url_decoding() {
     );
     gw.shutdown().await;
 }
+
+/// Reads one HTTP/1.1 answer's head and body text (until the server closes or 5 s pass).
+async fn answer(stream: &mut TcpStream) -> String {
+    read_until_closed(stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_in_flight_share_one_memory_budget() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.max_inflight_body_bytes = 10_000;
+    cfg.server.max_body_bytes = 10_000;
+    let gw = Gateway::start(cfg).await;
+    let head = |len: &str| {
+        format!(
+            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\n{len}Connection: close\r\n\r\n"
+        )
+    };
+    // A slow upload announces 8,000 bytes and holds them while it trickles.
+    let value = "x".repeat(8_000 - 26);
+    let body = format!(r#"{{"records":[{{"value":"{value}"}}]}}"#);
+    assert_eq!(body.len(), 8_000);
+    let mut slow = TcpStream::connect(gw.addr).await.expect("connect");
+    slow.write_all(head("Content-Length: 8000\r\n").as_bytes())
+        .await
+        .expect("write");
+    slow.write_all(&body.as_bytes()[..100])
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Another body of 3,000 bytes does not fit beside it: refused at once, before it is sent.
+    let mut other = TcpStream::connect(gw.addr).await.expect("connect");
+    other
+        .write_all(head("Content-Length: 3000\r\n").as_bytes())
+        .await
+        .expect("write");
+    let text = answer(&mut other).await;
+    assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+    assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: "),
+        "{text}"
+    );
+
+    // A chunked upload is held chunk by chunk: its first chunk fits, the second does not.
+    let mut chunked = TcpStream::connect(gw.addr).await.expect("connect");
+    chunked
+        .write_all(head("Transfer-Encoding: chunked\r\n").as_bytes())
+        .await
+        .expect("write");
+    chunked
+        .write_all(format!("7d0\r\n{}\r\n", "y".repeat(2000)).as_bytes())
+        .await
+        .expect("write");
+    let _ = chunked
+        .write_all(format!("7d0\r\n{}\r\n", "y".repeat(2000)).as_bytes())
+        .await;
+    let text = answer(&mut chunked).await;
+    assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+
+    // The slow upload finishes and is written; its hold is given back.
+    slow.write_all(&body.as_bytes()[100..])
+        .await
+        .expect("write");
+    let text = answer(&mut slow).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let (s, _, a) = post_json(
+        &gw.url("test.hostile"),
+        KEY,
+        &json!({"records":[{"value":"z".repeat(5000)}]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}

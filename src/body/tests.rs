@@ -228,3 +228,40 @@ fn mutated_bodies_never_panic() {
         }
     }
 }
+
+/// Header limits are enforced while the header object is read: a record whose headers pass the
+/// limit is refused there (413), before a later problem in the same object is even reached.
+#[test]
+fn header_limits_apply_while_reading() {
+    let l = RequestBounds {
+        max_headers_bytes: 1000,
+        ..RequestBounds::default()
+    };
+    let mut headers: Vec<String> = (0..200)
+        .map(|i| format!(r#""h{i}":"0123456789""#))
+        .collect();
+    headers.push(r#""h0":"again""#.into());
+    let json_body = format!(
+        r#"{{"records":[{{"value":1,"headers":{{{}}}}}]}}"#,
+        headers.join(",")
+    );
+    match parse(Format::Json, json_body.as_bytes(), &l) {
+        Err(BodyError::RecordTooLarge(d)) => {
+            assert!(d.contains("record 0") && d.contains("1000"), "{d}")
+        }
+        other => panic!("expected 413, got {other:?}"),
+    }
+    let ndjson_body = format!(r#"{{"value":1,"headers":{{{}}}}}"#, headers.join(","));
+    match parse(Format::Ndjson, ndjson_body.as_bytes(), &l) {
+        Err(BodyError::RecordTooLarge(d)) => assert!(d.contains("line 1"), "{d}"),
+        other => panic!("expected 413, got {other:?}"),
+    }
+    // Under the limit, a repeated name is still found, also past the linear-scan size.
+    let mut many: Vec<String> = (0..40).map(|i| format!(r#""h{i}":"v""#)).collect();
+    many.push(r#""h3":"again""#.into());
+    let body = format!(
+        r#"{{"records":[{{"value":1,"headers":{{{}}}}}]}}"#,
+        many.join(",")
+    );
+    assert!(malformed(json(&body)).contains("\"h3\" appears twice"));
+}

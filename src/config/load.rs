@@ -48,17 +48,35 @@ impl Config {
                 .unwrap_or_else(|| "config".into());
             one(key, e.message().to_string())
         })?;
+        // Every override goes in as the string it is; only where the field refuses a string
+        // (a number, a boolean) is it read as a TOML value. So a string field — a password,
+        // a file name — gets exactly what was written, even `0x1F`, `1_000`, `inf` or `true`.
+        let mut overrides: Vec<(Vec<String>, String)> = Vec::new();
         for (name, value) in env {
             if let Some(path) = env_key(&name) {
-                set_path(&mut table, &path, parse_scalar(&value));
+                set_path(&mut table, &path, toml::Value::String(value.clone()));
+                overrides.push((path, value));
             }
         }
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-                let path = e.path().to_string();
-                let key = if path == "." { "config".into() } else { path };
-                one(key, e.into_inner().message().to_string())
-            })?;
+        let config: Config = loop {
+            match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
+                Ok(config) => break config,
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let message = e.into_inner().message().to_string();
+                    let retyped = overrides.iter().position(|(p, _)| {
+                        p.join(".") == path && message.contains("invalid type: string")
+                    });
+                    if let Some(i) = retyped {
+                        let (keys, value) = overrides.swap_remove(i);
+                        set_path(&mut table, &keys, parse_scalar(&value));
+                        continue;
+                    }
+                    let key = if path == "." { "config".into() } else { path };
+                    return Err(one(key, message));
+                }
+            }
+        };
         let problems = config.validate();
         if problems.is_empty() {
             Ok(config)

@@ -82,9 +82,10 @@ fn environment_overrides_sections_and_librdkafka_properties() {
     ];
     let c = Config::from_toml_with_env("", env).expect("valid");
     assert_eq!(c.server.max_body_bytes, 1234);
+    // librdkafka receives every property as text: "20" either way.
     assert_eq!(
-        c.kafka.producer.get("linger.ms"),
-        Some(&PropertyValue::Integer(20))
+        c.kafka.producer.get("linger.ms").map(ToString::to_string),
+        Some("20".to_string())
     );
     assert_eq!(c.kafka.bootstrap_servers, "k1:9092,k2:9092");
 }
@@ -113,4 +114,57 @@ fn burst_defaults_to_one_second_of_rate() {
     let spec = c.tenants[0].spec().expect("valid");
     assert_eq!(spec.records.map(|r| r.burst), Some(50));
     assert_eq!(spec.bytes, None);
+}
+
+#[test]
+fn an_alias_of_a_reserved_librdkafka_property_is_an_error() {
+    let p = problems("[kafka.producer]\n\"delivery.timeout.ms\" = 120000\n");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "kafka.producer.delivery.timeout.ms");
+    assert!(
+        p[0].message.contains("message.timeout.ms"),
+        "{}",
+        p[0].message
+    );
+}
+
+#[test]
+fn producer_secrets_are_never_printed() {
+    let text = "[kafka.producer]\n\"sasl.password\" = \"hunter2-secret\"\n\"linger.ms\" = 7\n";
+    let config = Config::from_toml_with_env(text, no_env()).expect("valid");
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("hunter2"), "{debug}");
+    assert!(
+        debug.contains("<redacted>") && debug.contains("linger.ms"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn environment_overrides_keep_strings_as_written() {
+    for tricky in ["0x1F", "1_000", "1e3", "inf", "true", "007"] {
+        let env = vec![
+            (
+                "FLOODGATE__KAFKA__PRODUCER__SASL_PASSWORD".to_string(),
+                tricky.to_string(),
+            ),
+            (
+                "FLOODGATE__ADMIN__TOKEN_ENV".to_string(),
+                tricky.to_string(),
+            ),
+            (
+                "FLOODGATE__BUFFER__MAX_RECORDS".to_string(),
+                "1_000".to_string(),
+            ),
+        ];
+        let c = Config::from_toml_with_env("", env).expect("valid");
+        assert_eq!(
+            c.kafka.producer.get("sasl.password"),
+            Some(&PropertyValue::Text(tricky.to_string())),
+            "{tricky}"
+        );
+        assert_eq!(c.admin.token_env, tricky);
+        // Numeric fields still take numbers written as TOML would.
+        assert_eq!(c.buffer.max_records, 1000);
+    }
 }

@@ -8,7 +8,7 @@
 
 use rdkafka::ClientConfig;
 
-use crate::config::{BufferConfig, KafkaConfig};
+use crate::config::{librdkafka, BufferConfig, KafkaConfig};
 
 /// Defaults that differ from librdkafka's, and why.
 const DEFAULTS: &[(&str, &str)] = &[
@@ -26,23 +26,18 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("statistics.interval.ms", "5000"),
 ];
 
-/// Properties the operator may not set: our buffer bound depends on the queue limits, and our
-/// delivery promise on the message timeout.
-pub const RESERVED: &[&str] = &[
-    "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes",
-    "bootstrap.servers",
-    "message.timeout.ms",
-];
-
 pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in DEFAULTS {
         config.set(*key, *value);
     }
-    for (key, value) in &kafka.producer {
-        if !RESERVED.contains(&key.as_str()) {
-            config.set(key, value.to_string());
+    // Every name is set under its canonical name, so an alias can neither race the name it
+    // aliases (ClientConfig applies its map in no fixed order) nor slip past a reserved one.
+    // Validation already refused both; this keeps the guarantee if it is ever bypassed.
+    for (key, value) in kafka.producer.iter() {
+        let canonical = librdkafka::canonical(key);
+        if !librdkafka::RESERVED.iter().any(|(r, _)| *r == canonical) {
+            config.set(canonical, value.to_string());
         }
     }
     config.set("bootstrap.servers", &kafka.bootstrap_servers);
@@ -100,5 +95,36 @@ mod tests {
         let c = client_config(&kafka, &buffer);
         assert_eq!(c.get("queue.buffering.max.messages"), Some("11024"));
         assert_eq!(c.get("queue.buffering.max.kbytes"), Some("21504"));
+    }
+
+    /// An alias of a reserved property can never replace floodgate's value, and an alias of an
+    /// ordinary one lands under the canonical name (so it cannot race it).
+    #[test]
+    fn aliases_resolve_to_one_name_and_reserved_ones_stay_ours() {
+        for (alias, canonical) in [
+            ("delivery.timeout.ms", "message.timeout.ms"),
+            ("metadata.broker.list", "bootstrap.servers"),
+        ] {
+            let mut kafka = KafkaConfig::default();
+            kafka
+                .producer
+                .insert(alias.into(), PropertyValue::Text("120000".into()));
+            let c = client_config(&kafka, &BufferConfig::default());
+            assert_eq!(c.get(alias), None, "{alias} is never passed on");
+            assert_ne!(c.get(canonical), Some("120000"), "{canonical}");
+        }
+        let mut kafka = KafkaConfig::default();
+        kafka
+            .producer
+            .insert("request.required.acks".into(), PropertyValue::Integer(1));
+        kafka
+            .producer
+            .insert("queue.buffering.max.ms".into(), PropertyValue::Integer(20));
+        let c = client_config(&kafka, &BufferConfig::default());
+        assert_eq!(
+            (c.get("acks"), c.get("request.required.acks")),
+            (Some("1"), None)
+        );
+        assert_eq!(c.get("linger.ms"), Some("20"));
     }
 }

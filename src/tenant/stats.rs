@@ -12,7 +12,7 @@ pub struct TenantStats {
     /// Records Kafka definitively refused or that could not be delivered in time.
     pub failed_records: AtomicU64,
     /// Refused requests, indexed like [`Reason::ALL`].
-    rejected: [AtomicU64; 6],
+    rejected: [AtomicU64; Reason::ALL.len()],
 }
 
 impl TenantStats {

@@ -1,0 +1,141 @@
+//! One memory budget for request bodies in flight, over every connection and HTTP/2 stream of
+//! the produce listener: `[server] max_inflight_body_bytes`.
+//!
+//! A request reserves its declared `Content-Length` before its body is read, or, for a chunked
+//! body, each chunk as it arrives; it holds the reservation until its records are handed to the
+//! producer or it is refused. When the budget is spent, a new body is refused at once (429
+//! `server_busy`) rather than waiting: a wait would hold the client's connection and our
+//! socket buffers for nothing, and the client is better told when to come back. The hint is
+//! about one typical hold time (how long reservations are kept, a moving average).
+//!
+//! A foundation module: it imports nothing of floodgate's.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+const MIN_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+pub struct BodyBudget {
+    bytes: Arc<Semaphore>,
+    max: u64,
+    hold_ewma_ns: AtomicU64,
+}
+
+/// Body bytes held by one request; given back on drop.
+#[derive(Debug)]
+pub struct BodyHold<'a> {
+    budget: &'a BodyBudget,
+    permits: Option<OwnedSemaphorePermit>,
+    since: Instant,
+}
+
+impl BodyBudget {
+    pub fn new(max_bytes: u64) -> Self {
+        let max = max_bytes.min(Semaphore::MAX_PERMITS as u64);
+        Self {
+            bytes: Arc::new(Semaphore::new(usize::try_from(max).unwrap_or(usize::MAX))),
+            max,
+            hold_ewma_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn max_bytes(&self) -> u64 {
+        self.max
+    }
+
+    /// Bytes reserved now.
+    pub fn held(&self) -> u64 {
+        self.max - self.bytes.available_permits() as u64
+    }
+
+    /// An empty hold, to grow as a body arrives.
+    pub fn hold(&self) -> BodyHold<'_> {
+        BodyHold {
+            budget: self,
+            permits: None,
+            since: Instant::now(),
+        }
+    }
+
+    /// How long a refused client should wait: about one typical hold.
+    pub fn retry_hint(&self) -> Duration {
+        Duration::from_nanos(self.hold_ewma_ns.load(Ordering::Relaxed)).clamp(MIN_RETRY, MAX_RETRY)
+    }
+
+    fn observe_hold(&self, held_for: Duration) {
+        let sample = u64::try_from(held_for.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .hold_ewma_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(if old == 0 {
+                    sample
+                } else {
+                    old - old / 8 + sample / 8
+                })
+            });
+    }
+}
+
+impl BodyHold<'_> {
+    /// Bytes this hold has reserved.
+    pub fn bytes(&self) -> u64 {
+        self.permits.as_ref().map_or(0, |p| p.num_permits() as u64)
+    }
+
+    /// Reserves `more` bytes on top of what is held; `false` (and nothing more reserved) when
+    /// the budget does not have them now.
+    pub fn grow(&mut self, more: u64) -> bool {
+        if more == 0 {
+            return true;
+        }
+        let Ok(more) = u32::try_from(more) else {
+            return false;
+        };
+        match self.budget.bytes.clone().try_acquire_many_owned(more) {
+            Ok(permits) => {
+                match &mut self.permits {
+                    Some(held) => held.merge(permits),
+                    None => self.permits = Some(permits),
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for BodyHold<'_> {
+    fn drop(&mut self) {
+        if self.permits.take().is_some() {
+            self.budget.observe_hold(self.since.elapsed());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_share_one_budget_and_give_it_back() {
+        let budget = BodyBudget::new(100);
+        let mut a = budget.hold();
+        assert!(a.grow(60));
+        let mut b = budget.hold();
+        assert!(!b.grow(41), "only 40 left");
+        assert_eq!(b.bytes(), 0, "a refused reservation takes nothing");
+        assert!(b.grow(40));
+        assert_eq!(budget.held(), 100);
+        drop(a);
+        assert_eq!(budget.held(), 40);
+        assert!(b.grow(10));
+        assert_eq!(b.bytes(), 50);
+        drop(b);
+        assert_eq!(budget.held(), 0);
+    }
+}
