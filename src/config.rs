@@ -270,6 +270,11 @@ pub struct GlobalBudgetConfig {
     pub bytes_per_sec: Option<u64>,
     /// Bytes the global bucket can hold (defaults to one second of `bytes_per_sec`).
     pub bytes_burst: Option<u64>,
+    /// Leave the global buckets out of every tenant's `RateLimit` fields, so no tenant learns
+    /// how much the others are sending. A refusal for the global budget still says
+    /// `global_records` / `global_bytes`, with its `Retry-After`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hide_from_tenants: bool,
 }
 
 impl GlobalBudgetConfig {

@@ -44,7 +44,7 @@ pub fn start(config: &mut Config) -> Result<DevBroker, DevError> {
     config.tenants.push(TenantConfig {
         id: "demo".into(),
         api_key_sha256: vec![ApiKeyHash::of_key(&api_key).to_hex()],
-        topics: vec!["events.demo*".into()],
+        topics: vec!["events.demo".into(), "events.demo.*".into()],
         records_per_sec: Some(1000),
         records_burst: Some(2000),
         bytes_per_sec: Some(1024 * 1024),

@@ -332,9 +332,15 @@ impl Ingest {
         Ok(Produced::Settled(batch))
     }
 
-    /// The tenant's and the global buckets as they stand, for the RateLimit fields.
+    /// The buckets a tenant is shown in its RateLimit fields: its own, and the global ones
+    /// unless the operator hides them.
     pub fn view(&self, tenant: &Tenant) -> BucketsView {
-        self.admission.view(tenant)
+        let mut view = self.admission.view(tenant);
+        if !self.admission.global.visible_to_tenants() {
+            view.global_records = None;
+            view.global_bytes = None;
+        }
+        view
     }
 }
 

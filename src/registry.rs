@@ -81,14 +81,15 @@ impl RegistryStore {
             return Err(RegistryError::Invalid(p));
         }
         let registry = Registry::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
-        let global = state.global.spec().map_err(RegistryError::Invalid)?;
+        let global = GlobalBudget::new(state.global.spec().map_err(RegistryError::Invalid)?);
+        global.set_visible_to_tenants(!state.global.hide_from_tenants);
         persistence.save(&state)?;
         tracing::info!(tenants = state.tenants.len(), "tenant registry loaded");
         Ok(Self {
             state: tokio::sync::Mutex::new(state),
             persistence,
             tenants: Arc::new(Tenants::new(registry)),
-            global: Arc::new(GlobalBudget::new(global)),
+            global: Arc::new(global),
             clock,
         })
     }
@@ -144,6 +145,8 @@ impl RegistryStore {
         let now = self.clock.now_ns();
         self.tenants.replace(plan.build(&self.tenants.load(), now));
         self.global.set_spec(global, now);
+        self.global
+            .set_visible_to_tenants(!next.global.hide_from_tenants);
         audit::record(actor, action, &current, &next);
         *current = next;
         Ok(out)

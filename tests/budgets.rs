@@ -237,3 +237,53 @@ async fn an_early_429_for_a_small_body_keeps_the_connection_open() {
     }
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_buckets_can_be_hidden_from_tenants() {
+    let (_cluster, gw) = gateway_on_mock("test.hide", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(10);
+        cfg.global.records_per_sec = Some(100);
+        cfg.global.records_burst = Some(3);
+        cfg.global.hide_from_tenants = true;
+    })
+    .await;
+    let url = gw.url("test.hide");
+    let (s, h, _) = post_json(&url, KEY, &records(2, "a")).await;
+    assert_eq!(s, 200);
+    let policy = h["ratelimit-policy"]
+        .to_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        policy.contains("tenant-records") && !policy.contains("global"),
+        "{policy}"
+    );
+    assert!(!h["ratelimit"]
+        .to_str()
+        .unwrap_or_default()
+        .contains("global"));
+    // A refusal for the global budget still says so.
+    let (s, h, a) = post_json(&url, KEY, &records(2, "b")).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("global_records")),
+        "{a}"
+    );
+    assert!(h.get("retry-after").is_some());
+    // The operator shows them again, live.
+    let (s, _) = admin(
+        &gw,
+        reqwest::Method::PUT,
+        "/admin/global",
+        Some(json!({"records_per_sec": 100, "records_burst": 3})),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, h, _) = post_json(&url, KEY, &records(1, "c")).await;
+    assert!(h["ratelimit-policy"]
+        .to_str()
+        .unwrap_or_default()
+        .contains("global-records"));
+    gw.shutdown().await;
+}

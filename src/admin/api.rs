@@ -324,6 +324,7 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
         "records_burst": config.records_burst,
         "bytes_per_sec": config.bytes_per_sec,
         "bytes_burst": config.bytes_burst,
+        "hide_from_tenants": config.hide_from_tenants,
         "live": {"tokens": {
             "records": records.map(|v| v.available),
             "bytes": bytes.map(|v| v.available),

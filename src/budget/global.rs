@@ -10,7 +10,7 @@
 //! being replaced, and no admission ever reads TATs in one spec's ticks against another spec:
 //! a change is atomic with respect to every concurrent admission.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -33,6 +33,8 @@ pub struct GlobalBudget {
     current: ArcSwap<Generation>,
     /// Serialises budget changes (never taken by admissions).
     changing: Mutex<()>,
+    /// Whether tenants are shown these buckets (their RateLimit fields).
+    visible: AtomicBool,
 }
 
 fn pack(records: u64, bytes: u64) -> u128 {
@@ -52,7 +54,17 @@ impl GlobalBudget {
                 tats: AtomicU128::new(0),
             }),
             changing: Mutex::new(()),
+            visible: AtomicBool::new(true),
         }
+    }
+
+    /// Whether tenants are shown the global buckets in their RateLimit fields.
+    pub fn visible_to_tenants(&self) -> bool {
+        self.visible.load(Ordering::Relaxed)
+    }
+
+    pub fn set_visible_to_tenants(&self, visible: bool) {
+        self.visible.store(visible, Ordering::Relaxed);
     }
 
     pub fn spec(&self) -> BudgetSpec {
