@@ -83,6 +83,14 @@ async fn require_admin(
         ))
         .into_response();
     }
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    let failures = &app.ingest.failures;
+    if let Some(wait) = peer.and_then(|ip| failures.refusal(ip)) {
+        return ApiError::AuthFailures(wait).into_response();
+    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -91,6 +99,9 @@ async fn require_admin(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     let Some(id) = presented.and_then(|t| app.admin.tokens.check(t)) else {
+        if let Some(ip) = peer {
+            failures.failed(ip);
+        }
         return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
     };
     let actor = Actor::new(id);

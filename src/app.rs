@@ -81,10 +81,20 @@ impl AppState {
             Duration::from_millis(config.kafka.metadata_timeout_ms),
         );
         catalog.start_refreshing();
+        let failures = Arc::new(crate::failure_guard::FailureGuard::new(
+            config.server.auth_failures_per_sec,
+            config.server.auth_failures_burst,
+            clock.clone(),
+        ));
         let admission = Arc::new(Admission::new(clock, registry.global().clone(), buffer));
         let tenants = registry.tenants().clone();
         Ok(Self {
-            metrics: Metrics::new(tenants.clone(), admission.clone(), kafka_metrics),
+            metrics: Metrics::new(
+                tenants.clone(),
+                admission.clone(),
+                kafka_metrics,
+                failures.clone(),
+            ),
             ingest: Ingest {
                 tenants,
                 admission,
@@ -96,6 +106,7 @@ impl AppState {
                 body_budget: crate::body_budget::BodyBudget::new(
                     config.server.max_inflight_body_bytes,
                 ),
+                failures,
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             },
             registry,

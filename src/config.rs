@@ -80,6 +80,11 @@ pub struct ServerConfig {
     /// chunks arrive); when the budget is spent, new bodies are refused at once with
     /// `429 server_busy`.
     pub max_inflight_body_bytes: u64,
+    /// Failed authentications (bad API keys, bad admin tokens) allowed per source address and
+    /// second, after a burst of `auth_failures_burst`; beyond that, the address is answered
+    /// 429 before its key is checked, until its allowance refills.
+    pub auth_failures_per_sec: u32,
+    pub auth_failures_burst: u32,
     /// Time allowed for a client to send its whole request body, in milliseconds
     /// (a slow upload is cut off with 408).
     pub body_read_timeout_ms: u64,
@@ -104,6 +109,8 @@ impl Default for ServerConfig {
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,
             max_inflight_body_bytes: 64 * 1024 * 1024,
+            auth_failures_per_sec: 10,
+            auth_failures_burst: 100,
             body_read_timeout_ms: 30_000,
             max_header_bytes: 64 * 1024,
             shutdown_timeout_ms: 30_000,
@@ -560,6 +567,14 @@ impl Config {
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             ("server.http2_max_streams", u64::from(s.http2_max_streams)),
             ("server.max_inflight_body_bytes", s.max_inflight_body_bytes),
+            (
+                "server.auth_failures_per_sec",
+                u64::from(s.auth_failures_per_sec),
+            ),
+            (
+                "server.auth_failures_burst",
+                u64::from(s.auth_failures_burst),
+            ),
             ("server.body_read_timeout_ms", s.body_read_timeout_ms),
             ("server.max_header_bytes", s.max_header_bytes as u64),
             ("buffer.max_bytes", self.buffer.max_bytes),

@@ -27,6 +27,7 @@ use crate::body::BodyError;
 use crate::body_budget::{BodyBudget, BodyHold};
 use crate::buffer::BufferLease;
 use crate::config::RequestBounds;
+use crate::failure_guard::FailureGuard;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
@@ -54,6 +55,8 @@ pub enum Ack {
 
 /// One produce request as the pipeline sees it.
 pub struct ProduceRequest<'a> {
+    /// The client's address, when known: failed authentications are limited per address.
+    pub peer: Option<std::net::IpAddr>,
     pub headers: &'a HeaderMap,
     /// The topic as the URL named it, already percent-decoded.
     pub topic: &'a str,
@@ -78,6 +81,8 @@ pub struct Ingest {
     pub body_read_timeout: Duration,
     /// Request bodies in memory, over all requests.
     pub body_budget: BodyBudget,
+    /// Failed authentications per source address (shared with the admin listener).
+    pub failures: Arc<FailureGuard>,
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
 }
@@ -106,7 +111,7 @@ impl Ingest {
         request: ProduceRequest<'_>,
         decoder: Result<&dyn Decode, ApiError>,
     ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
-        let tenant = match self.authenticate(request.headers) {
+        let tenant = match self.authenticate(request.peer, request.headers) {
             Ok(t) => t,
             Err(e) => return (None, Err(e)),
         };
@@ -158,21 +163,32 @@ impl Ingest {
         self.settle(batch, request.ack).await
     }
 
-    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`).
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
-        let value = headers
+    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). An
+    /// address with too many recent failures is refused before its key is hashed; a failure
+    /// is counted against its address.
+    pub fn authenticate(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        headers: &HeaderMap,
+    ) -> Result<Arc<Tenant>, ApiError> {
+        if let Some(wait) = peer.and_then(|ip| self.failures.refusal(ip)) {
+            return Err(ApiError::AuthFailures(wait));
+        }
+        let tenant = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .ok_or(ApiError::Unauthorized)?;
-        let (scheme, key) = value.split_once(' ').ok_or(ApiError::Unauthorized)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return Err(ApiError::Unauthorized);
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .and_then(|(_, key)| self.tenants.load().authenticate(key.trim()).cloned());
+        match tenant {
+            Some(t) => Ok(t),
+            None => {
+                if let Some(ip) = peer {
+                    self.failures.failed(ip);
+                }
+                Err(ApiError::Unauthorized)
+            }
         }
-        self.tenants
-            .load()
-            .authenticate(key.trim())
-            .cloned()
-            .ok_or(ApiError::Unauthorized)
     }
 
     /// The topic, if it is a legal Kafka name the tenant may write.

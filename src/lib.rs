@@ -9,6 +9,7 @@
 //!    admitted), [`identity`] (tenant ids, key digests, topics, topic patterns), [`access`]
 //!    (admin tokens), [`budget`] (GCRA token buckets; uses `record`), [`buffer`] (the bounded
 //!    downstream buffer; uses `record`), [`body_budget`] (request bodies in memory),
+//!    [`failure_guard`] (per-address limit on failed authentications; uses `budget`),
 //!    [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file.
 //! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
@@ -33,6 +34,7 @@ pub mod budget;
 pub mod buffer;
 pub mod config;
 pub mod dev;
+pub mod failure_guard;
 pub mod http;
 pub mod identity;
 pub mod ingest;

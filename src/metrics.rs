@@ -23,6 +23,7 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::admission::Admission;
+use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::refusal::Reason;
 use crate::tenant::Tenants;
@@ -41,7 +42,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(tenants: Arc<Tenants>, admission: Arc<Admission>, kafka: KafkaMetrics) -> Self {
+    pub fn new(
+        tenants: Arc<Tenants>,
+        admission: Arc<Admission>,
+        kafka: KafkaMetrics,
+        failures: Arc<FailureGuard>,
+    ) -> Self {
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 18))
@@ -67,6 +73,7 @@ impl Metrics {
             tenants,
             admission,
             kafka: kafka.clone(),
+            failures,
         }));
         Self {
             registry,
@@ -91,6 +98,7 @@ struct LiveCollector {
     tenants: Arc<Tenants>,
     admission: Arc<Admission>,
     kafka: KafkaMetrics,
+    failures: Arc<FailureGuard>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -119,6 +127,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         self.encode_tenants(&mut encoder)?;
         self.encode_buffer(&mut encoder)?;
         self.encode_global(&mut encoder)?;
+        self.encode_auth_failures(&mut encoder)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }
@@ -252,6 +261,29 @@ impl LiveCollector {
             None,
             G,
             &gauge(buffer.max_records()),
+        )
+    }
+
+    /// Failed authentications, and requests refused because of them.
+    fn encode_auth_failures(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let f = &self.failures;
+        let series = [
+            (
+                vec![("outcome", "failed")],
+                ConstCounter::new(f.failed.load(Relaxed)),
+            ),
+            (
+                vec![("outcome", "refused")],
+                ConstCounter::new(f.refused.load(Relaxed)),
+            ),
+        ];
+        family(
+            encoder,
+            "auth_failures",
+            "Failed authentications on either listener, and requests refused for an address over its failure allowance",
+            None,
+            C,
+            &series,
         )
     }
 

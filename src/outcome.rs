@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::body::BodyError;
 use crate::kafka::{Batch, FailureKind};
-use crate::refusal::{Denial, Refusal, TooLarge};
+use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 use crate::registry::ChangeError;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +38,8 @@ pub enum ApiError {
     UnknownTopic(String),
     UnknownPartition(String),
     RateLimited(Refusal),
+    /// Too many failed authentications from this address: wait this long.
+    AuthFailures(std::time::Duration),
     BodyTimeout,
     KafkaUnavailable(String),
     ShuttingDown,
@@ -121,7 +123,7 @@ impl ApiError {
             Self::ExceedsBurst(_) => "exceeds_burst",
             Self::UnknownTopic(_) => "unknown_topic",
             Self::UnknownPartition(_) => "unknown_partition",
-            Self::RateLimited(_) => "rate_limited",
+            Self::RateLimited(_) | Self::AuthFailures(_) => "rate_limited",
             Self::BodyTimeout => "body_timeout",
             Self::KafkaUnavailable(_) => "kafka_unavailable",
             Self::ShuttingDown => "shutting_down",
@@ -150,7 +152,7 @@ impl ApiError {
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -180,6 +182,10 @@ impl ApiError {
                 "{} exhausted; retry in {} ms",
                 r.reason.as_str(),
                 r.retry_after_ms()
+            ),
+            Self::AuthFailures(wait) => format!(
+                "too many failed authentications from this address; retry in {} ms",
+                wait_ms(*wait)
             ),
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
@@ -226,6 +232,19 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs()));
+                response
+            }
+            Self::AuthFailures(wait) => {
+                let body = json!({
+                    "error": self.code(),
+                    "reason": "auth_failures",
+                    "retry_after_ms": wait_ms(*wait),
+                    "detail": self.detail(),
+                });
+                let mut response = (status, Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
             Self::InvalidField { field, .. } => (

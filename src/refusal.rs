@@ -53,13 +53,23 @@ pub struct Refusal {
 impl Refusal {
     /// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
     pub fn retry_after_ms(&self) -> u64 {
-        u64::try_from(self.retry_after.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        wait_ms(self.retry_after)
     }
 
     /// `Retry-After` in whole seconds, rounded up, at least 1.
     pub fn retry_after_secs(&self) -> u64 {
-        self.retry_after_ms().div_ceil(1000).max(1)
+        wait_secs(self.retry_after)
     }
+}
+
+/// A wait in milliseconds, rounded up (waiting exactly this long is enough).
+pub fn wait_ms(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// A wait in whole seconds for `Retry-After`, rounded up, at least 1.
+pub fn wait_secs(wait: Duration) -> u64 {
+    wait_ms(wait).div_ceil(1000).max(1)
 }
 
 /// A request larger than some bucket or buffer can ever hold.

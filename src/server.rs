@@ -21,12 +21,14 @@
 //! A foundation module: it serves any axum router and imports nothing of floodgate's.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -81,7 +83,7 @@ pub async fn serve(
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             () = &mut shutdown => break,
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(error) => {
@@ -96,7 +98,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
         tokio::spawn(async move {
-            serve_connection(stream, router, &bounds, stop).await;
+            serve_connection(stream, peer, router, &bounds, stop).await;
             drop(permit);
         });
     }
@@ -112,6 +114,7 @@ pub async fn serve(
 
 async fn serve_connection(
     mut stream: TcpStream,
+    peer: SocketAddr,
     router: Router,
     bounds: &ConnectionBounds,
     stop: watch::Receiver<bool>,
@@ -128,7 +131,7 @@ async fn serve_connection(
                 Some(b"h2") => Protocol::Http2,
                 _ => Protocol::Http1,
             };
-            drive(tls, protocol, router, bounds, opened, stop).await;
+            drive(tls, protocol, peer, router, bounds, opened, stop).await;
         }
         None => {
             let Ok(Ok((protocol, prefix))) =
@@ -141,7 +144,7 @@ async fn serve_connection(
                 at: 0,
                 inner: stream,
             };
-            drive(io, protocol, router, bounds, opened, stop).await;
+            drive(io, protocol, peer, router, bounds, opened, stop).await;
         }
     }
 }
@@ -213,6 +216,7 @@ impl Drop for InFlight {
 async fn drive<I>(
     io: I,
     protocol: Protocol,
+    peer: SocketAddr,
     router: Router,
     bounds: &ConnectionBounds,
     opened: Instant,
@@ -230,8 +234,11 @@ async fn drive<I>(
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = tracker.begin();
         let router = router.clone();
+        let mut request = request.map(axum::body::Body::new);
+        // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
+        request.extensions_mut().insert(ConnectInfo(peer));
         async move {
-            let response = router.oneshot(request.map(axum::body::Body::new)).await;
+            let response = router.oneshot(request).await;
             drop(guard);
             response
         }

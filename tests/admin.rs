@@ -331,3 +331,70 @@ async fn a_corrupt_state_file_stops_start_up_with_file_and_position() {
         .expect("still there")
         .contains("\"topics\": [}"));
 }
+
+/// With a state file, the configuration file still owns what it lists: a restart applies what
+/// changed in the file (a key removed, a tenant added) and keeps what the API did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_applies_file_edits_and_keeps_api_changes() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.admin.state_file = Some(dir.path().join("state/tenants.json"));
+    let t = Some(ADMIN_TOKEN);
+    let gw = Gateway::start(cfg.clone()).await;
+    let (s, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;
+    assert_eq!(s, 201);
+    let issued = key["api_key"].as_str().expect("key").to_string();
+    gw.shutdown().await;
+
+    // The operator removes acme's key from the file and adds a tenant.
+    cfg.tenants[0].api_key_sha256.clear();
+    cfg.tenants.push(tenant("fresh", "fresh-key", &["test.*"]));
+    let gw = Gateway::start(cfg).await;
+    let url = gw.url("test.admin");
+    let (s, _, _) = post_json(&url, KEY, &one_record()).await;
+    assert_eq!(s, 401, "a key removed from the file stops working");
+    let (s, _, a) = post_json(&url, &issued, &one_record()).await;
+    assert_eq!(s, 200, "the API-issued key stays: {a}");
+    let (s, _, a) = post_json(&url, "fresh-key", &one_record()).await;
+    assert_eq!(s, 200, "a tenant added to the file exists: {a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_save_changes_nothing() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state_dir = dir.path().join("state");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].records_per_sec = Some(100);
+    cfg.admin.state_file = Some(state_dir.join("tenants.json"));
+    let gw = Gateway::start(cfg).await;
+    let t = Some(ADMIN_TOKEN);
+    let (s, _) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    assert_eq!(s, 200);
+    // The state file's folder becomes unwritable: the next save fails.
+    std::fs::remove_dir_all(&state_dir).expect("remove");
+    std::fs::write(&state_dir, "not a folder").expect("block it");
+    let (s, a) = admin(
+        &gw,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec": 1, "records_burst": 1, "topics": ["nothing.*"]})),
+        t,
+    )
+    .await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (500, Some("state_not_saved")),
+        "{a}"
+    );
+    // Nothing of the change is in force: budget and topics are as before.
+    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    assert_eq!(view["records_per_sec"], 100, "{view}");
+    for _ in 0..3 {
+        let (s, _, a) = post_json(&gw.url("test.admin"), KEY, &one_record()).await;
+        assert_eq!(s, 200, "{a}");
+    }
+    gw.shutdown().await;
+}

@@ -228,3 +228,69 @@ async fn bodies_in_flight_share_one_memory_budget() {
     assert_eq!(s, 200, "{a}");
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_is_checked() {
+    let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 3;
+    })
+    .await;
+    let one = json!({"records":[{"value":1}]});
+    let url = gw.url("test.hostile");
+    for _ in 0..3 {
+        let (s, _, a) = post_json(&url, "wrong-key", &one).await;
+        assert_eq!((s, a["error"].as_str()), (401, Some("unauthorized")));
+    }
+    // The fourth failure spends more than the allowance: from now on this address is refused
+    // at once, whatever key it sends, on both listeners.
+    let (s, _, _) = post_json(&url, "wrong-key", &one).await;
+    assert_eq!(s, 401);
+    let (s, h, a) = post_json(&url, KEY, &one).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{a}"
+    );
+    assert_eq!(h["retry-after"], "1");
+    assert!(
+        a["retry_after_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0 && ms <= 1000),
+        "{a}"
+    );
+    let (s, a) = admin(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/tenants",
+        None,
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{a}"
+    );
+    // Its allowance refills at one failure a second.
+    gw.advance_ms(1000);
+    let (s, _, a) = post_json(&url, KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    let metrics = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("floodgate_auth_failures_total{outcome=\"failed\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("floodgate_auth_failures_total{outcome=\"refused\"} 2"),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}

@@ -13,10 +13,29 @@ use reqwest::Method;
 use serde_json::json;
 
 fn write_config(path: &std::path::Path, bootstrap: &str, records_per_sec: u64, extra_tenant: bool) {
-    let digest = floodgate::identity::ApiKeyHash::of_key(KEY).to_hex();
+    write_config_keys(path, bootstrap, records_per_sec, extra_tenant, &[KEY]);
+}
+
+fn write_config_keys(
+    path: &std::path::Path,
+    bootstrap: &str,
+    records_per_sec: u64,
+    extra_tenant: bool,
+    keys: &[&str],
+) {
+    let digests: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            format!(
+                "\"{}\"",
+                floodgate::identity::ApiKeyHash::of_key(k).to_hex()
+            )
+        })
+        .collect();
+    let digest = digests.join(", ");
     let other = floodgate::identity::ApiKeyHash::of_key("new-key").to_hex();
     let mut text = format!(
-        "[kafka]\nbootstrap_servers = \"{bootstrap}\"\n\n[[tenants]]\nid = \"acme\"\napi_key_sha256 = [\"{digest}\"]\ntopics = [\"test.*\"]\nrecords_per_sec = {records_per_sec}\n"
+        "[kafka]\nbootstrap_servers = \"{bootstrap}\"\n\n[[tenants]]\nid = \"acme\"\napi_key_sha256 = [{digest}]\ntopics = [\"test.*\"]\nrecords_per_sec = {records_per_sec}\n"
     );
     if extra_tenant {
         text.push_str(&format!(
@@ -71,5 +90,28 @@ async fn sighup_applies_the_edited_file_live() {
     assert_eq!(s, 200, "a tenant added to the file works after SIGHUP: {a}");
     let (s, _, a) = post_json(&url, &issued, &json!({"records":[{"value":1}]})).await;
     assert_eq!(s, 200, "keys issued through the API survive a reload: {a}");
+
+    // The file owns the keys it lists: one removed from it stops working at the next reload,
+    // while the key issued through the API keeps working.
+    write_config_keys(&path, &cluster.bootstrap_servers(), 5, true, &[]);
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, _, _) = post_json(&url, KEY, &json!({"records":[{"value":1}]})).await;
+        if s == 401 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a key removed from the file still works"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (s, _, a) = post_json(&url, &issued, &json!({"records":[{"value":1}]})).await;
+    assert_eq!(s, 200, "an API-issued key is not the file's to remove: {a}");
     gw.shutdown().await;
 }

@@ -168,3 +168,20 @@ fn environment_overrides_keep_strings_as_written() {
         assert_eq!(c.buffer.max_records, 1000);
     }
 }
+
+#[test]
+fn one_key_cannot_belong_to_two_tenants() {
+    let digest = "ab".repeat(32);
+    let text = format!(
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\napi_key_sha256 = [\"{digest}\"]\n\
+         [[tenants]]\nid = \"b\"\ntopics = [\"y\"]\napi_key_sha256 = [\"{digest}\"]\n"
+    );
+    let p = problems(&text);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "tenants[1].api_key_sha256[0]");
+    assert!(
+        p[0].message.contains("already belongs to tenant \"a\""),
+        "{}",
+        p[0].message
+    );
+}

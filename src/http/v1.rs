@@ -43,8 +43,8 @@ pub async fn produce(
         Ok(Path(t)) => t.as_str(),
         Err(e) => {
             // Authentication still comes first: an unauthenticated client learns nothing.
-            if app.ingest.authenticate(&parts.headers).is_err() {
-                return ApiError::Unauthorized.into_response();
+            if let Err(e) = app.ingest.authenticate(peer(&parts), &parts.headers) {
+                return e.into_response();
             }
             return ApiError::InvalidTopic(e.body_text()).into_response();
         }
@@ -64,6 +64,7 @@ pub async fn produce(
         Err(e) => (Ack::Kafka, Err(e.clone())),
     };
     let request = ProduceRequest {
+        peer: peer(&parts),
         headers: &parts.headers,
         topic,
         ack,
@@ -79,6 +80,14 @@ pub async fn produce(
         ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
+}
+
+/// The client's address, as the connection loop recorded it.
+pub fn peer(parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip())
 }
 
 /// `?async=true` answers 202 once records are handed to the producer.
