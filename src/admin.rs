@@ -109,14 +109,33 @@ async fn require_admin(
     next.run(request).await
 }
 
-async fn metrics(State(app): State<Arc<AppState>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.render(),
-    )
+/// OpenMetrics when the scraper asks for it (Prometheus does), the classic text format
+/// otherwise.
+async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMap) -> Response {
+    let wants_openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    if wants_openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            app.metrics.render(),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            app.metrics.render_classic(),
+        )
+            .into_response()
+    }
 }
 
 /// Ready = not draining, buffer below its high-water mark, and the last topic-metadata refresh

@@ -173,18 +173,63 @@ struct WireRecord<'a> {
     /// Absent: `None`; `null`: `Some(None)`.
     #[serde(borrow, default, deserialize_with = "present")]
     value: Option<Option<&'a RawValue>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     value_b64: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     key: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     key_b64: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "headers")]
     headers: Option<Headers<'a>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     partition: Option<i32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole")]
     timestamp_ms: Option<i64>,
+}
+
+// Fields other than `value` are absent or hold a value of their type: `null` is not a key, a
+// partition or a timestamp, and is refused rather than read as "absent".
+
+/// A string, borrowed from the body when it has no escapes.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+    impl<'de> Visitor<'de> for Text {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_string()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v))
+        }
+    }
+    d.deserialize_str(Text).map(Some)
+}
+
+fn headers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Headers<'de>>, D::Error> {
+    Headers::deserialize(d).map(Some)
+}
+
+/// A whole number in the field's range; `7.0` counts as 7 (some JSON writers send it so).
+fn whole<'de, D: Deserializer<'de>, T: TryFrom<i64>>(d: D) -> Result<Option<T>, D::Error> {
+    let value = serde_json::Number::deserialize(d)?;
+    let whole = match (value.as_i64(), value.as_f64()) {
+        (Some(i), _) => Some(i),
+        // 2^63 itself is out of range (`i64::MAX as f64` rounds up to it).
+        (None, Some(x)) if x.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&x) => {
+            Some(x as i64)
+        }
+        _ => None,
+    };
+    whole
+        .and_then(|i| T::try_from(i).ok())
+        .map(Some)
+        .ok_or_else(|| de::Error::custom(format_args!("{value} is not a whole number in range")))
 }
 
 /// Tells `"field": null` (Some(None)) from an absent field (None, via `default`).
@@ -206,7 +251,13 @@ impl fmt::Display for RecordProblem {
 }
 
 fn decode_b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordProblem> {
-    base64::engine::general_purpose::STANDARD
+    // Standard alphabet with padding; unused bits in the last symbol are ignored (RFC 4648
+    // lets decoders accept them, and clients that emit them exist).
+    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+    LENIENT
         .decode(text)
         .map(Cow::Owned)
         .map_err(|e| RecordProblem::Invalid(format!("{field} is not valid base64: {e}")))

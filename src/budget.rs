@@ -20,7 +20,7 @@ mod global;
 mod tenant_buckets;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use gcra::{BucketView, RateSpec};
+pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
 pub use tenant_buckets::TenantBuckets;
 

@@ -270,12 +270,32 @@ impl Default for RequestBounds {
 #[serde(deny_unknown_fields, default)]
 pub struct GlobalBudgetConfig {
     /// Records per second summed over all tenants.
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub records_per_sec: Option<u64>,
     /// Records the global bucket can hold (defaults to one second of `records_per_sec`).
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub records_burst: Option<u64>,
     /// Record bytes per second summed over all tenants.
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bytes_per_sec: Option<u64>,
     /// Bytes the global bucket can hold (defaults to one second of `bytes_per_sec`).
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bytes_burst: Option<u64>,
     /// Leave the global buckets out of every tenant's `RateLimit` fields, so no tenant learns
     /// how much the others are sending. A refusal for the global budget still says
@@ -352,24 +372,44 @@ pub struct TenantConfig {
     /// Lowercase hex SHA-256 digests of the tenant's API keys (`printf %s KEY | sha256sum`).
     #[serde(default)]
     pub api_key_sha256: Vec<String>,
-    /// Glob patterns of the topics the tenant may write (`*`, `?`, `[...]`).
+    /// Patterns of the topics the tenant may write: topic-name characters and the wildcards
+    /// `*` (any run of characters) and `?` (one character); 1 to 100 patterns.
     pub topics: Vec<String>,
     /// Records per second; unset: limited by the global budget only.
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub records_per_sec: Option<u64>,
     /// Records the bucket holds (defaults to one second of `records_per_sec`).
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub records_burst: Option<u64>,
     /// Record bytes per second; unset: limited by the global budget only.
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bytes_per_sec: Option<u64>,
     /// Bytes the bucket holds (defaults to one second of `bytes_per_sec`).
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bytes_burst: Option<u64>,
     /// Largest fraction of the downstream buffer (bytes and records) this tenant may hold.
     #[serde(default)]
     pub max_buffer_share: Option<f64>,
 }
+
+/// The most topic patterns one tenant may list.
+pub const MAX_TOPIC_PATTERNS: usize = 100;
 
 /// Default `max_buffer_share` when a tenant does not set one.
 pub const DEFAULT_BUFFER_SHARE: f64 = 0.5;
@@ -418,11 +458,21 @@ impl TenantConfig {
                 Some(_) => {}
             }
         }
-        if self.topics.is_empty() {
+        if self.topics.is_empty() || self.topics.len() > MAX_TOPIC_PATTERNS {
             problems.push(ConfigProblem::new(
                 format!("{at}.topics"),
-                "must list at least one pattern",
+                format!("must list 1 to {MAX_TOPIC_PATTERNS} patterns"),
             ));
+        }
+        for (i, pattern) in self.topics.iter().enumerate() {
+            let legal =
+                |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '?');
+            if pattern.is_empty() || pattern.len() > 249 || !pattern.chars().all(legal) {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.topics[{i}]"),
+                    "must be 1 to 249 characters of topic-name characters (a-z A-Z 0-9 . _ -) and the wildcards * and ?",
+                ));
+            }
         }
         if let Err((i, e)) = TopicPatterns::parse(&self.topics) {
             problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), e));
@@ -522,6 +572,31 @@ fn rate_spec(
                 None => Ok(Some(spec)),
             }
         }
+    }
+}
+
+/// An optional count written as a whole number: `82`, or `82.0` as some JSON writers and
+/// generators put it. A fraction, a negative, a value beyond `u64` or an explicit `null` is an
+/// error (an unset count is left out; the admin API's merge patch unsets with `null` before
+/// this runs).
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Number {
+        Whole(u64),
+        Float(f64),
+    }
+    match Option::<Number>::deserialize(d)? {
+        None => Err(serde::de::Error::custom(
+            "null is not a number; leave the field out to unset it",
+        )),
+        Some(Number::Whole(n)) => Ok(Some(n)),
+        Some(Number::Float(x)) if x.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&x) => {
+            Ok(Some(x as u64))
+        }
+        Some(Number::Float(x)) => Err(serde::de::Error::custom(format_args!(
+            "{x} is not a whole number of at least 0"
+        ))),
     }
 }
 

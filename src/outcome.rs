@@ -142,9 +142,8 @@ impl ApiError {
             Self::TenantNotFound(_) | Self::KeyNotFound(_) => StatusCode::NOT_FOUND,
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::InvalidTopic(_) | Self::Malformed(_) | Self::UnknownPartition(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::InvalidTopic(_) | Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTooLarge { .. }

@@ -54,7 +54,8 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
             continue;
         };
         let suffixes: &[&str] = match kind {
-            "counter" => &["_total"],
+            // OpenMetrics names the family without `_total`, the classic format with it.
+            "counter" => &["", "_total"],
             "histogram" => &["_bucket", "_sum", "_count"],
             _ => &[""],
         };

@@ -167,7 +167,7 @@ async fn refused_requests_never_reach_kafka() {
     let (s, _, a) = post_json(&url, KEY, &json!({"records":[{"value":1,"partition":5}]})).await;
     assert_eq!(
         (s, a["error"].as_str()),
-        (400, Some("unknown_partition")),
+        (404, Some("unknown_partition")),
         "{a}"
     );
     let (s, _, a) = post_raw(

@@ -14,16 +14,22 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::app::AppState;
-use crate::config::{GlobalBudgetConfig, TenantConfig};
+use crate::config::{whole_number, GlobalBudgetConfig, TenantConfig};
 use crate::identity::ApiKeyHash;
 use crate::outcome::ApiError;
 use crate::refusal::Reason;
 use crate::registry::{Actor, ChangeError, RegistryState};
 
 /// Parses a JSON body: bad JSON is a 400, a value of the wrong type is a 422 naming its field.
+/// Bodies are JSON objects: anything else (an array serde would read as a struct's fields in
+/// order, a bare number) is a 400.
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let json: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
+    if !json.is_object() {
+        return Err(ApiError::Malformed("the body must be a JSON object".into()));
+    }
+    let value = serde_path_to_error::deserialize(json).map_err(|e| {
         let mut field = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_data() {
@@ -44,7 +50,6 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             ApiError::Malformed(inner.to_string())
         }
     })?;
-    de.end().map_err(|e| ApiError::Malformed(e.to_string()))?;
     Ok(value)
 }
 
@@ -81,13 +86,29 @@ struct TenantBody {
     #[serde(default, skip_deserializing)]
     id: String,
     topics: Vec<String>,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     records_per_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     records_burst: Option<u64>,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     bytes_per_sec: Option<u64>,
-    #[serde(default)]
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     bytes_burst: Option<u64>,
     #[serde(default)]
     max_buffer_share: Option<f64>,
@@ -232,6 +253,7 @@ pub async fn patch_tenant(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let patch: serde_json::Map<String, Value> = parse(&body)?;
+    let patch = checked_patch(patch)?;
     change(&app, &actor, "tenant.patch", |state| {
         let current = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
         let mut merged = serde_json::to_value(TenantBody::of(current))
@@ -255,6 +277,62 @@ pub async fn patch_tenant(
     })
     .await?;
     tenant_response(&app, &id, StatusCode::OK).await
+}
+
+/// A patch that always leaves a valid tenant when its values are valid: topics cannot be
+/// unset, a burst is changed together with its rate, and unsetting a rate unsets its burst.
+fn checked_patch(
+    mut patch: serde_json::Map<String, Value>,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    const FIELDS: [&str; 6] = [
+        "topics",
+        "records_per_sec",
+        "records_burst",
+        "bytes_per_sec",
+        "bytes_burst",
+        "max_buffer_share",
+    ];
+    if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::InvalidField {
+            field: unknown.clone(),
+            detail: format!("unknown field; a tenant has {}", FIELDS.join(", ")),
+        });
+    }
+    if patch.get("topics").is_some_and(Value::is_null) {
+        return Err(ApiError::InvalidField {
+            field: "topics".into(),
+            detail: "cannot be unset: a tenant writes to at least one topic pattern".into(),
+        });
+    }
+    for unit in ["records", "bytes"] {
+        let (rate, burst) = (format!("{unit}_per_sec"), format!("{unit}_burst"));
+        if patch.get(&burst).is_some_and(|b| !b.is_null()) && !patch.contains_key(&rate) {
+            return Err(ApiError::InvalidField {
+                field: burst,
+                detail: format!("is changed together with {rate} (send both)"),
+            });
+        }
+        if patch.get(&rate).is_some_and(Value::is_null) {
+            // Unsetting a rate unsets its burst; a burst sent beside it must still be a burst.
+            let max = crate::budget::MAX_BURST as f64;
+            let valid = |v: &Value| {
+                v.is_null()
+                    || v.as_f64()
+                        .is_some_and(|x| x.fract() == 0.0 && (1.0..=max).contains(&x))
+            };
+            if let Some(bad) = patch.get(&burst).filter(|v| !valid(v)) {
+                return Err(ApiError::InvalidField {
+                    field: burst,
+                    detail: format!(
+                        "{bad} is not a whole number from 1 to {}",
+                        crate::budget::MAX_BURST
+                    ),
+                });
+            }
+            patch.insert(burst, Value::Null);
+        }
+    }
+    Ok(patch)
 }
 
 pub async fn delete_tenant(

@@ -96,8 +96,13 @@ fn ack_mode(query: Option<&str>) -> Result<Ack, ApiError> {
     for pair in query.unwrap_or("").split('&') {
         match pair.split_once('=').unwrap_or((pair, "")) {
             ("", _) => {}
-            ("async", "true" | "1" | "") => ack = Ack::Enqueued,
+            ("async", "true" | "1") => ack = Ack::Enqueued,
             ("async", "false" | "0") => ack = Ack::Kafka,
+            ("async", other) => {
+                return Err(ApiError::Malformed(format!(
+                    "query parameter async must be true or false, not {other:?}"
+                )))
+            }
             (name, _) => {
                 return Err(ApiError::Malformed(format!(
                     "query parameter {name:?} is not understood (only async=true|false)"
