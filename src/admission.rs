@@ -75,27 +75,7 @@ impl Admission {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         let decision = (|| {
-            let share = state.buffer_share;
-            self.never_fits(state.buckets.spec(), share, charge)?;
-            let pending = state.buckets.check(now, charge);
-            let global = self.global.check(now, charge);
-            let pending = match (pending, global) {
-                (Err(t), g) => {
-                    let wait = t.wait_ns.max(g.err().map_or(0, |g| g.wait_ns));
-                    return Err(refused(tenant_reason(t), wait));
-                }
-                (Ok(_), Err(g)) => return Err(refused(global_reason(g), g.wait_ns)),
-                (Ok(c), Ok(())) => c,
-            };
-            let (held_bytes, held_records) = self.tenant_usage(tenant);
-            let (share_bytes, share_records) = self.share(share);
-            // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
-            if share < 1.0
-                && (held_bytes.saturating_add(charge.bytes) > share_bytes
-                    || held_records.saturating_add(charge.records) > share_records)
-            {
-                return Err(self.buffer_refusal(Reason::TenantBuffer));
-            }
+            let pending = self.plan(tenant, &state, now, charge)?;
             let lease = self
                 .buffer
                 .try_reserve(&tenant.usage, charge)
@@ -110,6 +90,52 @@ impl Admission {
         })();
         let view = self.view_locked(&state.buckets, now);
         (decision, view)
+    }
+
+    /// Would `charge` be admitted now? Everything [`Admission::admit`] checks, nothing charged.
+    /// Used while a body arrives: once the records read so far cannot be admitted, the whole
+    /// request cannot either (budgets only fill up by waiting, and the request only grows).
+    pub fn check(&self, tenant: &Tenant, charge: Charge) -> Result<(), Denial> {
+        let now = self.clock.now_ns();
+        let state = tenant.admission_state();
+        let _nothing_charged = self.plan(tenant, &state, now, charge)?;
+        if !self.buffer.has_room(charge) {
+            return Err(self.buffer_refusal(Reason::BufferFull));
+        }
+        Ok(())
+    }
+
+    /// The checks shared by `admit` and `check`, under the tenant's lock: what the tenant's
+    /// buckets would become, or why not.
+    fn plan(
+        &self,
+        tenant: &Tenant,
+        state: &crate::tenant::AdmissionState,
+        now: u64,
+        charge: Charge,
+    ) -> Result<crate::budget::PendingCharge, Denial> {
+        let share = state.buffer_share;
+        self.never_fits(state.buckets.spec(), share, charge)?;
+        let pending = state.buckets.check(now, charge);
+        let global = self.global.check(now, charge);
+        let pending = match (pending, global) {
+            (Err(t), g) => {
+                let wait = t.wait_ns.max(g.err().map_or(0, |g| g.wait_ns));
+                return Err(refused(tenant_reason(t), wait));
+            }
+            (Ok(_), Err(g)) => return Err(refused(global_reason(g), g.wait_ns)),
+            (Ok(c), Ok(())) => c,
+        };
+        let (held_bytes, held_records) = self.tenant_usage(tenant);
+        let (share_bytes, share_records) = self.share(share);
+        // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
+        if share < 1.0
+            && (held_bytes.saturating_add(charge.bytes) > share_bytes
+                || held_records.saturating_add(charge.records) > share_records)
+        {
+            return Err(self.buffer_refusal(Reason::TenantBuffer));
+        }
+        Ok(pending)
     }
 
     /// The early check made before the body is read: could this tenant be admitted with at

@@ -87,6 +87,9 @@ impl AppState {
             clock.clone(),
         ));
         let admission = Arc::new(Admission::new(clock, registry.global().clone(), buffer));
+        let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
+            config.server.max_inflight_body_bytes,
+        ));
         let tenants = registry.tenants().clone();
         Ok(Self {
             metrics: Metrics::new(
@@ -94,6 +97,7 @@ impl AppState {
                 admission.clone(),
                 kafka_metrics,
                 failures.clone(),
+                body_budget.clone(),
             ),
             ingest: Ingest {
                 tenants,
@@ -103,9 +107,7 @@ impl AppState {
                 bounds: config.limits.clone(),
                 max_body_bytes: config.server.max_body_bytes,
                 body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
-                body_budget: crate::body_budget::BodyBudget::new(
-                    config.server.max_inflight_body_bytes,
-                ),
+                body_budget: body_budget.clone(),
                 failures,
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             },

@@ -24,6 +24,44 @@ pub struct BodyBudget {
     bytes: Arc<Semaphore>,
     max: u64,
     hold_ewma_ns: AtomicU64,
+    /// Uploads answered before their body was read to the end, indexed like [`Cut::ALL`].
+    cut_short: [AtomicU64; Cut::ALL.len()],
+}
+
+/// Why an upload was answered before its body was read to the end (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    ExceedsBurst,
+    RateLimited,
+    TooManyRecords,
+    BodyTooLarge,
+    RecordTooLarge,
+    Malformed,
+    ServerBusy,
+}
+
+impl Cut {
+    pub const ALL: [Cut; 7] = [
+        Cut::ExceedsBurst,
+        Cut::RateLimited,
+        Cut::TooManyRecords,
+        Cut::BodyTooLarge,
+        Cut::RecordTooLarge,
+        Cut::Malformed,
+        Cut::ServerBusy,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cut::ExceedsBurst => "exceeds_burst",
+            Cut::RateLimited => "rate_limited",
+            Cut::TooManyRecords => "too_many_records",
+            Cut::BodyTooLarge => "body_too_large",
+            Cut::RecordTooLarge => "record_too_large",
+            Cut::Malformed => "malformed_body",
+            Cut::ServerBusy => "server_busy",
+        }
+    }
 }
 
 /// Body bytes held by one request; given back on drop.
@@ -41,7 +79,20 @@ impl BodyBudget {
             bytes: Arc::new(Semaphore::new(usize::try_from(max).unwrap_or(usize::MAX))),
             max,
             hold_ewma_ns: AtomicU64::new(0),
+            cut_short: Default::default(),
         }
+    }
+
+    /// Counts an upload answered before its body was read to the end.
+    pub fn count_cut_short(&self, cut: Cut) {
+        self.cut_short[cut as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Uploads answered before their body was read to the end, by reason.
+    pub fn uploads_cut_short(&self) -> impl Iterator<Item = (Cut, u64)> + '_ {
+        Cut::ALL
+            .iter()
+            .map(|c| (*c, self.cut_short[*c as usize].load(Ordering::Relaxed)))
     }
 
     pub fn max_bytes(&self) -> u64 {

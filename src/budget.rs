@@ -22,7 +22,7 @@ mod tenant_buckets;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
-pub use tenant_buckets::TenantBuckets;
+pub use tenant_buckets::{PendingCharge, TenantBuckets};
 
 use serde::{Deserialize, Serialize};
 

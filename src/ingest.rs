@@ -23,8 +23,8 @@ use http_body_util::BodyExt;
 use tracing::Instrument as _;
 
 use crate::admission::{Admission, BucketsView};
-use crate::body::BodyError;
-use crate::body_budget::{BodyBudget, BodyHold};
+use crate::body::{BodyError, Decoder, Framing, ParseRecord, RecordArena};
+use crate::body_budget::{BodyBudget, BodyHold, Cut};
 use crate::buffer::BufferLease;
 use crate::config::RequestBounds;
 use crate::failure_guard::FailureGuard;
@@ -32,16 +32,14 @@ use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
 use crate::record::{Charge, Record};
-use crate::refusal::{Reason, Refusal};
+use crate::refusal::{Denial, Reason, Refusal};
 use crate::tenant::{Tenant, TenantStats, Tenants};
 
-/// A wire format's decoder: a body into records, errors naming the record.
-pub trait Decode: Send + Sync {
-    fn decode<'a>(
-        &self,
-        body: &'a [u8],
-        bounds: &RequestBounds,
-    ) -> Result<Vec<Record<'a>>, BodyError>;
+/// A wire format's body: how its records are framed, and what one record looks like.
+#[derive(Clone, Copy)]
+pub struct BodyFormat {
+    pub framing: Framing,
+    pub record: &'static dyn ParseRecord,
 }
 
 /// When a produce request is answered.
@@ -79,10 +77,11 @@ pub struct Ingest {
     pub bounds: RequestBounds,
     pub max_body_bytes: u64,
     pub body_read_timeout: Duration,
-    /// Request bodies in memory, over all requests.
-    pub body_budget: BodyBudget,
+    /// Request bodies in memory, over all requests (shared with the metrics).
+    pub body_budget: Arc<BodyBudget>,
     /// Failed authentications per source address (shared with the admin listener).
     pub failures: Arc<FailureGuard>,
+
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
 }
@@ -103,13 +102,13 @@ impl Ingest {
     /// Runs the whole pipeline. Returns the tenant once authenticated (its buckets go into
     /// every answer's RateLimit fields) and the outcome.
     ///
-    /// `decoder` is the wire format's decoder for this request, or what the adapter found
+    /// `format` is the wire format's body format for this request, or what the adapter found
     /// wrong with the request's format (content type, query): reported after the key and the
     /// topic are checked, like every other problem with the request itself.
     pub async fn produce(
         &self,
         request: ProduceRequest<'_>,
-        decoder: Result<&dyn Decode, ApiError>,
+        format: Result<BodyFormat, ApiError>,
     ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
         let tenant = match self.authenticate(request.peer, request.headers) {
             Ok(t) => t,
@@ -124,7 +123,7 @@ impl Ingest {
             records = tracing::field::Empty,
         );
         let outcome = self
-            .produce_for(&tenant, request, decoder)
+            .produce_for(&tenant, request, format)
             .instrument(span.clone())
             .await;
         span.in_scope(|| match &outcome {
@@ -138,27 +137,26 @@ impl Ingest {
         &self,
         tenant: &Tenant,
         request: ProduceRequest<'_>,
-        decoder: Result<&dyn Decode, ApiError>,
+        format: Result<BodyFormat, ApiError>,
     ) -> Result<Produced, ApiError> {
         let topic = self.topic(tenant, request.topic)?;
         tracing::Span::current().record("topic", topic.as_str());
-        let decoder = decoder?;
+        let format = format?;
         let declared = declared_length(request.headers);
         if let Err(e) = self.early_check(tenant, declared) {
             drain_if_small(declared, request.body).await;
             return Err(e);
         }
-        let (bytes, hold) = self.read_body(tenant, request.body, declared).await?;
-        let records = decode(decoder, &bytes, &self.bounds)?;
-        if records.is_empty() {
-            return Err(ApiError::Malformed("the request has no records".into()));
-        }
+        let (arena, hold) = self
+            .read_records(tenant, request.body, declared, format)
+            .await?;
+        let records = arena.records();
         tracing::Span::current().record("records", records.len());
         self.check_topic(&topic, &records).await?;
-        let lease = self.admit(tenant, Charge::of(&records))?;
+        let lease = self.admit(tenant, arena.charge())?;
         let batch = self.send(tenant, &topic, &records, lease);
         drop(records);
-        drop(bytes);
+        drop(arena);
         drop(hold);
         self.settle(batch, request.ack).await
     }
@@ -214,34 +212,27 @@ impl Ingest {
             .map_err(|refusal| refused(tenant, refusal))
     }
 
-    /// The whole body, within `max_body_bytes` and `body_read_timeout`, held against the
-    /// body budget: the declared length is reserved before the first byte is read, a chunked
-    /// body's chunks as they arrive. The hold is given back when it is dropped.
-    pub async fn read_body(
+    /// Reads and decodes the body as it arrives, within `max_body_bytes` and
+    /// `body_read_timeout`, held against the body budget (the declared length is reserved
+    /// before the first byte is read, a chunked body's chunks as they arrive; the hold is given
+    /// back when dropped). After every chunk the records decoded so far are checked against
+    /// the tenant's budgets, its buffer share and the buffer: the moment they cannot be
+    /// admitted, the request is refused and the rest of the body is never read.
+    pub async fn read_records(
         &self,
         tenant: &Tenant,
         mut body: Body,
         declared: Option<u64>,
-    ) -> Result<(bytes::Bytes, BodyHold<'_>), ApiError> {
-        let too_large = || ApiError::BodyTooLarge {
-            limit: self.max_body_bytes,
-        };
-        let busy = |budget: &BodyBudget| {
-            refused(
-                tenant,
-                Refusal {
-                    reason: Reason::ServerBusy,
-                    retry_after: budget.retry_hint(),
-                },
-            )
-        };
+        format: BodyFormat,
+    ) -> Result<(RecordArena, BodyHold<'_>), ApiError> {
         let mut hold = self.body_budget.hold();
         if !hold.grow(declared.unwrap_or(0)) {
-            return Err(busy(&self.body_budget));
+            return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
         }
+        let mut decoder = Decoder::new(format.framing, format.record, &self.bounds);
         let deadline = tokio::time::Instant::now() + self.body_read_timeout;
-        let mut chunks: Vec<bytes::Bytes> = Vec::new();
         let mut received = 0u64;
+        let mut checked = Charge::default();
         loop {
             let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
                 Err(_) => return Err(ApiError::BodyTimeout),
@@ -258,25 +249,45 @@ impl Ingest {
             };
             received += data.len() as u64;
             if received > self.max_body_bytes {
-                return Err(too_large());
+                let limit = self.max_body_bytes;
+                return Err(self.cut_short(Cut::BodyTooLarge, ApiError::BodyTooLarge { limit }));
             }
             if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
-                return Err(busy(&self.body_budget));
+                return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
             }
-            chunks.push(data);
-        }
-        let bytes = match chunks.len() {
-            0 => bytes::Bytes::new(),
-            1 => chunks.swap_remove(0),
-            _ => {
-                let mut all = bytes::BytesMut::with_capacity(received as usize);
-                for c in chunks {
-                    all.extend_from_slice(&c);
+            let charge = decoder
+                .push(&data)
+                .map_err(|e| self.cut_short(cut_for(&e), e.into()))?;
+            if charge.records > checked.records {
+                checked = charge;
+                if let Err(denial) = self.admission.check(tenant, charge) {
+                    let cut = match denial {
+                        Denial::Refused(_) => Cut::RateLimited,
+                        Denial::TooLarge(_) => Cut::ExceedsBurst,
+                    };
+                    return Err(self.cut_short(cut, self.denied(tenant, denial)));
                 }
-                all.freeze()
             }
-        };
-        Ok((bytes, hold))
+        }
+        let arena = decoder.finish()?;
+        Ok((arena, hold))
+    }
+
+    fn busy(&self, tenant: &Tenant) -> ApiError {
+        let retry_after = self.body_budget.retry_hint();
+        refused(
+            tenant,
+            Refusal {
+                reason: Reason::ServerBusy,
+                retry_after,
+            },
+        )
+    }
+
+    /// Counts an upload answered before its body was read to the end.
+    fn cut_short(&self, cut: Cut, error: ApiError) -> ApiError {
+        self.body_budget.count_cut_short(cut);
+        error
     }
 
     /// Does the topic exist, and does every record's partition?
@@ -308,8 +319,15 @@ impl Ingest {
                 tenant.stats.admitted(charge.records, charge.bytes);
                 Ok(lease)
             }
-            Err(crate::refusal::Denial::Refused(r)) => Err(refused(tenant, r)),
-            Err(denial) => Err(denial.into()),
+            Err(denial) => Err(self.denied(tenant, denial)),
+        }
+    }
+
+    /// A denial as the client hears it; a 429 is counted against the tenant.
+    fn denied(&self, tenant: &Tenant, denial: Denial) -> ApiError {
+        match denial {
+            Denial::Refused(r) => refused(tenant, r),
+            Denial::TooLarge(t) => ApiError::ExceedsBurst(t),
         }
     }
 
@@ -360,29 +378,19 @@ impl Ingest {
     }
 }
 
+fn cut_for(e: &BodyError) -> Cut {
+    match e {
+        BodyError::Malformed(_) => Cut::Malformed,
+        BodyError::TooManyRecords { .. } => Cut::TooManyRecords,
+        BodyError::RecordTooLarge(_) => Cut::RecordTooLarge,
+    }
+}
+
 /// A 429, counted against the tenant where it is decided.
 fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     tenant.stats.rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
-}
-
-/// Bodies larger than this are decoded with the worker thread handed over to the runtime's
-/// blocking pool, so a large body's parsing never stalls the other requests on that thread.
-const DECODE_IN_PLACE_BYTES: usize = 256 * 1024;
-
-fn decode<'a>(
-    decoder: &dyn Decode,
-    body: &'a [u8],
-    bounds: &RequestBounds,
-) -> Result<Vec<Record<'a>>, BodyError> {
-    let multi_thread = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if body.len() > DECODE_IN_PLACE_BYTES && multi_thread {
-        tokio::task::block_in_place(|| decoder.decode(body, bounds))
-    } else {
-        decoder.decode(body, bounds)
-    }
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

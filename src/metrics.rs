@@ -23,6 +23,7 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::admission::Admission;
+use crate::body_budget::BodyBudget;
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::refusal::Reason;
@@ -47,6 +48,7 @@ impl Metrics {
         admission: Arc<Admission>,
         kafka: KafkaMetrics,
         failures: Arc<FailureGuard>,
+        bodies: Arc<BodyBudget>,
     ) -> Self {
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
@@ -74,6 +76,7 @@ impl Metrics {
             admission,
             kafka: kafka.clone(),
             failures,
+            bodies,
         }));
         Self {
             registry,
@@ -153,6 +156,7 @@ struct LiveCollector {
     admission: Arc<Admission>,
     kafka: KafkaMetrics,
     failures: Arc<FailureGuard>,
+    bodies: Arc<BodyBudget>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -182,6 +186,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         self.encode_buffer(&mut encoder)?;
         self.encode_global(&mut encoder)?;
         self.encode_auth_failures(&mut encoder)?;
+        self.encode_bodies(&mut encoder)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }
@@ -315,6 +320,39 @@ impl LiveCollector {
             None,
             G,
             &gauge(buffer.max_records()),
+        )
+    }
+
+    /// Request bodies in flight, and uploads answered before their end.
+    fn encode_bodies(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let b = &self.bodies;
+        family(
+            encoder,
+            "body_inflight",
+            "Request-body bytes held in memory now, over all connections and streams",
+            Some(&Unit::Bytes),
+            G,
+            &gauge(b.held()),
+        )?;
+        family(
+            encoder,
+            "body_inflight_capacity",
+            "The memory budget for request bodies in flight",
+            Some(&Unit::Bytes),
+            G,
+            &gauge(b.max_bytes()),
+        )?;
+        let cut: Vec<_> = b
+            .uploads_cut_short()
+            .map(|(c, n)| (vec![("reason", c.as_str())], ConstCounter::new(n)))
+            .collect();
+        family(
+            encoder,
+            "uploads_cut_short",
+            "Uploads answered before their body was read to the end, by reason",
+            None,
+            C,
+            &cut,
         )
     }
 

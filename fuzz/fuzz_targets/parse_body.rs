@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = RequestBounds::default();
     for format in [Format::Json, Format::Ndjson] {
         if let Ok(records) = parse(format, data, &limits) {
-            for r in &records {
+            for r in &records.records() {
                 let _ = r.size();
             }
         }

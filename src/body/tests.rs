@@ -1,18 +1,28 @@
 use super::*;
+use std::borrow::Cow;
 
 fn limits() -> RequestBounds {
     RequestBounds::default()
 }
 
-fn json(body: &str) -> Result<Vec<Record<'_>>, BodyError> {
-    parse(Format::Json, body.as_bytes(), &limits())
+/// Decoded records, owned, so tests can hold them past the arena.
+fn owned(arena: RecordArena) -> Vec<Record<'static>> {
+    arena
+        .records()
+        .into_iter()
+        .map(Record::into_owned)
+        .collect()
 }
 
-fn ndjson(body: &str) -> Result<Vec<Record<'_>>, BodyError> {
-    parse(Format::Ndjson, body.as_bytes(), &limits())
+fn json(body: &str) -> Result<Vec<Record<'static>>, BodyError> {
+    parse(Format::Json, body.as_bytes(), &limits()).map(owned)
 }
 
-fn malformed(result: Result<Vec<Record<'_>>, BodyError>) -> String {
+fn ndjson(body: &str) -> Result<Vec<Record<'static>>, BodyError> {
+    parse(Format::Ndjson, body.as_bytes(), &limits()).map(owned)
+}
+
+fn malformed(result: Result<Vec<Record<'static>>, BodyError>) -> String {
     match result {
         Err(BodyError::Malformed(detail)) => detail,
         other => panic!("expected a malformed-body error, got {other:?}"),
@@ -157,7 +167,7 @@ fn record_count_and_sizes_are_bounded() {
     };
     let three = r#"{"records":[{"value":1},{"value":2},{"value":3}]}"#;
     assert_eq!(
-        parse(Format::Json, three.as_bytes(), &l),
+        parse(Format::Json, three.as_bytes(), &l).map(owned),
         Err(BodyError::TooManyRecords { limit: 2 })
     );
     assert_eq!(
@@ -165,7 +175,8 @@ fn record_count_and_sizes_are_bounded() {
             Format::Ndjson,
             b"{\"value\":1}\n{\"value\":2}\n{\"value\":3}",
             &l
-        ),
+        )
+        .map(owned),
         Err(BodyError::TooManyRecords { limit: 2 })
     );
     match parse(Format::Json, br#"{"records":[{"value":"12345"}]}"#, &l) {

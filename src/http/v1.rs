@@ -10,26 +10,20 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use crate::app::AppState;
-use crate::body::{self, BodyError, Format};
-use crate::config::RequestBounds;
-use crate::ingest::{Ack, Decode, ProduceRequest};
+use crate::body::v1::V1Record;
+use crate::body::Format;
+use crate::ingest::{Ack, BodyFormat, ProduceRequest};
 use crate::outcome::ApiError;
 use crate::ratelimit_headers;
-use crate::record::Record;
 
 /// The route, as registered and as documented in `openapi.json`.
 pub const PRODUCE: &str = "/v1/topics/{topic}/records";
 
-/// JSON or NDJSON records.
-struct V1(Format);
-
-impl Decode for V1 {
-    fn decode<'a>(
-        &self,
-        body: &'a [u8],
-        bounds: &RequestBounds,
-    ) -> Result<Vec<Record<'a>>, BodyError> {
-        body::parse(self.0, body, bounds)
+/// JSON or NDJSON records of the `/v1` shape.
+fn body_format(format: Format) -> BodyFormat {
+    BodyFormat {
+        framing: format.framing(),
+        record: &V1Record,
     }
 }
 
@@ -57,11 +51,11 @@ pub async fn produce(
             .unwrap_or_default();
         let format = Format::from_content_type(&content_type)
             .ok_or(ApiError::UnsupportedMediaType(content_type))?;
-        Ok((ack, V1(format)))
+        Ok((ack, body_format(format)))
     });
-    let (ack, decoder) = match &wire {
-        Ok((ack, v1)) => (*ack, Ok(v1 as &dyn Decode)),
-        Err(e) => (Ack::Kafka, Err(e.clone())),
+    let (ack, decoder) = match wire {
+        Ok((ack, format)) => (ack, Ok(format)),
+        Err(e) => (Ack::Kafka, Err(e)),
     };
     let request = ProduceRequest {
         peer: peer(&parts),
