@@ -55,7 +55,7 @@ taskset -c 0 h2load --h1 -c 32 -n "$FLOOD" -H 'authorization: Bearer wrong-key-0
   -H 'content-type: application/json' -d "$WORK/one.json" "$URL" > "$WORK/flood.txt" 2>&1 || true
 after=$(cpu_ticks "$FG")
 hz=$(getconf CLK_TCK)
-done_n=$(awk '/^requests:/{print $8}' "$WORK/flood.txt")
+done_n=$(awk '/^requests:/{print $6}' "$WORK/flood.txt")
 codes=$(grep -E '^status codes' "$WORK/flood.txt" | sed 's/^status codes: //')
 rate=$(awk '/^finished in/{print $4, $5}' "$WORK/flood.txt")
 echo "bad-key flood: $done_n requests ($rate): $(awk -v t=$((after - before)) -v hz="$hz" -v n="$done_n" 'BEGIN{printf "%.1f", t / hz / n * 1e6}') us of floodgate CPU per request; status codes: $codes"

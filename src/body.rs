@@ -108,7 +108,8 @@ impl<'p> Decoder<'p> {
         self.arena.charge()
     }
 
-    /// Bytes held now: decoded records plus the unfinished tail of the body.
+    /// Bytes held now: decoded records plus the unfinished tail of the body (never more than
+    /// the body bytes that arrived).
     pub fn held(&self) -> usize {
         self.arena.held() + self.scanner.held()
     }

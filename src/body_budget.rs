@@ -70,6 +70,9 @@ pub struct BodyHold<'a> {
     budget: &'a BodyBudget,
     permits: Option<OwnedSemaphorePermit>,
     since: Instant,
+    /// The holder's own running total (a tenant's bytes in flight), and its ceiling.
+    owner: Arc<AtomicU64>,
+    owner_limit: u64,
 }
 
 impl BodyBudget {
@@ -104,12 +107,15 @@ impl BodyBudget {
         self.max - self.bytes.available_permits() as u64
     }
 
-    /// An empty hold, to grow as a body arrives.
-    pub fn hold(&self) -> BodyHold<'_> {
+    /// An empty hold, to grow as a body arrives, for an owner (a tenant) whose holds together
+    /// may not pass `share` of the budget, so one tenant's uploads cannot take it all.
+    pub fn hold(&self, owner: Arc<AtomicU64>, share: f64) -> BodyHold<'_> {
         BodyHold {
             budget: self,
             permits: None,
             since: Instant::now(),
+            owner,
+            owner_limit: ((self.max as f64 * share) as u64).max(1),
         }
     }
 
@@ -144,10 +150,20 @@ impl BodyHold<'_> {
         if more == 0 {
             return true;
         }
-        let Ok(more) = u32::try_from(more) else {
+        let Ok(more32) = u32::try_from(more) else {
             return false;
         };
-        match self.budget.bytes.clone().try_acquire_many_owned(more) {
+        let limit = self.owner_limit;
+        let within_share = self
+            .owner
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(more).filter(|total| *total <= limit)
+            })
+            .is_ok();
+        if !within_share {
+            return false;
+        }
+        match self.budget.bytes.clone().try_acquire_many_owned(more32) {
             Ok(permits) => {
                 match &mut self.permits {
                     Some(held) => held.merge(permits),
@@ -155,14 +171,19 @@ impl BodyHold<'_> {
                 }
                 true
             }
-            Err(_) => false,
+            Err(_) => {
+                self.owner.fetch_sub(more, Ordering::AcqRel);
+                false
+            }
         }
     }
 }
 
 impl Drop for BodyHold<'_> {
     fn drop(&mut self) {
-        if self.permits.take().is_some() {
+        if let Some(permits) = self.permits.take() {
+            self.owner
+                .fetch_sub(permits.num_permits() as u64, Ordering::AcqRel);
             self.budget.observe_hold(self.since.elapsed());
         }
     }
@@ -175,9 +196,10 @@ mod tests {
     #[test]
     fn holds_share_one_budget_and_give_it_back() {
         let budget = BodyBudget::new(100);
-        let mut a = budget.hold();
+        let owner = Arc::new(AtomicU64::new(0));
+        let mut a = budget.hold(owner.clone(), 1.0);
         assert!(a.grow(60));
-        let mut b = budget.hold();
+        let mut b = budget.hold(owner.clone(), 1.0);
         assert!(!b.grow(41), "only 40 left");
         assert_eq!(b.bytes(), 0, "a refused reservation takes nothing");
         assert!(b.grow(40));
@@ -188,5 +210,20 @@ mod tests {
         assert_eq!(b.bytes(), 50);
         drop(b);
         assert_eq!(budget.held(), 0);
+        assert_eq!(owner.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn one_owner_holds_at_most_its_share() {
+        let budget = BodyBudget::new(100);
+        let greedy = Arc::new(AtomicU64::new(0));
+        let mut a = budget.hold(greedy.clone(), 0.5);
+        assert!(a.grow(50));
+        let mut b = budget.hold(greedy.clone(), 0.5);
+        assert!(!b.grow(1), "the greedy owner has its half");
+        let mut other = budget.hold(Arc::new(AtomicU64::new(0)), 0.5);
+        assert!(other.grow(50), "the rest is left for others");
+        drop(a);
+        assert!(b.grow(1));
     }
 }

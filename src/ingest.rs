@@ -218,6 +218,10 @@ impl Ingest {
     /// back when dropped). After every chunk the records decoded so far are checked against
     /// the tenant's budgets, its buffer share and the buffer: the moment they cannot be
     /// admitted, the request is refused and the rest of the body is never read.
+    ///
+    /// A tenant's bodies together may hold at most its `max_buffer_share` of the budget. An
+    /// upload refused before its end is read on (and discarded) for a moment after the answer
+    /// is sent — see [`linger`] — so the client sees the answer instead of a reset.
     pub async fn read_records(
         &self,
         tenant: &Tenant,
@@ -225,7 +229,30 @@ impl Ingest {
         declared: Option<u64>,
         format: BodyFormat,
     ) -> Result<(RecordArena, BodyHold<'_>), ApiError> {
-        let mut hold = self.body_budget.hold();
+        let mut hold = self
+            .body_budget
+            .hold(tenant.body_bytes.clone(), tenant.buffer_share());
+        match self
+            .decode_body(tenant, &mut body, &mut hold, declared, format)
+            .await
+        {
+            Ok(arena) => Ok((arena, hold)),
+            Err(e) => {
+                drop(hold);
+                linger(body);
+                Err(e)
+            }
+        }
+    }
+
+    async fn decode_body(
+        &self,
+        tenant: &Tenant,
+        body: &mut Body,
+        hold: &mut BodyHold<'_>,
+        declared: Option<u64>,
+        format: BodyFormat,
+    ) -> Result<RecordArena, ApiError> {
         if !hold.grow(declared.unwrap_or(0)) {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
         }
@@ -258,6 +285,7 @@ impl Ingest {
             let charge = decoder
                 .push(&data)
                 .map_err(|e| self.cut_short(cut_for(&e), e.into()))?;
+
             if charge.records > checked.records {
                 checked = charge;
                 if let Err(denial) = self.admission.check(tenant, charge) {
@@ -269,8 +297,7 @@ impl Ingest {
                 }
             }
         }
-        let arena = decoder.finish()?;
-        Ok((arena, hold))
+        Ok(decoder.finish()?)
     }
 
     fn busy(&self, tenant: &Tenant) -> ApiError {
@@ -397,6 +424,35 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
+/// After an answer given before the body's end, how much of the rest is read and discarded,
+/// and for how long at most.
+const LINGER_BYTES: u64 = 1024 * 1024;
+const LINGER_TIME: Duration = Duration::from_secs(1);
+
+/// A client still sending when we answer may get a connection reset before it reads the answer
+/// if we close with its data unread (as every server that stops reading risks). So the rest of
+/// the body is read and dropped in the background for a moment (at most [`LINGER_BYTES`] and
+/// [`LINGER_TIME`], like nginx's lingering close), while the answer goes out; then the
+/// connection closes. Nothing read here is kept.
+fn linger(mut body: Body) {
+    use axum::body::HttpBody as _;
+    if body.is_end_stream() {
+        return;
+    }
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + LINGER_TIME;
+        let mut read = 0u64;
+        while read < LINGER_BYTES {
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => break,
+            }
+        }
+    });
 }
 
 /// An HTTP/1.1 connection whose request body was not read cannot carry another request, so an

@@ -60,6 +60,8 @@ pub struct Tenant {
     admission: Mutex<AdmissionState>,
     /// What this tenant holds in the downstream buffer now.
     pub usage: Arc<TenantUsage>,
+    /// Request-body bytes this tenant holds in memory now (its share of the body budget).
+    pub body_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Outcome counters since start, for the admin API and metrics.
     pub stats: Arc<TenantStats>,
 }
@@ -78,6 +80,7 @@ impl Tenant {
                 buffer_share: settings.buffer_share,
             }),
             usage: Arc::new(TenantUsage::default()),
+            body_bytes: Arc::default(),
             stats: Arc::new(TenantStats::default()),
         }
     }
@@ -89,6 +92,11 @@ impl Tenant {
         let mut state = self.admission_state();
         state.buckets.set_spec(settings.spec, now_ns);
         state.buffer_share = settings.buffer_share;
+    }
+
+    /// The largest fraction of the buffer (and of the body budget) this tenant may hold.
+    pub fn buffer_share(&self) -> f64 {
+        self.admission_state().buffer_share
     }
 
     pub fn may_write(&self, topic: &Topic) -> bool {

@@ -163,6 +163,8 @@ async fn bodies_in_flight_share_one_memory_budget() {
     let mut cfg = config(&c.bootstrap_servers());
     cfg.server.max_inflight_body_bytes = 10_000;
     cfg.server.max_body_bytes = 10_000;
+    // The whole budget may go to this tenant (its share bounds it otherwise).
+    cfg.tenants[0].max_buffer_share = Some(1.0);
     let gw = Gateway::start(cfg).await;
     let head = |len: &str| {
         format!(

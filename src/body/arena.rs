@@ -70,7 +70,8 @@ impl RecordArena {
         self.charge
     }
 
-    /// Bytes held (record data only).
+    /// Record data held (key, value and header bytes). Decoding moves bytes from the body's
+    /// unfinished tail into here, so the two together never hold more than has arrived.
     pub fn held(&self) -> usize {
         self.bytes.len()
     }

@@ -122,7 +122,7 @@ impl Scanner {
         &self.buffer
     }
 
-    /// Bytes held now.
+    /// Bytes of the unfinished tail held now.
     pub fn held(&self) -> usize {
         self.buffer.len()
     }

@@ -276,3 +276,20 @@ fn header_limits_apply_while_reading() {
     );
     assert!(malformed(json(&body)).contains("\"h3\" appears twice"));
 }
+
+/// What a decoder holds never passes what has arrived: records move from the body's tail into
+/// the arena, they are not kept twice.
+#[test]
+fn a_decoder_holds_no_more_than_has_arrived() {
+    let body: String = (0..200)
+        .map(|i| format!("{{\"value\":\"{}\",\"key\":\"k{i}\"}}\n", "v".repeat(i * 7)))
+        .collect();
+    let mut decoder = Decoder::new(Framing::Lines, &v1::V1Record, &limits());
+    let mut arrived = 0;
+    for piece in body.as_bytes().chunks(333) {
+        arrived += piece.len();
+        decoder.push(piece).expect("valid");
+        assert!(decoder.held() <= arrived, "{} > {arrived}", decoder.held());
+    }
+    assert_eq!(decoder.finish().expect("valid").len(), 200);
+}
