@@ -133,7 +133,16 @@ impl<'p> Decoder<'p> {
         Ok(self.arena)
     }
 
+    /// Parses every record the scanner has found, then drops the body bytes they came from
+    /// (once, not per record: the tail left is moved once per chunk).
     fn drain(&mut self) -> Result<(), BodyError> {
+        let mut consumed = 0;
+        let outcome = self.drain_found(&mut consumed);
+        self.scanner.compact(consumed);
+        outcome
+    }
+
+    fn drain_found(&mut self, consumed: &mut usize) -> Result<(), BodyError> {
         while let Some(found) = self.scanner.next_record() {
             let index = self.arena.len();
             if index >= self.bounds.max_records_per_request {
@@ -143,21 +152,20 @@ impl<'p> Decoder<'p> {
             }
             let text = self.scanner.buffer().get(found.start..found.end);
             let text = text.unwrap_or_default();
+            *consumed = found.end;
             if self.is_lines() && text.iter().all(u8::is_ascii_whitespace) {
-                self.scanner.compact(found.end);
                 continue;
             }
-            let at = self.at(index, found.line);
             match self.parser.parse(text, &self.bounds) {
                 Ok(record) => self.arena.push(&record),
-                Err(RecordError::Invalid(m)) => {
-                    return Err(BodyError::Malformed(format!("{at}: {m}")))
-                }
-                Err(RecordError::TooLarge(m)) => {
-                    return Err(BodyError::RecordTooLarge(format!("{at}: {m}")))
+                Err(e) => {
+                    let at = self.at(index, found.line);
+                    return Err(match e {
+                        RecordError::Invalid(m) => BodyError::Malformed(format!("{at}: {m}")),
+                        RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
+                    });
                 }
             }
-            self.scanner.compact(found.end);
         }
         Ok(())
     }

@@ -202,26 +202,13 @@ impl Scanner {
 
     fn scan(&mut self) -> Result<(), ScanError> {
         while self.at < self.buffer.len() {
+            if let State::Record { start, line } = self.state {
+                self.scan_record(start, line)?;
+                continue;
+            }
             let b = self.buffer[self.at];
             let i = self.at;
             self.at += 1;
-            if let State::Record { start, line } = self.state {
-                if self.framing == Framing::Lines {
-                    // A line is a record whatever it holds; the parser judges it.
-                    if b == b'\n' {
-                        self.found.push_back(Found {
-                            start,
-                            end: i,
-                            line,
-                        });
-                        self.line += 1;
-                        self.state = State::Between;
-                    }
-                    continue;
-                }
-                self.record_byte(b, i, start, line)?;
-                continue;
-            }
             if b == b'\n' {
                 self.line += 1;
             }
@@ -237,44 +224,77 @@ impl Scanner {
         Ok(())
     }
 
-    /// A byte inside a record object: strings, escapes and nesting.
-    fn record_byte(&mut self, b: u8, i: usize, start: usize, line: usize) -> Result<(), ScanError> {
-        if b == b'\n' {
-            self.line += 1;
-        }
-        if self.in_string {
-            match (self.escaped, b) {
-                (true, _) => self.escaped = false,
-                (false, b'\\') => self.escaped = true,
-                (false, b'"') => self.in_string = false,
-                _ => {}
+    /// Scans inside a record as far as the buffer goes or until the record ends. Most of a
+    /// record is string content, which is skipped with a vectorised search for the next quote
+    /// or backslash; only the few bytes between strings are looked at one by one.
+    fn scan_record(&mut self, start: usize, line: usize) -> Result<(), ScanError> {
+        let len = self.buffer.len();
+        if self.framing == Framing::Lines {
+            // A line is a record whatever it holds; the parser judges it.
+            match memchr::memchr(b'\n', &self.buffer[self.at..]) {
+                Some(k) => {
+                    let end = self.at + k;
+                    self.found.push_back(Found { start, end, line });
+                    self.line += 1;
+                    self.at = end + 1;
+                    self.state = State::Between;
+                }
+                None => self.at = len,
             }
             return Ok(());
         }
-        match b {
-            b'"' => self.in_string = true,
-            b'{' | b'[' => {
-                self.depth += 1;
-                if self.depth > self.max_depth {
-                    return Err(ScanError::TooDeep { line });
+        let mut i = self.at;
+        while i < len {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                    i += 1;
+                    continue;
                 }
-            }
-            b'}' | b']' => {
-                self.depth -= 1;
-                if self.depth == 0 {
-                    self.found.push_back(Found {
-                        start,
-                        end: i + 1,
-                        line,
-                    });
-                    self.state = match self.framing {
-                        Framing::Envelope(_) => State::CommaOrClose,
-                        _ => State::Between,
-                    };
+                match memchr::memchr2(b'"', b'\\', &self.buffer[i..]) {
+                    None => i = len,
+                    Some(k) if self.buffer[i + k] == b'\\' => {
+                        self.escaped = true;
+                        i += k + 1;
+                    }
+                    Some(k) => {
+                        self.in_string = false;
+                        i += k + 1;
+                    }
                 }
+                continue;
             }
-            _ => {}
+            let b = self.buffer[i];
+            i += 1;
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    if self.depth > self.max_depth {
+                        self.at = i;
+                        return Err(ScanError::TooDeep { line });
+                    }
+                }
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        self.found.push_back(Found {
+                            start,
+                            end: i,
+                            line,
+                        });
+                        self.state = match self.framing {
+                            Framing::Envelope(_) => State::CommaOrClose,
+                            _ => State::Between,
+                        };
+                        self.at = i;
+                        return Ok(());
+                    }
+                }
+                _ => {}
+            }
         }
+        self.at = i;
         Ok(())
     }
 
