@@ -29,6 +29,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Buffer occupancy above which `/readyz` says not ready.
     pub ready_high_water: f64,
+    /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
+    pub compat: crate::config::CompatConfig,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
 }
@@ -117,6 +119,7 @@ impl AppState {
                 token_env: config.admin.token_env.clone(),
             },
             ready_high_water: config.buffer.ready_high_water,
+            compat: config.compat.clone(),
             draining: AtomicBool::new(false),
         })
     }

@@ -16,6 +16,7 @@
 //! or Kafka.
 
 pub mod arena;
+pub mod confluent;
 pub mod scan;
 pub mod v1;
 
@@ -64,8 +65,11 @@ pub const MAX_VALUE_DEPTH: usize = 128;
 /// Why a body was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
-    /// Malformed: 400 with this detail.
+    /// Not JSON, or not the framing: this detail.
     Malformed(String),
+    /// Well-formed JSON that is not a valid record (an unknown or missing field, a wrong
+    /// type): this detail. `/v1` answers it 400 like any malformed body; Confluent's shapes 422.
+    Invalid(String),
     /// More records than a request may carry: 413.
     TooManyRecords { limit: usize },
     /// A record's key, value or headers are over their limit: 413 with this detail.
@@ -75,6 +79,9 @@ pub enum BodyError {
 /// What is wrong with one record; the decoder says which record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordError {
+    /// Not valid JSON.
+    Syntax(String),
+    /// Valid JSON, not a valid record.
     Invalid(String),
     TooLarge(String),
 }
@@ -84,23 +91,63 @@ pub trait ParseRecord: Send + Sync {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError>;
 }
 
-/// Decodes one body, chunk by chunk.
-pub struct Decoder<'p> {
-    scanner: Scanner,
-    parser: &'p dyn ParseRecord,
-    arena: RecordArena,
-    bounds: RequestBounds,
+impl<T: ParseRecord + ?Sized> ParseRecord for &T {
+    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
+        (**self).parse(text, bounds)
+    }
 }
 
-impl<'p> Decoder<'p> {
-    pub fn new(framing: Framing, parser: &'p dyn ParseRecord, bounds: &RequestBounds) -> Self {
+impl<T: ParseRecord + ?Sized> ParseRecord for std::sync::Arc<T> {
+    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
+        (**self).parse(text, bounds)
+    }
+}
+
+/// Decodes one body, chunk by chunk, with the record parser `P`.
+pub struct Decoder<P> {
+    scanner: Scanner,
+    parser: P,
+    arena: RecordArena,
+    bounds: RequestBounds,
+    /// Records decoded in all, including any already taken (they name errors by index).
+    total: usize,
+    /// Whether the request-level record limit applies (not to a stream of records).
+    limited: bool,
+}
+
+impl<P: ParseRecord> Decoder<P> {
+    pub fn new(framing: Framing, parser: P, bounds: &RequestBounds) -> Self {
         Self {
             // The record object is one level; its value may nest MAX_VALUE_DEPTH more.
             scanner: Scanner::new(framing, MAX_VALUE_DEPTH + 1),
             parser,
             arena: RecordArena::default(),
             bounds: bounds.clone(),
+            total: 0,
+            limited: true,
         }
+    }
+
+    /// A decoder for an open-ended stream of records (no per-request record limit); take the
+    /// records as they are decoded with [`Decoder::take_decoded`].
+    pub fn streaming(framing: Framing, parser: P, bounds: &RequestBounds) -> Self {
+        Self {
+            limited: false,
+            ..Self::new(framing, parser, bounds)
+        }
+    }
+
+    /// The records decoded since the last call, moved out.
+    pub fn take_decoded(&mut self) -> RecordArena {
+        std::mem::take(&mut self.arena)
+    }
+
+    /// The stream has ended: the records decoded since the last take (possibly none).
+    pub fn finish_stream(mut self) -> Result<RecordArena, BodyError> {
+        let finished = self.scanner.finish();
+        self.drain()?;
+        finished.map_err(|e| self.scan_error(e))?;
+        Ok(self.arena)
     }
 
     /// Records and bytes decoded so far.
@@ -144,8 +191,8 @@ impl<'p> Decoder<'p> {
 
     fn drain_found(&mut self, consumed: &mut usize) -> Result<(), BodyError> {
         while let Some(found) = self.scanner.next_record() {
-            let index = self.arena.len();
-            if index >= self.bounds.max_records_per_request {
+            let index = self.total;
+            if self.limited && index >= self.bounds.max_records_per_request {
                 return Err(BodyError::TooManyRecords {
                     limit: self.bounds.max_records_per_request,
                 });
@@ -157,11 +204,15 @@ impl<'p> Decoder<'p> {
                 continue;
             }
             match self.parser.parse(text, &self.bounds) {
-                Ok(record) => self.arena.push(&record),
+                Ok(record) => {
+                    self.arena.push(&record);
+                    self.total += 1;
+                }
                 Err(e) => {
                     let at = self.at(index, found.line);
                     return Err(match e {
-                        RecordError::Invalid(m) => BodyError::Malformed(format!("{at}: {m}")),
+                        RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
+                        RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
                         RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
                     });
                 }
@@ -187,11 +238,11 @@ impl<'p> Decoder<'p> {
         match e {
             ScanError::TooDeep { line } => BodyError::Malformed(format!(
                 "{}: value nests deeper than {MAX_VALUE_DEPTH} levels",
-                self.at(self.arena.len(), line)
+                self.at(self.total, line)
             )),
             ScanError::Truncated { line } => BodyError::Malformed(format!(
                 "{}: the body ends inside this record",
-                self.at(self.arena.len(), line)
+                self.at(self.total, line)
             )),
             ScanError::Structure(m) => BodyError::Malformed(m),
         }
@@ -205,7 +256,7 @@ pub fn parse(
     body: &[u8],
     bounds: &RequestBounds,
 ) -> Result<RecordArena, BodyError> {
-    let mut decoder = Decoder::new(format.framing(), &v1::V1Record, bounds);
+    let mut decoder = Decoder::new(format.framing(), v1::V1Record, bounds);
     decoder.push(body)?;
     decoder.finish()
 }

@@ -45,6 +45,9 @@ pub struct Config {
     /// Admin API settings.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Confluent REST Proxy compatibility (the `/topics` v2 and `/v3` routes).
+    #[serde(default)]
+    pub compat: CompatConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -332,6 +335,39 @@ impl Default for AdminConfig {
         Self {
             token_env: "FLOODGATE_ADMIN_TOKEN".into(),
             state_file: None,
+        }
+    }
+}
+
+/// Confluent REST Proxy compatibility.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompatConfig {
+    /// The cluster id the v3 routes report; unset: the Kafka cluster's own id from metadata.
+    pub cluster_id: Option<String>,
+    /// Refuse v3 produce requests whose path names another cluster id (Confluent Platform does
+    /// not check it; Confluent Cloud does).
+    pub check_cluster_id: bool,
+    /// Most entries in one v3 `records:batch` request (1 to 50).
+    pub batch_max_entries: usize,
+    /// Most records of one v3 stream handed to Kafka and not yet reported back; beyond that,
+    /// floodgate stops reading the stream until reports have been sent.
+    pub stream_max_unsettled: usize,
+    /// Longest time a v3 stream may go without a new record, in milliseconds.
+    pub stream_idle_timeout_ms: u64,
+    /// Longest time one v3 stream may stay open, in milliseconds.
+    pub stream_max_duration_ms: u64,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        Self {
+            cluster_id: None,
+            check_cluster_id: false,
+            batch_max_entries: 10,
+            stream_max_unsettled: 1000,
+            stream_idle_timeout_ms: 30_000,
+            stream_max_duration_ms: 300_000,
         }
     }
 }
@@ -662,6 +698,18 @@ impl Config {
             ("kafka.metadata_timeout_ms", self.kafka.metadata_timeout_ms),
             ("kafka.metadata_ttl_ms", self.kafka.metadata_ttl_ms),
             ("kafka.delivery_timeout_ms", self.kafka.delivery_timeout_ms),
+            (
+                "compat.stream_max_unsettled",
+                self.compat.stream_max_unsettled as u64,
+            ),
+            (
+                "compat.stream_idle_timeout_ms",
+                self.compat.stream_idle_timeout_ms,
+            ),
+            (
+                "compat.stream_max_duration_ms",
+                self.compat.stream_max_duration_ms,
+            ),
         ] {
             if value == 0 {
                 problems.push(ConfigProblem::new(key, "must be at least 1"));
@@ -685,6 +733,31 @@ impl Config {
                 "server.max_body_bytes",
                 "must be at most 4294967295",
             ));
+        }
+        if !(1..=50).contains(&self.compat.batch_max_entries) {
+            problems.push(ConfigProblem::new(
+                "compat.batch_max_entries",
+                "must be from 1 to 50",
+            ));
+        }
+        if self.compat.stream_max_unsettled > 100_000 {
+            problems.push(ConfigProblem::new(
+                "compat.stream_max_unsettled",
+                "must be at most 100000",
+            ));
+        }
+        if let Some(id) = &self.compat.cluster_id {
+            if id.is_empty()
+                || id.len() > 128
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            {
+                problems.push(ConfigProblem::new(
+                    "compat.cluster_id",
+                    "must be 1 to 128 characters of a-z A-Z 0-9 - _ .",
+                ));
+            }
         }
         if s.tls_cert_file.is_some() != s.tls_key_file.is_some() {
             problems.push(ConfigProblem::new(

@@ -3,6 +3,8 @@
 //!
 //! Layer: HTTP edge. Imports the app state, the pipeline and the outcome room.
 
+mod confluent_v2;
+mod confluent_v3;
 mod v1;
 
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 
 use crate::app::AppState;
@@ -18,11 +20,39 @@ use crate::metrics::HttpLabels;
 use crate::outcome::ApiError;
 
 /// The produce listener's routes and methods (documented in `openapi.json`; a test checks it).
-pub const ROUTES: &[(&str, &[&str])] = &[(v1::PRODUCE, &["post"])];
+pub const ROUTES: &[(&str, &[&str])] = &[
+    (v1::PRODUCE, &["post"]),
+    (confluent_v2::TOPIC, &["post"]),
+    (confluent_v2::PARTITION, &["post"]),
+    (confluent_v3::CLUSTERS[0], &["get"]),
+    (confluent_v3::CLUSTERS[1], &["get"]),
+    (confluent_v3::CLUSTER[0], &["get"]),
+    (confluent_v3::CLUSTER[1], &["get"]),
+    (confluent_v3::RECORDS[0], &["post"]),
+    (confluent_v3::RECORDS[1], &["post"]),
+    (confluent_v3::BATCH[0], &["post"]),
+    (confluent_v3::BATCH[1], &["post"]),
+];
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route(v1::PRODUCE, post(v1::produce))
+        .route(confluent_v2::TOPIC, post(confluent_v2::produce))
+        .route(
+            confluent_v2::PARTITION,
+            post(confluent_v2::produce_partition),
+        );
+    for i in 0..2 {
+        router = router
+            .route(confluent_v3::CLUSTERS[i], get(confluent_v3::list_clusters))
+            .route(confluent_v3::CLUSTER[i], get(confluent_v3::get_cluster))
+            .route(
+                confluent_v3::RECORDS[i],
+                post(confluent_v3::produce_records),
+            )
+            .route(confluent_v3::BATCH[i], post(confluent_v3::produce_batch));
+    }
+    router
         .fallback(|| async { ApiError::NotFound })
         .layer(
             tower::ServiceBuilder::new()
@@ -40,8 +70,13 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// is timed, refusals included.
 async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let route = if request.uri().path().starts_with("/v1/topics/") {
+    let path = request.uri().path();
+    let route = if path.starts_with("/v1/topics/") {
         "produce"
+    } else if path.starts_with("/topics/") {
+        "produce_v2"
+    } else if path.starts_with("/v3/") || path.starts_with("/kafka/v3/") {
+        "v3"
     } else {
         "other"
     };

@@ -33,13 +33,17 @@ use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo
 use crate::outcome::{ApiError, Produced};
 use crate::record::{Charge, Record};
 use crate::refusal::{Denial, Reason, Refusal};
+pub use crate::tenant::Api;
 use crate::tenant::{Tenant, TenantStats, Tenants};
 
 /// A wire format's body: how its records are framed, and what one record looks like.
 #[derive(Clone, Copy)]
-pub struct BodyFormat {
+pub struct BodyFormat<'a> {
     pub framing: Framing,
-    pub record: &'static dyn ParseRecord,
+    pub record: &'a dyn ParseRecord,
+    /// The most records one request may carry, when the format's own limit is lower than
+    /// `[limits] max_records_per_request` (a Confluent batch).
+    pub max_records: Option<usize>,
 }
 
 /// When a produce request is answered.
@@ -53,6 +57,8 @@ pub enum Ack {
 
 /// One produce request as the pipeline sees it.
 pub struct ProduceRequest<'a> {
+    /// Which API the request came through (counted per tenant).
+    pub api: Api,
     /// The client's address, when known: failed authentications are limited per address.
     pub peer: Option<std::net::IpAddr>,
     pub headers: &'a HeaderMap,
@@ -108,7 +114,7 @@ impl Ingest {
     pub async fn produce(
         &self,
         request: ProduceRequest<'_>,
-        format: Result<BodyFormat, ApiError>,
+        format: Result<BodyFormat<'_>, ApiError>,
     ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
         let tenant = match self.authenticate(request.peer, request.headers) {
             Ok(t) => t,
@@ -122,10 +128,12 @@ impl Ingest {
             topic = tracing::field::Empty,
             records = tracing::field::Empty,
         );
+        let api = request.api;
         let outcome = self
             .produce_for(&tenant, request, format)
             .instrument(span.clone())
             .await;
+        tenant.stats.count_api(api, outcome.is_ok());
         span.in_scope(|| match &outcome {
             Ok(_) => tracing::debug!("produce request done"),
             Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
@@ -137,7 +145,7 @@ impl Ingest {
         &self,
         tenant: &Tenant,
         request: ProduceRequest<'_>,
-        format: Result<BodyFormat, ApiError>,
+        format: Result<BodyFormat<'_>, ApiError>,
     ) -> Result<Produced, ApiError> {
         let topic = self.topic(tenant, request.topic)?;
         tracing::Span::current().record("topic", topic.as_str());
@@ -175,9 +183,8 @@ impl Ingest {
         let tenant = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .and_then(|(_, key)| self.tenants.load().authenticate(key.trim()).cloned());
+            .and_then(presented_key)
+            .and_then(|key| self.tenants.load().authenticate(&key).cloned());
         match tenant {
             Some(t) => Ok(t),
             None => {
@@ -227,7 +234,7 @@ impl Ingest {
         tenant: &Tenant,
         mut body: Body,
         declared: Option<u64>,
-        format: BodyFormat,
+        format: BodyFormat<'_>,
     ) -> Result<(RecordArena, BodyHold<'_>), ApiError> {
         let mut hold = self
             .body_budget
@@ -251,12 +258,16 @@ impl Ingest {
         body: &mut Body,
         hold: &mut BodyHold<'_>,
         declared: Option<u64>,
-        format: BodyFormat,
+        format: BodyFormat<'_>,
     ) -> Result<RecordArena, ApiError> {
         if !hold.grow(declared.unwrap_or(0)) {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
         }
-        let mut decoder = Decoder::new(format.framing, format.record, &self.bounds);
+        let mut bounds = self.bounds.clone();
+        if let Some(max) = format.max_records {
+            bounds.max_records_per_request = bounds.max_records_per_request.min(max);
+        }
+        let mut decoder = Decoder::new(format.framing, format.record, &bounds);
         let deadline = tokio::time::Instant::now() + self.body_read_timeout;
         let mut received = 0u64;
         let mut checked = Charge::default();
@@ -407,7 +418,7 @@ impl Ingest {
 
 fn cut_for(e: &BodyError) -> Cut {
     match e {
-        BodyError::Malformed(_) => Cut::Malformed,
+        BodyError::Malformed(_) | BodyError::Invalid(_) => Cut::Malformed,
         BodyError::TooManyRecords { .. } => Cut::TooManyRecords,
         BodyError::RecordTooLarge(_) => Cut::RecordTooLarge,
     }
@@ -418,6 +429,25 @@ fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     tenant.stats.rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
+}
+
+/// The API key in an `Authorization` value: `Bearer KEY`, or `Basic base64(USER:KEY)` for
+/// clients that only speak Basic (Confluent Cloud's, for one); the user name is not checked.
+fn presented_key(value: &str) -> Option<String> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.trim().to_string());
+    }
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, key) = text.split_once(':')?;
+    Some(key.to_string())
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

@@ -27,7 +27,7 @@ use crate::body_budget::BodyBudget;
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::refusal::Reason;
-use crate::tenant::Tenants;
+use crate::tenant::{Api, Tenants};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -196,7 +196,7 @@ impl LiveCollector {
     fn encode_tenants(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let registry = self.tenants.load();
         let (mut requests, mut records, mut bytes, mut rejected) = (vec![], vec![], vec![], vec![]);
-        let (mut tokens, mut held) = (vec![], vec![]);
+        let (mut tokens, mut held, mut by_api) = (vec![], vec![], vec![]);
         for t in registry.tenants() {
             let id = t.id.as_str();
             let s = &t.stats;
@@ -212,6 +212,15 @@ impl LiveCollector {
             records.push(counter("admitted", s.admitted_records.load(Relaxed)));
             records.push(counter("failed", s.failed_records.load(Relaxed)));
             bytes.push(counter("admitted", s.admitted_bytes.load(Relaxed)));
+            for api in Api::ALL {
+                let (ok, not_ok) = s.api_counts(api);
+                for (outcome, n) in [("ok", ok), ("error", not_ok)] {
+                    by_api.push((
+                        vec![("tenant", id), ("api", api.as_str()), ("outcome", outcome)],
+                        ConstCounter::new(n),
+                    ));
+                }
+            }
             for r in Reason::ALL {
                 rejected.push((
                     vec![("tenant", id), ("reason", r.as_str())],
@@ -266,6 +275,14 @@ impl LiveCollector {
             None,
             C,
             &rejected,
+        )?;
+        family(
+            encoder,
+            "tenant_api_requests",
+            "Produce requests by tenant, API (v1, Confluent v2, v3) and outcome (ok: 2xx)",
+            None,
+            C,
+            &by_api,
         )?;
         family(
             encoder,

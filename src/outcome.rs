@@ -20,6 +20,8 @@ use crate::kafka::{Batch, FailureKind};
 use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 use crate::registry::ChangeError;
 
+pub mod confluent;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     Unauthorized,
@@ -34,6 +36,9 @@ pub enum ApiError {
     },
     RecordTooLarge(String),
     Malformed(String),
+    /// Well-formed JSON that is not a valid record: `/v1` answers it like `Malformed`,
+    /// Confluent's shapes with 422.
+    InvalidRecord(String),
     ExceedsBurst(TooLarge),
     UnknownTopic(String),
     UnknownPartition(String),
@@ -82,6 +87,7 @@ impl From<BodyError> for ApiError {
     fn from(e: BodyError) -> Self {
         match e {
             BodyError::Malformed(d) => Self::Malformed(d),
+            BodyError::Invalid(d) => Self::InvalidRecord(d),
             BodyError::TooManyRecords { limit } => Self::TooManyRecords { limit },
             BodyError::RecordTooLarge(d) => Self::RecordTooLarge(d),
         }
@@ -119,7 +125,7 @@ impl ApiError {
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
             Self::RecordTooLarge(_) => "record_too_large",
-            Self::Malformed(_) => "malformed_body",
+            Self::Malformed(_) | Self::InvalidRecord(_) => "malformed_body",
             Self::ExceedsBurst(_) => "exceeds_burst",
             Self::UnknownTopic(_) => "unknown_topic",
             Self::UnknownPartition(_) => "unknown_partition",
@@ -142,7 +148,9 @@ impl ApiError {
             Self::TenantNotFound(_) | Self::KeyNotFound(_) => StatusCode::NOT_FOUND,
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::InvalidTopic(_) | Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::InvalidTopic(_) | Self::Malformed(_) | Self::InvalidRecord(_) => {
+                StatusCode::BAD_REQUEST
+            }
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -162,7 +170,10 @@ impl ApiError {
             Self::Unauthorized => {
                 "missing or unknown API key (send Authorization: Bearer <key>)".into()
             }
-            Self::InvalidTopic(d) | Self::Malformed(d) | Self::UnknownPartition(d) => d.clone(),
+            Self::InvalidTopic(d)
+            | Self::Malformed(d)
+            | Self::InvalidRecord(d)
+            | Self::UnknownPartition(d) => d.clone(),
             Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
             Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
             Self::UnsupportedMediaType(got) => format!(

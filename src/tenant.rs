@@ -8,7 +8,7 @@ mod registry;
 mod stats;
 
 pub use registry::{Registry, RegistryPlan, Tenants};
-pub use stats::TenantStats;
+pub use stats::{Api, TenantStats};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

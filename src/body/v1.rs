@@ -30,8 +30,10 @@ impl ParseRecord for V1Record {
                 let message = strip_position(&e.to_string());
                 if HeaderLimit::exceeded() {
                     RecordError::TooLarge(message)
-                } else {
+                } else if e.is_data() {
                     RecordError::Invalid(message)
+                } else {
+                    RecordError::Syntax(message)
                 }
             })?;
         wire.into_record(bounds).map_err(|p| match p {
@@ -100,7 +102,9 @@ fn headers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Headers<'de>>, D::E
 }
 
 /// A whole number in the field's range; `7.0` counts as 7 (some JSON writers send it so).
-fn whole<'de, D: Deserializer<'de>, T: TryFrom<i64>>(d: D) -> Result<Option<T>, D::Error> {
+pub(crate) fn whole<'de, D: Deserializer<'de>, T: TryFrom<i64>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
     let value = serde_json::Number::deserialize(d)?;
     let whole = match (value.as_i64(), value.as_f64()) {
         (Some(i), _) => Some(i),

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 use crate::body::v1::V1Record;
 use crate::body::Format;
-use crate::ingest::{Ack, BodyFormat, ProduceRequest};
+use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
 use crate::outcome::ApiError;
 use crate::ratelimit_headers;
 
@@ -20,10 +20,11 @@ use crate::ratelimit_headers;
 pub const PRODUCE: &str = "/v1/topics/{topic}/records";
 
 /// JSON or NDJSON records of the `/v1` shape.
-fn body_format(format: Format) -> BodyFormat {
+fn body_format(format: Format) -> BodyFormat<'static> {
     BodyFormat {
         framing: format.framing(),
         record: &V1Record,
+        max_records: None,
     }
 }
 
@@ -58,6 +59,7 @@ pub async fn produce(
         Err(e) => (Ack::Kafka, Err(e)),
     };
     let request = ProduceRequest {
+        api: Api::V1,
         peer: peer(&parts),
         headers: &parts.headers,
         topic,

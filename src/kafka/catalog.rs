@@ -57,6 +57,8 @@ pub struct TopicCatalog {
     producer: Arc<KafkaProducer>,
     snapshot: ArcSwap<Snapshot>,
     reachability: Mutex<Reachability>,
+    /// The Kafka cluster's id, once a refresh has learnt it.
+    cluster_id: Mutex<Option<String>>,
     /// One refresh at a time; holds when the last one started.
     refreshing: tokio::sync::Mutex<Option<Instant>>,
     interval: Duration,
@@ -69,6 +71,7 @@ impl TopicCatalog {
             producer,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             reachability: Mutex::new(Reachability::Unknown),
+            cluster_id: Mutex::new(None),
             refreshing: tokio::sync::Mutex::new(None),
             interval,
             timeout,
@@ -90,6 +93,14 @@ impl TopicCatalog {
                 tokio::time::sleep(interval).await;
             }
         });
+    }
+
+    /// The Kafka cluster's id, if known yet.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.cluster_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The readiness latch: the outcome of the last refresh.
@@ -153,17 +164,28 @@ impl TopicCatalog {
         }
         *last = Some(Instant::now());
         let (producer, timeout) = (self.producer.clone(), self.timeout);
+        let want_cluster_id = self.cluster_id().is_none();
         // The blocking fetch runs to its end even if this future is dropped; the guard is
         // held until it does, so a client that disconnects frees nothing early.
         let fetched = tokio::task::spawn_blocking(move || {
-            producer
+            let snapshot = producer
                 .fetch_metadata(None, timeout)
-                .map(|m| snapshot_of(&m))
+                .map(|m| snapshot_of(&m))?;
+            let cluster_id = want_cluster_id
+                .then(|| producer.fetch_cluster_id(timeout))
+                .flatten();
+            Ok::<_, KafkaError>((snapshot, cluster_id))
         })
         .await;
         let outcome = match fetched {
-            Ok(Ok(snapshot)) => {
+            Ok(Ok((snapshot, cluster_id))) => {
                 self.snapshot.store(Arc::new(snapshot));
+                if let Some(id) = cluster_id {
+                    *self
+                        .cluster_id
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(id);
+                }
                 Reachability::Reachable
             }
             Ok(Err(e)) => Reachability::Unreachable(e.to_string()),

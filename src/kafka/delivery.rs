@@ -24,6 +24,8 @@ pub trait FailureCounter: Send + Sync + std::fmt::Debug {
 pub struct Delivered {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp as Kafka has it (milliseconds since the epoch), when known.
+    pub timestamp_ms: Option<i64>,
 }
 
 /// What happened to one record.
@@ -215,6 +217,7 @@ mod tests {
         let ok = Ok(Delivered {
             partition: 0,
             offset: 7,
+            timestamp_ms: None,
         });
         assert!(batch.complete(0, ok.clone()).is_none());
         assert_eq!(buffer.held(), (30, 2));

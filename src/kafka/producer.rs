@@ -99,6 +99,7 @@ impl ProducerContext for DeliveryContext {
             Ok(message) => Ok(Delivered {
                 partition: message.partition(),
                 offset: message.offset(),
+                timestamp_ms: message.timestamp().to_millis(),
             }),
             Err((error, _)) => {
                 let failure = DeliveryFailure::from_kafka(error);
@@ -268,6 +269,11 @@ impl KafkaProducer {
     /// Records queued or in flight inside librdkafka.
     pub fn in_flight(&self) -> i32 {
         self.current.load().in_flight_count()
+    }
+
+    /// The Kafka cluster's id (blocking; call from a blocking thread).
+    pub(super) fn fetch_cluster_id(&self, timeout: Duration) -> Option<String> {
+        self.live().client().fetch_cluster_id(timeout)
     }
 
     /// The cluster's metadata, for one topic or all (blocking; call from a blocking thread).

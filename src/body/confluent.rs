@@ -1,0 +1,503 @@
+//! Confluent REST Proxy record shapes, so existing producers can switch by changing a URL.
+//!
+//! - v2 (`application/vnd.kafka.binary.v2+json` / `.json.v2+json`): `{"key", "value",
+//!   "partition"}` inside `{"records": [...]}`; binary keys and values are base64, JSON ones are
+//!   any JSON, written as their text byte for byte (as `/v1` does).
+//! - v3: `{"partition_id", "headers": [{"name", "value"}], "key": {"type", "data"},
+//!   "value": {"type", "data"}, "timestamp"}`, one object per record (concatenated for a
+//!   stream), or with an `"id"` inside `{"entries": [...]}` for a batch. Types are `BINARY`
+//!   (base64), `JSON` (any JSON, written as its text) and `STRING` (UTF-8); schema types and
+//!   schema fields need a Schema Registry, which floodgate does not serve.
+
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::v1::whole;
+use super::{ParseRecord, RecordError};
+use crate::config::RequestBounds;
+use crate::record::Record;
+
+/// Standard base64 with padding; unused trailing bits are ignored (as `/v1` does).
+const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
+fn b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordError> {
+    B64.decode(text)
+        .map(Cow::Owned)
+        .map_err(|e| RecordError::Invalid(format!("{field} is not valid base64: {e}")))
+}
+
+fn serde_error(e: serde_json::Error) -> RecordError {
+    let message = e.to_string();
+    let message = message
+        .rsplit_once(" at line ")
+        .map_or(message.as_str(), |(m, _)| m)
+        .to_string();
+    if e.is_data() {
+        RecordError::Invalid(message)
+    } else {
+        RecordError::Syntax(message)
+    }
+}
+
+fn check_sizes(record: &Record<'_>, bounds: &RequestBounds) -> Result<(), RecordError> {
+    let key = record.key.as_ref().map_or(0, |k| k.len());
+    if key > bounds.max_key_bytes {
+        return Err(RecordError::TooLarge(format!(
+            "key is {key} bytes; the limit is {}",
+            bounds.max_key_bytes
+        )));
+    }
+    let value = record.value.as_ref().map_or(0, |v| v.len());
+    if value > bounds.max_value_bytes {
+        return Err(RecordError::TooLarge(format!(
+            "value is {value} bytes; the limit is {}",
+            bounds.max_value_bytes
+        )));
+    }
+    let headers: usize = record.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if headers > bounds.max_headers_bytes {
+        return Err(RecordError::TooLarge(format!(
+            "headers are {headers} bytes; the limit is {}",
+            bounds.max_headers_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// The v2 embedded formats floodgate serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum V2Format {
+    Binary,
+    Json,
+}
+
+/// A v2 record; `default_partition` comes from the URL (`/topics/T/partitions/P`), and a
+/// record's own `partition` overrides it, as in Confluent.
+#[derive(Debug, Clone, Copy)]
+pub struct V2Record {
+    pub format: V2Format,
+    pub default_partition: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireV2<'a> {
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    value: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "whole")]
+    partition: Option<i32>,
+}
+
+impl V2Record {
+    /// A key or value as bytes: base64 text for binary, the JSON text for json; `null` is a
+    /// Kafka null either way.
+    fn bytes<'a>(
+        &self,
+        field: &str,
+        raw: Option<&'a RawValue>,
+    ) -> Result<Option<Cow<'a, [u8]>>, RecordError> {
+        let Some(raw) = raw.filter(|r| r.get() != "null") else {
+            return Ok(None);
+        };
+        match self.format {
+            V2Format::Json => Ok(Some(Cow::Borrowed(raw.get().as_bytes()))),
+            V2Format::Binary => {
+                let text: Cow<'a, str> = serde_json::from_str(raw.get()).map_err(|_| {
+                    RecordError::Invalid(format!(
+                        "{field} must be a base64 string (the binary embedded format)"
+                    ))
+                })?;
+                b64(field, &text).map(Some)
+            }
+        }
+    }
+}
+
+impl ParseRecord for V2Record {
+    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
+        let wire: WireV2<'a> = serde_json::from_slice(text).map_err(serde_error)?;
+        if let Some(p) = wire.partition.filter(|p| *p < 0) {
+            return Err(RecordError::Invalid(format!("partition {p} is negative")));
+        }
+        let record = Record {
+            key: self.bytes("key", wire.key)?,
+            value: self.bytes("value", wire.value)?,
+            headers: Vec::new(),
+            partition: wire.partition.or(self.default_partition),
+            timestamp_ms: None,
+        };
+        check_sizes(&record, bounds)?;
+        Ok(record)
+    }
+}
+
+/// The embedded types a v3 key or value may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    Binary,
+    Json,
+    String,
+}
+
+impl DataType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Binary => "BINARY",
+            Self::Json => "JSON",
+            Self::String => "STRING",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireData<'a> {
+    #[serde(default, rename = "type")]
+    data_type: Option<String>,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+    // Schema fields: present only to say why they cannot be served.
+    #[serde(default)]
+    subject: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    subject_name_strategy: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    schema_id: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    schema_version: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    schema: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireHeader<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    value: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireV3<'a> {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default, deserialize_with = "whole")]
+    partition_id: Option<i32>,
+    #[serde(borrow, default)]
+    headers: Vec<WireHeader<'a>>,
+    #[serde(borrow, default, deserialize_with = "present_data")]
+    key: Option<WireData<'a>>,
+    #[serde(borrow, default, deserialize_with = "present_data")]
+    value: Option<WireData<'a>>,
+    #[serde(default, deserialize_with = "present_string")]
+    timestamp: Option<String>,
+}
+
+/// A key or value object when present: `null` is not one (leave the field out instead).
+fn present_data<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<WireData<'a>>, D::Error> {
+    WireData::deserialize(d).map(Some)
+}
+
+/// A string when present: `null` is not a timestamp.
+fn present_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(d).map(Some)
+}
+
+/// A key or value's type as sent, and its bytes.
+type TypedBytes<'a> = (Option<DataType>, Option<Cow<'a, [u8]>>);
+
+/// A key or value of a v3 record, as it was sent and as bytes.
+fn v3_data<'a>(field: &str, data: Option<WireData<'a>>) -> Result<TypedBytes<'a>, RecordError> {
+    let Some(data) = data else {
+        return Ok((None, None));
+    };
+    let schema_fields = data.subject.is_some()
+        || data.subject_name_strategy.is_some()
+        || data.schema_id.is_some()
+        || data.schema_version.is_some()
+        || data.schema.is_some();
+    let data_type = match data.data_type.as_deref() {
+        Some("BINARY") => DataType::Binary,
+        Some("JSON") => DataType::Json,
+        Some("STRING") => DataType::String,
+        Some(t @ ("AVRO" | "JSONSCHEMA" | "PROTOBUF")) => {
+            return Err(RecordError::Invalid(format!(
+                "{field}: type {t} needs a Schema Registry, which floodgate does not serve; send BINARY, JSON or STRING"
+            )))
+        }
+        Some(other) => {
+            return Err(RecordError::Invalid(format!(
+                "{field}: unknown type {other:?}; send BINARY, JSON or STRING"
+            )))
+        }
+        None if schema_fields => {
+            return Err(RecordError::Invalid(format!(
+                "{field}: schema fields need a Schema Registry, which floodgate does not serve; send a type of BINARY, JSON or STRING"
+            )))
+        }
+        None => {
+            return Err(RecordError::Invalid(format!(
+                "{field}: a type is required (BINARY, JSON or STRING); floodgate has no Schema Registry to look one up"
+            )))
+        }
+    };
+    if schema_fields {
+        return Err(RecordError::Invalid(format!(
+            "{field}: schema fields cannot be used with type {}",
+            data_type.as_str()
+        )));
+    }
+    let Some(raw) = data.data.filter(|r| r.get() != "null") else {
+        return Ok((Some(data_type), None));
+    };
+    let bytes = match data_type {
+        DataType::Json => Cow::Borrowed(raw.get().as_bytes()),
+        DataType::Binary | DataType::String => {
+            let text: Cow<'a, str> = serde_json::from_str(raw.get()).map_err(|_| {
+                RecordError::Invalid(format!(
+                    "{field}: data must be a string for type {}",
+                    data_type.as_str()
+                ))
+            })?;
+            if data_type == DataType::Binary {
+                b64(&format!("{field}.data"), &text)?
+            } else {
+                Cow::Owned(text.into_owned().into_bytes())
+            }
+        }
+    };
+    Ok((Some(data_type), Some(bytes)))
+}
+
+/// Milliseconds since the epoch of an RFC 3339 (ISO-8601) timestamp.
+fn timestamp_ms(text: &str) -> Result<i64, RecordError> {
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| RecordError::Invalid(format!("timestamp {text:?} is not ISO-8601: {e}")))?;
+    let ms = at.unix_timestamp_nanos() / 1_000_000;
+    i64::try_from(ms)
+        .ok()
+        .filter(|ms| *ms >= 0)
+        .ok_or_else(|| RecordError::Invalid(format!("timestamp {text:?} is before 1970")))
+}
+
+/// The types a v3 record's key and value were sent with, and their sizes in bytes (its
+/// delivery report names them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct V3Types {
+    pub key: Option<DataType>,
+    pub value: Option<DataType>,
+    pub key_size: usize,
+    pub value_size: usize,
+}
+
+/// v3 records. Remembers, in order, each record's types and (for a batch) its id, which the
+/// answer repeats.
+#[derive(Debug, Default)]
+pub struct V3Record {
+    /// Batch entries carry an `id`; stream records must not.
+    pub batch: bool,
+    seen: Mutex<Vec<(Option<String>, V3Types)>>,
+}
+
+impl V3Record {
+    pub fn batch() -> Self {
+        Self {
+            batch: true,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// A batch entry's id: 1 to 80 of `0-9 A-Z a-z _ -`, not used before in the batch.
+    fn check_id(&self, id: &str) -> Result<(), RecordError> {
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
+        if id.is_empty() || id.len() > 80 || !id.chars().all(legal) {
+            return Err(RecordError::Invalid(format!(
+                "entry id {id:?} must be 1 to 80 characters of 0-9 A-Z a-z _ -"
+            )));
+        }
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.iter().any(|(other, _)| other.as_deref() == Some(id)) {
+            return Err(RecordError::Invalid(format!(
+                "entry id {id:?} is used twice"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The ids and types of the records parsed since the last call, in order.
+    pub fn take_seen(&self) -> Vec<(Option<String>, V3Types)> {
+        std::mem::take(
+            &mut *self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+impl ParseRecord for V3Record {
+    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
+        let wire: WireV3<'a> = serde_json::from_slice(text).map_err(serde_error)?;
+        match (&wire.id, self.batch) {
+            (None, true) => {
+                return Err(RecordError::Invalid(
+                    "entry id is missing; every batch entry has one".into(),
+                ))
+            }
+            (Some(_), false) => {
+                return Err(RecordError::Invalid(
+                    "unknown field `id` (ids are for records:batch)".into(),
+                ))
+            }
+            (Some(id), true) => self.check_id(id)?,
+            (None, false) => {}
+        }
+        if let Some(p) = wire.partition_id.filter(|p| *p < 0) {
+            return Err(RecordError::Invalid(format!(
+                "partition_id {p} is negative"
+            )));
+        }
+        let (key_type, key) = v3_data("key", wire.key)?;
+        let (value_type, value) = v3_data("value", wire.value)?;
+        let mut headers = Vec::with_capacity(wire.headers.len());
+        for h in wire.headers {
+            let value = match h.value {
+                Some(text) => b64(&format!("header {:?}", h.name), &text)?,
+                // Kafka header values may be null; floodgate writes them empty.
+                None => Cow::Borrowed(&b""[..]),
+            };
+            headers.push((h.name, value));
+        }
+        let record = Record {
+            key,
+            value,
+            headers,
+            partition: wire.partition_id,
+            timestamp_ms: wire.timestamp.as_deref().map(timestamp_ms).transpose()?,
+        };
+        check_sizes(&record, bounds)?;
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((
+                wire.id,
+                V3Types {
+                    key: key_type,
+                    value: value_type,
+                    key_size: record.key.as_ref().map_or(0, |k| k.len()),
+                    value_size: record.value.as_ref().map_or(0, |v| v.len()),
+                },
+            ));
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> RequestBounds {
+        RequestBounds::default()
+    }
+
+    #[test]
+    fn v2_binary_and_json_records() {
+        let bin = V2Record {
+            format: V2Format::Binary,
+            default_partition: Some(2),
+        };
+        let r = bin
+            .parse(br#"{"key":"a2V5","value":"dmFsdWU="}"#, &bounds())
+            .expect("binary");
+        assert_eq!(
+            (r.key.as_deref(), r.value.as_deref()),
+            (Some(&b"key"[..]), Some(&b"value"[..]))
+        );
+        assert_eq!(r.partition, Some(2), "the URL's partition");
+        let json = V2Record {
+            format: V2Format::Json,
+            default_partition: Some(2),
+        };
+        let r = json
+            .parse(br#"{"value":{"b": 1.50},"partition":0}"#, &bounds())
+            .expect("json");
+        assert_eq!(r.value.as_deref(), Some(&br#"{"b": 1.50}"#[..]));
+        assert_eq!(r.partition, Some(0), "the record's own partition wins");
+        assert!(matches!(
+            json.parse(br#"{"value":1,"colour":"red"}"#, &bounds()),
+            Err(RecordError::Invalid(_))
+        ));
+        assert!(matches!(
+            bin.parse(br#"{"value":{"not":"base64"}}"#, &bounds()),
+            Err(RecordError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn v3_records_with_every_type() {
+        let p = V3Record::default();
+        let r = p
+            .parse(
+                br#"{"partition_id":1,"headers":[{"name":"h","value":"eA=="},{"name":"h","value":null}],
+                    "key":{"type":"STRING","data":"k\u00e9"},"value":{"type":"JSON","data":{"a":[1, 2]}},
+                    "timestamp":"2026-11-30T12:00:00.250+01:00"}"#,
+                &bounds(),
+            )
+            .expect("valid");
+        assert_eq!(r.key.as_deref(), Some("ké".as_bytes()));
+        assert_eq!(r.value.as_deref(), Some(&br#"{"a":[1, 2]}"#[..]));
+        assert_eq!(r.headers.len(), 2, "repeated names are allowed");
+        assert_eq!(r.timestamp_ms, Some(1_796_036_400_250));
+        assert_eq!(
+            p.take_seen(),
+            vec![(
+                None,
+                V3Types {
+                    key: Some(DataType::String),
+                    value: Some(DataType::Json),
+                    key_size: 3,
+                    value_size: 12,
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn v3_refuses_what_needs_a_schema_registry() {
+        let p = V3Record::default();
+        for body in [
+            &br#"{"value":{"data":1}}"#[..],
+            br#"{"value":{"type":"AVRO","data":1}}"#,
+            br#"{"value":{"schema_id":3,"data":1}}"#,
+            br#"{"value":{"type":"JSON","schema_id":3,"data":1}}"#,
+        ] {
+            match p.parse(body, &bounds()) {
+                Err(RecordError::Invalid(m)) => assert!(
+                    m.contains("type") || m.contains("Schema Registry") || m.contains("schema"),
+                    "{m}"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            V3Record::batch().parse(br#"{"value":{"type":"JSON","data":1}}"#, &bounds()),
+            Err(RecordError::Invalid(_))
+        ));
+    }
+}

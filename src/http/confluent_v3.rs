@@ -1,0 +1,545 @@
+//! Confluent REST Proxy v3, under both `/v3` and `/kafka/v3` (Confluent Cloud's prefix):
+//! the cluster list and cluster, produce (one record, several, or an open stream of them) and
+//! produce batch.
+//!
+//! **Produce** takes records as concatenated JSON objects, with or without chunked transfer,
+//! and answers HTTP 200 as soon as the stream starts, then one delivery report per record, in
+//! order, each followed by `\r\n` and sent as soon as that record and all before it are
+//! settled — full duplex: a client may read reports while it is still sending. Each record is
+//! admitted on its own as it arrives: a record over budget gets an in-stream report with
+//! `error_code` 429 and `retry_after_ms`, and is not written; later records may still succeed.
+//! Every edge is bounded: at most `[compat] stream_max_unsettled` records handed to Kafka and
+//! not yet reported (then floodgate stops reading the stream until reports drain), an idle
+//! time and a total time per stream, the body budget for the bytes being decoded.
+//!
+//! **Batch** (`records:batch`) is admitted whole, like a `/v1` request, and answered 207 with
+//! successes and failures in request order.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::app::AppState;
+use crate::body::confluent::{DataType, V3Record, V3Types};
+use crate::body::{Decoder, Framing, Record};
+use crate::identity::Topic;
+use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
+use crate::kafka::Batch;
+use crate::outcome::confluent::{error_response, error_with, v3_refusal, v3_report, Described};
+use crate::outcome::{ApiError, Produced};
+use crate::ratelimit_headers;
+use crate::record::Charge;
+use crate::tenant::Tenant;
+
+const JSON: &str = "application/json";
+
+/// The routes, each under `/v3` and `/kafka/v3`.
+pub const CLUSTERS: [&str; 2] = ["/v3/clusters", "/kafka/v3/clusters"];
+pub const CLUSTER: [&str; 2] = [
+    "/v3/clusters/{cluster_id}",
+    "/kafka/v3/clusters/{cluster_id}",
+];
+pub const RECORDS: [&str; 2] = [
+    "/v3/clusters/{cluster_id}/topics/{topic}/records",
+    "/kafka/v3/clusters/{cluster_id}/topics/{topic}/records",
+];
+pub const BATCH: [&str; 2] = [
+    "/v3/clusters/{cluster_id}/topics/{topic}/records:batch",
+    "/kafka/v3/clusters/{cluster_id}/topics/{topic}/records:batch",
+];
+
+/// The cluster id these routes report.
+fn cluster_id(app: &AppState) -> String {
+    app.compat
+        .cluster_id
+        .clone()
+        .or_else(|| app.ingest.catalog.cluster_id())
+        .unwrap_or_else(|| "floodgate".into())
+}
+
+fn error(e: &ApiError) -> Response {
+    error_response(e, JSON)
+}
+
+/// The cluster as v3 describes it: the fields clients read.
+fn cluster_json(headers: &HeaderMap, prefix: &str, id: &str) -> Value {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let base = format!("http://{host}{prefix}/clusters/{id}");
+    json!({
+        "kind": "KafkaCluster",
+        "metadata": {"self": base, "resource_name": format!("crn:///kafka={id}")},
+        "cluster_id": id,
+        "topics": {"related": format!("{base}/topics")},
+    })
+}
+
+fn prefix_of(path: &str) -> &'static str {
+    if path.starts_with("/kafka/v3") {
+        "/kafka/v3"
+    } else {
+        "/v3"
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    response
+}
+
+pub async fn list_clusters(State(app): State<Arc<AppState>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err(e) = app
+        .ingest
+        .authenticate(super::v1::peer(&parts), &parts.headers)
+    {
+        return error(&e);
+    }
+    let prefix = prefix_of(parts.uri.path());
+    let id = cluster_id(&app);
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "KafkaClusterList",
+            "metadata": {"self": format!("http://{host}{prefix}/clusters"), "next": null},
+            "data": [cluster_json(&parts.headers, prefix, &id)],
+        }),
+    )
+}
+
+pub async fn get_cluster(
+    State(app): State<Arc<AppState>>,
+    Path(requested): Path<String>,
+    request: Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err(e) = app
+        .ingest
+        .authenticate(super::v1::peer(&parts), &parts.headers)
+    {
+        return error(&e);
+    }
+    let id = cluster_id(&app);
+    if requested != id {
+        return error_with(
+            StatusCode::NOT_FOUND,
+            40401,
+            format!("no cluster {requested:?}; this gateway serves cluster {id:?}"),
+            None,
+            JSON,
+        );
+    }
+    json_response(
+        StatusCode::OK,
+        &cluster_json(&parts.headers, prefix_of(parts.uri.path()), &id),
+    )
+}
+
+/// The answer to a request naming another cluster, when the operator asked for the check.
+fn other_cluster(app: &AppState, requested: &str) -> Option<Response> {
+    let id = cluster_id(app);
+    (app.compat.check_cluster_id && requested != id).then(|| {
+        error_with(
+            StatusCode::NOT_FOUND,
+            40401,
+            format!("no cluster {requested:?}; this gateway serves cluster {id:?}"),
+            None,
+            JSON,
+        )
+    })
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim())
+        .is_some_and(|v| v.eq_ignore_ascii_case(JSON))
+}
+
+fn described(types: Option<DataType>, bytes: Option<&[u8]>) -> Option<Described> {
+    types.map(|t| Described {
+        data_type: t.as_str(),
+        size: bytes.map_or(0, <[u8]>::len),
+    })
+}
+
+/// `records:batch`: `{"entries": [{"id", ...record}]}`, admitted whole; 207 with successes and
+/// failures in request order.
+pub async fn produce_batch(
+    State(app): State<Arc<AppState>>,
+    Path((cluster, topic)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    if let Some(response) = other_cluster(&app, &cluster) {
+        return response;
+    }
+    let (parts, body) = request.into_parts();
+    let parser = V3Record::batch();
+    let max = app.compat.batch_max_entries;
+    let format = if is_json(&parts.headers) {
+        Ok(BodyFormat {
+            framing: Framing::Envelope("entries"),
+            record: &parser,
+            max_records: Some(max),
+        })
+    } else {
+        Err(ApiError::UnsupportedMediaType(
+            "send the batch as application/json".into(),
+        ))
+    };
+    let request = ProduceRequest {
+        api: Api::V3,
+        peer: super::v1::peer(&parts),
+        headers: &parts.headers,
+        topic: &topic,
+        ack: Ack::Kafka,
+        body,
+    };
+    let (tenant, outcome) = app.ingest.produce(request, format).await;
+    let batch_rule =
+        |message: String| error_with(StatusCode::UNPROCESSABLE_ENTITY, 42208, message, None, JSON);
+    let mut response = match outcome {
+        Ok(Produced::Settled(batch)) => {
+            let seen = parser.take_seen();
+            batch_answer(&cluster_id(&app), &topic, &batch, &seen)
+        }
+        Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
+        Err(ApiError::TooManyRecords { .. }) => {
+            batch_rule(format!("a batch has 1 to {max} entries"))
+        }
+        Err(ApiError::Malformed(m)) if m.contains("no records") => {
+            batch_rule(format!("a batch has 1 to {max} entries"))
+        }
+        Err(ApiError::InvalidRecord(m)) if m.contains(": entry id") => batch_rule(m),
+        Err(e) => error(&e),
+    };
+    if let Some(tenant) = tenant {
+        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+    }
+    response
+}
+
+fn batch_answer(
+    cluster: &str,
+    topic: &str,
+    batch: &Batch,
+    seen: &[(Option<String>, V3Types)],
+) -> Response {
+    let (mut successes, mut failures) = (Vec::new(), Vec::new());
+    for (outcome, (id, types)) in batch.outcomes().zip(seen) {
+        let id = id.clone().unwrap_or_default();
+        // Sizes are not kept per record once sent; a batch answer names the types.
+        let mut report = v3_report(
+            cluster,
+            topic,
+            outcome,
+            types.key.map(|t| Described {
+                data_type: t.as_str(),
+                size: 0,
+            }),
+            types.value.map(|t| Described {
+                data_type: t.as_str(),
+                size: 0,
+            }),
+        );
+        if report["error_code"] == 200 {
+            if let Value::Object(fields) = &mut report {
+                fields.remove("error_code");
+                fields.insert("id".into(), json!(id));
+            }
+            successes.push(report);
+        } else {
+            failures.push(
+                json!({"id": id, "error_code": report["error_code"], "message": report["message"]}),
+            );
+        }
+    }
+    json_response(
+        StatusCode::MULTI_STATUS,
+        &json!({"successes": successes, "failures": failures}),
+    )
+}
+
+/// One entry of a stream's report queue: a record on its way to Kafka, or a report that is
+/// already known (a refusal, a malformed record).
+enum Pending {
+    Sent {
+        batch: Arc<Batch>,
+        key: Option<Described>,
+        value: Option<Described>,
+    },
+    Known(Value),
+}
+
+/// A response body fed by a channel of report lines.
+struct Reports(mpsc::Receiver<Bytes>);
+
+impl axum::body::HttpBody for Reports {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|line| line.map(|l| Ok(hyper::body::Frame::data(l))))
+    }
+}
+
+/// Produce: one record, several, or a stream, answered with one delivery report per record.
+pub async fn produce_records(
+    State(app): State<Arc<AppState>>,
+    Path((cluster, topic)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    if let Some(response) = other_cluster(&app, &cluster) {
+        return response;
+    }
+    let (parts, body) = request.into_parts();
+    let ingest = &app.ingest;
+    let tenant = match ingest.authenticate(super::v1::peer(&parts), &parts.headers) {
+        Ok(t) => t,
+        Err(e) => return error(&e),
+    };
+    let refuse = |e: ApiError| {
+        tenant.stats.count_api(Api::V3, false);
+        let mut response = error(&e);
+        ratelimit_headers::insert(response.headers_mut(), &ingest.view(&tenant));
+        response
+    };
+    let topic = match ingest.topic(&tenant, &topic) {
+        Ok(t) => t,
+        Err(e) => return refuse(e),
+    };
+    if !is_json(&parts.headers) {
+        return refuse(ApiError::UnsupportedMediaType(
+            "send records as application/json (concatenated JSON objects)".into(),
+        ));
+    }
+    // Refused before any record is read: the whole request gets the 429.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Err(e) = ingest.early_check(&tenant, declared) {
+        return refuse(e);
+    }
+    if let Err(e) = ingest.check_topic(&topic, &[]).await {
+        return refuse(e);
+    }
+    // The first chunk decides whether there is a stream at all: bytes that are not a record
+    // are answered as a whole-request error, as they would be for a single record.
+    let mut body = body;
+    let parser = Arc::new(V3Record::default());
+    let mut decoder = Decoder::streaming(Framing::Concatenated, parser.clone(), &ingest.bounds);
+    let idle = Duration::from_millis(app.compat.stream_idle_timeout_ms);
+    loop {
+        match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return refuse(ApiError::BodyTimeout),
+            Ok(None) => return refuse(ApiError::Malformed("the request has no records".into())),
+            Ok(Some(Err(e))) => {
+                return refuse(ApiError::Malformed(format!(
+                    "the body could not be read: {e}"
+                )))
+            }
+            Ok(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if let Err(e) = decoder.push(&data) {
+                    return refuse(e.into());
+                }
+                break;
+            }
+        }
+    }
+    tenant.stats.count_api(Api::V3, true);
+    let unsettled = app.compat.stream_max_unsettled.max(1);
+    let (pending_tx, pending_rx) = mpsc::channel(unsettled);
+    let (lines_tx, lines_rx) = mpsc::channel(16);
+    tokio::spawn(report(
+        app.clone(),
+        cluster_id(&app),
+        topic.as_str().to_string(),
+        pending_rx,
+        lines_tx,
+    ));
+    tokio::spawn(pump(
+        app.clone(),
+        tenant.clone(),
+        topic,
+        body,
+        (decoder, parser),
+        pending_tx,
+    ));
+    let mut response = (StatusCode::OK, Body::new(Reports(lines_rx))).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    ratelimit_headers::insert(response.headers_mut(), &ingest.view(&tenant));
+    response
+}
+
+/// Reads the stream, admits and sends each record as it arrives, and queues its report.
+/// Waiting for room in the queue is what stops the reading when the client does not read its
+/// reports.
+async fn pump(
+    app: Arc<AppState>,
+    tenant: Arc<Tenant>,
+    topic: Topic,
+    mut body: Body,
+    (mut decoder, parser): (Decoder<Arc<V3Record>>, Arc<V3Record>),
+    pending: mpsc::Sender<Pending>,
+) {
+    let ingest = &app.ingest;
+    // The records of the first chunk, decoded before the stream was answered.
+    let first = decoder.take_decoded();
+    for (record, (_, types)) in first.records().iter().zip(parser.take_seen()) {
+        let entry = one_record(ingest, &tenant, &topic, record, types).await;
+        if pending.send(entry).await.is_err() {
+            return;
+        }
+    }
+    let idle = Duration::from_millis(app.compat.stream_idle_timeout_ms);
+    let ends =
+        tokio::time::Instant::now() + Duration::from_millis(app.compat.stream_max_duration_ms);
+    loop {
+        let next = tokio::time::timeout(idle, body.frame());
+        let frame = match tokio::time::timeout_at(ends, next).await {
+            Err(_) => {
+                let _ = pending
+                    .send(Pending::Known(json!({"error_code": 408, "message": "the stream reached its longest time; open a new one"})))
+                    .await;
+                return;
+            }
+            Ok(Err(_)) => {
+                let _ = pending
+                    .send(Pending::Known(json!({"error_code": 408, "message": "no record arrived within the stream's idle time"})))
+                    .await;
+                return;
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(Err(_)))) => return,
+            Ok(Ok(Some(Ok(frame)))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        // Only the tail still being decoded stays in memory; it is held against the budget
+        // for as long as this chunk is being worked on.
+        let mut hold = ingest
+            .body_budget
+            .hold(tenant.body_bytes.clone(), tenant.buffer_share());
+        if !hold.grow((data.len() + decoder.held()) as u64) {
+            let e = ApiError::RateLimited(crate::refusal::Refusal {
+                reason: crate::refusal::Reason::ServerBusy,
+                retry_after: ingest.body_budget.retry_hint(),
+            });
+            let _ = pending.send(Pending::Known(v3_refusal(&e))).await;
+            return;
+        }
+        let pushed = decoder.push(&data);
+        let decoded = decoder.take_decoded();
+        let types = parser.take_seen();
+        for (record, (_, types)) in decoded.records().iter().zip(types) {
+            let entry = one_record(ingest, &tenant, &topic, record, types).await;
+            if pending.send(entry).await.is_err() {
+                return; // the client went away
+            }
+        }
+        drop(hold);
+        if let Err(e) = pushed {
+            let _ = pending
+                .send(Pending::Known(v3_refusal(&ApiError::from(e))))
+                .await;
+            return;
+        }
+    }
+    match decoder.finish_stream() {
+        Ok(rest) => {
+            let types = parser.take_seen();
+            for (record, (_, types)) in rest.records().iter().zip(types) {
+                let entry = one_record(ingest, &tenant, &topic, record, types).await;
+                if pending.send(entry).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Err(e) => {
+            let _ = pending
+                .send(Pending::Known(v3_refusal(&ApiError::from(e))))
+                .await;
+        }
+    }
+}
+
+/// Admits and sends one record of a stream, or says why not.
+async fn one_record(
+    ingest: &crate::ingest::Ingest,
+    tenant: &Tenant,
+    topic: &Topic,
+    record: &Record<'_>,
+    types: V3Types,
+) -> Pending {
+    let records = std::slice::from_ref(record);
+    if let Err(e) = ingest.check_topic(topic, records).await {
+        return Pending::Known(v3_refusal(&e));
+    }
+    match ingest.admit(tenant, Charge::of(records)) {
+        Ok(lease) => Pending::Sent {
+            batch: ingest.send(tenant, topic, records, lease),
+            key: described(types.key, record.key.as_deref()),
+            value: described(types.value, record.value.as_deref()),
+        },
+        Err(e) => Pending::Known(v3_refusal(&e)),
+    }
+}
+
+/// Turns queued entries into report lines, in order, each as soon as it is settled.
+async fn report(
+    app: Arc<AppState>,
+    cluster: String,
+    topic: String,
+    mut pending: mpsc::Receiver<Pending>,
+    lines: mpsc::Sender<Bytes>,
+) {
+    let timeout = app.ingest.delivery_timeout;
+    while let Some(entry) = pending.recv().await {
+        let report = match entry {
+            Pending::Known(report) => report,
+            Pending::Sent { batch, key, value } => {
+                let _ = tokio::time::timeout(timeout, batch.wait()).await;
+                let outcome = batch.outcomes().next().flatten();
+                v3_report(&cluster, &topic, outcome, key, value)
+            }
+        };
+        let mut line = report.to_string().into_bytes();
+        line.extend_from_slice(b"\r\n");
+        if lines.send(Bytes::from(line)).await.is_err() {
+            return; // the client went away
+        }
+    }
+}
