@@ -146,6 +146,20 @@ pub struct BufferLease {
     records: u64,
 }
 
+impl BufferLease {
+    /// Takes over another lease's space, so one batch can hold what several admissions
+    /// reserved (a v3 stream admits record by record and sends a chunk's records together).
+    /// Leases on another buffer or tenant are not merged; they are given back.
+    pub fn absorb(&mut self, mut other: BufferLease) -> Result<(), BufferLease> {
+        if !Arc::ptr_eq(&self.buffer, &other.buffer) || !Arc::ptr_eq(&self.tenant, &other.tenant) {
+            return Err(other);
+        }
+        self.bytes += std::mem::take(&mut other.bytes);
+        self.records += std::mem::take(&mut other.records);
+        Ok(())
+    }
+}
+
 impl Drop for BufferLease {
     fn drop(&mut self) {
         self.buffer.release(self.bytes, self.records);
@@ -177,6 +191,38 @@ mod tests {
         drop(lease);
         assert_eq!(buffer.held(), (0, 0));
         assert_eq!(tenant.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn absorbed_lease_is_released_once_with_the_lease_that_took_it() {
+        let buffer = Arc::new(Buffer::new(100, 10));
+        let tenant = Arc::new(TenantUsage::default());
+        let mut a = buffer
+            .try_reserve(&tenant, Charge::new(1, 10))
+            .expect("fits");
+        let b = buffer
+            .try_reserve(&tenant, Charge::new(2, 20))
+            .expect("fits");
+        assert!(a.absorb(b).is_ok());
+        assert_eq!(buffer.held(), (30, 3), "merging neither frees nor doubles");
+        drop(a);
+        assert_eq!(buffer.held(), (0, 0));
+        assert_eq!(tenant.records.load(Ordering::Relaxed), 0);
+
+        let other_tenant = Arc::new(TenantUsage::default());
+        let mut a = buffer
+            .try_reserve(&tenant, Charge::new(1, 10))
+            .expect("fits");
+        let c = buffer
+            .try_reserve(&other_tenant, Charge::new(1, 5))
+            .expect("fits");
+        let c = a
+            .absorb(c)
+            .expect_err("another tenant's lease is not merged");
+        drop(a);
+        assert_eq!(buffer.held(), (5, 1));
+        drop(c);
+        assert_eq!(buffer.held(), (0, 0));
     }
 
     #[test]

@@ -62,9 +62,13 @@ pub struct LoadArgs {
     /// Value size in bytes.
     #[arg(long, default_value_t = 200)]
     pub record_size: usize,
-    /// `?async=true`: 202 on hand-off instead of waiting for Kafka.
+    /// `?async=true`: 202 on hand-off instead of waiting for Kafka (`/v1` only).
     #[arg(long = "async")]
     pub async_mode: bool,
+    /// Which API to speak: `v1` (floodgate's own), `v2` (Confluent REST Proxy v2, json embedded
+    /// format) or `v3` (Confluent v3: the records as concatenated objects, one report each).
+    #[arg(long, default_value = "v1")]
+    pub api: String,
     #[arg(long, default_value_t = 10.0)]
     pub duration_secs: f64,
     /// Requests in flight per tenant at most.

@@ -90,6 +90,7 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
     let start = Instant::now();
     let sampler = tokio::spawn(sample_buffer(admin, start, samples.clone()));
     let load_args = LoadArgs {
+        api: "v1".into(),
         url: format!("http://{produce}"),
         topic: "events.burst".into(),
         tenants: vec![format!("{key}@{}", args.base_rate)],

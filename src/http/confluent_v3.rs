@@ -32,10 +32,13 @@ use tokio::sync::mpsc;
 use crate::app::AppState;
 use crate::body::confluent::{DataType, V3Record, V3Types};
 use crate::body::{Decoder, Framing, Record};
+use crate::buffer::BufferLease;
 use crate::identity::Topic;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
 use crate::kafka::Batch;
-use crate::outcome::confluent::{error_response, error_with, v3_refusal, v3_report, Described};
+use crate::outcome::confluent::{
+    error_response, error_with, v3_refusal, v3_report, Described, V3Report,
+};
 use crate::outcome::{ApiError, Produced};
 use crate::ratelimit_headers;
 use crate::record::Charge;
@@ -248,37 +251,44 @@ fn batch_answer(
 ) -> Response {
     let (mut successes, mut failures) = (Vec::new(), Vec::new());
     for (outcome, (id, types)) in batch.outcomes().zip(seen) {
-        let id = id.clone().unwrap_or_default();
         // Sizes are not kept per record once sent; a batch answer names the types.
+        let sized = |t: Option<DataType>| {
+            t.map(|t| Described {
+                data_type: t.as_str(),
+                size: 0,
+            })
+        };
         let mut report = v3_report(
             cluster,
             topic,
             outcome,
-            types.key.map(|t| Described {
-                data_type: t.as_str(),
-                size: 0,
-            }),
-            types.value.map(|t| Described {
-                data_type: t.as_str(),
-                size: 0,
-            }),
+            sized(types.key),
+            sized(types.value),
         );
-        if report["error_code"] == 200 {
-            if let Value::Object(fields) = &mut report {
-                fields.remove("error_code");
-                fields.insert("id".into(), json!(id));
-            }
+        report.id = Some(id.as_deref().unwrap_or_default());
+        if report.written() {
+            report.error_code = None;
             successes.push(report);
         } else {
-            failures.push(
-                json!({"id": id, "error_code": report["error_code"], "message": report["message"]}),
-            );
+            failures.push(report);
         }
     }
-    json_response(
-        StatusCode::MULTI_STATUS,
-        &json!({"successes": successes, "failures": failures}),
-    )
+    let body = serde_json::to_vec(&BatchAnswer {
+        successes,
+        failures,
+    })
+    .unwrap_or_default();
+    let mut response = (StatusCode::MULTI_STATUS, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+    response
+}
+
+#[derive(serde::Serialize)]
+struct BatchAnswer<'a> {
+    successes: Vec<V3Report<'a>>,
+    failures: Vec<V3Report<'a>>,
 }
 
 /// One entry of a stream's report queue: a record on its way to Kafka, or a report that is
@@ -286,10 +296,11 @@ fn batch_answer(
 enum Pending {
     Sent {
         batch: Arc<Batch>,
+        index: usize,
         key: Option<Described>,
         value: Option<Described>,
     },
-    Known(Value),
+    Known(V3Report<'static>),
 }
 
 /// A response body fed by a channel of report lines.
@@ -417,11 +428,9 @@ async fn pump(
     let ingest = &app.ingest;
     // The records of the first chunk, decoded before the stream was answered.
     let first = decoder.take_decoded();
-    for (record, (_, types)) in first.records().iter().zip(parser.take_seen()) {
-        let entry = one_record(ingest, &tenant, &topic, record, types).await;
-        if pending.send(entry).await.is_err() {
-            return;
-        }
+    let entries = admit_chunk(ingest, &tenant, &topic, first.records(), parser.take_seen()).await;
+    if !queue(&pending, entries).await {
+        return;
     }
     let idle = Duration::from_millis(app.compat.stream_idle_timeout_ms);
     let ends =
@@ -430,15 +439,19 @@ async fn pump(
         let next = tokio::time::timeout(idle, body.frame());
         let frame = match tokio::time::timeout_at(ends, next).await {
             Err(_) => {
-                let _ = pending
-                    .send(Pending::Known(json!({"error_code": 408, "message": "the stream reached its longest time; open a new one"})))
-                    .await;
+                let report = V3Report::failed(
+                    408,
+                    "the stream reached its longest time; open a new one".into(),
+                );
+                let _ = pending.send(Pending::Known(report)).await;
                 return;
             }
             Ok(Err(_)) => {
-                let _ = pending
-                    .send(Pending::Known(json!({"error_code": 408, "message": "no record arrived within the stream's idle time"})))
-                    .await;
+                let report = V3Report::failed(
+                    408,
+                    "no record arrived within the stream's idle time".into(),
+                );
+                let _ = pending.send(Pending::Known(report)).await;
                 return;
             }
             Ok(Ok(None)) => break,
@@ -463,12 +476,16 @@ async fn pump(
         }
         let pushed = decoder.push(&data);
         let decoded = decoder.take_decoded();
-        let types = parser.take_seen();
-        for (record, (_, types)) in decoded.records().iter().zip(types) {
-            let entry = one_record(ingest, &tenant, &topic, record, types).await;
-            if pending.send(entry).await.is_err() {
-                return; // the client went away
-            }
+        let entries = admit_chunk(
+            ingest,
+            &tenant,
+            &topic,
+            decoded.records(),
+            parser.take_seen(),
+        )
+        .await;
+        if !queue(&pending, entries).await {
+            return; // the client went away
         }
         drop(hold);
         if let Err(e) = pushed {
@@ -480,13 +497,9 @@ async fn pump(
     }
     match decoder.finish_stream() {
         Ok(rest) => {
-            let types = parser.take_seen();
-            for (record, (_, types)) in rest.records().iter().zip(types) {
-                let entry = one_record(ingest, &tenant, &topic, record, types).await;
-                if pending.send(entry).await.is_err() {
-                    return;
-                }
-            }
+            let entries =
+                admit_chunk(ingest, &tenant, &topic, rest.records(), parser.take_seen()).await;
+            queue(&pending, entries).await;
         }
         Err(e) => {
             let _ = pending
@@ -496,26 +509,79 @@ async fn pump(
     }
 }
 
-/// Admits and sends one record of a stream, or says why not.
-async fn one_record(
+/// Queues entries in order; false when the client went away.
+async fn queue(pending: &mpsc::Sender<Pending>, entries: Vec<Pending>) -> bool {
+    for entry in entries {
+        if pending.send(entry).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Admits the records of one chunk each on its own — a record over budget is refused alone,
+/// and later ones may still pass — and sends the admitted ones to Kafka as one batch: one
+/// delivery context and one wake-up per chunk instead of per record.
+async fn admit_chunk(
     ingest: &crate::ingest::Ingest,
     tenant: &Tenant,
     topic: &Topic,
-    record: &Record<'_>,
-    types: V3Types,
-) -> Pending {
-    let records = std::slice::from_ref(record);
-    if let Err(e) = ingest.check_topic(topic, records).await {
-        return Pending::Known(v3_refusal(&e));
+    records: Vec<Record<'_>>,
+    seen: Vec<(Option<String>, V3Types)>,
+) -> Vec<Pending> {
+    enum Slot {
+        Admitted(usize, Option<Described>, Option<Described>),
+        Refused(V3Report<'static>),
     }
-    match ingest.admit(tenant, Charge::of(records)) {
-        Ok(lease) => Pending::Sent {
-            batch: ingest.send(tenant, topic, records, lease),
-            key: described(types.key, record.key.as_deref()),
-            value: described(types.value, record.value.as_deref()),
-        },
-        Err(e) => Pending::Known(v3_refusal(&e)),
+    let mut slots = Vec::with_capacity(records.len());
+    let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
+    let mut lease: Option<BufferLease> = None;
+    let mut stray = Vec::new();
+    let types = seen
+        .into_iter()
+        .map(|(_, types)| types)
+        .chain(std::iter::repeat(V3Types::default()));
+    for (record, types) in records.into_iter().zip(types) {
+        let one = std::slice::from_ref(&record);
+        let admission = match ingest.check_topic(topic, one).await {
+            Ok(()) => ingest.admit(tenant, Charge::of(one)),
+            Err(e) => Err(e),
+        };
+        match admission {
+            Ok(taken) => {
+                match lease.as_mut() {
+                    None => lease = Some(taken),
+                    // Never happens (same buffer, same tenant); if it did, the space is still
+                    // held until the chunk is sent.
+                    Some(held) => stray.extend(held.absorb(taken).err()),
+                }
+                slots.push(Slot::Admitted(
+                    admitted.len(),
+                    described(types.key, record.key.as_deref()),
+                    described(types.value, record.value.as_deref()),
+                ));
+                admitted.push(record);
+            }
+            Err(e) => slots.push(Slot::Refused(v3_refusal(&e))),
+        }
     }
+    let batch = lease.map(|lease| ingest.send(tenant, topic, &admitted, lease));
+    drop(stray);
+    slots
+        .into_iter()
+        .map(|slot| match (slot, &batch) {
+            (Slot::Admitted(index, key, value), Some(batch)) => Pending::Sent {
+                batch: batch.clone(),
+                index,
+                key,
+                value,
+            },
+            (Slot::Refused(report), _) => Pending::Known(report),
+            (Slot::Admitted(..), None) => {
+                Pending::Known(V3Report::failed(500, "the record was not sent".into()))
+            }
+        })
+        .collect()
 }
 
 /// Turns queued entries into report lines, in order, each as soon as it is settled.
@@ -529,14 +595,19 @@ async fn report(
     let timeout = app.ingest.delivery_timeout;
     while let Some(entry) = pending.recv().await {
         let report = match entry {
-            Pending::Known(report) => report,
-            Pending::Sent { batch, key, value } => {
+            Pending::Known(report) => serde_json::to_vec(&report),
+            Pending::Sent {
+                batch,
+                index,
+                key,
+                value,
+            } => {
                 let _ = tokio::time::timeout(timeout, batch.wait()).await;
-                let outcome = batch.outcomes().next().flatten();
-                v3_report(&cluster, &topic, outcome, key, value)
+                let outcome = batch.outcomes().nth(index).flatten();
+                serde_json::to_vec(&v3_report(&cluster, &topic, outcome, key, value))
             }
         };
-        let mut line = report.to_string().into_bytes();
+        let mut line = report.unwrap_or_default();
         line.extend_from_slice(b"\r\n");
         if lines.send(Bytes::from(line)).await.is_err() {
             return; // the client went away
