@@ -592,10 +592,15 @@ async fn report(
     mut pending: mpsc::Receiver<Pending>,
     lines: mpsc::Sender<Bytes>,
 ) {
+    /// Reports already settled are written together, up to this much, so a chunk of records
+    /// costs one write rather than one per record.
+    const COALESCE_BYTES: usize = 64 * 1024;
     let timeout = app.ingest.delivery_timeout;
-    while let Some(entry) = pending.recv().await {
+    let mut out = Vec::new();
+    let mut next = pending.recv().await;
+    while let Some(entry) = next.take() {
         let report = match entry {
-            Pending::Known(report) => serde_json::to_vec(&report),
+            Pending::Known(report) => serde_json::to_writer(&mut out, &report),
             Pending::Sent {
                 batch,
                 index,
@@ -603,14 +608,48 @@ async fn report(
                 value,
             } => {
                 let _ = tokio::time::timeout(timeout, batch.wait()).await;
-                let outcome = batch.outcomes().nth(index).flatten();
-                serde_json::to_vec(&v3_report(&cluster, &topic, outcome, key, value))
+                let report = v3_report(&cluster, &topic, batch.outcome(index), key, value);
+                serde_json::to_writer(&mut out, &report)
             }
         };
-        let mut line = report.unwrap_or_default();
-        line.extend_from_slice(b"\r\n");
-        if lines.send(Bytes::from(line)).await.is_err() {
+        // Serialising plain structs into a Vec does not fail; were it to, the line is empty.
+        let _ = report;
+        out.extend_from_slice(b"\r\n");
+        if out.len() < COALESCE_BYTES {
+            next = match pending.try_recv() {
+                Ok(entry) if settled(&entry) => Some(entry),
+                Ok(entry) => {
+                    // Not settled yet: send what is ready before waiting for it.
+                    if lines
+                        .send(Bytes::from(std::mem::take(&mut out)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    Some(entry)
+                }
+                Err(_) => None,
+            };
+            if next.is_some() {
+                continue;
+            }
+        }
+        if lines
+            .send(Bytes::from(std::mem::take(&mut out)))
+            .await
+            .is_err()
+        {
             return; // the client went away
         }
+        next = pending.recv().await;
+    }
+}
+
+/// Can this entry be reported without waiting?
+fn settled(entry: &Pending) -> bool {
+    match entry {
+        Pending::Known(_) => true,
+        Pending::Sent { batch, .. } => batch.is_complete(),
     }
 }

@@ -177,6 +177,11 @@ impl Batch {
         }
     }
 
+    /// The outcome of record `index`, once answered.
+    pub fn outcome(&self, index: usize) -> Option<&Outcome> {
+        self.outcomes.get(index).and_then(OnceLock::get)
+    }
+
     /// Outcomes in record order; `None` for records not answered yet.
     pub fn outcomes(&self) -> impl Iterator<Item = Option<&Outcome>> {
         self.outcomes.iter().map(OnceLock::get)
