@@ -3,7 +3,9 @@
 #   - schemathesis fuzzes every operation in openapi.json on both listeners (fixed seed,
 #     bounded time) and fails on any response that breaks the document or any 5xx;
 #   - promtool lints the live /metrics exposition.
-# The gateway is `floodgate dev` (in-process broker, demo tenant) on loopback ports.
+# The gateway is `floodgate dev` (in-process broker, demo tenant) on loopback ports, as a
+# cluster member with a Redis of its own when redis-server is installed (so the cluster
+# metrics are linted too).
 #   scripts/contract.sh [SECONDS_PER_LISTENER]      (default 60)
 # Needs: target/debug/floodgate (cargo build), promtool, and schemathesis in $VENV
 # (default ~/.cache/floodgate/contract-venv; created here when missing).
@@ -25,6 +27,13 @@ fi
 
 WORK=$(mktemp -d /tmp/floodgate-contract.XXXXXX)
 TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+REDIS_PID=""
+if command -v redis-server >/dev/null; then
+  REDIS_PORT=${CONTRACT_REDIS_PORT:-18379}
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$WORK/redis.log" 2>&1 &
+  REDIS_PID=$!
+  export FLOODGATE__CLUSTER__REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+fi
 FLOODGATE_ADMIN_TOKEN="ci:$TOKEN" \
 FLOODGATE__SERVER__LISTEN="127.0.0.1:$PRODUCE_PORT" \
 FLOODGATE__SERVER__ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT" \
@@ -32,7 +41,7 @@ FLOODGATE__SERVER__AUTH_FAILURES_PER_SEC=100000 \
 FLOODGATE__SERVER__AUTH_FAILURES_BURST=100000 \
   "$BIN" --config "$WORK/none.toml" dev > "$WORK/out.log" 2>&1 &
 PID=$!
-trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true' EXIT
+trap 'kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; [ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null || true' EXIT
 
 KEY=""
 for _ in $(seq 1 200); do

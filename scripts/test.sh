@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# The whole test suite: installs Tansu if missing, starts it on loopback, runs every test
-# against it (and librdkafka's in-process mock cluster for fault injection), stops it.
+# The whole test suite: installs Tansu if missing, starts it and a Redis on loopback, runs
+# every test against them (and librdkafka's in-process mock cluster for fault injection),
+# stops them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PORT=${FLOODGATE_TEST_PORT:-19192}
+REDIS_PORT=${FLOODGATE_TEST_REDIS_PORT:-19379}
 DIR=$(mktemp -d /tmp/floodgate-tansu.XXXXXX)
 
+if ! command -v redis-server >/dev/null; then
+  echo "redis-server is missing: apt-get install -y redis-server (the cluster-mode tests need it)" >&2
+  exit 1
+fi
 scripts/tansu.sh install
 scripts/tansu.sh start "$PORT" "$DIR"
-trap 'scripts/tansu.sh stop "$DIR"' EXIT
+# In memory only, loopback only, in the foreground of a background job so its PID is ours.
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+  > "$DIR/redis.log" 2>&1 &
+REDIS_PID=$!
+trap 'kill "$REDIS_PID" 2>/dev/null || true; scripts/tansu.sh stop "$DIR"' EXIT
+for _ in $(seq 1 50); do
+  redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+export FLOODGATE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 
 export FLOODGATE_TEST_BROKER="127.0.0.1:$PORT"
 export FLOODGATE_TEST_BROKER_PID

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::budget::{
-    BucketView, BudgetSpec, Clock, Dimension, GlobalBudget, Shortfall, TenantBuckets,
+    BucketView, BudgetSpec, Clock, Dimension, GlobalBudget, Missing, Sharing, Short, Shortfall,
+    TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::record::Charge;
@@ -44,12 +45,35 @@ pub struct BucketsView {
     pub global_bytes: Option<BucketView>,
 }
 
+/// Cluster mode: tokens a request needs from the shared budget before it can be admitted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseNeed {
+    pub tenant: Option<Missing>,
+    pub global: Option<Missing>,
+}
+
+/// Why `admit` did not admit: a denial the client hears, or (cluster mode) a slice to refill
+/// first, after which the caller asks again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    Denied(Denial),
+    Lease(LeaseNeed),
+}
+
+impl From<Denial> for Blocked {
+    fn from(d: Denial) -> Self {
+        Blocked::Denied(d)
+    }
+}
+
 /// The shared part of admission: the clock, the global budget and the buffer.
 #[derive(Debug)]
 pub struct Admission {
     clock: Arc<dyn Clock>,
     pub global: Arc<GlobalBudget>,
     pub buffer: Arc<Buffer>,
+    /// Cluster mode: the mode every bucket follows (leased slices or a local share).
+    sharing: Option<Arc<Sharing>>,
 }
 
 impl Admission {
@@ -58,6 +82,22 @@ impl Admission {
             clock,
             global,
             buffer,
+            sharing: None,
+        }
+    }
+
+    /// Admission for a cluster member: buckets follow `sharing`.
+    pub fn clustered(mut self, sharing: Arc<Sharing>) -> Self {
+        self.sharing = Some(sharing);
+        self
+    }
+
+    /// Brings the tenant's and the global buckets to the cluster's current mode.
+    fn align(&self, buckets: &mut TenantBuckets, now: u64) {
+        if let Some(sharing) = &self.sharing {
+            // A slice given up here belongs to an unreachable Redis; its tokens stay spent.
+            let _ = buckets.align(sharing, now);
+            self.global.align(sharing, now);
         }
     }
 
@@ -71,9 +111,10 @@ impl Admission {
         &self,
         tenant: &Tenant,
         charge: Charge,
-    ) -> (Result<BufferLease, Denial>, BucketsView) {
+    ) -> (Result<BufferLease, Blocked>, BucketsView) {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
+        self.align(&mut state.buckets, now);
         let decision = (|| {
             let pending = self.plan(tenant, &state, now, charge)?;
             let lease = self
@@ -82,9 +123,13 @@ impl Admission {
                 .ok_or_else(|| self.buffer_refusal(Reason::BufferFull))?;
             // Another tenant may have taken the global tokens since the check above; if so
             // the lease is dropped here, giving its space back exactly.
-            self.global
-                .take(now, charge)
-                .map_err(|g| refused(global_reason(g), g.wait_ns))?;
+            self.global.take(now, charge).map_err(|short| match short {
+                Short::Wait(g) => Blocked::Denied(refused(global_reason(g), g.wait_ns)),
+                Short::Lease(m) => Blocked::Lease(LeaseNeed {
+                    tenant: None,
+                    global: Some(m),
+                }),
+            })?;
             state.buckets.commit(pending);
             Ok(lease)
         })();
@@ -95,10 +140,23 @@ impl Admission {
     /// Would `charge` be admitted now? Everything [`Admission::admit`] checks, nothing charged.
     /// Used while a body arrives: once the records read so far cannot be admitted, the whole
     /// request cannot either (budgets only fill up by waiting, and the request only grows).
+    /// In cluster mode a slice that is short is topped up by the cluster's estimated level.
     pub fn check(&self, tenant: &Tenant, charge: Charge) -> Result<(), Denial> {
         let now = self.clock.now_ns();
-        let state = tenant.admission_state();
-        let _nothing_charged = self.plan(tenant, &state, now, charge)?;
+        let mut state = tenant.admission_state();
+        self.align(&mut state.buckets, now);
+        match self.plan(tenant, &state, now, charge) {
+            Ok(_nothing_charged) => {}
+            Err(Blocked::Denied(d)) => return Err(d),
+            Err(Blocked::Lease(_)) => {
+                if let Err(t) = state.buckets.estimate(now, charge) {
+                    return Err(refused(tenant_reason(t), t.wait_ns));
+                }
+                if let Err(g) = self.global.estimate(now, charge) {
+                    return Err(refused(global_reason(g), g.wait_ns));
+                }
+            }
+        }
         if !self.buffer.has_room(charge) {
             return Err(self.buffer_refusal(Reason::BufferFull));
         }
@@ -106,26 +164,30 @@ impl Admission {
     }
 
     /// The checks shared by `admit` and `check`, under the tenant's lock: what the tenant's
-    /// buckets would become, or why not.
+    /// buckets would become, or why not. Refusals come before lease needs: a request that
+    /// would be refused anyway costs no Redis call.
     fn plan(
         &self,
         tenant: &Tenant,
         state: &crate::tenant::AdmissionState,
         now: u64,
         charge: Charge,
-    ) -> Result<crate::budget::PendingCharge, Denial> {
+    ) -> Result<crate::budget::PendingCharge, Blocked> {
         let share = state.buffer_share;
         self.never_fits(state.buckets.spec(), share, charge)?;
         let pending = state.buckets.check(now, charge);
         let global = self.global.check(now, charge);
-        let pending = match (pending, global) {
-            (Err(t), g) => {
-                let wait = t.wait_ns.max(g.err().map_or(0, |g| g.wait_ns));
-                return Err(refused(tenant_reason(t), wait));
-            }
-            (Ok(_), Err(g)) => return Err(refused(global_reason(g), g.wait_ns)),
-            (Ok(c), Ok(())) => c,
+        let global_wait = |g: &Result<(), Short>| match g {
+            Err(Short::Wait(g)) => g.wait_ns,
+            _ => 0,
         };
+        if let Err(Short::Wait(t)) = pending {
+            let wait = t.wait_ns.max(global_wait(&global));
+            return Err(refused(tenant_reason(t), wait).into());
+        }
+        if let Err(Short::Wait(g)) = global {
+            return Err(refused(global_reason(g), g.wait_ns).into());
+        }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -133,9 +195,19 @@ impl Admission {
             && (held_bytes.saturating_add(charge.bytes) > share_bytes
                 || held_records.saturating_add(charge.records) > share_records)
         {
-            return Err(self.buffer_refusal(Reason::TenantBuffer));
+            return Err(self.buffer_refusal(Reason::TenantBuffer).into());
         }
-        Ok(pending)
+        let need = LeaseNeed {
+            tenant: pending.as_ref().err().and_then(lease_of),
+            global: global.as_ref().err().and_then(lease_of),
+        };
+        if need != LeaseNeed::default() {
+            if !self.buffer.has_room(charge) {
+                return Err(self.buffer_refusal(Reason::BufferFull).into());
+            }
+            return Err(Blocked::Lease(need));
+        }
+        pending.map_err(|_| Blocked::Lease(need))
     }
 
     /// The early check made before the body is read: could this tenant be admitted with at
@@ -143,7 +215,8 @@ impl Admission {
     /// the record bytes from above)? Charges nothing.
     pub fn precheck(&self, tenant: &Tenant, bytes_upper: u64) -> Result<(), Refusal> {
         let now = self.clock.now_ns();
-        let state = tenant.admission_state();
+        let mut state = tenant.admission_state();
+        self.align(&mut state.buckets, now);
         let spec = state.buckets.spec();
         let global_spec = self.global.spec();
         // Only ask for as many bytes as a bucket could ever hold: the exact count, made after
@@ -151,10 +224,10 @@ impl Admission {
         let cap = |burst: Option<u64>| burst.map_or(bytes_upper, |b| bytes_upper.min(b));
         let tenant_bytes = cap(spec.bytes.map(|s| s.burst));
         let global_bytes = cap(global_spec.bytes.map(|s| s.burst));
-        if let Err(t) = state.buckets.check(now, Charge::new(1, tenant_bytes)) {
+        if let Err(t) = state.buckets.estimate(now, Charge::new(1, tenant_bytes)) {
             return Err(refused_plain(tenant_reason(t), t.wait_ns));
         }
-        if let Err(g) = self.global.check(now, Charge::new(1, global_bytes)) {
+        if let Err(g) = self.global.estimate(now, Charge::new(1, global_bytes)) {
             return Err(refused_plain(global_reason(g), g.wait_ns));
         }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
@@ -241,6 +314,13 @@ impl Admission {
 
     fn buffer_refusal(&self, reason: Reason) -> Denial {
         Denial::Refused(self.buffer_refusal_plain(reason))
+    }
+}
+
+fn lease_of(short: &Short) -> Option<Missing> {
+    match short {
+        Short::Lease(m) => Some(*m),
+        Short::Wait(_) => None,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::access::AdminTokens;
 use crate::admission::Admission;
 use crate::budget::Clock;
 use crate::buffer::Buffer;
+use crate::cluster::{Cluster, RedisStore, Settings};
 use crate::config::Config;
 use crate::ingest::Ingest;
 use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, ProducerError, TopicCatalog};
@@ -43,6 +44,15 @@ pub struct AdminAccess {
     pub token_env: String,
 }
 
+/// What cluster mode needs besides the configuration.
+#[derive(Debug, Default)]
+pub struct ClusterSetup {
+    /// The produce listener's port (part of the default replica id).
+    pub produce_port: u16,
+    /// The clock the shared buckets count on; `None`: Redis's own.
+    pub clock: Option<Arc<dyn Clock>>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(transparent)]
@@ -53,6 +63,8 @@ pub enum BuildError {
     Tls(#[from] crate::tls::TlsError),
     #[error("admin tokens: {0}")]
     AdminTokens(String),
+    #[error("cluster.redis_url: {0}")]
+    Redis(#[from] redis::RedisError),
 }
 
 impl AppState {
@@ -61,6 +73,7 @@ impl AppState {
         config: &Config,
         clock: Arc<dyn Clock>,
         tokens: AdminTokens,
+        cluster_setup: ClusterSetup,
     ) -> Result<Self, BuildError> {
         let persistence: Box<dyn Persistence> = match &config.admin.state_file {
             Some(path) => Box::new(StateFile::open(path)?),
@@ -88,11 +101,34 @@ impl AppState {
             config.server.auth_failures_burst,
             clock.clone(),
         ));
-        let admission = Arc::new(Admission::new(clock, registry.global().clone(), buffer));
+        let tenants = registry.tenants().clone();
+        let cluster = match &config.cluster.redis_url {
+            Some(url) => {
+                let store = RedisStore::new(
+                    url,
+                    &config.cluster.key_prefix,
+                    Duration::from_millis(config.cluster.connect_timeout_ms),
+                    Duration::from_millis(config.cluster.command_timeout_ms),
+                    cluster_setup.clock,
+                )?;
+                Some(Arc::new(Cluster::new(
+                    store,
+                    tenants.clone(),
+                    registry.global().clone(),
+                    clock.clone(),
+                    Settings::from_config(&config.cluster, cluster_setup.produce_port),
+                )))
+            }
+            None => None,
+        };
+        let mut admission = Admission::new(clock, registry.global().clone(), buffer);
+        if let Some(cluster) = &cluster {
+            admission = admission.clustered(cluster.sharing.clone());
+        }
+        let admission = Arc::new(admission);
         let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
             config.server.max_inflight_body_bytes,
         ));
-        let tenants = registry.tenants().clone();
         Ok(Self {
             metrics: Metrics::new(
                 tenants.clone(),
@@ -100,6 +136,7 @@ impl AppState {
                 kafka_metrics,
                 failures.clone(),
                 body_budget.clone(),
+                cluster.clone(),
             ),
             ingest: Ingest {
                 tenants,
@@ -112,6 +149,7 @@ impl AppState {
                 body_budget: body_budget.clone(),
                 failures,
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
+                cluster,
             },
             registry,
             admin: AdminAccess {
@@ -148,5 +186,5 @@ pub(crate) fn state_for_tests() -> Arc<AppState> {
     }];
     let tokens = AdminTokens::parse("ops:router-test-token").expect("tokens");
     let clock = Arc::new(crate::budget::ManualClock::new());
-    Arc::new(AppState::build(&config, clock, tokens).expect("state"))
+    Arc::new(AppState::build(&config, clock, tokens, ClusterSetup::default()).expect("state"))
 }

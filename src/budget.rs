@@ -17,11 +17,13 @@
 mod clock;
 mod gcra;
 mod global;
+mod slice;
 mod tenant_buckets;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
+pub use slice::{share_of, Missing, Mode, Sharing, Slice};
 pub use tenant_buckets::{PendingCharge, TenantBuckets};
 
 use serde::{Deserialize, Serialize};
@@ -47,6 +49,15 @@ pub enum Dimension {
 pub struct Shortfall {
     pub dimension: Dimension,
     pub wait_ns: u64,
+}
+
+/// Why a bucket cannot take a request now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// Not enough tokens: the request would fit after the wait.
+    Wait(Shortfall),
+    /// Cluster mode: the leased slice lacks this much; the cluster must be asked for it.
+    Lease(Missing),
 }
 
 /// Takes from both dimensions or from neither.

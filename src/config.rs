@@ -48,6 +48,9 @@ pub struct Config {
     /// Confluent REST Proxy compatibility (the `/topics` v2 and `/v3` routes).
     #[serde(default)]
     pub compat: CompatConfig,
+    /// Cluster mode: budgets shared by several replicas through Redis.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -369,6 +372,115 @@ impl Default for CompatConfig {
             stream_idle_timeout_ms: 30_000,
             stream_max_duration_ms: 300_000,
         }
+    }
+}
+
+/// Cluster mode: tenant and global budgets shared by every replica through Redis, spent
+/// locally from leased slices (see `cluster`).
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `redis://host:port/db` or `rediss://...` (TLS); unset: budgets are this replica's own.
+    pub redis_url: Option<String>,
+    /// This replica's name among the members; default: hostname and produce port.
+    pub replica_id: Option<String>,
+    /// Prefix of every Redis key floodgate writes (several gateways may share one Redis).
+    pub key_prefix: String,
+    /// Time allowed to open a connection to Redis, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Time allowed for one Redis command, in milliseconds; beyond it the replica counts the
+    /// call failed and, if Redis keeps failing, runs on its local share.
+    pub command_timeout_ms: u64,
+    /// ε: the slices all replicas hold together stay within ε × burst (each replica at most
+    /// ε × burst / members). The cluster-wide bound is burst × (1 + ε) + rate × T.
+    pub slice_fraction: f64,
+    /// A slice is sized for this much of the replica's observed demand, in milliseconds.
+    pub slice_horizon_ms: u64,
+    /// Tokens not spent within this time are given back to Redis, in milliseconds.
+    pub slice_ttl_ms: u64,
+    /// How often each replica announces itself (and counts the members), in milliseconds.
+    pub heartbeat_ms: u64,
+    /// A replica not heard from for this long no longer counts as a member, in milliseconds.
+    pub member_ttl_ms: u64,
+}
+
+impl ClusterConfig {
+    fn problems(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        if let Some(url) = &self.redis_url {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                problems.push(ConfigProblem::new(
+                    "cluster.redis_url",
+                    "must start with redis:// or rediss://",
+                ));
+            } else if redis::Client::open(url.as_str()).is_err() {
+                problems.push(ConfigProblem::new(
+                    "cluster.redis_url",
+                    "is not a valid Redis URL",
+                ));
+            }
+        }
+        if !(self.slice_fraction > 0.0 && self.slice_fraction <= 1.0) {
+            problems.push(ConfigProblem::new(
+                "cluster.slice_fraction",
+                "must be greater than 0 and at most 1",
+            ));
+        }
+        let valid_name = |v: &str| {
+            !v.is_empty()
+                && v.len() <= 128
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+        };
+        if !valid_name(&self.key_prefix) {
+            problems.push(ConfigProblem::new(
+                "cluster.key_prefix",
+                "must be 1 to 128 characters of a-z A-Z 0-9 - _ . :",
+            ));
+        }
+        if let Some(id) = self.replica_id.as_deref().filter(|id| !valid_name(id)) {
+            let _ = id;
+            problems.push(ConfigProblem::new(
+                "cluster.replica_id",
+                "must be 1 to 128 characters of a-z A-Z 0-9 - _ . :",
+            ));
+        }
+        if self.member_ttl_ms <= self.heartbeat_ms {
+            problems.push(ConfigProblem::new(
+                "cluster.member_ttl_ms",
+                "must be longer than cluster.heartbeat_ms",
+            ));
+        }
+        problems
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            replica_id: None,
+            key_prefix: "fg".into(),
+            connect_timeout_ms: 500,
+            command_timeout_ms: 25,
+            slice_fraction: 0.25,
+            slice_horizon_ms: 100,
+            slice_ttl_ms: 1000,
+            heartbeat_ms: 500,
+            member_ttl_ms: 2000,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    /// The Redis URL may carry a password: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("redis_url", &self.redis_url.as_ref().map(|_| "<redacted>"))
+            .field("replica_id", &self.replica_id)
+            .field("key_prefix", &self.key_prefix)
+            .field("slice_fraction", &self.slice_fraction)
+            .finish_non_exhaustive()
     }
 }
 
@@ -710,6 +822,18 @@ impl Config {
                 "compat.stream_max_duration_ms",
                 self.compat.stream_max_duration_ms,
             ),
+            (
+                "cluster.connect_timeout_ms",
+                self.cluster.connect_timeout_ms,
+            ),
+            (
+                "cluster.command_timeout_ms",
+                self.cluster.command_timeout_ms,
+            ),
+            ("cluster.slice_horizon_ms", self.cluster.slice_horizon_ms),
+            ("cluster.slice_ttl_ms", self.cluster.slice_ttl_ms),
+            ("cluster.heartbeat_ms", self.cluster.heartbeat_ms),
+            ("cluster.member_ttl_ms", self.cluster.member_ttl_ms),
         ] {
             if value == 0 {
                 problems.push(ConfigProblem::new(key, "must be at least 1"));
@@ -759,6 +883,7 @@ impl Config {
                 ));
             }
         }
+        problems.extend(self.cluster.problems());
         if s.tls_cert_file.is_some() != s.tls_key_file.is_some() {
             problems.push(ConfigProblem::new(
                 "server.tls_key_file",

@@ -22,10 +22,11 @@ use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 use tracing::Instrument as _;
 
-use crate::admission::{Admission, BucketsView};
+use crate::admission::{Admission, Blocked, BucketsView, LeaseNeed};
 use crate::body::{BodyError, Decoder, Framing, ParseRecord, RecordArena};
 use crate::body_budget::{BodyBudget, BodyHold, Cut};
 use crate::buffer::BufferLease;
+use crate::cluster::Cluster;
 use crate::config::RequestBounds;
 use crate::failure_guard::FailureGuard;
 use crate::identity::Topic;
@@ -90,7 +91,12 @@ pub struct Ingest {
 
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
+    /// Cluster mode: where slices are leased from when a request needs more than they hold.
+    pub cluster: Option<Arc<Cluster>>,
 }
+
+/// Retry hint for a request whose leased tokens were taken by others while it waited.
+const CONTENDED_RETRY: Duration = Duration::from_millis(10);
 
 /// Largest declared body that is drained after an early refusal.
 const DRAIN_MAX_BYTES: u64 = 16 * 1024;
@@ -161,7 +167,7 @@ impl Ingest {
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
         self.check_topic(&topic, &records).await?;
-        let lease = self.admit(tenant, arena.charge())?;
+        let lease = self.admit(tenant, arena.charge()).await?;
         let batch = self.send(tenant, &topic, &records, lease);
         drop(records);
         drop(arena);
@@ -350,15 +356,44 @@ impl Ingest {
     }
 
     /// Charges every budget and reserves buffer space for the whole request, or nothing.
-    pub fn admit(&self, tenant: &Tenant, charge: Charge) -> Result<BufferLease, ApiError> {
-        let (decision, _view) = self.admission.admit(tenant, charge);
-        match decision {
-            Ok(lease) => {
-                tenant.stats.admitted(charge.records, charge.bytes);
-                Ok(lease)
+    /// In cluster mode a request the local slices cannot cover waits for one lease call (the
+    /// missing tokens, or the refusal) and is decided again.
+    pub async fn admit(&self, tenant: &Tenant, charge: Charge) -> Result<BufferLease, ApiError> {
+        // Two lease rounds cover a tenant and a global slice both short; a third answer that
+        // still needs tokens means other requests took them first: a short 429.
+        let mut last_need = LeaseNeed::default();
+        for _ in 0..3 {
+            let (decision, _view) = self.admission.admit(tenant, charge);
+            match decision {
+                Ok(lease) => {
+                    tenant.stats.admitted(charge.records, charge.bytes);
+                    return Ok(lease);
+                }
+                Err(Blocked::Denied(denial)) => return Err(self.denied(tenant, denial)),
+                Err(Blocked::Lease(need)) => {
+                    last_need = need;
+                    let Some(cluster) = &self.cluster else {
+                        break;
+                    };
+                    if let Err(refusal) = cluster.lease_for(tenant, need).await {
+                        return Err(refused(tenant, refusal));
+                    }
+                }
             }
-            Err(denial) => Err(self.denied(tenant, denial)),
         }
+        let reason = match (last_need.tenant, last_need.global) {
+            (Some(m), _) if m.records > 0 => Reason::TenantRecords,
+            (Some(_), _) => Reason::TenantBytes,
+            (None, Some(m)) if m.records > 0 => Reason::GlobalRecords,
+            _ => Reason::GlobalBytes,
+        };
+        Err(refused(
+            tenant,
+            Refusal {
+                reason,
+                retry_after: CONTENDED_RETRY,
+            },
+        ))
     }
 
     /// A denial as the client hears it; a 429 is counted against the tenant.

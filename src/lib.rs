@@ -32,6 +32,7 @@ pub mod body;
 pub mod body_budget;
 pub mod budget;
 pub mod buffer;
+pub mod cluster;
 pub mod config;
 pub mod dev;
 pub mod failure_guard;
@@ -87,6 +88,9 @@ pub struct RunOptions {
     /// Admin tokens to use instead of reading `[admin] token_env` (for embedding and tests,
     /// which must not mutate the process environment).
     pub admin_tokens: Option<access::AdminTokens>,
+    /// Cluster mode: the clock the shared buckets in Redis count on. `None` (production):
+    /// Redis's own clock, one for every replica. Tests pass a clock they step.
+    pub cluster_clock: Option<Arc<dyn Clock>>,
 }
 
 impl RunOptions {
@@ -95,6 +99,18 @@ impl RunOptions {
             clock,
             config_path: None,
             admin_tokens: None,
+            cluster_clock: None,
+        }
+    }
+}
+
+/// Aborts the tasks a run started when the run itself is dropped.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
         }
     }
 }
@@ -118,7 +134,24 @@ pub async fn run(
         None => access::AdminTokens::from_env(&config.admin.token_env)
             .map_err(BuildError::AdminTokens)?,
     };
-    let state = Arc::new(AppState::build(&config, options.clock, tokens)?);
+    let produce_port = listeners.produce.local_addr().map_or(0, |a| a.port());
+    let state = Arc::new(AppState::build(
+        &config,
+        options.clock,
+        tokens,
+        app::ClusterSetup {
+            produce_port,
+            clock: options.cluster_clock,
+        },
+    )?);
+    // Dropping this future (an embedder giving up on it) stops what it started, as a killed
+    // process would: no drain, no goodbyes.
+    let mut tasks = AbortOnDrop(Vec::new());
+    // A cluster member joins before it serves, so its first requests use the shared budgets.
+    if let Some(cluster) = &state.ingest.cluster {
+        cluster.join().await;
+        tasks.0.push(cluster.start().abort_handle());
+    }
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
@@ -158,6 +191,8 @@ pub async fn run(
         stopped(stop_rx),
         shutdown_timeout,
     ));
+    tasks.0.push(produce.abort_handle());
+    tasks.0.push(admin.abort_handle());
 
     shutdown.await;
     let deadline = Instant::now() + shutdown_timeout;
@@ -183,6 +218,9 @@ pub async fn run(
         }
         Err(_) => state.ingest.producer.in_flight(),
     };
+    if let Some(cluster) = &state.ingest.cluster {
+        cluster.leave().await;
+    }
     let _ = admin.await;
     tracing::info!(unconfirmed_records = unconfirmed, "shutdown complete");
     Ok(ShutdownReport {

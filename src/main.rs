@@ -123,11 +123,8 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
         if let Some(dev) = &dev {
             announce_dev(&config, dev);
         }
-        let options = RunOptions {
-            clock: Arc::new(MonotonicClock::new()),
-            config_path: path,
-            admin_tokens: None,
-        };
+        let mut options = RunOptions::new(Arc::new(MonotonicClock::new()));
+        options.config_path = path;
         match floodgate::run(config, listeners, options, shutdown_signal()).await {
             Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,

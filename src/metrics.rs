@@ -24,6 +24,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::admission::Admission;
 use crate::body_budget::BodyBudget;
+use crate::cluster::{Cluster, LeaseOutcome, Scope};
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::refusal::Reason;
@@ -49,6 +50,7 @@ impl Metrics {
         kafka: KafkaMetrics,
         failures: Arc<FailureGuard>,
         bodies: Arc<BodyBudget>,
+        cluster: Option<Arc<Cluster>>,
     ) -> Self {
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
@@ -71,12 +73,21 @@ impl Metrics {
             "Records Kafka did not acknowledge, by librdkafka error",
             kafka.delivery_errors.clone(),
         );
+        if let Some(cluster) = &cluster {
+            registry.register_with_unit(
+                "cluster_lease_duration",
+                "Time of one lease call to Redis (request path and refills)",
+                Unit::Seconds,
+                ClusterLeaseHistogram(cluster.clone()),
+            );
+        }
         registry.register_collector(Box::new(LiveCollector {
             tenants,
             admission,
             kafka: kafka.clone(),
             failures,
             bodies,
+            cluster,
         }));
         Self {
             registry,
@@ -157,6 +168,7 @@ struct LiveCollector {
     kafka: KafkaMetrics,
     failures: Arc<FailureGuard>,
     bodies: Arc<BodyBudget>,
+    cluster: Option<Arc<Cluster>>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -176,6 +188,23 @@ fn family<M: EncodeMetric>(
     Ok(())
 }
 
+/// The lease latency histogram, owned by the cluster's stats.
+#[derive(Debug)]
+struct ClusterLeaseHistogram(Arc<Cluster>);
+
+impl EncodeMetric for ClusterLeaseHistogram {
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        self.0.stats.lease_seconds.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
+}
+
 fn gauge(v: u64) -> Vec<(Labels<'static>, ConstGauge<f64>)> {
     vec![(Vec::new(), ConstGauge::new(v as f64))]
 }
@@ -187,6 +216,9 @@ impl prometheus_client::collector::Collector for LiveCollector {
         self.encode_global(&mut encoder)?;
         self.encode_auth_failures(&mut encoder)?;
         self.encode_bodies(&mut encoder)?;
+        if let Some(cluster) = &self.cluster {
+            self.encode_cluster(&mut encoder, cluster)?;
+        }
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }
@@ -393,6 +425,131 @@ impl LiveCollector {
             None,
             C,
             &series,
+        )
+    }
+
+    /// Cluster mode: lease calls, tokens granted and held, members, the degraded flag.
+    fn encode_cluster(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        cluster: &Cluster,
+    ) -> Result<(), std::fmt::Error> {
+        let s = &cluster.stats;
+        let mut calls = Vec::new();
+        for scope in Scope::ALL {
+            for outcome in LeaseOutcome::ALL {
+                calls.push((
+                    vec![("scope", scope.as_str()), ("outcome", outcome.as_str())],
+                    ConstCounter::new(s.lease_calls(scope, outcome)),
+                ));
+            }
+        }
+        family(
+            encoder,
+            "cluster_lease_calls",
+            "Lease calls to Redis by scope and outcome (granted, refused: the shared bucket lacked the minimum, error: Redis did not answer)",
+            None,
+            C,
+            &calls,
+        )?;
+        let tokens = |r: &std::sync::atomic::AtomicU64, b: &std::sync::atomic::AtomicU64| {
+            vec![
+                (
+                    vec![("bucket", "records")],
+                    ConstCounter::new(r.load(Relaxed)),
+                ),
+                (
+                    vec![("bucket", "bytes")],
+                    ConstCounter::new(b.load(Relaxed)),
+                ),
+            ]
+        };
+        family(
+            encoder,
+            "cluster_granted_tokens",
+            "Tokens leased from the shared buckets",
+            None,
+            C,
+            &tokens(&s.granted_records, &s.granted_bytes),
+        )?;
+        family(
+            encoder,
+            "cluster_returned_tokens",
+            "Leased tokens given back unspent (expired slices, shutdown)",
+            None,
+            C,
+            &tokens(&s.returned_records, &s.returned_bytes),
+        )?;
+        let errors: Vec<_> = s
+            .redis_errors()
+            .map(|(kind, n)| (vec![("kind", kind)], ConstCounter::new(n)))
+            .collect();
+        family(
+            encoder,
+            "cluster_redis_errors",
+            "Redis calls that failed, by kind",
+            None,
+            C,
+            &errors,
+        )?;
+        family(
+            encoder,
+            "cluster_members",
+            "Live replicas counted from heartbeats (the last count while Redis is unreachable)",
+            None,
+            G,
+            &gauge(u64::from(s.members.load(Relaxed))),
+        )?;
+        family(
+            encoder,
+            "cluster_degraded",
+            "1 while Redis is unreachable and this replica admits from its local share",
+            None,
+            G,
+            &gauge(u64::from(cluster.is_degraded())),
+        )?;
+        let registry = self.tenants.load();
+        let mut held = Vec::new();
+        for t in registry.tenants() {
+            let slice = t.admission_state().buckets.slice().map(|s| s.held());
+            if let Some((r, b)) = slice {
+                held.push((
+                    vec![("tenant", t.id.as_str()), ("bucket", "records")],
+                    ConstGauge::new(r as f64),
+                ));
+                held.push((
+                    vec![("tenant", t.id.as_str()), ("bucket", "bytes")],
+                    ConstGauge::new(b as f64),
+                ));
+            }
+        }
+        family(
+            encoder,
+            "cluster_slice_tokens",
+            "Leased tokens this replica holds now, per tenant",
+            None,
+            G,
+            &held,
+        )?;
+        let global: Vec<_> = self
+            .admission
+            .global
+            .slice()
+            .map(|s| s.held())
+            .map(|(r, b)| {
+                vec![
+                    (vec![("bucket", "records")], ConstGauge::new(r as f64)),
+                    (vec![("bucket", "bytes")], ConstGauge::new(b as f64)),
+                ]
+            })
+            .unwrap_or_default();
+        family(
+            encoder,
+            "cluster_global_slice_tokens",
+            "Leased tokens of the global budget this replica holds now",
+            None,
+            G,
+            &global,
         )
     }
 

@@ -26,7 +26,12 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 async fn dashboard_and_alerts_use_only_exported_metrics() {
     let cluster = MockCluster::new(1).expect("mock");
     cluster.create_topic("test.dash", 1, 1).expect("topic");
-    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    // A cluster member (the Redis started by scripts/test.sh), so the cluster row's metrics
+    // are exported too.
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.cluster.redis_url = Some(redis_url());
+    cfg.cluster.key_prefix = format!("fgtest-dash-{}", std::process::id());
+    let gw = Gateway::start(cfg).await;
     // One delivered and one refused request, so every family has samples.
     let one = serde_json::json!({"records":[{"value":1}]});
     let (s, _, _) = post_json(&gw.url("test.dash"), KEY, &one).await;

@@ -38,9 +38,9 @@ fn tenant(id: &str, records: Option<(u64, u64)>, bytes: Option<(u64, u64)>, shar
     .expect("valid tenant")
 }
 
-fn refusal(result: Result<BufferLease, Denial>) -> Refusal {
+fn refusal(result: Result<BufferLease, Blocked>) -> Refusal {
     match result {
-        Err(Denial::Refused(r)) => r,
+        Err(Blocked::Denied(Denial::Refused(r))) => r,
         other => panic!("expected a 429 refusal, got {other:?}"),
     }
 }
@@ -177,7 +177,7 @@ fn a_request_over_the_burst_is_too_large_not_refused() {
     let r = rig(BudgetSpec::default(), 1 << 30, 1 << 20);
     let t = tenant("a", Some((100, 50)), None, 1.0);
     match r.admission.admit(&t, Charge::new(51, 1)).0 {
-        Err(Denial::TooLarge(t)) => {
+        Err(Blocked::Denied(Denial::TooLarge(t))) => {
             assert_eq!((t.unit, t.requested, t.allowed), ("records", 51, 50));
             assert_eq!(t.limit, "tenant records_burst");
         }

@@ -16,16 +16,49 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
-use super::{retarget_tat, take_both, BucketView, BudgetSpec, Shortfall};
+use super::slice::{share_of, Mode, Sharing, Slice};
+use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
 /// A word no live generation holds: TATs never reach `u64::MAX` in both halves.
 const CLOSED: u128 = u128::MAX;
 
+/// Where the global buckets' tokens come from (see `TenantBuckets` for the same three).
+#[derive(Debug, Clone)]
+enum Source {
+    Own,
+    Leased { epoch: u32, slice: Arc<Slice> },
+    Share { epoch: u32, n: u32 },
+}
+
+impl Source {
+    fn epoch(&self) -> Option<u32> {
+        match self {
+            Source::Own => None,
+            Source::Leased { epoch, .. } | Source::Share { epoch, .. } => Some(*epoch),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Generation {
     spec: BudgetSpec,
+    source: Source,
+    /// TATs under the effective spec (unused while leased).
     tats: AtomicU128,
+}
+
+impl Generation {
+    fn effective(&self) -> BudgetSpec {
+        effective(self.spec, &self.source)
+    }
+}
+
+fn effective(spec: BudgetSpec, source: &Source) -> BudgetSpec {
+    match source {
+        Source::Share { n, .. } => share_of(spec, *n),
+        _ => spec,
+    }
 }
 
 #[derive(Debug)]
@@ -51,6 +84,7 @@ impl GlobalBudget {
         Self {
             current: ArcSwap::from_pointee(Generation {
                 spec,
+                source: Source::Own,
                 tats: AtomicU128::new(0),
             }),
             changing: Mutex::new(()),
@@ -71,35 +105,65 @@ impl GlobalBudget {
         self.current.load().spec
     }
 
-    /// The live generation's spec and TATs, consistent with each other.
-    fn snapshot(&self) -> (BudgetSpec, (u64, u64)) {
+    /// The slice the global buckets spend from, in leased mode.
+    pub fn slice(&self) -> Option<Arc<Slice>> {
+        match &self.current.load().source {
+            Source::Leased { slice, .. } => Some(slice.clone()),
+            _ => None,
+        }
+    }
+
+    /// The live generation and its TATs, consistent with each other.
+    fn snapshot(&self) -> (arc_swap::Guard<Arc<Generation>>, (u64, u64)) {
         loop {
             let generation = self.current.load();
             let word = generation.tats.load(Ordering::Acquire);
             if word != CLOSED {
-                return (generation.spec, unpack(word));
+                return (generation, unpack(word));
             }
             std::hint::spin_loop();
         }
     }
 
     /// Would `charge` be admitted now? Charges nothing.
-    pub fn check(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
-        let (spec, tats) = self.snapshot();
-        take_both(&spec, tats, now_ns, charge).map(|_| ())
+    pub fn check(&self, now_ns: u64, charge: Charge) -> Result<(), Short> {
+        let (generation, tats) = self.snapshot();
+        match &generation.source {
+            Source::Leased { slice, .. } => match slice.missing(&generation.spec, charge) {
+                None => Ok(()),
+                Some(m) => Err(Short::Lease(m)),
+            },
+            _ => take_both(&generation.effective(), tats, now_ns, charge)
+                .map(|_| ())
+                .map_err(Short::Wait),
+        }
+    }
+
+    /// Would `charge` fit, counting what the cluster is estimated to have? Charges nothing.
+    pub fn estimate(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
+        let (generation, tats) = self.snapshot();
+        match &generation.source {
+            Source::Leased { slice, .. } => slice.estimate(&generation.spec, charge, now_ns),
+            _ => take_both(&generation.effective(), tats, now_ns, charge).map(|_| ()),
+        }
     }
 
     /// Charges both dimensions, or neither.
-    pub fn take(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
+    pub fn take(&self, now_ns: u64, charge: Charge) -> Result<(), Short> {
         'generation: loop {
             let generation = self.current.load();
+            if let Source::Leased { slice, .. } = &generation.source {
+                return slice.take(&generation.spec, charge).map_err(Short::Lease);
+            }
+            let spec = generation.effective();
             let mut current = generation.tats.load(Ordering::Acquire);
             loop {
                 if current == CLOSED {
                     std::hint::spin_loop();
                     continue 'generation;
                 }
-                let (r, b) = take_both(&generation.spec, unpack(current), now_ns, charge)?;
+                let (r, b) =
+                    take_both(&spec, unpack(current), now_ns, charge).map_err(Short::Wait)?;
                 match generation.tats.compare_exchange_weak(
                     current,
                     pack(r, b),
@@ -113,6 +177,45 @@ impl GlobalBudget {
         }
     }
 
+    /// Follows the cluster's mode if it changed (one load when it did not).
+    pub fn align(&self, sharing: &Sharing, now_ns: u64) {
+        let (epoch, mode) = sharing.current();
+        if self.current.load().source.epoch() == Some(epoch) {
+            return;
+        }
+        let _one_change_at_a_time = self
+            .changing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let old = self.current.load_full();
+        if old.source.epoch() == Some(epoch) {
+            return; // another admission switched it meanwhile
+        }
+        let (r, b) = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
+        let source = match mode {
+            Mode::Leased => Source::Leased {
+                epoch,
+                slice: Arc::new(Slice::new()),
+            },
+            Mode::Share(n) => Source::Share { epoch, n },
+        };
+        let new = effective(old.spec, &source);
+        let tats = if matches!(old.source, Source::Share { .. }) && matches!(mode, Mode::Share(_)) {
+            let from = old.effective();
+            pack(
+                retarget_tat(&from.records, &new.records, r, now_ns),
+                retarget_tat(&from.bytes, &new.bytes, b, now_ns),
+            )
+        } else {
+            0 // full
+        };
+        self.current.store(Arc::new(Generation {
+            spec: old.spec,
+            source,
+            tats: AtomicU128::new(tats),
+        }));
+    }
+
     /// Replaces the budget, keeping each bucket's current level (clamped to the new burst).
     pub fn set_spec(&self, new: BudgetSpec, now_ns: u64) {
         let _one_change_at_a_time = self
@@ -121,18 +224,25 @@ impl GlobalBudget {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.current.load_full();
         let (r, b) = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
+        let from = old.effective();
+        let to = effective(new, &old.source);
         self.current.store(Arc::new(Generation {
             spec: new,
+            source: old.source.clone(),
             tats: AtomicU128::new(pack(
-                retarget_tat(&old.spec.records, &new.records, r, now_ns),
-                retarget_tat(&old.spec.bytes, &new.bytes, b, now_ns),
+                retarget_tat(&from.records, &to.records, r, now_ns),
+                retarget_tat(&from.bytes, &to.bytes, b, now_ns),
             )),
         }));
     }
 
     /// Records and bytes buckets as they are now.
     pub fn view(&self, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
-        let (spec, (r, b)) = self.snapshot();
+        let (generation, (r, b)) = self.snapshot();
+        if let Source::Leased { slice, .. } = &generation.source {
+            return slice.view(&generation.spec, now_ns);
+        }
+        let spec = generation.effective();
         (
             spec.records.map(|s| s.view(r, now_ns)),
             spec.bytes.map(|s| s.view(b, now_ns)),
@@ -161,7 +271,9 @@ mod tests {
     #[test]
     fn a_refusal_in_one_dimension_charges_the_other_nothing() {
         let g = budget(10, 100);
-        let err = g.take(0, Charge::new(1, 101)).expect_err("too many bytes");
+        let Err(Short::Wait(err)) = g.take(0, Charge::new(1, 101)) else {
+            panic!("too many bytes");
+        };
         assert_eq!(err.dimension, Dimension::Bytes);
         let (records, _) = g.view(0);
         assert_eq!(records.map(|v| v.available), Some(10));
@@ -246,7 +358,7 @@ mod tests {
         };
         let mut worst_wait = 0u64;
         while !stop.load(Ordering::Acquire) {
-            if let Err(s) = g.take(now, Charge::new(1, 0)) {
+            if let Err(Short::Wait(s)) = g.take(now, Charge::new(1, 0)) {
                 worst_wait = worst_wait.max(s.wait_ns);
             }
         }

@@ -544,7 +544,7 @@ async fn admit_chunk(
     for (record, types) in records.into_iter().zip(types) {
         let one = std::slice::from_ref(&record);
         let admission = match ingest.check_topic(topic, one).await {
-            Ok(()) => ingest.admit(tenant, Charge::of(one)),
+            Ok(()) => ingest.admit(tenant, Charge::of(one)).await,
             Err(e) => Err(e),
         };
         match admission {

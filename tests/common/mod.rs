@@ -26,6 +26,67 @@ pub const KEY: &str = "test-key-acme";
 pub const ADMIN_TOKENS: &str = "ops:test-admin-token";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// The Redis started by scripts/test.sh (shared by tests: give each its own key prefix).
+pub fn redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_REDIS").unwrap_or_else(|_| {
+        panic!("FLOODGATE_TEST_REDIS is not set: run the suite with scripts/test.sh, which starts Redis")
+    })
+}
+
+/// A Redis of the test's own, for tests that stop it: in memory, loopback, on a free port,
+/// killed (by its PID) when dropped.
+pub struct OwnRedis {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let mut own = Self { port, child: None };
+        own.restart();
+        own
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port and waits until it answers.
+    pub fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install -y redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it (SIGKILL, by PID).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// The Tansu broker started by scripts/test.sh.
 pub fn tansu() -> String {
     std::env::var("FLOODGATE_TEST_BROKER").unwrap_or_else(|_| {
@@ -170,6 +231,15 @@ impl Gateway {
         Self::start_with(config, Some(Arc::new(ManualClock::new()))).await
     }
 
+    /// Starts a cluster member: budgets and the shared buckets in Redis follow `clock`, which
+    /// the test steps (and may share between members).
+    pub async fn start_clustered(config: Config, clock: Arc<ManualClock>) -> Self {
+        let mut options = floodgate::RunOptions::new(clock.clone());
+        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+        options.cluster_clock = Some(clock.clone());
+        Self::launch(config, options, Some(clock)).await
+    }
+
     async fn start_with(config: Config, manual: Option<Arc<ManualClock>>) -> Self {
         let clock: Arc<dyn Clock> = match &manual {
             Some(m) => m.clone(),
@@ -218,6 +288,14 @@ impl Gateway {
 
     pub fn advance_ms(&self, ms: u64) {
         self.clock.as_ref().expect("manual clock").advance_ms(ms);
+    }
+
+    /// Stops the gateway as a killed process would: no drain, no goodbyes.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.stop.take();
     }
 
     /// Graceful shutdown; returns the run's report.

@@ -1,0 +1,442 @@
+//! Cluster mode's local half: tokens a replica leased from the cluster-wide budget (kept in
+//! Redis) and spends here without asking anyone, and the mode every bucket follows.
+//!
+//! A [`Slice`] holds records and bytes tokens in one 128-bit word, taken with one
+//! compare-and-swap, so a request is charged in both dimensions or neither, as locally. It
+//! also remembers what the cluster had left at the last lease answer, so the RateLimit fields
+//! and Retry-After stay truthful between lease calls.
+//!
+//! [`Sharing`] is the mode the cluster agent sets for every bucket: leased slices while Redis
+//! answers, or a local share (rate / N, burst / N) while it does not. Buckets read it on each
+//! admission (one atomic load) and switch themselves under their own lock, so a tenant created
+//! or changed at any time follows the mode from its first request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use portable_atomic::AtomicU128;
+
+use super::{BucketView, BudgetSpec, Dimension, RateSpec, Shortfall};
+use crate::record::Charge;
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+fn pack(records: u64, bytes: u64) -> u128 {
+    (u128::from(records) << 64) | u128::from(bytes)
+}
+
+fn unpack(word: u128) -> (u64, u64) {
+    // Truncation is the point: the halves are the two counts.
+    ((word >> 64) as u64, word as u64)
+}
+
+/// Tokens leased from the cluster and not spent yet.
+#[derive(Debug, Default)]
+pub struct Slice {
+    /// (records, bytes) held.
+    held: AtomicU128,
+    /// What the cluster-wide buckets had left at the last lease answer.
+    cluster_records: AtomicU64,
+    cluster_bytes: AtomicU64,
+    /// When that answer came (local clock, ns); 0: no answer yet.
+    cluster_at_ns: AtomicU64,
+    /// When tokens were last granted (local clock, ns), for expiry.
+    granted_at_ns: AtomicU64,
+    /// Tokens spent since the slice was made, for the demand estimate.
+    spent_records: AtomicU64,
+    spent_bytes: AtomicU64,
+    /// How many tokens the agent keeps this slice topped up to (set from observed demand).
+    target_records: AtomicU64,
+    target_bytes: AtomicU64,
+}
+
+/// The tokens a request needs beyond what a slice holds (0 in a dimension that has enough
+/// or is not limited).
+pub type Missing = Charge;
+
+impl Slice {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// (records, bytes) held now.
+    pub fn held(&self) -> (u64, u64) {
+        unpack(self.held.load(Ordering::Acquire))
+    }
+
+    /// (records, bytes) spent since the slice was made.
+    pub fn spent(&self) -> (u64, u64) {
+        (
+            self.spent_records.load(Ordering::Relaxed),
+            self.spent_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The level the agent keeps this slice topped up to, (records, bytes).
+    pub fn target(&self) -> (u64, u64) {
+        (
+            self.target_records.load(Ordering::Relaxed),
+            self.target_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    pub fn set_target(&self, records: u64, bytes: u64) {
+        self.target_records.store(records, Ordering::Relaxed);
+        self.target_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// What `charge` lacks, if anything.
+    pub fn missing(&self, spec: &BudgetSpec, charge: Charge) -> Option<Missing> {
+        missing(spec, self.held(), charge)
+    }
+
+    /// Spends `charge` in both limited dimensions, or nothing.
+    pub fn take(&self, spec: &BudgetSpec, charge: Charge) -> Result<(), Missing> {
+        let mut current = self.held.load(Ordering::Acquire);
+        loop {
+            let (r, b) = unpack(current);
+            if let Some(m) = missing(spec, (r, b), charge) {
+                return Err(m);
+            }
+            let r2 = if spec.records.is_some() {
+                r - charge.records
+            } else {
+                r
+            };
+            let b2 = if spec.bytes.is_some() {
+                b - charge.bytes
+            } else {
+                b
+            };
+            match self.held.compare_exchange_weak(
+                current,
+                pack(r2, b2),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.spent_records
+                        .fetch_add(charge.records, Ordering::Relaxed);
+                    self.spent_bytes.fetch_add(charge.bytes, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Adds granted tokens.
+    pub fn credit(&self, records: u64, bytes: u64, now_ns: u64) {
+        let mut current = self.held.load(Ordering::Acquire);
+        loop {
+            let (r, b) = unpack(current);
+            let next = pack(r.saturating_add(records), b.saturating_add(bytes));
+            match self.held.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+        if records > 0 || bytes > 0 {
+            self.granted_at_ns.store(now_ns, Ordering::Release);
+        }
+    }
+
+    /// Empties the slice and returns what it held (to give back to the cluster).
+    pub fn drain(&self) -> (u64, u64) {
+        unpack(self.held.swap(0, Ordering::AcqRel))
+    }
+
+    /// When tokens were last granted (local ns; 0: never).
+    pub fn granted_at_ns(&self) -> u64 {
+        self.granted_at_ns.load(Ordering::Acquire)
+    }
+
+    /// Remembers what the cluster-wide buckets had left, as a lease call answered.
+    pub fn note_cluster(&self, records: u64, bytes: u64, now_ns: u64) {
+        self.cluster_records.store(records, Ordering::Relaxed);
+        self.cluster_bytes.store(bytes, Ordering::Relaxed);
+        self.cluster_at_ns.store(now_ns.max(1), Ordering::Release);
+    }
+
+    /// The cluster-wide tokens available in one dimension, estimated from the last answer and
+    /// the refill since (never above the burst). Before any answer, a full bucket.
+    fn cluster_estimate(&self, spec: &RateSpec, dimension: Dimension, now_ns: u64) -> u64 {
+        let at = self.cluster_at_ns.load(Ordering::Acquire);
+        if at == 0 {
+            return spec.burst;
+        }
+        let last = match dimension {
+            Dimension::Records => self.cluster_records.load(Ordering::Relaxed),
+            Dimension::Bytes => self.cluster_bytes.load(Ordering::Relaxed),
+        };
+        let elapsed = u128::from(now_ns.saturating_sub(at));
+        let refill = elapsed * u128::from(spec.per_sec) / NANOS_PER_SEC;
+        let refill = u64::try_from(refill).unwrap_or(u64::MAX);
+        last.saturating_add(refill).min(spec.burst)
+    }
+
+    /// The bucket a tenant is shown: its slice plus the cluster's estimated level.
+    fn view_one(
+        &self,
+        spec: &RateSpec,
+        dimension: Dimension,
+        held: u64,
+        now_ns: u64,
+    ) -> BucketView {
+        let available = held
+            .saturating_add(self.cluster_estimate(spec, dimension, now_ns))
+            .min(spec.burst);
+        let missing = u128::from(spec.burst - available);
+        let full_in = (missing * NANOS_PER_SEC).div_ceil(u128::from(spec.per_sec.max(1)));
+        BucketView {
+            spec: *spec,
+            available,
+            full_in_ns: u64::try_from(full_in).unwrap_or(u64::MAX),
+        }
+    }
+
+    pub fn view(&self, spec: &BudgetSpec, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
+        let (r, b) = self.held();
+        (
+            spec.records
+                .map(|s| self.view_one(&s, Dimension::Records, r, now_ns)),
+            spec.bytes
+                .map(|s| self.view_one(&s, Dimension::Bytes, b, now_ns)),
+        )
+    }
+
+    /// Would `charge` fit in the slice plus what the cluster is estimated to have? Used where
+    /// nothing is charged (while a body arrives), so an estimate is enough: the admission at
+    /// the end asks the cluster.
+    pub fn estimate(
+        &self,
+        spec: &BudgetSpec,
+        charge: Charge,
+        now_ns: u64,
+    ) -> Result<(), Shortfall> {
+        let (r, b) = self.held();
+        let one = |s: &Option<RateSpec>, held: u64, n: u64, dimension| match s {
+            None => Ok(()),
+            Some(s) => {
+                let have = held.saturating_add(self.cluster_estimate(s, dimension, now_ns));
+                if have >= n {
+                    Ok(())
+                } else {
+                    let wait = u128::from(n - have) * NANOS_PER_SEC / u128::from(s.per_sec.max(1));
+                    Err(Shortfall {
+                        dimension,
+                        wait_ns: u64::try_from(wait).unwrap_or(u64::MAX).max(1),
+                    })
+                }
+            }
+        };
+        one(&spec.records, r, charge.records, Dimension::Records)?;
+        one(&spec.bytes, b, charge.bytes, Dimension::Bytes)
+    }
+}
+
+fn missing(spec: &BudgetSpec, (r, b): (u64, u64), charge: Charge) -> Option<Missing> {
+    let lack = |limited: bool, have: u64, need: u64| {
+        if limited {
+            need.saturating_sub(have)
+        } else {
+            0
+        }
+    };
+    let m = Charge::new(
+        lack(spec.records.is_some(), r, charge.records),
+        lack(spec.bytes.is_some(), b, charge.bytes),
+    );
+    (m.records > 0 || m.bytes > 0).then_some(m)
+}
+
+/// How the buckets of a cluster member are fed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// From slices leased from the shared state.
+    Leased,
+    /// From a local share of the budget: rate / N and burst / N (Redis is unreachable).
+    Share(u32),
+}
+
+/// The mode every bucket of this replica follows, with an epoch that changes on every switch
+/// so a bucket knows it must switch too. One word: epoch in the high half, the mode in the low
+/// half (0 = leased, N = a share of 1/N).
+#[derive(Debug)]
+pub struct Sharing {
+    word: AtomicU64,
+}
+
+impl Sharing {
+    /// Starts as a share of 1/`members` until the agent has reached Redis.
+    pub fn new(members: u32) -> Self {
+        Self {
+            word: AtomicU64::new(u64::from(members.max(1))),
+        }
+    }
+
+    /// (epoch, mode) now.
+    pub fn current(&self) -> (u32, Mode) {
+        let word = self.word.load(Ordering::Acquire);
+        // Truncation is the point: the halves are the epoch and the mode.
+        let (epoch, mode) = ((word >> 32) as u32, word as u32);
+        (
+            epoch,
+            if mode == 0 {
+                Mode::Leased
+            } else {
+                Mode::Share(mode)
+            },
+        )
+    }
+
+    /// Switches every bucket to `mode` (they follow at their next admission).
+    pub fn set(&self, mode: Mode) {
+        let code = match mode {
+            Mode::Leased => 0,
+            Mode::Share(n) => n.max(1),
+        };
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                let (epoch, old) = ((word >> 32) as u32, word as u32);
+                (old != code).then(|| (u64::from(epoch.wrapping_add(1)) << 32) | u64::from(code))
+            });
+    }
+}
+
+/// `spec` divided among `n` members: each gets rate / n and burst / n (at least 1 each).
+pub fn share_of(spec: BudgetSpec, n: u32) -> BudgetSpec {
+    let n = u64::from(n.max(1));
+    let part = |s: Option<RateSpec>| {
+        s.map(|s| RateSpec {
+            per_sec: (s.per_sec / n).max(1),
+            burst: (s.burst / n).max(1),
+        })
+    };
+    BudgetSpec {
+        records: part(spec.records),
+        bytes: part(spec.bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> BudgetSpec {
+        BudgetSpec {
+            records: Some(RateSpec {
+                per_sec: 100,
+                burst: 100,
+            }),
+            bytes: Some(RateSpec {
+                per_sec: 1000,
+                burst: 1000,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_take_charges_both_dimensions_or_neither() {
+        let s = Slice::new();
+        s.credit(5, 50, 1);
+        assert_eq!(
+            s.take(&spec(), Charge::new(1, 60)),
+            Err(Charge::new(0, 10)),
+            "bytes short: nothing taken"
+        );
+        assert_eq!(s.held(), (5, 50));
+        s.take(&spec(), Charge::new(2, 20)).expect("fits");
+        assert_eq!(s.held(), (3, 30));
+        assert_eq!(s.spent(), (2, 20));
+    }
+
+    #[test]
+    fn an_unlimited_dimension_is_never_missing() {
+        let s = Slice::new();
+        s.credit(2, 0, 1);
+        let only_records = BudgetSpec {
+            records: spec().records,
+            bytes: None,
+        };
+        s.take(&only_records, Charge::new(2, 1_000_000))
+            .expect("bytes are not limited");
+        assert_eq!(s.held(), (0, 0));
+    }
+
+    #[test]
+    fn the_view_is_the_slice_plus_the_cluster_estimate_refilled_since() {
+        let s = Slice::new();
+        let t0 = 5_000_000_000;
+        s.credit(10, 0, t0);
+        s.note_cluster(20, 1000, t0);
+        let (r, _) = s.view(&spec(), t0);
+        assert_eq!(r.map(|v| v.available), Some(30));
+        // 100 ms later the cluster bucket gained 10 records.
+        let (r, _) = s.view(&spec(), t0 + 100_000_000);
+        assert_eq!(r.map(|v| v.available), Some(40));
+        assert_eq!(r.map(|v| v.full_in_ns), Some(600_000_000));
+        // Never above the burst.
+        let (r, _) = s.view(&spec(), t0 + 10_000_000_000);
+        assert_eq!(r.map(|v| v.available), Some(100));
+    }
+
+    #[test]
+    fn the_estimate_waits_for_the_refill_of_what_is_missing() {
+        let s = Slice::new();
+        let t0 = 5_000_000_000;
+        s.note_cluster(0, 1000, t0);
+        s.credit(3, 0, t0);
+        let e = s
+            .estimate(&spec(), Charge::new(8, 1), t0)
+            .expect_err("5 records short");
+        assert_eq!(e.dimension, Dimension::Records);
+        assert_eq!(e.wait_ns, 50_000_000, "5 records at 100/s");
+        assert!(s
+            .estimate(&spec(), Charge::new(8, 1), t0 + 50_000_000)
+            .is_ok());
+    }
+
+    #[test]
+    fn drain_empties_and_returns_what_was_held() {
+        let s = Slice::new();
+        s.credit(4, 40, 7);
+        assert_eq!(s.granted_at_ns(), 7);
+        assert_eq!(s.drain(), (4, 40));
+        assert_eq!(s.held(), (0, 0));
+    }
+
+    #[test]
+    fn every_mode_switch_moves_the_epoch_and_a_repeat_does_not() {
+        let sharing = Sharing::new(3);
+        assert_eq!(sharing.current(), (0, Mode::Share(3)));
+        sharing.set(Mode::Leased);
+        assert_eq!(sharing.current(), (1, Mode::Leased));
+        sharing.set(Mode::Leased);
+        assert_eq!(sharing.current(), (1, Mode::Leased));
+        sharing.set(Mode::Share(2));
+        assert_eq!(sharing.current(), (2, Mode::Share(2)));
+    }
+
+    #[test]
+    fn a_share_divides_rate_and_burst_and_keeps_at_least_one() {
+        let s = share_of(spec(), 3);
+        assert_eq!(s.records.map(|r| (r.per_sec, r.burst)), Some((33, 33)));
+        let tiny = share_of(
+            BudgetSpec {
+                records: Some(RateSpec {
+                    per_sec: 1,
+                    burst: 1,
+                }),
+                bytes: None,
+            },
+            5,
+        );
+        assert_eq!(tiny.records.map(|r| (r.per_sec, r.burst)), Some((1, 1)));
+    }
+}

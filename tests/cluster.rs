@@ -1,0 +1,603 @@
+//! Cluster mode against a real Redis: the lease scripts on their own (with a clock the test
+//! steps, passed as an argument, never Redis's TIME), then replicas sharing one tenant budget
+//! and the global budget within the stated bound, records and bytes charged together, Redis
+//! killed and restarted under load, and a replica that disappears without leaving.
+//!
+//! Replicas run in this process, on one mock Kafka cluster, all on one manual clock; the test
+//! hammers them step by step (advance the clock, send until every replica refuses), so the
+//! admitted totals depend on the budgets, not on how fast the machine is.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use floodgate::budget::{BudgetSpec, Clock, ManualClock, RateSpec};
+use floodgate::cluster::{Ask, RedisStore};
+use floodgate::config::Config;
+use serde_json::json;
+
+const TOPIC: &str = "test.cluster";
+
+fn prefix(test: &str) -> String {
+    format!("fgtest-{test}-{}", std::process::id())
+}
+
+fn store(prefix: &str, clock: &Arc<ManualClock>) -> RedisStore {
+    let clock: Arc<dyn Clock> = clock.clone();
+    RedisStore::new(
+        &redis_url(),
+        prefix,
+        Duration::from_millis(500),
+        Duration::from_millis(200),
+        Some(clock),
+    )
+    .expect("store")
+}
+
+fn spec(records: Option<(u64, u64)>, bytes: Option<(u64, u64)>) -> BudgetSpec {
+    let rate = |v: Option<(u64, u64)>| v.map(|(per_sec, burst)| RateSpec { per_sec, burst });
+    BudgetSpec {
+        records: rate(records),
+        bytes: rate(bytes),
+    }
+}
+
+fn ask(want: u64, min: u64) -> Ask {
+    Ask { want, min }
+}
+
+#[tokio::test]
+async fn lease_grants_what_the_bucket_holds_and_refills_with_the_clock() {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let s = store(&prefix("refill"), &clock);
+    s.connect().await.expect("redis");
+    let key = s.tenant_key("acme");
+    let budget = spec(Some((100, 50)), None);
+
+    let g = s
+        .lease(&key, &budget, ask(30, 1), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!((g.records, g.left_records, g.wait), (30, 20, None));
+    // Asking for more than is left grants what is left when the minimum is there.
+    let g = s
+        .lease(&key, &budget, ask(40, 5), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!((g.records, g.left_records), (20, 0));
+    // 100 ms at 100/s: 10 tokens back.
+    clock.advance_ms(100);
+    let g = s
+        .lease(&key, &budget, ask(40, 1), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(g.records, 10);
+    // Never above the burst, however long the wait.
+    clock.advance_ms(60_000);
+    let g = s
+        .lease(&key, &budget, ask(1000, 1), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(g.records, 50);
+}
+
+#[tokio::test]
+async fn a_short_lease_grants_nothing_in_either_bucket_and_says_how_long_to_wait() {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let s = store(&prefix("atomic"), &clock);
+    s.connect().await.expect("redis");
+    let key = s.tenant_key("acme");
+    let budget = spec(Some((100, 100)), Some((1000, 1000)));
+
+    // Empty the bytes bucket but for 100.
+    let g = s
+        .lease(&key, &budget, ask(1, 1), ask(900, 900))
+        .await
+        .expect("lease");
+    assert_eq!((g.records, g.bytes), (1, 900));
+    // Records are there, bytes are not: nothing is granted, records included.
+    let g = s
+        .lease(&key, &budget, ask(10, 10), ask(300, 300))
+        .await
+        .expect("lease");
+    assert_eq!((g.records, g.bytes), (0, 0));
+    assert_eq!((g.left_records, g.left_bytes), (99, 100));
+    // 200 bytes missing at 1000/s: 200 ms.
+    assert_eq!(g.wait, Some(Duration::from_millis(200)));
+    // The refusal charged nothing: all 99 records are still there.
+    let g = s
+        .lease(&key, &budget, ask(99, 99), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(g.records, 99);
+    // And at exactly the wait, the bytes are.
+    clock.advance_ms(200);
+    let g = s
+        .lease(&key, &budget, Ask::default(), ask(300, 300))
+        .await
+        .expect("lease");
+    assert_eq!((g.bytes, g.wait), (300, None));
+}
+
+#[tokio::test]
+async fn given_back_tokens_can_be_leased_again_and_a_budget_change_keeps_the_level() {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let s = store(&prefix("giveback"), &clock);
+    s.connect().await.expect("redis");
+    let key = s.tenant_key("acme");
+    let budget = spec(Some((10, 100)), None);
+
+    let g = s
+        .lease(&key, &budget, ask(100, 100), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(g.records, 100);
+    s.give_back(&key, &budget, 40, 0).await.expect("give back");
+    let g = s
+        .lease(&key, &budget, ask(100, 1), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(g.records, 40, "exactly what was given back");
+
+    // 60 left after a give-back of 60; then the budget changes to a burst of 30.
+    s.give_back(&key, &budget, 60, 0).await.expect("give back");
+    let smaller = spec(Some((1000, 30)), None);
+    let g = s
+        .lease(&key, &smaller, ask(1000, 1), Ask::default())
+        .await
+        .expect("lease");
+    assert_eq!(
+        g.records, 30,
+        "the level is kept, clamped to the new burst; never refilled"
+    );
+}
+
+#[tokio::test]
+async fn members_are_counted_from_heartbeats_and_lapse() {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let s = store(&prefix("members"), &clock);
+    s.connect().await.expect("redis");
+    let ttl = Duration::from_millis(2000);
+    assert_eq!(s.heartbeat("a", ttl, false).await.expect("hb"), 1);
+    assert_eq!(s.heartbeat("b", ttl, false).await.expect("hb"), 2);
+    clock.advance_ms(1500);
+    assert_eq!(s.heartbeat("b", ttl, false).await.expect("hb"), 2);
+    clock.advance_ms(600);
+    assert_eq!(
+        s.heartbeat("b", ttl, false).await.expect("hb"),
+        1,
+        "a lapsed"
+    );
+    assert_eq!(s.heartbeat("b", ttl, true).await.expect("hb"), 0, "b left");
+}
+
+/// A cluster member's configuration: tenant "acme" on `test.*`, Redis at `url` under `prefix`.
+fn member(bootstrap: &str, url: &str, prefix: &str, edit: impl Fn(&mut Config)) -> Config {
+    let mut cfg = config(bootstrap);
+    cfg.cluster.redis_url = Some(url.to_string());
+    cfg.cluster.key_prefix = prefix.to_string();
+    cfg.cluster.command_timeout_ms = 200;
+    edit(&mut cfg);
+    cfg
+}
+
+fn one_record() -> serde_json::Value {
+    json!({"records": [{"value": "x"}]})
+}
+
+/// Sends one-record async requests round-robin until every gateway has refused once;
+/// returns what each admitted. Any answer but 202 or 429 fails the test.
+async fn hammer(http: &reqwest::Client, urls: &[(String, &str)]) -> Vec<u64> {
+    let mut admitted = vec![0u64; urls.len()];
+    let mut refused = vec![false; urls.len()];
+    while refused.iter().any(|r| !r) {
+        for (i, (url, key)) in urls.iter().enumerate() {
+            if refused[i] {
+                continue;
+            }
+            let response = http
+                .post(format!("{url}?async=true"))
+                .bearer_auth(key)
+                .json(&one_record())
+                .send()
+                .await
+                .expect("sent");
+            match response.status().as_u16() {
+                202 => admitted[i] += 1,
+                429 => refused[i] = true,
+                other => panic!("unexpected {other}: {:?}", response.text().await),
+            }
+        }
+    }
+    admitted
+}
+
+/// Runs `steps` steps of `step_ms` and returns the admitted total of each step.
+async fn run_steps(
+    clock: &ManualClock,
+    http: &reqwest::Client,
+    urls: &[(String, &str)],
+    steps: usize,
+    step_ms: u64,
+) -> Vec<u64> {
+    let mut totals = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        clock.advance_ms(step_ms);
+        totals.push(hammer(http, urls).await.iter().sum());
+    }
+    totals
+}
+
+/// The most admitted in any window of `window` consecutive steps.
+fn worst_window(totals: &[u64], window: usize) -> u64 {
+    totals
+        .windows(window.min(totals.len()))
+        .map(|w| w.iter().sum())
+        .max()
+        .unwrap_or(0)
+}
+
+async fn metric(gw: &Gateway, name: &str) -> Option<f64> {
+    let text = reqwest::get(gw.admin_url("/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+async fn wait_for_metric(gw: &Gateway, name: &str, value: f64, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if metric(gw, name).await == Some(value) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{name} did not reach {value} within {within:?} (now {:?})",
+            metric(gw, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const RATE: u64 = 500;
+const BURST: u64 = 100;
+const STEP_MS: u64 = 20;
+
+fn limited(cfg: &mut Config) {
+    cfg.tenants[0].records_per_sec = Some(RATE);
+    cfg.tenants[0].records_burst = Some(BURST);
+}
+
+/// The stated bound for a window of `secs`: burst × (1 + ε) + rate × T.
+fn bound(secs: f64, epsilon: f64) -> f64 {
+    BURST as f64 * (1.0 + epsilon) + RATE as f64 * secs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("three");
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, limited);
+        gws.push(Gateway::start_clustered(cfg, clock.clone()).await);
+    }
+    let epsilon = 0.25; // [cluster] slice_fraction's default
+    for gw in &gws {
+        wait_for_metric(gw, "floodgate_cluster_members", 3.0, Duration::from_secs(5)).await;
+    }
+    let http = reqwest::Client::new();
+    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
+    let steps_per_sec = (1000 / STEP_MS) as usize;
+    let totals = run_steps(&clock, &http, &urls, 10 * steps_per_sec, STEP_MS).await;
+    for secs in [1usize, 5, 10] {
+        let worst = worst_window(&totals, secs * steps_per_sec) as f64;
+        let best_case_rate = RATE as f64 * secs as f64;
+        assert!(
+            worst <= bound(secs as f64, epsilon),
+            "{secs} s: {worst} admitted, bound {}",
+            bound(secs as f64, epsilon)
+        );
+        let least = totals
+            .windows(secs * steps_per_sec)
+            .map(|w| w.iter().sum::<u64>())
+            .min()
+            .unwrap_or(0) as f64;
+        assert!(
+            least >= 0.95 * best_case_rate,
+            "{secs} s: only {least} admitted (rate × T = {best_case_rate})"
+        );
+    }
+    // Redis was asked far less often than once per admitted request.
+    let admitted: u64 = totals.iter().sum();
+    let mut calls = 0.0;
+    for gw in &gws {
+        for outcome in ["granted", "refused"] {
+            calls += metric(
+                gw,
+                &format!(
+                    "floodgate_cluster_lease_calls_total{{scope=\"tenant\",outcome=\"{outcome}\"}}"
+                ),
+            )
+            .await
+            .unwrap_or(0.0);
+        }
+    }
+    assert!(calls > 0.0, "the replicas leased from Redis");
+    eprintln!("three replicas: {admitted} admitted, {calls} lease calls");
+
+    // The same through one replica only: the others' idle slices do not starve it.
+    clock.advance_ms(5_000);
+    let one = &urls[..1];
+    let totals = run_steps(&clock, &http, one, 5 * steps_per_sec, STEP_MS).await;
+    let total: u64 = totals.iter().sum();
+    assert!(
+        total as f64 <= bound(5.0, epsilon) && total as f64 >= 0.95 * RATE as f64 * 5.0,
+        "one replica over 5 s: {total}"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_fits_records_but_not_bytes_charges_nothing_cluster_wide() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("bytes");
+    let both = |cfg: &mut Config| {
+        cfg.tenants[0].records_per_sec = Some(100);
+        cfg.tenants[0].records_burst = Some(100);
+        cfg.tenants[0].bytes_per_sec = Some(1000);
+        cfg.tenants[0].bytes_burst = Some(1000);
+    };
+    let a = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis_url(), &p, both),
+        clock.clone(),
+    )
+    .await;
+    let b = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis_url(), &p, both),
+        clock.clone(),
+    )
+    .await;
+    // A spends most of the bytes: one record of 800 bytes.
+    let big = json!({"records": [{"value": "v".repeat(800)}]});
+    let (s, _, body) = post_json(&format!("{}?async=true", a.url(TOPIC)), KEY, &big).await;
+    assert_eq!(s, 202, "{body}");
+    // A leaves (giving back its unspent slice), so no refill of A's moves the shared state
+    // while B is being tested.
+    a.shutdown().await;
+    let redis = redis::Client::open(redis_url()).expect("client");
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let key = format!("{{{p}:tenant:acme}}");
+    let before: Option<String> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("r_tat")
+        .query_async(&mut conn)
+        .await
+        .expect("hget");
+    // B (which holds no slice yet) gets one record of 400 bytes: the records are there, the
+    // bytes are not.
+    let (s, h, body) = post_json(
+        &format!("{}?async=true", b.url(TOPIC)),
+        KEY,
+        &json!({"records": [{"value": "v".repeat(400)}]}),
+    )
+    .await;
+    assert_eq!(
+        (s, body["reason"].as_str()),
+        (429, Some("tenant_bytes")),
+        "{body}"
+    );
+    let wait = body["retry_after_ms"].as_u64().unwrap_or(0);
+    assert!(
+        (1..=400).contains(&wait),
+        "Retry-After from the shared state: {wait} ms"
+    );
+    assert!(h.contains_key("ratelimit"));
+    let after: Option<String> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("r_tat")
+        .query_async(&mut conn)
+        .await
+        .expect("hget");
+    assert_eq!(
+        before, after,
+        "the records bucket was not charged for the refused request"
+    );
+    // After the wait it is admitted (plus the JSON around the value: the early check counts
+    // the declared body length, 26 bytes more, before the body is read).
+    clock.advance_ms(wait + 26);
+    let (s, _, body) = post_json(
+        &format!("{}?async=true", b.url(TOPIC)),
+        KEY,
+        &json!({"records": [{"value": "v".repeat(400)}]}),
+    )
+    .await;
+    assert_eq!(s, 202, "{body}");
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_budget_holds_for_tenants_on_different_replicas() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("global");
+    let two_tenants = |cfg: &mut Config| {
+        cfg.tenants
+            .push(tenant("other", "test-key-other", &["test.*"]));
+        cfg.global.records_per_sec = Some(RATE);
+        cfg.global.records_burst = Some(BURST);
+    };
+    let a = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis_url(), &p, two_tenants),
+        clock.clone(),
+    )
+    .await;
+    let b = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis_url(), &p, two_tenants),
+        clock.clone(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), "test-key-other")];
+    let steps_per_sec = (1000 / STEP_MS) as usize;
+    let totals = run_steps(&clock, &http, &urls, 5 * steps_per_sec, STEP_MS).await;
+    let total: u64 = totals.iter().sum();
+    assert!(
+        total as f64 <= bound(5.0, 0.25),
+        "two tenants on two replicas admitted {total} over 5 s against a global {RATE}/s"
+    );
+    assert!(total as f64 >= 0.95 * RATE as f64 * 5.0, "{total}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_serve_their_local_share_while_redis_is_down_and_share_again_when_it_is_back() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut redis = OwnRedis::start();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("outage");
+    let fast = |cfg: &mut Config| {
+        limited(cfg);
+        cfg.cluster.heartbeat_ms = 200;
+        cfg.cluster.member_ttl_ms = 1000;
+    };
+    let a = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis.url(), &p, fast),
+        clock.clone(),
+    )
+    .await;
+    let b = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis.url(), &p, fast),
+        clock.clone(),
+    )
+    .await;
+    for gw in [&a, &b] {
+        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
+    }
+    let http = reqwest::Client::new();
+    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
+    let steps_per_sec = (1000 / STEP_MS) as usize;
+    run_steps(&clock, &http, &urls, steps_per_sec, STEP_MS).await;
+
+    redis.kill();
+    let mut noticed = Duration::ZERO;
+    for gw in [&a, &b] {
+        noticed = noticed.max(
+            wait_for_metric(
+                gw,
+                "floodgate_cluster_degraded",
+                1.0,
+                Duration::from_secs(5),
+            )
+            .await,
+        );
+    }
+    // Each replica admits its share: rate / 2 and burst / 2, so the pair at most the budget.
+    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
+    let during: u64 = totals.iter().sum();
+    assert!(
+        during as f64 <= RATE as f64 * 2.0 + BURST as f64,
+        "{during} admitted in 2 s with Redis down"
+    );
+    assert!(
+        during as f64 >= 0.95 * RATE as f64 * 2.0,
+        "kept serving: {during}"
+    );
+
+    redis.restart();
+    let mut resumed = Duration::ZERO;
+    for gw in [&a, &b] {
+        resumed = resumed.max(
+            wait_for_metric(
+                gw,
+                "floodgate_cluster_degraded",
+                0.0,
+                Duration::from_secs(10),
+            )
+            .await,
+        );
+    }
+    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
+    let after: u64 = totals.iter().sum();
+    assert!(
+        after as f64 <= bound(2.0, 0.25),
+        "{after} admitted in 2 s after recovery"
+    );
+    assert!(after as f64 >= 0.95 * RATE as f64 * 2.0, "{after}");
+    eprintln!("outage noticed within {noticed:?}, shared mode back within {resumed:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_vanishes_leaves_the_others_the_whole_rate() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("vanish");
+    let fast = |cfg: &mut Config| {
+        limited(cfg);
+        cfg.cluster.heartbeat_ms = 200;
+        cfg.cluster.member_ttl_ms = 1000;
+    };
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, fast);
+        gws.push(Gateway::start_clustered(cfg, clock.clone()).await);
+    }
+    for gw in &gws {
+        wait_for_metric(gw, "floodgate_cluster_members", 3.0, Duration::from_secs(5)).await;
+    }
+    let http = reqwest::Client::new();
+    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
+    let steps_per_sec = (1000 / STEP_MS) as usize;
+    run_steps(&clock, &http, &urls, steps_per_sec, STEP_MS).await;
+    // The third replica disappears without leaving (no give-back, no goodbye), holding
+    // whatever slice it had.
+    let gone = gws.pop().expect("three");
+    gone.abort();
+    // Members lapse by the shared clock: past their time-to-live, only the two that still
+    // send heartbeats count.
+    clock.advance_ms(1100);
+    let started = Instant::now();
+    for gw in &gws {
+        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
+    }
+    let recounted = started.elapsed();
+    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
+    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
+    let total: u64 = totals.iter().sum();
+    assert!(
+        total as f64 >= 0.95 * RATE as f64 * 2.0,
+        "the two left admitted {total} in 2 s (rate × T = {})",
+        RATE * 2
+    );
+    assert!(total as f64 <= bound(2.0, 0.25), "{total}");
+    eprintln!("members recounted {recounted:?} after the replica vanished");
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
