@@ -48,8 +48,17 @@ pub struct BucketsView {
 /// Cluster mode: tokens a request needs from the shared budget before it can be admitted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseNeed {
+    /// The whole request.
+    pub charge: Charge,
+    /// What the tenant's slice lacks for it, and the global slice.
     pub tenant: Option<Missing>,
     pub global: Option<Missing>,
+}
+
+impl LeaseNeed {
+    fn any(&self) -> bool {
+        self.tenant.is_some() || self.global.is_some()
+    }
 }
 
 /// Why `admit` did not admit: a denial the client hears, or (cluster mode) a slice to refill
@@ -126,6 +135,7 @@ impl Admission {
             self.global.take(now, charge).map_err(|short| match short {
                 Short::Wait(g) => Blocked::Denied(refused(global_reason(g), g.wait_ns)),
                 Short::Lease(m) => Blocked::Lease(LeaseNeed {
+                    charge,
                     tenant: None,
                     global: Some(m),
                 }),
@@ -198,10 +208,11 @@ impl Admission {
             return Err(self.buffer_refusal(Reason::TenantBuffer).into());
         }
         let need = LeaseNeed {
+            charge,
             tenant: pending.as_ref().err().and_then(lease_of),
             global: global.as_ref().err().and_then(lease_of),
         };
-        if need != LeaseNeed::default() {
+        if need.any() {
             if !self.buffer.has_room(charge) {
                 return Err(self.buffer_refusal(Reason::BufferFull).into());
             }

@@ -87,6 +87,9 @@ pub struct Cluster {
     global: Arc<GlobalBudget>,
     clock: Arc<dyn Clock>,
     settings: Settings,
+    /// One request-path lease at a time per slice: requests that find the same slice empty
+    /// wait for the first one's lease and use its tokens, instead of all asking Redis.
+    in_flight: std::sync::Mutex<HashMap<usize, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A slice the agent looks after: whose, the tenant (for its lock), the slice, its budget.
@@ -118,7 +121,21 @@ impl Cluster {
             global,
             clock,
             settings,
+            in_flight: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The request-path lease lock of one slice (forgotten once nobody holds it).
+    fn lease_lock(&self, slice: &Arc<Slice>) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks
+            .entry(Arc::as_ptr(slice) as usize)
+            .or_default()
+            .clone()
     }
 
     pub fn replica_id(&self) -> &str {
@@ -416,6 +433,11 @@ impl Cluster {
             let Some(slice) = slice else {
                 return Ok(()); // the mode changed meanwhile
             };
+            let lock = self.lease_lock(&slice);
+            let _one_lease_at_a_time = lock.lock().await;
+            if slice.missing(&spec, need.charge).is_none() {
+                return Ok(()); // another request's lease brought enough
+            }
             let key = self.store.tenant_key(tenant.id.as_str());
             let (records, bytes) = asks(&slice, &spec, missing);
             match self
@@ -440,6 +462,11 @@ impl Cluster {
                 return Ok(());
             };
             let spec = self.global.spec();
+            let lock = self.lease_lock(&slice);
+            let _one_lease_at_a_time = lock.lock().await;
+            if slice.missing(&spec, need.charge).is_none() {
+                return Ok(());
+            }
             let (records, bytes) = asks(&slice, &spec, missing);
             let key = self.store.global_key();
             if let Ok(Some((wait, dimension))) = self
