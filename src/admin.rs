@@ -32,6 +32,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/admin/tenants/{id}/keys", &["post"]),
     ("/admin/tenants/{id}/keys/{key_id}", &["delete"]),
     ("/admin/global", &["get", "put"]),
+    ("/admin/audit", &["get"]),
 ];
 
 fn route(path: &str) -> MethodRouter<Arc<AppState>> {
@@ -47,6 +48,7 @@ fn route(path: &str) -> MethodRouter<Arc<AppState>> {
         "/admin/tenants/{id}/keys" => axum::routing::post(api::issue_key),
         "/admin/tenants/{id}/keys/{key_id}" => axum::routing::delete(api::revoke_key),
         "/admin/global" => get(api::get_global).put(api::put_global),
+        "/admin/audit" => get(api::audit),
         _ => MethodRouter::new(),
     }
 }
@@ -145,6 +147,12 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
         return Readiness::NotReady {
             reason: "shutting_down",
             detail: "floodgate is draining".into(),
+        };
+    }
+    if !app.registry.is_loaded() {
+        return Readiness::NotReady {
+            reason: "registry_loading",
+            detail: "the tenant registry is still being read from the registry topic".into(),
         };
     }
     let buffer = &app.ingest.admission.buffer;

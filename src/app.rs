@@ -16,14 +16,16 @@ use crate::config::Config;
 use crate::ingest::Ingest;
 use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, ProducerError, TopicCatalog};
 use crate::metrics::Metrics;
-use crate::registry::{InMemory, Persistence, RegistryError, RegistryStore, StateFile};
+use crate::registry::{
+    InMemory, Persistence, RegistryError, RegistryLog, RegistryStore, StateFile,
+};
 
 #[derive(Debug)]
 pub struct AppState {
     /// The produce path: tenants, admission, Kafka, request bounds.
     pub ingest: Ingest,
     /// The registry's source of truth; every admin change and reload goes through it.
-    pub registry: RegistryStore,
+    pub registry: Arc<RegistryStore>,
     /// Who may call the admin API.
     pub admin: AdminAccess,
     /// Prometheus metrics (read from live state at scrape time).
@@ -79,7 +81,21 @@ impl AppState {
             Some(path) => Box::new(StateFile::open(path)?),
             None => Box::new(InMemory),
         };
-        let registry = RegistryStore::open(config, persistence, clock.clone())?;
+        let replica_id =
+            crate::cluster::Settings::from_config(&config.cluster, cluster_setup.produce_port)
+                .replica_id;
+        let registry = Arc::new(if config.cluster.shared_registry {
+            let log = RegistryLog::new(
+                crate::kafka::connection_config(&config.kafka),
+                &config.cluster.registry_topic,
+                Duration::from_millis(config.cluster.registry_write_timeout_ms),
+                config.cluster.registry_replication,
+            )
+            .map_err(|e| RegistryError::Shared(e.to_string()))?;
+            RegistryStore::shared(config, log, &replica_id, clock.clone(), true)
+        } else {
+            RegistryStore::open(config, persistence, clock.clone())?
+        });
         let buffer = Arc::new(Buffer::new(
             config.buffer.max_bytes,
             config.buffer.max_records,

@@ -402,6 +402,17 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     /// A replica not heard from for this long no longer counts as a member, in milliseconds.
     pub member_ttl_ms: u64,
+    /// Keep the tenant registry in a compacted Kafka topic shared by every replica, instead
+    /// of this replica's configuration file and state file.
+    pub shared_registry: bool,
+    /// The registry's topic (created at start-up when missing: compacted, one partition).
+    pub registry_topic: String,
+    /// Replication factor of the registry topic when floodgate creates it; unset: as many
+    /// brokers as the cluster has, at most 3.
+    pub registry_replication: Option<u16>,
+    /// How long an admin change waits for Kafka to take it (and for this replica to read it
+    /// back) before answering 503, in milliseconds.
+    pub registry_write_timeout_ms: u64,
 }
 
 impl ClusterConfig {
@@ -445,6 +456,30 @@ impl ClusterConfig {
                 "must be 1 to 128 characters of a-z A-Z 0-9 - _ . :",
             ));
         }
+        if self.registry_topic.is_empty()
+            || self.registry_topic.len() > 249
+            || !self
+                .registry_topic
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            problems.push(ConfigProblem::new(
+                "cluster.registry_topic",
+                "must be a Kafka topic name: 1 to 249 characters of a-z A-Z 0-9 - _ .",
+            ));
+        }
+        if self.registry_replication == Some(0) {
+            problems.push(ConfigProblem::new(
+                "cluster.registry_replication",
+                "must be at least 1",
+            ));
+        }
+        if self.registry_write_timeout_ms == 0 {
+            problems.push(ConfigProblem::new(
+                "cluster.registry_write_timeout_ms",
+                "must be at least 1",
+            ));
+        }
         if self.member_ttl_ms <= self.heartbeat_ms {
             problems.push(ConfigProblem::new(
                 "cluster.member_ttl_ms",
@@ -468,6 +503,10 @@ impl Default for ClusterConfig {
             slice_ttl_ms: 1000,
             heartbeat_ms: 500,
             member_ttl_ms: 2000,
+            shared_registry: false,
+            registry_topic: "_floodgate_registry".into(),
+            registry_replication: None,
+            registry_write_timeout_ms: 5000,
         }
     }
 }
@@ -480,6 +519,8 @@ impl std::fmt::Debug for ClusterConfig {
             .field("replica_id", &self.replica_id)
             .field("key_prefix", &self.key_prefix)
             .field("slice_fraction", &self.slice_fraction)
+            .field("shared_registry", &self.shared_registry)
+            .field("registry_topic", &self.registry_topic)
             .finish_non_exhaustive()
     }
 }

@@ -82,6 +82,12 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
     };
     let response = if state.is_draining() {
         ApiError::ShuttingDown.into_response()
+    } else if !state.registry.is_loaded() {
+        // Tenants are not known yet: not a 401 for a key that may well be valid.
+        ApiError::KafkaUnavailable(
+            "the tenant registry is still being read from Kafka; retry shortly".into(),
+        )
+        .into_response()
     } else {
         next.run(request).await
     };

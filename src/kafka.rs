@@ -14,5 +14,5 @@ mod stats;
 pub use catalog::{Reachability, TopicCatalog, TopicInfo};
 pub use delivery::{Batch, DeliveryFailure, FailureCounter, FailureKind, Outcome};
 pub use producer::{KafkaProducer, ProducerError};
-pub use settings::client_config;
+pub use settings::{client_config, connection_config};
 pub use stats::{BrokerStats, ErrorLabels, KafkaMetrics, KafkaStats};

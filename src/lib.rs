@@ -147,6 +147,11 @@ pub async fn run(
     // Dropping this future (an embedder giving up on it) stops what it started, as a killed
     // process would: no drain, no goodbyes.
     let mut tasks = AbortOnDrop(Vec::new());
+    // A shared registry is read (and followed) from the registry topic; readiness says
+    // `registry_loading` until it has caught up.
+    tasks
+        .0
+        .push(tokio::spawn(state.registry.clone().follow()).abort_handle());
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
         cluster.join().await;

@@ -40,6 +40,23 @@ enum Command {
     CheckConfig,
     /// Run on an in-process Kafka-protocol broker with a demo tenant (data in memory only).
     Dev,
+    /// Move the tenant registry between a state file and the shared registry topic
+    /// (`[kafka]` and `[cluster] registry_topic` of the configuration say where it is).
+    Registry {
+        #[command(subcommand)]
+        action: RegistryAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum RegistryAction {
+    /// Print the registry topic's registry as a state file (JSON) on standard output.
+    Export,
+    /// Write a state file's registry to the topic (only what differs; audited as an import).
+    Import {
+        /// The state file (as written by `[admin] state_file` or by `export`).
+        file: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -66,6 +83,18 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_CONFIG)
             }
         },
+        Command::Registry { action } => {
+            let config = match Config::load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => {
+                    for p in &e.problems {
+                        eprintln!("{}: {p}", cli.config.display());
+                    }
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            registry_command(&config, action)
+        }
         Command::Dev => {
             // The dev setup needs no file; use the given one only if it exists.
             let mut config = if cli.config.exists() {
@@ -95,6 +124,49 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn registry_command(config: &Config, action: RegistryAction) -> ExitCode {
+    use floodgate::registry::{transfer, Persistence, StateFile};
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match action {
+            RegistryAction::Export => {
+                let state = transfer::export(config).await?;
+                let text = serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?;
+                println!("{text}");
+                Ok(())
+            }
+            RegistryAction::Import { file } => {
+                let state = StateFile::open(&file)
+                    .and_then(|f| f.load())
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("{}: no registry in this file", file.display()))?;
+                let n = transfer::import(config, state).await?;
+                eprintln!(
+                    "imported into {} ({n} tenants)",
+                    config.cluster.registry_topic
+                );
+                Ok::<(), String>(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("floodgate registry: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -60,6 +60,11 @@ pub enum ApiError {
     },
     /// Admin API: the change was valid but could not be persisted, so it was not applied.
     StateNotSaved,
+    /// Admin API (shared registry): another change of the same key came first.
+    Conflict {
+        key: String,
+        current_version: u64,
+    },
 }
 
 impl ApiError {
@@ -110,6 +115,13 @@ impl From<ChangeError> for ApiError {
             ChangeError::TenantNotFound(id) => Self::TenantNotFound(id),
             ChangeError::KeyNotFound(id) => Self::KeyNotFound(id),
             ChangeError::NotSaved(_) => Self::StateNotSaved,
+            ChangeError::Conflict { key, current } => Self::Conflict {
+                key,
+                current_version: current,
+            },
+            ChangeError::Unavailable(d) => Self::KafkaUnavailable(format!(
+                "the change was not applied: {d}; retry when Kafka is reachable"
+            )),
         }
     }
 }
@@ -139,6 +151,7 @@ impl ApiError {
             Self::KeyNotFound(_) => "key_not_found",
             Self::InvalidField { .. } => "invalid_field",
             Self::StateNotSaved => "state_not_saved",
+            Self::Conflict { .. } => "conflict",
         }
     }
 
@@ -148,6 +161,7 @@ impl ApiError {
             Self::TenantNotFound(_) | Self::KeyNotFound(_) => StatusCode::NOT_FOUND,
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::InvalidTopic(_) | Self::Malformed(_) | Self::InvalidRecord(_) => {
                 StatusCode::BAD_REQUEST
             }
@@ -207,6 +221,13 @@ impl ApiError {
             Self::StateNotSaved => {
                 "the change could not be saved to the state file, so it was not applied".into()
             }
+            Self::Conflict {
+                key,
+                current_version,
+            } => format!(
+                "{key} was changed by another change first (now version {current_version}); \
+                 nothing was applied: read it again and retry"
+            ),
         }
     }
 }
@@ -260,6 +281,16 @@ impl IntoResponse for ApiError {
             Self::InvalidField { field, .. } => (
                 status,
                 Json(json!({"error": self.code(), "field": field, "detail": self.detail()})),
+            )
+                .into_response(),
+            Self::Conflict {
+                current_version, ..
+            } => (
+                status,
+                Json(
+                    json!({"error": self.code(), "current_version": current_version,
+                    "detail": self.detail()}),
+                ),
             )
                 .into_response(),
             _ => (

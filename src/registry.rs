@@ -7,20 +7,36 @@
 //! global budget change together, after the state is saved. A change that is invalid or cannot
 //! be saved changes nothing anywhere. Each change is one audit event.
 //!
+//! **Shared registry** (`[cluster] shared_registry`): the state lives in a compacted Kafka topic
+//! (see [`log`]) instead of a file. A change is written there and answered once this replica
+//! has read it back and every replica would apply it the same way ([`shared`]); the follower
+//! task applies every entry, from any replica, to the live registry.
+//!
 //! Layer: registry. Imports configuration, tenants and the budget; knows nothing of HTTP (the
 //! admin API maps [`ChangeError`] to its answers) nor of where the state is kept (the
-//! [`Persistence`] seam).
+//! [`Persistence`] seam, or the registry topic).
 
 mod audit;
+mod log;
 mod persist;
+mod shared;
 mod state;
+pub mod transfer;
 
 pub use audit::Actor;
+pub use log::{Entry, EntryKey, LogError, RegistryLog};
 pub use persist::{InMemory, Persistence, StateFile};
+pub use shared::{AuditEntry, Rejection};
 pub use state::{FileChanges, FilePart, RegistryState, VERSION};
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::Message as _;
+use shared::Shared;
 
 use crate::budget::{Clock, GlobalBudget};
 use crate::config::{Config, ConfigProblem};
@@ -37,6 +53,8 @@ pub enum RegistryError {
     Corrupt(PathBuf, String),
     #[error("the registry is invalid: {0}")]
     Invalid(ConfigProblem),
+    #[error("the shared registry cannot be used: {0}")]
+    Shared(String),
 }
 
 /// Why a change was not made. Nothing was changed in any of these cases.
@@ -50,12 +68,28 @@ pub enum ChangeError {
     KeyNotFound(String),
     #[error("the change could not be saved, so it was not applied: {0}")]
     NotSaved(String),
+    /// Shared registry: another change of the same key came first.
+    #[error("{key} was changed by another change first; its version is now {current}: read it again and retry")]
+    Conflict { key: String, current: u64 },
+    /// Shared registry: Kafka did not take the change (or this replica could not read it back)
+    /// in time; it may still apply later.
+    #[error("the registry topic could not be written: {0}")]
+    Unavailable(String),
+}
+
+/// Where the registry is kept.
+#[derive(Debug)]
+enum Backend {
+    /// This replica's state file (or memory).
+    Local(Box<dyn Persistence>),
+    /// The registry topic, shared by every replica.
+    Shared(Box<Shared>),
 }
 
 #[derive(Debug)]
 pub struct RegistryStore {
     state: tokio::sync::Mutex<RegistryState>,
-    persistence: Box<dyn Persistence>,
+    backend: Backend,
     tenants: Arc<Tenants>,
     global: Arc<GlobalBudget>,
     clock: Arc<dyn Clock>,
@@ -87,11 +121,243 @@ impl RegistryStore {
         tracing::info!(tenants = state.tenants.len(), "tenant registry loaded");
         Ok(Self {
             state: tokio::sync::Mutex::new(state),
-            persistence,
+            backend: Backend::Local(persistence),
             tenants: Arc::new(Tenants::new(registry)),
             global: Arc::new(global),
             clock,
         })
+    }
+
+    /// A registry kept in the registry topic: empty until [`RegistryStore::follow`] has read
+    /// the topic (an empty topic is first seeded with the configuration file's part).
+    pub fn shared(
+        config: &Config,
+        log: RegistryLog,
+        replica: &str,
+        clock: Arc<dyn Clock>,
+        seed: bool,
+    ) -> Self {
+        let state = RegistryState {
+            version: VERSION,
+            ..RegistryState::default()
+        };
+        let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
+        Self {
+            state: tokio::sync::Mutex::new(state),
+            backend: Backend::Shared(Box::new(Shared::new(
+                log,
+                replica.to_string(),
+                seed.then(|| FilePart::of(config)),
+            ))),
+            tenants: Arc::new(Tenants::new(Registry::default())),
+            global: Arc::new(global),
+            clock,
+        }
+    }
+
+    /// False while a shared registry has not yet read the topic up to its end as found at
+    /// start-up; a local one is always loaded.
+    pub fn is_loaded(&self) -> bool {
+        match &self.backend {
+            Backend::Local(_) => true,
+            Backend::Shared(s) => s.loaded.load(Ordering::Acquire),
+        }
+    }
+
+    /// The shared registry's recent changes at or after offset `since` (`None` for a local
+    /// registry, whose audit events are in the log only).
+    pub fn audit_since(&self, since: i64) -> Option<Vec<AuditEntry>> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Shared(s) => Some(s.audit_since(since)),
+        }
+    }
+
+    /// Waits until a shared registry has read the topic to its end (at most `within`).
+    pub async fn wait_loaded(&self, within: Duration) -> bool {
+        let started = std::time::Instant::now();
+        while !self.is_loaded() {
+            if started.elapsed() >= within {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    /// Shared registry: reads the topic from its start and applies every entry, for as long
+    /// as the process runs. Returns at once for a local registry.
+    pub async fn follow(self: Arc<Self>) {
+        let Backend::Shared(shared) = &self.backend else {
+            return;
+        };
+        let mut pause = Duration::from_millis(100);
+        // Until the topic exists and its end is known; Kafka may be away at start-up.
+        let (reader, end) = loop {
+            match self.open_reader(shared).await {
+                Ok(found) => break found,
+                Err(e) => {
+                    tracing::warn!(error = %e, topic = shared.log.topic(),
+                        "registry topic not readable yet; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        tracing::info!(
+            topic = shared.log.topic(),
+            end,
+            "reading the tenant registry"
+        );
+        if end <= 0 {
+            shared.loaded.store(true, Ordering::Release);
+            tracing::info!(
+                "tenant registry loaded (empty topic; seeded from the configuration file)"
+            );
+        }
+        loop {
+            match reader.recv().await {
+                Ok(message) => {
+                    let offset = message.offset();
+                    let entry = Entry::decode(&message);
+                    drop(message);
+                    self.apply_entry(shared, offset, entry).await;
+                    let _ = shared.applied.send(offset + 1);
+                    if offset + 1 >= end && !shared.loaded.swap(true, Ordering::AcqRel) {
+                        tracing::info!(
+                            tenants = self.tenants.load().tenants().count(),
+                            "tenant registry loaded from the registry topic"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "registry topic read failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// Creates the topic if needed, seeds an empty one, and returns a reader with the end
+    /// offset to catch up with.
+    async fn open_reader(&self, shared: &Shared) -> Result<(StreamConsumer, i64), LogError> {
+        shared.log.ensure_topic().await?;
+        let reader = shared.log.reader(&shared.replica)?;
+        let mut end = shared.log.end_offset(&reader).await?;
+        if let (0, Some(seed)) = (end, &shared.seed) {
+            // First start of the cluster: the configuration file's part seeds the topic.
+            // Replicas starting together may both seed; every entry is made from version 0,
+            // so the second of each key is refused by every replica alike.
+            let mut seeded = RegistryState {
+                version: VERSION,
+                ..RegistryState::default()
+            };
+            seeded.apply_file(seed.clone());
+            let empty = RegistryState {
+                version: VERSION,
+                ..RegistryState::default()
+            };
+            let entries =
+                shared::entries(&empty, &seeded, "seed", "registry.seed", &shared.replica);
+            if !entries.is_empty() {
+                shared.log.write(&entries).await?;
+                end = shared.log.end_offset(&reader).await?.max(1);
+            }
+        }
+        Ok((reader, end))
+    }
+
+    /// Applies one entry read from the topic, the same way on every replica.
+    async fn apply_entry(
+        &self,
+        shared: &Shared,
+        offset: i64,
+        entry: Result<Entry, log::Malformed>,
+    ) {
+        let mut current = self.state.lock().await;
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(offset, error = %e, "registry topic: a record that is not a registry entry; skipped");
+                let rejection = Rejection::Malformed(e.0.clone());
+                shared.remember(
+                    offset,
+                    Err(rejection.clone()),
+                    AuditEntry {
+                        offset,
+                        key: String::new(),
+                        actor: String::new(),
+                        action: String::new(),
+                        replica: String::new(),
+                        base_version: 0,
+                        version: None,
+                        outcome: rejection.describe(),
+                        before: serde_json::Value::Null,
+                        after: serde_json::Value::Null,
+                    },
+                );
+                return;
+            }
+        };
+        let mut next = current.clone();
+        let outcome = shared::apply(&mut next, &entry).and_then(|()| {
+            if let Some(p) = next.problems().into_iter().next() {
+                return Err(Rejection::Invalid(p.to_string()));
+            }
+            let plan =
+                Registry::plan(&next.configs()).map_err(|p| Rejection::Invalid(p.to_string()))?;
+            let global = next
+                .global
+                .spec()
+                .map_err(|p| Rejection::Invalid(p.to_string()))?;
+            Ok((plan, global))
+        });
+        let audit = AuditEntry {
+            offset,
+            key: entry.key.as_string(),
+            actor: entry.actor.clone(),
+            action: entry.action.clone(),
+            replica: entry.replica.clone(),
+            base_version: entry.base,
+            version: outcome.is_ok().then_some(entry.base + 1),
+            outcome: match &outcome {
+                Ok(_) => "applied".into(),
+                Err(r) => r.describe(),
+            },
+            before: shared::value_of(&current, &entry.key),
+            after: shared::value_of(&next, &entry.key),
+        };
+        match outcome {
+            Ok((plan, global)) => {
+                self.install(&next, plan, global);
+                if entry.replica == shared.replica {
+                    audit::record(&Actor::new(&entry.actor), &entry.action, &current, &next);
+                }
+                *current = next;
+                shared.remember(offset, Ok(()), audit);
+            }
+            Err(rejection) => {
+                if matches!(rejection, Rejection::Malformed(_)) {
+                    tracing::warn!(offset, key = %audit.key, error = %rejection.describe(),
+                        "registry topic: entry skipped");
+                }
+                shared.remember(offset, Err(rejection), audit);
+            }
+        }
+    }
+
+    /// Makes `next` the live registry and global budget.
+    fn install(
+        &self,
+        next: &RegistryState,
+        plan: crate::tenant::RegistryPlan,
+        global: crate::budget::BudgetSpec,
+    ) {
+        let now = self.clock.now_ns();
+        self.tenants.replace(plan.build(&self.tenants.load(), now));
+        self.global.set_spec(global, now);
+        self.global
+            .set_visible_to_tenants(!next.global.hide_from_tenants);
     }
 
     /// The live registry requests read.
@@ -130,6 +396,12 @@ impl RegistryStore {
         action: &str,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
     ) -> Result<T, E> {
+        let persistence = match &self.backend {
+            Backend::Local(p) => p,
+            Backend::Shared(shared) => {
+                return self.change_shared(shared, actor, action, edit).await
+            }
+        };
         let mut current = self.state.lock().await;
         let mut next = current.clone();
         let out = edit(&mut next)?;
@@ -138,17 +410,78 @@ impl RegistryStore {
         }
         let plan = Registry::plan(&next.configs()).map_err(ChangeError::Invalid)?;
         let global = next.global.spec().map_err(ChangeError::Invalid)?;
-        if let Err(e) = self.persistence.save(&next) {
+        // Versions count changes per key, as the shared registry does (for If-Match); a
+        // local registry's versions start again at 0 with the process.
+        for entry in shared::entries(&current, &next, "", "", "") {
+            next.versions.insert(entry.key.as_string(), entry.base + 1);
+        }
+        if let Err(e) = persistence.save(&next) {
             tracing::error!(error = %e, action, "registry change not saved, not applied");
             return Err(ChangeError::NotSaved(e.to_string()).into());
         }
-        let now = self.clock.now_ns();
-        self.tenants.replace(plan.build(&self.tenants.load(), now));
-        self.global.set_spec(global, now);
-        self.global
-            .set_visible_to_tenants(!next.global.hide_from_tenants);
+        self.install(&next, plan, global);
         audit::record(actor, action, &current, &next);
         *current = next;
+        Ok(out)
+    }
+
+    /// A change of the shared registry: validated here, written to the topic, answered when
+    /// this replica has read it back (applied, or refused by the rules every replica follows).
+    async fn change_shared<T, E: From<ChangeError>>(
+        &self,
+        shared: &Shared,
+        actor: &Actor,
+        action: &str,
+        edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if !shared.loaded.load(Ordering::Acquire) {
+            return Err(ChangeError::Unavailable(
+                "the registry is still being read from Kafka".into(),
+            )
+            .into());
+        }
+        let _one_writer = shared.writer.lock().await;
+        let current = self.state.lock().await.clone();
+        let mut next = current.clone();
+        let out = edit(&mut next)?;
+        if let Some(p) = next.problems().into_iter().next() {
+            return Err(ChangeError::Invalid(p).into());
+        }
+        Registry::plan(&next.configs()).map_err(ChangeError::Invalid)?;
+        next.global.spec().map_err(ChangeError::Invalid)?;
+        let entries = shared::entries(&current, &next, actor.as_str(), action, &shared.replica);
+        if entries.is_empty() {
+            return Ok(out);
+        }
+        let offsets = shared.log.write(&entries).await.map_err(|e| {
+            tracing::error!(error = %e, action, "registry change not written, not applied");
+            ChangeError::Unavailable(e.to_string())
+        })?;
+        let last = offsets.iter().copied().max().unwrap_or(0);
+        let mut applied = shared.applied.subscribe();
+        let read_back = tokio::time::timeout(
+            shared.log.write_timeout,
+            applied.wait_for(|next_offset| *next_offset > last),
+        )
+        .await;
+        if !matches!(read_back, Ok(Ok(_))) {
+            return Err(ChangeError::Unavailable(format!(
+                "the change was written (offset {last}) but not read back within {:?}; it applies when it is",
+                shared.log.write_timeout
+            ))
+            .into());
+        }
+        for offset in offsets {
+            match shared.outcome(offset) {
+                Some(Ok(())) | None => {}
+                Some(Err(Rejection::Stale { key, current })) => {
+                    return Err(ChangeError::Conflict { key, current }.into())
+                }
+                Some(Err(Rejection::Invalid(d) | Rejection::Malformed(d))) => {
+                    return Err(ChangeError::Invalid(ConfigProblem::new("registry", d)).into())
+                }
+            }
+        }
         Ok(out)
     }
 }

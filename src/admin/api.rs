@@ -68,6 +68,8 @@ pub fn key_id(digest_hex: &str) -> String {
 /// A tenant's configuration and live state.
 #[derive(Serialize)]
 struct TenantView {
+    /// The tenant's version: send it back as `If-Match` to change it only if nobody else has.
+    version: u64,
     #[serde(flatten)]
     config: TenantBody,
     keys: Vec<KeyView>,
@@ -145,7 +147,7 @@ fn not_found(id: &str) -> ApiError {
     ChangeError::TenantNotFound(id.to_string()).into()
 }
 
-fn view(app: &AppState, config: &TenantConfig) -> TenantView {
+fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
     use std::sync::atomic::Ordering::Relaxed;
     let registry = app.ingest.tenants.load();
     let live = registry.get(&config.id).map_or(Value::Null, |t| {
@@ -173,6 +175,7 @@ fn view(app: &AppState, config: &TenantConfig) -> TenantView {
         })
     });
     TenantView {
+        version,
         config: TenantBody::of(config),
         keys: config
             .api_key_sha256
@@ -187,14 +190,104 @@ type AppRef = State<Arc<AppState>>;
 
 pub async fn list_tenants(State(app): AppRef) -> Response {
     let state = app.registry.snapshot().await;
-    let views: Vec<TenantView> = state.tenants.values().map(|c| view(&app, c)).collect();
+    let views: Vec<TenantView> = state
+        .tenants
+        .values()
+        .map(|c| view(&app, c, tenant_version(&state, &c.id)))
+        .collect();
     Json(json!({ "tenants": views })).into_response()
 }
 
 pub async fn get_tenant(State(app): AppRef, Path(id): Path<String>) -> Result<Response, ApiError> {
     let state = app.registry.snapshot().await;
     let config = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
-    Ok(Json(view(&app, config)).into_response())
+    let version = tenant_version(&state, &id);
+    Ok(with_etag(
+        Json(view(&app, config, version)).into_response(),
+        version,
+    ))
+}
+
+/// A tenant's version in the registry (0: never changed since this registry started).
+fn tenant_version(state: &RegistryState, id: &str) -> u64 {
+    state
+        .versions
+        .get(&format!("tenant:{id}"))
+        .copied()
+        .unwrap_or(0)
+}
+
+fn with_etag(mut response: Response, version: u64) -> Response {
+    if let Ok(v) = axum::http::HeaderValue::from_str(&format!("\"{version}\"")) {
+        response.headers_mut().insert(axum::http::header::ETAG, v);
+    }
+    response
+}
+
+/// The version an `If-Match` header asks for (`"3"`, `W/"3"` or `3`; `*` asks for none).
+fn if_match(headers: &axum::http::HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get(axum::http::header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    let bare = text.trim_start_matches("W/").trim_matches('"');
+    bare.parse::<u64>()
+        .map(Some)
+        .map_err(|_| ApiError::InvalidField {
+            field: "If-Match".into(),
+            detail: format!("must be a tenant version such as \"3\" (from ETag), not {text:?}"),
+        })
+}
+
+/// Refuses the change when the tenant is no longer at the version the client read.
+fn expect_version(state: &RegistryState, id: &str, expected: Option<u64>) -> Result<(), ApiError> {
+    match expected {
+        Some(v) if tenant_version(state, id) != v => Err(ChangeError::Conflict {
+            key: format!("tenant:{id}"),
+            current: tenant_version(state, id),
+        }
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// `GET /admin/audit?since=OFFSET`: the shared registry's recent changes (applied or refused),
+/// from any replica, in topic order. A local registry's audit events are in the log only.
+pub async fn audit(
+    State(app): AppRef,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<Response, ApiError> {
+    let mut since = 0i64;
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("since", v)) => {
+                since = v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                    ApiError::InvalidField {
+                        field: "since".into(),
+                        detail: format!("must be an offset (a whole number from 0), not {v:?}"),
+                    }
+                })?;
+            }
+            _ => {
+                return Err(ApiError::InvalidField {
+                    field: pair.split('=').next().unwrap_or(pair).to_string(),
+                    detail: "is not a parameter of this route (only since)".into(),
+                })
+            }
+        }
+    }
+    match app.registry.audit_since(since) {
+        Some(entries) => Ok(Json(json!({ "shared": true, "entries": entries })).into_response()),
+        None => Ok(Json(json!({ "shared": false, "entries": [] })).into_response()),
+    }
 }
 
 async fn change<T>(
@@ -213,7 +306,11 @@ async fn tenant_response(
 ) -> Result<Response, ApiError> {
     let state = app.registry.snapshot().await;
     let config = state.tenants.get(id).ok_or_else(|| not_found(id))?;
-    Ok((status, Json(view(app, config))).into_response())
+    let version = tenant_version(&state, id);
+    Ok(with_etag(
+        (status, Json(view(app, config, version))).into_response(),
+        version,
+    ))
 }
 
 /// Create or replace a tenant's settings; its keys are kept.
@@ -221,10 +318,13 @@ pub async fn put_tenant(
     State(app): AppRef,
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let expected = if_match(&headers)?;
     let settings: TenantBody = parse(&body)?;
     let created = change(&app, &actor, "tenant.put", |state| {
+        expect_version(state, &id, expected)?;
         let keys = state
             .tenants
             .get(&id)
@@ -250,11 +350,14 @@ pub async fn patch_tenant(
     State(app): AppRef,
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let expected = if_match(&headers)?;
     let patch: serde_json::Map<String, Value> = parse(&body)?;
     let patch = checked_patch(patch)?;
     change(&app, &actor, "tenant.patch", |state| {
+        expect_version(state, &id, expected)?;
         let current = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
         let mut merged = serde_json::to_value(TenantBody::of(current))
             .map_err(|e| ApiError::Malformed(e.to_string()))?;
@@ -339,8 +442,11 @@ pub async fn delete_tenant(
     State(app): AppRef,
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
+    let expected = if_match(&headers)?;
     change(&app, &actor, "tenant.delete", |state| {
+        expect_version(state, &id, expected)?;
         state
             .tenants
             .remove(&id)

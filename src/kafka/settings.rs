@@ -26,6 +26,24 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("statistics.interval.ms", "5000"),
 ];
 
+/// How to reach the cluster, for floodgate's other clients (the registry's producer and
+/// reader): the bootstrap servers and the operator's connection settings (`security.*`,
+/// `sasl.*`, `ssl.*`, `client.*`), none of the produce path's tuning.
+pub fn connection_config(kafka: &KafkaConfig) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &kafka.bootstrap_servers);
+    for (key, value) in kafka.producer.iter() {
+        let canonical = librdkafka::canonical(key);
+        if ["security.", "sasl.", "ssl.", "client."]
+            .iter()
+            .any(|p| canonical.starts_with(p))
+        {
+            config.set(canonical, value.to_string());
+        }
+    }
+    config
+}
+
 pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in DEFAULTS {

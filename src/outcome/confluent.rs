@@ -37,6 +37,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),
         E::KafkaUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50302),
         E::StateNotSaved => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
+        E::Conflict { .. } => (StatusCode::CONFLICT, 40901),
     }
 }
 

@@ -123,6 +123,7 @@ impl Persistence for StateFile {
                     },
                     global: v1.global,
                     tenants: v1.tenants,
+                    versions: Default::default(),
                 }
             }
             Some(v) if v == u64::from(VERSION) => serde_json::from_str(&text).map_err(corrupt)?,

@@ -55,6 +55,10 @@ pub struct RegistryState {
     /// The configuration file's part as last applied (absent in version 1 files).
     #[serde(default)]
     pub file: FilePart,
+    /// Shared registry: each key's version (`global`, `file`, `tenant:ID`), as read from the
+    /// registry topic. Not part of a state file.
+    #[serde(skip)]
+    pub versions: BTreeMap<String, u64>,
 }
 
 /// What a reload did, for the log.
@@ -76,6 +80,7 @@ impl RegistryState {
             global: file.global.clone(),
             tenants: file.tenants.clone(),
             file,
+            versions: BTreeMap::new(),
         }
     }
 

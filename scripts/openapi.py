@@ -1,0 +1,340 @@
+"""Writes openapi.json, the API contract schemathesis checks the live gateway against
+(scripts/contract.sh). Edit this file, run `python3 scripts/openapi.py`, commit both."""
+import json
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "openapi.json")
+MAX_RATE = 10_000_000_000
+MAX_BURST = 1 << 50
+B64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+def ref(n): return {"$ref": f"#/components/schemas/{n}"}
+def jres(desc, schema, headers=None):
+    r = {"description": desc, "content": {"application/json": {"schema": schema}}}
+    if headers: r["headers"] = headers
+    return r
+def err(desc): return jres(desc, ref("Error"))
+RL_HEADERS = {
+    "RateLimit-Policy": {"description": "draft-ietf-httpapi-ratelimit-headers: one item per bucket (q = burst, w = seconds to refill, qu = unit)", "schema": {"type": "string"}},
+    "RateLimit": {"description": "tokens available now (r) and seconds until full (t), per bucket", "schema": {"type": "string"}},
+}
+RETRY = {"Retry-After": {"description": "whole seconds, rounded up", "schema": {"type": "integer", "minimum": 1}}}
+def nullable_int(lo, hi):
+    return {"type": ["integer", "null"], "minimum": lo, "maximum": hi}
+def int_range(lo, hi):
+    return {"type": "integer", "minimum": lo, "maximum": hi}
+budget_props = {
+    "records_per_sec": int_range(1, MAX_RATE),
+    "records_burst": int_range(1, MAX_BURST),
+    "bytes_per_sec": int_range(1, MAX_RATE),
+    "bytes_burst": int_range(1, MAX_BURST),
+}
+budget_view_props = {k: nullable_int(v["minimum"], v["maximum"]) for k, v in budget_props.items()}
+dependent = {"records_burst": ["records_per_sec"], "bytes_burst": ["bytes_per_sec"]}
+topic_pattern = "^[a-zA-Z0-9._*?-]{1,249}$"
+tenant_settings_props = {
+    "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
+    **budget_props,
+    "max_buffer_share": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+}
+schemas = {
+    "Error": {
+        "type": "object", "required": ["error", "detail"],
+        "properties": {
+            "error": {"type": "string", "description": "stable code"},
+            "detail": {"type": "string"},
+            "field": {"type": "string", "description": "422 only: the offending field"},
+            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "auth_failures"], "description": "429 only"},
+            "retry_after_ms": {"type": "integer", "minimum": 0, "description": "429 only"},
+            "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
+            "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},
+        },
+    },
+    "RecordResult": {
+        "oneOf": [
+            {"type": "object", "required": ["partition", "offset"], "additionalProperties": False, "properties": {"partition": {"type": "integer"}, "offset": {"type": "integer"}}},
+            {"type": "object", "required": ["error"], "additionalProperties": False, "properties": {"error": {"type": "string"}}},
+        ]
+    },
+    "Record": {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "value": {"description": "any JSON; its text is written byte for byte (null: a Kafka null value)"},
+            "value_b64": {"type": "string", "contentEncoding": "base64", "pattern": B64},
+            "key": {"type": "string"},
+            "key_b64": {"type": "string", "contentEncoding": "base64", "pattern": B64},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647},
+            "timestamp_ms": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
+        },
+        "oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}],
+        "not": {"required": ["key", "key_b64"]},
+    },
+    "TenantSettings": {
+        "type": "object", "additionalProperties": False, "required": ["topics"],
+        "properties": tenant_settings_props, "dependentRequired": dependent,
+    },
+    "TenantPatch": {
+        "type": "object", "additionalProperties": False,
+        "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
+        "properties": {**tenant_settings_props, **budget_view_props},
+        "dependentRequired": dependent,
+    },
+    "Tenant": {
+        "type": "object", "required": ["id", "version", "topics", "keys", "live"],
+        "properties": {
+            "id": {"type": "string"},
+            "version": {"type": "integer", "minimum": 0, "description": "changes of this tenant so far (also the ETag): send it as If-Match to change the tenant only if nobody else has"},
+            **tenant_settings_props,
+            **budget_view_props,
+            "keys": {"type": "array", "items": {"type": "object", "required": ["key_id"], "properties": {"key_id": {"type": "string"}}}},
+            "live": {"type": ["object", "null"], "description": "tokens now, buffer held, admitted, failed and rejected counts since start"},
+        },
+    },
+    "GlobalSettings": {
+        "type": "object", "additionalProperties": False,
+        "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}},
+        "dependentRequired": dependent,
+    },
+    "Global": {
+        "type": "object",
+        "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "live": {"type": "object"}},
+    },
+    "Readiness": {
+        "type": "object", "required": ["ready"],
+        "properties": {"ready": {"type": "boolean"}, "reason": {"type": "string"}, "detail": {"type": "string"}},
+    },
+}
+sec_key = [{"apiKey": []}]
+sec_admin = [{"adminToken": []}]
+ADMIN_COMMON = {
+    "401": err("unauthorized: no or wrong admin token (or none configured)"),
+    "429": {**err("auth_failures: too many failed authentications from this address"), "headers": RETRY},
+}
+id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}}
+def admin_op(summary, responses, body=None, params=None):
+    op = {"summary": summary, "security": sec_admin, "responses": {**responses, **ADMIN_COMMON}}
+    if params: op["parameters"] = params
+    if body: op["requestBody"] = body
+    return op
+def json_body(schema, merge=False):
+    content = {"application/json": {"schema": schema}}
+    if merge: content = {"application/merge-patch+json": {"schema": schema}, **content}
+    return {"required": True, "content": content}
+not_saved = err("state_not_saved: the change could not be persisted, so nothing changed")
+conflict = err("conflict: the tenant is not at the If-Match version, or (shared registry) another change of it came first; nothing changed")
+registry_down = err("kafka_unavailable (shared registry): the registry topic could not be written or read back in time")
+if_match = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string", "pattern": '^(\\*|(W/)?"?[0-9]{1,19}"?)$'}, "description": "the tenant version (ETag) the change is based on"}
+etag = {"ETag": {"description": "the tenant's version", "schema": {"type": "string"}}}
+tenant_view = lambda d: jres(d, ref("Tenant"), etag)
+paths = {
+    "/v1/topics/{topic}/records": {"post": {
+        "summary": "Produce records",
+        "description": "Admitted whole or not at all. Every answer to an authenticated client carries the RateLimit fields.",
+        "security": sec_key,
+        "parameters": [
+            {"name": "topic", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[a-zA-Z0-9_-][a-zA-Z0-9._-]{0,248}$"}, "description": "a Kafka topic name the tenant's patterns allow", "example": "events.demo"},
+            {"name": "async", "in": "query", "schema": {"type": "boolean"}, "description": "answer 202 once handed to the producer"},
+        ],
+        "requestBody": {"required": True, "content": {
+            "application/json": {"schema": {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {"type": "array", "minItems": 1, "maxItems": 10000, "items": ref("Record")}}}, "example": {"records": [{"key": "user-1", "value": {"hello": "world"}, "headers": {"trace": "t1"}}]}},
+            "application/x-ndjson": {"schema": {"type": "string", "description": "one Record object per line; blank lines are skipped"}},
+        }},
+        "responses": {
+            "200": jres("every record acknowledged by Kafka; offsets in record order", {"type": "object", "required": ["offsets"], "properties": {"offsets": {"type": "array", "items": ref("RecordResult")}}}, RL_HEADERS),
+            "202": jres("every record handed to the producer (?async=true)", {"type": "object", "required": ["accepted"], "properties": {"accepted": {"type": "integer", "minimum": 1}}}, RL_HEADERS),
+            "400": err("malformed_body, invalid_topic: the detail names the record (and line)"),
+            "401": err("unauthorized: missing or unknown API key"),
+            "403": err("forbidden_topic: the topic is outside the tenant's patterns"),
+            "404": err("unknown_topic: the topic does not exist in Kafka; unknown_partition: a record names a partition the topic does not have"),
+            "408": err("body_timeout"),
+            "413": err("body_too_large, too_many_records, record_too_large, exceeds_burst"),
+            "415": err("unsupported_media_type"),
+            "429": {**err("rate_limited: reason and retry_after_ms say what ran out and when to come back"), "headers": {**RETRY, **RL_HEADERS}},
+            "502": err("delivery_failed: Kafka refused some records (per-record results in offsets)"),
+            "503": err("kafka_unavailable or shutting_down"),
+        },
+    }},
+    "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/readyz": {"get": {"summary": "Ready for traffic", "responses": {
+        "200": jres("ready", ref("Readiness")),
+        "503": jres("not ready: shutting_down, registry_loading, buffer_high_water or kafka_unreachable", ref("Readiness")),
+    }}},
+    "/metrics": {"get": {"summary": "Prometheus metrics (OpenMetrics text)", "responses": {"200": {"description": "the exposition", "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}, "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}}}, "description": "OpenMetrics when the Accept header asks for application/openmetrics-text (as Prometheus does), Prometheus' classic text format otherwise"}},
+    "/admin/tenants": {"get": admin_op("List tenants", {"200": jres("every tenant", {"type": "object", "required": ["tenants"], "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}})})},
+    "/admin/tenants/{id}": {
+        "get": admin_op("A tenant's settings and live state", {"200": tenant_view("the tenant"), "404": err("tenant_not_found")}, params=[id_param]),
+        "put": admin_op("Create or replace a tenant's settings (its keys are kept)", {
+            "200": tenant_view("replaced"), "201": tenant_view("created"),
+            "400": err("malformed_body"), "409": conflict, "422": err("invalid_field: the field is named"), "500": not_saved, "503": registry_down,
+        }, body=json_body(ref("TenantSettings")), params=[id_param, if_match]),
+        "patch": admin_op("Change some settings (JSON merge patch; null unsets)", {
+            "200": tenant_view("changed"), "400": err("malformed_body"), "404": err("tenant_not_found"),
+            "409": conflict, "422": err("invalid_field: the field is named"), "500": not_saved, "503": registry_down,
+        }, body=json_body(ref("TenantPatch"), merge=True), params=[id_param, if_match]),
+        "delete": admin_op("Delete a tenant", {"204": {"description": "deleted"}, "404": err("tenant_not_found"), "409": conflict, "422": err("invalid_field: If-Match is not a version"), "500": not_saved, "503": registry_down}, params=[id_param, if_match]),
+    },
+    "/admin/tenants/{id}/keys": {"post": admin_op("Issue a new API key (shown once)", {
+        "201": jres("issued", {"type": "object", "required": ["tenant", "key_id", "api_key"], "properties": {"tenant": {"type": "string"}, "key_id": {"type": "string"}, "api_key": {"type": "string"}}}),
+        "404": err("tenant_not_found"), "500": not_saved, "503": registry_down,
+    }, params=[id_param])},
+    "/admin/tenants/{id}/keys/{key_id}": {"delete": admin_op("Revoke a key", {
+        "204": {"description": "revoked"}, "404": err("tenant_not_found or key_not_found"), "500": not_saved, "503": registry_down,
+    }, params=[id_param, {"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}])},
+    "/admin/global": {
+        "get": admin_op("The global budget and its live tokens", {"200": jres("the global budget", ref("Global"))}),
+        "put": admin_op("Replace the global budget", {
+            "200": jres("replaced", ref("Global")), "400": err("malformed_body"), "422": err("invalid_field: the field is named"), "500": not_saved, "503": registry_down,
+        }, body=json_body(ref("GlobalSettings"))),
+    },
+    "/admin/audit": {"get": admin_op("Recent registry changes (shared registry), from every replica, in topic order", {
+        "200": jres("the changes at or after `since`", {"type": "object", "required": ["shared", "entries"], "properties": {
+            "shared": {"type": "boolean", "description": "false: a local registry, whose audit events are in the log only"},
+            "entries": {"type": "array", "items": {"type": "object", "required": ["offset", "key", "outcome"], "properties": {
+                "offset": {"type": "integer"}, "key": {"type": "string"}, "actor": {"type": "string"}, "action": {"type": "string"},
+                "replica": {"type": "string"}, "base_version": {"type": "integer"}, "version": {"type": ["integer", "null"]},
+                "outcome": {"type": "string", "description": "applied, or why every replica skipped it"}, "before": {}, "after": {}}}}}}),
+        "422": err("invalid_field: since is not an offset, or an unknown parameter"),
+    }, params=[{"name": "since", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807}, "description": "the first offset of the registry topic to list"}])},
+}
+spec = {
+    "openapi": "3.1.0",
+    "info": {"title": "floodgate", "version": "0.1.0", "description": "HTTP ingest gateway in front of Kafka. The produce API is served on [server] listen; everything under /admin, /metrics, /healthz and /readyz on [server] admin_listen."},
+    "servers": [{"url": "http://127.0.0.1:8080", "description": "produce listener"}, {"url": "http://127.0.0.1:9090", "description": "admin listener"}],
+    "components": {
+        "securitySchemes": {
+            "apiKey": {"type": "http", "scheme": "bearer", "description": "A tenant's API key"},
+            "adminToken": {"type": "http", "scheme": "bearer", "description": "An admin token from the variable named by [admin] token_env"},
+        },
+        "schemas": schemas,
+    },
+    "paths": paths,
+}
+json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
+open(OUT, "a").write("\n")
+
+# ---- Confluent REST Proxy compatibility (produce listener) ----
+spec = json.load(open(OUT))
+S = spec["components"]["schemas"]
+S["ConfluentError"] = {
+    "type": "object", "required": ["error_code", "message"],
+    "properties": {"error_code": {"type": "integer"}, "message": {"type": "string"},
+                   "retry_after_ms": {"type": "integer", "minimum": 0, "description": "429 only: floodgate's addition"}},
+}
+S["V2Offset"] = {"type": "object", "required": ["partition", "offset", "error_code", "error"], "properties": {
+    "partition": {"type": ["integer", "null"]}, "offset": {"type": ["integer", "null"]},
+    "error_code": {"type": ["integer", "null"], "description": "null when written; 50002 refused by Kafka, 50003 retriable"},
+    "error": {"type": ["string", "null"]}}}
+S["V2Answer"] = {"type": "object", "required": ["offsets", "key_schema_id", "value_schema_id"], "properties": {
+    "offsets": {"type": "array", "items": ref("V2Offset")}, "key_schema_id": {"type": "null"}, "value_schema_id": {"type": "null"}}}
+v2_data_bin = {"type": ["string", "null"], "pattern": B64}
+S["V2BinaryBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
+    "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
+        "key": v2_data_bin, "value": v2_data_bin, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+S["V2JsonBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
+    "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
+        "key": {}, "value": {}, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+v3_data = {"type": "object", "additionalProperties": False, "required": ["type"], "oneOf": [
+    {"properties": {"type": {"const": "BINARY"}, "data": {"type": ["string", "null"], "pattern": B64}}},
+    {"properties": {"type": {"const": "JSON"}, "data": {}}},
+    {"properties": {"type": {"const": "STRING"}, "data": {"type": ["string", "null"]}}},
+], "properties": {"type": {"enum": ["BINARY", "JSON", "STRING"]}, "data": {}}}
+v3_record_props = {
+    "partition_id": {"type": "integer", "minimum": 0, "maximum": 2147483647},
+    "headers": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+        "name": {"type": "string"}, "value": {"type": ["string", "null"], "pattern": B64}}}},
+    "key": v3_data, "value": v3_data,
+    "timestamp": {"type": "string", "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
+}
+S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props}
+S["V3BatchBody"] = {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {"entries": {
+    "type": "array", "minItems": 1, "maxItems": 10, "items": {"type": "object", "additionalProperties": False, "required": ["id"],
+        "properties": {"id": {"type": "string", "pattern": "^[0-9A-Za-z_-]{1,80}$"}, **v3_record_props}}}}}
+described = {"type": "object", "required": ["type", "size"], "properties": {"type": {"type": "string"}, "size": {"type": "integer"}}}
+S["V3Report"] = {"type": "object", "required": ["error_code"], "properties": {
+    "error_code": {"type": "integer", "description": "200 when written; otherwise the status the record would have had, or 50002/50003/50302"},
+    "message": {"type": "string"}, "retry_after_ms": {"type": "integer"},
+    "cluster_id": {"type": "string"}, "topic_name": {"type": "string"}, "partition_id": {"type": "integer"},
+    "offset": {"type": "integer"}, "timestamp": {"type": "string"}, "key": described, "value": described}}
+S["V3BatchSuccess"] = {"type": "object", "required": ["id", "cluster_id", "topic_name", "partition_id", "offset"], "properties": {
+    "id": {"type": "string"}, "cluster_id": {"type": "string"}, "topic_name": {"type": "string"}, "partition_id": {"type": "integer"},
+    "offset": {"type": "integer"}, "timestamp": {"type": "string"}, "key": described, "value": described}}
+S["V3BatchAnswer"] = {"type": "object", "required": ["successes", "failures"], "properties": {
+    "successes": {"type": "array", "items": ref("V3BatchSuccess")},
+    "failures": {"type": "array", "items": {"type": "object", "required": ["id", "error_code", "message"], "properties": {
+        "id": {"type": "string"}, "error_code": {"type": "integer"}, "message": {"type": "string"}}}}}}
+S["V3Cluster"] = {"type": "object", "required": ["kind", "metadata", "cluster_id"], "properties": {
+    "kind": {"const": "KafkaCluster"}, "metadata": {"type": "object", "required": ["self"], "properties": {"self": {"type": "string"}}},
+    "cluster_id": {"type": "string"}}}
+S["V3ClusterList"] = {"type": "object", "required": ["kind", "data"], "properties": {
+    "kind": {"const": "KafkaClusterList"}, "metadata": {"type": "object"}, "data": {"type": "array", "items": ref("V3Cluster")}}}
+
+def cerr(desc, media="application/json", headers=None):
+    r = {"description": desc, "content": {media: {"schema": ref("ConfluentError")}}}
+    if headers: r["headers"] = headers
+    return r
+V2M = "application/vnd.kafka.v2+json"
+topic_param = {"name": "topic", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[a-zA-Z0-9_-][a-zA-Z0-9._-]{0,248}$"}, "example": "events.demo"}
+def v2_op(extra_params, summary):
+    return {"post": {
+        "summary": summary, "security": [{"apiKey": []}, {"basicKey": []}],
+        "parameters": [topic_param] + extra_params,
+        "requestBody": {"required": True, "content": {
+            "application/vnd.kafka.binary.v2+json": {"schema": ref("V2BinaryBody"), "example": {"records": [{"key": "a2V5", "value": "dmFsdWU="}]}},
+            "application/vnd.kafka.json.v2+json": {"schema": ref("V2JsonBody")},
+        }},
+        "responses": {
+            "200": {"description": "every record answered by Kafka; a record it refused carries its error code", "headers": RL_HEADERS, "content": {V2M: {"schema": ref("V2Answer")}}},
+            "400": cerr("malformed JSON (40001)", V2M), "401": cerr("no or unknown key (40101)", V2M),
+            "403": cerr("topic outside the tenant's patterns (40301)", V2M),
+            "404": cerr("unknown topic (40401) or partition (40402)", V2M),
+            "406": {"description": "the Accept header allows none of application/vnd.kafka.v2+json, application/vnd.kafka+json, application/json"},
+            "408": cerr("the body did not arrive in time", V2M),
+            "413": cerr("too large (41301) or over a burst (41302)", V2M),
+            "415": cerr("not the binary or json embedded format (schema formats need a Schema Registry)", V2M),
+            "422": cerr("no records, or a record with an unknown or wrong field (42206)", V2M),
+            "429": cerr("over budget (42901): Retry-After, retry_after_ms and the RateLimit fields say when to come back", V2M, {**RETRY, **RL_HEADERS}),
+            "503": cerr("Kafka did not answer in time (50302), or shutting down (50301)", V2M),
+        }}}
+paths = spec["paths"]
+paths["/topics/{topic}"] = v2_op([], "Produce (Confluent REST Proxy v2)")
+paths["/topics/{topic}/partitions/{partition}"] = v2_op([{"name": "partition", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 2147483647}}], "Produce to a partition (Confluent REST Proxy v2); a record's own partition wins")
+cid = {"name": "cluster_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "not checked unless [compat] check_cluster_id is set (as in Confluent Platform)"}
+common_v3 = {"401": cerr("no or unknown key (40101)"), "429": cerr("too many failed authentications from this address (42901)", headers=RETRY)}
+for prefix in ["/v3", "/kafka/v3"]:
+    paths[f"{prefix}/clusters"] = {"get": {"summary": "The cluster this gateway produces to (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
+        "responses": {"200": jres("the cluster list", ref("V3ClusterList")), **common_v3}}}
+    paths[f"{prefix}/clusters/{{cluster_id}}"] = {"get": {"summary": "One cluster (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
+        "parameters": [cid], "responses": {"200": jres("the cluster", ref("V3Cluster")), "404": cerr("another cluster id (40401)"), **common_v3}}}
+    paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records"] = {"post": {
+        "summary": "Produce records (Confluent REST Proxy v3): one JSON object per record, concatenated, optionally as a chunked stream; one delivery report per record, in order, each followed by \\r\\n",
+        "security": [{"apiKey": []}, {"basicKey": []}], "parameters": [cid, topic_param],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V3Record"), "example": {"value": {"type": "JSON", "data": {"hello": "world"}}}}}},
+        "responses": {
+            "200": {"description": "the stream started: one report per record, in order (a record refused inside the stream gets its own error_code, 429 with retry_after_ms when over budget)", "headers": RL_HEADERS, "content": {"application/json": {"schema": ref("V3Report")}}},
+            "400": cerr("the topic name is not a Kafka topic name, or the first bytes are not a record (40001)"),
+            "403": cerr("topic outside the tenant's patterns (40301)"), "404": cerr("unknown topic (40401) or cluster (40401)"),
+            "408": cerr("the first record did not arrive in time"),
+            "413": cerr("the declared body, or the first record, is larger than allowed"),
+            "422": cerr("the first record is not a valid record (42206)"),
+            "415": cerr("not application/json"),
+            "429": cerr("refused before any record was read (42901): Retry-After, retry_after_ms and the RateLimit fields", headers={**RETRY, **RL_HEADERS}),
+            "503": cerr("Kafka's metadata cannot be read (50302), or shutting down (50301)"),
+            **{k: v for k, v in common_v3.items() if k != "429"},
+        }}}
+    paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records:batch"] = {"post": {
+        "summary": "Produce a batch (Confluent REST Proxy v3), admitted whole; 207 with successes and failures in request order",
+        "security": [{"apiKey": []}, {"basicKey": []}], "parameters": [cid, topic_param],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V3BatchBody"), "example": {"entries": [{"id": "1", "value": {"type": "JSON", "data": 1}}]}}}},
+        "responses": {
+            "207": {"description": "every entry answered", "headers": RL_HEADERS, "content": {"application/json": {"schema": ref("V3BatchAnswer")}}},
+            "400": cerr("malformed JSON, or not a Kafka topic name (40001)"), "403": cerr("topic outside the tenant's patterns (40301)"),
+            "404": cerr("unknown topic (40401) or partition (40402)"), "408": cerr("the body did not arrive in time"),
+            "413": cerr("too large (41301) or over a burst (41302)"), "415": cerr("not application/json"),
+            "422": cerr("ids or entry count break the batch rules (42208), or an invalid entry (42206)"),
+            "429": cerr("over budget (42901)", headers={**RETRY, **RL_HEADERS}),
+            "503": cerr("Kafka did not answer in time (50302), or shutting down (50301)"),
+            **{k: v for k, v in common_v3.items() if k != "429"},
+        }}}
+spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}
+json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
+open(OUT, "a").write("\n")

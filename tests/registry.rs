@@ -1,0 +1,480 @@
+//! The shared registry: replicas that keep their tenants in one compacted Kafka topic. Against
+//! Tansu (three replicas, restarts, concurrent edits, a garbage record) and librdkafka's mock
+//! cluster (the broker taken down and brought back).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use floodgate::config::Config;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use reqwest::Method;
+use serde_json::json;
+
+fn shared(bootstrap: &str, registry_topic: &str) -> Config {
+    let mut cfg = config(bootstrap);
+    cfg.cluster.shared_registry = true;
+    cfg.cluster.registry_topic = registry_topic.to_string();
+    cfg
+}
+
+async fn ready(gw: &Gateway, within: Duration) {
+    let started = Instant::now();
+    loop {
+        let status = reqwest::get(gw.admin_url("/readyz"))
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if status == 200 {
+            return;
+        }
+        assert!(started.elapsed() < within, "not ready within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn one() -> serde_json::Value {
+    json!({"records": [{"value": "x"}]})
+}
+
+async fn produce_status(gw: &Gateway, topic: &str, key: &str) -> u16 {
+    post_json(&format!("{}?async=true", gw.url(topic)), key, &one())
+        .await
+        .0
+}
+
+/// Polls until `gw` answers `status` to a produce with `key`; returns how long it took.
+async fn until_status(
+    gw: &Gateway,
+    topic: &str,
+    key: &str,
+    status: u16,
+    within: Duration,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let got = produce_status(gw, topic, key).await;
+        if got == status {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "still {got}, not {status}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+const T: Option<&str> = Some(ADMIN_TOKEN);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts() {
+    let broker = tansu();
+    let topic = unique_topic("test.registry");
+    create_topic(&broker, &topic, 1).await;
+    let registry = unique_topic("_fg_registry");
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        gws.push(Gateway::start(shared(&broker, &registry)).await);
+    }
+    for gw in &gws {
+        ready(gw, Duration::from_secs(20)).await;
+    }
+    // Three replicas started on an empty topic and may all have seeded it: acme applied once.
+    let (s, audit) = admin(&gws[0], Method::GET, "/admin/audit", None, T).await;
+    assert_eq!(s, 200, "{audit}");
+    let applied = audit["entries"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|x| x["key"] == "tenant:acme" && x["outcome"] == "applied")
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(applied, 1, "{audit}");
+
+    // A tenant and a key made on A work on B and C within a second.
+    let (s, a) = admin(
+        &gws[0],
+        Method::PUT,
+        "/admin/tenants/beta",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{a}");
+    let (s, key) = admin(&gws[0], Method::POST, "/admin/tenants/beta/keys", None, T).await;
+    assert_eq!(s, 201, "{key}");
+    let beta = key["api_key"].as_str().expect("key").to_string();
+    let mut slowest = Duration::ZERO;
+    for gw in &gws[1..] {
+        slowest = slowest.max(until_status(gw, &topic, &beta, 202, Duration::from_secs(1)).await);
+    }
+    eprintln!("a key issued on A worked on B and C after {slowest:?}");
+
+    // A budget lowered on C: A refuses at once after propagation.
+    let (s, a) = admin(
+        &gws[2],
+        Method::PATCH,
+        "/admin/tenants/beta",
+        Some(json!({"records_per_sec": 1, "records_burst": 1})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    let started = Instant::now();
+    loop {
+        let (_, view) = admin(&gws[0], Method::GET, "/admin/tenants/beta", None, T).await;
+        if view["records_per_sec"] == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "{view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(produce_status(&gws[0], &topic, &beta).await, 202);
+    assert_eq!(produce_status(&gws[0], &topic, &beta).await, 429);
+
+    // Deleted on B: 401 everywhere.
+    let (s, _) = admin(&gws[1], Method::DELETE, "/admin/tenants/beta", None, T).await;
+    assert_eq!(s, 204);
+    for gw in [&gws[0], &gws[2]] {
+        until_status(gw, &topic, &beta, 401, Duration::from_secs(1)).await;
+    }
+    // A budget for acme, to find after the restart.
+    let (s, a) = admin(
+        &gws[1],
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"bytes_per_sec": 123456})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+
+    // Every replica restarts: the registry is the topic's.
+    for gw in gws.drain(..) {
+        gw.shutdown().await;
+    }
+    for _ in 0..3 {
+        gws.push(Gateway::start(shared(&broker, &registry)).await);
+    }
+    for gw in &gws {
+        ready(gw, Duration::from_secs(20)).await;
+        assert_eq!(
+            produce_status(gw, &topic, &beta).await,
+            401,
+            "beta stays deleted"
+        );
+        assert_eq!(produce_status(gw, &topic, KEY).await, 202);
+        let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+        assert_eq!(view["bytes_per_sec"], 123456, "{view}");
+    }
+    // A fourth replica joining later gets the same registry.
+    let late = Gateway::start(shared(&broker, &registry)).await;
+    ready(&late, Duration::from_secs(20)).await;
+    let (_, listed) = admin(&late, Method::GET, "/admin/tenants", None, T).await;
+    let (_, listed_a) = admin(&gws[0], Method::GET, "/admin/tenants", None, T).await;
+    let ids = |v: &serde_json::Value| {
+        v["tenants"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|x| {
+                        (
+                            x["id"].clone(),
+                            x["version"].clone(),
+                            x["bytes_per_sec"].clone(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ids(&listed), ids(&listed_a));
+    late.shutdown().await;
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    let b = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    let version = view["version"].as_u64().expect("version");
+    // B has read the same version.
+    let started = Instant::now();
+    while admin(&b, Method::GET, "/admin/tenants/acme", None, T)
+        .await
+        .1["version"]
+        != version
+    {
+        assert!(started.elapsed() < Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let patch = |gw: &Gateway, rate: u64| {
+        client()
+            .patch(gw.admin_url("/admin/tenants/acme"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("if-match", format!("\"{version}\""))
+            .json(&json!({"records_per_sec": rate}))
+            .send()
+    };
+    let (ra, rb) = tokio::join!(patch(&a, 111), patch(&b, 222));
+    let (ra, rb) = (ra.expect("sent"), rb.expect("sent"));
+    let mut statuses = [ra.status().as_u16(), rb.status().as_u16()];
+    let bodies = [
+        ra.json::<serde_json::Value>().await.expect("json"),
+        rb.json::<serde_json::Value>().await.expect("json"),
+    ];
+    let loser = usize::from(statuses[0] == 200);
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409], "{bodies:?}");
+    assert_eq!(bodies[loser]["current_version"], version + 1, "{bodies:?}");
+    let winner_rate = if loser == 1 { 111 } else { 222 };
+    // Both replicas end with the winner's value; nothing else was lost.
+    for gw in [&a, &b] {
+        let started = Instant::now();
+        loop {
+            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+            if view["records_per_sec"] == winner_rate {
+                assert_eq!(view["version"], version + 1);
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(1), "{view}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_record_in_the_topic_is_skipped_and_named_by_its_offset() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    for (key, value) in [("tenant:zzz", "not json"), ("nonsense", "{}")] {
+        producer
+            .send(
+                FutureRecord::<str, str>::to(&registry)
+                    .key(key)
+                    .payload(value),
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("garbage written");
+    }
+    // The replica stays up and applies what comes next.
+    let (s, a_body) = admin(
+        &a,
+        Method::PUT,
+        "/admin/tenants/gamma",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{a_body}");
+    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    let malformed: Vec<_> = audit["entries"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|x| {
+                    x["outcome"]
+                        .as_str()
+                        .is_some_and(|o| o.starts_with("malformed"))
+                })
+                .map(|x| x["offset"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(malformed.len(), 2, "{audit}");
+    // A new replica reads past them too.
+    let b = Gateway::start(shared(&broker, &registry)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let (s, _) = admin(&b, Method::GET, "/admin/tenants/gamma", None, T).await;
+    assert_eq!(s, 200);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kafka_down_admin_writes_answer_503_and_produce_keeps_the_last_registry() {
+    let registry = "_fg_registry_mock";
+    let cluster = mock_cluster(&["test.reg", registry]);
+    let bootstrap = cluster.bootstrap_servers();
+    let quick = |cfg: &mut Config| {
+        cfg.cluster.registry_write_timeout_ms = 1000;
+    };
+    let mut cfg = shared(&bootstrap, registry);
+    quick(&mut cfg);
+    let a = Gateway::start(cfg.clone()).await;
+    let b = Gateway::start(cfg.clone()).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+
+    cluster.broker_down(1).expect("down");
+    let started = Instant::now();
+    let (s, body) = admin(
+        &a,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec": 7})),
+        T,
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (503, Some("kafka_unavailable")),
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
+    // Produce still authenticates against the registry as last read.
+    assert_eq!(produce_status(&a, "test.reg", KEY).await, 202);
+    // A replica starting now cannot read the registry: not ready, and no 401 for a valid key.
+    let c = Gateway::start(cfg.clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, readiness) = {
+        let r = reqwest::get(c.admin_url("/readyz")).await.expect("readyz");
+        (
+            r.status().as_u16(),
+            r.json::<serde_json::Value>().await.expect("json"),
+        )
+    };
+    assert_eq!(
+        (s, readiness["reason"].as_str()),
+        (503, Some("registry_loading"))
+    );
+    assert_eq!(produce_status(&c, "test.reg", KEY).await, 503);
+
+    cluster.broker_up(1).expect("up");
+    // Writes work again without restart, and a change made on B reaches A.
+    let started = Instant::now();
+    loop {
+        let (s, body) = admin(
+            &b,
+            Method::PATCH,
+            "/admin/tenants/acme",
+            Some(json!({"records_per_sec": 5})),
+            T,
+        )
+        .await;
+        if s == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{s} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recovered = started.elapsed();
+    for gw in [&a, &c] {
+        ready(gw, Duration::from_secs(15)).await;
+        let started = Instant::now();
+        loop {
+            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+            if view["records_per_sec"] == 5 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(2), "{view}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (s, body) = admin(
+        &a,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec": 6})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    eprintln!(
+        "503 after {took:?} with Kafka down; writes worked again {recovered:?} after it came back"
+    );
+    for gw in [a, b, c] {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
+    use floodgate::registry::{Persistence, RegistryState, StateFile};
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let dir = std::env::temp_dir().join(unique_topic("fg-transfer"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A single instance's state file, with a tenant of its own.
+    let mut single = config(&broker);
+    single
+        .tenants
+        .push(tenant("delta", "test-key-delta", &["test.*"]));
+    let state_path = dir.join("state.json");
+    StateFile::open(&state_path)
+        .expect("state file")
+        .save(&RegistryState::from_config(&single))
+        .expect("saved");
+    let cfg_path = dir.join("floodgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!("[kafka]\nbootstrap_servers = \"{broker}\"\n[cluster]\nregistry_topic = \"{registry}\"\n"),
+    )
+    .expect("config");
+    let bin = env!("CARGO_BIN_EXE_floodgate");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .arg("--config")
+            .arg(&cfg_path)
+            .args(args)
+            .output()
+            .expect("floodgate runs")
+    };
+    let out = tokio::task::block_in_place(|| {
+        run(&[
+            "registry",
+            "import",
+            state_path.to_str().expect("utf-8 path"),
+        ])
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A replica on the topic (its own file names no tenant) serves delta's key.
+    let mut cfg = shared(&broker, &registry);
+    cfg.tenants.clear();
+    let topic = unique_topic("test.transfer");
+    create_topic(&broker, &topic, 1).await;
+    let gw = Gateway::start(cfg).await;
+    ready(&gw, Duration::from_secs(20)).await;
+    assert_eq!(produce_status(&gw, &topic, "test-key-delta").await, 202);
+    gw.shutdown().await;
+    // And export gives the same tenants back.
+    let out = tokio::task::block_in_place(|| run(&["registry", "export"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut ids: Vec<_> = exported["tenants"]
+        .as_object()
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default();
+    ids.sort();
+    assert_eq!(ids, ["acme", "delta"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
