@@ -65,7 +65,7 @@ echo "== schemathesis: produce listener"
 
 echo "== schemathesis: admin listener"
 "$VENV/bin/schemathesis" --config-file scripts/schemathesis.toml run openapi.json -u "http://127.0.0.1:$ADMIN_PORT" \
-  -H "Authorization: Bearer $TOKEN" --include-path-regex '^/(admin|healthz|readyz|metrics)' "${common[@]}" || status=1
+  -H "Authorization: Bearer $TOKEN" --include-path-regex '^/(admin|healthz|readyz|metrics|ui)' "${common[@]}" || status=1
 
 echo "== promtool check metrics"
 if ! curl -sf "http://127.0.0.1:$ADMIN_PORT/metrics" | promtool check metrics; then

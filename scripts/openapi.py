@@ -186,6 +186,24 @@ paths = {
             "200": jres("replaced", ref("Global")), "400": err("malformed_body"), "422": err("invalid_field: the field is named"), "500": not_saved, "503": registry_down,
         }, body=json_body(ref("GlobalSettings"))),
     },
+    "/admin/status": {"get": admin_op("The status page's snapshot: per-tenant rates over the last 10 s, bucket levels, buffer, Kafka, cluster", {
+        "200": jres("a consistent snapshot", {"type": "object", "required": ["window_secs", "tenants", "buffer", "kafka", "lag_guards"], "properties": {
+            "window_secs": {"type": "number", "minimum": 0, "description": "seconds the rates cover (samples are taken at most once a second, when asked)"},
+            "tenants": {"type": "array", "items": {"type": "object", "required": ["id", "admitted_records_per_sec", "admitted_requests_per_sec", "refused_requests_per_sec", "refused_by_reason", "history", "buffer_bytes", "buffer_records", "buffer_share"], "properties": {
+                "id": {"type": "string"},
+                "admitted_records_per_sec": {"type": "number"}, "admitted_requests_per_sec": {"type": "number"}, "refused_requests_per_sec": {"type": "number"},
+                "refused_by_reason": {"type": "object", "additionalProperties": {"type": "number"}},
+                "history": {"type": "array", "items": {"type": "object", "properties": {"admitted_records": {"type": "number"}, "refused_requests": {"type": "number"}}}},
+                "records_bucket": {"type": ["object", "null"]}, "bytes_bucket": {"type": ["object", "null"]},
+                "buffer_bytes": {"type": "integer"}, "buffer_records": {"type": "integer"}, "buffer_share": {"type": "number"}}}},
+            "global_records": {"type": ["object", "null"]}, "global_bytes": {"type": ["object", "null"]},
+            "buffer": {"type": "object"}, "kafka": {"type": "object"}, "cluster": {"type": ["object", "null"]},
+            "lag_guards": {"type": "array"}}}),
+    })},
+    "/ui": {"get": {"summary": "The status page (HTML; asks for the admin token, then reads /admin/status)", "responses": {"200": {"description": "the page", "content": {"text/html; charset=utf-8": {"schema": {"type": "string"}}}}}}},
+    "/ui/app.js": {"get": {"summary": "The status page's script", "responses": {"200": {"description": "JavaScript", "content": {"text/javascript; charset=utf-8": {"schema": {"type": "string"}}}}}}},
+    "/ui/app.css": {"get": {"summary": "The status page's stylesheet", "responses": {"200": {"description": "CSS", "content": {"text/css; charset=utf-8": {"schema": {"type": "string"}}}}}}},
+    "/ui/favicon.svg": {"get": {"summary": "The status page's icon", "responses": {"200": {"description": "SVG", "content": {"image/svg+xml": {"schema": {"type": "string"}}}}}}},
     "/admin/audit": {"get": admin_op("Recent registry changes (shared registry), from every replica, in topic order", {
         "200": jres("the changes at or after `since`", {"type": "object", "required": ["shared", "entries"], "properties": {
             "shared": {"type": "boolean", "description": "false: a local registry, whose audit events are in the log only"},

@@ -6,6 +6,7 @@
 //! through the registry store; statuses come from the outcome room.
 
 pub mod api;
+mod ui;
 
 use std::sync::Arc;
 
@@ -33,6 +34,11 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/admin/tenants/{id}/keys/{key_id}", &["delete"]),
     ("/admin/global", &["get", "put"]),
     ("/admin/audit", &["get"]),
+    ("/admin/status", &["get"]),
+    ("/ui", &["get"]),
+    ("/ui/app.js", &["get"]),
+    ("/ui/app.css", &["get"]),
+    ("/ui/favicon.svg", &["get"]),
 ];
 
 fn route(path: &str) -> MethodRouter<Arc<AppState>> {
@@ -49,6 +55,11 @@ fn route(path: &str) -> MethodRouter<Arc<AppState>> {
         "/admin/tenants/{id}/keys/{key_id}" => axum::routing::delete(api::revoke_key),
         "/admin/global" => get(api::get_global).put(api::put_global),
         "/admin/audit" => get(api::audit),
+        "/admin/status" => get(status),
+        "/ui" => get(ui::page),
+        "/ui/app.js" => get(ui::script),
+        "/ui/app.css" => get(ui::style),
+        "/ui/favicon.svg" => get(ui::icon),
         _ => MethodRouter::new(),
     }
 }
@@ -142,6 +153,11 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
 
 /// Ready = not draining, buffer below its high-water mark, and the last topic-metadata refresh
 /// answered (a latch the catalog keeps: a probe costs no Kafka request and no thread).
+/// `GET /admin/status`: the status page's snapshot (see `status`).
+async fn status(State(app): State<Arc<AppState>>) -> Response {
+    axum::Json(app.status.snapshot()).into_response()
+}
+
 async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
     if app.is_draining() {
         return Readiness::NotReady {

@@ -32,6 +32,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Buffer occupancy above which `/readyz` says not ready.
     pub ready_high_water: f64,
+    /// The status page's snapshot (built only when asked).
+    pub status: crate::status::StatusBoard,
     /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
     pub compat: crate::config::CompatConfig,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
@@ -137,7 +139,7 @@ impl AppState {
             }
             None => None,
         };
-        let mut admission = Admission::new(clock, registry.global().clone(), buffer);
+        let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer);
         if let Some(cluster) = &cluster {
             admission = admission.clustered(cluster.sharing.clone());
         }
@@ -145,7 +147,16 @@ impl AppState {
         let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
             config.server.max_inflight_body_bytes,
         ));
+        let status = crate::status::StatusBoard::new(
+            tenants.clone(),
+            admission.clone(),
+            kafka_metrics.clone(),
+            cluster.clone(),
+            clock.clone(),
+            config.buffer.ready_high_water,
+        );
         Ok(Self {
+            status,
             metrics: Metrics::new(
                 tenants.clone(),
                 admission.clone(),

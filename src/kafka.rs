@@ -15,4 +15,6 @@ pub use catalog::{Reachability, TopicCatalog, TopicInfo};
 pub use delivery::{Batch, DeliveryFailure, FailureCounter, FailureKind, Outcome};
 pub use producer::{KafkaProducer, ProducerError};
 pub use settings::{client_config, connection_config};
-pub use stats::{BrokerStats, ErrorLabels, KafkaMetrics, KafkaStats};
+pub use stats::{
+    BrokerStats, ErrorLabels, KafkaMetrics, KafkaStats, LatencyCounts, LATENCY_BUCKETS,
+};

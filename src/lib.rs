@@ -48,6 +48,7 @@ pub mod refusal;
 pub mod registry;
 pub mod reload;
 pub mod server;
+pub mod status;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;

@@ -192,11 +192,25 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
                 return ExitCode::FAILURE;
             }
         };
-        if let Some(dev) = &dev {
-            announce_dev(&config, dev);
-        }
         let mut options = RunOptions::new(Arc::new(MonotonicClock::new()));
         options.config_path = path;
+        if let Some(dev) = &dev {
+            // The dev setup makes an admin token when none is set, so the status page and the
+            // admin API work at once; a token set in the environment is used as it is.
+            let dev_token = if std::env::var_os(&config.admin.token_env).is_none() {
+                match dev::random_key("") {
+                    Ok(token) => {
+                        options.admin_tokens =
+                            floodgate::access::AdminTokens::parse(&format!("dev:{token}")).ok();
+                        Some(token)
+                    }
+                    Err(_) => None,
+                }
+            } else {
+                None
+            };
+            announce_dev(&config, dev, dev_token.as_deref());
+        }
         match floodgate::run(config, listeners, options, shutdown_signal()).await {
             Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,
@@ -208,7 +222,7 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
     })
 }
 
-fn announce_dev(config: &Config, dev: &dev::DevBroker) {
+fn announce_dev(config: &Config, dev: &dev::DevBroker, admin_token: Option<&str>) {
     tracing::warn!(
         bootstrap = %dev.cluster.bootstrap_servers(),
         "DEV MODE: the Kafka broker is librdkafka's in-process mock cluster; it keeps data in memory only and loses it on exit"
@@ -222,9 +236,17 @@ fn announce_dev(config: &Config, dev: &dev::DevBroker) {
         dev.api_key
     );
     println!(
-        "             -d '{{\"records\":[{{\"key\":\"k1\",\"value\":{{\"hello\":\"world\"}}}}]}}' http://{}/v1/topics/events.demo/records\n",
+        "             -d '{{\"records\":[{{\"key\":\"k1\",\"value\":{{\"hello\":\"world\"}}}}]}}' http://{}/v1/topics/events.demo/records",
         config.server.listen
     );
+    println!("  status:  http://{}/ui", config.server.admin_listen);
+    match admin_token {
+        Some(token) => println!("  admin token (for the status page and the admin API): {token}\n"),
+        None => println!(
+            "  admin token: the one in {} (for the status page and the admin API)\n",
+            config.admin.token_env
+        ),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

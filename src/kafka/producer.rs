@@ -117,6 +117,7 @@ impl ProducerContext for DeliveryContext {
         if let Some(latency) = ticket.batch.complete(ticket.index, outcome) {
             self.shared.buffer.observe_ack_latency(latency);
             metrics.delivery_seconds.observe(latency.as_secs_f64());
+            metrics.delivery_counts.observe(latency.as_secs_f64());
         }
     }
 }

@@ -61,6 +61,9 @@ impl KafkaStats {
 #[derive(Debug, Clone)]
 pub struct KafkaMetrics {
     pub delivery_seconds: Histogram,
+    /// The same observations, countable from here (prometheus-client keeps its buckets
+    /// private): the status page's windowed percentiles.
+    pub delivery_counts: Arc<LatencyCounts>,
     pub delivery_errors: Family<ErrorLabels, Counter>,
     pub stats: Arc<Mutex<KafkaStats>>,
 }
@@ -70,9 +73,37 @@ impl Default for KafkaMetrics {
         Self {
             // 0.5 ms to ~32 s.
             delivery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 17)),
+            delivery_counts: Arc::default(),
             delivery_errors: Family::default(),
             stats: Arc::default(),
         }
+    }
+}
+
+/// Delivery latencies counted in fixed buckets (0.5 ms × 2^i, the histogram's bounds).
+#[derive(Debug, Default)]
+pub struct LatencyCounts {
+    buckets: [std::sync::atomic::AtomicU64; LATENCY_BUCKETS],
+}
+
+pub const LATENCY_BUCKETS: usize = 18;
+
+impl LatencyCounts {
+    /// The upper bound of bucket `i` in seconds (the last one has none).
+    pub fn bound(i: usize) -> f64 {
+        0.0005 * f64::powi(2.0, i32::try_from(i).unwrap_or(i32::MAX))
+    }
+
+    pub fn observe(&self, seconds: f64) {
+        let i = (0..LATENCY_BUCKETS - 1)
+            .find(|&i| seconds <= Self::bound(i))
+            .unwrap_or(LATENCY_BUCKETS - 1);
+        self.buckets[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts per bucket so far.
+    pub fn counts(&self) -> [u64; LATENCY_BUCKETS] {
+        std::array::from_fn(|i| self.buckets[i].load(std::sync::atomic::Ordering::Relaxed))
     }
 }
 
