@@ -35,6 +35,7 @@ tenant_settings_props = {
     "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
     **budget_props,
     "max_buffer_share": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+    "priority": {"type": ["string", "null"], "enum": ["critical", "standard", "batch", None], "description": "who is refused first under the adaptive limit: batch, then standard; critical keeps a reserved share"},
 }
 schemas = {
     "Error": {
@@ -43,7 +44,7 @@ schemas = {
             "error": {"type": "string", "description": "stable code"},
             "detail": {"type": "string"},
             "field": {"type": "string", "description": "422 only: the offending field"},
-            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "auth_failures"], "description": "429 only"},
+            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "auth_failures"], "description": "429 only"},
             "retry_after_ms": {"type": "integer", "minimum": 0, "description": "429 only"},
             "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
             "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},
@@ -98,6 +99,32 @@ schemas = {
     "Global": {
         "type": "object",
         "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "live": {"type": "object"}},
+    },
+    "AdaptiveSettings": {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean"},
+            "interval_ms": int_range(1, 3600000),
+            "target_delivery_ms": {"type": ["integer", "null"], "minimum": 1, "maximum": 3600000},
+            "baseline_factor": {"type": "number", "minimum": 1, "maximum": 100},
+            "min_target_ms": int_range(1, 3600000),
+            "healthy_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "buffer_pressure": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "decrease_factor": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "increase_step": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "decrease_cooldown_ms": int_range(1, 3600000),
+            "increase_cooldown_ms": int_range(1, 3600000),
+            "floor": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "critical_reserve": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+            "max_records_per_sec": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RATE},
+            "max_bytes_per_sec": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RATE},
+        },
+    },
+    "Adaptive": {
+        "type": "object", "required": ["settings", "limit_ratio", "last_move"],
+        "properties": {"settings": {"type": "object"}, "limit_ratio": {"type": "number"}, "limit_records_per_sec": {"type": "integer"},
+                       "limit_bytes_per_sec": {"type": "integer"}, "target_delivery_ms": {"type": "number"}, "delivery_p99_ms": {"type": "number"},
+                       "last_move": {"type": "string"}, "class_rates": {"type": "object"}},
     },
     "Readiness": {
         "type": "object", "required": ["ready"],
@@ -185,6 +212,12 @@ paths = {
         "put": admin_op("Replace the global budget", {
             "200": jres("replaced", ref("Global")), "400": err("malformed_body"), "422": err("invalid_field: the field is named"), "500": not_saved, "503": registry_down,
         }, body=json_body(ref("GlobalSettings"))),
+    },
+    "/admin/adaptive": {
+        "get": admin_op("The adaptive limit: settings, where it stands, why it last moved", {"200": jres("the adaptive limit", ref("Adaptive"))}),
+        "put": admin_op("Replace the adaptive settings live (not persisted)", {
+            "200": jres("replaced", ref("Adaptive")), "400": err("malformed_body"), "422": err("invalid_field: the field is named"),
+        }, body=json_body(ref("AdaptiveSettings"))),
     },
     "/admin/status": {"get": admin_op("The status page's snapshot: per-tenant rates over the last 10 s, bucket levels, buffer, Kafka, cluster", {
         "200": jres("a consistent snapshot", {"type": "object", "required": ["window_secs", "tenants", "buffer", "kafka", "lag_guards"], "properties": {

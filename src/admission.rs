@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::adaptive::PlanCell;
 use crate::budget::{
     BucketView, BudgetSpec, Clock, Dimension, GlobalBudget, Missing, Sharing, Short, Shortfall,
     TenantBuckets,
@@ -83,6 +84,15 @@ pub struct Admission {
     pub buffer: Arc<Buffer>,
     /// Cluster mode: the mode every bucket follows (leased slices or a local share).
     sharing: Option<Arc<Sharing>>,
+    /// Adaptive broker protection: the plan in force (`[adaptive] enabled`).
+    adaptive: Option<Arc<PlanCell>>,
+}
+
+/// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
+/// its adaptive bucket.
+struct Planned {
+    tenant: crate::budget::PendingCharge,
+    adaptive: Option<(u64, u64)>,
 }
 
 impl Admission {
@@ -92,6 +102,74 @@ impl Admission {
             global,
             buffer,
             sharing: None,
+            adaptive: None,
+        }
+    }
+
+    /// Admission under an adaptive limit: tenants follow the plan in `cell`.
+    pub fn adaptive(mut self, cell: Arc<PlanCell>) -> Self {
+        self.adaptive = Some(cell);
+        self
+    }
+
+    /// Brings the tenant's adaptive bucket to the plan in force, keeping its level.
+    fn follow_plan(&self, tenant: &Tenant, state: &mut crate::tenant::AdmissionState, now: u64) {
+        let Some(cell) = &self.adaptive else {
+            return;
+        };
+        let plan = cell.load();
+        let bucket = &mut state.adaptive;
+        if bucket.epoch == plan.epoch {
+            return;
+        }
+        let share = plan
+            .active
+            .then(|| plan.shares.get(tenant.id.as_str()).copied())
+            .flatten();
+        let new = share.map(|(_, spec)| spec);
+        bucket.tats = match (bucket.spec, new) {
+            (Some(old), Some(new)) => (
+                crate::budget::retarget_tat(&old.records, &new.records, bucket.tats.0, now),
+                crate::budget::retarget_tat(&old.bytes, &new.bytes, bucket.tats.1, now),
+            ),
+            // A limit coming into force starts full.
+            _ => (0, 0),
+        };
+        bucket.spec = new;
+        bucket.class = share.map(|(class, _)| class).unwrap_or_default();
+        bucket.epoch = plan.epoch;
+    }
+
+    /// The adaptive bucket's say: the TATs to commit, or the refusal.
+    fn adaptive_check(
+        &self,
+        state: &crate::tenant::AdmissionState,
+        now: u64,
+        charge: Charge,
+    ) -> Result<Option<(u64, u64)>, Denial> {
+        let bucket = &state.adaptive;
+        let Some(spec) = bucket.spec else {
+            return Ok(None);
+        };
+        match crate::budget::take_both(&spec, bucket.tats, now, charge) {
+            Ok(tats) => Ok(Some(tats)),
+            Err(short) => {
+                // A request larger than the share's burst waits as long as its records take at
+                // the share's rate (it is admitted once the limit rises).
+                let wait_ns = if short.wait_ns == u64::MAX {
+                    let rate = |s: Option<crate::budget::RateSpec>, n: u64| {
+                        s.map_or(0, |s| n.saturating_mul(1_000_000_000) / s.per_sec.max(1))
+                    };
+                    rate(spec.records, charge.records).max(rate(spec.bytes, charge.bytes))
+                } else {
+                    short.wait_ns
+                };
+                Err(Denial::Refused(Refusal {
+                    reason: Reason::Adaptive,
+                    retry_after: Duration::from_nanos(wait_ns),
+                    class: Some(bucket.class.as_str()),
+                }))
+            }
         }
     }
 
@@ -124,6 +202,7 @@ impl Admission {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
+        self.follow_plan(tenant, &mut state, now);
         let decision = (|| {
             let pending = self.plan(tenant, &state, now, charge)?;
             let lease = self
@@ -140,7 +219,10 @@ impl Admission {
                     global: Some(m),
                 }),
             })?;
-            state.buckets.commit(pending);
+            state.buckets.commit(pending.tenant);
+            if let Some(tats) = pending.adaptive {
+                state.adaptive.tats = tats;
+            }
             Ok(lease)
         })();
         let view = self.view_locked(&state.buckets, now);
@@ -155,6 +237,7 @@ impl Admission {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
+        self.follow_plan(tenant, &mut state, now);
         match self.plan(tenant, &state, now, charge) {
             Ok(_nothing_charged) => {}
             Err(Blocked::Denied(d)) => return Err(d),
@@ -182,7 +265,7 @@ impl Admission {
         state: &crate::tenant::AdmissionState,
         now: u64,
         charge: Charge,
-    ) -> Result<crate::budget::PendingCharge, Blocked> {
+    ) -> Result<Planned, Blocked> {
         let share = state.buffer_share;
         self.never_fits(state.buckets.spec(), share, charge)?;
         let pending = state.buckets.check(now, charge);
@@ -198,6 +281,7 @@ impl Admission {
         if let Err(Short::Wait(g)) = global {
             return Err(refused(global_reason(g), g.wait_ns).into());
         }
+        let adaptive = self.adaptive_check(state, now, charge)?;
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -218,7 +302,9 @@ impl Admission {
             }
             return Err(Blocked::Lease(need));
         }
-        pending.map_err(|_| Blocked::Lease(need))
+        pending
+            .map(|tenant| Planned { tenant, adaptive })
+            .map_err(|_| Blocked::Lease(need))
     }
 
     /// The early check made before the body is read: could this tenant be admitted with at
@@ -228,6 +314,11 @@ impl Admission {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
+        self.follow_plan(tenant, &mut state, now);
+        if let Err(Denial::Refused(r)) = self.adaptive_check(&state, now, Charge::new(1, 1)) {
+            tenant.stats.offered(1, 0);
+            return Err(r);
+        }
         let spec = state.buckets.spec();
         let global_spec = self.global.spec();
         // Only ask for as many bytes as a bucket could ever hold: the exact count, made after
@@ -320,6 +411,7 @@ impl Admission {
         Refusal {
             reason,
             retry_after: self.buffer.retry_hint(),
+            class: None,
         }
     }
 
@@ -339,6 +431,7 @@ fn refused_plain(reason: Reason, wait_ns: u64) -> Refusal {
     Refusal {
         reason,
         retry_after: Duration::from_nanos(wait_ns),
+        class: None,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct AppState {
     pub ready_high_water: f64,
     /// The status page's snapshot (built only when asked).
     pub status: crate::status::StatusBoard,
+    /// Adaptive broker protection (its settings can be changed live, so it always exists).
+    pub adaptive: Arc<crate::adaptive_agent::AdaptiveAgent>,
     /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
     pub compat: crate::config::CompatConfig,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
@@ -139,13 +141,23 @@ impl AppState {
             }
             None => None,
         };
-        let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer);
+        let plan = Arc::new(crate::adaptive::PlanCell::default());
+        let mut admission =
+            Admission::new(clock.clone(), registry.global().clone(), buffer).adaptive(plan.clone());
         if let Some(cluster) = &cluster {
             admission = admission.clustered(cluster.sharing.clone());
         }
         let admission = Arc::new(admission);
         let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
             config.server.max_inflight_body_bytes,
+        ));
+        let adaptive = Arc::new(crate::adaptive_agent::AdaptiveAgent::new(
+            config.adaptive.clone(),
+            plan,
+            tenants.clone(),
+            admission.clone(),
+            kafka_metrics.clone(),
+            clock.clone(),
         ));
         let status = crate::status::StatusBoard::new(
             tenants.clone(),
@@ -157,6 +169,7 @@ impl AppState {
         );
         Ok(Self {
             status,
+            adaptive: adaptive.clone(),
             metrics: Metrics::new(
                 tenants.clone(),
                 admission.clone(),
@@ -164,6 +177,7 @@ impl AppState {
                 failures.clone(),
                 body_budget.clone(),
                 cluster.clone(),
+                adaptive,
             ),
             ingest: Ingest {
                 tenants,

@@ -61,7 +61,7 @@ pub enum Short {
 }
 
 /// Takes from both dimensions or from neither.
-pub(crate) fn take_both(
+pub fn take_both(
     spec: &BudgetSpec,
     (r_tat, b_tat): (u64, u64),
     now_ns: u64,
@@ -87,12 +87,7 @@ pub(crate) fn take_both(
 }
 
 /// Retargets one dimension's TAT from `old` to `new` (see [`RateSpec::retarget`]).
-pub(crate) fn retarget_tat(
-    old: &Option<RateSpec>,
-    new: &Option<RateSpec>,
-    tat: u64,
-    now_ns: u64,
-) -> u64 {
+pub fn retarget_tat(old: &Option<RateSpec>, new: &Option<RateSpec>, tat: u64, now_ns: u64) -> u64 {
     match (old, new) {
         (Some(o), Some(n)) => o.retarget(tat, now_ns, n),
         // Newly limited: starts full. No longer limited: the value is unused.

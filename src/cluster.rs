@@ -451,6 +451,7 @@ impl Cluster {
                             Dimension::Bytes => Reason::TenantBytes,
                         },
                         retry_after: wait,
+                        class: None,
                     })
                 }
                 Ok(None) => {}
@@ -479,6 +480,7 @@ impl Cluster {
                         Dimension::Bytes => Reason::GlobalBytes,
                     },
                     retry_after: wait,
+                    class: None,
                 });
             }
         }

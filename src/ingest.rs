@@ -324,6 +324,7 @@ impl Ingest {
             Refusal {
                 reason: Reason::ServerBusy,
                 retry_after,
+                class: None,
             },
         )
     }
@@ -361,6 +362,7 @@ impl Ingest {
     pub async fn admit(&self, tenant: &Tenant, charge: Charge) -> Result<BufferLease, ApiError> {
         // Two lease rounds cover a tenant and a global slice both short; a third answer that
         // still needs tokens means other requests took them first: a short 429.
+        tenant.stats.offered(charge.records, charge.bytes);
         let mut last_need = LeaseNeed::default();
         for _ in 0..3 {
             let (decision, _view) = self.admission.admit(tenant, charge);
@@ -392,6 +394,7 @@ impl Ingest {
             Refusal {
                 reason,
                 retry_after: CONTENDED_RETRY,
+                class: None,
             },
         ))
     }

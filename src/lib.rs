@@ -25,6 +25,8 @@
 //!    routes), [`reload`] (SIGHUP), [`telemetry`] (logging), [`dev`] (the embedded broker).
 
 pub mod access;
+pub mod adaptive;
+pub mod adaptive_agent;
 pub mod admin;
 pub mod admission;
 pub mod app;
@@ -153,6 +155,7 @@ pub async fn run(
     tasks
         .0
         .push(tokio::spawn(state.registry.clone().follow()).abort_handle());
+    tasks.0.push(state.adaptive.start().abort_handle());
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
         cluster.join().await;

@@ -22,9 +22,12 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::adaptive::controller::Cause;
+use crate::adaptive_agent::AdaptiveAgent;
 use crate::admission::Admission;
 use crate::body_budget::BodyBudget;
 use crate::cluster::{Cluster, LeaseOutcome, Scope};
+use crate::config::Priority;
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::refusal::Reason;
@@ -51,6 +54,7 @@ impl Metrics {
         failures: Arc<FailureGuard>,
         bodies: Arc<BodyBudget>,
         cluster: Option<Arc<Cluster>>,
+        adaptive: Arc<AdaptiveAgent>,
     ) -> Self {
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
@@ -88,6 +92,7 @@ impl Metrics {
             failures,
             bodies,
             cluster,
+            adaptive,
         }));
         Self {
             registry,
@@ -169,6 +174,7 @@ struct LiveCollector {
     failures: Arc<FailureGuard>,
     bodies: Arc<BodyBudget>,
     cluster: Option<Arc<Cluster>>,
+    adaptive: Arc<AdaptiveAgent>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -219,6 +225,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         if let Some(cluster) = &self.cluster {
             self.encode_cluster(&mut encoder, cluster)?;
         }
+        self.encode_adaptive(&mut encoder)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }
@@ -550,6 +557,109 @@ impl LiveCollector {
             None,
             G,
             &global,
+        )
+    }
+
+    /// The adaptive limit: where it is, what it acted on, how often it moved and why.
+    fn encode_adaptive(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let a = &self.adaptive;
+        let s = &a.stats;
+        let enabled = a.settings().enabled;
+        family(
+            encoder,
+            "adaptive_enabled",
+            "1 when the adaptive limit is on ([adaptive] enabled)",
+            None,
+            G,
+            &gauge(u64::from(enabled)),
+        )?;
+        family(
+            encoder,
+            "adaptive_limit_ratio",
+            "The adaptive limit as a fraction of its ceiling (1: the configured budgets decide)",
+            None,
+            G,
+            &[(Vec::new(), ConstGauge::new(s.limit_ratio()))],
+        )?;
+        family(
+            encoder,
+            "adaptive_floor_ratio",
+            "The lowest the adaptive limit goes, as a fraction of its ceiling",
+            None,
+            G,
+            &[(Vec::new(), ConstGauge::new(a.settings().floor))],
+        )?;
+        let limits = [
+            (
+                vec![("bucket", "records")],
+                ConstGauge::new(s.limit_records.load(Relaxed) as f64),
+            ),
+            (
+                vec![("bucket", "bytes")],
+                ConstGauge::new(s.limit_bytes.load(Relaxed) as f64),
+            ),
+        ];
+        family(
+            encoder,
+            "adaptive_limit",
+            "What the adaptive limit admits now, per second (0: that dimension has no ceiling)",
+            None,
+            G,
+            &limits,
+        )?;
+        family(
+            encoder,
+            "adaptive_target_delivery",
+            "Delivery p99 above which Kafka counts as slow (0 while unknown)",
+            Some(&Unit::Seconds),
+            G,
+            &[(Vec::new(), ConstGauge::new(s.target_ms() / 1000.0))],
+        )?;
+        family(
+            encoder,
+            "adaptive_delivery_p99",
+            "Delivery p99 over the controller's last interval",
+            Some(&Unit::Seconds),
+            G,
+            &[(Vec::new(), ConstGauge::new(s.p99_ms() / 1000.0))],
+        )?;
+        let mut changes: Vec<_> = Cause::ALL
+            .iter()
+            .map(|c| {
+                (
+                    vec![("direction", "decrease"), ("cause", c.as_str())],
+                    ConstCounter::new(s.decreases(*c)),
+                )
+            })
+            .collect();
+        changes.push((
+            vec![("direction", "increase"), ("cause", "healthy")],
+            ConstCounter::new(s.increases.load(Relaxed)),
+        ));
+        family(
+            encoder,
+            "adaptive_changes",
+            "Moves of the adaptive limit by direction and cause",
+            None,
+            C,
+            &changes,
+        )?;
+        let classes: Vec<_> = Priority::ALL
+            .iter()
+            .map(|p| {
+                (
+                    vec![("class", p.as_str())],
+                    ConstGauge::new(s.class_rate(*p)),
+                )
+            })
+            .collect();
+        family(
+            encoder,
+            "adaptive_class_rate",
+            "The adaptive limit's allocation per priority class, per second",
+            None,
+            G,
+            &classes,
         )
     }
 

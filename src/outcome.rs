@@ -202,11 +202,19 @@ impl ApiError {
                 t.requested, t.unit, t.limit, t.allowed
             ),
             Self::UnknownTopic(t) => format!("topic {t:?} does not exist in Kafka"),
-            Self::RateLimited(r) => format!(
-                "{} exhausted; retry in {} ms",
-                r.reason.as_str(),
-                r.retry_after_ms()
-            ),
+            Self::RateLimited(r) => match r.class {
+                Some(class) => format!(
+                    "{}: Kafka is slow and the adaptive limit admits no more {class} traffic now \
+                     (batch is refused first, then standard); retry in {} ms",
+                    r.reason.as_str(),
+                    r.retry_after_ms()
+                ),
+                None => format!(
+                    "{} exhausted; retry in {} ms",
+                    r.reason.as_str(),
+                    r.retry_after_ms()
+                ),
+            },
             Self::AuthFailures(wait) => format!(
                 "too many failed authentications from this address; retry in {} ms",
                 wait_ms(*wait)

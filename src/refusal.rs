@@ -17,10 +17,13 @@ pub enum Reason {
     BufferFull,
     /// The memory budget for request bodies in flight is spent.
     ServerBusy,
+    /// Kafka is slow: the adaptive limit (`[adaptive]`) is below demand, and this tenant's
+    /// priority class gets no more now.
+    Adaptive,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::TenantRecords,
         Reason::TenantBytes,
         Reason::GlobalRecords,
@@ -28,6 +31,7 @@ impl Reason {
         Reason::TenantBuffer,
         Reason::BufferFull,
         Reason::ServerBusy,
+        Reason::Adaptive,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +43,7 @@ impl Reason {
             Reason::TenantBuffer => "tenant_buffer",
             Reason::BufferFull => "buffer_full",
             Reason::ServerBusy => "server_busy",
+            Reason::Adaptive => "adaptive",
         }
     }
 }
@@ -48,9 +53,19 @@ impl Reason {
 pub struct Refusal {
     pub reason: Reason,
     pub retry_after: Duration,
+    /// For `adaptive`: the tenant's priority class, named in the detail.
+    pub class: Option<&'static str>,
 }
 
 impl Refusal {
+    pub fn new(reason: Reason, retry_after: Duration) -> Self {
+        Self {
+            reason,
+            retry_after,
+            class: None,
+        }
+    }
+
     /// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
     pub fn retry_after_ms(&self) -> u64 {
         wait_ms(self.retry_after)
@@ -101,6 +116,7 @@ mod tests {
         let r = |ns| Refusal {
             reason: Reason::TenantRecords,
             retry_after: Duration::from_nanos(ns),
+            class: None,
         };
         assert_eq!((r(1).retry_after_ms(), r(1).retry_after_secs()), (1, 1));
         let long = r(1_000_000_001);

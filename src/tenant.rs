@@ -25,6 +25,20 @@ pub struct AdmissionState {
     pub buckets: TenantBuckets,
     /// Largest fraction of the buffer this tenant may hold.
     pub buffer_share: f64,
+    /// Its share of the adaptive limit, while one is in force.
+    pub adaptive: AdaptiveBucket,
+    /// Its priority class under the adaptive limit.
+    pub priority: crate::config::Priority,
+}
+
+/// A tenant's bucket under the adaptive limit: the plan it follows (by epoch) and its TATs.
+#[derive(Debug, Clone, Default)]
+pub struct AdaptiveBucket {
+    pub epoch: u64,
+    pub class: crate::config::Priority,
+    /// `None`: no adaptive limit on this tenant now.
+    pub spec: Option<BudgetSpec>,
+    pub tats: (u64, u64),
 }
 
 /// A tenant's settings, parsed and checked: applying them cannot fail.
@@ -33,6 +47,7 @@ pub struct TenantSettings {
     spec: BudgetSpec,
     topics: Arc<TopicPatterns>,
     buffer_share: f64,
+    priority: crate::config::Priority,
 }
 
 impl TenantSettings {
@@ -45,6 +60,7 @@ impl TenantSettings {
             spec,
             topics: Arc::new(topics),
             buffer_share: config.buffer_share(),
+            priority: config.priority.unwrap_or_default(),
         })
     }
 }
@@ -78,6 +94,8 @@ impl Tenant {
             admission: Mutex::new(AdmissionState {
                 buckets: TenantBuckets::new(settings.spec),
                 buffer_share: settings.buffer_share,
+                adaptive: AdaptiveBucket::default(),
+                priority: settings.priority,
             }),
             usage: Arc::new(TenantUsage::default()),
             body_bytes: Arc::default(),
@@ -92,6 +110,7 @@ impl Tenant {
         let mut state = self.admission_state();
         state.buckets.set_spec(settings.spec, now_ns);
         state.buffer_share = settings.buffer_share;
+        state.priority = settings.priority;
     }
 
     /// The largest fraction of the buffer (and of the body budget) this tenant may hold.

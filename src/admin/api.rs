@@ -114,6 +114,8 @@ struct TenantBody {
     bytes_burst: Option<u64>,
     #[serde(default)]
     max_buffer_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    priority: Option<crate::config::Priority>,
 }
 
 impl TenantBody {
@@ -126,6 +128,7 @@ impl TenantBody {
             bytes_per_sec: c.bytes_per_sec,
             bytes_burst: c.bytes_burst,
             max_buffer_share: c.max_buffer_share,
+            priority: c.priority,
         }
     }
 
@@ -139,6 +142,7 @@ impl TenantBody {
             bytes_per_sec: self.bytes_per_sec,
             bytes_burst: self.bytes_burst,
             max_buffer_share: self.max_buffer_share,
+            priority: self.priority,
         }
     }
 }
@@ -387,13 +391,14 @@ pub async fn patch_tenant(
 fn checked_patch(
     mut patch: serde_json::Map<String, Value>,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    const FIELDS: [&str; 6] = [
+    const FIELDS: [&str; 7] = [
         "topics",
         "records_per_sec",
         "records_burst",
         "bytes_per_sec",
         "bytes_burst",
         "max_buffer_share",
+        "priority",
     ];
     if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::InvalidField {
@@ -533,4 +538,50 @@ pub async fn put_global(
     })
     .await?;
     Ok(Json(global_view(&app, &saved)).into_response())
+}
+
+fn adaptive_view(app: &AppState) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let a = &app.adaptive;
+    let s = &a.stats;
+    let classes: serde_json::Map<String, Value> = crate::config::Priority::ALL
+        .iter()
+        .map(|p| (p.as_str().to_string(), json!(s.class_rate(*p))))
+        .collect();
+    json!({
+        "settings": a.settings(),
+        "limit_ratio": s.limit_ratio(),
+        "limit_records_per_sec": s.limit_records.load(Relaxed),
+        "limit_bytes_per_sec": s.limit_bytes.load(Relaxed),
+        "target_delivery_ms": s.target_ms(),
+        "delivery_p99_ms": s.p99_ms(),
+        "last_move": s.last_move(),
+        "class_rates": classes,
+    })
+}
+
+/// `GET /admin/adaptive`: the adaptive limit's settings and where it stands.
+pub async fn get_adaptive(State(app): AppRef) -> Response {
+    Json(adaptive_view(&app)).into_response()
+}
+
+/// `PUT /admin/adaptive`: replaces the settings live (not persisted: the configuration file's
+/// `[adaptive]` applies again at the next start).
+pub async fn put_adaptive(
+    State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let settings: crate::config::AdaptiveConfig = parse(&body)?;
+    let global = app.registry.snapshot().await.global;
+    if let Some(p) = settings.problems(&global).into_iter().next() {
+        return Err(ApiError::InvalidField {
+            field: p.key.trim_start_matches("adaptive.").to_string(),
+            detail: p.message,
+        });
+    }
+    tracing::info!(target: "floodgate::audit", actor = actor.as_str(), action = "adaptive.put",
+        after = %serde_json::to_string(&settings).unwrap_or_default(), "adaptive settings changed");
+    app.adaptive.set_settings(settings);
+    Ok(Json(adaptive_view(&app)).into_response())
 }

@@ -470,6 +470,7 @@ async fn pump(
             let e = ApiError::RateLimited(crate::refusal::Refusal {
                 reason: crate::refusal::Reason::ServerBusy,
                 retry_after: ingest.body_budget.retry_hint(),
+                class: None,
             });
             let _ = pending.send(Pending::Known(v3_refusal(&e))).await;
             return;

@@ -9,6 +9,10 @@ pub struct TenantStats {
     pub admitted_requests: AtomicU64,
     pub admitted_records: AtomicU64,
     pub admitted_bytes: AtomicU64,
+    /// Records and bytes of every request that reached admission, admitted or not: the
+    /// demand the adaptive limit is shared by.
+    pub offered_records: AtomicU64,
+    pub offered_bytes: AtomicU64,
     /// Records Kafka definitively refused or that could not be delivered in time.
     pub failed_records: AtomicU64,
     /// Refused requests, indexed like [`Reason::ALL`].
@@ -48,6 +52,11 @@ impl TenantStats {
     }
 
     /// Counts a request answered through `api`, successful or not.
+    pub fn offered(&self, records: u64, bytes: u64) {
+        self.offered_records.fetch_add(records, Relaxed);
+        self.offered_bytes.fetch_add(bytes, Relaxed);
+    }
+
     pub fn count_api(&self, api: Api, ok: bool) {
         let (good, bad) = &self.by_api[api as usize];
         if ok { good } else { bad }.fetch_add(1, Relaxed);

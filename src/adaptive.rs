@@ -1,0 +1,41 @@
+//! Adaptive broker protection, the pure parts: the controller that moves an admission limit
+//! below the configured budgets from Kafka's own signals ([`controller`]), how that limit is
+//! shared among priority classes and tenants ([`allocation`]), and the plan admission reads
+//! ([`Plan`]). The agent that feeds the controller lives in `adaptive_agent`.
+//!
+//! Layer: foundations + configuration (budget specs, the priority classes); no runtime.
+
+pub mod allocation;
+pub mod controller;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::budget::BudgetSpec;
+use crate::config::Priority;
+
+/// What admission enforces now: per tenant, its share of the adaptive limit as a budget.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// False while the limit is at its ceiling: then the configured budgets alone decide.
+    pub active: bool,
+    /// Changes with every plan, so a tenant's bucket knows to follow.
+    pub epoch: u64,
+    pub shares: HashMap<String, (Priority, BudgetSpec)>,
+}
+
+/// The current plan, swapped whole by the agent, read lock-free by admission.
+#[derive(Debug, Default)]
+pub struct PlanCell(ArcSwap<Plan>);
+
+impl PlanCell {
+    pub fn load(&self) -> Arc<Plan> {
+        self.0.load_full()
+    }
+
+    pub fn store(&self, plan: Plan) {
+        self.0.store(Arc::new(plan));
+    }
+}
