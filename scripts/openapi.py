@@ -44,7 +44,7 @@ schemas = {
             "error": {"type": "string", "description": "stable code"},
             "detail": {"type": "string"},
             "field": {"type": "string", "description": "422 only: the offending field"},
-            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "auth_failures"], "description": "429 only"},
+            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "auth_failures"], "description": "429 only"},
             "retry_after_ms": {"type": "integer", "minimum": 0, "description": "429 only"},
             "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
             "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},
@@ -126,6 +126,36 @@ schemas = {
                        "limit_bytes_per_sec": {"type": "integer"}, "target_delivery_ms": {"type": "number"}, "delivery_p99_ms": {"type": "number"},
                        "last_move": {"type": "string"}, "class_rates": {"type": "object"}},
     },
+    "LagGuardSettings": {
+        "type": "object", "additionalProperties": False, "required": ["topics", "group", "max_recovery_s"],
+        "description": "A lag guard. The name comes from the path (a name in the body must match it).",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
+            "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "minLength": 1, "maxLength": 249, "pattern": "^[A-Za-z0-9._*?-]+$"}, "description": "topic names or glob patterns"},
+            "group": {"type": "string", "minLength": 1, "maxLength": 255, "description": "the consumer group whose lag counts (read, never joined)"},
+            "max_recovery_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+            "max_lag_records": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RATE},
+            "headroom": {"type": "number", "minimum": 1, "maximum": 100},
+            "interval_ms": int_range(10, 3600000),
+            "floor_records_per_sec": int_range(0, MAX_RATE),
+            "release_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "caught_up_s": {"type": "number", "minimum": 0, "maximum": 86400},
+            "hold_s": {"type": "number", "minimum": 0, "maximum": 86400},
+            "rate_window_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+            "stopped_after_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+        },
+    },
+    "LagGuard": {
+        "type": "object", "required": ["guard", "phase", "lag_records", "consumer_rate", "producer_rate"],
+        "properties": {
+            "guard": {"type": "object"}, "phase": {"type": "string", "enum": ["starting", "idle", "capping", "holding", "released"]},
+            "lag_records": {"type": "integer"}, "lag_by_topic": {"type": "array"},
+            "consumer_rate": {"type": "number"}, "producer_rate": {"type": "number"},
+            "recovery_s": {"type": ["number", "null"], "description": "null while the lag is not shrinking"},
+            "cap_records_per_sec": {"type": ["number", "null"]}, "last_error": {"type": ["string", "null"]},
+            "activations": {"type": "integer"}, "fail_opens": {"type": "integer"},
+        },
+    },
     "Readiness": {
         "type": "object", "required": ["ready"],
         "properties": {"ready": {"type": "boolean"}, "reason": {"type": "string"}, "detail": {"type": "string"}},
@@ -137,6 +167,7 @@ ADMIN_COMMON = {
     "401": err("unauthorized: no or wrong admin token (or none configured)"),
     "429": {**err("auth_failures: too many failed authentications from this address"), "headers": RETRY},
 }
+guard_param = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}}
 id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}}
 def admin_op(summary, responses, body=None, params=None):
     op = {"summary": summary, "security": sec_admin, "responses": {**responses, **ADMIN_COMMON}}
@@ -218,6 +249,15 @@ paths = {
         "put": admin_op("Replace the adaptive settings live (not persisted)", {
             "200": jres("replaced", ref("Adaptive")), "400": err("malformed_body"), "422": err("invalid_field: the field is named"),
         }, body=json_body(ref("AdaptiveSettings"))),
+    },
+    "/admin/lag-guards": {"get": admin_op("The lag guards and where they stand", {"200": jres("every guard", {"type": "object", "required": ["guards"], "properties": {"guards": {"type": "array", "items": ref("LagGuard")}}})})},
+    "/admin/lag-guards/{name}": {
+        "get": admin_op("One lag guard", {"200": jres("the guard", ref("LagGuard")), "404": err("lag_guard_not_found")}, params=[guard_param]),
+        "put": admin_op("Create or replace a lag guard live (not persisted)", {
+            "200": jres("replaced", ref("LagGuard")), "201": jres("created", ref("LagGuard")),
+            "400": err("malformed_body"), "422": err("invalid_field: the field is named"),
+        }, body=json_body(ref("LagGuardSettings")), params=[guard_param]),
+        "delete": admin_op("Remove a lag guard (its cap lifts at once)", {"204": {"description": "removed"}, "404": err("lag_guard_not_found")}, params=[guard_param]),
     },
     "/admin/status": {"get": admin_op("The status page's snapshot: per-tenant rates over the last 10 s, bucket levels, buffer, Kafka, cluster", {
         "200": jres("a consistent snapshot", {"type": "object", "required": ["window_secs", "tenants", "buffer", "kafka", "lag_guards"], "properties": {

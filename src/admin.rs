@@ -6,6 +6,7 @@
 //! through the registry store; statuses come from the outcome room.
 
 pub mod api;
+mod lag_guards;
 mod ui;
 
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/admin/audit", &["get"]),
     ("/admin/status", &["get"]),
     ("/admin/adaptive", &["get", "put"]),
+    ("/admin/lag-guards", &["get"]),
+    ("/admin/lag-guards/{name}", &["get", "put", "delete"]),
     ("/ui", &["get"]),
     ("/ui/app.js", &["get"]),
     ("/ui/app.css", &["get"]),
@@ -58,6 +61,10 @@ fn route(path: &str) -> MethodRouter<Arc<AppState>> {
         "/admin/audit" => get(api::audit),
         "/admin/status" => get(status),
         "/admin/adaptive" => get(api::get_adaptive).put(api::put_adaptive),
+        "/admin/lag-guards" => get(lag_guards::list),
+        "/admin/lag-guards/{name}" => get(lag_guards::get_one)
+            .put(lag_guards::put)
+            .delete(lag_guards::delete),
         "/ui" => get(ui::page),
         "/ui/app.js" => get(ui::script),
         "/ui/app.css" => get(ui::style),
@@ -157,7 +164,9 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
 /// answered (a latch the catalog keeps: a probe costs no Kafka request and no thread).
 /// `GET /admin/status`: the status page's snapshot (see `status`).
 async fn status(State(app): State<Arc<AppState>>) -> Response {
-    axum::Json(app.status.snapshot()).into_response()
+    let mut snapshot = app.status.snapshot();
+    snapshot.lag_guards = app.lag.statuses().iter().map(lag_guards::view).collect();
+    axum::Json(snapshot).into_response()
 }
 
 async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {

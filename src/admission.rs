@@ -19,9 +19,12 @@ use crate::budget::{
     TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
+use crate::identity::Topic;
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal, TooLarge};
 use crate::tenant::Tenant;
+
+mod guards;
 
 fn tenant_reason(s: Shortfall) -> Reason {
     match s.dimension {
@@ -86,6 +89,8 @@ pub struct Admission {
     sharing: Option<Arc<Sharing>>,
     /// Adaptive broker protection: the plan in force (`[adaptive] enabled`).
     adaptive: Option<Arc<PlanCell>>,
+    /// Lag guards: the caps in force on guarded topics (`[[lag_guards]]`).
+    lag: Option<Arc<crate::lag::LagPlanCell>>,
 }
 
 /// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
@@ -93,6 +98,7 @@ pub struct Admission {
 struct Planned {
     tenant: crate::budget::PendingCharge,
     adaptive: Option<(u64, u64)>,
+    lag: guards::LagCharge,
 }
 
 impl Admission {
@@ -103,6 +109,7 @@ impl Admission {
             buffer,
             sharing: None,
             adaptive: None,
+            lag: None,
         }
     }
 
@@ -168,6 +175,7 @@ impl Admission {
                     reason: Reason::Adaptive,
                     retry_after: Duration::from_nanos(wait_ns),
                     class: Some(bucket.class.as_str()),
+                    lag: None,
                 }))
             }
         }
@@ -199,12 +207,24 @@ impl Admission {
         tenant: &Tenant,
         charge: Charge,
     ) -> (Result<BufferLease, Blocked>, BucketsView) {
+        self.admit_to(tenant, None, charge)
+    }
+
+    /// [`Admission::admit`] for records to `topic` (which lag guards may watch).
+    pub fn admit_to(
+        &self,
+        tenant: &Tenant,
+        topic: Option<&Topic>,
+        charge: Charge,
+    ) -> (Result<BufferLease, Blocked>, BucketsView) {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
+        self.follow_lag(tenant, &mut state, topic, now);
+        self.lag_offered(&mut state, topic, charge.records);
         let decision = (|| {
-            let pending = self.plan(tenant, &state, now, charge)?;
+            let pending = self.plan(tenant, &state, topic, now, charge)?;
             let lease = self
                 .buffer
                 .try_reserve(&tenant.usage, charge)
@@ -223,6 +243,7 @@ impl Admission {
             if let Some(tats) = pending.adaptive {
                 state.adaptive.tats = tats;
             }
+            Self::lag_commit(&mut state, pending.lag);
             Ok(lease)
         })();
         let view = self.view_locked(&state.buckets, now);
@@ -234,11 +255,22 @@ impl Admission {
     /// request cannot either (budgets only fill up by waiting, and the request only grows).
     /// In cluster mode a slice that is short is topped up by the cluster's estimated level.
     pub fn check(&self, tenant: &Tenant, charge: Charge) -> Result<(), Denial> {
+        self.check_to(tenant, None, charge)
+    }
+
+    /// [`Admission::check`] for records to `topic`.
+    pub fn check_to(
+        &self,
+        tenant: &Tenant,
+        topic: Option<&Topic>,
+        charge: Charge,
+    ) -> Result<(), Denial> {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
-        match self.plan(tenant, &state, now, charge) {
+        self.follow_lag(tenant, &mut state, topic, now);
+        match self.plan(tenant, &state, topic, now, charge) {
             Ok(_nothing_charged) => {}
             Err(Blocked::Denied(d)) => return Err(d),
             Err(Blocked::Lease(_)) => {
@@ -263,6 +295,7 @@ impl Admission {
         &self,
         tenant: &Tenant,
         state: &crate::tenant::AdmissionState,
+        topic: Option<&Topic>,
         now: u64,
         charge: Charge,
     ) -> Result<Planned, Blocked> {
@@ -282,6 +315,7 @@ impl Admission {
             return Err(refused(global_reason(g), g.wait_ns).into());
         }
         let adaptive = self.adaptive_check(state, now, charge)?;
+        let lag = self.lag_check(state, topic, now, charge.records)?;
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -303,7 +337,11 @@ impl Admission {
             return Err(Blocked::Lease(need));
         }
         pending
-            .map(|tenant| Planned { tenant, adaptive })
+            .map(|tenant| Planned {
+                tenant,
+                adaptive,
+                lag,
+            })
             .map_err(|_| Blocked::Lease(need))
     }
 
@@ -311,11 +349,29 @@ impl Admission {
     /// least one record and `bytes_upper` bytes (the body's declared length, which bounds
     /// the record bytes from above)? Charges nothing.
     pub fn precheck(&self, tenant: &Tenant, bytes_upper: u64) -> Result<(), Refusal> {
+        self.precheck_to(tenant, None, bytes_upper)
+    }
+
+    /// [`Admission::precheck`] for records to `topic`.
+    pub fn precheck_to(
+        &self,
+        tenant: &Tenant,
+        topic: Option<&Topic>,
+        bytes_upper: u64,
+    ) -> Result<(), Refusal> {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
+        self.follow_lag(tenant, &mut state, topic, now);
         if let Err(Denial::Refused(r)) = self.adaptive_check(&state, now, Charge::new(1, 1)) {
+            tenant.stats.offered(1, 0);
+            return Err(r);
+        }
+        if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
+            // Refused before its records are counted: count one, so the next split knows
+            // this tenant wants to write here.
+            self.lag_offered(&mut state, topic, 1);
             tenant.stats.offered(1, 0);
             return Err(r);
         }
@@ -412,6 +468,7 @@ impl Admission {
             reason,
             retry_after: self.buffer.retry_hint(),
             class: None,
+            lag: None,
         }
     }
 
@@ -432,6 +489,7 @@ fn refused_plain(reason: Reason, wait_ns: u64) -> Refusal {
         reason,
         retry_after: Duration::from_nanos(wait_ns),
         class: None,
+        lag: None,
     }
 }
 

@@ -36,6 +36,8 @@ pub struct AppState {
     pub status: crate::status::StatusBoard,
     /// Adaptive broker protection (its settings can be changed live, so it always exists).
     pub adaptive: Arc<crate::adaptive_agent::AdaptiveAgent>,
+    /// Lag guards (changed live through the admin API, so the agent always exists).
+    pub lag: Arc<crate::lag_agent::LagAgent>,
     /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
     pub compat: crate::config::CompatConfig,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
@@ -142,8 +144,10 @@ impl AppState {
             None => None,
         };
         let plan = Arc::new(crate::adaptive::PlanCell::default());
-        let mut admission =
-            Admission::new(clock.clone(), registry.global().clone(), buffer).adaptive(plan.clone());
+        let lag_plan = Arc::new(crate::lag::LagPlanCell::default());
+        let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer)
+            .adaptive(plan.clone())
+            .lag_guarded(lag_plan.clone());
         if let Some(cluster) = &cluster {
             admission = admission.clustered(cluster.sharing.clone());
         }
@@ -159,6 +163,25 @@ impl AppState {
             kafka_metrics.clone(),
             clock.clone(),
         ));
+        let members = match &cluster {
+            Some(c) => {
+                let c = c.clone();
+                crate::lag_agent::Members(Arc::new(move || {
+                    c.stats.members.load(std::sync::atomic::Ordering::Relaxed)
+                }))
+            }
+            None => crate::lag_agent::Members::one(),
+        };
+        let lag = Arc::new(crate::lag_agent::LagAgent::new(
+            config.lag_guards.clone(),
+            lag_plan,
+            tenants.clone(),
+            members,
+            Arc::new(crate::lag_agent::KafkaOffsets::new(
+                crate::kafka::connection_config(&config.kafka),
+            )),
+            clock.clone(),
+        ));
         let status = crate::status::StatusBoard::new(
             tenants.clone(),
             admission.clone(),
@@ -170,6 +193,7 @@ impl AppState {
         Ok(Self {
             status,
             adaptive: adaptive.clone(),
+            lag: lag.clone(),
             metrics: Metrics::new(
                 tenants.clone(),
                 admission.clone(),
@@ -177,7 +201,7 @@ impl AppState {
                 failures.clone(),
                 body_budget.clone(),
                 cluster.clone(),
-                adaptive,
+                crate::metrics::Agents { adaptive, lag },
             ),
             ingest: Ingest {
                 tenants,

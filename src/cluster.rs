@@ -452,6 +452,7 @@ impl Cluster {
                         },
                         retry_after: wait,
                         class: None,
+                        lag: None,
                     })
                 }
                 Ok(None) => {}
@@ -481,6 +482,7 @@ impl Cluster {
                     },
                     retry_after: wait,
                     class: None,
+                    lag: None,
                 });
             }
         }

@@ -157,17 +157,17 @@ impl Ingest {
         tracing::Span::current().record("topic", topic.as_str());
         let format = format?;
         let declared = declared_length(request.headers);
-        if let Err(e) = self.early_check(tenant, declared) {
+        if let Err(e) = self.early_check(tenant, &topic, declared) {
             drain_if_small(declared, request.body).await;
             return Err(e);
         }
         let (arena, hold) = self
-            .read_records(tenant, request.body, declared, format)
+            .read_records(tenant, &topic, request.body, declared, format)
             .await?;
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
         self.check_topic(&topic, &records).await?;
-        let lease = self.admit(tenant, arena.charge()).await?;
+        let lease = self.admit(tenant, &topic, arena.charge()).await?;
         let batch = self.send(tenant, &topic, &records, lease);
         drop(records);
         drop(arena);
@@ -214,14 +214,19 @@ impl Ingest {
     /// Before the body is read: is it too large to accept, and could the tenant be admitted
     /// with one record and the declared length in bytes (which bounds the record bytes from
     /// above)? Charges nothing.
-    pub fn early_check(&self, tenant: &Tenant, declared: Option<u64>) -> Result<(), ApiError> {
+    pub fn early_check(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        declared: Option<u64>,
+    ) -> Result<(), ApiError> {
         if declared.is_some_and(|n| n > self.max_body_bytes) {
             return Err(ApiError::BodyTooLarge {
                 limit: self.max_body_bytes,
             });
         }
         self.admission
-            .precheck(tenant, declared.unwrap_or(1))
+            .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
             .map_err(|refusal| refused(tenant, refusal))
     }
 
@@ -238,6 +243,7 @@ impl Ingest {
     pub async fn read_records(
         &self,
         tenant: &Tenant,
+        topic: &Topic,
         mut body: Body,
         declared: Option<u64>,
         format: BodyFormat<'_>,
@@ -246,7 +252,7 @@ impl Ingest {
             .body_budget
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         match self
-            .decode_body(tenant, &mut body, &mut hold, declared, format)
+            .decode_body(tenant, topic, &mut body, &mut hold, declared, format)
             .await
         {
             Ok(arena) => Ok((arena, hold)),
@@ -261,6 +267,7 @@ impl Ingest {
     async fn decode_body(
         &self,
         tenant: &Tenant,
+        topic: &Topic,
         body: &mut Body,
         hold: &mut BodyHold<'_>,
         declared: Option<u64>,
@@ -305,7 +312,7 @@ impl Ingest {
 
             if charge.records > checked.records {
                 checked = charge;
-                if let Err(denial) = self.admission.check(tenant, charge) {
+                if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
                     let cut = match denial {
                         Denial::Refused(_) => Cut::RateLimited,
                         Denial::TooLarge(_) => Cut::ExceedsBurst,
@@ -325,6 +332,7 @@ impl Ingest {
                 reason: Reason::ServerBusy,
                 retry_after,
                 class: None,
+                lag: None,
             },
         )
     }
@@ -359,13 +367,18 @@ impl Ingest {
     /// Charges every budget and reserves buffer space for the whole request, or nothing.
     /// In cluster mode a request the local slices cannot cover waits for one lease call (the
     /// missing tokens, or the refusal) and is decided again.
-    pub async fn admit(&self, tenant: &Tenant, charge: Charge) -> Result<BufferLease, ApiError> {
+    pub async fn admit(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        charge: Charge,
+    ) -> Result<BufferLease, ApiError> {
         // Two lease rounds cover a tenant and a global slice both short; a third answer that
         // still needs tokens means other requests took them first: a short 429.
         tenant.stats.offered(charge.records, charge.bytes);
         let mut last_need = LeaseNeed::default();
         for _ in 0..3 {
-            let (decision, _view) = self.admission.admit(tenant, charge);
+            let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {
                 Ok(lease) => {
                     tenant.stats.admitted(charge.records, charge.bytes);
@@ -395,6 +408,7 @@ impl Ingest {
                 reason,
                 retry_after: CONTENDED_RETRY,
                 class: None,
+                lag: None,
             },
         ))
     }

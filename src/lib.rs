@@ -11,13 +11,17 @@
 //!    downstream buffer; uses `record`), [`body_budget`] (request bodies in memory),
 //!    [`failure_guard`] (per-address limit on failed authentications; uses `budget`),
 //!    [`server`] and [`tls`] (bounded accept loop).
-//! 2. Configuration — [`config`]: the typed, validated configuration file.
+//! 2. Configuration — [`config`]: the typed, validated configuration file; then the pure
+//!    controllers built on it: [`adaptive`] (the adaptive limit and its split by priority)
+//!    and [`lag`] (lag guards: offsets in, a cap on producers out).
 //! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
 //!    decoder), [`kafka`] (settings, the shared producer, delivery reports, topic catalog,
 //!    Kafka statistics).
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
 //!    [`registry`] (the registry's declarative state, its changes, audit and persistence),
-//!    [`metrics`] (Prometheus, read from live state).
+//!    [`metrics`] (Prometheus, read from live state), the agents that feed the controllers:
+//!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and
+//!    [`cluster`] (budgets shared through Redis).
 //! 5. Outcomes and pipeline — [`outcome`] (every status and body decided once), then
 //!    [`ingest`] (the produce pipeline every wire format shares).
 //! 6. Assembly — [`app`] (the shared state), [`ratelimit_headers`] (the IETF fields).
@@ -42,6 +46,8 @@ pub mod http;
 pub mod identity;
 pub mod ingest;
 pub mod kafka;
+pub mod lag;
+pub mod lag_agent;
 pub mod metrics;
 pub mod outcome;
 pub mod ratelimit_headers;
@@ -156,6 +162,7 @@ pub async fn run(
         .0
         .push(tokio::spawn(state.registry.clone().follow()).abort_handle());
     tasks.0.push(state.adaptive.start().abort_handle());
+    tasks.0.push(state.lag.start().abort_handle());
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
         cluster.join().await;

@@ -30,13 +30,23 @@ use crate::cluster::{Cluster, LeaseOutcome, Scope};
 use crate::config::Priority;
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
+use crate::lag_agent::LagAgent;
 use crate::refusal::Reason;
 use crate::tenant::{Api, Tenants};
+
+mod lag;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub route: &'static str,
     pub status: u16,
+}
+
+/// The controllers whose state the metrics show.
+#[derive(Debug)]
+pub struct Agents {
+    pub adaptive: Arc<AdaptiveAgent>,
+    pub lag: Arc<LagAgent>,
 }
 
 #[derive(Debug)]
@@ -54,8 +64,9 @@ impl Metrics {
         failures: Arc<FailureGuard>,
         bodies: Arc<BodyBudget>,
         cluster: Option<Arc<Cluster>>,
-        adaptive: Arc<AdaptiveAgent>,
+        agents: Agents,
     ) -> Self {
+        let Agents { adaptive, lag } = agents;
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 18))
@@ -93,6 +104,7 @@ impl Metrics {
             bodies,
             cluster,
             adaptive,
+            lag,
         }));
         Self {
             registry,
@@ -175,6 +187,7 @@ struct LiveCollector {
     bodies: Arc<BodyBudget>,
     cluster: Option<Arc<Cluster>>,
     adaptive: Arc<AdaptiveAgent>,
+    lag: Arc<LagAgent>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -226,6 +239,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
             self.encode_cluster(&mut encoder, cluster)?;
         }
         self.encode_adaptive(&mut encoder)?;
+        lag::encode(&mut encoder, &self.lag)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }

@@ -53,6 +53,8 @@ pub enum ApiError {
     AdminUnauthorized(String),
     TenantNotFound(String),
     KeyNotFound(String),
+    /// Admin API: no lag guard of this name.
+    GuardNotFound(String),
     /// Admin API: a value that cannot be used, naming the field.
     InvalidField {
         field: String,
@@ -149,6 +151,7 @@ impl ApiError {
             Self::AdminUnauthorized(_) => "unauthorized",
             Self::TenantNotFound(_) => "tenant_not_found",
             Self::KeyNotFound(_) => "key_not_found",
+            Self::GuardNotFound(_) => "lag_guard_not_found",
             Self::InvalidField { .. } => "invalid_field",
             Self::StateNotSaved => "state_not_saved",
             Self::Conflict { .. } => "conflict",
@@ -158,7 +161,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized | Self::AdminUnauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::TenantNotFound(_) | Self::KeyNotFound(_) => StatusCode::NOT_FOUND,
+            Self::TenantNotFound(_) | Self::KeyNotFound(_) | Self::GuardNotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Conflict { .. } => StatusCode::CONFLICT,
@@ -202,14 +207,23 @@ impl ApiError {
                 t.requested, t.unit, t.limit, t.allowed
             ),
             Self::UnknownTopic(t) => format!("topic {t:?} does not exist in Kafka"),
-            Self::RateLimited(r) => match r.class {
-                Some(class) => format!(
+            Self::RateLimited(r) => match (r.class, &r.lag) {
+                (_, Some(lag)) => format!(
+                    "{}: consumer group {:?} is behind on topic {:?} (lag guard {:?}): producers \
+                     are capped at what the consumers read, so the lag shrinks; retry in {} ms",
+                    r.reason.as_str(),
+                    lag.group,
+                    lag.topic,
+                    lag.guard,
+                    r.retry_after_ms()
+                ),
+                (Some(class), None) => format!(
                     "{}: Kafka is slow and the adaptive limit admits no more {class} traffic now \
                      (batch is refused first, then standard); retry in {} ms",
                     r.reason.as_str(),
                     r.retry_after_ms()
                 ),
-                None => format!(
+                (None, None) => format!(
                     "{} exhausted; retry in {} ms",
                     r.reason.as_str(),
                     r.retry_after_ms()
@@ -224,6 +238,7 @@ impl ApiError {
             Self::NotFound => "no such route".into(),
             Self::AdminUnauthorized(d) => d.clone(),
             Self::TenantNotFound(id) => format!("no tenant {id:?}"),
+            Self::GuardNotFound(name) => format!("no lag guard {name:?}"),
             Self::KeyNotFound(id) => format!("no key {id:?} for this tenant"),
             Self::InvalidField { field, detail } => format!("{field}: {detail}"),
             Self::StateNotSaved => {

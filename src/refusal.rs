@@ -4,6 +4,7 @@
 //! A foundation module, so that admission decides refusals, tenant counters count them and the
 //! outcome room answers them, without importing one another.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a request was refused with 429; the strings are part of the API.
@@ -20,10 +21,12 @@ pub enum Reason {
     /// Kafka is slow: the adaptive limit (`[adaptive]`) is below demand, and this tenant's
     /// priority class gets no more now.
     Adaptive,
+    /// A lag guard (`[[lag_guards]]`): the topic's consumers are behind, producers are capped.
+    ConsumerLag,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::TenantRecords,
         Reason::TenantBytes,
         Reason::GlobalRecords,
@@ -32,6 +35,7 @@ impl Reason {
         Reason::BufferFull,
         Reason::ServerBusy,
         Reason::Adaptive,
+        Reason::ConsumerLag,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,17 +48,28 @@ impl Reason {
             Reason::BufferFull => "buffer_full",
             Reason::ServerBusy => "server_busy",
             Reason::Adaptive => "adaptive",
+            Reason::ConsumerLag => "consumer_lag",
         }
     }
 }
 
 /// A 429: what ran out and when the same request would be admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub reason: Reason,
     pub retry_after: Duration,
     /// For `adaptive`: the tenant's priority class, named in the detail.
     pub class: Option<&'static str>,
+    /// For `consumer_lag`: which guard, topic and consumer group, named in the detail.
+    pub lag: Option<Arc<LagNote>>,
+}
+
+/// The guard behind a `consumer_lag` refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LagNote {
+    pub guard: Arc<str>,
+    pub topic: String,
+    pub group: Arc<str>,
 }
 
 impl Refusal {
@@ -63,6 +78,7 @@ impl Refusal {
             reason,
             retry_after,
             class: None,
+            lag: None,
         }
     }
 
@@ -117,6 +133,7 @@ mod tests {
             reason: Reason::TenantRecords,
             retry_after: Duration::from_nanos(ns),
             class: None,
+            lag: None,
         };
         assert_eq!((r(1).retry_after_ms(), r(1).retry_after_secs()), (1, 1));
         let long = r(1_000_000_001);

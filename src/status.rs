@@ -146,7 +146,7 @@ pub struct Snapshot {
     pub buffer: BufferStatus,
     pub kafka: KafkaStatus,
     pub cluster: Option<ClusterStatus>,
-    /// Lag guards are not part of this release; always empty.
+    /// The lag guards as `/admin/lag-guards` shows them (filled in by the admin route).
     pub lag_guards: Vec<serde_json::Value>,
 }
 

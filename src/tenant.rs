@@ -29,6 +29,8 @@ pub struct AdmissionState {
     pub adaptive: AdaptiveBucket,
     /// Its priority class under the adaptive limit.
     pub priority: crate::config::Priority,
+    /// Its records toward each lag guard it has written to (few: one per guard).
+    pub lag: Vec<crate::lag::LagBucket>,
 }
 
 /// A tenant's bucket under the adaptive limit: the plan it follows (by epoch) and its TATs.
@@ -95,6 +97,7 @@ impl Tenant {
                 buckets: TenantBuckets::new(settings.spec),
                 buffer_share: settings.buffer_share,
                 adaptive: AdaptiveBucket::default(),
+                lag: Vec::new(),
                 priority: settings.priority,
             }),
             usage: Arc::new(TenantUsage::default()),

@@ -7,11 +7,15 @@
 //! - `null-server`: a do-nothing axum handler on the produce route (the HTTP limit).
 //! - `burst-drain`: an in-process gateway on a slowed mock broker under a 10x burst; writes a
 //!   CSV timeline and a PNG plot.
+//! - `slow-broker` and `slow-consumer`: a broker that slows down mid-run and a consumer group
+//!   that falls behind, each run without and with floodgate's answer (adaptive admission, a
+//!   lag guard), plotted side by side.
 
 mod direct;
 mod load;
 mod null_server;
 mod plot;
+mod pressure;
 mod report;
 mod scenario;
 
@@ -43,6 +47,10 @@ enum Command {
     },
     /// The burst-and-drain scenario on an in-process gateway and slowed mock broker.
     BurstDrain(scenario::ScenarioArgs),
+    /// The broker slows down mid-run: without and with adaptive admission.
+    SlowBroker(pressure::SlowBrokerArgs),
+    /// A consumer group falls behind: without and with a lag guard.
+    SlowConsumer(pressure::SlowConsumerArgs),
 }
 
 /// What `run` offers, per tenant.
@@ -108,6 +116,8 @@ fn main() -> ExitCode {
             Command::Direct(args) => direct::run(args).await,
             Command::NullServer { listen } => null_server::run(listen).await,
             Command::BurstDrain(args) => scenario::run(args).await,
+            Command::SlowBroker(args) => pressure::slow_broker(args).await,
+            Command::SlowConsumer(args) => pressure::slow_consumer(args).await,
         }
     });
     match result {

@@ -89,3 +89,134 @@ pub fn burst_drain(path: &std::path::Path, rows: &[Row], title: &str) -> Result<
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
 }
+
+/// One line of a panel: its legend, its colour (an index into [`PALETTE`]) and its points.
+pub struct Line {
+    pub name: &'static str,
+    pub color: usize,
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Line {
+    pub fn new(name: &'static str, color: usize, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            name,
+            color,
+            points,
+        }
+    }
+}
+
+/// A chart with lines on a left and a right axis.
+pub struct Panel {
+    pub title: String,
+    pub left_label: String,
+    pub right_label: String,
+    pub left: Vec<Line>,
+    pub right: Vec<Line>,
+}
+
+const PALETTE: [RGBColor; 5] = [
+    RGBColor(90, 90, 220),
+    RGBColor(0, 150, 60),
+    RGBColor(150, 60, 200),
+    RGBColor(230, 140, 0),
+    RGBColor(210, 30, 30),
+];
+
+/// Panels side by side in one PNG, sharing the scale of each axis so they compare at a
+/// glance. An infinite value is drawn at the top of its axis.
+pub fn panels(path: &std::path::Path, title: &str, panels: &[Panel]) -> Result<(), String> {
+    let font = std::fs::read(FONT)
+        .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
+    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
+    register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| "font not usable".to_string())?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    let root = BitMapBackend::new(path, (1600, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(title, ("sans-serif", 22))
+        .map_err(|e| err(&e))?;
+    let top = |lines: &dyn Fn(&Panel) -> &Vec<Line>| {
+        panels
+            .iter()
+            .flat_map(|p| lines(p).iter().flat_map(|l| l.points.iter().map(|p| p.1)))
+            .filter(|v| v.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.1
+    };
+    let (left_max, right_max) = (top(&|p| &p.left), top(&|p| &p.right));
+    let seconds = panels
+        .iter()
+        .flat_map(|p| p.left.iter().flat_map(|l| l.points.iter().map(|p| p.0)))
+        .fold(1.0f64, f64::max)
+        .ceil();
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (area, panel) in areas.iter().zip(panels) {
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, ("sans-serif", 16))
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .right_y_label_area_size(56)
+            .build_cartesian_2d(0f64..seconds, 0f64..left_max)
+            .map_err(|e| err(&e))?
+            .set_secondary_coord(0f64..seconds, 0f64..right_max);
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc(panel.left_label.as_str())
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_secondary_axes()
+            .y_desc(panel.right_label.as_str())
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for line in &panel.left {
+            let color = PALETTE[line.color % PALETTE.len()];
+            let points: Vec<_> = line
+                .points
+                .iter()
+                .map(|(x, y)| (*x, if y.is_finite() { *y } else { left_max }))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(line.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        for line in &panel.right {
+            let color = PALETTE[line.color % PALETTE.len()];
+            let points: Vec<_> = line
+                .points
+                .iter()
+                .map(|(x, y)| (*x, if y.is_finite() { *y } else { right_max }))
+                .collect();
+            chart
+                .draw_secondary_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(format!("{} (right)", line.name))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}

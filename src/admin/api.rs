@@ -23,7 +23,7 @@ use crate::registry::{Actor, ChangeError, RegistryState};
 /// Parses a JSON body: bad JSON is a 400, a value of the wrong type is a 422 naming its field.
 /// Bodies are JSON objects: anything else (an array serde would read as a struct's fields in
 /// order, a bare number) is a 400.
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let json: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::Malformed(e.to_string()))?;
     if !json.is_object() {
@@ -190,7 +190,7 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
     }
 }
 
-type AppRef = State<Arc<AppState>>;
+pub(super) type AppRef = State<Arc<AppState>>;
 
 pub async fn list_tenants(State(app): AppRef) -> Response {
     let state = app.registry.snapshot().await;

@@ -185,3 +185,35 @@ fn one_key_cannot_belong_to_two_tenants() {
         p[0].message
     );
 }
+
+#[test]
+fn lag_guards_are_validated_naming_the_guard_and_field() {
+    let good = "[[lag_guards]]\nname = \"orders\"\ntopics = [\"orders.*\"]\ngroup = \"g\"\nmax_recovery_s = 300\n";
+    let config = Config::from_toml_with_env(good, no_env()).expect("a minimal guard is valid");
+    let g = &config.lag_guards[0];
+    assert_eq!(
+        (g.headroom, g.interval_ms, g.floor_records_per_sec),
+        (1.2, 1000, 0)
+    );
+    let p = problems(&format!(
+        "{good}headroom = 0.5\ninterval_ms = 0\nrelease_fraction = 1.5\n\
+         [[lag_guards]]\nname = \"orders\"\ntopics = [\"[\"]\ngroup = \"\"\nmax_recovery_s = -1\n"
+    ));
+    let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+    for key in [
+        "lag_guards[0].headroom",
+        "lag_guards[0].interval_ms",
+        "lag_guards[0].release_fraction",
+        "lag_guards[1].topics[0]",
+        "lag_guards[1].group",
+        "lag_guards[1].max_recovery_s",
+        "lag_guards[1].name",
+    ] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    let missing = problems("[[lag_guards]]\nname = \"x\"\ntopics = [\"t\"]\nmax_recovery_s = 1\n");
+    assert!(
+        missing.iter().any(|p| p.message.contains("group")),
+        "{missing:?}"
+    );
+}

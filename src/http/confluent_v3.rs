@@ -355,7 +355,7 @@ pub async fn produce_records(
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if let Err(e) = ingest.early_check(&tenant, declared) {
+    if let Err(e) = ingest.early_check(&tenant, &topic, declared) {
         return refuse(e);
     }
     if let Err(e) = ingest.check_topic(&topic, &[]).await {
@@ -471,6 +471,7 @@ async fn pump(
                 reason: crate::refusal::Reason::ServerBusy,
                 retry_after: ingest.body_budget.retry_hint(),
                 class: None,
+                lag: None,
             });
             let _ = pending.send(Pending::Known(v3_refusal(&e))).await;
             return;
@@ -545,7 +546,7 @@ async fn admit_chunk(
     for (record, types) in records.into_iter().zip(types) {
         let one = std::slice::from_ref(&record);
         let admission = match ingest.check_topic(topic, one).await {
-            Ok(()) => ingest.admit(tenant, Charge::of(one)).await,
+            Ok(()) => ingest.admit(tenant, topic, Charge::of(one)).await,
             Err(e) => Err(e),
         };
         match admission {

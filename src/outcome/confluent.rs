@@ -21,9 +21,11 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     match e {
         E::Unauthorized | E::AdminUnauthorized(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_) | E::NotFound | E::TenantNotFound(_) | E::KeyNotFound(_) => {
-            (StatusCode::NOT_FOUND, 40401)
-        }
+        E::UnknownTopic(_)
+        | E::NotFound
+        | E::TenantNotFound(_)
+        | E::KeyNotFound(_)
+        | E::GuardNotFound(_) => (StatusCode::NOT_FOUND, 40401),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, 40801),
         E::BodyTooLarge { .. } | E::TooManyRecords { .. } | E::RecordTooLarge(_) => {

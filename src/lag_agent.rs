@@ -1,0 +1,517 @@
+//! The lag guards at run time: every interval, each guard's consumer-group offsets are read
+//! from Kafka (by an [`OffsetSource`], a client that never joins the group), fed to the
+//! guard's state machine (`lag::guard`), and the resulting cap is split among the tenants that
+//! write to the guarded topics — by priority class, then by their configured rates — and
+//! published as the plan admission follows.
+//!
+//! Cluster mode: each replica reads the offsets itself (they are the cluster's truth, not
+//! ours) and enforces cap / live replicas, so the replicas together stay within the cap.
+//!
+//! Layer: decisions and state (with `adaptive_agent`); imports the pure `lag` parts, tenants,
+//! the Kafka client and the cluster's member count.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::adaptive::allocation::{allocate, Demand};
+use crate::budget::Clock;
+use crate::config::LagGuardConfig;
+use crate::identity::{Topic, TopicPatterns};
+use crate::lag::guard::{Guard, Phase, Reading};
+use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
+use crate::tenant::Tenants;
+
+/// One reading of a guard's partitions, with the lag per topic (for the metrics).
+#[derive(Debug, Clone, Default)]
+pub struct OffsetReading {
+    pub end: u64,
+    pub committed: u64,
+    pub lag: u64,
+    pub by_topic: Vec<(String, u64)>,
+}
+
+/// Where offsets come from: Kafka in production ([`KafkaOffsets`]). Blocking.
+pub trait OffsetSource: Send + Sync + std::fmt::Debug {
+    fn read(&self, guard: &LagGuardConfig, topics: &TopicPatterns)
+        -> Result<OffsetReading, String>;
+
+    /// Only these groups are still guarded: clients for others may go.
+    fn retain(&self, _groups: &[&str]) {}
+}
+
+/// What the metrics and the admin API show of one guard.
+#[derive(Debug, Clone)]
+pub struct GuardStatus {
+    pub config: LagGuardConfig,
+    pub phase: Phase,
+    pub lag: u64,
+    pub by_topic: Vec<(String, u64)>,
+    pub consumer_rate: f64,
+    pub producer_rate: f64,
+    pub recovery_s: f64,
+    /// The cap over the whole cluster while capping.
+    pub cap: Option<f64>,
+    pub last_error: Option<String>,
+    /// Times it started capping, and times it let go because offsets were unreadable.
+    pub activations: u64,
+    pub fail_opens: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    guard: Guard,
+    topics: Arc<TopicPatterns>,
+    name: Arc<str>,
+    group: Arc<str>,
+    /// When it was last read (ns); 0: never.
+    read_at: u64,
+    /// Offered records per tenant at the last reading, for rates.
+    offered: HashMap<String, u64>,
+    shares: HashMap<String, f64>,
+    newcomer: f64,
+    by_topic: Vec<(String, u64)>,
+    activations: u64,
+    fail_opens: u64,
+}
+
+impl Slot {
+    fn new(config: LagGuardConfig) -> Result<Self, String> {
+        let topics = TopicPatterns::parse(&config.topics).map_err(|(_, e)| e)?;
+        Ok(Self {
+            name: config.name.as_str().into(),
+            group: config.group.as_str().into(),
+            topics: Arc::new(topics),
+            guard: Guard::new(config),
+            read_at: 0,
+            offered: HashMap::new(),
+            shares: HashMap::new(),
+            newcomer: 0.0,
+            by_topic: Vec::new(),
+            activations: 0,
+            fail_opens: 0,
+        })
+    }
+
+    fn status(&self) -> GuardStatus {
+        GuardStatus {
+            config: self.guard.config().clone(),
+            phase: self.guard.phase(),
+            lag: self.guard.lag(),
+            by_topic: self.by_topic.clone(),
+            consumer_rate: self.guard.consumer_rate(),
+            producer_rate: self.guard.producer_rate(),
+            recovery_s: self.guard.recovery_s(),
+            cap: self.guard.cap(),
+            last_error: self.guard.last_error.clone(),
+            activations: self.activations,
+            fail_opens: self.fail_opens,
+        }
+    }
+}
+
+/// How many replicas share the cap now (1 outside cluster mode).
+#[derive(Clone)]
+pub struct Members(pub Arc<dyn Fn() -> u32 + Send + Sync>);
+
+impl Members {
+    pub fn one() -> Self {
+        Self(Arc::new(|| 1))
+    }
+}
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Members({})", (self.0)())
+    }
+}
+
+#[derive(Debug)]
+pub struct LagAgent {
+    slots: Mutex<Vec<Slot>>,
+    pub plan: Arc<LagPlanCell>,
+    tenants: Arc<Tenants>,
+    members: Members,
+    source: Arc<dyn OffsetSource>,
+    clock: Arc<dyn Clock>,
+    epoch: AtomicU64,
+}
+
+impl LagAgent {
+    /// Guards from a validated configuration.
+    pub fn new(
+        guards: Vec<LagGuardConfig>,
+        plan: Arc<LagPlanCell>,
+        tenants: Arc<Tenants>,
+        members: Members,
+        source: Arc<dyn OffsetSource>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let agent = Self {
+            slots: Mutex::new(Vec::new()),
+            plan,
+            tenants,
+            members,
+            source,
+            clock,
+            epoch: AtomicU64::new(0),
+        };
+        // Validated by the caller; a guard that still fails to parse is left out.
+        let _ = agent.set_guards(guards);
+        agent
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn guards(&self) -> Vec<LagGuardConfig> {
+        self.slots()
+            .iter()
+            .map(|s| s.guard.config().clone())
+            .collect()
+    }
+
+    pub fn statuses(&self) -> Vec<GuardStatus> {
+        self.slots().iter().map(Slot::status).collect()
+    }
+
+    /// Replaces the guards live. A guard keeping its name keeps its readings, rates and cap
+    /// (new settings act from its next reading); a new one starts afresh.
+    pub fn set_guards(&self, guards: Vec<LagGuardConfig>) -> Result<(), String> {
+        let mut slots = self.slots();
+        let mut old: HashMap<String, Slot> =
+            slots.drain(..).map(|s| (s.name.to_string(), s)).collect();
+        let mut next = Vec::with_capacity(guards.len());
+        for config in guards {
+            match old.remove(&config.name) {
+                Some(mut slot) if slot.guard.config().topics == config.topics => {
+                    slot.group = config.group.as_str().into();
+                    if slot.guard.config().group != config.group {
+                        // Another group's offsets: the old rates mean nothing.
+                        slot.guard = Guard::new(config);
+                    } else {
+                        slot.guard.set_config(config);
+                    }
+                    next.push(slot);
+                }
+                _ => next.push(Slot::new(config)?),
+            }
+        }
+        *slots = next;
+        let groups: Vec<&str> = slots.iter().map(|s| &*s.group).collect();
+        self.source.retain(&groups);
+        self.publish(&slots);
+        Ok(())
+    }
+
+    /// Runs until the process ends: each guard is read at its own interval.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let agent = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let every = agent
+                    .slots()
+                    .iter()
+                    .map(|s| s.guard.config().interval_ms)
+                    .min()
+                    .unwrap_or(1000)
+                    .clamp(10, 1000);
+                tokio::time::sleep(Duration::from_millis(every)).await;
+                let worker = agent.clone();
+                // Offsets are read with blocking client calls.
+                let _ = tokio::task::spawn_blocking(move || worker.tick()).await;
+            }
+        })
+    }
+
+    /// Reads every guard that is due and publishes the new plan.
+    pub fn tick(&self) {
+        let now = self.clock.now_ns();
+        let due: Vec<(usize, LagGuardConfig, Arc<TopicPatterns>)> = self
+            .slots()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.read_at == 0 || now.saturating_sub(s.read_at) >= s.guard.interval_ns()
+            })
+            .map(|(i, s)| (i, s.guard.config().clone(), s.topics.clone()))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        // Read without holding the lock: a slow broker must not stall the admin API.
+        let readings: Vec<_> = due
+            .into_iter()
+            .map(|(i, config, topics)| {
+                let r = self.source.read(&config, &topics);
+                (i, config.name, r, self.clock.now_ns())
+            })
+            .collect();
+        let mut slots = self.slots();
+        for (i, name, reading, at) in readings {
+            // The guards may have been replaced while reading.
+            let Some(slot) = slots.get_mut(i).filter(|s| *s.name == *name) else {
+                continue;
+            };
+            self.apply(slot, reading, at);
+        }
+        self.publish(&slots);
+    }
+
+    /// One reading (or failure) into one guard, and its new split.
+    fn apply(&self, slot: &mut Slot, reading: Result<OffsetReading, String>, at: u64) {
+        let was = slot.guard.phase();
+        let since = std::mem::replace(&mut slot.read_at, at);
+        let phase = match reading {
+            Ok(r) => {
+                slot.by_topic = r.by_topic;
+                slot.guard.read(Reading {
+                    at_ns: at,
+                    end: r.end,
+                    committed: r.committed,
+                    lag: r.lag,
+                })
+            }
+            Err(e) => {
+                if was != Phase::Holding && was != Phase::Released {
+                    tracing::warn!(guard = %slot.name, group = %slot.group, error = %e,
+                        hold_s = slot.guard.config().hold_s,
+                        "lag guard cannot read offsets; keeping its last cap for at most hold_s");
+                }
+                slot.guard.unreadable(at, e)
+            }
+        };
+        match (was, phase) {
+            (w, Phase::Capping) if w != Phase::Capping && w != Phase::Holding => {
+                slot.activations += 1;
+                tracing::info!(guard = %slot.name, group = %slot.group,
+                    lag = slot.guard.lag(), recovery_s = slot.guard.recovery_s(),
+                    cap = slot.guard.cap().unwrap_or(0.0),
+                    "lag guard caps producers: consumers are behind");
+            }
+            (Phase::Capping | Phase::Holding, Phase::Idle) => {
+                tracing::info!(guard = %slot.name, group = %slot.group,
+                    recovery_s = slot.guard.recovery_s(), "lag guard lifts its cap");
+            }
+            // A cap dropped because offsets stayed unreadable (an idle guard drops nothing).
+            (Phase::Holding, Phase::Released) => {
+                slot.fail_opens += 1;
+                tracing::warn!(guard = %slot.name, group = %slot.group,
+                    error = slot.guard.last_error.as_deref().unwrap_or(""),
+                    "lag guard released: offsets unreadable, producers follow the static budgets");
+            }
+            _ => {}
+        }
+        let secs = at.saturating_sub(since) as f64 / 1e9;
+        self.split(slot, if since == 0 { 0.0 } else { secs });
+    }
+
+    /// This replica's part of the cap, split by what each tenant offered since the last
+    /// reading: priority classes first (batch gives way first), then by configured rate.
+    fn split(&self, slot: &mut Slot, secs: f64) {
+        let members = (self.members.0)().max(1);
+        let secs = secs.max(1e-3);
+        let registry = self.tenants.load();
+        let mut offered = HashMap::new();
+        let mut demands = Vec::new();
+        for t in registry.tenants() {
+            let state = t.admission_state();
+            let Some(b) = state.lag.iter().find(|b| b.guard == slot.name) else {
+                continue;
+            };
+            let id = t.id.as_str().to_string();
+            // A bucket first seen now was created since the last reading: all it counted is new.
+            let before = slot.offered.get(&id).copied().unwrap_or(0);
+            let rate = b.offered.saturating_sub(before) as f64 / secs;
+            offered.insert(id.clone(), b.offered);
+            if rate > 0.0 {
+                let weight = state
+                    .buckets
+                    .spec()
+                    .records
+                    .map_or(1.0, |r| r.per_sec as f64);
+                demands.push(Demand {
+                    id,
+                    class: state.priority,
+                    weight,
+                    offered: rate,
+                });
+            }
+        }
+        slot.offered = offered;
+        match slot.guard.cap() {
+            Some(cap) => {
+                let local = cap / members as f64;
+                slot.shares = allocate(local, 0.0, &demands);
+                // A tenant that did not write last interval gets a fair part as if it had.
+                slot.newcomer = local / (demands.len() + 1) as f64;
+            }
+            None => {
+                slot.shares.clear();
+                slot.newcomer = 0.0;
+            }
+        }
+    }
+
+    fn publish(&self, slots: &[Slot]) {
+        let guards = slots
+            .iter()
+            .map(|s| GuardPlan {
+                name: s.name.clone(),
+                group: s.group.clone(),
+                topics: s.topics.clone(),
+                capping: s.guard.cap().is_some(),
+                shares: s.shares.clone(),
+                newcomer: s.newcomer,
+                interval_ns: s.guard.interval_ns(),
+            })
+            .collect();
+        self.plan.store(LagPlan {
+            epoch: self.epoch.fetch_add(1, Relaxed) + 1,
+            guards,
+        });
+    }
+}
+
+/// Offsets read from Kafka: one consumer client per group that never subscribes (so never
+/// joins the group), asking for metadata, the group's committed offsets and the log-end
+/// offsets — three requests per guard per interval.
+pub struct KafkaOffsets {
+    connection: rdkafka::ClientConfig,
+    consumers: Mutex<HashMap<String, Arc<rdkafka::consumer::BaseConsumer>>>,
+}
+
+impl std::fmt::Debug for KafkaOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOffsets").finish_non_exhaustive()
+    }
+}
+
+impl KafkaOffsets {
+    pub fn new(connection: rdkafka::ClientConfig) -> Self {
+        Self {
+            connection,
+            consumers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn consumer(&self, group: &str) -> Result<Arc<rdkafka::consumer::BaseConsumer>, String> {
+        let mut consumers = self
+            .consumers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = consumers.get(group) {
+            return Ok(c.clone());
+        }
+        let consumer: rdkafka::consumer::BaseConsumer = self
+            .connection
+            .clone()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .create()
+            .map_err(|e| format!("cannot create a client for group {group:?}: {e}"))?;
+        let consumer = Arc::new(consumer);
+        consumers.insert(group.to_string(), consumer.clone());
+        Ok(consumer)
+    }
+}
+
+impl OffsetSource for KafkaOffsets {
+    fn retain(&self, groups: &[&str]) {
+        self.consumers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|group, _| groups.contains(&group.as_str()));
+    }
+
+    fn read(
+        &self,
+        guard: &LagGuardConfig,
+        topics: &TopicPatterns,
+    ) -> Result<OffsetReading, String> {
+        use rdkafka::consumer::Consumer;
+        use rdkafka::{Offset, TopicPartitionList};
+
+        let timeout = Duration::from_millis(guard.interval_ms.clamp(500, 5000));
+        let consumer = self.consumer(&guard.group)?;
+        // Events the client queued (errors, logs) are dropped: the answers below say it all.
+        let _ = consumer.poll(Duration::ZERO);
+        let metadata = consumer
+            .fetch_metadata(None, timeout)
+            .map_err(|e| format!("metadata: {e}"))?;
+        let mut partitions = TopicPartitionList::new();
+        let mut ends = TopicPartitionList::new();
+        for t in metadata.topics() {
+            let matches = Topic::parse(t.name()).is_ok_and(|topic| topics.allows(&topic));
+            if !matches || t.error().is_some() {
+                continue;
+            }
+            for p in t.partitions() {
+                partitions.add_partition(t.name(), p.id());
+                // offsets_for_times with "timestamp" END (-1) answers the log-end offsets.
+                ends.add_partition_offset(t.name(), p.id(), Offset::End)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        drop(metadata);
+        if partitions.count() == 0 {
+            return Err("no topic in Kafka matches the guard's topics".into());
+        }
+        let committed = consumer
+            .committed_offsets(partitions, timeout)
+            .map_err(|e| format!("committed offsets of group {:?}: {e}", guard.group))?;
+        let ends = consumer
+            .offsets_for_times(ends, timeout)
+            .map_err(|e| format!("end offsets: {e}"))?;
+        let end_of: HashMap<(String, i32), i64> = ends
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) if e.error().is_ok() => {
+                    Some(((e.topic().to_string(), e.partition()), o))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut out = OffsetReading::default();
+        let mut by_topic: HashMap<String, u64> = HashMap::new();
+        let mut with_commit = 0;
+        for e in committed.elements() {
+            let Offset::Offset(c) = e.offset() else {
+                // No committed offset for this partition: nothing to measure there.
+                continue;
+            };
+            let Some(&end) = end_of.get(&(e.topic().to_string(), e.partition())) else {
+                continue;
+            };
+            with_commit += 1;
+            let (c, end) = (c.max(0) as u64, end.max(0) as u64);
+            let lag = end.saturating_sub(c);
+            out.end += end;
+            out.committed += c.min(end);
+            out.lag += lag;
+            *by_topic.entry(e.topic().to_string()).or_default() += lag;
+        }
+        // Lists go before their client can (a list outliving its consumer can hang the drop).
+        drop(committed);
+        drop(ends);
+        if with_commit == 0 {
+            return Err(format!(
+                "group {:?} has no committed offsets on the guarded topics",
+                guard.group
+            ));
+        }
+        let mut by_topic: Vec<_> = by_topic.into_iter().collect();
+        by_topic.sort();
+        out.by_topic = by_topic;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;
