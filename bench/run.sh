@@ -7,7 +7,8 @@
 #   then the burst-and-drain scenario (mock broker with added RTT) as CSV and PNG.
 # Load generator on core 0; floodgate, the broker, the direct producer and the null server on
 # core 1 (the machine has two cores).
-# Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png.
+# Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png,
+# and the slow-broker / slow-consumer pairs (see bench/pressure.sh).
 #
 # Knobs: RECORDS (direct run size), SIZE (value bytes), SECS (seconds per HTTP run).
 set -euo pipefail
@@ -169,6 +170,9 @@ wait "$fg_pid" || true
 
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
+echo "== slow broker and slow consumer (without / with adaptive admission and a lag guard)"
+"${LOAD[@]}" slow-broker --csv "$OUT/slow-broker.csv" --png docs/slow-broker.png 2>/dev/null
+"${LOAD[@]}" slow-consumer --csv "$OUT/slow-consumer.csv" --png docs/slow-consumer.png 2>/dev/null
 
 python3 - "$OUT" "$rss_kb" "$REPEAT" <<'PY'
 import json, statistics, sys

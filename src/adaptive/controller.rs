@@ -147,7 +147,10 @@ impl Controller {
         } else {
             let healthy = match (p99, target) {
                 (Some(p), Some(t)) => p < t * self.settings.healthy_fraction,
-                // Nothing (or too little) delivered: no sign of trouble.
+                // Too little delivered to measure while records wait in the buffer: a slow
+                // broker answering in bursts, not a healthy one.
+                (None, _) if s.buffer_fill > 0.0 => false,
+                // Nothing waiting (idle), or no target yet: no sign of trouble.
                 (None, _) | (_, None) => true,
             } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
             if self.limit >= 1.0 {
@@ -211,6 +214,24 @@ mod tests {
         assert_eq!(c.step(11 * S, slow()), Move::Hold("cooldown"));
         assert_eq!(c.step(12 * S, slow()), Move::Decrease(Cause::Latency));
         assert!((c.limit() - 0.49).abs() < 1e-9);
+    }
+
+    #[test]
+    fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
+        let mut c = Controller::new(settings());
+        c.step(0, slow());
+        // A broker answering once per long round trip: some intervals see no delivery at all
+        // while the buffer holds records. That must not raise the limit.
+        let quiet = |fill: f64| Signals {
+            deliveries: 0,
+            delivery_p99_ms: None,
+            buffer_fill: fill,
+            limit_used: 1.0,
+            ..Signals::default()
+        };
+        assert_eq!(c.step(10 * S, quiet(0.01)), Move::Hold("dead_band"));
+        // Idle (nothing waiting, nothing delivered): no sign of trouble.
+        assert_eq!(c.step(11 * S, quiet(0.0)), Move::Increase);
     }
 
     #[test]

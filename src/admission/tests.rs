@@ -244,3 +244,46 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
         Some(100)
     );
 }
+
+#[test]
+fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
+    use crate::adaptive::{Plan, PlanCell};
+    use crate::config::Priority;
+    let clock = Arc::new(ManualClock::new());
+    let cell = Arc::new(PlanCell::default());
+    let admission = Admission::new(
+        clock.clone(),
+        Arc::new(GlobalBudget::new(BudgetSpec::default())),
+        Arc::new(Buffer::new(1 << 30, 1 << 24)),
+    )
+    .adaptive(cell.clone());
+    let t = tenant("a", None, None, 1.0);
+    let share = BudgetSpec {
+        records: rate(1_200, 2_400),
+        bytes: None,
+    };
+    let plan = |epoch| Plan {
+        active: true,
+        epoch,
+        shares: [("a".to_string(), (Priority::Standard, share))].into(),
+    };
+    // Requests of 10 records at 300/s for 10 s; a new plan (same share) every 250 ms.
+    let mut admitted = 0;
+    for i in 0..3_000u64 {
+        if i % 75 == 0 {
+            cell.store(plan(i / 75 + 1));
+        }
+        clock.advance_ns(1_000_000_000 / 300);
+        if admission.precheck(&t, 100).is_ok()
+            && admission.check(&t, Charge::new(10, 100)).is_ok()
+            && admission.admit(&t, Charge::new(10, 100)).0.is_ok()
+        {
+            admitted += 10;
+        }
+    }
+    // The 2 s burst plus 1,200/s for 10 s.
+    assert!(
+        (12_000..=14_400 + 10).contains(&admitted),
+        "admitted {admitted}"
+    );
+}
