@@ -840,12 +840,7 @@ impl LagGuardConfig {
         {
             bad("name", "must be 1 to 64 characters of a-z A-Z 0-9 - _ .");
         }
-        if self.topics.is_empty() || self.topics.len() > MAX_TOPIC_PATTERNS {
-            bad("topics", "must list 1 to 100 topic names or patterns");
-        }
-        if let Err((i, why)) = TopicPatterns::parse(&self.topics) {
-            problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), why));
-        }
+        problems.extend(topic_pattern_problems(at, &self.topics));
         let mut bad = |key: &str, why: &str| {
             problems.push(ConfigProblem::new(format!("{at}.{key}"), why.to_string()));
         };
@@ -859,8 +854,11 @@ impl LagGuardConfig {
                 "must be greater than 0 and at most 86400 (a day)",
             );
         }
-        if self.max_lag_records == Some(0) {
-            bad("max_lag_records", "must be at least 1");
+        if self
+            .max_lag_records
+            .is_some_and(|m| !(1..=crate::budget::MAX_RATE_PER_SEC).contains(&m))
+        {
+            bad("max_lag_records", "must be from 1 to 10000000000");
         }
         if !(self.headroom >= 1.0 && self.headroom <= 100.0) {
             bad("headroom", "must be from 1 to 100");
@@ -891,6 +889,30 @@ impl LagGuardConfig {
         }
         problems
     }
+}
+
+/// Problems with a list of topic patterns (a tenant's or a lag guard's), at `{at}.topics`.
+fn topic_pattern_problems(at: &str, topics: &[String]) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    if topics.is_empty() || topics.len() > MAX_TOPIC_PATTERNS {
+        problems.push(ConfigProblem::new(
+            format!("{at}.topics"),
+            format!("must list 1 to {MAX_TOPIC_PATTERNS} patterns"),
+        ));
+    }
+    for (i, pattern) in topics.iter().enumerate() {
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '?');
+        if pattern.is_empty() || pattern.len() > 249 || !pattern.chars().all(legal) {
+            problems.push(ConfigProblem::new(
+                format!("{at}.topics[{i}]"),
+                "must be 1 to 249 characters of topic-name characters (a-z A-Z 0-9 . _ -) and the wildcards * and ?",
+            ));
+        }
+    }
+    if let Err((i, e)) = TopicPatterns::parse(topics) {
+        problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), e));
+    }
+    problems
 }
 
 /// The most lag guards (each reads offsets with its own client).
@@ -946,25 +968,7 @@ impl TenantConfig {
                 Some(_) => {}
             }
         }
-        if self.topics.is_empty() || self.topics.len() > MAX_TOPIC_PATTERNS {
-            problems.push(ConfigProblem::new(
-                format!("{at}.topics"),
-                format!("must list 1 to {MAX_TOPIC_PATTERNS} patterns"),
-            ));
-        }
-        for (i, pattern) in self.topics.iter().enumerate() {
-            let legal =
-                |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '?');
-            if pattern.is_empty() || pattern.len() > 249 || !pattern.chars().all(legal) {
-                problems.push(ConfigProblem::new(
-                    format!("{at}.topics[{i}]"),
-                    "must be 1 to 249 characters of topic-name characters (a-z A-Z 0-9 . _ -) and the wildcards * and ?",
-                ));
-            }
-        }
-        if let Err((i, e)) = TopicPatterns::parse(&self.topics) {
-            problems.push(ConfigProblem::new(format!("{at}.topics[{i}]"), e));
-        }
+        problems.extend(topic_pattern_problems(at, &self.topics));
         if let Err(mut p) = self.spec() {
             p.key = p.key.replacen(&format!("tenants[{}]", self.id), at, 1);
             problems.push(p);

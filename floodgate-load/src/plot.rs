@@ -12,7 +12,8 @@ type Series = (&'static str, RGBColor, fn(&Row) -> f64);
 
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
-pub fn burst_drain(path: &std::path::Path, rows: &[Row], title: &str) -> Result<(), String> {
+/// Registers the font and makes the output's folder.
+fn prepare(path: &std::path::Path) -> Result<(), String> {
     let font = std::fs::read(FONT)
         .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
@@ -21,6 +22,11 @@ pub fn burst_drain(path: &std::path::Path, rows: &[Row], title: &str) -> Result<
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
+    Ok(())
+}
+
+pub fn burst_drain(path: &std::path::Path, rows: &[Row], title: &str) -> Result<(), String> {
+    prepare(path)?;
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::new(path, (1000, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -127,14 +133,7 @@ const PALETTE: [RGBColor; 5] = [
 /// Panels side by side in one PNG, sharing the scale of each axis so they compare at a
 /// glance. An infinite value is drawn at the top of its axis.
 pub fn panels(path: &std::path::Path, title: &str, panels: &[Panel]) -> Result<(), String> {
-    let font = std::fs::read(FONT)
-        .map_err(|e| format!("{FONT}: {e} (apt-get install fonts-dejavu-core)"))?;
-    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
-    register_font("sans-serif", FontStyle::Normal, font)
-        .map_err(|_| "font not usable".to_string())?;
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
+    prepare(path)?;
     let err = |e: &dyn std::fmt::Display| e.to_string();
     let root = BitMapBackend::new(path, (1600, 620)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;

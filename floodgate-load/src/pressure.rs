@@ -437,6 +437,9 @@ async fn slow_broker_once(
     Ok(rows)
 }
 
+/// What the observer saw: (seconds since start, log end, committed, guard capping).
+type Observation = (f64, i64, i64, bool);
+
 /// One second of the slow-consumer run.
 #[derive(Debug, Clone, Copy, Default)]
 struct ConsumerSecond {
@@ -572,7 +575,7 @@ async fn slow_consumer_once(
     let consumer_rate = Arc::new(AtomicU64::new(args.consumer_rate));
     let stop = Arc::new(AtomicBool::new(false));
     let reader = consume(bootstrap.clone(), consumer_rate.clone(), stop.clone());
-    let observed: Arc<Mutex<Vec<(f64, i64, i64, bool)>>> = Arc::default();
+    let observed: Arc<Mutex<Vec<Observation>>> = Arc::default();
     let t0 = Instant::now();
     let observer = {
         let (observed, stop, admin) = (observed.clone(), stop.clone(), gw.admin);
