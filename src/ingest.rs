@@ -485,10 +485,11 @@ fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
 
 /// The API key in an `Authorization` value: `Bearer KEY`, or `Basic base64(USER:KEY)` for
 /// clients that only speak Basic (Confluent Cloud's, for one); the user name is not checked.
-fn presented_key(value: &str) -> Option<String> {
+fn presented_key(value: &str) -> Option<std::borrow::Cow<'_, str>> {
     let (scheme, rest) = value.split_once(' ')?;
     if scheme.eq_ignore_ascii_case("bearer") {
-        return Some(rest.trim().to_string());
+        // Borrowed: no copy of the key per request.
+        return Some(std::borrow::Cow::Borrowed(rest.trim()));
     }
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
@@ -499,7 +500,7 @@ fn presented_key(value: &str) -> Option<String> {
         .ok()?;
     let text = String::from_utf8(decoded).ok()?;
     let (_user, key) = text.split_once(':')?;
-    Some(key.to_string())
+    Some(std::borrow::Cow::Owned(key.to_string()))
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

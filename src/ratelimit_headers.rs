@@ -11,7 +11,7 @@
 //! available now, `t` = seconds until the bucket is full again. `qu` is `content-bytes` for byte
 //! buckets (a registered unit) and `records` for record buckets (ours: one Kafka record).
 
-use std::fmt::Write as _;
+use std::fmt::Write;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -36,14 +36,20 @@ fn ceil_secs(ns: u128) -> u128 {
 
 /// The two fields' values, or `None` when no bucket applies.
 pub fn render(view: &BucketsView) -> Option<(String, String)> {
-    let mut policy = String::new();
-    let mut state = String::new();
+    let (mut policy, mut state) = (String::new(), String::new());
+    render_into(view, &mut policy, &mut state).then_some((policy, state))
+}
+
+/// Writes both fields; false when no bucket applies.
+fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Write) -> bool {
+    let mut any = false;
     for (name, unit, bucket) in buckets(view) {
         let Some(b) = bucket else { continue };
-        if !policy.is_empty() {
-            policy.push_str(", ");
-            state.push_str(", ");
+        if any {
+            let _ = policy.write_str(", ");
+            let _ = state.write_str(", ");
         }
+        any = true;
         let window =
             ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / u128::from(b.spec.per_sec)).max(1);
         let _ = write!(
@@ -58,15 +64,57 @@ pub fn render(view: &BucketsView) -> Option<(String, String)> {
             ceil_secs(u128::from(b.full_in_ns))
         );
     }
-    (!policy.is_empty()).then_some((policy, state))
+    any
+}
+
+/// A field value formatted on the stack (every request carries two; a `String` per field
+/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes.
+struct FieldBuf {
+    bytes: [u8; 512],
+    len: usize,
+    /// A write did not fit: the value is incomplete.
+    overflow: bool,
+}
+
+impl FieldBuf {
+    fn new() -> Self {
+        Self {
+            bytes: [0; 512],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    fn value(&self) -> Option<HeaderValue> {
+        if self.overflow {
+            return None;
+        }
+        HeaderValue::from_bytes(self.bytes.get(..self.len)?).ok()
+    }
+}
+
+impl Write for FieldBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let Some(dest) = self.bytes.get_mut(self.len..end) else {
+            self.overflow = true;
+            return Err(std::fmt::Error);
+        };
+        dest.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
-    if let Some((policy, state)) = render(view) {
-        if let (Ok(p), Ok(s)) = (HeaderValue::try_from(policy), HeaderValue::try_from(state)) {
-            headers.insert(RATELIMIT_POLICY.clone(), p);
-            headers.insert(RATELIMIT.clone(), s);
-        }
+    let (mut policy, mut state) = (FieldBuf::new(), FieldBuf::new());
+    if !render_into(view, &mut policy, &mut state) {
+        return;
+    }
+    // A value that did not fit (never with four buckets) is left out rather than cut short.
+    if let (Some(p), Some(s)) = (policy.value(), state.value()) {
+        headers.insert(RATELIMIT_POLICY.clone(), p);
+        headers.insert(RATELIMIT.clone(), s);
     }
 }
 
@@ -110,5 +158,34 @@ mod tests {
     #[test]
     fn no_fields_without_buckets() {
         assert_eq!(render(&BucketsView::default()), None);
+        let mut headers = HeaderMap::new();
+        insert(&mut headers, &BucketsView::default());
+        assert!(headers.is_empty());
+    }
+
+    #[test]
+    fn the_headers_carry_the_rendered_values_for_every_bucket() {
+        let bucket = |per_sec: u64| {
+            Some(BucketView {
+                spec: RateSpec {
+                    per_sec,
+                    burst: u64::MAX / 2,
+                },
+                available: u64::MAX / 4,
+                full_in_ns: u64::MAX,
+            })
+        };
+        // All four buckets with the longest numbers there are: still within the stack buffer.
+        let view = BucketsView {
+            tenant_records: bucket(1),
+            tenant_bytes: bucket(3),
+            global_records: bucket(7),
+            global_bytes: bucket(10_000_000_000),
+        };
+        let (policy, state) = render(&view).expect("four buckets");
+        let mut headers = HeaderMap::new();
+        insert(&mut headers, &view);
+        assert_eq!(headers[&RATELIMIT_POLICY], policy.as_str());
+        assert_eq!(headers[&RATELIMIT], state.as_str());
     }
 }

@@ -45,13 +45,14 @@ pub async fn produce(
         }
     };
     let wire = ack_mode(parts.uri.query()).and_then(|ack| {
+        // Borrowed from the header; copied only into the error that names it.
         let content_type = parts
             .headers
             .get(header::CONTENT_TYPE)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .unwrap_or_default();
         let format = Format::from_content_type(&content_type)
-            .ok_or(ApiError::UnsupportedMediaType(content_type))?;
+            .ok_or_else(|| ApiError::UnsupportedMediaType(content_type.to_string()))?;
         Ok((ack, body_format(format)))
     });
     let (ack, decoder) = match wire {
