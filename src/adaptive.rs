@@ -31,8 +31,9 @@ pub struct Plan {
 pub struct PlanCell(ArcSwap<Plan>);
 
 impl PlanCell {
-    pub fn load(&self) -> Arc<Plan> {
-        self.0.load_full()
+    /// The plan in force, borrowed (no reference count traffic on the request path).
+    pub fn load(&self) -> arc_swap::Guard<Arc<Plan>> {
+        self.0.load()
     }
 
     pub fn store(&self, plan: Plan) {

@@ -50,8 +50,9 @@ impl LagPlan {
 pub struct LagPlanCell(ArcSwap<LagPlan>);
 
 impl LagPlanCell {
-    pub fn load(&self) -> Arc<LagPlan> {
-        self.0.load_full()
+    /// The plan in force, borrowed (no reference count traffic on the request path).
+    pub fn load(&self) -> arc_swap::Guard<Arc<LagPlan>> {
+        self.0.load()
     }
 
     pub fn store(&self, plan: LagPlan) {

@@ -35,6 +35,9 @@ impl Admission {
             return;
         };
         let plan = cell.load();
+        if plan.guards.is_empty() {
+            return;
+        }
         for guard in plan.watching(topic) {
             let i = bucket_index(state, &guard.name);
             let rate = guard.capping.then(|| {
@@ -60,6 +63,9 @@ impl Admission {
             return Ok(Vec::new());
         };
         let plan = cell.load();
+        if plan.guards.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut charge = Vec::new();
         for guard in plan.watching(topic) {
             let Some(i) = state.lag.iter().position(|b| b.guard == guard.name) else {
