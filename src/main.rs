@@ -10,10 +10,6 @@ use floodgate::budget::MonotonicClock;
 use floodgate::config::Config;
 use floodgate::{dev, telemetry, Listeners, RunOptions};
 
-/// mimalloc instead of glibc's allocator: see Cargo.toml and BENCHMARKS.md for the measurement.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit code for a configuration that cannot be used (BSD sysexits EX_USAGE, as linkerd).
 const EXIT_CONFIG: u8 = 64;
 
