@@ -149,6 +149,9 @@ impl RegistryLog {
             .set("linger.ms", "0")
             // An admin change fails (503) instead of waiting for Kafka forever.
             .set("message.timeout.ms", &timeout_ms)
+            // Back within a second of Kafka's return (librdkafka's backoff grows to 10 s):
+            // admin writes are rare, a quick reconnect costs nothing.
+            .set("reconnect.backoff.max.ms", "1000")
             .set("allow.auto.create.topics", "false")
             .create()?;
         Ok(Self {
