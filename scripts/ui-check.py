@@ -4,7 +4,7 @@
 Starts `floodgate dev` on loopback ports, adds a second tenant with a budget of one record a
 second, keeps both tenants sending (the second mostly refused), logs in to /ui with the admin
 token and checks the rendered page: both tenants listed, the refused one with a non-zero
-refusal rate and its reason, the buffer gauge drawn; no console errors; no request to anywhere
+refusal rate and its reason, the buffer gauge drawn, a lag guard shown; no console errors; no request to anywhere
 but the admin listener. With --screenshot FILE it also saves the page (docs/status-page.png).
 
     scripts/ui-check.py [--screenshot docs/status-page.png]
@@ -86,6 +86,9 @@ def main():
         status, body = request("POST", admin + "/admin/tenants/batch-jobs/keys", token)
         assert status == 201, (status, body)
         batch_key = body["api_key"]
+        status, body = request("PUT", admin + "/admin/lag-guards/demo-readers", token,
+                               {"topics": ["events.demo"], "group": "demo-readers", "max_recovery_s": 60})
+        assert status == 201, (status, body)
 
         def traffic():
             record = {"records": [{"value": {"n": 1}}]}
@@ -130,6 +133,9 @@ def main():
             gauge = driver.find_element(By.ID, "buffer-gauge")
             assert gauge.get_attribute("data-fill") is not None
             assert driver.find_element(By.ID, "buffer-text").text.strip(), "buffer text"
+            guards = driver.find_element(By.ID, "lag-guards").text
+            # The group never committed: the guard says it cannot read offsets (fail open).
+            assert "demo-readers" in guards and "unreadable" in guards, guards
             # The filter box narrows the table.
             driver.find_element(By.ID, "filter").send_keys("demo")
             WebDriverWait(driver, 5).until(

@@ -118,6 +118,20 @@ function render(s) {
     ? [["replica", c.replica], ["members", fmt(c.members, 0)], ["mode", c.degraded ? "DEGRADED (local share)" : "shared"], ["lease calls/s", fmt(c.lease_calls_per_sec)]]
     : [["mode", "single instance"]]);
 
+  // Consumers against producers, judged by recovery time (null: the lag is not shrinking).
+  const guards = s.lag_guards || [];
+  dl($("lag-guards"), guards.length === 0
+    ? [["guards", "none"]]
+    : guards.map((g) => [
+      g.guard.name,
+      g.last_error
+        ? `${g.phase} · offsets unreadable: ${g.last_error}` +
+          (g.cap_records_per_sec === null ? " · no cap" : ` · last cap ${fmt(g.cap_records_per_sec)}/s kept`)
+        : `${g.phase} · lag ${fmt(g.lag_records, 0)} · consumers ${fmt(g.consumer_rate)}/s vs producers ${fmt(g.producer_rate)}/s` +
+          ` · recovery ${g.recovery_s === null ? "∞" : fmt(g.recovery_s) + " s"} (max ${fmt(g.guard.max_recovery_s)} s)` +
+          (g.cap_records_per_sec === null ? "" : ` · cap ${fmt(g.cap_records_per_sec)}/s`),
+    ]));
+
   renderTenants();
 }
 
