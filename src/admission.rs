@@ -221,8 +221,7 @@ impl Admission {
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
-        self.follow_lag(tenant, &mut state, topic, now);
-        self.lag_offered(&mut state, topic, charge.records);
+        self.follow_lag(tenant, &mut state, topic, now, charge.records);
         let decision = (|| {
             let pending = self.plan(tenant, &state, topic, now, charge)?;
             let lease = self
@@ -269,7 +268,7 @@ impl Admission {
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
-        self.follow_lag(tenant, &mut state, topic, now);
+        self.follow_lag(tenant, &mut state, topic, now, 0);
         match self.plan(tenant, &state, topic, now, charge) {
             Ok(_nothing_charged) => {}
             Err(Blocked::Denied(d)) => return Err(d),
@@ -363,15 +362,15 @@ impl Admission {
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
-        self.follow_lag(tenant, &mut state, topic, now);
+        self.follow_lag(tenant, &mut state, topic, now, 0);
         if let Err(Denial::Refused(r)) = self.adaptive_check(&state, now, Charge::new(1, 1)) {
             tenant.stats.offered(1, 0);
             return Err(r);
         }
         if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
             // Refused before its records are counted: count one, so the next split knows
-            // this tenant wants to write here.
-            self.lag_offered(&mut state, topic, 1);
+            // this tenant wants to write here (the plan is already followed: nothing moves).
+            self.follow_lag(tenant, &mut state, topic, now, 1);
             tenant.stats.offered(1, 0);
             return Err(r);
         }

@@ -61,7 +61,9 @@ impl LagPlanCell {
 }
 
 /// A tenant's records toward one guard's topics: what it offered (for the split of the next
-/// cap) and, while capping, its share as a records/s GCRA.
+/// cap) and, while capping, its share as a records/s GCRA. Not `budget::RateSpec`: a share is
+/// a fraction of a consumer's rate (often under 1 record/s, and 0 at the floor), and a request
+/// larger than the share's burst must still pass once the bucket is full rather than never.
 #[derive(Debug, Clone)]
 pub struct LagBucket {
     pub guard: Arc<str>,

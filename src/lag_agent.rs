@@ -179,8 +179,9 @@ impl LagAgent {
         self.slots().iter().map(Slot::status).collect()
     }
 
-    /// Replaces the guards live. A guard keeping its name keeps its readings, rates and cap
-    /// (new settings act from its next reading); a new one starts afresh.
+    /// Replaces the guards live. A guard keeping its name, topics and group keeps its readings,
+    /// rates and cap (new settings act from its next reading); any other starts afresh (other
+    /// offsets: the old rates mean nothing).
     pub fn set_guards(&self, guards: Vec<LagGuardConfig>) -> Result<(), String> {
         let mut slots = self.slots();
         let mut old: HashMap<String, Slot> =
@@ -188,14 +189,11 @@ impl LagAgent {
         let mut next = Vec::with_capacity(guards.len());
         for config in guards {
             match old.remove(&config.name) {
-                Some(mut slot) if slot.guard.config().topics == config.topics => {
-                    slot.group = config.group.as_str().into();
-                    if slot.guard.config().group != config.group {
-                        // Another group's offsets: the old rates mean nothing.
-                        slot.guard = Guard::new(config);
-                    } else {
-                        slot.guard.set_config(config);
-                    }
+                Some(mut slot)
+                    if slot.guard.config().topics == config.topics
+                        && slot.guard.config().group == config.group =>
+                {
+                    slot.guard.set_config(config);
                     next.push(slot);
                 }
                 _ => next.push(Slot::new(config)?),

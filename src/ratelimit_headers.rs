@@ -34,12 +34,6 @@ fn ceil_secs(ns: u128) -> u128 {
     ns.div_ceil(1_000_000_000)
 }
 
-/// The two fields' values, or `None` when no bucket applies.
-pub fn render(view: &BucketsView) -> Option<(String, String)> {
-    let (mut policy, mut state) = (String::new(), String::new());
-    render_into(view, &mut policy, &mut state).then_some((policy, state))
-}
-
 /// Writes both fields; false when no bucket applies.
 fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Write) -> bool {
     let mut any = false;
@@ -122,6 +116,12 @@ pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
 mod tests {
     use super::*;
     use crate::budget::RateSpec;
+
+    /// The two fields' values, or `None` when no bucket applies.
+    fn render(view: &BucketsView) -> Option<(String, String)> {
+        let (mut policy, mut state) = (String::new(), String::new());
+        render_into(view, &mut policy, &mut state).then_some((policy, state))
+    }
 
     #[test]
     fn one_item_per_configured_bucket() {

@@ -12,6 +12,7 @@
 //!   lag guard), plotted side by side.
 
 mod direct;
+mod in_process;
 mod load;
 mod null_server;
 mod plot;

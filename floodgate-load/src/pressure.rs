@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use floodgate::budget::MonotonicClock;
 use floodgate::config::{Config, LagGuardConfig, TenantConfig};
 use floodgate::identity::ApiKeyHash;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use crate::in_process::{scrape, value, InProcess};
 use crate::load;
 use crate::plot::{Line, Panel};
 use crate::LoadArgs;
@@ -87,14 +87,6 @@ pub struct SlowConsumerArgs {
     pub png: PathBuf,
 }
 
-/// A gateway running in this process.
-struct InProcess {
-    produce: std::net::SocketAddr,
-    admin: std::net::SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
 fn tenant() -> TenantConfig {
     TenantConfig {
         id: "pressure".into(),
@@ -103,41 +95,6 @@ fn tenant() -> TenantConfig {
         max_buffer_share: Some(1.0),
         ..TenantConfig::default()
     }
-}
-
-async fn start(config: Config) -> Result<InProcess, String> {
-    let bind = || async {
-        tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let listeners = floodgate::Listeners {
-        produce: bind().await?,
-        admin: bind().await?,
-    };
-    let produce = listeners.produce.local_addr().map_err(|e| e.to_string())?;
-    let admin = listeners.admin.local_addr().map_err(|e| e.to_string())?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let run = floodgate::run(
-            config,
-            listeners,
-            floodgate::RunOptions::new(Arc::new(MonotonicClock::new())),
-            async {
-                let _ = stopped.await;
-            },
-        );
-        if let Err(e) = run.await {
-            eprintln!("gateway: {e:?}");
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Ok(InProcess {
-        produce,
-        admin,
-        stop,
-        task,
-    })
 }
 
 fn load_args(produce: std::net::SocketAddr, rate: f64, duration_secs: f64) -> LoadArgs {
@@ -156,22 +113,6 @@ fn load_args(produce: std::net::SocketAddr, rate: f64, duration_secs: f64) -> Lo
         json: None,
         csv: None,
     }
-}
-
-/// The gateway's /metrics, as text.
-async fn scrape(admin: std::net::SocketAddr) -> Option<String> {
-    use http_body_util::BodyExt;
-    let uri: hyper::Uri = format!("http://{admin}/metrics").parse().ok()?;
-    let response = load::client().get(uri).await.ok()?;
-    let body = response.into_body().collect().await.ok()?;
-    Some(String::from_utf8_lossy(&body.to_bytes()).into_owned())
-}
-
-/// The value of the first sample whose line starts with `prefix` (name and labels).
-fn value(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix)?.trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
 }
 
 /// The delivery histogram's cumulative buckets (upper bound, count).
@@ -339,7 +280,7 @@ async fn slow_broker_once(
     config.adaptive.decrease_cooldown_ms = 500;
     config.adaptive.increase_cooldown_ms = 250;
     config.adaptive.increase_step = 0.1;
-    let gw = start(config).await?;
+    let gw = InProcess::start(config).await?;
 
     let rtt = Arc::new(AtomicU64::new(1));
     let stop = Arc::new(AtomicBool::new(false));
@@ -382,8 +323,7 @@ async fn slow_broker_once(
     let (_, timelines) = loaded?;
     stop.store(true, Relaxed);
     let _ = sampler.await;
-    let _ = gw.stop.send(());
-    let _ = gw.task.await;
+    gw.stop().await;
 
     let samples = samples
         .lock()
@@ -571,7 +511,7 @@ async fn slow_consumer_once(
             stopped_after_s: 15.0,
         }];
     }
-    let gw = start(config).await?;
+    let gw = InProcess::start(config).await?;
     let consumer_rate = Arc::new(AtomicU64::new(args.consumer_rate));
     let stop = Arc::new(AtomicBool::new(false));
     let reader = consume(bootstrap.clone(), consumer_rate.clone(), stop.clone());
@@ -636,8 +576,7 @@ async fn slow_consumer_once(
     stop.store(true, Relaxed);
     let _ = observer.await;
     let _ = reader.join();
-    let _ = gw.stop.send(());
-    let _ = gw.task.await;
+    gw.stop().await;
 
     let observed = observed
         .lock()

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use floodgate::budget::MonotonicClock;
 use floodgate::config::{Config, TenantConfig};
 use floodgate::identity::ApiKeyHash;
 use rdkafka::mocking::MockCluster;
 
+use crate::in_process::{scrape, value, InProcess};
 use crate::load::{self, Timelines};
 use crate::LoadArgs;
 
@@ -62,26 +62,8 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
         max_buffer_share: Some(1.0),
         ..TenantConfig::default()
     }];
-    let listeners = floodgate::Listeners {
-        produce: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())?,
-        admin: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())?,
-    };
-    let produce = listeners.produce.local_addr().map_err(|e| e.to_string())?;
-    let admin = listeners.admin.local_addr().map_err(|e| e.to_string())?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let gateway = tokio::spawn(floodgate::run(
-        config,
-        listeners,
-        floodgate::RunOptions::new(Arc::new(MonotonicClock::new())),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gw = InProcess::start(config).await?;
+    let (produce, admin) = (gw.produce, gw.admin);
     cluster
         .broker_round_trip_time(1, Duration::from_millis(args.rtt_ms))
         .map_err(|e| e.to_string())?;
@@ -106,8 +88,7 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
     };
     let (summary, timelines) = load::run_with_timeline(load_args).await?;
     sampler.abort();
-    let _ = stop.send(());
-    let _ = gateway.await;
+    gw.stop().await;
     println!("{}", summary.table());
     let samples = samples
         .lock()
@@ -165,27 +146,13 @@ async fn sample_buffer(
     start: Instant,
     out: Arc<Mutex<Vec<(f64, f64)>>>,
 ) {
-    use http_body_util::BodyExt;
-    let client = load::client();
-    let uri: hyper::Uri = match format!("http://{admin}/metrics").parse() {
-        Ok(u) => u,
-        Err(_) => return,
-    };
     loop {
-        if let Ok(response) = client.get(uri.clone()).await {
-            if let Ok(body) = response.into_body().collect().await {
-                let text = String::from_utf8_lossy(&body.to_bytes()).into_owned();
-                let value = |name: &str| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-                        .unwrap_or(0.0)
-                };
-                let held = value("floodgate_buffer_held_records ");
-                let cap = value("floodgate_buffer_capacity_records ").max(1.0);
-                out.lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push((start.elapsed().as_secs_f64(), 100.0 * held / cap));
-            }
+        if let Some(text) = scrape(admin).await {
+            let held = value(&text, "floodgate_buffer_held_records ");
+            let cap = value(&text, "floodgate_buffer_capacity_records ").max(1.0);
+            out.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((start.elapsed().as_secs_f64(), 100.0 * held / cap));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -23,13 +23,15 @@ impl Admission {
     }
 
     /// Brings the tenant's buckets for the guards watching `topic` to the plan in force,
-    /// creating them on the first request.
+    /// creating them on the first request, and counts `offered` records toward each (the
+    /// agent splits the next cap by them; admitted or not).
     pub(super) fn follow_lag(
         &self,
         tenant: &Tenant,
         state: &mut AdmissionState,
         topic: Option<&Topic>,
         now: u64,
+        offered: u64,
     ) {
         let (Some(cell), Some(topic)) = (&self.lag, topic) else {
             return;
@@ -47,7 +49,9 @@ impl Admission {
                     .copied()
                     .unwrap_or(guard.newcomer)
             });
-            state.lag[i].follow(plan.epoch, rate, now);
+            let bucket = &mut state.lag[i];
+            bucket.follow(plan.epoch, rate, now);
+            bucket.offered = bucket.offered.saturating_add(offered);
         }
     }
 
@@ -89,23 +93,6 @@ impl Admission {
             }
         }
         Ok(charge)
-    }
-
-    /// Counts `records` offered to the guards watching `topic` (admitted or not).
-    pub(super) fn lag_offered(
-        &self,
-        state: &mut AdmissionState,
-        topic: Option<&Topic>,
-        records: u64,
-    ) {
-        let (Some(cell), Some(topic)) = (&self.lag, topic) else {
-            return;
-        };
-        for guard in cell.load().watching(topic) {
-            if let Some(b) = state.lag.iter_mut().find(|b| b.guard == guard.name) {
-                b.offered = b.offered.saturating_add(records);
-            }
-        }
     }
 
     pub(super) fn lag_commit(state: &mut AdmissionState, charge: LagCharge) {
