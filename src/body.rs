@@ -1,9 +1,10 @@
 //! Request bodies into records, decoded while they arrive.
 //!
-//! A [`Decoder`] is fed the body chunk by chunk. Its [`scan::Scanner`] finds each complete
-//! record; the wire format's [`ParseRecord`] parses it at once (checking the record's own
-//! bounds); the record is copied into a [`RecordArena`] and the body bytes it came from are
-//! dropped. After every chunk the caller knows exactly how many records and bytes the body has
+//! A [`Decoder`] is fed the body chunk by chunk. Where a record starts, the wire format's
+//! [`ParseRecord`] parses it from there in one pass when the chunk holds all of it (the common
+//! case); a record cut off by the end of a chunk is followed by the [`scan::Scanner`] until it
+//! is complete and parsed then. Either way the record's own bounds are checked, the record is
+//! copied into a [`RecordArena`], and the body bytes it came from are dropped. After every chunk the caller knows exactly how many records and bytes the body has
 //! carried so far ([`Decoder::charge`]), so a request that can no longer be admitted — more
 //! records than a burst, than the bucket holds now, than a request may carry — is refused
 //! before the rest of it is read, chunked uploads included.
@@ -26,7 +27,7 @@ pub use scan::Framing;
 
 use crate::config::RequestBounds;
 use crate::record::Charge;
-use scan::{ScanError, Scanner};
+use scan::{ScanError, Scanner, Sink, Stop};
 
 /// The `/v1` formats a produce request may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,11 +90,32 @@ pub enum RecordError {
 /// A wire format's record shape: parses one complete record object.
 pub trait ParseRecord: Send + Sync {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError>;
+
+    /// Parses a valid record that starts at the first byte of `text` and may be followed by
+    /// more bytes: the record and its length. `None` when `text` does not start with a whole
+    /// valid record (cut off, or an error): the decoder then finds the record's end and calls
+    /// [`ParseRecord::parse`], which names the error. A parser with state that a discarded
+    /// parse would disturb keeps this default.
+    fn parse_prefix<'a>(
+        &self,
+        text: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Option<(Record<'a>, usize)> {
+        let _ = (text, bounds);
+        None
+    }
 }
 
 impl<T: ParseRecord + ?Sized> ParseRecord for &T {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         (**self).parse(text, bounds)
+    }
+    fn parse_prefix<'a>(
+        &self,
+        text: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Option<(Record<'a>, usize)> {
+        (**self).parse_prefix(text, bounds)
     }
 }
 
@@ -101,6 +123,21 @@ impl<T: ParseRecord + ?Sized> ParseRecord for std::sync::Arc<T> {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         (**self).parse(text, bounds)
     }
+    fn parse_prefix<'a>(
+        &self,
+        text: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Option<(Record<'a>, usize)> {
+        (**self).parse_prefix(text, bounds)
+    }
+}
+
+/// Reads one `T` from the start of `text`, and how many bytes it took; `None` unless `text`
+/// starts with a whole valid one. The quick path of [`ParseRecord::parse_prefix`].
+pub(crate) fn json_prefix<'a, T: serde::Deserialize<'a>>(text: &'a [u8]) -> Option<(T, usize)> {
+    let mut values = serde_json::Deserializer::from_slice(text).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    Some((value, values.byte_offset()))
 }
 
 /// Decodes one body, chunk by chunk, with the record parser `P`.
@@ -144,9 +181,8 @@ impl<P: ParseRecord> Decoder<P> {
 
     /// The stream has ended: the records decoded since the last take (possibly none).
     pub fn finish_stream(mut self) -> Result<RecordArena, BodyError> {
-        let finished = self.scanner.finish();
-        self.drain()?;
-        finished.map_err(|e| self.scan_error(e))?;
+        let (scanner, mut take) = self.split();
+        scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
         Ok(self.arena)
     }
 
@@ -163,89 +199,129 @@ impl<P: ParseRecord> Decoder<P> {
 
     /// Takes the next piece of the body and decodes every record it completes.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Charge, BodyError> {
-        let pushed = self.scanner.push(chunk);
-        self.drain()?;
-        pushed.map_err(|e| self.scan_error(e))?;
+        let (scanner, mut take) = self.split();
+        scanner
+            .push(chunk, &mut take)
+            .map_err(|e| take.stopped(e))?;
         Ok(self.charge())
     }
 
     /// The body has ended: the decoded records, at least one, or the error.
     pub fn finish(mut self) -> Result<RecordArena, BodyError> {
-        let finished = self.scanner.finish();
-        self.drain()?;
-        finished.map_err(|e| self.scan_error(e))?;
+        let (scanner, mut take) = self.split();
+        scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
         if self.arena.is_empty() {
             return Err(BodyError::Malformed("the request has no records".into()));
         }
         Ok(self.arena)
     }
 
-    /// Parses every record the scanner has found, then drops the body bytes they came from
-    /// (once, not per record: the tail left is moved once per chunk).
-    fn drain(&mut self) -> Result<(), BodyError> {
-        let mut consumed = 0;
-        let outcome = self.drain_found(&mut consumed);
-        self.scanner.compact(consumed);
-        outcome
+    fn split(&mut self) -> (&mut Scanner, Take<'_, P>) {
+        let lines = self.scanner.framing() == Framing::Lines;
+        let take = Take {
+            parser: &self.parser,
+            arena: &mut self.arena,
+            bounds: &self.bounds,
+            total: &mut self.total,
+            limit: self.limited.then_some(self.bounds.max_records_per_request),
+            lines,
+        };
+        (&mut self.scanner, take)
     }
+}
 
-    fn drain_found(&mut self, consumed: &mut usize) -> Result<(), BodyError> {
-        while let Some(found) = self.scanner.next_record() {
-            let index = self.total;
-            if self.limited && index >= self.bounds.max_records_per_request {
-                return Err(BodyError::TooManyRecords {
-                    limit: self.bounds.max_records_per_request,
-                });
-            }
-            let text = self.scanner.buffer().get(found.start..found.end);
-            let text = text.unwrap_or_default();
-            *consumed = found.end;
-            if self.is_lines() && text.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match self.parser.parse(text, &self.bounds) {
-                Ok(record) => {
-                    self.arena.push(&record);
-                    self.total += 1;
-                }
-                Err(e) => {
-                    let at = self.at(index, found.line);
-                    return Err(match e {
-                        RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
-                        RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
-                        RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
-                    });
-                }
-            }
+/// The decoder's side of a scan: parses each record the scanner finds (or takes it whole where
+/// it starts) and copies it into the arena.
+struct Take<'d, P> {
+    parser: &'d P,
+    arena: &'d mut RecordArena,
+    bounds: &'d RequestBounds,
+    /// Records decoded in all, including any already taken (they name errors by index).
+    total: &'d mut usize,
+    /// The request-level record limit, if it applies.
+    limit: Option<usize>,
+    lines: bool,
+}
+
+impl<P: ParseRecord> Take<'_, P> {
+    /// One more record may come, or the request carries too many.
+    fn count(&self) -> Result<(), BodyError> {
+        match self.limit {
+            Some(limit) if *self.total >= limit => Err(BodyError::TooManyRecords { limit }),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    fn is_lines(&self) -> bool {
-        self.scanner.framing() == Framing::Lines
+    fn keep(&mut self, record: &Record<'_>) {
+        self.arena.push(record);
+        *self.total += 1;
     }
 
     /// How errors name a record: `record 3`, or `line 5 (record 3)` for NDJSON.
-    fn at(&self, index: usize, line: usize) -> String {
-        if self.is_lines() {
+    fn at(&self, line: usize) -> String {
+        let index = *self.total;
+        if self.lines {
             format!("line {line} (record {index})")
         } else {
             format!("record {index}")
         }
     }
 
-    fn scan_error(&self, e: ScanError) -> BodyError {
-        match e {
-            ScanError::TooDeep { line } => BodyError::Malformed(format!(
+    fn stopped(&self, stop: Stop<BodyError>) -> BodyError {
+        match stop {
+            Stop::Sink(e) => e,
+            Stop::Scan(ScanError::TooDeep { line }) => BodyError::Malformed(format!(
                 "{}: value nests deeper than {MAX_VALUE_DEPTH} levels",
-                self.at(self.total, line)
+                self.at(line)
             )),
-            ScanError::Truncated { line } => BodyError::Malformed(format!(
+            Stop::Scan(ScanError::Truncated { line }) => BodyError::Malformed(format!(
                 "{}: the body ends inside this record",
-                self.at(self.total, line)
+                self.at(line)
             )),
-            ScanError::Structure(m) => BodyError::Malformed(m),
+            Stop::Scan(ScanError::Structure(m)) => BodyError::Malformed(m),
         }
+    }
+}
+
+impl<P: ParseRecord> Sink for Take<'_, P> {
+    type Error = BodyError;
+
+    fn record(&mut self, text: &[u8], line: usize) -> Result<(), BodyError> {
+        if self.lines && text.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        self.count()?;
+        match self.parser.parse(text, self.bounds) {
+            Ok(record) => {
+                self.keep(&record);
+                Ok(())
+            }
+            Err(e) => {
+                let at = self.at(line);
+                Err(match e {
+                    RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
+                    RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
+                    RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
+                })
+            }
+        }
+    }
+
+    fn record_at(&mut self, rest: &[u8], _line: usize) -> Result<Option<usize>, BodyError> {
+        self.count()?;
+        let Some((record, len)) = self.parser.parse_prefix(rest, self.bounds) else {
+            return Ok(None);
+        };
+        // The parser does not bound nesting; the scanner does. Nesting needs an opening
+        // bracket per level, so a record with few of them (all real records) is shallow
+        // enough; one with more is left to the scanner, which names the error if it is deep.
+        let text = rest.get(..len).unwrap_or_default();
+        let mut opening = memchr::memchr2_iter(b'{', b'[', text);
+        if opening.nth(MAX_VALUE_DEPTH + 1).is_some() {
+            return Ok(None);
+        }
+        self.keep(&record);
+        Ok(Some(len))
     }
 }
 

@@ -120,11 +120,13 @@ impl V2Record {
             }
         }
     }
-}
 
-impl ParseRecord for V2Record {
-    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
-        let wire: WireV2<'a> = serde_json::from_slice(text).map_err(serde_error)?;
+    /// The record a parsed wire record stands for, within bounds.
+    fn record<'a>(
+        &self,
+        wire: WireV2<'a>,
+        bounds: &RequestBounds,
+    ) -> Result<Record<'a>, RecordError> {
         if let Some(p) = wire.partition.filter(|p| *p < 0) {
             return Err(RecordError::Invalid(format!("partition {p} is negative")));
         }
@@ -137,6 +139,22 @@ impl ParseRecord for V2Record {
         };
         check_sizes(&record, bounds)?;
         Ok(record)
+    }
+}
+
+impl ParseRecord for V2Record {
+    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
+        let wire: WireV2<'a> = serde_json::from_slice(text).map_err(serde_error)?;
+        self.record(wire, bounds)
+    }
+
+    fn parse_prefix<'a>(
+        &self,
+        text: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Option<(Record<'a>, usize)> {
+        let (wire, len) = super::json_prefix::<WireV2<'a>>(text)?;
+        Some((self.record(wire, bounds).ok()?, len))
     }
 }
 

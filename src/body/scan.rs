@@ -1,10 +1,12 @@
 //! Finding whole records in a body that arrives in pieces.
 //!
-//! A [`Scanner`] is fed the body chunk by chunk and says where each complete record object
-//! ends, without parsing it: it follows strings, escapes and nesting only. The decoder parses
-//! each record as soon as the scanner has found it, so counts and sizes are known while the
+//! A [`Scanner`] is fed the body chunk by chunk and hands each complete record object to a
+//! [`Sink`] (the decoder, which parses it at once), so counts and sizes are known while the
 //! body is still arriving, and a request that cannot be admitted is refused before the rest
-//! of it is read.
+//! of it is read. Where a record starts, the sink is offered the rest of the chunk and may
+//! parse the record from there in one pass; only a record cut off by the end of a chunk (or
+//! one the sink declines) is followed by the scanner — strings, escapes and nesting, no
+//! parsing — until its end, with its nesting bounded as it arrives.
 //!
 //! Three framings: the envelope `{"KEY": [record, record, ...]}` (floodgate's `/v1` JSON and
 //! Confluent's v2 body), one record per line (NDJSON), and records one after another with only
@@ -21,14 +23,33 @@ pub enum Framing {
     Concatenated,
 }
 
-/// Where a complete record lies in the scanner's buffer, and where it came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Found {
-    /// Byte range in [`Scanner::buffer`].
-    pub start: usize,
-    pub end: usize,
-    /// 1-based line of the body the record starts on (NDJSON errors name it).
-    pub line: usize,
+/// What a [`Scanner`] hands each record to, in body order, as soon as it is complete.
+pub trait Sink {
+    type Error;
+
+    /// A complete record: `text` is all of it; `line` is the 1-based body line it starts on
+    /// (counted for one-record-per-line bodies, whose errors name it).
+    fn record(&mut self, text: &[u8], line: usize) -> Result<(), Self::Error>;
+
+    /// A record object starts at the first byte of `rest` (the body from there on, as far as it
+    /// has arrived). A sink that can take the whole record from there — parsing it once instead
+    /// of after a scan for its end — does, and says how many bytes it took. `None` leaves the
+    /// scanner to find the end and hand the record to [`Sink::record`]: the record is cut off
+    /// by the end of what has arrived, or it is not valid (its error is then the one the whole
+    /// record gets), or it may nest deeper than the scanner allows.
+    fn record_at(&mut self, rest: &[u8], line: usize) -> Result<Option<usize>, Self::Error> {
+        let _ = (rest, line);
+        Ok(None)
+    }
+}
+
+/// Why scanning stopped early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop<E> {
+    /// The body is not the framing it claims to be.
+    Scan(ScanError),
+    /// The sink refused a record.
+    Sink(E),
 }
 
 /// Why a body cannot be framed.
@@ -73,13 +94,16 @@ enum State {
     Between,
 }
 
-/// Scans a body for complete records. Feed it with [`Scanner::push`]; take the records it found
-/// with [`Scanner::next_record`]; drop consumed bytes with [`Scanner::compact`].
+/// Scans a body for complete records: feed it with [`Scanner::push`], end it with
+/// [`Scanner::finish`]; records go to the [`Sink`] given to each.
 #[derive(Debug)]
 pub struct Scanner {
     framing: Framing,
-    buffer: Vec<u8>,
-    /// Next byte to look at.
+    /// The unfinished tail of what has arrived: the record (or envelope field name) still open
+    /// when the last chunk ended. Chunks are scanned where they are; only this tail is copied.
+    tail: Vec<u8>,
+    /// Next byte to look at, in the bytes being scanned (the tail, then the tail and the next
+    /// chunk together).
     at: usize,
     state: State,
     depth: usize,
@@ -87,8 +111,9 @@ pub struct Scanner {
     escaped: bool,
     line: usize,
     records_seen: bool,
+    /// Whether anything but white space has arrived (an empty body gets its own error).
+    started: bool,
     max_depth: usize,
-    found: std::collections::VecDeque<Found>,
 }
 
 impl Scanner {
@@ -100,7 +125,7 @@ impl Scanner {
         };
         Self {
             framing,
-            buffer: Vec::new(),
+            tail: Vec::new(),
             at: 0,
             state,
             depth: 0,
@@ -108,8 +133,8 @@ impl Scanner {
             escaped: false,
             line: 1,
             records_seen: false,
+            started: false,
             max_depth,
-            found: Default::default(),
         }
     }
 
@@ -117,79 +142,67 @@ impl Scanner {
         self.framing
     }
 
-    /// The bytes not yet compacted away; [`Found`] ranges index into it.
-    pub fn buffer(&self) -> &[u8] {
-        &self.buffer
-    }
-
     /// Bytes of the unfinished tail held now.
     pub fn held(&self) -> usize {
-        self.buffer.len()
+        self.tail.len()
     }
 
-    /// Appends a chunk and scans it. Records found are queued for [`Scanner::next_record`].
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), ScanError> {
-        self.buffer.extend_from_slice(chunk);
-        self.scan()
-    }
-
-    /// The next complete record, if any.
-    pub fn next_record(&mut self) -> Option<Found> {
-        self.found.pop_front()
-    }
-
-    /// Drops the bytes before `upto` (everything of the records already taken).
-    pub fn compact(&mut self, upto: usize) {
-        let upto = upto.min(self.keep_from());
-        if upto == 0 {
-            return;
+    /// Scans the next chunk, handing every record it completes to `sink`, and keeps only the
+    /// unfinished tail.
+    pub fn push<S: Sink>(&mut self, chunk: &[u8], sink: &mut S) -> Result<(), Stop<S::Error>> {
+        let mut tail = std::mem::take(&mut self.tail);
+        let outcome;
+        let keep;
+        if tail.is_empty() {
+            // Nothing carried over (the usual case between records): scan the chunk in place.
+            outcome = self.scan(chunk, sink);
+            keep = self.keep_from().min(chunk.len());
+            tail.extend_from_slice(chunk.get(keep..).unwrap_or_default());
+        } else {
+            tail.extend_from_slice(chunk);
+            outcome = self.scan(&tail, sink);
+            keep = self.keep_from().min(tail.len());
+            tail.drain(..keep);
         }
-        self.buffer.drain(..upto);
-        self.at -= upto;
-        match &mut self.state {
-            State::Record { start, .. } | State::KeyText { start } => *start -= upto,
-            _ => {}
+        self.at -= keep.min(self.at);
+        if let State::Record { start, .. } | State::KeyText { start } = &mut self.state {
+            *start -= keep.min(*start);
         }
-        for f in &mut self.found {
-            f.start -= upto;
-            f.end -= upto;
-        }
+        self.tail = tail;
+        outcome
     }
 
-    /// The first byte still needed.
+    /// The first byte still needed after a scan.
     fn keep_from(&self) -> usize {
-        let pending = self.found.front().map(|f| f.start);
-        let open = match self.state {
-            State::Record { start, .. } | State::KeyText { start } => Some(start),
-            _ => None,
-        };
-        pending.into_iter().chain(open).min().unwrap_or(self.at)
+        match self.state {
+            State::Record { start, .. } | State::KeyText { start } => start,
+            _ => self.at,
+        }
     }
 
     /// The body has ended: a record cut short (or an unfinished envelope) is an error. An
     /// NDJSON line without its final newline is a record.
-    pub fn finish(&mut self) -> Result<(), ScanError> {
+    pub fn finish<S: Sink>(&mut self, sink: &mut S) -> Result<(), Stop<S::Error>> {
         if self.framing == Framing::Lines {
             if let State::Record { start, line } = self.state {
-                self.found.push_back(Found {
-                    start,
-                    end: self.buffer.len(),
-                    line,
-                });
                 self.state = State::Between;
+                let tail = std::mem::take(&mut self.tail);
+                let last = sink.record(tail.get(start..).unwrap_or_default(), line);
+                self.tail = tail;
+                last.map_err(Stop::Sink)?;
             }
             return Ok(());
         }
         match self.state {
             State::Done | State::Between => Ok(()),
-            State::Record { line, .. } => Err(ScanError::Truncated { line }),
-            _ if self.buffer.iter().all(u8::is_ascii_whitespace) && !self.records_seen => {
-                Err(ScanError::Structure("the body is empty".into()))
+            State::Record { line, .. } => Err(Stop::Scan(ScanError::Truncated { line })),
+            _ if !self.started && !self.records_seen => {
+                Err(Stop::Scan(ScanError::Structure("the body is empty".into())))
             }
-            _ => Err(ScanError::Structure(format!(
+            _ => Err(Stop::Scan(ScanError::Structure(format!(
                 "the body ends before the {} is complete",
                 self.describe()
-            ))),
+            )))),
         }
     }
 
@@ -200,44 +213,73 @@ impl Scanner {
         }
     }
 
-    fn scan(&mut self) -> Result<(), ScanError> {
-        while self.at < self.buffer.len() {
+    fn scan<S: Sink>(&mut self, data: &[u8], sink: &mut S) -> Result<(), Stop<S::Error>> {
+        while let Some(&b) = data.get(self.at) {
             if let State::Record { start, line } = self.state {
-                self.scan_record(start, line)?;
+                self.scan_record(data, start, line, sink)?;
                 continue;
             }
-            let b = self.buffer[self.at];
             let i = self.at;
             self.at += 1;
             if b == b'\n' {
                 self.line += 1;
             }
             if let State::KeyText { start } = self.state {
-                self.key_byte(b, i, start)?;
+                self.key_byte(data, b, i, start).map_err(Stop::Scan)?;
                 continue;
             }
             if b.is_ascii_whitespace() {
                 continue;
             }
-            self.structural(b, i)?;
+            self.started = true;
+            self.structural(b, i).map_err(Stop::Scan)?;
+            if let State::Record { start, line } = self.state {
+                // A record object starts: the sink may take it whole from here, so the common
+                // case reads each record once. Lines are not offered: their end is one
+                // vectorised search away, and what follows a line's object is the parser's to
+                // judge.
+                if self.framing == Framing::Lines {
+                    continue;
+                }
+                let rest = data.get(start..).unwrap_or_default();
+                if let Some(len) = sink.record_at(rest, line).map_err(Stop::Sink)? {
+                    self.at = start + len.clamp(1, rest.len());
+                    self.depth = 0;
+                    self.state = self.after_record();
+                }
+            }
         }
         Ok(())
     }
 
-    /// Scans inside a record as far as the buffer goes or until the record ends. Most of a
+    fn after_record(&self) -> State {
+        match self.framing {
+            Framing::Envelope(_) => State::CommaOrClose,
+            Framing::Lines | Framing::Concatenated => State::Between,
+        }
+    }
+
+    /// Scans inside a record as far as the data goes or until the record ends. Most of a
     /// record is string content, which is skipped with a vectorised search for the next quote
     /// or backslash; only the few bytes between strings are looked at one by one.
-    fn scan_record(&mut self, start: usize, line: usize) -> Result<(), ScanError> {
-        let len = self.buffer.len();
+    fn scan_record<S: Sink>(
+        &mut self,
+        data: &[u8],
+        start: usize,
+        line: usize,
+        sink: &mut S,
+    ) -> Result<(), Stop<S::Error>> {
+        let len = data.len();
         if self.framing == Framing::Lines {
             // A line is a record whatever it holds; the parser judges it.
-            match memchr::memchr(b'\n', &self.buffer[self.at..]) {
+            match memchr::memchr(b'\n', data.get(self.at..).unwrap_or_default()) {
                 Some(k) => {
                     let end = self.at + k;
-                    self.found.push_back(Found { start, end, line });
                     self.line += 1;
                     self.at = end + 1;
                     self.state = State::Between;
+                    let text = data.get(start..end).unwrap_or_default();
+                    sink.record(text, line).map_err(Stop::Sink)?;
                 }
                 None => self.at = len,
             }
@@ -251,9 +293,9 @@ impl Scanner {
                     i += 1;
                     continue;
                 }
-                match memchr::memchr2(b'"', b'\\', &self.buffer[i..]) {
+                match memchr::memchr2(b'"', b'\\', &data[i..]) {
                     None => i = len,
-                    Some(k) if self.buffer[i + k] == b'\\' => {
+                    Some(k) if data[i + k] == b'\\' => {
                         self.escaped = true;
                         i += k + 1;
                     }
@@ -264,7 +306,7 @@ impl Scanner {
                 }
                 continue;
             }
-            let b = self.buffer[i];
+            let b = data[i];
             i += 1;
             match b {
                 b'"' => self.in_string = true,
@@ -272,23 +314,16 @@ impl Scanner {
                     self.depth += 1;
                     if self.depth > self.max_depth {
                         self.at = i;
-                        return Err(ScanError::TooDeep { line });
+                        return Err(Stop::Scan(ScanError::TooDeep { line }));
                     }
                 }
                 b'}' | b']' => {
                     self.depth -= 1;
                     if self.depth == 0 {
-                        self.found.push_back(Found {
-                            start,
-                            end: i,
-                            line,
-                        });
-                        self.state = match self.framing {
-                            Framing::Envelope(_) => State::CommaOrClose,
-                            _ => State::Between,
-                        };
+                        self.state = self.after_record();
                         self.at = i;
-                        return Ok(());
+                        let text = data.get(start..i).unwrap_or_default();
+                        return sink.record(text, line).map_err(Stop::Sink);
                     }
                 }
                 _ => {}
@@ -298,7 +333,7 @@ impl Scanner {
         Ok(())
     }
 
-    fn key_byte(&mut self, b: u8, i: usize, start: usize) -> Result<(), ScanError> {
+    fn key_byte(&mut self, data: &[u8], b: u8, i: usize, start: usize) -> Result<(), ScanError> {
         match (self.escaped, b) {
             (true, _) => self.escaped = false,
             (false, b'\\') => self.escaped = true,
@@ -306,7 +341,7 @@ impl Scanner {
                 let Framing::Envelope(expected) = self.framing else {
                     return Err(ScanError::Structure("unexpected field name".into()));
                 };
-                let name = String::from_utf8_lossy(&self.buffer[start..i]).into_owned();
+                let name = String::from_utf8_lossy(data.get(start..i).unwrap_or_default());
                 if name != expected {
                     return Err(ScanError::Structure(format!(
                         "unknown field {name:?}; the body is {{\"{expected}\": [...]}}"
@@ -389,34 +424,83 @@ impl Scanner {
 mod tests {
     use super::*;
 
-    fn records(framing: Framing, chunks: &[&str]) -> Result<Vec<String>, ScanError> {
-        let mut s = Scanner::new(framing, 130);
-        let mut out = Vec::new();
-        for c in chunks {
-            s.push(c.as_bytes())?;
-            while let Some(f) = s.next_record() {
-                out.push(String::from_utf8_lossy(&s.buffer()[f.start..f.end]).into_owned());
-                s.compact(f.end);
+    /// Collects records; with `quick`, takes every record it can parse whole from where it
+    /// starts (as the decoder does), so both ways of finding a record are exercised.
+    #[derive(Default)]
+    struct Collect {
+        quick: bool,
+        out: Vec<String>,
+        taken_whole: usize,
+    }
+
+    impl Sink for Collect {
+        type Error = ();
+        fn record(&mut self, text: &[u8], _line: usize) -> Result<(), ()> {
+            self.out.push(String::from_utf8_lossy(text).into_owned());
+            Ok(())
+        }
+        fn record_at(&mut self, rest: &[u8], _line: usize) -> Result<Option<usize>, ()> {
+            if !self.quick {
+                return Ok(None);
+            }
+            let mut values =
+                serde_json::Deserializer::from_slice(rest).into_iter::<serde::de::IgnoredAny>();
+            match values.next() {
+                Some(Ok(_)) => {
+                    let len = values.byte_offset();
+                    self.record(&rest[..len], 0)?;
+                    self.taken_whole += 1;
+                    Ok(Some(len))
+                }
+                _ => Ok(None),
             }
         }
-        s.finish()?;
-        while let Some(f) = s.next_record() {
-            out.push(String::from_utf8_lossy(&s.buffer()[f.start..f.end]).into_owned());
+    }
+
+    fn scan_with(
+        sink: &mut Collect,
+        framing: Framing,
+        chunks: &[&str],
+    ) -> Result<Vec<String>, ScanError> {
+        let mut s = Scanner::new(framing, 130);
+        let unwrap = |e: Stop<()>| match e {
+            Stop::Scan(e) => e,
+            Stop::Sink(()) => ScanError::Structure("sink".into()),
+        };
+        for c in chunks {
+            s.push(c.as_bytes(), sink).map_err(unwrap)?;
         }
-        Ok(out)
+        s.finish(sink).map_err(unwrap)?;
+        Ok(std::mem::take(&mut sink.out))
+    }
+
+    fn records(framing: Framing, chunks: &[&str]) -> Result<Vec<String>, ScanError> {
+        scan_with(&mut Collect::default(), framing, chunks)
     }
 
     #[test]
     fn envelope_records_are_found_across_chunk_boundaries() {
         let body = r#" {"records": [ {"value":"a}\"{"}, {"value":[1,{"x":2}]} ] } "#;
+        let want = vec![r#"{"value":"a}\"{"}"#, r#"{"value":[1,{"x":2}]}"#];
+        let mut taken_whole = 0;
         for split in 0..body.len() {
             let (a, b) = body.split_at(split);
             assert_eq!(
                 records(Framing::Envelope("records"), &[a, b]).expect("valid"),
-                vec![r#"{"value":"a}\"{"}"#, r#"{"value":[1,{"x":2}]}"#],
+                want,
                 "split at {split}"
             );
+            let mut quick = Collect {
+                quick: true,
+                ..Collect::default()
+            };
+            let found = scan_with(&mut quick, Framing::Envelope("records"), &[a, b]);
+            assert_eq!(found.expect("valid"), want, "quick, split at {split}");
+            taken_whole += quick.taken_whole;
         }
+        // Records not cut by the split were taken whole where they start; the others were
+        // followed to their end by the scanner, in the same order.
+        assert!(taken_whole > body.len(), "{taken_whole}");
     }
 
     #[test]
@@ -460,14 +544,17 @@ mod tests {
     }
 
     #[test]
-    fn compaction_keeps_only_the_unfinished_tail() {
+    fn only_the_unfinished_tail_is_kept() {
+        let mut sink = Collect::default();
         let mut s = Scanner::new(Framing::Lines, 10);
-        s.push(b"{\"a\":1}\n{\"b\":").expect("push");
-        let f = s.next_record().expect("one");
-        s.compact(f.end);
-        assert_eq!(s.buffer(), b"\n{\"b\":");
-        s.push(b"2}\n").expect("push");
-        let f = s.next_record().expect("two");
-        assert_eq!(&s.buffer()[f.start..f.end], b"{\"b\":2}");
+        s.push(b"{\"a\":1}\n{\"b\":", &mut sink).expect("push");
+        assert_eq!(sink.out, vec!["{\"a\":1}"]);
+        assert_eq!(s.tail, b"{\"b\":");
+        s.push(b"2}\n", &mut sink).expect("push");
+        assert_eq!(sink.out, vec!["{\"a\":1}", "{\"b\":2}"]);
+        assert_eq!(s.held(), 0);
+        let mut s = Scanner::new(Framing::Envelope("records"), 10);
+        s.push(br#"{"rec"#, &mut sink).expect("push");
+        assert_eq!(s.tail, br#"rec"#, "an unfinished field name is kept");
     }
 }

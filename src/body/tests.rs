@@ -296,3 +296,49 @@ fn a_decoder_holds_no_more_than_has_arrived() {
     }
     assert_eq!(decoder.finish().expect("valid").len(), 200);
 }
+
+/// Records taken whole where they start and records followed across chunk ends by the scanner
+/// decode alike: the same records, in order, and the same error for the same bad body, however
+/// the body is cut.
+#[test]
+fn every_cut_of_a_body_decodes_alike() {
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let good = format!(
+        r#"{{"records":[{{"value":{{"a":"x}}\"{{","b":[1,2.50]}},"key":"k\u00e9"}}, {{"value_b64":"aGk=","headers":{{"h":"v"}}}},{{"value":{}}},{{"value":null,"partition":2}}]}}"#,
+        nested(MAX_VALUE_DEPTH)
+    );
+    let too_deep = format!(
+        r#"{{"records":[{{"value":1}},{{"value":{}}}]}}"#,
+        nested(MAX_VALUE_DEPTH + 1)
+    );
+    let bad_second = r#"{"records":[{"value":1},{"value":tru},{"value":2}]}"#;
+    let whole = |body: &str| parse(Format::Json, body.as_bytes(), &limits()).map(owned);
+    let cut = |body: &str, size: usize| {
+        let mut decoder = Decoder::new(Format::Json.framing(), v1::V1Record, &limits());
+        for piece in body.as_bytes().chunks(size) {
+            decoder.push(piece)?;
+        }
+        decoder.finish().map(owned)
+    };
+    let records = whole(&good).expect("valid");
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[2].value.as_deref(), Some(nested(128).as_bytes()));
+    assert_eq!(
+        malformed(whole(&too_deep)),
+        "record 1: value nests deeper than 128 levels"
+    );
+    assert_eq!(malformed(whole(bad_second)), malformed(cut(bad_second, 7)));
+    assert!(malformed(whole(bad_second)).starts_with("record 1: expected ident"));
+    for size in 1..good.len() {
+        assert_eq!(
+            cut(&good, size).expect("valid"),
+            records,
+            "cut every {size}"
+        );
+        assert_eq!(
+            malformed(cut(&too_deep, size)),
+            "record 1: value nests deeper than 128 levels",
+            "cut every {size}"
+        );
+    }
+}

@@ -41,6 +41,16 @@ impl ParseRecord for V1Record {
             RecordProblem::TooLarge(m) => RecordError::TooLarge(m),
         })
     }
+
+    fn parse_prefix<'a>(
+        &self,
+        text: &'a [u8],
+        bounds: &RequestBounds,
+    ) -> Option<(Record<'a>, usize)> {
+        let _limit = HeaderLimit::set(bounds.max_headers_bytes);
+        let (wire, len) = super::json_prefix::<WireRecord<'a>>(text)?;
+        Some((wire.into_record(bounds).ok()?, len))
+    }
 }
 
 /// serde_json's position is within the record, which would mislead: the caller names the
