@@ -25,6 +25,7 @@ OUT=bench/out
 mkdir -p "$OUT" docs
 
 command -v taskset >/dev/null || { echo "taskset (util-linux) is required" >&2; exit 1; }
+[ -x /usr/bin/time ] || apt-get install -y -qq time
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || apt-get install -y -qq fonts-dejavu-core
 
 cargo build --release --workspace --bins
@@ -63,11 +64,11 @@ EOF
 # The direct producer runs where floodgate will run (core 1, beside the broker), so both get the
 # same CPU for their Kafka client; only the HTTP load generator lives on core 0.
 DIRECT=(taskset -c 1 "$BIN/floodgate-load")
-direct() { # json name, extra args...
+direct() { # json name, extra args... (its CPU seconds, user and system, go to $OUT/NAME.time)
   local name=$1
   shift
-  "${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" --record-size "$SIZE" \
-    --config "$OUT/floodgate.toml" --json "$OUT/$name.json" "$@"
+  /usr/bin/time -f "%U %S" -o "$OUT/$name.time" "${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" \
+    --record-size "$SIZE" --config "$OUT/floodgate.toml" --json "$OUT/$name.json" "$@"
 }
 wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; }
 
@@ -97,11 +98,16 @@ for i in $(seq 1 "$REPEAT"); do
   echo "== round $i/$REPEAT: (a) direct librdkafka, $RECORDS records of $SIZE B"
   direct "direct-$i" --topic bench.direct --records "$RECORDS"
   echo "== round $i/$REPEAT: (b) floodgate batched async, single-record async; (c) null handler, $SECS s each"
-  run "batched-async-$i" "$PORT" 100 16 --async
   c0=$(cpu "$fg_pid")
+  run "batched-async-$i" "$PORT" 100 16 --async
+  c1=$(cpu "$fg_pid")
   run "single-async-$i" "$PORT" 1 64 --async
-  [ "$i" -eq 1 ] && echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-single-async.txt"
+  c2=$(cpu "$fg_pid")
+  n0=$(cpu "$null_pid")
   run "null-$i" "$NULL_PORT" 1 64
+  n1=$(cpu "$null_pid")
+  echo "$c0 $c1 $c2 $n0 $n1" > "$OUT/cpu-round-$i.txt"
+  [ "$i" -eq 1 ] && echo "$c1 $c2" > "$OUT/cpu-single-async.txt"
 done
 echo "== (b) sync"
 run batched-sync "$PORT" 100 32
@@ -168,15 +174,18 @@ echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-refused-only.txt"
 kill -TERM "$fg_pid"
 wait "$fg_pid" || true
 
+echo "== (e) a refused flood beside a steady tenant (bench/isolation.sh)"
+bench/isolation.sh > /dev/null
+
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
 echo "== slow broker and slow consumer (without / with adaptive admission and a lag guard)"
 "${LOAD[@]}" slow-broker --csv "$OUT/slow-broker.csv" --png docs/slow-broker.png 2>/dev/null
 "${LOAD[@]}" slow-consumer --csv "$OUT/slow-consumer.csv" --png docs/slow-consumer.png 2>/dev/null
 
-python3 - "$OUT" "$rss_kb" "$REPEAT" <<'PY'
+python3 - "$OUT" "$rss_kb" "$REPEAT" "$RECORDS" <<'PY'
 import json, statistics, sys
-out, rss_kb, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rss_kb, repeat, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 j = lambda n: json.load(open(f"{out}/{n}.json"))
 t = lambda n: j(n)["tenants"][0]
 med = lambda xs: statistics.median(xs)
@@ -203,10 +212,25 @@ row("do-nothing axum handler (HTTP limit)", med(x["admitted_records_per_sec"] fo
 print()
 ratio_b = med(b["admitted_records_per_sec"] for b in batched) / med(d["records_per_sec"] for d in direct)
 per_b = [round(b["admitted_records_per_sec"] / d["records_per_sec"], 2) for b, d in zip(batched, direct)]
-print(f"batched async / direct librdkafka:        {ratio_b:.2f} {per_b}  (target >= 0.90)")
+print(f"batched async / direct librdkafka:        {ratio_b:.3f} {per_b}  (target >= 0.90)")
 ratio_s = med(x["admitted_per_sec"] for x in single) / med(x["admitted_per_sec"] for x in null)
+ratio_s = round(ratio_s, 3)
 per_s = [round(a["admitted_per_sec"] / b["admitted_per_sec"], 2) for a, b in zip(single, null)]
-print(f"single-record async req/s / null handler: {ratio_s:.2f} {per_s}  (target >= 0.70)")
+print(f"single-record async req/s / null handler: {ratio_s:.2f} {per_s}  (target >= 0.75)")
+# CPU per unit, from /proc around each run (floodgate, the null handler) and /usr/bin/time (direct).
+cpu_rec, cpu_req, null_req, direct_rec = [], [], [], []
+for i, b, s_, n, d in zip(rounds, batched, single, null, direct):
+    c0, c1, c2, n0, n1 = map(float, open(f"{out}/cpu-round-{i}.txt").read().split())
+    secs = j(f"batched-async-{i}")["duration_secs"]
+    cpu_rec.append((c1 - c0) / 100 / (b["admitted_records_per_sec"] * secs) * 1e6)
+    cpu_req.append((c2 - c1) / 100 / (s_["admitted_per_sec"] * j(f"single-async-{i}")["duration_secs"]) * 1e6)
+    null_req.append((n1 - n0) / 100 / (n["admitted_per_sec"] * j(f"null-{i}")["duration_secs"]) * 1e6)
+    u, sy = map(float, open(f"{out}/direct-{i}.time").read().split()[-2:])
+    direct_rec.append((u + sy) / records * 1e6)
+print(f"CPU per batched record: floodgate {med(cpu_rec):.3f} us, direct {med(direct_rec):.3f} us = "
+      f"{med(a / b for a, b in zip(cpu_rec, direct_rec)):.2f}x  (target <= 1.11)")
+print(f"CPU per single-record request: floodgate {med(cpu_req):.2f} us, null handler {med(null_req):.2f} us = "
+      f"{med(a / b for a, b in zip(cpu_req, null_req)):.2f}x  (target <= 1.33)")
 ss = single[0]
 half = t("half-sync")
 print()
@@ -234,3 +258,6 @@ refused_us = cpu_per_request("refused-only", ro["offered_per_sec"] * 10)
 print(f"floodgate CPU per request, end to end (HTTP included): admitted single-record {admitted_us:.1f} us, "
       f"refused {refused_us:.1f} us ({100*refused_us/admitted_us:.0f}%)")
 PY
+echo
+echo "(e) a tenant refused at 20,000 requests/s beside a steady tenant (bench/isolation.sh):"
+tail -n 3 "$OUT/isolation-results.txt"

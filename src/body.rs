@@ -93,9 +93,11 @@ pub trait ParseRecord: Send + Sync {
 
     /// Parses a valid record that starts at the first byte of `text` and may be followed by
     /// more bytes: the record and its length. `None` when `text` does not start with a whole
-    /// valid record (cut off, or an error): the decoder then finds the record's end and calls
-    /// [`ParseRecord::parse`], which names the error. A parser with state that a discarded
-    /// parse would disturb keeps this default.
+    /// valid record (cut off, or an error) or when a JSON value in it may nest deeper than
+    /// [`MAX_VALUE_DEPTH`] (check them with [`shallow`]: the scanner bounds nesting, the JSON
+    /// parser does not): the decoder then has the scanner find the record's end (or its
+    /// nesting error) and calls [`ParseRecord::parse`], which names any error. A parser with
+    /// state that a discarded parse would disturb keeps this default.
     fn parse_prefix<'a>(
         &self,
         text: &'a [u8],
@@ -130,6 +132,15 @@ impl<T: ParseRecord + ?Sized> ParseRecord for std::sync::Arc<T> {
     ) -> Option<(Record<'a>, usize)> {
         (**self).parse_prefix(text, bounds)
     }
+}
+
+/// Whether a JSON value's text surely nests no deeper than [`MAX_VALUE_DEPTH`]: each level
+/// needs an opening bracket, so a value with no more of them than that (every real value) is
+/// shallow enough; a value with more is left to the scanner, which counts its actual depth.
+pub(crate) fn shallow(json: &str) -> bool {
+    memchr::memchr2_iter(b'{', b'[', json.as_bytes())
+        .nth(MAX_VALUE_DEPTH)
+        .is_none()
 }
 
 /// Reads one `T` from the start of `text`, and how many bytes it took; `None` unless `text`
@@ -312,14 +323,6 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
         let Some((record, len)) = self.parser.parse_prefix(rest, self.bounds) else {
             return Ok(None);
         };
-        // The parser does not bound nesting; the scanner does. Nesting needs an opening
-        // bracket per level, so a record with few of them (all real records) is shallow
-        // enough; one with more is left to the scanner, which names the error if it is deep.
-        let text = rest.get(..len).unwrap_or_default();
-        let mut opening = memchr::memchr2_iter(b'{', b'[', text);
-        if opening.nth(MAX_VALUE_DEPTH + 1).is_some() {
-            return Ok(None);
-        }
         self.keep(&record);
         Ok(Some(len))
     }

@@ -154,6 +154,10 @@ impl ParseRecord for V2Record {
         bounds: &RequestBounds,
     ) -> Option<(Record<'a>, usize)> {
         let (wire, len) = super::json_prefix::<WireV2<'a>>(text)?;
+        let deep = |raw: Option<&RawValue>| raw.is_some_and(|r| !super::shallow(r.get()));
+        if deep(wire.key) || deep(wire.value) {
+            return None;
+        }
         Some((self.record(wire, bounds).ok()?, len))
     }
 }

@@ -342,3 +342,35 @@ fn every_cut_of_a_body_decodes_alike() {
         );
     }
 }
+
+/// Confluent v2's JSON keys and values are bounded like `/v1` values, on either path.
+#[test]
+fn v2_json_keys_and_values_nest_no_deeper_than_the_bound() {
+    use confluent::{V2Format, V2Record};
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let parser = V2Record {
+        format: V2Format::Json,
+        default_partition: None,
+    };
+    let decode = |body: &str| {
+        let mut decoder = Decoder::new(Framing::Envelope("records"), parser, &limits());
+        decoder.push(body.as_bytes())?;
+        decoder.finish().map(owned)
+    };
+    for field in ["key", "value"] {
+        let ok = format!(
+            r#"{{"records":[{{"{field}":{}}}]}}"#,
+            nested(MAX_VALUE_DEPTH)
+        );
+        assert_eq!(decode(&ok).expect("128 levels").len(), 1, "{field}");
+        let deep = format!(
+            r#"{{"records":[{{"{field}":{}}}]}}"#,
+            nested(MAX_VALUE_DEPTH + 1)
+        );
+        assert_eq!(
+            malformed(decode(&deep)),
+            "record 0: value nests deeper than 128 levels",
+            "{field}"
+        );
+    }
+}

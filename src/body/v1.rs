@@ -49,6 +49,11 @@ impl ParseRecord for V1Record {
     ) -> Option<(Record<'a>, usize)> {
         let _limit = HeaderLimit::set(bounds.max_headers_bytes);
         let (wire, len) = super::json_prefix::<WireRecord<'a>>(text)?;
+        if let Some(Some(raw)) = wire.value {
+            if !super::shallow(raw.get()) {
+                return None;
+            }
+        }
         Some((wire.into_record(bounds).ok()?, len))
     }
 }
