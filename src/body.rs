@@ -20,6 +20,7 @@ pub mod arena;
 pub mod confluent;
 pub mod scan;
 pub mod v1;
+mod v1_fast;
 
 pub use crate::record::Record;
 pub use arena::RecordArena;

@@ -22,24 +22,16 @@ pub struct V1Record;
 
 impl ParseRecord for V1Record {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
-        let _limit = HeaderLimit::set(bounds.max_headers_bytes);
-        let mut de = serde_json::Deserializer::from_slice(text);
-        let wire = WireRecord::deserialize(&mut de)
-            .and_then(|w| de.end().map(|()| w))
-            .map_err(|e| {
-                let message = strip_position(&e.to_string());
-                if HeaderLimit::exceeded() {
-                    RecordError::TooLarge(message)
-                } else if e.is_data() {
-                    RecordError::Invalid(message)
-                } else {
-                    RecordError::Syntax(message)
-                }
-            })?;
-        wire.into_record(bounds).map_err(|p| match p {
-            RecordProblem::Invalid(m) => RecordError::Invalid(m),
-            RecordProblem::TooLarge(m) => RecordError::TooLarge(m),
-        })
+        if let Some((record, len)) = super::v1_fast::record(text, bounds) {
+            let rest = text.get(len..).unwrap_or_default();
+            if rest
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+            {
+                return Ok(record);
+            }
+        }
+        serde_parse(text, bounds)
     }
 
     fn parse_prefix<'a>(
@@ -47,15 +39,49 @@ impl ParseRecord for V1Record {
         text: &'a [u8],
         bounds: &RequestBounds,
     ) -> Option<(Record<'a>, usize)> {
-        let _limit = HeaderLimit::set(bounds.max_headers_bytes);
-        let (wire, len) = super::json_prefix::<WireRecord<'a>>(text)?;
-        if let Some(Some(raw)) = wire.value {
-            if !super::shallow(raw.get()) {
-                return None;
-            }
-        }
-        Some((wire.into_record(bounds).ok()?, len))
+        super::v1_fast::record(text, bounds).or_else(|| serde_prefix(text, bounds))
     }
+}
+
+/// The whole record `text` through serde_json: every form the fast reader declines, and every
+/// error, named.
+pub(crate) fn serde_parse<'a>(
+    text: &'a [u8],
+    bounds: &RequestBounds,
+) -> Result<Record<'a>, RecordError> {
+    let _limit = HeaderLimit::set(bounds.max_headers_bytes);
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let wire = WireRecord::deserialize(&mut de)
+        .and_then(|w| de.end().map(|()| w))
+        .map_err(|e| {
+            let message = strip_position(&e.to_string());
+            if HeaderLimit::exceeded() {
+                RecordError::TooLarge(message)
+            } else if e.is_data() {
+                RecordError::Invalid(message)
+            } else {
+                RecordError::Syntax(message)
+            }
+        })?;
+    wire.into_record(bounds).map_err(|p| match p {
+        RecordProblem::Invalid(m) => RecordError::Invalid(m),
+        RecordProblem::TooLarge(m) => RecordError::TooLarge(m),
+    })
+}
+
+/// A valid record at the start of `text` through serde_json, and its length.
+pub(crate) fn serde_prefix<'a>(
+    text: &'a [u8],
+    bounds: &RequestBounds,
+) -> Option<(Record<'a>, usize)> {
+    let _limit = HeaderLimit::set(bounds.max_headers_bytes);
+    let (wire, len) = super::json_prefix::<WireRecord<'a>>(text)?;
+    if let Some(Some(raw)) = wire.value {
+        if !super::shallow(raw.get()) {
+            return None;
+        }
+    }
+    Some((wire.into_record(bounds).ok()?, len))
 }
 
 /// serde_json's position is within the record, which would mislead: the caller names the

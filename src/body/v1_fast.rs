@@ -1,0 +1,471 @@
+//! The common `/v1` record, read in one pass without serde: what serde_json costs per record
+//! on our shape (~270-byte objects of short strings and numbers) is mostly per-token overhead,
+//! and neither SIMD JSON crate is faster there (BENCHMARKS.md, "Parsing").
+//!
+//! This reader is a fast path only. It accepts a record exactly when it is valid JSON, a valid
+//! `/v1` record within its bounds, and simple enough for this reader (field names, keys and
+//! header strings without escapes; whole numbers written as such); then it returns the same
+//! record serde_json's path would. Anything else — every error, and every rarer form — it
+//! declines (`None`), and the serde_json path decides and names the error. A differential test
+//! holds the two paths to that, on valid records and thousands of mutations of them.
+
+use std::borrow::Cow;
+
+use crate::body::MAX_VALUE_DEPTH;
+use crate::config::RequestBounds;
+use crate::record::Record;
+
+/// Reads a `/v1` record from the start of `text`; the record and its length, or `None`.
+pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Record<'a>, usize)> {
+    let mut r = Reader { text, at: 0 };
+    let mut record = Record::default();
+    let mut value: Option<Option<&'a [u8]>> = None;
+    let mut value_b64: Option<&'a str> = None;
+    let mut key: Option<&'a str> = None;
+    let mut key_b64: Option<&'a str> = None;
+    let mut headers_seen = false;
+    let mut partition_seen = false;
+    let mut timestamp_seen = false;
+    r.expect(b'{')?;
+    loop {
+        r.skip_space();
+        let name = r.plain_string()?;
+        r.skip_space();
+        r.expect(b':')?;
+        r.skip_space();
+        match name {
+            "value" if value.is_none() => {
+                let start = r.at;
+                r.value()?;
+                let raw = text.get(start..r.at)?;
+                value = Some((raw != b"null").then_some(raw));
+            }
+            "value_b64" if value_b64.is_none() => value_b64 = Some(r.plain_string()?),
+            "key" if key.is_none() => key = Some(r.plain_string()?),
+            "key_b64" if key_b64.is_none() => key_b64 = Some(r.plain_string()?),
+            "headers" if !headers_seen => {
+                headers_seen = true;
+                r.headers(&mut record.headers, bounds.max_headers_bytes)?;
+            }
+            "partition" if !partition_seen => {
+                partition_seen = true;
+                record.partition = Some(i32::try_from(r.whole()?).ok()?);
+            }
+            "timestamp_ms" if !timestamp_seen => {
+                timestamp_seen = true;
+                record.timestamp_ms = Some(r.whole()?);
+            }
+            // Unknown or repeated fields: the serde path names them.
+            _ => return None,
+        }
+        r.skip_space();
+        match r.next()? {
+            b',' => continue,
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    record.value = match (value, value_b64) {
+        (Some(raw), None) => raw.map(Cow::Borrowed),
+        (None, Some(b64)) => Some(Cow::Owned(decode_b64(b64)?)),
+        _ => return None,
+    };
+    record.key = match (key, key_b64) {
+        (Some(k), None) => Some(Cow::Borrowed(k.as_bytes())),
+        (None, Some(b64)) => Some(Cow::Owned(decode_b64(b64)?)),
+        (None, None) => None,
+        _ => return None,
+    };
+    let negative =
+        record.partition.is_some_and(|p| p < 0) || record.timestamp_ms.is_some_and(|t| t < 0);
+    let len = |b: &Option<Cow<'_, [u8]>>| b.as_ref().map_or(0, |b| b.len());
+    if negative
+        || len(&record.key) > bounds.max_key_bytes
+        || len(&record.value) > bounds.max_value_bytes
+    {
+        return None;
+    }
+    Some((record, r.at))
+}
+
+fn decode_b64(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    // The same lenient engine as the serde path: trailing bits in the last symbol are allowed.
+    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+    LENIENT.decode(text).ok()
+}
+
+/// Bytes that end the quick run through a string: the quote, a backslash, control characters
+/// (invalid in JSON strings) and non-ASCII bytes (whose UTF-8 is then checked).
+const STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = i < 0x20 || i == b'"' as usize || i == b'\\' as usize || i >= 0x80;
+        i += 1;
+    }
+    t
+};
+
+struct Reader<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.next()? == byte).then_some(())
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.at += 1;
+        }
+    }
+
+    /// A string without escapes, as `str`; declines escapes and control characters.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        self.expect(b'"')?;
+        let start = self.at;
+        self.string_body(false)?;
+        // Checked as it was run through; std's check of (mostly ASCII) text is one pass.
+        std::str::from_utf8(self.text.get(start..self.at - 1)?).ok()
+    }
+
+    /// Runs to the closing quote (the opening one is consumed). With `escapes`, valid escapes
+    /// are stepped over (value strings); without, a backslash declines. Checks the UTF-8 of
+    /// any non-ASCII run.
+    fn string_body(&mut self, escapes: bool) -> Option<()> {
+        loop {
+            let rest = self.text.get(self.at..)?;
+            let k = rest.iter().position(|&b| STOP[b as usize])?;
+            self.at += k;
+            match self.next()? {
+                b'"' => return Some(()),
+                b'\\' if escapes => self.escape()?,
+                b if b >= 0x80 => {
+                    // Check this run of non-ASCII text as UTF-8 up to the next ASCII stop.
+                    let start = self.at - 1;
+                    let rest = self.text.get(start..)?;
+                    let end = rest.iter().position(|&b| b < 0x80).unwrap_or(rest.len());
+                    std::str::from_utf8(rest.get(..end)?).ok()?;
+                    self.at = start + end;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn escape(&mut self) -> Option<()> {
+        match self.next()? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(()),
+            b'u' => {
+                let hex = self.text.get(self.at..self.at + 4)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                self.at += 4;
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// A whole number written as one (`-?digits`, no fraction or exponent), in i64.
+    fn whole(&mut self) -> Option<i64> {
+        let start = self.at;
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        let digits = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let n = self.at - digits;
+        // No leading zeros (JSON), no fraction or exponent (the serde path handles `7.0`).
+        if n == 0 || (n > 1 && self.text.get(digits) == Some(&b'0')) {
+            return None;
+        }
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        std::str::from_utf8(self.text.get(start..self.at)?)
+            .ok()?
+            .parse()
+            .ok()
+    }
+
+    /// `{"name": "value", ...}`: names unique, the byte total within `limit`.
+    fn headers(
+        &mut self,
+        out: &mut Vec<(Cow<'a, str>, Cow<'a, [u8]>)>,
+        limit: usize,
+    ) -> Option<()> {
+        self.expect(b'{')?;
+        self.skip_space();
+        if self.peek() == Some(b'}') {
+            self.at += 1;
+            return Some(());
+        }
+        let mut bytes = 0usize;
+        loop {
+            self.skip_space();
+            let name = self.plain_string()?;
+            self.skip_space();
+            self.expect(b':')?;
+            self.skip_space();
+            let value = self.plain_string()?;
+            bytes = bytes.saturating_add(name.len() + value.len());
+            // Long header lists go to the serde path's hash set.
+            if bytes > limit || out.len() >= 16 || out.iter().any(|(n, _)| n == name) {
+                return None;
+            }
+            out.push((Cow::Borrowed(name), Cow::Borrowed(value.as_bytes())));
+            self.skip_space();
+            match self.next()? {
+                b',' => continue,
+                b'}' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Any JSON value, validated, nesting at most [`MAX_VALUE_DEPTH`] levels.
+    fn value(&mut self) -> Option<()> {
+        // One bit per open container: set for an object, clear for an array.
+        let mut kinds: u128 = 0;
+        let mut depth = 0usize;
+        loop {
+            // A value is expected here.
+            self.skip_space();
+            match self.peek()? {
+                b'{' | b'[' => {
+                    let object = self.next()? == b'{';
+                    if depth == MAX_VALUE_DEPTH {
+                        return None;
+                    }
+                    kinds = (kinds << 1) | u128::from(object);
+                    depth += 1;
+                    self.skip_space();
+                    let close = if object { b'}' } else { b']' };
+                    if self.peek() == Some(close) {
+                        self.at += 1;
+                        kinds >>= 1;
+                        depth -= 1;
+                    } else {
+                        if object {
+                            self.member_name()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.at += 1;
+                    self.string_body(true)?;
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => return None,
+            }
+            // After a value: close containers, or a comma and the next value.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.skip_space();
+                let object = kinds & 1 == 1;
+                match (self.next()?, object) {
+                    (b',', _) => {
+                        if object {
+                            self.skip_space();
+                            self.member_name()?;
+                        }
+                        break;
+                    }
+                    (b'}', true) | (b']', false) => {
+                        kinds >>= 1;
+                        depth -= 1;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// `"name":` inside a value (escapes allowed, as in any JSON string).
+    fn member_name(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        self.string_body(true)?;
+        self.skip_space();
+        self.expect(b':')
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.text.get(self.at..end)? == word).then_some(())?;
+        self.at = end;
+        Some(())
+    }
+
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.next()? {
+            b'0' => {}
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.at += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::v1::{serde_parse, serde_prefix};
+
+    fn bounds() -> RequestBounds {
+        RequestBounds {
+            max_key_bytes: 40,
+            max_value_bytes: 200,
+            max_headers_bytes: 30,
+            ..RequestBounds::default()
+        }
+    }
+
+    const SEEDS: [&str; 8] = [
+        r#"{"key":"user-1","value":{"user":"u1","ts":1700000000001,"props":{"x":12.5,"y":[]}},"headers":{"trace":"t1"}}"#,
+        r#"{ "value" : [ -0 , 0.5e-3 , 1E+2 , -12.25E7 , true , false , null , "a\"b\\c\/\b\f\n\r\t\u00e9\uD83D" , { } , [ [ ] ] ] , "partition" : 2 , "timestamp_ms" : 0 }"#,
+        r#"{"value_b64":"aGVsbG8=","key_b64":"a2V5","headers":{}}"#,
+        r#"{"value":null,"key":"caf\u00e9"}"#,
+        "{\"value\":\"caf\u{e9} \u{1F600}\",\"headers\":{\"h\u{e9}\":\"v\",\"h2\":\"\"}}",
+        r#"{"value":"x","partition":-1}"#,
+        r#"{"value":1,"value_b64":"AA=="}"#,
+        r#"{"value":{"a":{"b":{"c":[1,[2,[3]]]}}},"key":"k","timestamp_ms":123456789012}"#,
+    ];
+
+    /// Wherever the fast reader accepts, serde_json's path accepts the same bytes as the same
+    /// record (and ends it at the same byte); on valid records it accepts most, and on
+    /// thousands of mutations (every kind of JSON error, escapes, UTF-8, control characters,
+    /// numbers, bounds) it never accepts what serde_json would not.
+    #[test]
+    fn the_fast_reader_agrees_with_serde_json_wherever_it_accepts() {
+        let bounds = bounds();
+        let check = |text: &[u8]| -> bool {
+            let Some((fast, len)) = record(text, &bounds) else {
+                return false;
+            };
+            let (slow, slow_len) = serde_prefix(text, &bounds).unwrap_or_else(|| {
+                panic!(
+                    "fast accepted, serde refused: {:?}",
+                    String::from_utf8_lossy(text)
+                )
+            });
+            assert_eq!(fast, slow, "{:?}", String::from_utf8_lossy(text));
+            assert_eq!(len, slow_len, "{:?}", String::from_utf8_lossy(text));
+            assert_eq!(
+                serde_parse(&text[..len], &bounds).as_ref().ok(),
+                Some(&fast),
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+            true
+        };
+        let accepted = SEEDS.iter().filter(|s| check(s.as_bytes())).count();
+        assert_eq!(
+            accepted, 5,
+            "all but the escaped key, the negative partition and value + value_b64"
+        );
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let interesting: &[u8] =
+            b"{}[]\",:\\/\n\r\t \x0c\x00\x1f0123456789-+.eEubfnrtlsa\xc3\xa9\xff\x80\xf0";
+        let mut mutated_accepted = 0;
+        for round in 0..40_000u32 {
+            let mut text = SEEDS[round as usize % SEEDS.len()].as_bytes().to_vec();
+            for _ in 0..(1 + next() % 3) {
+                let at = (next() as usize) % (text.len() + 1);
+                match next() % 3 {
+                    0 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    1 => text.insert(at, interesting[(next() as usize) % interesting.len()]),
+                    _ if at < text.len() => {
+                        text[at] = interesting[(next() as usize) % interesting.len()]
+                    }
+                    _ => {}
+                }
+            }
+            if check(&text) {
+                mutated_accepted += 1;
+            }
+            // The same record followed by more bytes, as in a chunk.
+            text.extend_from_slice(b" ,{\"value\":2}");
+            check(&text);
+        }
+        assert!(mutated_accepted > 2_000, "{mutated_accepted}");
+    }
+
+    #[test]
+    fn nesting_and_bounds_are_declined_to_the_serde_path() {
+        let nested = |n: usize| format!(r#"{{"value":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+        assert!(
+            record(nested(MAX_VALUE_DEPTH).as_bytes(), &bounds()).is_none(),
+            "over max_value_bytes"
+        );
+        let big = RequestBounds::default();
+        assert!(record(nested(MAX_VALUE_DEPTH).as_bytes(), &big).is_some());
+        assert!(record(nested(MAX_VALUE_DEPTH + 1).as_bytes(), &big).is_none());
+        let headers = r#"{"value":1,"headers":{"aaaaaaaaaa":"bbbbbbbbbb","c":"dddddddddddd"}}"#;
+        assert!(
+            record(headers.as_bytes(), &bounds()).is_none(),
+            "34 header bytes > 30"
+        );
+        assert!(record(headers.as_bytes(), &big).is_some());
+    }
+}
