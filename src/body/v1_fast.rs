@@ -20,9 +20,9 @@ pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Reco
     let mut r = Reader { text, at: 0 };
     let mut record = Record::default();
     let mut value: Option<Option<&'a [u8]>> = None;
-    let mut value_b64: Option<&'a str> = None;
-    let mut key: Option<&'a str> = None;
-    let mut key_b64: Option<&'a str> = None;
+    let mut value_b64: Option<&'a [u8]> = None;
+    let mut key: Option<&'a [u8]> = None;
+    let mut key_b64: Option<&'a [u8]> = None;
     let mut headers_seen = false;
     let mut partition_seen = false;
     let mut timestamp_seen = false;
@@ -34,24 +34,24 @@ pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Reco
         r.expect(b':')?;
         r.skip_space();
         match name {
-            "value" if value.is_none() => {
+            b"value" if value.is_none() => {
                 let start = r.at;
                 r.value()?;
                 let raw = text.get(start..r.at)?;
                 value = Some((raw != b"null").then_some(raw));
             }
-            "value_b64" if value_b64.is_none() => value_b64 = Some(r.plain_string()?),
-            "key" if key.is_none() => key = Some(r.plain_string()?),
-            "key_b64" if key_b64.is_none() => key_b64 = Some(r.plain_string()?),
-            "headers" if !headers_seen => {
+            b"value_b64" if value_b64.is_none() => value_b64 = Some(r.plain_string()?),
+            b"key" if key.is_none() => key = Some(r.plain_string()?),
+            b"key_b64" if key_b64.is_none() => key_b64 = Some(r.plain_string()?),
+            b"headers" if !headers_seen => {
                 headers_seen = true;
                 r.headers(&mut record.headers, bounds.max_headers_bytes)?;
             }
-            "partition" if !partition_seen => {
+            b"partition" if !partition_seen => {
                 partition_seen = true;
                 record.partition = Some(i32::try_from(r.whole()?).ok()?);
             }
-            "timestamp_ms" if !timestamp_seen => {
+            b"timestamp_ms" if !timestamp_seen => {
                 timestamp_seen = true;
                 record.timestamp_ms = Some(r.whole()?);
             }
@@ -71,7 +71,7 @@ pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Reco
         _ => return None,
     };
     record.key = match (key, key_b64) {
-        (Some(k), None) => Some(Cow::Borrowed(k.as_bytes())),
+        (Some(k), None) => Some(Cow::Borrowed(k)),
         (None, Some(b64)) => Some(Cow::Owned(decode_b64(b64)?)),
         (None, None) => None,
         _ => return None,
@@ -88,7 +88,7 @@ pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Reco
     Some((record, r.at))
 }
 
-fn decode_b64(text: &str) -> Option<Vec<u8>> {
+fn decode_b64(text: &[u8]) -> Option<Vec<u8>> {
     use base64::Engine as _;
     // The same lenient engine as the serde path: trailing bits in the last symbol are allowed.
     const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
@@ -136,13 +136,13 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A string without escapes, as `str`; declines escapes and control characters.
-    fn plain_string(&mut self) -> Option<&'a str> {
+    /// The bytes of a string without escapes (valid UTF-8: checked as it is run through);
+    /// declines escapes and control characters.
+    fn plain_string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let start = self.at;
         self.string_body(false)?;
-        // Checked as it was run through; std's check of (mostly ASCII) text is one pass.
-        std::str::from_utf8(self.text.get(start..self.at - 1)?).ok()
+        self.text.get(start..self.at - 1)
     }
 
     /// Runs to the closing quote (the opening one is consumed). With `escapes`, valid escapes
@@ -223,7 +223,8 @@ impl<'a> Reader<'a> {
         let mut bytes = 0usize;
         loop {
             self.skip_space();
-            let name = self.plain_string()?;
+            // A header name is kept as `str`: the one string here that needs the type.
+            let name = std::str::from_utf8(self.plain_string()?).ok()?;
             self.skip_space();
             self.expect(b':')?;
             self.skip_space();
@@ -233,7 +234,7 @@ impl<'a> Reader<'a> {
             if bytes > limit || out.len() >= 16 || out.iter().any(|(n, _)| n == name) {
                 return None;
             }
-            out.push((Cow::Borrowed(name), Cow::Borrowed(value.as_bytes())));
+            out.push((Cow::Borrowed(name), Cow::Borrowed(value)));
             self.skip_space();
             match self.next()? {
                 b',' => continue,
