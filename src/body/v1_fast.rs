@@ -110,6 +110,30 @@ const STOP: [bool; 256] = {
     t
 };
 
+/// The first byte of `text` in [`STOP`], eight bytes at a time (SWAR: each test sets a byte's
+/// high bit; borrows can only mark bytes after a true match, so the lowest mark is exact).
+fn find_stop(text: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut at = 0;
+    while let Some(chunk) = text.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let quote = zero_byte(w ^ (ONES * u64::from(b'"')));
+        let backslash = zero_byte(w ^ (ONES * u64::from(b'\\')));
+        let marks = control | quote | backslash | (w & HIGH);
+        if marks != 0 {
+            return Some(at + (marks.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = text.get(at..)?;
+    tail.iter().position(|&b| STOP[b as usize]).map(|k| at + k)
+}
+
 struct Reader<'a> {
     text: &'a [u8],
     at: usize,
@@ -151,7 +175,7 @@ impl<'a> Reader<'a> {
     fn string_body(&mut self, escapes: bool) -> Option<()> {
         loop {
             let rest = self.text.get(self.at..)?;
-            let k = rest.iter().position(|&b| STOP[b as usize])?;
+            let k = find_stop(rest)?;
             self.at += k;
             match self.next()? {
                 b'"' => return Some(()),
@@ -450,6 +474,36 @@ mod tests {
             check(&text);
         }
         assert!(mutated_accepted > 2_000, "{mutated_accepted}");
+    }
+
+    #[test]
+    fn stops_are_found_eight_bytes_at_a_time_as_one_by_one() {
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let len = (state % 40) as usize;
+            let text: Vec<u8> = (0..len)
+                .map(|i| {
+                    let r = state.rotate_left(i as u32 * 7) as u8;
+                    // Mostly plain ASCII, now and then a stop byte.
+                    if r % 11 == 0 {
+                        r
+                    } else {
+                        b'a' + r % 26
+                    }
+                })
+                .collect();
+            let want = text.iter().position(|&b| STOP[b as usize]);
+            assert_eq!(find_stop(&text), want, "{text:?}");
+        }
+        for b in 0..=255u8 {
+            let mut text = vec![b'x'; 13];
+            text[9] = b;
+            let want = if STOP[b as usize] { Some(9) } else { None };
+            assert_eq!(find_stop(&text), want, "byte {b:#x}");
+        }
     }
 
     #[test]
