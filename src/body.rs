@@ -4,10 +4,11 @@
 //! [`ParseRecord`] parses it from there in one pass when the chunk holds all of it (the common
 //! case); a record cut off by the end of a chunk is followed by the [`scan::Scanner`] until it
 //! is complete and parsed then. Either way the record's own bounds are checked, the record is
-//! copied into a [`RecordArena`], and the body bytes it came from are dropped. After every chunk the caller knows exactly how many records and bytes the body has
-//! carried so far ([`Decoder::charge`]), so a request that can no longer be admitted — more
-//! records than a burst, than the bucket holds now, than a request may carry — is refused
-//! before the rest of it is read, chunked uploads included.
+//! copied into a [`RecordArena`], and the body bytes it came from are dropped. After every
+//! chunk the caller knows exactly how many records and bytes the body has carried so far
+//! ([`Decoder::charge`]), so a request that can no longer be admitted — more records than a
+//! burst, than the bucket holds now, than a request may carry — is refused before the rest of
+//! it is read, chunked uploads included.
 //!
 //! Every error names the record (and, for NDJSON, the line) it is about. Nothing here panics on
 //! any input; the fuzz target holds us to that.

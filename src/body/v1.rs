@@ -24,10 +24,7 @@ impl ParseRecord for V1Record {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         if let Some((record, len)) = super::v1_fast::record(text, bounds) {
             let rest = text.get(len..).unwrap_or_default();
-            if rest
-                .iter()
-                .all(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
-            {
+            if rest.iter().all(|&b| super::v1_fast::is_json_space(b)) {
                 return Ok(record);
             }
         }
@@ -179,14 +176,15 @@ impl fmt::Display for RecordProblem {
     }
 }
 
+/// `/v1`'s base64 (both readers): standard alphabet with padding; unused bits in the last
+/// symbol are ignored (RFC 4648 lets decoders accept them, and clients that emit them exist).
+pub(super) const LENIENT_B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 fn decode_b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordProblem> {
-    // Standard alphabet with padding; unused bits in the last symbol are ignored (RFC 4648
-    // lets decoders accept them, and clients that emit them exist).
-    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-        &base64::alphabet::STANDARD,
-        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
-    );
-    LENIENT
+    LENIENT_B64
         .decode(text)
         .map(Cow::Owned)
         .map_err(|e| RecordProblem::Invalid(format!("{field} is not valid base64: {e}")))

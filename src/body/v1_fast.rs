@@ -90,12 +90,12 @@ pub(crate) fn record<'a>(text: &'a [u8], bounds: &RequestBounds) -> Option<(Reco
 
 fn decode_b64(text: &[u8]) -> Option<Vec<u8>> {
     use base64::Engine as _;
-    // The same lenient engine as the serde path: trailing bits in the last symbol are allowed.
-    const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-        &base64::alphabet::STANDARD,
-        base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
-    );
-    LENIENT.decode(text).ok()
+    super::v1::LENIENT_B64.decode(text).ok()
+}
+
+/// JSON's white space (not `u8::is_ascii_whitespace`, which also takes form feed).
+pub(super) fn is_json_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
 }
 
 /// Bytes that end the quick run through a string: the quote, a backslash, control characters
@@ -155,7 +155,7 @@ impl<'a> Reader<'a> {
     }
 
     fn skip_space(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        while self.peek().is_some_and(is_json_space) {
             self.at += 1;
         }
     }
