@@ -93,19 +93,32 @@ pub enum RecordError {
 pub trait ParseRecord: Send + Sync {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError>;
 
-    /// Parses a valid record that starts at the first byte of `text` and may be followed by
-    /// more bytes: the record and its length. `None` when `text` does not start with a whole
-    /// valid record (cut off, or an error) or when a JSON value in it may nest deeper than
-    /// [`MAX_VALUE_DEPTH`] (check them with [`shallow`]: the scanner bounds nesting, the JSON
-    /// parser does not): the decoder then has the scanner find the record's end (or its
-    /// nesting error) and calls [`ParseRecord::parse`], which names any error. A parser with
-    /// state that a discarded parse would disturb keeps this default.
-    fn parse_prefix<'a>(
+    /// Decodes the complete record object `text` into `arena`, or says what is wrong with it
+    /// (and leaves `arena` as it was). By default through [`ParseRecord::parse`].
+    fn decode(
         &self,
-        text: &'a [u8],
+        text: &[u8],
         bounds: &RequestBounds,
-    ) -> Option<(Record<'a>, usize)> {
-        let _ = (text, bounds);
+        arena: &mut RecordArena,
+    ) -> Result<(), RecordError> {
+        arena.push(&self.parse(text, bounds)?);
+        Ok(())
+    }
+
+    /// Decodes a valid record that starts at the first byte of `text` and may be followed by
+    /// more bytes into `arena`, and says how long it was. `None`, with `arena` as it was, when
+    /// `text` does not start with a whole valid record (cut off, or an error) or when a JSON
+    /// value in it may nest deeper than [`MAX_VALUE_DEPTH`] (check them with [`shallow`]: the
+    /// scanner bounds nesting, the JSON parser does not): the decoder then has the scanner find
+    /// the record's end (or its nesting error) and calls [`ParseRecord::parse`], which names
+    /// any error. A parser with state that a discarded parse would disturb keeps this default.
+    fn decode_prefix(
+        &self,
+        text: &[u8],
+        bounds: &RequestBounds,
+        arena: &mut RecordArena,
+    ) -> Option<usize> {
+        let _ = (text, bounds, arena);
         None
     }
 }
@@ -114,12 +127,21 @@ impl<T: ParseRecord + ?Sized> ParseRecord for &T {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         (**self).parse(text, bounds)
     }
-    fn parse_prefix<'a>(
+    fn decode(
         &self,
-        text: &'a [u8],
+        text: &[u8],
         bounds: &RequestBounds,
-    ) -> Option<(Record<'a>, usize)> {
-        (**self).parse_prefix(text, bounds)
+        arena: &mut RecordArena,
+    ) -> Result<(), RecordError> {
+        (**self).decode(text, bounds, arena)
+    }
+    fn decode_prefix(
+        &self,
+        text: &[u8],
+        bounds: &RequestBounds,
+        arena: &mut RecordArena,
+    ) -> Option<usize> {
+        (**self).decode_prefix(text, bounds, arena)
     }
 }
 
@@ -127,12 +149,21 @@ impl<T: ParseRecord + ?Sized> ParseRecord for std::sync::Arc<T> {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         (**self).parse(text, bounds)
     }
-    fn parse_prefix<'a>(
+    fn decode(
         &self,
-        text: &'a [u8],
+        text: &[u8],
         bounds: &RequestBounds,
-    ) -> Option<(Record<'a>, usize)> {
-        (**self).parse_prefix(text, bounds)
+        arena: &mut RecordArena,
+    ) -> Result<(), RecordError> {
+        (**self).decode(text, bounds, arena)
+    }
+    fn decode_prefix(
+        &self,
+        text: &[u8],
+        bounds: &RequestBounds,
+        arena: &mut RecordArena,
+    ) -> Option<usize> {
+        (**self).decode_prefix(text, bounds, arena)
     }
 }
 
@@ -146,7 +177,7 @@ pub(crate) fn shallow(json: &str) -> bool {
 }
 
 /// Reads one `T` from the start of `text`, and how many bytes it took; `None` unless `text`
-/// starts with a whole valid one. The quick path of [`ParseRecord::parse_prefix`].
+/// starts with a whole valid one. The quick path of [`ParseRecord::decode_prefix`].
 pub(crate) fn json_prefix<'a, T: serde::Deserialize<'a>>(text: &'a [u8]) -> Option<(T, usize)> {
     let mut values = serde_json::Deserializer::from_slice(text).into_iter::<T>();
     let value = values.next()?.ok()?;
@@ -212,6 +243,7 @@ impl<P: ParseRecord> Decoder<P> {
 
     /// Takes the next piece of the body and decodes every record it completes.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Charge, BodyError> {
+        self.arena.reserve(chunk.len());
         let (scanner, mut take) = self.split();
         scanner
             .push(chunk, &mut take)
@@ -265,11 +297,6 @@ impl<P: ParseRecord> Take<'_, P> {
         }
     }
 
-    fn keep(&mut self, record: &Record<'_>) {
-        self.arena.push(record);
-        *self.total += 1;
-    }
-
     /// How errors name a record: `record 3`, or `line 5 (record 3)` for NDJSON.
     fn at(&self, line: usize) -> String {
         let index = *self.total;
@@ -304,9 +331,9 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
             return Ok(());
         }
         self.count()?;
-        match self.parser.parse(text, self.bounds) {
-            Ok(record) => {
-                self.keep(&record);
+        match self.parser.decode(text, self.bounds, self.arena) {
+            Ok(()) => {
+                *self.total += 1;
                 Ok(())
             }
             Err(e) => {
@@ -322,10 +349,10 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
 
     fn record_at(&mut self, rest: &[u8], _line: usize) -> Result<Option<usize>, BodyError> {
         self.count()?;
-        let Some((record, len)) = self.parser.parse_prefix(rest, self.bounds) else {
+        let Some(len) = self.parser.decode_prefix(rest, self.bounds, self.arena) else {
             return Ok(None);
         };
-        self.keep(&record);
+        *self.total += 1;
         Ok(Some(len))
     }
 }

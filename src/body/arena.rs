@@ -30,6 +30,7 @@ pub struct RecordArena {
 }
 
 impl RecordArena {
+    #[inline]
     fn put(&mut self, data: &[u8]) -> Range<usize> {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(data);
@@ -55,6 +56,23 @@ impl RecordArena {
         });
         self.charge.records += 1;
         self.charge.bytes += record.size();
+    }
+
+    /// Room for the records of `body_bytes` more body bytes: their key, value and header bytes
+    /// never outnumber the body's, so this is reserved once rather than grown record by record.
+    pub fn reserve(&mut self, body_bytes: usize) {
+        self.bytes.reserve(body_bytes);
+    }
+
+    /// Starts a record written straight in, field by field, by a reader that may still decline
+    /// it (the `/v1` fast reader): no `Record` is built and no header list allocated per record.
+    pub(crate) fn writer(&mut self) -> RecordWriter<'_> {
+        RecordWriter {
+            bytes_mark: self.bytes.len(),
+            headers_mark: self.headers.len(),
+            arena: self,
+            committed: false,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -102,6 +120,97 @@ impl RecordArena {
     }
 }
 
+/// One record being written into a [`RecordArena`]. Dropped without [`RecordWriter::commit`],
+/// it takes back everything it wrote, so a declined record leaves the arena as it was.
+pub(crate) struct RecordWriter<'r> {
+    arena: &'r mut RecordArena,
+    bytes_mark: usize,
+    headers_mark: usize,
+    committed: bool,
+}
+
+impl RecordWriter<'_> {
+    /// Copies a key or value in.
+    #[inline]
+    pub(crate) fn put(&mut self, data: &[u8]) -> Range<usize> {
+        self.arena.put(data)
+    }
+
+    /// Decodes base64 straight into the arena; `None` (and nothing kept) if it is not valid.
+    pub(crate) fn put_base64(
+        &mut self,
+        engine: &impl base64::Engine,
+        text: &[u8],
+    ) -> Option<Range<usize>> {
+        let start = self.arena.bytes.len();
+        match engine.decode_vec(text, &mut self.arena.bytes) {
+            Ok(()) => Some(start..self.arena.bytes.len()),
+            Err(_) => {
+                self.arena.bytes.truncate(start);
+                None
+            }
+        }
+    }
+
+    /// Adds a header. Its name must be UTF-8 (the reader has checked it; reading the records
+    /// back checks again, so a wrong name could only come back empty, never as invalid text).
+    #[inline]
+    pub(crate) fn header(&mut self, name: &[u8], value: &[u8]) {
+        let name = self.arena.put(name);
+        let value = self.arena.put(value);
+        self.arena.headers.push((name, value));
+    }
+
+    /// Headers written so far to this record.
+    pub(crate) fn header_count(&self) -> usize {
+        self.arena.headers.len() - self.headers_mark
+    }
+
+    /// Whether this record already has a header of this name.
+    pub(crate) fn has_header(&self, name: &[u8]) -> bool {
+        let bytes = &self.arena.bytes;
+        let mine = self.arena.headers.get(self.headers_mark..);
+        mine.unwrap_or_default()
+            .iter()
+            .any(|(n, _)| bytes.get(n.clone()) == Some(name))
+    }
+
+    /// Keeps the record: these ranges (from [`RecordWriter::put`] and
+    /// [`RecordWriter::put_base64`]) as its key and value, and the headers written.
+    // Always inlined: called once per record with ranges just computed, which otherwise go
+    // through memory and stall on store forwarding (7-8 % of the parse profile).
+    #[inline(always)]
+    pub(crate) fn commit(
+        mut self,
+        key: Option<Range<usize>>,
+        value: Option<Range<usize>>,
+        partition: Option<i32>,
+        timestamp_ms: Option<i64>,
+    ) {
+        let arena = &mut *self.arena;
+        arena.records.push(Stored {
+            key,
+            value,
+            headers: self.headers_mark..arena.headers.len(),
+            partition,
+            timestamp_ms,
+        });
+        arena.charge.records += 1;
+        // Everything written for the record is its key, value and header bytes.
+        arena.charge.bytes += (arena.bytes.len() - self.bytes_mark) as u64;
+        self.committed = true;
+    }
+}
+
+impl Drop for RecordWriter<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.arena.bytes.truncate(self.bytes_mark);
+            self.arena.headers.truncate(self.headers_mark);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +236,37 @@ mod tests {
         arena.push(&b);
         assert_eq!(arena.records(), vec![a.clone(), b]);
         assert_eq!(arena.charge(), Charge::new(2, a.size()));
+    }
+
+    #[test]
+    fn a_written_record_is_kept_on_commit_and_taken_back_otherwise() {
+        let mut arena = RecordArena::default();
+        let mut w = arena.writer();
+        w.header(b"h1", b"x");
+        let value = w.put(b"[1]");
+        let key = w.put_base64(&base64::engine::general_purpose::STANDARD, b"aGk=");
+        assert!(w.has_header(b"h1") && !w.has_header(b"h2"));
+        assert_eq!(w.header_count(), 1);
+        w.commit(key, Some(value), Some(3), None);
+        let kept = Record {
+            key: Some(Cow::Borrowed(b"hi")),
+            value: Some(Cow::Borrowed(b"[1]")),
+            headers: vec![(Cow::Borrowed("h1"), Cow::Borrowed(b"x"))],
+            partition: Some(3),
+            timestamp_ms: None,
+        };
+        let (held, charge) = (arena.held(), arena.charge());
+        assert_eq!(charge, Charge::new(1, kept.size()));
+
+        let mut w = arena.writer();
+        w.header(b"h2", b"y");
+        w.put(b"declined");
+        assert!(!w.has_header(b"h1"), "headers are per record");
+        assert!(w
+            .put_base64(&base64::engine::general_purpose::STANDARD, b"!!")
+            .is_none());
+        drop(w);
+        assert_eq!((arena.held(), arena.charge()), (held, charge));
+        assert_eq!(arena.records(), vec![kept]);
     }
 }

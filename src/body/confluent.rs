@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::v1::whole;
-use super::{ParseRecord, RecordError};
+use super::{ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
 
@@ -148,17 +148,19 @@ impl ParseRecord for V2Record {
         self.record(wire, bounds)
     }
 
-    fn parse_prefix<'a>(
+    fn decode_prefix(
         &self,
-        text: &'a [u8],
+        text: &[u8],
         bounds: &RequestBounds,
-    ) -> Option<(Record<'a>, usize)> {
-        let (wire, len) = super::json_prefix::<WireV2<'a>>(text)?;
+        arena: &mut RecordArena,
+    ) -> Option<usize> {
+        let (wire, len) = super::json_prefix::<WireV2<'_>>(text)?;
         let deep = |raw: Option<&RawValue>| raw.is_some_and(|r| !super::shallow(r.get()));
         if deep(wire.key) || deep(wire.value) {
             return None;
         }
-        Some((self.record(wire, bounds).ok()?, len))
+        arena.push(&self.record(wire, bounds).ok()?);
+        Some(len)
     }
 }
 

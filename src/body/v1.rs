@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{ParseRecord, RecordError};
+use super::{ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
 
@@ -22,21 +22,35 @@ pub struct V1Record;
 
 impl ParseRecord for V1Record {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
-        if let Some((record, len)) = super::v1_fast::record(text, bounds) {
-            let rest = text.get(len..).unwrap_or_default();
-            if rest.iter().all(|&b| super::v1_fast::is_json_space(b)) {
-                return Ok(record);
-            }
-        }
         serde_parse(text, bounds)
     }
 
-    fn parse_prefix<'a>(
+    /// A whole record (an NDJSON line, or one the scanner completed across chunks): the fast
+    /// reader if it accepts the whole text, else serde_json's path, which names every error.
+    fn decode(
         &self,
-        text: &'a [u8],
+        text: &[u8],
         bounds: &RequestBounds,
-    ) -> Option<(Record<'a>, usize)> {
-        super::v1_fast::record(text, bounds).or_else(|| serde_prefix(text, bounds))
+        arena: &mut RecordArena,
+    ) -> Result<(), RecordError> {
+        if super::v1_fast::record_into(text, bounds, arena, true).is_some() {
+            return Ok(());
+        }
+        arena.push(&serde_parse(text, bounds)?);
+        Ok(())
+    }
+
+    fn decode_prefix(
+        &self,
+        text: &[u8],
+        bounds: &RequestBounds,
+        arena: &mut RecordArena,
+    ) -> Option<usize> {
+        super::v1_fast::record_into(text, bounds, arena, false).or_else(|| {
+            let (record, len) = serde_prefix(text, bounds)?;
+            arena.push(&record);
+            Some(len)
+        })
     }
 }
 
