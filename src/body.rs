@@ -145,28 +145,6 @@ impl<T: ParseRecord + ?Sized> ParseRecord for &T {
     }
 }
 
-impl<T: ParseRecord + ?Sized> ParseRecord for std::sync::Arc<T> {
-    fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
-        (**self).parse(text, bounds)
-    }
-    fn decode(
-        &self,
-        text: &[u8],
-        bounds: &RequestBounds,
-        arena: &mut RecordArena,
-    ) -> Result<(), RecordError> {
-        (**self).decode(text, bounds, arena)
-    }
-    fn decode_prefix(
-        &self,
-        text: &[u8],
-        bounds: &RequestBounds,
-        arena: &mut RecordArena,
-    ) -> Option<usize> {
-        (**self).decode_prefix(text, bounds, arena)
-    }
-}
-
 /// Whether a JSON value's text surely nests no deeper than [`MAX_VALUE_DEPTH`]: each level
 /// needs an opening bracket, so a value with no more of them than that (every real value) is
 /// shallow enough; a value with more is left to the scanner, which counts its actual depth.
@@ -223,11 +201,17 @@ impl<P: ParseRecord> Decoder<P> {
         std::mem::take(&mut self.arena)
     }
 
-    /// The stream has ended: the records decoded since the last take (possibly none).
-    pub fn finish_stream(mut self) -> Result<RecordArena, BodyError> {
+    /// The stream has ended: the records decoded since the last take (possibly none). The
+    /// decoder is spent, but its parser can still be asked what it saw.
+    pub fn finish_stream(&mut self) -> Result<RecordArena, BodyError> {
         let (scanner, mut take) = self.split();
         scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
-        Ok(self.arena)
+        Ok(self.take_decoded())
+    }
+
+    /// The record parser (a stateful one, such as v3's, is asked what it saw).
+    pub fn parser(&self) -> &P {
+        &self.parser
     }
 
     /// Records and bytes decoded so far.

@@ -190,15 +190,8 @@ impl fmt::Display for RecordProblem {
     }
 }
 
-/// `/v1`'s base64 (both readers): standard alphabet with padding; unused bits in the last
-/// symbol are ignored (RFC 4648 lets decoders accept them, and clients that emit them exist).
-pub(super) const LENIENT_B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
-);
-
 fn decode_b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordProblem> {
-    LENIENT_B64
+    super::v1_fast::LENIENT_B64
         .decode(text)
         .map(Cow::Owned)
         .map_err(|e| RecordProblem::Invalid(format!("{field} is not valid base64: {e}")))

@@ -72,12 +72,12 @@ pub(crate) fn record_into(
     }
     let value = match (value, value_b64) {
         (Some(raw), None) => raw.map(|v| out.put(v)),
-        (None, Some(b64)) => Some(out.put_base64(&super::v1::LENIENT_B64, b64)?),
+        (None, Some(b64)) => Some(out.put_base64(&LENIENT_B64, b64)?),
         _ => return None,
     };
     let key = match (key, key_b64) {
         (Some(k), None) => Some(out.put(k)),
-        (None, Some(b64)) => Some(out.put_base64(&super::v1::LENIENT_B64, b64)?),
+        (None, Some(b64)) => Some(out.put_base64(&LENIENT_B64, b64)?),
         (None, None) => None,
         _ => return None,
     };
@@ -92,8 +92,15 @@ pub(crate) fn record_into(
     Some(r.at)
 }
 
+/// `/v1`'s base64 (both readers): standard alphabet with padding; unused bits in the last
+/// symbol are ignored (RFC 4648 lets decoders accept them, and clients that emit them exist).
+pub(super) const LENIENT_B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 /// JSON's white space (not `u8::is_ascii_whitespace`, which also takes form feed).
-pub(super) fn is_json_space(b: u8) -> bool {
+fn is_json_space(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\r' | b'\t')
 }
 

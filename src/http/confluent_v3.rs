@@ -364,8 +364,8 @@ pub async fn produce_records(
     // The first chunk decides whether there is a stream at all: bytes that are not a record
     // are answered as a whole-request error, as they would be for a single record.
     let mut body = body;
-    let parser = Arc::new(V3Record::default());
-    let mut decoder = Decoder::streaming(Framing::Concatenated, parser.clone(), &ingest.bounds);
+    let mut decoder =
+        Decoder::streaming(Framing::Concatenated, V3Record::default(), &ingest.bounds);
     let idle = Duration::from_millis(app.compat.stream_idle_timeout_ms);
     loop {
         match tokio::time::timeout(idle, body.frame()).await {
@@ -403,7 +403,7 @@ pub async fn produce_records(
         tenant.clone(),
         topic,
         body,
-        (decoder, parser),
+        decoder,
         pending_tx,
     ));
     let mut response = (StatusCode::OK, Body::new(Reports(lines_rx))).into_response();
@@ -422,13 +422,14 @@ async fn pump(
     tenant: Arc<Tenant>,
     topic: Topic,
     mut body: Body,
-    (mut decoder, parser): (Decoder<Arc<V3Record>>, Arc<V3Record>),
+    mut decoder: Decoder<V3Record>,
     pending: mpsc::Sender<Pending>,
 ) {
     let ingest = &app.ingest;
     // The records of the first chunk, decoded before the stream was answered.
     let first = decoder.take_decoded();
-    let entries = admit_chunk(ingest, &tenant, &topic, first.records(), parser.take_seen()).await;
+    let seen = decoder.parser().take_seen();
+    let entries = admit_chunk(ingest, &tenant, &topic, first.records(), seen).await;
     if !queue(&pending, entries).await {
         return;
     }
@@ -478,14 +479,8 @@ async fn pump(
         }
         let pushed = decoder.push(&data);
         let decoded = decoder.take_decoded();
-        let entries = admit_chunk(
-            ingest,
-            &tenant,
-            &topic,
-            decoded.records(),
-            parser.take_seen(),
-        )
-        .await;
+        let seen = decoder.parser().take_seen();
+        let entries = admit_chunk(ingest, &tenant, &topic, decoded.records(), seen).await;
         if !queue(&pending, entries).await {
             return; // the client went away
         }
@@ -499,8 +494,8 @@ async fn pump(
     }
     match decoder.finish_stream() {
         Ok(rest) => {
-            let entries =
-                admit_chunk(ingest, &tenant, &topic, rest.records(), parser.take_seen()).await;
+            let seen = decoder.parser().take_seen();
+            let entries = admit_chunk(ingest, &tenant, &topic, rest.records(), seen).await;
             queue(&pending, entries).await;
         }
         Err(e) => {

@@ -1,0 +1,178 @@
+//! `[[tenants]]`: one tenant's keys, topics, budgets and priority, its validation, and the
+//! problems that span tenants.
+
+use serde::{Deserialize, Serialize};
+
+use super::{budget_spec, topic_pattern_problems, whole_number, ConfigProblem};
+use crate::budget::BudgetSpec;
+use crate::identity::{ApiKeyHash, TenantId};
+
+/// One tenant. `Default` is a tenant with no id, no keys and no topics (invalid until those are
+/// set), so code and tests write only the fields they care about.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Stable identifier, used in logs, metrics and the admin API.
+    pub id: String,
+    /// Lowercase hex SHA-256 digests of the tenant's API keys (`printf %s KEY | sha256sum`).
+    #[serde(default)]
+    pub api_key_sha256: Vec<String>,
+    /// Patterns of the topics the tenant may write: topic-name characters and the wildcards
+    /// `*` (any run of characters) and `?` (one character); 1 to 100 patterns.
+    pub topics: Vec<String>,
+    /// Records per second; unset: limited by the global budget only.
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub records_per_sec: Option<u64>,
+    /// Records the bucket holds (defaults to one second of `records_per_sec`).
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub records_burst: Option<u64>,
+    /// Record bytes per second; unset: limited by the global budget only.
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bytes_per_sec: Option<u64>,
+    /// Bytes the bucket holds (defaults to one second of `bytes_per_sec`).
+    #[serde(
+        default,
+        deserialize_with = "whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub bytes_burst: Option<u64>,
+    /// Largest fraction of the downstream buffer (bytes and records) this tenant may hold.
+    #[serde(default)]
+    pub max_buffer_share: Option<f64>,
+    /// Who is refused first when the adaptive limit (`[adaptive]`) is below demand: `batch`,
+    /// then `standard` (the default); `critical` keeps a reserved share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+}
+
+/// A tenant's priority class under the adaptive limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    Critical,
+    #[default]
+    Standard,
+    Batch,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::Critical, Priority::Standard, Priority::Batch];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Critical => "critical",
+            Priority::Standard => "standard",
+            Priority::Batch => "batch",
+        }
+    }
+}
+
+/// Default `max_buffer_share` when a tenant does not set one.
+pub const DEFAULT_BUFFER_SHARE: f64 = 0.5;
+
+impl TenantConfig {
+    /// The tenant's budget, or the key of the first invalid value.
+    pub fn spec(&self) -> Result<BudgetSpec, ConfigProblem> {
+        budget_spec(
+            &format!("tenants[{}]", self.id),
+            self.records_per_sec,
+            self.records_burst,
+            self.bytes_per_sec,
+            self.bytes_burst,
+        )
+    }
+
+    pub fn buffer_share(&self) -> f64 {
+        self.max_buffer_share.unwrap_or(DEFAULT_BUFFER_SHARE)
+    }
+
+    /// The key digests, parsed (invalid ones are skipped: [`TenantConfig::problems`] reports
+    /// them).
+    pub fn key_digests(&self) -> impl Iterator<Item = ApiKeyHash> + '_ {
+        self.api_key_sha256
+            .iter()
+            .filter_map(|h| ApiKeyHash::from_hex(h))
+    }
+
+    /// Every semantic problem with this tenant, keys prefixed by `at` (`tenants[0]`).
+    pub fn problems(&self, at: &str) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        if let Some(p) = TenantId::problem(&self.id) {
+            problems.push(ConfigProblem::new(format!("{at}.id"), p));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, h) in self.api_key_sha256.iter().enumerate() {
+            match ApiKeyHash::from_hex(h) {
+                None => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    "must be 64 lowercase hex digits (the SHA-256 of the key)",
+                )),
+                Some(d) if !seen.insert(d) => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    "is listed twice",
+                )),
+                Some(_) => {}
+            }
+        }
+        problems.extend(topic_pattern_problems(at, &self.topics));
+        if let Err(mut p) = self.spec() {
+            p.key = p.key.replacen(&format!("tenants[{}]", self.id), at, 1);
+            problems.push(p);
+        }
+        if let Some(share) = self.max_buffer_share {
+            if !(share > 0.0 && share <= 1.0) {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.max_buffer_share"),
+                    "must be greater than 0 and at most 1",
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// Problems that span tenants: a tenant id used twice, and a key digest held by two tenants
+/// (which of them a request authenticates as would be a guess). `tenants` yields each
+/// tenant with the key prefix its problems are reported under.
+pub fn cross_tenant_problems<'a>(
+    tenants: impl IntoIterator<Item = (String, &'a TenantConfig)>,
+) -> Vec<ConfigProblem> {
+    let mut problems = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    let mut owners: std::collections::HashMap<ApiKeyHash, &str> = Default::default();
+    for (at, t) in tenants {
+        if !ids.insert(t.id.as_str()) {
+            problems.push(ConfigProblem::new(
+                format!("{at}.id"),
+                format!("duplicate tenant id {:?}", t.id),
+            ));
+        }
+        for (i, digest) in t.api_key_sha256.iter().enumerate() {
+            let Some(d) = ApiKeyHash::from_hex(digest) else {
+                continue;
+            };
+            match owners.get(&d) {
+                Some(owner) if *owner != t.id => problems.push(ConfigProblem::new(
+                    format!("{at}.api_key_sha256[{i}]"),
+                    format!("this key already belongs to tenant {owner:?}"),
+                )),
+                _ => {
+                    owners.insert(d, t.id.as_str());
+                }
+            }
+        }
+    }
+    problems
+}
