@@ -110,7 +110,7 @@ pub trait ParseRecord: Send + Sync {
     /// `text` does not start with a whole valid record (cut off, or an error) or when a JSON
     /// value in it may nest deeper than [`MAX_VALUE_DEPTH`] (check them with [`shallow`]: the
     /// scanner bounds nesting, the JSON parser does not): the decoder then has the scanner find
-    /// the record's end (or its nesting error) and calls [`ParseRecord::parse`], which names
+    /// the record's end (or its nesting error) and calls [`ParseRecord::decode`], which names
     /// any error. A parser with state that a discarded parse would disturb keeps this default.
     fn decode_prefix(
         &self,

@@ -37,25 +37,15 @@ impl RecordArena {
         start..self.bytes.len()
     }
 
-    /// Copies a record in.
+    /// Copies a record in (through the same writer the fast reader uses).
     pub fn push(&mut self, record: &Record<'_>) {
-        let key = record.key.as_deref().map(|k| self.put(k));
-        let value = record.value.as_deref().map(|v| self.put(v));
-        let first = self.headers.len();
+        let mut w = self.writer();
+        let key = record.key.as_deref().map(|k| w.put(k));
+        let value = record.value.as_deref().map(|v| w.put(v));
         for (name, value) in &record.headers {
-            let name = self.put(name.as_bytes());
-            let value = self.put(value);
-            self.headers.push((name, value));
+            w.header(name.as_bytes(), value);
         }
-        self.records.push(Stored {
-            key,
-            value,
-            headers: first..self.headers.len(),
-            partition: record.partition,
-            timestamp_ms: record.timestamp_ms,
-        });
-        self.charge.records += 1;
-        self.charge.bytes += record.size();
+        w.commit(key, value, record.partition, record.timestamp_ms);
     }
 
     /// Room for the records of `body_bytes` more body bytes: their key, value and header bytes

@@ -67,6 +67,10 @@ pub(crate) fn record_into(
             _ => return None,
         }
     }
+    // Everything that can decline without copying is checked before anything is copied.
+    if whole && !text.get(r.at..)?.iter().all(|&b| is_json_space(b)) {
+        return None;
+    }
     if partition.is_some_and(|p| p < 0) || timestamp_ms.is_some_and(|t| t < 0) {
         return None;
     }
@@ -83,9 +87,6 @@ pub(crate) fn record_into(
     };
     let len = |r: &Option<Range<usize>>| r.as_ref().map_or(0, |r| r.len());
     if len(&key) > bounds.max_key_bytes || len(&value) > bounds.max_value_bytes {
-        return None;
-    }
-    if whole && !text.get(r.at..)?.iter().all(|&b| is_json_space(b)) {
         return None;
     }
     out.commit(key, value, partition, timestamp_ms);
