@@ -22,8 +22,8 @@ use crate::registry::{
 
 #[derive(Debug)]
 pub struct AppState {
-    /// The produce path: tenants, admission, Kafka, request bounds.
-    pub ingest: Ingest,
+    /// The produce path: tenants, admission, Kafka, request bounds (shared with open streams).
+    pub ingest: Arc<Ingest>,
     /// The registry's source of truth; every admin change and reload goes through it.
     pub registry: Arc<RegistryStore>,
     /// Who may call the admin API.
@@ -203,7 +203,7 @@ impl AppState {
                 cluster.clone(),
                 crate::metrics::Agents { adaptive, lag },
             ),
-            ingest: Ingest {
+            ingest: Arc::new(Ingest {
                 tenants,
                 admission,
                 catalog,
@@ -215,7 +215,13 @@ impl AppState {
                 failures,
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
                 cluster,
-            },
+                streams: crate::ingest::stream::StreamBounds {
+                    max_unsettled: config.compat.stream_max_unsettled,
+                    idle: Duration::from_millis(config.compat.stream_idle_timeout_ms),
+                    max_duration: Duration::from_millis(config.compat.stream_max_duration_ms),
+                },
+                draining: tokio::sync::watch::channel(false).0,
+            }),
             registry,
             admin: AdminAccess {
                 tokens,
@@ -229,6 +235,7 @@ impl AppState {
 
     pub fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
+        self.ingest.draining.send_replace(true);
     }
 
     pub fn is_draining(&self) -> bool {

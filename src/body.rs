@@ -75,8 +75,14 @@ pub enum BodyError {
     Invalid(String),
     /// More records than a request may carry: 413.
     TooManyRecords { limit: usize },
-    /// A record's key, value or headers are over their limit: 413 with this detail.
+    /// A record's key, value or headers are over their limit (or, in a stream, the record's
+    /// text is longer than a whole request may be): 413 with this detail.
     RecordTooLarge(String),
+    /// The body is well-formed and holds no record.
+    NoRecords,
+    /// A rule of the wire format's own about a record's id (Confluent's batch entry ids):
+    /// this detail.
+    EntryId(String),
 }
 
 /// What is wrong with one record; the decoder says which record.
@@ -87,6 +93,17 @@ pub enum RecordError {
     /// Valid JSON, not a valid record.
     Invalid(String),
     TooLarge(String),
+    /// Valid JSON and a valid record, but its id breaks the format's id rule.
+    EntryId(String),
+}
+
+/// A record parser that keeps a note of each record it decoded, which the wire format's
+/// answer repeats (Confluent v3: each record's key and value types and sizes).
+pub trait RecordNotes: ParseRecord {
+    type Note: Send + Sync + 'static;
+
+    /// The notes of the records decoded since the last call, in order.
+    fn take_notes(&self) -> Vec<Self::Note>;
 }
 
 /// A wire format's record shape: parses one complete record object.
@@ -172,6 +189,8 @@ pub struct Decoder<P> {
     total: usize,
     /// Whether the request-level record limit applies (not to a stream of records).
     limited: bool,
+    /// A stream's bound on one record's text, enforced while the record arrives.
+    max_record_text: Option<usize>,
 }
 
 impl<P: ParseRecord> Decoder<P> {
@@ -184,14 +203,22 @@ impl<P: ParseRecord> Decoder<P> {
             bounds: bounds.clone(),
             total: 0,
             limited: true,
+            max_record_text: None,
         }
     }
 
-    /// A decoder for an open-ended stream of records (no per-request record limit); take the
-    /// records as they are decoded with [`Decoder::take_decoded`].
-    pub fn streaming(framing: Framing, parser: P, bounds: &RequestBounds) -> Self {
+    /// A decoder for an open-ended stream of records (no per-request record limit, but no
+    /// record's text longer than `max_record_text`, checked as it arrives); take the records
+    /// as they are decoded with [`Decoder::take_decoded`].
+    pub fn streaming(
+        framing: Framing,
+        parser: P,
+        bounds: &RequestBounds,
+        max_record_text: usize,
+    ) -> Self {
         Self {
             limited: false,
+            max_record_text: Some(max_record_text),
             ..Self::new(framing, parser, bounds)
         }
     }
@@ -201,12 +228,16 @@ impl<P: ParseRecord> Decoder<P> {
         std::mem::take(&mut self.arena)
     }
 
-    /// The stream has ended: the records decoded since the last take (possibly none). The
-    /// decoder is spent, but its parser can still be asked what it saw.
-    pub fn finish_stream(&mut self) -> Result<RecordArena, BodyError> {
+    /// The stream has ended: a record cut short is an error; the records decoded since the
+    /// last take are still there to take. The decoder is spent.
+    pub fn finish_stream(&mut self) -> Result<(), BodyError> {
         let (scanner, mut take) = self.split();
-        scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
-        Ok(self.take_decoded())
+        scanner.finish(&mut take).map_err(|e| take.stopped(e))
+    }
+
+    /// Records decoded and not taken yet.
+    pub fn decoded(&self) -> usize {
+        self.arena.len()
     }
 
     /// The record parser (a stateful one, such as v3's, is asked what it saw).
@@ -225,6 +256,11 @@ impl<P: ParseRecord> Decoder<P> {
         self.arena.held() + self.scanner.held()
     }
 
+    /// Memory held now, as allocated: the decoded records with their index, and the tail.
+    pub fn footprint(&self) -> usize {
+        self.arena.footprint() + self.scanner.footprint()
+    }
+
     /// Takes the next piece of the body and decodes every record it completes.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Charge, BodyError> {
         self.arena.reserve(chunk.len());
@@ -232,6 +268,16 @@ impl<P: ParseRecord> Decoder<P> {
         scanner
             .push(chunk, &mut take)
             .map_err(|e| take.stopped(e))?;
+        if let (Some(max), Some((open, line))) = (self.max_record_text, self.scanner.open_record())
+        {
+            if open > max {
+                let (_, take) = self.split();
+                return Err(BodyError::RecordTooLarge(format!(
+                    "{}: the record is longer than {max} bytes",
+                    take.at(line)
+                )));
+            }
+        }
         Ok(self.charge())
     }
 
@@ -240,7 +286,7 @@ impl<P: ParseRecord> Decoder<P> {
         let (scanner, mut take) = self.split();
         scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
         if self.arena.is_empty() {
-            return Err(BodyError::Malformed("the request has no records".into()));
+            return Err(BodyError::NoRecords);
         }
         Ok(self.arena)
     }
@@ -326,6 +372,7 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
                     RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
                     RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
                     RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
+                    RecordError::EntryId(m) => BodyError::EntryId(format!("{at}: {m}")),
                 })
             }
         }

@@ -3,7 +3,9 @@
 //!
 //! A request reserves its declared `Content-Length` before its body is read, or, for a chunked
 //! body, each chunk as it arrives; it holds the reservation until its records are handed to the
-//! producer or it is refused. When the budget is spent, a new body is refused at once (429
+//! producer or it is refused. A stream (Confluent v3) holds what it keeps for as long as it
+//! keeps it — the record it is reading, its queued reports, its report window — growing and
+//! shrinking its hold as that changes. When the budget is spent, a new body is refused at once (429
 //! `server_busy`) rather than waiting: a wait would hold the client's connection and our
 //! socket buffers for nothing, and the client is better told when to come back. The hint is
 //! about one typical hold time (how long reservations are kept, a moving average).
@@ -64,10 +66,10 @@ impl Cut {
     }
 }
 
-/// Body bytes held by one request; given back on drop.
+/// Body bytes held by one request or stream; given back on drop.
 #[derive(Debug)]
-pub struct BodyHold<'a> {
-    budget: &'a BodyBudget,
+pub struct BodyHold {
+    budget: Arc<BodyBudget>,
     permits: Option<OwnedSemaphorePermit>,
     since: Instant,
     /// The holder's own running total (a tenant's bytes in flight), and its ceiling.
@@ -109,9 +111,9 @@ impl BodyBudget {
 
     /// An empty hold, to grow as a body arrives, for an owner (a tenant) whose holds together
     /// may not pass `share` of the budget, so one tenant's uploads cannot take it all.
-    pub fn hold(&self, owner: Arc<AtomicU64>, share: f64) -> BodyHold<'_> {
+    pub fn hold(self: &Arc<Self>, owner: Arc<AtomicU64>, share: f64) -> BodyHold {
         BodyHold {
-            budget: self,
+            budget: self.clone(),
             permits: None,
             since: Instant::now(),
             owner,
@@ -138,7 +140,7 @@ impl BodyBudget {
     }
 }
 
-impl BodyHold<'_> {
+impl BodyHold {
     /// Bytes this hold has reserved.
     pub fn bytes(&self) -> u64 {
         self.permits.as_ref().map_or(0, |p| p.num_permits() as u64)
@@ -177,9 +179,28 @@ impl BodyHold<'_> {
             }
         }
     }
+
+    /// Holds exactly `bytes`: grows (`false`, and nothing changed, when the budget or the
+    /// owner's share does not have the difference now) or gives the surplus back at once.
+    pub fn resize(&mut self, bytes: u64) -> bool {
+        let held = self.bytes();
+        if bytes >= held {
+            return self.grow(bytes - held);
+        }
+        let surplus = usize::try_from(held - bytes).unwrap_or(usize::MAX);
+        let Some(permits) = self.permits.as_mut() else {
+            return true;
+        };
+        if let Some(given_back) = permits.split(surplus) {
+            self.owner
+                .fetch_sub(given_back.num_permits() as u64, Ordering::AcqRel);
+            drop(given_back);
+        }
+        true
+    }
 }
 
-impl Drop for BodyHold<'_> {
+impl Drop for BodyHold {
     fn drop(&mut self) {
         if let Some(permits) = self.permits.take() {
             self.owner
@@ -195,7 +216,7 @@ mod tests {
 
     #[test]
     fn holds_share_one_budget_and_give_it_back() {
-        let budget = BodyBudget::new(100);
+        let budget = Arc::new(BodyBudget::new(100));
         let owner = Arc::new(AtomicU64::new(0));
         let mut a = budget.hold(owner.clone(), 1.0);
         assert!(a.grow(60));
@@ -215,7 +236,7 @@ mod tests {
 
     #[test]
     fn one_owner_holds_at_most_its_share() {
-        let budget = BodyBudget::new(100);
+        let budget = Arc::new(BodyBudget::new(100));
         let greedy = Arc::new(AtomicU64::new(0));
         let mut a = budget.hold(greedy.clone(), 0.5);
         assert!(a.grow(50));
@@ -225,5 +246,25 @@ mod tests {
         assert!(other.grow(50), "the rest is left for others");
         drop(a);
         assert!(b.grow(1));
+    }
+
+    #[test]
+    fn a_hold_shrinks_and_grows_again() {
+        let budget = Arc::new(BodyBudget::new(100));
+        let owner = Arc::new(AtomicU64::new(0));
+        let mut a = budget.hold(owner.clone(), 1.0);
+        assert!(a.resize(80));
+        assert!(!budget.hold(owner.clone(), 1.0).grow(21));
+        assert!(a.resize(30));
+        assert_eq!((a.bytes(), budget.held()), (30, 30));
+        assert_eq!(owner.load(Ordering::Relaxed), 30);
+        let mut b = budget.hold(owner.clone(), 1.0);
+        assert!(b.grow(70), "what a gave back is there for others");
+        assert!(!a.resize(31), "and no longer for a");
+        assert_eq!(a.bytes(), 30, "a refused growth changes nothing");
+        assert!(a.resize(0));
+        assert_eq!((budget.held(), owner.load(Ordering::Relaxed)), (70, 70));
+        drop(b);
+        assert_eq!(budget.held(), 0);
     }
 }

@@ -11,8 +11,13 @@
 //! runs first, so a refused client costs a few hundred nanoseconds and no memory, and a client
 //! announcing a large body hears 429 before it uploads.
 //!
+//! A stream of records (Confluent v3's streaming produce) goes through the same steps record by
+//! record: [`stream`] owns that path, its bounds and its re-checks.
+//!
 //! Layer: pipeline. Imports admission, tenants, Kafka and the outcome room; never HTTP
 //! routing or response shapes.
+
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,13 +27,14 @@ use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 use tracing::Instrument as _;
 
-use crate::admission::{Admission, Blocked, BucketsView, LeaseNeed};
+use crate::admission::{Admission, Blocked, BucketsView};
 use crate::body::{BodyError, Decoder, Framing, ParseRecord, RecordArena};
 use crate::body_budget::{BodyBudget, BodyHold, Cut};
 use crate::buffer::BufferLease;
 use crate::cluster::Cluster;
 use crate::config::RequestBounds;
 use crate::failure_guard::FailureGuard;
+use crate::identity::ApiKeyHash;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
@@ -93,6 +99,10 @@ pub struct Ingest {
     pub delivery_timeout: Duration,
     /// Cluster mode: where slices are leased from when a request needs more than they hold.
     pub cluster: Option<Arc<Cluster>>,
+    /// Bounds of a stream of records (Confluent v3 streaming produce).
+    pub streams: stream::StreamBounds,
+    /// Set once shutdown starts: open streams take no more records.
+    pub draining: tokio::sync::watch::Sender<bool>,
 }
 
 /// Retry hint for a request whose leased tokens were taken by others while it waited.
@@ -183,16 +193,31 @@ impl Ingest {
         peer: Option<std::net::IpAddr>,
         headers: &HeaderMap,
     ) -> Result<Arc<Tenant>, ApiError> {
+        self.authenticate_key(peer, headers)
+            .map(|(tenant, _)| tenant)
+    }
+
+    /// [`Ingest::authenticate`], and the digest of the key that authenticated: what a
+    /// long-lived request (a stream) re-checks against later registry changes.
+    pub fn authenticate_key(
+        &self,
+        peer: Option<std::net::IpAddr>,
+        headers: &HeaderMap,
+    ) -> Result<(Arc<Tenant>, ApiKeyHash), ApiError> {
         if let Some(wait) = peer.and_then(|ip| self.failures.refusal(ip)) {
             return Err(ApiError::AuthFailures(wait));
         }
-        let tenant = headers
+        let found = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(presented_key)
-            .and_then(|key| self.tenants.load().authenticate(&key).cloned());
-        match tenant {
-            Some(t) => Ok(t),
+            .map(|key| ApiKeyHash::of_key(&key))
+            .and_then(|digest| {
+                let tenant = self.tenants.load().by_digest(&digest).cloned()?;
+                Some((tenant, digest))
+            });
+        match found {
+            Some(found) => Ok(found),
             None => {
                 if let Some(ip) = peer {
                     self.failures.failed(ip);
@@ -247,7 +272,7 @@ impl Ingest {
         mut body: Body,
         declared: Option<u64>,
         format: BodyFormat<'_>,
-    ) -> Result<(RecordArena, BodyHold<'_>), ApiError> {
+    ) -> Result<(RecordArena, BodyHold), ApiError> {
         let mut hold = self
             .body_budget
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
@@ -269,7 +294,7 @@ impl Ingest {
         tenant: &Tenant,
         topic: &Topic,
         body: &mut Body,
-        hold: &mut BodyHold<'_>,
+        hold: &mut BodyHold,
         declared: Option<u64>,
         format: BodyFormat<'_>,
     ) -> Result<RecordArena, ApiError> {
@@ -373,11 +398,23 @@ impl Ingest {
         topic: &Topic,
         charge: Charge,
     ) -> Result<BufferLease, ApiError> {
-        // Two lease rounds cover a tenant and a global slice both short; a third answer that
-        // still needs tokens means other requests took them first: a short 429.
+        // Two lease rounds cover a tenant and a global slice both short.
+        self.admit_with(tenant, topic, charge, &mut 2).await
+    }
+
+    /// [`Ingest::admit`] with at most `leases` lease calls (counted down), so a caller
+    /// admitting many records one by one (a stream's chunk) bounds its calls to Redis. A
+    /// request still short of leased tokens when they are used up is refused with a short
+    /// wait: other requests took the tokens first, or the caller has spent its calls.
+    pub async fn admit_with(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        charge: Charge,
+        leases: &mut u32,
+    ) -> Result<BufferLease, ApiError> {
         tenant.stats.offered(charge.records, charge.bytes);
-        let mut last_need = LeaseNeed::default();
-        for _ in 0..3 {
+        let last_need = loop {
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {
                 Ok(lease) => {
@@ -386,16 +423,16 @@ impl Ingest {
                 }
                 Err(Blocked::Denied(denial)) => return Err(self.denied(tenant, denial)),
                 Err(Blocked::Lease(need)) => {
-                    last_need = need;
-                    let Some(cluster) = &self.cluster else {
-                        break;
+                    let Some(cluster) = self.cluster.as_ref().filter(|_| *leases > 0) else {
+                        break need;
                     };
+                    *leases -= 1;
                     if let Err(refusal) = cluster.lease_for(tenant, need).await {
                         return Err(refused(tenant, refusal));
                     }
                 }
             }
-        }
+        };
         let reason = match (last_need.tenant, last_need.global) {
             (Some(m), _) if m.records > 0 => Reason::TenantRecords,
             (Some(_), _) => Reason::TenantBytes,
@@ -470,7 +507,10 @@ impl Ingest {
 
 fn cut_for(e: &BodyError) -> Cut {
     match e {
-        BodyError::Malformed(_) | BodyError::Invalid(_) => Cut::Malformed,
+        BodyError::Malformed(_)
+        | BodyError::Invalid(_)
+        | BodyError::NoRecords
+        | BodyError::EntryId(_) => Cut::Malformed,
         BodyError::TooManyRecords { .. } => Cut::TooManyRecords,
         BodyError::RecordTooLarge(_) => Cut::RecordTooLarge,
     }

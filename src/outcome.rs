@@ -36,6 +36,10 @@ pub enum ApiError {
     },
     RecordTooLarge(String),
     Malformed(String),
+    /// A well-formed body without a single record.
+    NoRecords,
+    /// A record id breaking the wire format's id rule (Confluent's batch entry ids).
+    EntryId(String),
     /// Well-formed JSON that is not a valid record: `/v1` answers it like `Malformed`,
     /// Confluent's shapes with 422.
     InvalidRecord(String),
@@ -46,6 +50,12 @@ pub enum ApiError {
     /// Too many failed authentications from this address: wait this long.
     AuthFailures(std::time::Duration),
     BodyTimeout,
+    /// A stream had no new record for its idle time (milliseconds).
+    StreamIdle(u64),
+    /// A stream reached its longest time (milliseconds).
+    StreamTooLong(u64),
+    /// The key an open stream was authenticated with was revoked, or its tenant deleted.
+    CredentialRevoked,
     KafkaUnavailable(String),
     ShuttingDown,
     NotFound,
@@ -97,6 +107,8 @@ impl From<BodyError> for ApiError {
             BodyError::Invalid(d) => Self::InvalidRecord(d),
             BodyError::TooManyRecords { limit } => Self::TooManyRecords { limit },
             BodyError::RecordTooLarge(d) => Self::RecordTooLarge(d),
+            BodyError::NoRecords => Self::NoRecords,
+            BodyError::EntryId(d) => Self::EntryId(d),
         }
     }
 }
@@ -132,19 +144,21 @@ impl ApiError {
     /// The stable code clients match on.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Unauthorized => "unauthorized",
+            Self::Unauthorized | Self::CredentialRevoked => "unauthorized",
             Self::InvalidTopic(_) => "invalid_topic",
             Self::ForbiddenTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
             Self::RecordTooLarge(_) => "record_too_large",
-            Self::Malformed(_) | Self::InvalidRecord(_) => "malformed_body",
+            Self::Malformed(_) | Self::InvalidRecord(_) | Self::NoRecords | Self::EntryId(_) => {
+                "malformed_body"
+            }
             Self::ExceedsBurst(_) => "exceeds_burst",
             Self::UnknownTopic(_) => "unknown_topic",
             Self::UnknownPartition(_) => "unknown_partition",
             Self::RateLimited(_) | Self::AuthFailures(_) => "rate_limited",
-            Self::BodyTimeout => "body_timeout",
+            Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => "body_timeout",
             Self::KafkaUnavailable(_) => "kafka_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
@@ -160,16 +174,20 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unauthorized | Self::AdminUnauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::AdminUnauthorized(_) | Self::CredentialRevoked => {
+                StatusCode::UNAUTHORIZED
+            }
             Self::TenantNotFound(_) | Self::KeyNotFound(_) | Self::GuardNotFound(_) => {
                 StatusCode::NOT_FOUND
             }
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Conflict { .. } => StatusCode::CONFLICT,
-            Self::InvalidTopic(_) | Self::Malformed(_) | Self::InvalidRecord(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::InvalidTopic(_)
+            | Self::Malformed(_)
+            | Self::InvalidRecord(_)
+            | Self::NoRecords
+            | Self::EntryId(_) => StatusCode::BAD_REQUEST,
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -179,7 +197,9 @@ impl ApiError {
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
             Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -192,7 +212,18 @@ impl ApiError {
             Self::InvalidTopic(d)
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
+            | Self::EntryId(d)
             | Self::UnknownPartition(d) => d.clone(),
+            Self::NoRecords => "the request has no records".into(),
+            Self::CredentialRevoked => "the API key this stream was opened with was revoked, or \
+                                        its tenant deleted, while it was open"
+                .into(),
+            Self::StreamIdle(ms) => {
+                format!("no record arrived within the stream's idle time ({ms} ms)")
+            }
+            Self::StreamTooLong(ms) => {
+                format!("the stream reached its longest time ({ms} ms); open a new one")
+            }
             Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
             Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
             Self::UnsupportedMediaType(got) => format!(
@@ -343,7 +374,10 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if matches!(self, Self::Unauthorized | Self::AdminUnauthorized(_)) {
+        if matches!(
+            self,
+            Self::Unauthorized | Self::AdminUnauthorized(_) | Self::CredentialRevoked
+        ) {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -7,7 +7,12 @@
 //!   keep-alive connection lasts at most `min(header_read_timeout, idle_timeout)`;
 //! - how long a connection may sit with no request in flight (an open HTTP/2 session, or any
 //!   connection between requests): `idle_timeout` (then it is closed gracefully; HTTP/2 gets
-//!   a GOAWAY);
+//!   a GOAWAY). A request is in flight until its answer's body has ended — a streamed answer
+//!   (one whose length is not known when its head is sent) keeps its connection busy for as
+//!   long as it streams;
+//! - how long a streamed answer may go on: a handler may attach a [`StreamDeadline`] to it,
+//!   which it moves on as the stream makes progress; a connection with an answer past its
+//!   deadline is closed like an idle one (a client that stops reading cannot keep it open);
 //! - how large a request head may be, and how many HTTP/2 streams a connection may open at once
 //!   and how much unread body data it may buffer (flow-control windows).
 //!
@@ -58,6 +63,33 @@ pub const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
 pub const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The latest time a streamed answer's body may still be running; attached by a handler as a
+/// response extension and moved on by it (from any task) as the stream makes progress.
+#[derive(Debug, Clone)]
+pub struct StreamDeadline(Arc<AtomicU64>);
+
+impl StreamDeadline {
+    pub fn new(at: Instant) -> Self {
+        Self(Arc::new(AtomicU64::new(Self::ns(at))))
+    }
+
+    /// Moves the deadline to `at` (earlier or later).
+    pub fn set(&self, at: Instant) {
+        self.0.store(Self::ns(at), Ordering::Release);
+    }
+
+    pub fn passed(&self, now: Instant) -> bool {
+        Self::ns(now) > self.0.load(Ordering::Acquire)
+    }
+
+    /// Nanoseconds since a process-wide origin (an `Instant` does not fit in an atomic).
+    fn ns(at: Instant) -> u64 {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        u64::try_from(at.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
@@ -177,6 +209,8 @@ struct Activity {
     idle_since_ns: AtomicU64,
     /// Requests served so far.
     served: AtomicU64,
+    /// Deadlines of the streamed answers in flight (gone when their body is dropped).
+    deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
 }
 
 impl Activity {
@@ -197,6 +231,84 @@ impl Activity {
         let since = Duration::from_nanos(self.idle_since_ns.load(Ordering::Acquire));
         Some(self.opened + since + idle)
     }
+
+    fn watch_deadline(&self, deadline: &StreamDeadline) {
+        let mut deadlines = self
+            .deadlines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        deadlines.retain(|d| d.strong_count() > 0);
+        deadlines.push(Arc::downgrade(&deadline.0));
+    }
+
+    /// Whether a streamed answer in flight is past its deadline.
+    fn stream_overdue(&self, now: Instant) -> bool {
+        let mut deadlines = self
+            .deadlines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        deadlines.retain(|d| d.strong_count() > 0);
+        deadlines
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .any(|d| StreamDeadline(d).passed(now))
+    }
+}
+
+/// A streamed answer's body, holding its request's in-flight mark (and its deadline) until
+/// it ends or is dropped.
+struct Streamed {
+    inner: axum::body::Body,
+    in_flight: Option<InFlight>,
+    _deadline: Option<StreamDeadline>,
+}
+
+impl axum::body::HttpBody for Streamed {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.in_flight = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A handler's answer as the connection sends it: one whose whole body is known is done when
+/// its head is out; a streamed one stays in flight until its body ends.
+fn in_flight_until_sent(
+    response: axum::response::Response,
+    in_flight: InFlight,
+    activity: &Activity,
+) -> axum::response::Response {
+    use axum::body::HttpBody as _;
+    if response.body().is_end_stream() || response.body().size_hint().exact().is_some() {
+        return response;
+    }
+    let deadline = response.extensions().get::<StreamDeadline>().cloned();
+    if let Some(d) = &deadline {
+        activity.watch_deadline(d);
+    }
+    response.map(|inner| {
+        axum::body::Body::new(Streamed {
+            inner,
+            in_flight: Some(in_flight),
+            _deadline: deadline,
+        })
+    })
 }
 
 struct InFlight(Arc<Activity>);
@@ -229,18 +341,19 @@ async fn drive<I>(
         in_flight: AtomicUsize::new(0),
         idle_since_ns: AtomicU64::new(0),
         served: AtomicU64::new(0),
+        deadlines: std::sync::Mutex::default(),
     });
     let tracker = activity.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = tracker.begin();
         let router = router.clone();
+        let activity = tracker.clone();
         let mut request = request.map(axum::body::Body::new);
         // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
         request.extensions_mut().insert(ConnectInfo(peer));
         async move {
             let response = router.oneshot(request).await;
-            drop(guard);
-            response
+            response.map(|r| in_flight_until_sent(r, guard, &activity))
         }
     });
     let io = TokioIo::new(io);
@@ -310,8 +423,9 @@ impl Watch<'_> {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
                 () = tokio::time::sleep(check) => {
+                    let now = Instant::now();
                     let deadline = self.activity.idle_deadline(self.first, self.idle);
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                    if deadline.is_some_and(|d| now >= d) || self.activity.stream_overdue(now) {
                         break;
                     }
                 }

@@ -121,6 +121,23 @@ impl Tenant {
         self.admission_state().buffer_share
     }
 
+    /// Nanoseconds until every bucket of this tenant is full again (0: they are).
+    pub fn full_in_ns(&self, now_ns: u64) -> u64 {
+        let (records, bytes) = self.admission_state().buckets.view(now_ns);
+        [records, bytes]
+            .iter()
+            .flatten()
+            .map(|v| v.full_in_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether records of this tenant are in the buffer now.
+    pub fn holds_buffer(&self) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        self.usage.records.load(Acquire) > 0 || self.usage.bytes.load(Acquire) > 0
+    }
+
     pub fn may_write(&self, topic: &Topic) -> bool {
         self.topics.load().allows(topic)
     }
@@ -193,6 +210,41 @@ mod tests {
         let problems = c.problems("tenants[0]");
         assert_eq!(problems.len(), 2);
         assert_eq!(problems[0].key, "tenants[0].api_key_sha256[0]");
+    }
+
+    #[test]
+    fn a_deleted_tenant_recreated_before_its_buckets_refill_keeps_them() {
+        let mut c = tenant_config("k");
+        c.records_per_sec = Some(10);
+        c.records_burst = Some(10);
+        let first = Registry::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let acme = first.get("acme").expect("acme").clone();
+        let spent = acme
+            .admission_state()
+            .buckets
+            .check(0, Charge::new(10, 0))
+            .expect("fits");
+        acme.admission_state().buckets.commit(spent);
+        let empty = Registry::plan(&[]).expect("valid").build(&first, 0);
+        assert!(empty.get("acme").is_none(), "deleted");
+        assert!(empty.authenticate("k").is_none(), "its key is gone");
+        // Back half a second later: the same buckets, 5 records refilled, not a fresh 10.
+        let back = Registry::plan(std::slice::from_ref(&c))
+            .expect("valid")
+            .build(&empty, 500_000_000);
+        let again = back.get("acme").expect("acme");
+        assert!(Arc::ptr_eq(again, &acme));
+        let (records, _) = again.admission_state().buckets.view(500_000_000);
+        assert_eq!(records.map(|v| v.available), Some(5));
+        // Once its buckets would have refilled, a deleted tenant is forgotten.
+        let empty = Registry::plan(&[]).expect("valid").build(&first, 0);
+        let later = Registry::plan(&[])
+            .expect("valid")
+            .build(&empty, 2_000_000_000);
+        let fresh = Registry::plan(std::slice::from_ref(&c))
+            .expect("valid")
+            .build(&later, 2_000_000_000);
+        assert!(!Arc::ptr_eq(fresh.get("acme").expect("acme"), &acme));
     }
 
     #[test]

@@ -84,6 +84,28 @@ impl RecordArena {
         self.bytes.len()
     }
 
+    /// Memory the arena takes: its byte buffer and its index of records and headers, as
+    /// allocated (a stream holds this against the body budget while records wait).
+    pub fn footprint(&self) -> usize {
+        self.bytes.capacity()
+            + self.records.capacity() * std::mem::size_of::<Stored>()
+            + self.headers.capacity() * std::mem::size_of::<(Range<usize>, Range<usize>)>()
+    }
+
+    /// The most memory the index of the records in `text` more body bytes can take: every
+    /// record needs at least 2 bytes of text (`{}`), every header at least 6 (`"":""`), and a
+    /// growing index may hold up to twice what it uses. What a stream reserves before it
+    /// decodes a piece, so that even a body of empty records stays within its hold.
+    pub fn index_bound(text: usize) -> usize {
+        let records = text / 2 + 1;
+        let headers = text / 6;
+        let record = std::mem::size_of::<Stored>();
+        let header = std::mem::size_of::<(Range<usize>, Range<usize>)>();
+        records
+            .saturating_mul(2 * record)
+            .saturating_add(headers.saturating_mul(2 * header))
+    }
+
     /// The records, borrowing from the arena.
     pub fn records(&self) -> Vec<Record<'_>> {
         let slice = |r: &Range<usize>| self.bytes.get(r.clone()).unwrap_or_default();

@@ -348,7 +348,7 @@ impl V3Record {
     fn check_id(&self, id: &str) -> Result<(), RecordError> {
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
         if id.is_empty() || id.len() > 80 || !id.chars().all(legal) {
-            return Err(RecordError::Invalid(format!(
+            return Err(RecordError::EntryId(format!(
                 "entry id {id:?} must be 1 to 80 characters of 0-9 A-Z a-z _ -"
             )));
         }
@@ -357,7 +357,7 @@ impl V3Record {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if seen.iter().any(|(other, _)| other.as_deref() == Some(id)) {
-            return Err(RecordError::Invalid(format!(
+            return Err(RecordError::EntryId(format!(
                 "entry id {id:?} is used twice"
             )));
         }
@@ -375,12 +375,24 @@ impl V3Record {
     }
 }
 
+/// A stream's records carry no id: what a report needs is each record's types and sizes.
+impl super::RecordNotes for V3Record {
+    type Note = V3Types;
+
+    fn take_notes(&self) -> Vec<V3Types> {
+        self.take_seen()
+            .into_iter()
+            .map(|(_, types)| types)
+            .collect()
+    }
+}
+
 impl ParseRecord for V3Record {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         let wire: WireV3<'a> = serde_json::from_slice(text).map_err(serde_error)?;
         match (&wire.id, self.batch) {
             (None, true) => {
-                return Err(RecordError::Invalid(
+                return Err(RecordError::EntryId(
                     "entry id is missing; every batch entry has one".into(),
                 ))
             }
@@ -521,7 +533,7 @@ mod tests {
         }
         assert!(matches!(
             V3Record::batch().parse(br#"{"value":{"type":"JSON","data":1}}"#, &bounds()),
-            Err(RecordError::Invalid(_))
+            Err(RecordError::EntryId(_))
         ));
     }
 }

@@ -147,6 +147,20 @@ impl Scanner {
         self.tail.len()
     }
 
+    /// Memory the unfinished tail takes (its allocation, not only its bytes).
+    pub fn footprint(&self) -> usize {
+        self.tail.capacity()
+    }
+
+    /// The record still open after the last chunk, if one is: how many of its bytes have
+    /// arrived, and the line it starts on.
+    pub fn open_record(&self) -> Option<(usize, usize)> {
+        match self.state {
+            State::Record { start, line } => Some((self.tail.len().saturating_sub(start), line)),
+            _ => None,
+        }
+    }
+
     /// Scans the next chunk, handing every record it completes to `sink`, and keeps only the
     /// unfinished tail.
     pub fn push<S: Sink>(&mut self, chunk: &[u8], sink: &mut S) -> Result<(), Stop<S::Error>> {

@@ -15,7 +15,7 @@ use crate::app::AppState;
 use crate::body::confluent::{V2Format, V2Record};
 use crate::body::Framing;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
-use crate::outcome::confluent::{error_response, v2_produced, V2_MEDIA_TYPE};
+use crate::outcome::confluent::{error_response, not_acceptable, v2_produced, V2_MEDIA_TYPE};
 use crate::outcome::{ApiError, Produced};
 use crate::ratelimit_headers;
 
@@ -109,7 +109,7 @@ async fn produce_to(
 ) -> Response {
     let (parts, body) = request.into_parts();
     if !accepts_answer(&parts.headers) {
-        return StatusCode::NOT_ACCEPTABLE.into_response();
+        return not_acceptable();
     }
     let parser = embedded_format(&parts.headers).map(|format| V2Record {
         format,

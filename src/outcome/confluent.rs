@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::ApiError;
+use crate::body::confluent::V3Types;
 use crate::kafka::{Batch, DeliveryFailure, FailureKind, Outcome};
 use crate::refusal::{wait_ms, wait_secs};
 
@@ -19,7 +20,9 @@ pub const V2_MEDIA_TYPE: &str = "application/vnd.kafka.v2+json";
 pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     use ApiError as E;
     match e {
-        E::Unauthorized | E::AdminUnauthorized(_) => (StatusCode::UNAUTHORIZED, 40101),
+        E::Unauthorized | E::AdminUnauthorized(_) | E::CredentialRevoked => {
+            (StatusCode::UNAUTHORIZED, 40101)
+        }
         E::ForbiddenTopic(_) => (StatusCode::FORBIDDEN, 40301),
         E::UnknownTopic(_)
         | E::NotFound
@@ -27,7 +30,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         | E::KeyNotFound(_)
         | E::GuardNotFound(_) => (StatusCode::NOT_FOUND, 40401),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
-        E::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, 40801),
+        E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
+            (StatusCode::REQUEST_TIMEOUT, 40801)
+        }
         E::BodyTooLarge { .. } | E::TooManyRecords { .. } | E::RecordTooLarge(_) => {
             (StatusCode::PAYLOAD_TOO_LARGE, 41301)
         }
@@ -35,7 +40,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501),
         E::InvalidRecord(_) | E::InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
-        E::InvalidTopic(_) | E::Malformed(_) => (StatusCode::BAD_REQUEST, 40001),
+        E::InvalidTopic(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
+            (StatusCode::BAD_REQUEST, 40001)
+        }
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),
         E::KafkaUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50302),
         E::StateNotSaved => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
@@ -79,6 +86,98 @@ pub fn error_with(
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
+}
+
+/// v2: the client's `Accept` allows none of the media types a v2 answer is written in. No
+/// body: there is no shape the client said it could read.
+pub fn not_acceptable() -> Response {
+    StatusCode::NOT_ACCEPTABLE.into_response()
+}
+
+/// v3: a path naming a cluster this gateway does not serve.
+pub fn unknown_cluster(requested: &str, served: &str) -> Response {
+    error_with(
+        StatusCode::NOT_FOUND,
+        40401,
+        format!("no cluster {requested:?}; this gateway serves cluster {served:?}"),
+        None,
+        V3_MEDIA_TYPE,
+    )
+}
+
+/// v3's media type (requests and answers).
+pub const V3_MEDIA_TYPE: &str = "application/json";
+
+/// v3 `records:batch`: an error with the whole batch. Breaking the batch's own rules — 1 to
+/// `max` entries, each with a unique, well-formed id — is Confluent's 42208; anything else is
+/// answered as for any request.
+pub fn v3_batch_error(e: &ApiError, max: usize) -> Response {
+    let rule = |message: String| {
+        error_with(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            42208,
+            message,
+            None,
+            V3_MEDIA_TYPE,
+        )
+    };
+    match e {
+        ApiError::TooManyRecords { .. } | ApiError::NoRecords => {
+            rule(format!("a batch has 1 to {max} entries"))
+        }
+        ApiError::EntryId(m) => rule(m.clone()),
+        _ => error_response(e, V3_MEDIA_TYPE),
+    }
+}
+
+/// v3 `records:batch`: 207 with successes and failures in request order, each naming its
+/// entry id.
+pub fn v3_batch_answer(
+    cluster: &str,
+    topic: &str,
+    batch: &Batch,
+    seen: &[(Option<String>, V3Types)],
+) -> Response {
+    let (mut successes, mut failures) = (Vec::new(), Vec::new());
+    for (outcome, (id, types)) in batch.outcomes().zip(seen) {
+        let described = |t: Option<crate::body::confluent::DataType>, size: usize| {
+            t.map(|t| Described {
+                data_type: t.as_str(),
+                size,
+            })
+        };
+        let mut report = v3_report(
+            cluster,
+            topic,
+            outcome,
+            described(types.key, types.key_size),
+            described(types.value, types.value_size),
+        );
+        report.id = Some(id.as_deref().unwrap_or_default());
+        if report.written() {
+            report.error_code = None;
+            successes.push(report);
+        } else {
+            failures.push(report);
+        }
+    }
+    let body = serde_json::to_vec(&BatchAnswer {
+        successes,
+        failures,
+    })
+    .unwrap_or_default();
+    let mut response = (StatusCode::MULTI_STATUS, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(V3_MEDIA_TYPE),
+    );
+    response
+}
+
+#[derive(Serialize)]
+struct BatchAnswer<'a> {
+    successes: Vec<V3Report<'a>>,
+    failures: Vec<V3Report<'a>>,
 }
 
 /// How long a refused client should wait, when the outcome says.

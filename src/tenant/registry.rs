@@ -3,8 +3,13 @@
 //! A change is two steps so that nothing live moves until the change is sure: [`Registry::plan`]
 //! parses and checks every tenant's settings without touching the running tenants, and
 //! [`RegistryPlan::build`] (which cannot fail) applies them and builds the next registry.
+//!
+//! A tenant that is deleted is remembered until its buckets would have refilled and its
+//! records left the buffer: re-created under the same id meanwhile, it carries on with the
+//! same buckets and counters, so deleting and re-creating a tenant never buys a fresh burst.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -18,6 +23,8 @@ use crate::identity::{ApiKeyHash, TenantId};
 pub struct Registry {
     by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
     by_id: BTreeMap<TenantId, Arc<Tenant>>,
+    /// Deleted tenants whose state still matters, and until when (clock nanoseconds).
+    departed: HashMap<TenantId, (Arc<Tenant>, u64)>,
 }
 
 /// Checked tenant settings, ready to become the live registry.
@@ -50,7 +57,12 @@ impl Registry {
     }
 
     pub fn authenticate(&self, key: &str) -> Option<&Arc<Tenant>> {
-        self.by_key.get(&ApiKeyHash::of_key(key))
+        self.by_digest(&ApiKeyHash::of_key(key))
+    }
+
+    /// The tenant a key digest belongs to.
+    pub fn by_digest(&self, digest: &ApiKeyHash) -> Option<&Arc<Tenant>> {
+        self.by_key.get(digest)
     }
 
     pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
@@ -68,7 +80,11 @@ impl RegistryPlan {
     pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
         let mut registry = Registry::default();
         for (id, settings, keys) in self.0 {
-            let tenant = match previous.get(&id) {
+            let returning = previous
+                .departed
+                .get(&TenantId::new(&id))
+                .map(|(tenant, _)| tenant);
+            let tenant = match previous.get(&id).or(returning) {
                 Some(existing) => {
                     existing.apply(&settings, now_ns);
                     existing.clone()
@@ -80,24 +96,51 @@ impl RegistryPlan {
             }
             registry.by_id.insert(tenant.id.clone(), tenant);
         }
+        let gone = previous
+            .by_id
+            .values()
+            .map(|t| (t, now_ns.saturating_add(t.full_in_ns(now_ns))))
+            .chain(previous.departed.values().map(|(t, until)| (t, *until)));
+        for (tenant, until) in gone {
+            let remembered = until > now_ns || tenant.holds_buffer();
+            if remembered && !registry.by_id.contains_key(&tenant.id) {
+                registry
+                    .departed
+                    .insert(tenant.id.clone(), (tenant.clone(), until));
+            }
+        }
         registry
     }
 }
 
 /// The live registry: read lock-free by every request, swapped by registry changes.
 #[derive(Debug)]
-pub struct Tenants(ArcSwap<Registry>);
+pub struct Tenants {
+    live: ArcSwap<Registry>,
+    /// Bumped by every swap: a holder of a long-lived credential (an open stream) sees in one
+    /// load whether anything changed since it last checked.
+    generation: AtomicU64,
+}
 
 impl Tenants {
     pub fn new(registry: Registry) -> Self {
-        Self(ArcSwap::from_pointee(registry))
+        Self {
+            live: ArcSwap::from_pointee(registry),
+            generation: AtomicU64::new(0),
+        }
     }
 
     pub fn load(&self) -> arc_swap::Guard<Arc<Registry>> {
-        self.0.load()
+        self.live.load()
     }
 
     pub fn replace(&self, registry: Registry) {
-        self.0.store(Arc::new(registry));
+        self.live.store(Arc::new(registry));
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times the registry has been swapped.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 }

@@ -1,0 +1,337 @@
+//! The stream path in process, on librdkafka's mock cluster and a stepped budget clock: what
+//! a stream holds of the body budget, what it counts as demand, how it ends. (Over sockets, with
+//! the connection loop and the admin API, in `tests/streams.rs`.)
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::http::header;
+use rdkafka::mocking::MockCluster;
+
+use super::*;
+use crate::access::AdminTokens;
+use crate::app::{AppState, ClusterSetup};
+use crate::body::confluent::{V3Record, V3Types};
+use crate::budget::ManualClock;
+use crate::config::{Config, Priority, TenantConfig};
+use crate::refusal::Reason;
+
+const TOPIC: &str = "test.stream";
+
+/// A request body fed by the test, chunk by chunk.
+struct Chunks(mpsc::Receiver<Bytes>);
+
+impl axum::body::HttpBody for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|c| c.map(|c| Ok(hyper::body::Frame::data(c))))
+    }
+}
+
+fn tenant(id: &str, key: &str) -> TenantConfig {
+    TenantConfig {
+        id: id.into(),
+        api_key_sha256: vec![crate::identity::ApiKeyHash::of_key(key).to_hex()],
+        topics: vec!["test.*".into()],
+        max_buffer_share: Some(1.0),
+        ..TenantConfig::default()
+    }
+}
+
+struct Setup {
+    _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    app: Arc<AppState>,
+    clock: Arc<ManualClock>,
+}
+
+fn setup(edit: impl FnOnce(&mut Config)) -> Setup {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(TOPIC, 1, 1).expect("topic");
+    let mut config = Config::from_toml_with_env("", Vec::new()).expect("defaults");
+    config.kafka.bootstrap_servers = cluster.bootstrap_servers();
+    config.tenants = vec![tenant("acme", "acme-key")];
+    config.compat.stream_idle_timeout_ms = 2_000;
+    edit(&mut config);
+    let clock = Arc::new(ManualClock::new());
+    let tokens = AdminTokens::parse("ops:stream-test-token").expect("tokens");
+    let app =
+        AppState::build(&config, clock.clone(), tokens, ClusterSetup::default()).expect("state");
+    Setup {
+        _cluster: cluster,
+        app: Arc::new(app),
+        clock,
+    }
+}
+
+fn headers(key: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let auth = format!("Bearer {key}").parse().expect("header value");
+    headers.insert(header::AUTHORIZATION, auth);
+    headers.insert(
+        header::CONTENT_TYPE,
+        "application/json".parse().expect("header value"),
+    );
+    headers
+}
+
+/// Opens a stream for `key` whose body the returned sender feeds, starting with `first`.
+async fn open(
+    app: &AppState,
+    key: &str,
+    first: &[u8],
+) -> (mpsc::Sender<Bytes>, Result<Reports<V3Types>, ApiError>) {
+    let (tx, rx) = mpsc::channel(64);
+    tx.send(Bytes::copy_from_slice(first)).await.expect("send");
+    let headers = headers(key);
+    let request = StreamRequest {
+        api: Api::V3,
+        peer: None,
+        headers: &headers,
+        topic: TOPIC,
+        body: Body::new(Chunks(rx)),
+    };
+    let (_, opened) = app
+        .ingest
+        .open_stream(request, Ok(V3Record::default()))
+        .await;
+    (tx, opened)
+}
+
+/// Each report's code: 200 for a written record, else the refusal's HTTP status.
+async fn codes(mut reports: Reports<V3Types>) -> Vec<u16> {
+    let mut codes = Vec::new();
+    while let Some(report) = reports.next().await {
+        codes.push(match report.said() {
+            Said::Record { outcome, .. } => match outcome {
+                Some(Ok(_)) => 200,
+                _ => 502,
+            },
+            Said::Refused { error, .. } | Said::Ended(error) => error.status().as_u16(),
+        });
+    }
+    codes
+}
+
+fn records(n: usize) -> Vec<u8> {
+    let one = br#"{"value":{"type":"JSON","data":1}}"#;
+    one.iter().copied().cycle().take(one.len() * n).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_share_to_others() {
+    let s = setup(|c| {
+        c.global.records_per_sec = Some(1000);
+        c.global.records_burst = Some(1000);
+        c.adaptive.enabled = true;
+        let mut critical = tenant("crit", "crit-key");
+        critical.priority = Some(Priority::Critical);
+        critical.records_per_sec = Some(20);
+        critical.records_burst = Some(20);
+        let mut standard = tenant("std", "std-key");
+        standard.priority = Some(Priority::Standard);
+        c.tenants = vec![critical, standard];
+    });
+    let app = &s.app;
+    app.adaptive.tick();
+    // The critical tenant streams 2,000 records against its own 20: 20 are written.
+    let (tx, opened) = open(app, "crit-key", &records(100)).await;
+    for _ in 1..20 {
+        tx.send(Bytes::from(records(100))).await.expect("send");
+    }
+    drop(tx);
+    let codes = codes(opened.expect("stream")).await;
+    assert_eq!(codes.len(), 2000);
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 20, "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 200 || *c == 429));
+    // The standard tenant wants 500 records over the same second.
+    let body = serde_json::json!({"records": (0..500).map(|i| serde_json::json!({"value": i})).collect::<Vec<_>>()});
+    let headers = headers("std-key");
+    let request = crate::ingest::ProduceRequest {
+        api: Api::V1,
+        peer: None,
+        headers: &headers,
+        topic: TOPIC,
+        ack: crate::ingest::Ack::Enqueued,
+        body: Body::from(body.to_string()),
+    };
+    let format = crate::ingest::BodyFormat {
+        framing: Framing::Envelope("records"),
+        record: &crate::body::v1::V1Record,
+        max_records: None,
+    };
+    let (_, produced) = app.ingest.produce(request, Ok(format)).await;
+    assert!(produced.is_ok(), "{produced:?}");
+
+    let registry = app.ingest.tenants.load();
+    let crit = registry.get("crit").expect("crit");
+    assert_eq!(
+        crit.stats
+            .offered_records
+            .load(std::sync::atomic::Ordering::Relaxed),
+        20,
+        "only what its own budget could admit is demand"
+    );
+    assert_eq!(crit.stats.rejected_count(Reason::TenantRecords), 1980);
+    s.clock.advance_ms(1000);
+    app.adaptive.tick();
+    let critical = app.adaptive.stats.class_rate(Priority::Critical);
+    let standard = app.adaptive.stats.class_rate(Priority::Standard);
+    // Critical keeps its reserve (20 % of 1,000), not the whole limit its stream asked for.
+    assert!(critical <= 200.5, "critical: {critical}");
+    assert!(standard >= 799.5, "standard keeps the rest: {standard}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_record_and_queued_reports_are_held_while_kept_and_given_back() {
+    let s = setup(|_| {});
+    let budget = &s.app.ingest.body_budget;
+    // A record whose value never ends: its tail is held as it grows.
+    let open_record = br#"{"value":{"type":"BINARY","data":""#;
+    let (tx, opened) = open(&s.app, "acme-key", open_record).await;
+    let reports = opened.expect("stream");
+    let a = vec![b'A'; 64 * 1024];
+    for _ in 0..4 {
+        tx.send(Bytes::from(a.clone())).await.expect("send");
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while budget.held() < 4 * 64 * 1024 {
+        assert!(std::time::Instant::now() < until, "held {}", budget.held());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let held = budget.held();
+    assert!(
+        held >= (4 * 64 * 1024 + REPORT_WINDOW) as u64,
+        "the tail and the window: {held}"
+    );
+    assert!(held <= 4 * (4 * 64 * 1024 + REPORT_WINDOW) as u64, "{held}");
+    // The record ends; its report is queued (held) until it is taken.
+    tx.send(Bytes::from_static(b"\"}}")).await.expect("send");
+    drop(tx);
+    let codes = codes(reports).await;
+    assert_eq!(codes, vec![200]);
+    // Everything the stream held is back.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while budget.held() > 0 {
+        assert!(std::time::Instant::now() < until, "held {}", budget.held());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_longer_than_a_request_may_be_ends_the_stream_while_it_arrives() {
+    let s = setup(|c| c.server.max_body_bytes = 100 * 1024);
+    let (tx, opened) = open(&s.app, "acme-key", &records(2)).await;
+    tx.send(Bytes::from_static(br#"{"value":{"type":"BINARY","data":""#))
+        .await
+        .expect("send");
+    let a = vec![b'A'; 16 * 1024];
+    // Sent on while the stream reads; it stops reading at the bound, so keep the sends
+    // best-effort.
+    let feeder = tokio::spawn(async move {
+        for _ in 0..20 {
+            if tx.send(Bytes::from(a.clone())).await.is_err() {
+                break;
+            }
+        }
+        tx
+    });
+    let codes = codes(opened.expect("stream")).await;
+    assert_eq!(
+        codes,
+        vec![200, 200, 413],
+        "two records, then the one too long"
+    );
+    drop(feeder.await);
+    assert_eq!(s.app.ingest.body_budget.held(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_body_budget_are_refused_server_busy_and_counted() {
+    let s = setup(|c| c.server.max_inflight_body_bytes = 200 * 1024);
+    let open_record = br#"{"value":{"type":"BINARY","data":""#;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..8 {
+        let (tx, opened) = open(&s.app, "acme-key", open_record).await;
+        match opened {
+            Ok(reports) => {
+                // Grow its tail by 60 KiB; the budget takes three or so.
+                let _ = tx.send(Bytes::from(vec![b'A'; 60 * 1024])).await;
+                held.push((tx, reports));
+            }
+            Err(e) => {
+                assert_eq!(e.code(), "rate_limited");
+                refused += 1;
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(s.app.ingest.body_budget.held() <= 200 * 1024);
+    // Streams cut short by the budget end with a 429 server_busy report.
+    let mut busy_reports = 0;
+    for (tx, reports) in held {
+        drop(tx);
+        let codes = codes(reports).await;
+        if codes.last() == Some(&429) {
+            busy_reports += 1;
+        }
+    }
+    let registry = s.app.ingest.tenants.load();
+    let acme = registry.get("acme").expect("acme");
+    assert!(refused + busy_reports >= 4, "{refused} + {busy_reports}");
+    assert_eq!(
+        acme.stats.rejected_count(Reason::ServerBusy),
+        (refused + busy_reports) as u64,
+        "every server_busy refusal is counted on the tenant"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_queue() {
+    let s = setup(|c| c.compat.stream_max_unsettled = 50);
+    let (tx, opened) = open(&s.app, "acme-key", b"{}").await;
+    let reports = opened.expect("stream");
+    // 100 chunks of 100 empty records: no report is taken, so the stream reads until its
+    // queue is full and then stops.
+    let feeder = tokio::spawn(async move {
+        let mut sent = 0;
+        for _ in 0..100 {
+            match tokio::time::timeout(
+                Duration::from_millis(300),
+                tx.send(Bytes::from(b"{}".repeat(100))),
+            )
+            .await
+            {
+                Ok(Ok(())) => sent += 1,
+                _ => break,
+            }
+        }
+        (sent, tx)
+    });
+    let (sent, tx) = feeder.await.expect("feeder");
+    assert!(sent < 100, "the stream stopped reading: {sent} chunks sent");
+    let held = s.app.ingest.body_budget.held();
+    let most = REPORT_WINDOW as u64 + 50 * 200 + 64 * 200 + 1024;
+    assert!(
+        held <= most,
+        "queue of 50 and what is buffered: {held} > {most}"
+    );
+    let registry = s.app.ingest.tenants.load();
+    let acme = registry.get("acme").expect("acme");
+    let admitted = acme
+        .stats
+        .admitted_records
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        admitted <= 51,
+        "no more admitted than the queue holds: {admitted}"
+    );
+    drop((tx, reports));
+}
