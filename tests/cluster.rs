@@ -604,3 +604,66 @@ async fn a_replica_that_vanishes_leaves_the_others_the_whole_rate() {
         gw.shutdown().await;
     }
 }
+
+/// The sum of every `floodgate_cluster_lease_calls_total` series.
+async fn lease_calls(gw: &Gateway) -> f64 {
+    let text = reqwest::get(gw.admin_url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    text.lines()
+        .filter(|l| l.starts_with("floodgate_cluster_lease_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A v3 stream far over its tenant's budget: its records are refused against the local
+/// estimate, so Redis hears from it at most once per group of records, not once per record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_far_over_its_budget_makes_at_most_one_lease_call_per_chunk() {
+    use std::io::Write as _;
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("stream-leases");
+    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(10);
+        cfg.tenants[0].records_burst = Some(10);
+    });
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let before = lease_calls(&gw).await;
+    const CHUNKS: usize = 100;
+    let addr = gw.addr;
+    let reports = tokio::task::spawn_blocking(move || {
+        let (mut stream, mut reader) =
+            common::v3::open_stream(addr, &format!("/v3/clusters/c/topics/{TOPIC}/records"));
+        let writer = std::thread::spawn(move || {
+            let record = json!({"value": {"type": "STRING", "data": "x"}}).to_string();
+            for _ in 0..CHUNKS {
+                common::v3::write_chunk(&mut stream, record.repeat(100).as_bytes()).expect("write");
+            }
+            stream.write_all(b"0\r\n\r\n").expect("end");
+            stream
+        });
+        let reports = common::v3::read_reports(&mut reader);
+        drop(writer.join());
+        reports
+    })
+    .await
+    .expect("client");
+    assert_eq!(reports.len(), CHUNKS * 100);
+    let written = reports.iter().filter(|r| r["error_code"] == 200).count();
+    assert_eq!(
+        written, 10,
+        "the burst, nothing more (the clock stands still)"
+    );
+    let calls = lease_calls(&gw).await - before;
+    eprintln!("lease calls: {calls}");
+    assert!(
+        calls <= CHUNKS as f64,
+        "{calls} lease calls for {CHUNKS} chunks of 100 records"
+    );
+    gw.shutdown().await;
+}

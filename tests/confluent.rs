@@ -5,10 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use common::v3::{open_stream, read_reports, write_chunk};
 use common::*;
 use serde_json::{json, Value};
 
@@ -284,61 +285,6 @@ async fn v3_records_and_batches_reach_kafka() {
         assert!(text.contains("42208"), "{text}");
     }
     gw.shutdown().await;
-}
-
-/// A raw HTTP/1.1 connection for a streaming client written as Confluent's example is: one
-/// thread writes chunks, another reads `\r\n`-delimited reports while it writes.
-fn open_stream(
-    addr: std::net::SocketAddr,
-    path: &str,
-) -> (std::net::TcpStream, BufReader<std::net::TcpStream>) {
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\n\
-         Transfer-Encoding: chunked\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).expect("head");
-    let reader = BufReader::new(stream.try_clone().expect("clone"));
-    (stream, reader)
-}
-
-fn write_chunk(stream: &mut std::net::TcpStream, data: &[u8]) -> std::io::Result<()> {
-    stream.write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
-    stream.write_all(data)?;
-    stream.write_all(b"\r\n")
-}
-
-/// The reports of a chunked response, until it ends.
-fn read_reports(reader: &mut BufReader<std::net::TcpStream>) -> Vec<Value> {
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("status line");
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-    loop {
-        line.clear();
-        reader.read_line(&mut line).expect("header");
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        let size = usize::from_str_radix(line.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let mut chunk = vec![0u8; size + 2];
-        reader.read_exact(&mut chunk).expect("chunk");
-        body.extend_from_slice(&chunk[..size]);
-    }
-    String::from_utf8_lossy(&body)
-        .split("\r\n")
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,8 @@
 //! reads records back by assigning partitions from offset 0.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod v3;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
