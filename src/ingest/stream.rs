@@ -27,6 +27,9 @@
 //!
 //! The adapter only encodes: it takes [`Report`]s from [`Reports`] in order and turns its lines
 //! into frames through [`Reports::frame`], which waits for room in the window.
+//!
+//! Layer: pipeline, as `ingest`. Imports admission, tenants, Kafka, the body decoder and the
+//! outcome values; never response shapes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! JSON objects of v3's record shape) and the encoding of its reports — one JSON line per
 //! record, `\r\n` after each, reports already settled written together. The pipeline's stream
 //! decides everything else.
+//!
+//! Layer: HTTP edge. Imports the app state, the pipeline's stream and the outcome room.
 
 use std::convert::Infallible;
 use std::pin::Pin;

@@ -335,3 +335,10 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
     );
     drop((tx, reports));
 }
+
+/// The README states what a queued report costs; keep it true.
+#[test]
+fn a_queued_report_costs_what_the_readme_says() {
+    let entry = std::mem::size_of::<Queued<V3Types>>();
+    assert!(entry <= 48, "a queued v3 report is {entry} bytes");
+}
