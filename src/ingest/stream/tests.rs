@@ -342,3 +342,15 @@ fn a_queued_report_costs_what_the_readme_says() {
     let entry = std::mem::size_of::<Queued<V3Types>>();
     assert!(entry <= 48, "a queued v3 report is {entry} bytes");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_an_open_stream_after_reporting_what_was_sent() {
+    let s = setup(|_| {});
+    let (tx, opened) = open(&s.app, "acme-key", &records(3)).await;
+    let reports = opened.expect("stream");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.app.start_draining();
+    let codes = codes(reports).await;
+    assert_eq!(codes, vec![200, 200, 200, 503]);
+    drop(tx);
+}
