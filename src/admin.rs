@@ -105,14 +105,6 @@ async fn require_admin(
         ))
         .into_response();
     }
-    let peer = request
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
-    let failures = &app.ingest.failures;
-    if let Some(wait) = peer.and_then(|ip| failures.refusal(ip)) {
-        return ApiError::AuthFailures(wait).into_response();
-    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -120,8 +112,18 @@ async fn require_admin(
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
+    // A valid token is never refused for its address's failures; failing requests are
+    // counted per client address on this listener's own guard.
     let Some(id) = presented.and_then(|t| app.admin.tokens.check(t)) else {
-        if let Some(ip) = peer {
+        let client = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| app.ingest.proxies.client(c.0.ip(), request.headers()));
+        let failures = &app.admin.failures;
+        if let Some(wait) = client.and_then(|ip| failures.refusal(ip)) {
+            return ApiError::AuthFailures(wait).into_response();
+        }
+        if let Some(ip) = client {
             failures.failed(ip);
         }
         return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();

@@ -50,6 +50,9 @@ pub struct AdminAccess {
     pub tokens: AdminTokens,
     /// The variable the tokens came from, to say so when there are none.
     pub token_env: String,
+    /// Failed admin authentications per client address (apart from the produce listener's:
+    /// bad API keys never lock an operator out).
+    pub failures: Arc<crate::failure_guard::FailureGuard>,
 }
 
 /// What cluster mode needs besides the configuration.
@@ -118,11 +121,16 @@ impl AppState {
             Duration::from_millis(config.kafka.metadata_timeout_ms),
         );
         catalog.start_refreshing();
-        let failures = Arc::new(crate::failure_guard::FailureGuard::new(
-            config.server.auth_failures_per_sec,
-            config.server.auth_failures_burst,
-            clock.clone(),
-        ));
+        let guard = || {
+            Arc::new(crate::failure_guard::FailureGuard::new(
+                config.server.auth_failures_per_sec,
+                config.server.auth_failures_burst,
+                clock.clone(),
+            ))
+        };
+        let (failures, admin_failures) = (guard(), guard());
+        let proxies = crate::forwarded::TrustedProxies::parse(&config.server.trusted_proxies)
+            .unwrap_or_default();
         let tenants = registry.tenants().clone();
         let cluster = match &config.cluster.redis_url {
             Some(url) => {
@@ -198,7 +206,7 @@ impl AppState {
                 tenants.clone(),
                 admission.clone(),
                 kafka_metrics,
-                failures.clone(),
+                [failures.clone(), admin_failures.clone()],
                 body_budget.clone(),
                 cluster.clone(),
                 crate::metrics::Agents { adaptive, lag },
@@ -213,6 +221,7 @@ impl AppState {
                 body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
                 body_budget: body_budget.clone(),
                 failures,
+                proxies,
                 delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
                 cluster,
                 streams: crate::ingest::stream::StreamBounds {
@@ -221,11 +230,16 @@ impl AppState {
                     max_duration: Duration::from_millis(config.compat.stream_max_duration_ms),
                 },
                 draining: tokio::sync::watch::channel(false).0,
+                internal: crate::identity::InternalTopics::new(
+                    &config.cluster.registry_topic,
+                    &config.kafka.internal_topics,
+                ),
             }),
             registry,
             admin: AdminAccess {
                 tokens,
                 token_env: config.admin.token_env.clone(),
+                failures: admin_failures,
             },
             ready_high_water: config.buffer.ready_high_water,
             compat: config.compat.clone(),

@@ -91,11 +91,17 @@ pub struct ServerConfig {
     /// chunks arrive); when the budget is spent, new bodies are refused at once with
     /// `429 server_busy`.
     pub max_inflight_body_bytes: u64,
-    /// Failed authentications (bad API keys, bad admin tokens) allowed per source address and
-    /// second, after a burst of `auth_failures_burst`; beyond that, the address is answered
-    /// 429 before its key is checked, until its allowance refills.
+    /// Failed authentications (bad API keys, bad admin tokens) allowed per client address and
+    /// second, after a burst of `auth_failures_burst`, counted for each listener on its own;
+    /// beyond that, the address's failing requests are answered 429 instead of 401 until its
+    /// allowance refills. A request with a valid key or token is never refused for them.
     pub auth_failures_per_sec: u32,
     pub auth_failures_burst: u32,
+    /// Reverse proxies and load balancers (CIDR blocks or addresses) whose `Forwarded` /
+    /// `X-Forwarded-For` headers say who the client is, so failed authentications are counted
+    /// against the client, not the proxy. Empty (the default): the peer is the client and those
+    /// headers are ignored.
+    pub trusted_proxies: Vec<String>,
     /// Time allowed for a client to send its whole request body, in milliseconds
     /// (a slow upload is cut off with 408).
     pub body_read_timeout_ms: u64,
@@ -119,6 +125,7 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,
+            trusted_proxies: Vec::new(),
             max_inflight_body_bytes: 64 * 1024 * 1024,
             auth_failures_per_sec: 10,
             auth_failures_burst: 100,
@@ -584,6 +591,22 @@ impl Config {
                 "buffer.ready_high_water",
                 "must be greater than 0 and at most 1",
             ));
+        }
+        if let Err((i, text)) =
+            crate::forwarded::TrustedProxies::parse(&self.server.trusted_proxies)
+        {
+            problems.push(ConfigProblem::new(
+                format!("server.trusted_proxies[{i}]"),
+                format!("{text:?} is not a CIDR block or an address"),
+            ));
+        }
+        for (i, pattern) in self.kafka.internal_topics.iter().enumerate() {
+            if let Err(e) = glob::Pattern::new(pattern) {
+                problems.push(ConfigProblem::new(
+                    format!("kafka.internal_topics[{i}]"),
+                    format!("is not a valid pattern: {e}"),
+                ));
+            }
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {
             problems.push(ConfigProblem::new(

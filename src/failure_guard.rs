@@ -4,13 +4,18 @@
 //! Failures are counted with `governor`'s keyed limiter — its natural use: many independent
 //! keys, one dimension, nothing to charge atomically elsewhere. A source that has used up its
 //! allowance (`[server] auth_failures_per_sec`, `auth_failures_burst`) enters a small penalty
-//! box until the limiter would allow it again; while there, every request from it is answered
-//! `429` before its key is even hashed. A client behind the same address with a valid key waits
-//! with it: the address is all we know before the key is checked.
+//! box until the limiter would allow it again; while there, its *failing* requests are answered
+//! `429` instead of `401`. A request with a valid credential is never refused for its
+//! address's failures: behind a NAT or a load balancer one misconfigured client must not lock
+//! out everyone else. (The caller checks the credential first — one SHA-256 of a well-formed
+//! key — and asks this guard only about failures.) Each listener has its own guard, so bad
+//! API keys cannot lock an operator out of the admin API.
 //!
-//! Both maps are bounded ([`MAX_SOURCES`]): stale entries are dropped when a map is full, and if
-//! it is still full the newest sources are not tracked (the limit fails open rather than
-//! letting memory grow). IPv6 sources are counted per /64, since one host can use a whole /64.
+//! Both maps are bounded ([`MAX_SOURCES`]): when a map is full its stale entries are swept, at
+//! most once a second, and until a sweep makes room the newest sources are not tracked (the
+//! limit fails open rather than letting memory grow, and a flood of new addresses costs O(1)
+//! per failure, not a scan). IPv6 sources are counted per /64, since one host can use a whole
+//! /64.
 //!
 //! A foundation module: it imports only the budget clock.
 
@@ -52,7 +57,13 @@ pub struct FailureGuard {
     /// Failed authentications seen, and requests refused because of earlier ones.
     pub failed: AtomicU64,
     pub refused: AtomicU64,
+    /// Clock reading before which a full map is not swept again, and sweeps made.
+    next_sweep_ns: AtomicU64,
+    sweeps: AtomicU64,
 }
+
+/// How often a full map may be swept for stale entries.
+const SWEEP_EVERY_NS: u64 = 1_000_000_000;
 
 /// The address a source is counted under.
 fn source(ip: IpAddr) -> IpAddr {
@@ -83,7 +94,28 @@ impl FailureGuard {
             clock,
             failed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            next_sweep_ns: AtomicU64::new(0),
+            sweeps: AtomicU64::new(0),
         }
+    }
+
+    /// Whether a full map may be swept now (at most once per [`SWEEP_EVERY_NS`]).
+    fn may_sweep(&self, now: u64) -> bool {
+        let next = self.next_sweep_ns.load(Ordering::Acquire);
+        let due = now >= next
+            && self
+                .next_sweep_ns
+                .compare_exchange(
+                    next,
+                    now + SWEEP_EVERY_NS,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok();
+        if due {
+            self.sweeps.fetch_add(1, Ordering::Relaxed);
+        }
+        due
     }
 
     fn penalty(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u64>> {
@@ -92,8 +124,8 @@ impl FailureGuard {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// If this source is refused now, how long until it is not. One map lookup, no hashing of
-    /// anything the client sent but its address.
+    /// If this source's failing requests are refused now, how long until they are not. One
+    /// map lookup.
     pub fn refusal(&self, ip: IpAddr) -> Option<Duration> {
         let now = self.clock.now().as_u64();
         let until = *self.penalty().get(&source(ip))?;
@@ -108,7 +140,11 @@ impl FailureGuard {
     pub fn failed(&self, ip: IpAddr) {
         self.failed.fetch_add(1, Ordering::Relaxed);
         let key = source(ip);
+        let now = self.clock.now().as_u64();
         if self.limiter.len() >= MAX_SOURCES {
+            if !self.may_sweep(now) {
+                return;
+            }
             self.limiter.retain_recent();
             if self.limiter.len() >= MAX_SOURCES {
                 return;
@@ -118,9 +154,11 @@ impl FailureGuard {
             return;
         };
         let until = not_until.earliest_possible().as_u64();
-        let now = self.clock.now().as_u64();
         let mut penalty = self.penalty();
         if penalty.len() >= MAX_SOURCES && !penalty.contains_key(&key) {
+            if !self.may_sweep(now) {
+                return;
+            }
             penalty.retain(|_, until| *until > now);
             if penalty.len() >= MAX_SOURCES {
                 return;
@@ -157,6 +195,36 @@ mod tests {
         assert_eq!(guard.refusal(bad), None);
         assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
         assert_eq!(guard.failed.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_once_a_second_and_fails_open_meanwhile() {
+        let clock = Arc::new(ManualClock::new());
+        let guard = FailureGuard::new(2, 3, clock.clone());
+        for i in 0..MAX_SOURCES as u32 {
+            guard.failed(IpAddr::from(i.to_be_bytes()));
+        }
+        // Full of fresh entries: the first failure from a new source sweeps (nothing is
+        // stale), the next thousand do not scan again, and none of them is tracked.
+        for i in 0..1000u32 {
+            let ip = IpAddr::from((0xC000_0000 + i).to_be_bytes());
+            for _ in 0..5 {
+                guard.failed(ip);
+            }
+            assert_eq!(guard.refusal(ip), None, "not tracked while full");
+        }
+        assert_eq!(guard.sweeps.load(Ordering::Relaxed), 1);
+        // Two seconds on, the old entries have refilled: a sweep makes room again.
+        clock.advance_ms(2_000);
+        let late: IpAddr = "192.0.2.1".parse().expect("ip");
+        for _ in 0..5 {
+            guard.failed(late);
+        }
+        assert!(
+            guard.refusal(late).is_some(),
+            "tracked again after the sweep"
+        );
+        assert_eq!(guard.sweeps.load(Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -127,9 +127,67 @@ impl TopicPatterns {
     }
 }
 
+/// Topics no tenant may write, whatever its patterns: Kafka's own (`__consumer_offsets`,
+/// `__transaction_state`: every name starting with `__`), floodgate's registry topic, and the
+/// operator's list (`[kafka] internal_topics`: Schema Registry's, Kafka Connect's, ...). The
+/// registry is the source of truth for tenants and keys: a tenant able to write it could make
+/// itself any tenant.
+#[derive(Debug, Clone)]
+pub struct InternalTopics {
+    registry: String,
+    listed: TopicPatterns,
+}
+
+impl InternalTopics {
+    /// `listed` must be valid patterns (the configuration checks them); an invalid one is
+    /// dropped rather than making the list refuse nothing.
+    pub fn new(registry: &str, listed: &[String]) -> Self {
+        let listed = listed
+            .iter()
+            .filter_map(|p| glob::Pattern::new(p).ok())
+            .collect();
+        Self {
+            registry: registry.to_string(),
+            listed: TopicPatterns(listed),
+        }
+    }
+
+    pub fn contains(&self, topic: &Topic) -> bool {
+        topic.as_str().starts_with("__")
+            || topic.as_str() == self.registry
+            || self.listed.allows(topic)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_topics_are_kafkas_the_registry_and_the_list() {
+        let internal = InternalTopics::new(
+            "_floodgate_registry",
+            &["_schemas".into(), "connect-*".into()],
+        );
+        for name in [
+            "__consumer_offsets",
+            "__anything",
+            "_floodgate_registry",
+            "_schemas",
+            "connect-offsets",
+        ] {
+            assert!(
+                internal.contains(&Topic::parse(name).expect("legal")),
+                "{name}"
+            );
+        }
+        for name in ["_floodgate_registry2", "events._schemas", "_x", "connect"] {
+            assert!(
+                !internal.contains(&Topic::parse(name).expect("legal")),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {

@@ -92,8 +92,10 @@ pub struct Ingest {
     pub body_read_timeout: Duration,
     /// Request bodies in memory, over all requests (shared with the metrics).
     pub body_budget: Arc<BodyBudget>,
-    /// Failed authentications per source address (shared with the admin listener).
+    /// Failed authentications per client address on the produce listener.
     pub failures: Arc<FailureGuard>,
+    /// Proxies whose forwarding headers say who the client is.
+    pub proxies: crate::forwarded::TrustedProxies,
 
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
@@ -101,6 +103,8 @@ pub struct Ingest {
     pub cluster: Option<Arc<Cluster>>,
     /// Bounds of a stream of records (Confluent v3 streaming produce).
     pub streams: stream::StreamBounds,
+    /// Topics no tenant may write.
+    pub internal: crate::identity::InternalTopics,
     /// Set once shutdown starts: open streams take no more records.
     pub draining: tokio::sync::watch::Sender<bool>,
 }
@@ -185,9 +189,11 @@ impl Ingest {
         self.settle(batch, request.ack).await
     }
 
-    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). An
-    /// address with too many recent failures is refused before its key is hashed; a failure
-    /// is counted against its address.
+    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). A valid
+    /// key is never refused for its address's failed authentications; a failing request from
+    /// an address with too many recent failures is answered 429 instead of 401, and every
+    /// failure is counted against the client's address (behind trusted proxies, the address
+    /// they forwarded for).
     pub fn authenticate(
         &self,
         peer: Option<std::net::IpAddr>,
@@ -204,32 +210,36 @@ impl Ingest {
         peer: Option<std::net::IpAddr>,
         headers: &HeaderMap,
     ) -> Result<(Arc<Tenant>, ApiKeyHash), ApiError> {
-        if let Some(wait) = peer.and_then(|ip| self.failures.refusal(ip)) {
-            return Err(ApiError::AuthFailures(wait));
-        }
         let found = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(presented_key)
+            .filter(|key| well_formed(key))
             .map(|key| ApiKeyHash::of_key(&key))
             .and_then(|digest| {
                 let tenant = self.tenants.load().by_digest(&digest).cloned()?;
                 Some((tenant, digest))
             });
-        match found {
-            Some(found) => Ok(found),
-            None => {
-                if let Some(ip) = peer {
-                    self.failures.failed(ip);
-                }
-                Err(ApiError::Unauthorized)
-            }
+        if let Some(found) = found {
+            return Ok(found);
         }
+        let Some(client) = peer.map(|p| self.proxies.client(p, headers)) else {
+            return Err(ApiError::Unauthorized);
+        };
+        if let Some(wait) = self.failures.refusal(client) {
+            return Err(ApiError::AuthFailures(wait));
+        }
+        self.failures.failed(client);
+        Err(ApiError::Unauthorized)
     }
 
-    /// The topic, if it is a legal Kafka name the tenant may write.
+    /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,
+    /// and within the tenant's patterns.
     pub fn topic(&self, tenant: &Tenant, name: &str) -> Result<Topic, ApiError> {
         let topic = Topic::parse(name).map_err(ApiError::InvalidTopic)?;
+        if self.internal.contains(&topic) {
+            return Err(ApiError::InternalTopic(topic.as_str().to_string()));
+        }
         if !tenant.may_write(&topic) {
             return Err(ApiError::ForbiddenTopic(topic.as_str().to_string()));
         }
@@ -541,6 +551,15 @@ fn presented_key(value: &str) -> Option<std::borrow::Cow<'_, str>> {
     let text = String::from_utf8(decoded).ok()?;
     let (_user, key) = text.split_once(':')?;
     Some(std::borrow::Cow::Owned(key.to_string()))
+}
+
+/// Longest API key that is hashed: a key is tens of characters; a header of kilobytes is not a
+/// key, and hashing it for every request of a flood would cost the gateway for nothing.
+const MAX_KEY_BYTES: usize = 512;
+
+/// Whether a presented key could be one (non-empty, not absurdly long).
+fn well_formed(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_BYTES
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

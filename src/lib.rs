@@ -10,7 +10,8 @@
 //!    (admin tokens), [`budget`] (GCRA token buckets; uses `record`), [`buffer`] (the bounded
 //!    downstream buffer; uses `record`), [`body_budget`] (request bodies in memory),
 //!    [`failure_guard`] (per-address limit on failed authentications; uses `budget`),
-//!    [`server`] and [`tls`] (bounded accept loop).
+//!    [`forwarded`] (the client's address behind trusted proxies), [`server`] and [`tls`]
+//!    (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file; then the pure
 //!    controllers built on it: [`adaptive`] (the adaptive limit and its split by priority)
 //!    and [`lag`] (lag guards: offsets in, a cap on producers out).
@@ -42,6 +43,7 @@ pub mod cluster;
 pub mod config;
 pub mod dev;
 pub mod failure_guard;
+pub mod forwarded;
 pub mod http;
 pub mod identity;
 pub mod ingest;

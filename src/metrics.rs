@@ -61,7 +61,7 @@ impl Metrics {
         tenants: Arc<Tenants>,
         admission: Arc<Admission>,
         kafka: KafkaMetrics,
-        failures: Arc<FailureGuard>,
+        failures: [Arc<FailureGuard>; 2],
         bodies: Arc<BodyBudget>,
         cluster: Option<Arc<Cluster>>,
         agents: Agents,
@@ -183,7 +183,7 @@ struct LiveCollector {
     tenants: Arc<Tenants>,
     admission: Arc<Admission>,
     kafka: KafkaMetrics,
-    failures: Arc<FailureGuard>,
+    failures: [Arc<FailureGuard>; 2],
     bodies: Arc<BodyBudget>,
     cluster: Option<Arc<Cluster>>,
     adaptive: Arc<AdaptiveAgent>,
@@ -428,21 +428,21 @@ impl LiveCollector {
 
     /// Failed authentications, and requests refused because of them.
     fn encode_auth_failures(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let f = &self.failures;
-        let series = [
-            (
-                vec![("outcome", "failed")],
+        let mut series = Vec::new();
+        for (listener, f) in ["produce", "admin"].into_iter().zip(&self.failures) {
+            series.push((
+                vec![("listener", listener), ("outcome", "failed")],
                 ConstCounter::new(f.failed.load(Relaxed)),
-            ),
-            (
-                vec![("outcome", "refused")],
+            ));
+            series.push((
+                vec![("listener", listener), ("outcome", "refused")],
                 ConstCounter::new(f.refused.load(Relaxed)),
-            ),
-        ];
+            ));
+        }
         family(
             encoder,
             "auth_failures",
-            "Failed authentications on either listener, and requests refused for an address over its failure allowance",
+            "Failed authentications by listener, and failing requests refused for an address over its failure allowance",
             None,
             C,
             &series,

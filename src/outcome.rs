@@ -27,6 +27,8 @@ pub enum ApiError {
     Unauthorized,
     InvalidTopic(String),
     ForbiddenTopic(String),
+    /// A topic internal to Kafka or floodgate (its registry): no key may write it.
+    InternalTopic(String),
     UnsupportedMediaType(String),
     BodyTooLarge {
         limit: u64,
@@ -146,7 +148,7 @@ impl ApiError {
         match self {
             Self::Unauthorized | Self::CredentialRevoked => "unauthorized",
             Self::InvalidTopic(_) => "invalid_topic",
-            Self::ForbiddenTopic(_) => "forbidden_topic",
+            Self::ForbiddenTopic(_) | Self::InternalTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::BodyTooLarge { .. } => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
@@ -189,7 +191,7 @@ impl ApiError {
             | Self::NoRecords
             | Self::EntryId(_) => StatusCode::BAD_REQUEST,
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
-            Self::ForbiddenTopic(_) => StatusCode::FORBIDDEN,
+            Self::ForbiddenTopic(_) | Self::InternalTopic(_) => StatusCode::FORBIDDEN,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::BodyTooLarge { .. }
             | Self::TooManyRecords { .. }
@@ -226,6 +228,10 @@ impl ApiError {
             }
             Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
             Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
+            Self::InternalTopic(t) => format!(
+                "topic {t:?} is internal (Kafka's, floodgate's registry, or listed in [kafka] \
+                 internal_topics): no API key may write it"
+            ),
             Self::UnsupportedMediaType(got) => format!(
                 "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
             ),

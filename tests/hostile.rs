@@ -235,7 +235,7 @@ async fn bodies_in_flight_share_one_memory_budget() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_is_checked() {
+async fn an_address_that_keeps_failing_authentication_is_refused_but_its_valid_keys_are_not() {
     let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
         cfg.server.auth_failures_per_sec = 1;
         cfg.server.auth_failures_burst = 3;
@@ -247,11 +247,11 @@ async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_
         let (s, _, a) = post_json(&url, "wrong-key", &one).await;
         assert_eq!((s, a["error"].as_str()), (401, Some("unauthorized")));
     }
-    // The fourth failure spends more than the allowance: from now on this address is refused
-    // at once, whatever key it sends, on both listeners.
+    // The fourth failure spends more than the allowance: from now on this address's failing
+    // requests are refused at once with 429.
     let (s, _, _) = post_json(&url, "wrong-key", &one).await;
     assert_eq!(s, 401);
-    let (s, h, a) = post_json(&url, KEY, &one).await;
+    let (s, h, a) = post_json(&url, "wrong-key", &one).await;
     assert_eq!(
         (s, a["reason"].as_str()),
         (429, Some("auth_failures")),
@@ -264,6 +264,11 @@ async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_
             .is_some_and(|ms| ms > 0 && ms <= 1000),
         "{a}"
     );
+    // A valid key from the same address (a neighbour behind the same NAT) is served.
+    let (s, _, a) = post_json(&url, KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    // The admin listener keeps its own accounting: a valid token is served, and the
+    // produce listener's failures do not count there.
     let (s, a) = admin(
         &gw,
         reqwest::Method::GET,
@@ -272,15 +277,20 @@ async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_
         Some(ADMIN_TOKEN),
     )
     .await;
-    assert_eq!(
-        (s, a["reason"].as_str()),
-        (429, Some("auth_failures")),
-        "{a}"
-    );
+    assert_eq!(s, 200, "{a}");
+    let (s, a) = admin(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/tenants",
+        None,
+        Some("nope"),
+    )
+    .await;
+    assert_eq!(s, 401, "{a}");
     // Its allowance refills at one failure a second.
     gw.advance_ms(1000);
-    let (s, _, a) = post_json(&url, KEY, &one).await;
-    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&url, "wrong-key", &one).await;
+    assert_eq!(s, 401, "{a}");
     let metrics = client()
         .get(gw.admin_url("/metrics"))
         .send()
@@ -289,13 +299,141 @@ async fn an_address_that_keeps_failing_authentication_is_refused_before_its_key_
         .text()
         .await
         .expect("text");
-    assert!(
-        metrics.contains("floodgate_auth_failures_total{outcome=\"failed\"} 4"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("floodgate_auth_failures_total{outcome=\"refused\"} 2"),
-        "{metrics}"
-    );
+    for series in [
+        "floodgate_auth_failures_total{listener=\"produce\",outcome=\"failed\"} 5",
+        "floodgate_auth_failures_total{listener=\"produce\",outcome=\"refused\"} 1",
+        "floodgate_auth_failures_total{listener=\"admin\",outcome=\"failed\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
     gw.shutdown().await;
+}
+
+/// Behind a trusted load balancer every request comes from its address: the client it
+/// forwarded for is the one penalised, and an untrusted peer's header is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_penalised() {
+    let (_cluster, gw) = gateway_on_mock("test.proxied", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 2;
+        cfg.server.trusted_proxies = vec!["127.0.0.0/8".into()];
+    })
+    .await;
+    let url = gw.url("test.proxied");
+    let one = json!({"records":[{"value":1}]});
+    let send = |key: &'static str, forwarded_for: &'static str| {
+        let (url, one) = (url.clone(), one.clone());
+        async move {
+            let r = client()
+                .post(&url)
+                .bearer_auth(key)
+                .header("x-forwarded-for", forwarded_for)
+                .json(&one)
+                .send()
+                .await
+                .expect("sent");
+            r.status().as_u16()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(send("wrong-key", "203.0.113.1").await, 401);
+    }
+    assert_eq!(
+        send("wrong-key", "203.0.113.1").await,
+        429,
+        "the failing client"
+    );
+    assert_eq!(
+        send("wrong-key", "203.0.113.2").await,
+        401,
+        "another client"
+    );
+    // A client cannot choose its address: what it writes is left of what the proxy added.
+    assert_eq!(send("wrong-key", "1.1.1.1, 203.0.113.1").await, 429);
+
+    let (_cluster2, direct) = gateway_on_mock("test.direct", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 2;
+    })
+    .await;
+    let url = direct.url("test.direct");
+    for i in 0..4 {
+        // No trusted proxy: the header changes nothing, the peer is counted.
+        let r = client()
+            .post(&url)
+            .bearer_auth("wrong-key")
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .json(&one)
+            .send()
+            .await
+            .expect("sent");
+        let expected = if i < 3 { 401 } else { 429 };
+        assert_eq!(r.status().as_u16(), expected, "request {i}");
+    }
+    gw.shutdown().await;
+    direct.shutdown().await;
+}
+
+/// The registry topic (and Kafka's own, and the listed internal ones) cannot be written by any
+/// key, through any wire format — a tenant allowed `*` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_may_write_an_internal_topic_whatever_its_patterns() {
+    let internal = ["_floodgate_registry", "__consumer_offsets", "_schemas"];
+    let cluster = mock_cluster(&internal);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].topics = vec!["*".into()];
+    let gw = Gateway::start(cfg).await;
+    let base = format!("http://{}", gw.addr);
+    for topic in internal {
+        let (s, _, a) = post_json(&gw.url(topic), KEY, &json!({"records": [{"value": 1}]})).await;
+        assert_eq!(
+            (s, a["error"].as_str()),
+            (403, Some("forbidden_topic")),
+            "{topic}: {a}"
+        );
+        assert!(
+            a["detail"].as_str().unwrap_or("").contains("internal"),
+            "{a}"
+        );
+        let answers = [
+            (
+                format!("{base}/topics/{topic}"),
+                "application/vnd.kafka.json.v2+json",
+                json!({"records": [{"value": 1}]}).to_string(),
+            ),
+            (
+                format!("{base}/v3/clusters/c/topics/{topic}/records"),
+                "application/json",
+                json!({"value": {"type": "JSON", "data": 1}}).to_string(),
+            ),
+            (
+                format!("{base}/v3/clusters/c/topics/{topic}/records:batch"),
+                "application/json",
+                json!({"entries": [{"id": "a", "value": {"type": "JSON", "data": 1}}]}).to_string(),
+            ),
+        ];
+        for (url, content_type, body) in answers {
+            let r = client()
+                .post(&url)
+                .bearer_auth(KEY)
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .expect("sent");
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            assert_eq!(status, 403, "{url}: {text}");
+            assert!(text.contains("40301"), "{url}: {text}");
+        }
+    }
+    gw.shutdown().await;
+    let b = cluster.bootstrap_servers();
+    let got = tokio::task::spawn_blocking(move || read_back(&b, "_floodgate_registry", 1, 0))
+        .await
+        .expect("reader");
+    assert!(
+        got.is_empty(),
+        "nothing reached the registry topic: {got:?}"
+    );
 }

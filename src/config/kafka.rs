@@ -33,6 +33,24 @@ pub struct KafkaConfig {
     /// `kafka_unavailable`. Its records stay queued and are still delivered when Kafka returns
     /// (librdkafka never times a record out: see `kafka::settings`).
     pub delivery_timeout_ms: u64,
+    /// Topics no tenant may write whatever its patterns (glob patterns), besides every topic
+    /// whose name starts with `__` (Kafka's own) and `[cluster] registry_topic`, which are
+    /// always refused. The default lists Schema Registry's and Kafka Connect's topics and
+    /// Confluent's internal ones.
+    pub internal_topics: Vec<String>,
+}
+
+/// `[kafka] internal_topics` by default.
+pub fn default_internal_topics() -> Vec<String> {
+    [
+        "_schemas",
+        "_confluent*",
+        "connect-configs",
+        "connect-offsets",
+        "connect-status",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 impl Default for KafkaConfig {
@@ -43,6 +61,7 @@ impl Default for KafkaConfig {
             metadata_ttl_ms: 2_000,
             metadata_timeout_ms: 5_000,
             delivery_timeout_ms: 30_000,
+            internal_topics: default_internal_topics(),
         }
     }
 }

@@ -23,7 +23,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::Unauthorized | E::AdminUnauthorized(_) | E::CredentialRevoked => {
             (StatusCode::UNAUTHORIZED, 40101)
         }
-        E::ForbiddenTopic(_) => (StatusCode::FORBIDDEN, 40301),
+        E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
         E::UnknownTopic(_)
         | E::NotFound
         | E::TenantNotFound(_)
