@@ -62,6 +62,8 @@ pub struct ClusterSetup {
     pub produce_port: u16,
     /// The clock the shared buckets count on; `None`: Redis's own.
     pub clock: Option<Arc<dyn Clock>>,
+    /// The shared registry's secrets; `None`: read from `[cluster] registry_secret_env`.
+    pub registry_secrets: Option<crate::registry::RegistrySecrets>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,8 @@ pub enum BuildError {
     AdminTokens(String),
     #[error("cluster.redis_url: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("cluster.registry_secret_env: {0}")]
+    RegistrySecret(String),
 }
 
 impl AppState {
@@ -94,11 +98,18 @@ impl AppState {
             crate::cluster::Settings::from_config(&config.cluster, cluster_setup.produce_port)
                 .replica_id;
         let registry = Arc::new(if config.cluster.shared_registry {
+            let secrets = match cluster_setup.registry_secrets {
+                Some(secrets) => secrets,
+                None => {
+                    crate::registry::registry_secrets(config).map_err(BuildError::RegistrySecret)?
+                }
+            };
             let log = RegistryLog::new(
                 crate::kafka::connection_config(&config.kafka),
                 &config.cluster.registry_topic,
                 Duration::from_millis(config.cluster.registry_write_timeout_ms),
                 config.cluster.registry_replication,
+                secrets,
             )
             .map_err(|e| RegistryError::Shared(e.to_string()))?;
             RegistryStore::shared(config, log, &replica_id, clock.clone(), true)
@@ -210,6 +221,7 @@ impl AppState {
                 body_budget.clone(),
                 cluster.clone(),
                 crate::metrics::Agents { adaptive, lag },
+                registry.clone(),
             ),
             ingest: Arc::new(Ingest {
                 tenants,

@@ -102,6 +102,9 @@ pub struct RunOptions {
     /// Cluster mode: the clock the shared buckets in Redis count on. `None` (production):
     /// Redis's own clock, one for every replica. Tests pass a clock they step.
     pub cluster_clock: Option<Arc<dyn Clock>>,
+    /// The shared registry's secrets, instead of reading `[cluster] registry_secret_env` (for
+    /// embedding and tests).
+    pub registry_secrets: Option<registry::RegistrySecrets>,
 }
 
 impl RunOptions {
@@ -111,6 +114,7 @@ impl RunOptions {
             config_path: None,
             admin_tokens: None,
             cluster_clock: None,
+            registry_secrets: None,
         }
     }
 }
@@ -153,6 +157,7 @@ pub async fn run(
         app::ClusterSetup {
             produce_port,
             clock: options.cluster_clock,
+            registry_secrets: options.registry_secrets,
         },
     )?);
     // Dropping this future (an embedder giving up on it) stops what it started, as a killed

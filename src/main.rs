@@ -50,8 +50,14 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RegistryAction {
-    /// Print the registry topic's registry as a state file (JSON) on standard output.
-    Export,
+    /// Export the registry topic's registry: with `--out`, as a state file `import` can read
+    /// (key digests included; the file is created readable by its owner only); without, a view
+    /// on standard output with key ids instead of digests.
+    Export {
+        /// Write a state file here (created with mode 0600; an existing file is refused).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Write a state file's registry to the topic (only what differs; audited as an import).
     Import {
         /// The state file (as written by `[admin] state_file` or by `export`).
@@ -63,6 +69,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => match Config::load(&cli.config) {
+            // What the environment must hold for this file, checked too (never printed).
+            Ok(config) if config.cluster.shared_registry => {
+                match floodgate::registry::registry_secrets(&config) {
+                    Ok(_) => {
+                        println!("{}: ok", cli.config.display());
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("{}: cluster.registry_secret_env: {e}", cli.config.display());
+                        ExitCode::from(EXIT_CONFIG)
+                    }
+                }
+            }
             Ok(_) => {
                 println!("{}: ok", cli.config.display());
                 ExitCode::SUCCESS
@@ -142,10 +161,27 @@ fn registry_command(config: &Config, action: RegistryAction) -> ExitCode {
     };
     let result = runtime.block_on(async {
         match action {
-            RegistryAction::Export => {
+            RegistryAction::Export { out } => {
                 let state = transfer::export(config).await?;
-                let text = serde_json::to_string_pretty(&state).map_err(|e| e.to_string())?;
-                println!("{text}");
+                match out {
+                    Some(path) => {
+                        transfer::write_private(&path, &state)?;
+                        eprintln!(
+                            "exported {} tenants to {}",
+                            state.tenants.len(),
+                            path.display()
+                        );
+                    }
+                    None => {
+                        let text = serde_json::to_string_pretty(&transfer::view(&state))
+                            .map_err(|e| e.to_string())?;
+                        println!("{text}");
+                        eprintln!(
+                            "(key ids instead of key digests: use --out FILE for a state file \
+                             that import reads)"
+                        );
+                    }
+                }
                 Ok(())
             }
             RegistryAction::Import { file } => {

@@ -35,6 +35,7 @@ use crate::refusal::Reason;
 use crate::tenant::{Api, Tenants};
 
 mod lag;
+mod registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -65,6 +66,7 @@ impl Metrics {
         bodies: Arc<BodyBudget>,
         cluster: Option<Arc<Cluster>>,
         agents: Agents,
+        tenant_registry: Arc<crate::registry::RegistryStore>,
     ) -> Self {
         let Agents { adaptive, lag } = agents;
         let mut registry = Registry::with_prefix("floodgate");
@@ -105,6 +107,7 @@ impl Metrics {
             cluster,
             adaptive,
             lag,
+            tenant_registry,
         }));
         Self {
             registry,
@@ -188,6 +191,7 @@ struct LiveCollector {
     cluster: Option<Arc<Cluster>>,
     adaptive: Arc<AdaptiveAgent>,
     lag: Arc<LagAgent>,
+    tenant_registry: Arc<crate::registry::RegistryStore>,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -240,6 +244,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         }
         self.encode_adaptive(&mut encoder)?;
         lag::encode(&mut encoder, &self.lag)?;
+        registry::encode(&mut encoder, &self.tenant_registry)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }

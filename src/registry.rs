@@ -18,13 +18,25 @@
 
 mod audit;
 mod log;
+pub mod mac;
 mod persist;
 mod shared;
 mod state;
 pub mod transfer;
 
 pub use audit::Actor;
-pub use log::{Entry, EntryKey, LogError, RegistryLog};
+pub use log::{Entry, EntryKey, LogError, Refused, RegistryLog};
+pub use mac::RegistrySecrets;
+
+/// The shared registry's secrets, from the variable `[cluster] registry_secret_env` names.
+pub fn registry_secrets(config: &Config) -> Result<RegistrySecrets, String> {
+    let name = config
+        .cluster
+        .registry_secret_env
+        .as_deref()
+        .ok_or("not set, and the shared registry needs it")?;
+    RegistrySecrets::from_env(name)
+}
 pub use persist::{InMemory, Persistence, StateFile};
 pub use shared::{AuditEntry, Rejection};
 pub use state::{FileChanges, FilePart, RegistryState, VERSION};
@@ -173,6 +185,19 @@ impl RegistryStore {
         }
     }
 
+    /// Records of the shared registry topic skipped as not authentic entries, by reason
+    /// (`unsigned`, `bad_mac`, `malformed`); empty for a local registry.
+    pub fn refused_entries(&self) -> Vec<(&'static str, u64)> {
+        match &self.backend {
+            Backend::Local(_) => Vec::new(),
+            Backend::Shared(s) => log::Refused::REASONS
+                .iter()
+                .zip(&s.refused)
+                .map(|(r, n)| (*r, n.load(std::sync::atomic::Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+
     /// Waits until a shared registry has read the topic to its end (at most `within`).
     pub async fn wait_loaded(&self, within: Duration) -> bool {
         let started = std::time::Instant::now();
@@ -219,7 +244,7 @@ impl RegistryStore {
             match reader.recv().await {
                 Ok(message) => {
                     let offset = message.offset();
-                    let entry = Entry::decode(&message);
+                    let entry = Entry::decode(&message, &shared.log.secrets);
                     drop(message);
                     self.apply_entry(shared, offset, entry).await;
                     let _ = shared.applied.send(offset + 1);
@@ -268,18 +293,24 @@ impl RegistryStore {
     }
 
     /// Applies one entry read from the topic, the same way on every replica.
-    async fn apply_entry(
-        &self,
-        shared: &Shared,
-        offset: i64,
-        entry: Result<Entry, log::Malformed>,
-    ) {
+    async fn apply_entry(&self, shared: &Shared, offset: i64, entry: Result<Entry, log::Refused>) {
         let mut current = self.state.lock().await;
         let entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                tracing::warn!(offset, error = %e, "registry topic: a record that is not a registry entry; skipped");
-                let rejection = Rejection::Malformed(e.0.clone());
+                use std::sync::atomic::Ordering::Relaxed;
+                let i = e.index();
+                shared.refused[i].fetch_add(1, Relaxed);
+                if !shared.refusal_logged[i].swap(true, Relaxed) {
+                    tracing::warn!(offset, reason = log::Refused::REASONS[i], error = %e,
+                        "registry topic: a record that is not an authentic registry entry; skipped (logged once per reason, counted in floodgate_registry_rejected_entries_total)");
+                }
+                if !e.authentic() {
+                    // Not from a replica: nothing of it is kept, so records written by anyone
+                    // else cannot fill the audit list or push real changes out of it.
+                    return;
+                }
+                let rejection = Rejection::Malformed(e.to_string());
                 shared.remember(
                     offset,
                     Err(rejection.clone()),
@@ -319,7 +350,10 @@ impl RegistryStore {
             action: entry.action.clone(),
             replica: entry.replica.clone(),
             base_version: entry.base,
-            version: outcome.is_ok().then_some(entry.base + 1),
+            version: outcome
+                .as_ref()
+                .ok()
+                .and_then(|_| entry.base.checked_add(1)),
             outcome: match &outcome {
                 Ok(_) => "applied".into(),
                 Err(r) => r.describe(),
@@ -338,7 +372,7 @@ impl RegistryStore {
             }
             Err(rejection) => {
                 if matches!(rejection, Rejection::Malformed(_)) {
-                    tracing::warn!(offset, key = %audit.key, error = %rejection.describe(),
+                    tracing::warn!(offset, key = ?audit.key, error = ?rejection.describe(),
                         "registry topic: entry skipped");
                 }
                 shared.remember(offset, Err(rejection), audit);

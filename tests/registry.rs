@@ -17,6 +17,7 @@ fn shared(bootstrap: &str, registry_topic: &str) -> Config {
     let mut cfg = config(bootstrap);
     cfg.cluster.shared_registry = true;
     cfg.cluster.registry_topic = registry_topic.to_string();
+    cfg.cluster.registry_secret_env = Some(REGISTRY_SECRET_ENV.into());
     cfg
 }
 
@@ -256,26 +257,82 @@ async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
     b.shutdown().await;
 }
 
+/// The value of one metric series (the whole line's name and labels) on `gw`'s admin listener.
+async fn metric(gw: &Gateway, series: &str) -> Option<f64> {
+    let text = reqwest::get(gw.admin_url("/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Anyone allowed to write the registry topic — another Kafka client here — writes records
+/// that look like entries but carry no valid MAC: a tenant with its own key and every topic,
+/// a tombstone for a real tenant, a flood of junk. None applies, none is audited, the real
+/// tenants and the audit list are untouched, and every replica reads past them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_garbage_record_in_the_topic_is_skipped_and_named_by_its_offset() {
+async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_and_counted() {
     let broker = tansu();
     let registry = unique_topic("_fg_registry");
+    let topic = unique_topic("test.forged");
+    create_topic(&broker, &topic, 1).await;
     let a = Gateway::start(shared(&broker, &registry)).await;
     ready(&a, Duration::from_secs(20)).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &broker)
         .create()
         .expect("producer");
-    for (key, value) in [("tenant:zzz", "not json"), ("nonsense", "{}")] {
-        producer
-            .send(
-                FutureRecord::<str, str>::to(&registry)
-                    .key(key)
-                    .payload(value),
-                Duration::from_secs(5),
-            )
-            .await
-            .expect("garbage written");
+    let evil = json!({"id": "evil", "topics": ["*"],
+        "api_key_sha256": [floodgate::identity::ApiKeyHash::of_key("evil-key").to_hex()]});
+    let forge = |key: &'static str,
+                 value: Option<String>,
+                 base: &'static str,
+                 mac: Option<&'static str>| {
+        let producer = producer.clone();
+        let registry = registry.clone();
+        async move {
+            let mut headers = rdkafka::message::OwnedHeaders::new();
+            for (name, v) in [
+                ("fg-base", base),
+                ("fg-actor", "ops"),
+                ("fg-action", "tenant.put"),
+                ("fg-replica", "x"),
+            ] {
+                headers = headers.insert(rdkafka::message::Header {
+                    key: name,
+                    value: Some(v),
+                });
+            }
+            if let Some(mac) = mac {
+                headers = headers.insert(rdkafka::message::Header {
+                    key: "fg-mac",
+                    value: Some(mac),
+                });
+            }
+            let mut record = FutureRecord::<str, String>::to(&registry)
+                .key(key)
+                .partition(0)
+                .headers(headers);
+            if let Some(v) = &value {
+                record = record.payload(v);
+            }
+            producer
+                .send(record, Duration::from_secs(5))
+                .await
+                .expect("written");
+        }
+    };
+    forge("tenant:evil", Some(evil.to_string()), "0", None).await;
+    forge("tenant:acme", None, "1", None).await;
+    forge("tenant:evil", Some(evil.to_string()), "0", Some("00ff00ff")).await;
+    for i in 0..1100 {
+        let _ = i;
+        forge("nonsense", Some("{}".into()), "0", None).await;
     }
     // The replica stays up and applies what comes next.
     let (s, a_body) = admin(
@@ -287,28 +344,132 @@ async fn a_garbage_record_in_the_topic_is_skipped_and_named_by_its_offset() {
     )
     .await;
     assert_eq!(s, 201, "{a_body}");
+    assert_eq!(
+        produce_status(&a, &topic, "evil-key").await,
+        401,
+        "no forged tenant"
+    );
+    assert_eq!(
+        produce_status(&a, &topic, KEY).await,
+        202,
+        "no forged deletion"
+    );
     let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
-    let malformed: Vec<_> = audit["entries"]
-        .as_array()
-        .map(|e| {
-            e.iter()
-                .filter(|x| {
-                    x["outcome"]
-                        .as_str()
-                        .is_some_and(|o| o.starts_with("malformed"))
-                })
-                .map(|x| x["offset"].clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    assert_eq!(malformed.len(), 2, "{audit}");
+    let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+    let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
+    assert_eq!(keys, ["tenant:acme", "file", "tenant:gamma"], "{audit}");
+    assert!(
+        !audit
+            .to_string()
+            .contains(&floodgate::identity::ApiKeyHash::of_key(KEY).to_hex()),
+        "the audit shows key ids, never digests: {audit}"
+    );
+    assert_eq!(
+        metric(
+            &a,
+            "floodgate_registry_rejected_entries_total{reason=\"unsigned\"}"
+        )
+        .await,
+        Some(1102.0)
+    );
+    assert_eq!(
+        metric(
+            &a,
+            "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}"
+        )
+        .await,
+        Some(1.0)
+    );
     // A new replica reads past them too.
     let b = Gateway::start(shared(&broker, &registry)).await;
     ready(&b, Duration::from_secs(20)).await;
     let (s, _) = admin(&b, Method::GET, "/admin/tenants/gamma", None, T).await;
     assert_eq!(s, 200);
+    let (s, _) = admin(&b, Method::GET, "/admin/tenants/evil", None, T).await;
+    assert_eq!(s, 404);
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// Rotating the secret: replicas that accept `new,old` apply what a replica still on `old`
+/// signs, and what they sign themselves (with `new`) is refused by a replica that knows only
+/// the old one — so the old secret is dropped only once every replica signs with the new.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_secret_rotation_entries_signed_with_either_secret_apply() {
+    use floodgate::registry::RegistrySecrets;
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let start = |secrets: &'static str| {
+        let cfg = shared(&broker, &registry);
+        async move {
+            let mut options = floodgate::RunOptions::new(std::sync::Arc::new(
+                floodgate::budget::MonotonicClock::new(),
+            ));
+            options.admin_tokens =
+                Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+            options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
+            Gateway::start_options(cfg, options).await
+        }
+    };
+    let old = start("old-secret-0123456789").await;
+    ready(&old, Duration::from_secs(20)).await;
+    let rolled = start("new-secret-0123456789,old-secret-0123456789").await;
+    ready(&rolled, Duration::from_secs(20)).await;
+    // The replica on the old secret makes a change: the rolled one applies it.
+    let (s, body) = admin(
+        &old,
+        Method::PUT,
+        "/admin/tenants/by-old",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while admin(&rolled, Method::GET, "/admin/tenants/by-old", None, T)
+        .await
+        .0
+        != 200
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the rolled replica never applied it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The rolled replica signs with the new secret: applied where it is known...
+    let (s, body) = admin(
+        &rolled,
+        Method::PUT,
+        "/admin/tenants/by-new",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    // ...and refused by the replica that does not know it yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(
+        &old,
+        "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}",
+    )
+    .await
+        != Some(1.0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the old replica never saw the new entry"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        admin(&old, Method::GET, "/admin/tenants/by-new", None, T)
+            .await
+            .0,
+        404
+    );
+    old.shutdown().await;
+    rolled.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,12 +599,13 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
     let cfg_path = dir.join("floodgate.toml");
     std::fs::write(
         &cfg_path,
-        format!("[kafka]\nbootstrap_servers = \"{broker}\"\n[cluster]\nregistry_topic = \"{registry}\"\n"),
+        format!("[kafka]\nbootstrap_servers = \"{broker}\"\n[cluster]\nregistry_topic = \"{registry}\"\nregistry_secret_env = \"{REGISTRY_SECRET_ENV}\"\n"),
     )
     .expect("config");
     let bin = env!("CARGO_BIN_EXE_floodgate");
     let run = |args: &[&str]| {
         std::process::Command::new(bin)
+            .env(REGISTRY_SECRET_ENV, REGISTRY_SECRET)
             .arg("--config")
             .arg(&cfg_path)
             .args(args)
@@ -485,5 +647,28 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
         .unwrap_or_default();
     ids.sort();
     assert_eq!(ids, ["acme", "delta"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("api_key_sha256"),
+        "standard output shows key ids only"
+    );
+    // A state file import can read, only its owner can read; never over an existing file.
+    let file = dir.join("exported.json");
+    let path = file.to_str().expect("utf-8 path");
+    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file)
+        .expect("written")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&file).expect("read");
+    assert!(text.contains(&floodgate::identity::ApiKeyHash::of_key("test-key-delta").to_hex()));
+    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
+    assert!(!out.status.success(), "an existing file is not overwritten");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -43,6 +43,15 @@ pub struct ClusterConfig {
     /// How long an admin change waits for Kafka to take it (and for this replica to read it
     /// back) before answering 503, in milliseconds.
     pub registry_write_timeout_ms: u64,
+    /// The environment variable holding the secret that authenticates registry entries
+    /// (HMAC-SHA256; at least 16 bytes, the same on every replica; `new,old` while rotating:
+    /// signed with the first, accepted with any). Required with `shared_registry`: a record in
+    /// the registry topic without a valid MAC is never applied.
+    pub registry_secret_env: Option<String>,
+    /// How many replicas the cluster is expected to have: a replica that cannot reach Redis
+    /// before it has counted the members takes 1/`expected_replicas` of each budget as its
+    /// local share (never the whole budget). Set it to the deployment's replica count.
+    pub expected_replicas: u32,
 }
 
 impl ClusterConfig {
@@ -110,6 +119,27 @@ impl ClusterConfig {
                 "must be at least 1",
             ));
         }
+        if self.shared_registry && self.registry_secret_env.is_none() {
+            problems.push(ConfigProblem::new(
+                "cluster.registry_secret_env",
+                "is required with cluster.shared_registry = true: the environment variable \
+                 holding the secret that authenticates registry entries",
+            ));
+        }
+        if let Some(name) = self.registry_secret_env.as_deref() {
+            if name.is_empty() || name.contains('=') || name.contains('\0') {
+                problems.push(ConfigProblem::new(
+                    "cluster.registry_secret_env",
+                    "must be an environment variable's name",
+                ));
+            }
+        }
+        if !(1..=10_000).contains(&self.expected_replicas) {
+            problems.push(ConfigProblem::new(
+                "cluster.expected_replicas",
+                "must be from 1 to 10000",
+            ));
+        }
         if self.member_ttl_ms <= self.heartbeat_ms {
             problems.push(ConfigProblem::new(
                 "cluster.member_ttl_ms",
@@ -137,6 +167,8 @@ impl Default for ClusterConfig {
             registry_topic: "_floodgate_registry".into(),
             registry_replication: None,
             registry_write_timeout_ms: 5000,
+            registry_secret_env: None,
+            expected_replicas: 3,
         }
     }
 }

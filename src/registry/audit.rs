@@ -1,7 +1,27 @@
 //! Audit events: one per registry change, with who made it, what it was, and the parts of the
-//! state before and after (keys appear as digests only; tokens never appear).
+//! state before and after (keys appear as key ids only — the first 16 hex digits of their
+//! digest, enough to name a key, useless to test a guess against; tokens never appear).
 
 use super::state::RegistryState;
+use crate::config::TenantConfig;
+use crate::identity::ApiKeyHash;
+
+/// A tenant as audit lists and logs show it: its key digests replaced by key ids.
+pub fn tenant_view(tenant: &TenantConfig) -> serde_json::Value {
+    let mut view = serde_json::json!(tenant);
+    if let Some(map) = view.as_object_mut() {
+        let ids: Vec<String> = tenant
+            .api_key_sha256
+            .iter()
+            .map(|hex| {
+                ApiKeyHash::from_hex(hex).map_or_else(|| "invalid".into(), ApiKeyHash::key_id)
+            })
+            .collect();
+        map.remove("api_key_sha256");
+        map.insert("key_ids".into(), serde_json::json!(ids));
+    }
+    view
+}
 
 /// Who made a change: an admin token's id, or `sighup` for a reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,10 +39,11 @@ impl Actor {
 
 /// Emits the audit event for a change from `before` to `after`.
 pub fn record(actor: &Actor, action: &str, before: &RegistryState, after: &RegistryState) {
+    // Debug formatting: names from the registry topic are escaped, never raw control bytes.
     tracing::info!(
         target: "floodgate::audit",
-        actor = %actor.0,
-        action,
+        actor = ?actor.0,
+        action = ?action,
         before = %diff_json(before, after, true),
         after = %diff_json(before, after, false),
         "registry change"
@@ -42,7 +63,9 @@ fn diff_json(before: &RegistryState, after: &RegistryState, old: bool) -> String
         if before.tenants.get(id) != after.tenants.get(id) {
             out.insert(
                 format!("tenant:{id}"),
-                serde_json::json!(side.tenants.get(id)),
+                side.tenants
+                    .get(id)
+                    .map_or(serde_json::Value::Null, tenant_view),
             );
         }
     }

@@ -9,6 +9,10 @@
 //! same way: `fg-base` (the key's version the change was based on), `fg-actor`, `fg-action`
 //! and `fg-replica` (who made it, for the one audit event per change).
 //!
+//! **Authenticated.** Every record also carries `fg-mac`, an HMAC-SHA256 of all of the above
+//! with the replicas' shared secret ([`super::mac`]); a record without a valid one is not an
+//! entry, whoever wrote it.
+//!
 //! **Order decides.** Kafka gives every replica the same order. A record applies only if its
 //! base is the key's current version (then the version moves up by one) and the registry it
 //! leads to is valid; otherwise every replica skips it the same way. So of two changes made
@@ -23,6 +27,8 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::mac::RegistrySecrets;
 
 /// What a record is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,10 +72,41 @@ pub struct Entry {
     pub replica: String,
 }
 
-/// A record that is not a registry entry (logged with its offset and skipped).
+/// Why a record of the topic is not an entry (it is skipped by every replica alike).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Malformed(pub String);
+pub enum Refused {
+    /// No `fg-mac`: not written by a replica holding the secret.
+    #[error("the record carries no fg-mac")]
+    Unsigned,
+    /// A MAC no configured secret verifies: forged or altered.
+    #[error("the record's fg-mac does not verify")]
+    BadMac,
+    /// Authentic, but not an entry (this detail).
+    #[error("{0}")]
+    Malformed(String),
+}
+
+impl Refused {
+    pub const REASONS: [&'static str; 3] = ["unsigned", "bad_mac", "malformed"];
+
+    /// The metric label; index into [`Refused::REASONS`].
+    pub fn index(&self) -> usize {
+        match self {
+            Refused::Unsigned => 0,
+            Refused::BadMac => 1,
+            Refused::Malformed(_) => 2,
+        }
+    }
+
+    /// Whether the record was written by a holder of the secret.
+    pub fn authentic(&self) -> bool {
+        matches!(self, Refused::Malformed(_))
+    }
+}
+
+/// The headers an entry is made of, in the order its MAC covers them.
+const SIGNED_HEADERS: [&str; 4] = ["fg-base", "fg-actor", "fg-action", "fg-replica"];
+const MAC_HEADER: &str = "fg-mac";
 
 fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> {
     message
@@ -79,22 +116,48 @@ fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> 
         .and_then(|h| h.value)
 }
 
-fn text(message: &BorrowedMessage<'_>, name: &str) -> Result<String, Malformed> {
-    let bytes = header(message, name).ok_or_else(|| Malformed(format!("no {name} header")))?;
-    String::from_utf8(bytes.to_vec()).map_err(|_| Malformed(format!("{name} is not UTF-8")))
+fn text(message: &BorrowedMessage<'_>, name: &str) -> Result<String, Refused> {
+    let bytes =
+        header(message, name).ok_or_else(|| Refused::Malformed(format!("no {name} header")))?;
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| Refused::Malformed(format!("{name} is not UTF-8")))
+}
+
+/// The parts an entry's MAC covers: key, value (absent for a tombstone), the signed headers.
+fn signed_parts<'a>(
+    key: &'a [u8],
+    value: Option<&'a [u8]>,
+    headers: [Option<&'a [u8]>; 4],
+) -> [Option<&'a [u8]>; 6] {
+    let [a, b, c, d] = headers;
+    [Some(key), value, a, b, c, d]
 }
 
 impl Entry {
-    /// Reads an entry from a record of the registry topic.
-    pub fn decode(message: &BorrowedMessage<'_>) -> Result<Self, Malformed> {
+    /// Reads an entry from a record of the registry topic: its MAC first (nothing of an
+    /// unauthenticated record is looked at further), then its fields.
+    pub fn decode(
+        message: &BorrowedMessage<'_>,
+        secrets: &RegistrySecrets,
+    ) -> Result<Self, Refused> {
+        let tag = header(message, MAC_HEADER).ok_or(Refused::Unsigned)?;
+        let tag = hex::decode(tag).map_err(|_| Refused::BadMac)?;
+        let parts = signed_parts(
+            message.key().unwrap_or_default(),
+            message.payload(),
+            SIGNED_HEADERS.map(|name| header(message, name)),
+        );
+        if !secrets.verify(&parts, &tag) {
+            return Err(Refused::BadMac);
+        }
         let key = message
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
             .and_then(EntryKey::parse)
-            .ok_or_else(|| Malformed("the key is not global, file or tenant:ID".into()))?;
+            .ok_or_else(|| Refused::Malformed("the key is not global, file or tenant:ID".into()))?;
         let base = text(message, "fg-base")?
             .parse::<u64>()
-            .map_err(|_| Malformed("fg-base is not a version number".into()))?;
+            .map_err(|_| Refused::Malformed("fg-base is not a version number".into()))?;
         Ok(Self {
             key,
             base,
@@ -122,6 +185,8 @@ pub struct RegistryLog {
     producer: FutureProducer,
     pub write_timeout: Duration,
     replication: Option<u16>,
+    /// Signs what this replica writes and checks what it reads.
+    pub secrets: RegistrySecrets,
 }
 
 impl std::fmt::Debug for RegistryLog {
@@ -139,6 +204,7 @@ impl RegistryLog {
         topic: &str,
         write_timeout: Duration,
         replication: Option<u16>,
+        secrets: RegistrySecrets,
     ) -> Result<Self, LogError> {
         let timeout_ms = write_timeout.as_millis().max(1).to_string();
         let producer = connection
@@ -160,6 +226,7 @@ impl RegistryLog {
             producer,
             write_timeout,
             replication,
+            secrets,
         })
     }
 
@@ -233,6 +300,16 @@ impl RegistryLog {
         for entry in entries {
             let key = entry.key.as_string();
             let base = entry.base.to_string();
+            let mac = hex::encode(self.secrets.sign(&signed_parts(
+                key.as_bytes(),
+                entry.value.as_deref(),
+                [
+                    Some(base.as_bytes()),
+                    Some(entry.actor.as_bytes()),
+                    Some(entry.action.as_bytes()),
+                    Some(entry.replica.as_bytes()),
+                ],
+            )));
             let headers = OwnedHeaders::new()
                 .insert(Header {
                     key: "fg-base",
@@ -249,6 +326,10 @@ impl RegistryLog {
                 .insert(Header {
                     key: "fg-replica",
                     value: Some(&entry.replica),
+                })
+                .insert(Header {
+                    key: MAC_HEADER,
+                    value: Some(&mac),
                 });
             let mut record = FutureRecord::<String, Vec<u8>>::to(&self.topic)
                 .key(&key)

@@ -55,7 +55,7 @@ pub struct AuditEntry {
     pub version: Option<u64>,
     /// `applied`, or why every replica skipped it.
     pub outcome: String,
-    /// The key's value before and after (key digests only; never a key or token).
+    /// The key's value before and after (key ids only; never a key, a digest or a token).
     pub before: serde_json::Value,
     pub after: serde_json::Value,
 }
@@ -132,7 +132,10 @@ pub fn apply(state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> 
             return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
         }
     }
-    state.versions.insert(key, current + 1);
+    let next = current
+        .checked_add(1)
+        .ok_or_else(|| Rejection::Malformed(format!("{key}: no version after {current}")))?;
+    state.versions.insert(key, next);
     Ok(())
 }
 
@@ -140,8 +143,19 @@ pub fn apply(state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> 
 pub fn value_of(state: &RegistryState, key: &EntryKey) -> serde_json::Value {
     match key {
         EntryKey::Global => serde_json::json!(state.global),
-        EntryKey::File => serde_json::json!(state.file),
-        EntryKey::Tenant(id) => serde_json::json!(state.tenants.get(id)),
+        EntryKey::File => {
+            let tenants: serde_json::Map<String, serde_json::Value> = state
+                .file
+                .tenants
+                .iter()
+                .map(|(id, t)| (id.clone(), super::audit::tenant_view(t)))
+                .collect();
+            serde_json::json!({"global": state.file.global, "tenants": tenants})
+        }
+        EntryKey::Tenant(id) => state
+            .tenants
+            .get(id)
+            .map_or(serde_json::Value::Null, super::audit::tenant_view),
     }
 }
 
@@ -162,6 +176,10 @@ pub struct Shared {
     pub audit: Mutex<VecDeque<AuditEntry>>,
     /// Caught up with the topic's end as read at start-up.
     pub loaded: AtomicBool,
+    /// Records of the topic that were not entries, by [`super::log::Refused::REASONS`], and
+    /// whether each reason has been logged (once, with its first offset).
+    pub refused: [std::sync::atomic::AtomicU64; 3],
+    pub refusal_logged: [AtomicBool; 3],
 }
 
 impl Shared {
@@ -175,6 +193,8 @@ impl Shared {
             outcomes: Mutex::new(BTreeMap::new()),
             audit: Mutex::new(VecDeque::new()),
             loaded: AtomicBool::new(false),
+            refused: Default::default(),
+            refusal_logged: Default::default(),
         }
     }
 

@@ -20,6 +20,7 @@ async fn open(
         &config.cluster.registry_topic,
         Duration::from_millis(config.cluster.registry_write_timeout_ms),
         config.cluster.registry_replication,
+        super::registry_secrets(config).map_err(|e| format!("cluster.registry_secret_env: {e}"))?,
     )
     .map_err(|e| e.to_string())?;
     let store = Arc::new(RegistryStore::shared(
@@ -46,6 +47,44 @@ pub async fn export(config: &Config) -> Result<RegistryState, String> {
     let state = store.snapshot().await;
     follower.abort();
     Ok(state)
+}
+
+/// The registry as a person reads it: each tenant's key digests replaced by key ids.
+pub fn view(state: &RegistryState) -> serde_json::Value {
+    let mut view = serde_json::json!(state);
+    let redact =
+        |tenants: Option<&mut serde_json::Value>,
+         configs: &std::collections::BTreeMap<String, crate::config::TenantConfig>| {
+            if let Some(tenants) = tenants.and_then(|t| t.as_object_mut()) {
+                for (id, tenant) in tenants.iter_mut() {
+                    if let Some(config) = configs.get(id) {
+                        *tenant = super::audit::tenant_view(config);
+                    }
+                }
+            }
+        };
+    redact(view.get_mut("tenants"), &state.tenants);
+    redact(view.pointer_mut("/file/tenants"), &state.file.tenants);
+    view
+}
+
+/// Writes `state` to a new file that only its owner can read (key digests are in it).
+pub fn write_private(path: &std::path::Path, state: &RegistryState) -> Result<(), String> {
+    use std::io::Write as _;
+    let text = serde_json::to_vec_pretty(state).map_err(|e| e.to_string())?;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    file.write_all(&text)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Makes the topic hold `state` (one entry per key that differs, audited as `registry.import`).

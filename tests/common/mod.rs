@@ -27,6 +27,10 @@ pub const KEY: &str = "test-key-acme";
 /// Admin tokens of every test gateway: id "ops".
 pub const ADMIN_TOKENS: &str = "ops:test-admin-token";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// The shared registry's secret of every test gateway (and of the `registry` commands the
+/// tests run, through this variable).
+pub const REGISTRY_SECRET: &str = "test-registry-secret-0123456789";
+pub const REGISTRY_SECRET_ENV: &str = "FLOODGATE_TEST_REGISTRY_SECRET";
 
 /// The Redis started by scripts/test.sh (shared by tests: give each its own key prefix).
 pub fn redis_url() -> String {
@@ -254,9 +258,13 @@ impl Gateway {
 
     async fn launch(
         config: Config,
-        options: floodgate::RunOptions,
+        mut options: floodgate::RunOptions,
         manual: Option<Arc<ManualClock>>,
     ) -> Self {
+        if options.registry_secrets.is_none() {
+            options.registry_secrets =
+                Some(floodgate::registry::RegistrySecrets::parse(REGISTRY_SECRET).expect("secret"));
+        }
         let listeners = Listeners {
             produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
             admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),

@@ -1,0 +1,143 @@
+//! Authenticated registry entries: every record floodgate writes to the registry topic carries
+//! an HMAC-SHA256 (`fg-mac`) over its key, its value and its `fg-*` headers, with a secret the
+//! replicas share (`[cluster] registry_secret_env`). A record without a valid MAC — written by
+//! a tenant, by any other Kafka client allowed on the topic, or changed in the topic — is never
+//! applied: the registry decides who may write what, so only those who hold the secret may
+//! change it.
+//!
+//! Rotation: the variable holds one or more secrets separated by commas; records are signed
+//! with the first and accepted when any of them verifies. Roll a new secret in first on every
+//! replica (`new,old`), then drop the old one once every replica signs with the new.
+//!
+//! What the MAC does not do: it does not hide the registry (anyone who can read the topic sees
+//! tenants, budgets and key digests), and it does not stop a holder of the secret. Replaying an
+//! old, validly signed record is caught by the version rule: a record applies only if it was
+//! made from the key's current version.
+
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Shortest secret accepted: 128 bits of a random secret's worth of text.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// The registry's shared secrets; the first signs. Never printed.
+#[derive(Clone)]
+pub struct RegistrySecrets(Vec<Vec<u8>>);
+
+impl std::fmt::Debug for RegistrySecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RegistrySecrets(<{} redacted>)", self.0.len())
+    }
+}
+
+impl RegistrySecrets {
+    /// `new[,old...]`: at least one, each at least [`MIN_SECRET_BYTES`] long.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let secrets: Vec<Vec<u8>> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        if secrets.is_empty() {
+            return Err("no secret".into());
+        }
+        if let Some(i) = secrets.iter().position(|s| s.len() < MIN_SECRET_BYTES) {
+            return Err(format!(
+                "secret {} of the list is shorter than {MIN_SECRET_BYTES} bytes",
+                i + 1
+            ));
+        }
+        Ok(Self(secrets))
+    }
+
+    /// The secrets in the environment variable `name`.
+    pub fn from_env(name: &str) -> Result<Self, String> {
+        let text = std::env::var(name)
+            .map_err(|_| format!("the environment variable {name} is not set"))?;
+        Self::parse(&text).map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// The MAC of an entry's parts, with the signing secret.
+    pub fn sign(&self, parts: &[Option<&[u8]>]) -> [u8; 32] {
+        let Some(secret) = self.0.first() else {
+            return [0; 32];
+        };
+        let mut mac = keyed(secret);
+        feed(&mut mac, parts);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the MAC of `parts` under any of the secrets (compared in constant
+    /// time).
+    pub fn verify(&self, parts: &[Option<&[u8]>], tag: &[u8]) -> bool {
+        self.0.iter().any(|secret| {
+            let mut mac = keyed(secret);
+            feed(&mut mac, parts);
+            mac.verify_slice(tag).is_ok()
+        })
+    }
+}
+
+fn keyed(secret: &[u8]) -> HmacSha256 {
+    // HMAC takes a key of any length; this cannot fail.
+    <HmacSha256 as hmac::digest::KeyInit>::new_from_slice(secret)
+        .unwrap_or_else(|_| <HmacSha256 as hmac::digest::KeyInit>::new(&Default::default()))
+}
+
+/// An unambiguous encoding of the parts: a domain tag, then each part as a presence byte and,
+/// when present, its length and bytes — so no two different entries feed the same bytes (a
+/// tombstone and an empty value differ, and no part can run into the next).
+fn feed(mac: &mut HmacSha256, parts: &[Option<&[u8]>]) {
+    mac.update(b"floodgate-registry-entry-v1");
+    for part in parts {
+        match part {
+            None => mac.update(&[0]),
+            Some(bytes) => {
+                mac.update(&[1]);
+                mac.update(&(bytes.len() as u64).to_be_bytes());
+                mac.update(bytes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mac_verifies_only_for_the_same_parts_and_a_known_secret() {
+        let both =
+            RegistrySecrets::parse("new-secret-0123456789, old-secret-0123456789").expect("valid");
+        let old = RegistrySecrets::parse("old-secret-0123456789").expect("valid");
+        let parts: [Option<&[u8]>; 3] = [Some(b"tenant:a"), Some(b"{}"), Some(b"0")];
+        let by_old = old.sign(&parts);
+        assert!(
+            both.verify(&parts, &by_old),
+            "the previous secret still verifies"
+        );
+        let by_new = both.sign(&parts);
+        assert!(!old.verify(&parts, &by_new), "signed with the first secret");
+        let tombstone: [Option<&[u8]>; 3] = [Some(b"tenant:a"), None, Some(b"0")];
+        let empty: [Option<&[u8]>; 3] = [Some(b"tenant:a"), Some(b""), Some(b"0")];
+        assert!(!both.verify(&tombstone, &both.sign(&empty)));
+        let shifted: [Option<&[u8]>; 3] = [Some(b"tenant:a{"), Some(b"}"), Some(b"0")];
+        assert!(
+            !both.verify(&shifted, &by_new),
+            "parts cannot run into each other"
+        );
+        assert!(!both.verify(&parts, &by_new[..31]));
+    }
+
+    #[test]
+    fn secrets_are_long_enough_and_never_printed() {
+        assert!(RegistrySecrets::parse("").is_err());
+        assert!(RegistrySecrets::parse("short").is_err());
+        assert!(RegistrySecrets::parse("long-enough-secret-1, short").is_err());
+        let s = RegistrySecrets::parse("long-enough-secret-1").expect("valid");
+        assert!(!format!("{s:?}").contains("long-enough"));
+    }
+}
