@@ -220,8 +220,11 @@ impl AppState {
                 [failures.clone(), admin_failures.clone()],
                 body_budget.clone(),
                 cluster.clone(),
-                crate::metrics::Agents { adaptive, lag },
-                registry.clone(),
+                crate::metrics::Agents {
+                    adaptive,
+                    lag,
+                    registry: registry.clone(),
+                },
             ),
             ingest: Arc::new(Ingest {
                 tenants,

@@ -43,11 +43,13 @@ pub struct HttpLabels {
     pub status: u16,
 }
 
-/// The controllers whose state the metrics show.
+/// The long-running parts whose state the metrics show: the two controllers' agents and the
+/// registry (its follower counts the records it refused).
 #[derive(Debug)]
 pub struct Agents {
     pub adaptive: Arc<AdaptiveAgent>,
     pub lag: Arc<LagAgent>,
+    pub registry: Arc<crate::registry::RegistryStore>,
 }
 
 #[derive(Debug)]
@@ -66,9 +68,12 @@ impl Metrics {
         bodies: Arc<BodyBudget>,
         cluster: Option<Arc<Cluster>>,
         agents: Agents,
-        tenant_registry: Arc<crate::registry::RegistryStore>,
     ) -> Self {
-        let Agents { adaptive, lag } = agents;
+        let Agents {
+            adaptive,
+            lag,
+            registry: tenant_registry,
+        } = agents;
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 18))
