@@ -190,8 +190,7 @@ impl Admission {
     /// Brings the tenant's and the global buckets to the cluster's current mode.
     fn align(&self, buckets: &mut TenantBuckets, now: u64) {
         if let Some(sharing) = &self.sharing {
-            // A slice given up here belongs to an unreachable Redis; its tokens stay spent.
-            let _ = buckets.align(sharing, now);
+            buckets.align(sharing, now);
             self.global.align(sharing, now);
         }
     }

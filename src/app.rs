@@ -80,6 +80,8 @@ pub enum BuildError {
     Redis(#[from] redis::RedisError),
     #[error("cluster.registry_secret_env: {0}")]
     RegistrySecret(String),
+    #[error(transparent)]
+    Join(#[from] crate::cluster::JoinError),
 }
 
 impl AppState {

@@ -23,7 +23,7 @@ mod tenant_buckets;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
-pub use slice::{share_of, Missing, Mode, Sharing, Slice};
+pub use slice::{share_entry, share_of, Missing, Mode, ShareLevel, Sharing, Slice};
 pub use tenant_buckets::{PendingCharge, TenantBuckets};
 
 use serde::{Deserialize, Serialize};

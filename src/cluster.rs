@@ -16,9 +16,16 @@
 //! at its start (≤ ε × burst): **burst × (1 + ε) + rate × T**.
 //!
 //! **Redis unreachable.** The first failed call switches every bucket to a local share
-//! (rate / N, burst / N, N = the members last counted); the heartbeat keeps trying and the
-//! first answer switches back to leased slices. Serving never stops and readiness does not
-//! change; `floodgate_cluster_degraded` says which mode is on.
+//! (rate / N, burst / N, N = the members last counted, or `[cluster] expected_replicas` before
+//! any were); the heartbeat keeps trying and the first answer switches back to leased slices.
+//! A share starts from where the last outage left it plus the slice given up (never a fresh
+//! burst), so a Redis that flaps costs one share's burst in all: see `budget::share_entry`.
+//! Serving never stops and readiness does not change; `floodgate_cluster_degraded` says which
+//! mode is on.
+//!
+//! **Members** are counted by distinct replica id; each process holds its id with a random
+//! instance id, so a second process started with the same `replica_id` is refused at join
+//! (two replicas counted as one would each take too large a share).
 //!
 //! Layer: services. Imports budgets, tenants and the foundations; the pipeline calls it when
 //! admission needs a lease; nothing here knows HTTP or Kafka.
@@ -26,7 +33,7 @@
 mod redis_store;
 mod stats;
 
-pub use redis_store::{Ask, Grant, RedisStore, StoreError};
+pub use redis_store::{Ask, Grant, Membership, RedisStore, StoreError};
 pub use stats::{ClusterStats, LeaseOutcome, Scope, ERROR_KINDS};
 
 use std::collections::HashMap;
@@ -44,6 +51,10 @@ use crate::tenant::{Tenant, Tenants};
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub replica_id: String,
+    /// This process, among all that ever held `replica_id` (random per start).
+    pub instance: String,
+    /// Members assumed until they have been counted.
+    pub expected_replicas: u32,
     pub slice_fraction: f64,
     pub slice_horizon: Duration,
     pub slice_ttl: Duration,
@@ -58,6 +69,8 @@ impl Settings {
                 .replica_id
                 .clone()
                 .unwrap_or_else(|| format!("{}:{produce_port}", hostname())),
+            instance: instance_id(),
+            expected_replicas: config.expected_replicas.max(1),
             slice_fraction: config.slice_fraction,
             slice_horizon: Duration::from_millis(config.slice_horizon_ms),
             slice_ttl: Duration::from_millis(config.slice_ttl_ms),
@@ -65,6 +78,24 @@ impl Settings {
             member_ttl: Duration::from_millis(config.member_ttl_ms),
         }
     }
+}
+
+/// A random id for this process (OS randomness; never fails in practice, and a clash is only
+/// as bad as the duplicate check missing once).
+fn instance_id() -> String {
+    let mut bytes = [0u8; 12];
+    let _ = getrandom::fill(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// Why a replica may not join.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(
+        "cluster.replica_id {0:?} is held by another live replica: give every replica its own \
+         id (two replicas counted as one would each take too large a share)"
+    )]
+    DuplicateReplica(String),
 }
 
 /// The machine's name, as the kernel has it (no extra dependency for one file read).
@@ -114,8 +145,8 @@ impl Cluster {
     ) -> Self {
         Self {
             store,
-            // Until Redis has answered, the whole budget is this replica's (members unknown).
-            sharing: Arc::new(Sharing::new(1)),
+            // Until Redis has answered, the members are not known: assume as many as expected.
+            sharing: Arc::new(Sharing::new(settings.expected_replicas)),
             stats: ClusterStats::default(),
             tenants,
             global,
@@ -146,36 +177,63 @@ impl Cluster {
         self.stats.degraded.load(Relaxed)
     }
 
-    /// Joins the cluster: connects, announces this replica, switches to leased slices. On
-    /// failure the replica runs on its local share and the agent keeps trying.
-    pub async fn join(&self) {
+    /// Time spent on the local shares so far, by the budgets' clock.
+    pub fn degraded_seconds(&self) -> f64 {
+        self.stats.degraded_seconds(self.clock.now_ns())
+    }
+
+    /// Joins the cluster: connects, announces this replica, switches to leased slices. If
+    /// Redis cannot be reached the replica runs on its local share (1/`expected_replicas`
+    /// until members are counted) and the agent keeps trying; a replica id another live
+    /// replica holds is refused.
+    pub async fn join(&self) -> Result<(), JoinError> {
         match self.heartbeat().await {
-            Ok(()) => tracing::info!(
-                replica = %self.settings.replica_id,
-                members = self.stats.members.load(Relaxed),
-                "cluster: joined; budgets are shared through Redis"
-            ),
-            Err(e) => tracing::warn!(
-                error = %e,
-                "cluster: Redis unreachable at start; admitting from the whole budget locally \
-                 until it answers (members unknown)"
-            ),
+            Ok(m) if m.duplicate => Err(JoinError::DuplicateReplica(
+                self.settings.replica_id.clone(),
+            )),
+            Ok(_) => {
+                tracing::info!(
+                    replica = %self.settings.replica_id,
+                    members = self.stats.members.load(Relaxed),
+                    "cluster: joined; budgets are shared through Redis"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    share = format!("1/{}", self.members()),
+                    "cluster: Redis unreachable at start; admitting from a local share of \
+                     every budget (expected_replicas, members not counted yet) until it answers"
+                );
+                Ok(())
+            }
         }
     }
 
-    async fn heartbeat(&self) -> Result<(), StoreError> {
+    async fn heartbeat(&self) -> Result<Membership, StoreError> {
         let result = async {
             self.store.connect().await?;
             self.store
-                .heartbeat(&self.settings.replica_id, self.settings.member_ttl, false)
+                .heartbeat(
+                    &self.settings.replica_id,
+                    &self.settings.instance,
+                    self.settings.member_ttl,
+                    false,
+                )
                 .await
         }
         .await;
         match result {
-            Ok(n) => {
-                self.stats.members.store(n.max(1), Relaxed);
+            Ok(m) => {
+                if m.duplicate && !self.stats.duplicate.swap(true, Relaxed) {
+                    tracing::error!(replica = %self.settings.replica_id,
+                        "cluster: another live replica holds this replica_id; counting it and \
+                         this one apart — give every replica its own id");
+                }
+                self.stats.members.store(m.members.max(1), Relaxed);
                 self.recover();
-                Ok(())
+                Ok(m)
             }
             Err(e) => {
                 self.degrade(&e);
@@ -184,16 +242,22 @@ impl Cluster {
         }
     }
 
+    /// The members last counted, or as many as expected before any were.
     fn members(&self) -> u32 {
-        self.stats.members.load(Relaxed).max(1)
+        match self.stats.members.load(Relaxed) {
+            0 => self.settings.expected_replicas,
+            n => n,
+        }
     }
 
     /// Redis failed: every bucket admits from its local share until it answers again.
     fn degrade(&self, error: &StoreError) {
         self.stats.count_error(error.kind());
         let n = self.members();
-        self.sharing.set(Mode::Share(n));
+        let now = self.clock.now_ns();
+        self.sharing.set(Mode::Share(n), now);
         if !self.stats.degraded.swap(true, Relaxed) {
+            self.stats.degraded_since(now);
             tracing::warn!(
                 error = %error,
                 share = format!("1/{n}"),
@@ -204,8 +268,10 @@ impl Cluster {
     }
 
     fn recover(&self) {
-        self.sharing.set(Mode::Leased);
+        let now = self.clock.now_ns();
+        self.sharing.set(Mode::Leased, now);
         if self.stats.degraded.swap(false, Relaxed) {
+            self.stats.recovered(now);
             tracing::info!("cluster: Redis answers again; budgets are shared again");
         }
     }
@@ -514,7 +580,12 @@ impl Cluster {
         }
         let _ = self
             .store
-            .heartbeat(&self.settings.replica_id, self.settings.member_ttl, true)
+            .heartbeat(
+                &self.settings.replica_id,
+                &self.settings.instance,
+                self.settings.member_ttl,
+                true,
+            )
             .await;
     }
 }

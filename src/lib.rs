@@ -172,7 +172,7 @@ pub async fn run(
     tasks.0.push(state.lag.start().abort_handle());
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
-        cluster.join().await;
+        cluster.join().await?;
         tasks.0.push(cluster.start().abort_handle());
     }
     if let Some(path) = options.config_path {

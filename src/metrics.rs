@@ -539,6 +539,22 @@ impl LiveCollector {
             G,
             &gauge(u64::from(cluster.is_degraded())),
         )?;
+        family(
+            encoder,
+            "cluster_local_share",
+            "Time this replica spent admitting from its local shares (the cluster bound grows by rate / members for it)",
+            Some(&Unit::Seconds),
+            C,
+            &[(Vec::new(), ConstCounter::new(cluster.degraded_seconds()))],
+        )?;
+        family(
+            encoder,
+            "cluster_degradations",
+            "Times this replica went to its local shares (Redis unreachable or slow)",
+            None,
+            C,
+            &[(Vec::new(), ConstCounter::new(s.degradations.load(Relaxed)))],
+        )?;
         let registry = self.tenants.load();
         let mut held = Vec::new();
         for t in registry.tenants() {

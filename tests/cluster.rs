@@ -164,17 +164,65 @@ async fn members_are_counted_from_heartbeats_and_lapse() {
     let s = store(&prefix("members"), &clock);
     s.connect().await.expect("redis");
     let ttl = Duration::from_millis(2000);
-    assert_eq!(s.heartbeat("a", ttl, false).await.expect("hb"), 1);
-    assert_eq!(s.heartbeat("b", ttl, false).await.expect("hb"), 2);
+    let beat = |id: &'static str, leave: bool| {
+        let s = &s;
+        async move {
+            let m = s.heartbeat(id, id, ttl, leave).await.expect("hb");
+            assert!(!m.duplicate);
+            m.members
+        }
+    };
+    assert_eq!(beat("a", false).await, 1);
+    assert_eq!(beat("b", false).await, 2);
     clock.advance_ms(1500);
-    assert_eq!(s.heartbeat("b", ttl, false).await.expect("hb"), 2);
+    assert_eq!(beat("b", false).await, 2);
     clock.advance_ms(600);
+    assert_eq!(beat("b", false).await, 1, "a lapsed");
+    assert_eq!(beat("b", true).await, 0, "b left");
+}
+
+/// Two processes configured with one replica id would be counted as one member, and each
+/// take too large a share: the second is told so and changes nothing; once the first has
+/// lapsed (or left), the id is free again.
+#[tokio::test]
+async fn a_replica_id_held_by_another_live_process_is_refused() {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let s = store(&prefix("duplicate"), &clock);
+    s.connect().await.expect("redis");
+    let ttl = Duration::from_millis(2000);
+    let first = s
+        .heartbeat("gw-a", "process-1", ttl, false)
+        .await
+        .expect("hb");
+    assert_eq!((first.members, first.duplicate), (1, false));
+    let second = s
+        .heartbeat("gw-a", "process-2", ttl, false)
+        .await
+        .expect("hb");
     assert_eq!(
-        s.heartbeat("b", ttl, false).await.expect("hb"),
-        1,
-        "a lapsed"
+        (second.members, second.duplicate),
+        (2, true),
+        "counted apart"
     );
-    assert_eq!(s.heartbeat("b", ttl, true).await.expect("hb"), 0, "b left");
+    let left = s
+        .heartbeat("gw-a", "process-2", ttl, true)
+        .await
+        .expect("hb");
+    assert_eq!(
+        left.members, 1,
+        "the impostor cannot take the first one out"
+    );
+    clock.advance_ms(2500);
+    let later = s
+        .heartbeat("gw-a", "process-2", ttl, false)
+        .await
+        .expect("hb");
+    assert_eq!(
+        (later.members, later.duplicate),
+        (1, false),
+        "free once lapsed"
+    );
 }
 
 /// A cluster member's configuration: tenant "acme" on `test.*`, Redis at `url` under `prefix`.
@@ -666,4 +714,161 @@ async fn a_stream_far_over_its_budget_makes_at_most_one_lease_call_per_chunk() {
         "{calls} lease calls for {CHUNKS} chunks of 100 records"
     );
     gw.shutdown().await;
+}
+
+/// Replicas that cannot reach Redis when they start do not know how many they are: each takes
+/// 1/`expected_replicas` of the budget, never the whole of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_started_while_redis_is_down_take_the_expected_share() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut redis = OwnRedis::start();
+    let url = redis.url();
+    redis.kill();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("down-at-start");
+    let two = |cfg: &mut Config| {
+        limited(cfg);
+        cfg.cluster.expected_replicas = 2;
+    };
+    let a = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &url, &p, two),
+        clock.clone(),
+    )
+    .await;
+    let b = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &url, &p, two),
+        clock.clone(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
+    let totals = run_steps(&clock, &http, &urls, 50, STEP_MS).await;
+    let total: u64 = totals.iter().sum();
+    let secs = 50.0 * STEP_MS as f64 / 1000.0;
+    // Two shares of burst / 2 + rate / 2 × T: the budget once, not twice.
+    let bound = BURST as f64 + RATE as f64 * secs;
+    assert!(
+        total as f64 <= bound,
+        "{total} admitted in {secs} s against {bound}"
+    );
+    assert!(
+        total as f64 >= 0.9 * RATE as f64 * secs,
+        "kept serving: {total}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A second process started with a replica id a live replica holds is refused at start-up,
+/// with a clear error, instead of being counted as the same member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_with_a_live_replicas_id_does_not_start() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("same-id");
+    let same = |cfg: &mut Config| cfg.cluster.replica_id = Some("gw-same".into());
+    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, same);
+    let a = Gateway::start_clustered(cfg.clone(), clock.clone()).await;
+    wait_for_metric(&a, "floodgate_cluster_members", 1.0, Duration::from_secs(5)).await;
+    let listeners = floodgate::Listeners {
+        produce: tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+        admin: tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+    };
+    let mut options = floodgate::RunOptions::new(clock.clone());
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options.cluster_clock = Some(clock.clone());
+    let started = tokio::time::timeout(
+        Duration::from_secs(10),
+        floodgate::run(cfg, listeners, options, std::future::pending()),
+    )
+    .await
+    .expect("start-up ends");
+    let error = started.expect_err("refused").to_string();
+    assert!(
+        error.contains("gw-same") && error.contains("another live replica"),
+        "{error}"
+    );
+    a.shutdown().await;
+}
+
+/// Redis paused again and again (`CLIENT PAUSE`, the flapping case): every stall sends the
+/// replicas to their local shares, which carry on from one stall to the next instead of
+/// starting full, so the whole run stays within the stated bound — burst × (1 + ε) + rate × T
+/// plus rate / N for the time each replica spent on its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares() {
+    const RATE_F: u64 = 100;
+    const BURST_F: u64 = 1000;
+    let kafka = mock_cluster(&[TOPIC]);
+    let redis = OwnRedis::start();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("flapping");
+    let flappy = |cfg: &mut Config| {
+        cfg.tenants[0].records_per_sec = Some(RATE_F);
+        cfg.tenants[0].records_burst = Some(BURST_F);
+        cfg.cluster.heartbeat_ms = 100;
+        cfg.cluster.member_ttl_ms = 60_000;
+        cfg.cluster.expected_replicas = 2;
+    };
+    let a = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis.url(), &p, flappy),
+        clock.clone(),
+    )
+    .await;
+    let b = Gateway::start_clustered(
+        member(&kafka.bootstrap_servers(), &redis.url(), &p, flappy),
+        clock.clone(),
+    )
+    .await;
+    for gw in [&a, &b] {
+        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
+    }
+    let port = redis.port;
+    let pauser = tokio::task::spawn_blocking(move || {
+        for _ in 0..8 {
+            std::thread::sleep(Duration::from_millis(400));
+            let paused = std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "CLIENT", "PAUSE", "300", "ALL"])
+                .output()
+                .expect("redis-cli");
+            assert!(paused.status.success());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let http = reqwest::Client::new();
+    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
+    let (mut total, mut steps) = (0u64, 0u64);
+    while !pauser.is_finished() || steps < 300 {
+        clock.advance_ms(STEP_MS);
+        steps += 1;
+        total += hammer(&http, &urls).await.iter().sum::<u64>();
+    }
+    pauser.await.expect("pauser");
+    // What each replica says it spent on its shares, by the same stepped clock.
+    let (mut shared, mut stalls) = (0.0, 0.0);
+    for gw in [&a, &b] {
+        shared += metric(gw, "floodgate_cluster_local_share_seconds_total")
+            .await
+            .unwrap_or(0.0);
+        stalls += metric(gw, "floodgate_cluster_degradations_total")
+            .await
+            .unwrap_or(0.0);
+    }
+    let secs = (steps * STEP_MS) as f64 / 1000.0;
+    let bound = BURST_F as f64 * 1.25 + RATE_F as f64 * secs + (RATE_F as f64 / 2.0) * shared;
+    eprintln!(
+        "{total} admitted in {secs} s ({stalls} stalls, {shared:.2} s on shares); bound {bound}"
+    );
+    assert!(stalls >= 4.0, "the stalls were noticed: {stalls}");
+    assert!(total as f64 <= bound, "{total} > {bound}");
+    a.shutdown().await;
+    b.shutdown().await;
 }

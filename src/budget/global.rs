@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
-use super::slice::{share_of, Mode, Sharing, Slice};
+use super::slice::{share_entry, share_of, Mode, ShareLevel, Sharing, Slice};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -65,7 +65,9 @@ fn effective(spec: BudgetSpec, source: &Source) -> BudgetSpec {
 pub struct GlobalBudget {
     current: ArcSwap<Generation>,
     /// Serialises budget changes (never taken by admissions).
-    changing: Mutex<()>,
+    /// One switch or budget change at a time; it also guards the local share as the last
+    /// outage left it (cluster mode).
+    changing: Mutex<Option<ShareLevel>>,
     /// Whether tenants are shown these buckets (their RateLimit fields).
     visible: AtomicBool,
 }
@@ -87,7 +89,7 @@ impl GlobalBudget {
                 source: Source::Own,
                 tats: AtomicU128::new(0),
             }),
-            changing: Mutex::new(()),
+            changing: Mutex::new(None),
             visible: AtomicBool::new(true),
         }
     }
@@ -183,7 +185,7 @@ impl GlobalBudget {
         if self.current.load().source.epoch() == Some(epoch) {
             return;
         }
-        let _one_change_at_a_time = self
+        let mut carried = self
             .changing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -200,14 +202,24 @@ impl GlobalBudget {
             Mode::Share(n) => Source::Share { epoch, n },
         };
         let new = effective(old.spec, &source);
-        let tats = if matches!(old.source, Source::Share { .. }) && matches!(mode, Mode::Share(_)) {
-            let from = old.effective();
-            pack(
+        let from = old.effective();
+        // As a tenant's buckets do (`TenantBuckets::align`): a share carries on from the last
+        // outage plus the slice given up; only the very first one, at start-up, is full.
+        let tats = match (&old.source, mode) {
+            (Source::Share { .. }, Mode::Share(_)) => pack(
                 retarget_tat(&from.records, &new.records, r, now_ns),
                 retarget_tat(&from.bytes, &new.bytes, b, now_ns),
-            )
-        } else {
-            0 // full
+            ),
+            (Source::Leased { slice, .. }, Mode::Share(_)) => {
+                let (r, b) = share_entry(&new, carried.as_ref(), slice.drain(), now_ns);
+                pack(r, b)
+            }
+            (Source::Share { .. }, Mode::Leased) => {
+                let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
+                *carried = Some(ShareLevel::left((r, b), from, ended));
+                0
+            }
+            _ => 0, // full
         };
         self.current.store(Arc::new(Generation {
             spec: old.spec,
@@ -305,6 +317,35 @@ mod tests {
         let (r, b) = g.view(0);
         assert_eq!(r.map(|v| v.available), Some(2));
         assert!(b.is_none());
+    }
+
+    #[test]
+    fn a_global_share_carries_across_stalls_instead_of_starting_full() {
+        use crate::budget::{Mode, Sharing};
+        const S: u64 = 1_000_000_000;
+        let g = budget(100, 1_000_000);
+        let sharing = Sharing::new(2);
+        sharing.set(Mode::Leased, 0);
+        g.align(&sharing, 0);
+        g.slice().expect("leased").credit(5, 500, 1);
+        let available = |now| g.view(now).0.map_or(0, |v| v.available);
+        let mut now = S;
+        sharing.set(Mode::Share(2), now);
+        g.align(&sharing, now);
+        assert_eq!(available(now), 5, "what the slice held, not burst / 2");
+        g.take(now, Charge::new(5, 0)).expect("fits");
+        sharing.set(Mode::Leased, now);
+        g.align(&sharing, now);
+        now += 10 * S;
+        sharing.set(Mode::Share(2), now);
+        g.align(&sharing, now);
+        assert_eq!(
+            available(now),
+            0,
+            "ten seconds of leased mode refilled nothing"
+        );
+        now += S / 10;
+        assert_eq!(available(now), 5, "the share's own rate, 50/s");
     }
 
     #[test]

@@ -269,6 +269,9 @@ pub enum Mode {
 #[derive(Debug)]
 pub struct Sharing {
     word: AtomicU64,
+    /// When the mode last switched (clock nanoseconds): a share's time ends there, whenever
+    /// each bucket notices.
+    switched_at_ns: AtomicU64,
 }
 
 impl Sharing {
@@ -276,6 +279,7 @@ impl Sharing {
     pub fn new(members: u32) -> Self {
         Self {
             word: AtomicU64::new(u64::from(members.max(1))),
+            switched_at_ns: AtomicU64::new(0),
         }
     }
 
@@ -294,19 +298,88 @@ impl Sharing {
         )
     }
 
-    /// Switches every bucket to `mode` (they follow at their next admission).
-    pub fn set(&self, mode: Mode) {
+    /// Switches every bucket to `mode` at `now_ns` (they follow at their next admission).
+    pub fn set(&self, mode: Mode, now_ns: u64) {
         let code = match mode {
             Mode::Leased => 0,
             Mode::Share(n) => n.max(1),
         };
-        let _ = self
+        let switched = self
             .word
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
                 let (epoch, old) = ((word >> 32) as u32, word as u32);
                 (old != code).then(|| (u64::from(epoch.wrapping_add(1)) << 32) | u64::from(code))
             });
+        if switched.is_ok() {
+            self.switched_at_ns.store(now_ns, Ordering::Release);
+        }
     }
+
+    /// When the mode last switched (0: never).
+    pub fn switched_at_ns(&self) -> u64 {
+        self.switched_at_ns.load(Ordering::Acquire)
+    }
+}
+
+/// What a bucket remembers of its local share while it spends leased slices: the share's TATs
+/// and spec when the last outage ended, and when it ended. The next outage starts from there —
+/// with nothing refilled while slices were spent — so a cluster whose Redis flaps gets one
+/// share's burst in all, not one per stall.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareLevel {
+    tats: (u64, u64),
+    spec: BudgetSpec,
+    left_at_ns: u64,
+}
+
+impl ShareLevel {
+    /// The share as it stood when leased mode came back at `now_ns`.
+    pub fn left(tats: (u64, u64), spec: BudgetSpec, now_ns: u64) -> Self {
+        Self {
+            tats,
+            spec,
+            left_at_ns: now_ns,
+        }
+    }
+}
+
+/// The TATs a local share (`share`) starts from at `now_ns` on leaving leased mode: the level
+/// the last outage ended with (none refilled since), or nothing on a first outage, plus the
+/// unspent tokens of the slice given up (`given`: the cluster granted them to this replica),
+/// within the share's burst. Never a fresh full burst.
+pub fn share_entry(
+    share: &BudgetSpec,
+    carried: Option<&ShareLevel>,
+    given: (u64, u64),
+    now_ns: u64,
+) -> (u64, u64) {
+    let dim = |new: Option<RateSpec>, old: Option<(Option<RateSpec>, u64)>, extra: u64| {
+        let Some(new) = new else { return 0 };
+        let kept = match old {
+            Some((Some(old), tat)) => {
+                let left_at = carried.map_or(now_ns, |c| c.left_at_ns);
+                // Time in leased mode does not refill the share: move its TAT on by as much.
+                let paused = old.ticks_at(now_ns).saturating_sub(old.ticks_at(left_at));
+                old.available(tat.saturating_add(paused), now_ns)
+                    .min(new.burst)
+            }
+            _ => 0,
+        };
+        let level = kept.saturating_add(extra).min(new.burst);
+        new.ticks_at(now_ns) + (new.burst - level)
+    };
+    (
+        dim(
+            share.records,
+            carried.map(|c| (c.spec.records, c.tats.0)),
+            given.0,
+        ),
+        dim(
+            share.bytes,
+            carried.map(|c| (c.spec.bytes, c.tats.1)),
+            given.1,
+        ),
+    )
 }
 
 /// `spec` divided among `n` members: each gets rate / n and burst / n (at least 1 each).
@@ -415,11 +488,11 @@ mod tests {
     fn every_mode_switch_moves_the_epoch_and_a_repeat_does_not() {
         let sharing = Sharing::new(3);
         assert_eq!(sharing.current(), (0, Mode::Share(3)));
-        sharing.set(Mode::Leased);
+        sharing.set(Mode::Leased, 0);
         assert_eq!(sharing.current(), (1, Mode::Leased));
-        sharing.set(Mode::Leased);
+        sharing.set(Mode::Leased, 0);
         assert_eq!(sharing.current(), (1, Mode::Leased));
-        sharing.set(Mode::Share(2));
+        sharing.set(Mode::Share(2), 0);
         assert_eq!(sharing.current(), (2, Mode::Share(2)));
     }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::slice::{share_of, Mode, Sharing, Slice};
+use super::slice::{share_entry, share_of, Mode, ShareLevel, Sharing, Slice};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -27,6 +27,8 @@ pub struct TenantBuckets {
     /// (records TAT, bytes TAT), in each bucket's own ticks, under the effective spec.
     tats: (u64, u64),
     source: Source,
+    /// The local share as the last outage left it (cluster mode).
+    carried: Option<ShareLevel>,
 }
 
 /// What a successful check would charge; commit it to charge the request.
@@ -46,6 +48,7 @@ impl TenantBuckets {
             spec,
             tats: (0, 0),
             source: Source::Own,
+            carried: None,
         }
     }
 
@@ -69,19 +72,20 @@ impl TenantBuckets {
         }
     }
 
-    /// Follows the cluster's mode if it changed since the last admission. Returns the slice
-    /// given up when leaving leased mode (its tokens are the cluster's).
-    pub fn align(&mut self, sharing: &Sharing, now_ns: u64) -> Option<Arc<Slice>> {
+    /// Follows the cluster's mode if it changed since the last admission. Leaving leased mode,
+    /// the local share starts from where the last outage left it plus the unspent tokens of
+    /// the slice given up (taken out of it, so they are never given back to Redis too); at
+    /// start-up, before Redis has ever answered, from a full share.
+    pub fn align(&mut self, sharing: &Sharing, now_ns: u64) {
         let (epoch, mode) = sharing.current();
         let current = match &self.source {
             Source::Own => None,
             Source::Leased { epoch, .. } | Source::Share { epoch, .. } => Some(*epoch),
         };
         if current == Some(epoch) {
-            return None;
+            return;
         }
         let old_effective = self.effective();
-        let was_share = matches!(self.source, Source::Share { .. });
         let previous = std::mem::replace(
             &mut self.source,
             match mode {
@@ -92,25 +96,27 @@ impl TenantBuckets {
                 Mode::Share(n) => Source::Share { epoch, n },
             },
         );
-        if let Mode::Share(_) = mode {
-            let new = self.effective();
-            self.tats = if was_share {
-                (
+        let new = self.effective();
+        match (previous, mode) {
+            (Source::Share { .. }, Mode::Share(_)) => {
+                self.tats = (
                     retarget_tat(&old_effective.records, &new.records, self.tats.0, now_ns),
                     retarget_tat(&old_effective.bytes, &new.bytes, self.tats.1, now_ns),
-                )
-            } else {
-                // A share starts full: the outage's extra burst is part of the stated bound.
-                (0, 0)
-            };
-        }
-        match previous {
-            Source::Leased { slice, .. } => Some(slice),
-            _ => None,
+                );
+            }
+            (Source::Leased { slice, .. }, Mode::Share(_)) => {
+                self.tats = share_entry(&new, self.carried.as_ref(), slice.drain(), now_ns);
+            }
+            // Start-up: members not counted yet, the share is the conservative one.
+            (Source::Own, Mode::Share(_)) => self.tats = (0, 0),
+            (Source::Share { .. }, Mode::Leased) => {
+                let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
+                self.carried = Some(ShareLevel::left(self.tats, old_effective, ended));
+            }
+            (_, Mode::Leased) => {}
         }
     }
 
-    /// Would the request fit? Charges nothing until [`TenantBuckets::commit`].
     pub fn check(&self, now_ns: u64, charge: Charge) -> Result<PendingCharge, Short> {
         match &self.source {
             Source::Leased { slice, .. } => match slice.missing(&self.spec, charge) {
@@ -164,5 +170,89 @@ impl TenantBuckets {
             spec.records.map(|s| s.view(self.tats.0, now_ns)),
             spec.bytes.map(|s| s.view(self.tats.1, now_ns)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::RateSpec;
+
+    const S: u64 = 1_000_000_000;
+
+    fn spec() -> BudgetSpec {
+        BudgetSpec {
+            records: Some(RateSpec {
+                per_sec: 100,
+                burst: 100,
+            }),
+            bytes: None,
+        }
+    }
+
+    fn available(b: &TenantBuckets, now: u64) -> u64 {
+        b.view(now).0.map_or(0, |v| v.available)
+    }
+
+    /// Takes everything the buckets hold now; how much that was.
+    fn spend_all(b: &mut TenantBuckets, now: u64) -> u64 {
+        let n = available(b, now);
+        if n > 0 {
+            let charge = b.check(now, Charge::new(n, 0)).expect("available");
+            b.commit(charge);
+        }
+        n
+    }
+
+    #[test]
+    fn a_share_starts_from_the_slice_given_up_and_stalls_do_not_refill_it() {
+        let sharing = Sharing::new(2);
+        let mut b = TenantBuckets::new(spec());
+        sharing.set(Mode::Leased, 0);
+        b.align(&sharing, 0);
+        let slice = b.slice().expect("leased").clone();
+        slice.credit(10, 0, 1);
+        // Redis stalls: the share (50/s, burst 50) starts from the slice's 10, not 50.
+        let mut now = S;
+        sharing.set(Mode::Share(2), now);
+        b.align(&sharing, now);
+        assert_eq!(available(&b, now), 10);
+        assert_eq!(
+            slice.held(),
+            (0, 0),
+            "taken out of the slice: never given back too"
+        );
+        let mut admitted = spend_all(&mut b, now);
+        let mut shared_for = 0;
+        // Eight short stalls of 100 ms, two seconds of leased mode between each.
+        for _ in 0..8 {
+            now += S / 10;
+            shared_for += S / 10;
+            admitted += spend_all(&mut b, now);
+            sharing.set(Mode::Leased, now);
+            // The bucket notices a second later: the share's time still ended at the switch.
+            now += S;
+            b.align(&sharing, now);
+            now += S;
+            sharing.set(Mode::Share(2), now);
+            b.align(&sharing, now);
+            admitted += spend_all(&mut b, now);
+        }
+        // What the slice held, plus the share's rate over the time spent on it; a fresh share
+        // per stall would have been 8 x 50 more.
+        let bound = 10 + 50 * shared_for / S;
+        assert!(admitted <= bound, "{admitted} > {bound}");
+        assert!(
+            admitted >= bound - 1,
+            "the share's own rate is served: {admitted}"
+        );
+    }
+
+    #[test]
+    fn at_start_up_before_redis_answers_the_share_is_the_expected_one_and_full() {
+        let sharing = Sharing::new(4);
+        let mut b = TenantBuckets::new(spec());
+        b.align(&sharing, 0);
+        assert_eq!(available(&b, 0), 25, "burst / expected_replicas");
     }
 }

@@ -26,6 +26,15 @@ pub struct Grant {
     pub wait: Option<Duration>,
 }
 
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Membership {
+    /// Live members, this one included.
+    pub members: u32,
+    /// This replica's id is held by another live process: its heartbeat changed nothing.
+    pub duplicate: bool,
+}
+
 /// How many tokens to ask for in each dimension.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Ask {
@@ -226,14 +235,36 @@ impl RedisStore {
     }
 
     /// Announces this replica (or takes it out) and returns how many are live.
-    pub async fn heartbeat(&self, id: &str, ttl: Duration, leave: bool) -> Result<u32, StoreError> {
-        let mut invocation = self.members.key(self.members_key());
+    /// Announces replica `id`, held by this process (`instance`), or takes it out; counts the
+    /// live members by distinct id.
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        instance: &str,
+        ttl: Duration,
+        leave: bool,
+    ) -> Result<Membership, StoreError> {
+        let members = self.members_key();
+        let mut invocation = self.members.key(&members);
         invocation
+            .key(format!("{members}:instances"))
             .arg(self.now_arg())
             .arg(id)
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
-            .arg(if leave { "1" } else { "0" });
+            .arg(if leave { "1" } else { "0" })
+            .arg(instance);
         let n: i64 = self.run(&invocation).await?;
-        Ok(u32::try_from(n.max(0)).unwrap_or(u32::MAX))
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(if n < 0 {
+            Membership {
+                members: count(-n),
+                duplicate: true,
+            }
+        } else {
+            Membership {
+                members: count(n),
+                duplicate: false,
+            }
+        })
     }
 }

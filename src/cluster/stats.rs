@@ -67,6 +67,13 @@ pub struct ClusterStats {
     redis_errors: [AtomicU64; ERROR_KINDS.len()],
     pub members: AtomicU32,
     pub degraded: AtomicBool,
+    /// Another live replica holds this replica's id (logged once).
+    pub duplicate: AtomicBool,
+    /// Times this replica went to its local shares, the clock reading when the current spell
+    /// began, and the time spent on them before it (clock nanoseconds).
+    pub degradations: AtomicU64,
+    degraded_since_ns: AtomicU64,
+    degraded_ns: AtomicU64,
 }
 
 impl Default for ClusterStats {
@@ -82,11 +89,37 @@ impl Default for ClusterStats {
             redis_errors: Default::default(),
             members: AtomicU32::new(0),
             degraded: AtomicBool::new(false),
+            duplicate: AtomicBool::new(false),
+            degradations: AtomicU64::new(0),
+            degraded_since_ns: AtomicU64::new(0),
+            degraded_ns: AtomicU64::new(0),
         }
     }
 }
 
 impl ClusterStats {
+    /// A spell on the local shares began at `now_ns`.
+    pub fn degraded_since(&self, now_ns: u64) {
+        self.degradations.fetch_add(1, Relaxed);
+        self.degraded_since_ns.store(now_ns, Relaxed);
+    }
+
+    /// The spell ended at `now_ns`.
+    pub fn recovered(&self, now_ns: u64) {
+        let since = self.degraded_since_ns.load(Relaxed);
+        self.degraded_ns
+            .fetch_add(now_ns.saturating_sub(since), Relaxed);
+    }
+
+    /// Time spent on the local shares so far, the current spell included (seconds).
+    pub fn degraded_seconds(&self, now_ns: u64) -> f64 {
+        let mut ns = self.degraded_ns.load(Relaxed);
+        if self.degraded.load(Relaxed) {
+            ns += now_ns.saturating_sub(self.degraded_since_ns.load(Relaxed));
+        }
+        ns as f64 / 1e9
+    }
+
     pub fn count_lease(&self, scope: Scope, outcome: LeaseOutcome) {
         self.lease_calls[scope as usize][outcome as usize].fetch_add(1, Relaxed);
     }
