@@ -17,12 +17,20 @@ pub struct Record<'a> {
     pub timestamp_ms: Option<i64>,
 }
 
+/// What every record costs in the bytes budgets and the buffer besides its key, value and
+/// headers, as Kafka's own record format does: an empty record is 7 bytes there (its length,
+/// attributes, timestamp and offset deltas, key and value lengths, header count), rounded up.
+/// Without it a record with no key, value or headers would cost nothing, and a bytes-only
+/// budget would admit any number of them.
+pub const RECORD_OVERHEAD_BYTES: u64 = 8;
+
 impl Record<'_> {
-    /// What the record costs in budgets and buffer: key, value, header names and values.
+    /// What the record costs in budgets and buffer: key, value, header names and values, and
+    /// [`RECORD_OVERHEAD_BYTES`].
     pub fn size(&self) -> u64 {
         let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
         let value = self.value.as_ref().map_or(0, |v| v.len());
-        (self.key.as_ref().map_or(0, |k| k.len()) + value + headers) as u64
+        (self.key.as_ref().map_or(0, |k| k.len()) + value + headers) as u64 + RECORD_OVERHEAD_BYTES
     }
 
     /// A record that owns its bytes, for work that outlives the request body.
@@ -76,7 +84,15 @@ mod tests {
             headers: vec![(Cow::Borrowed("h"), Cow::Borrowed(b"12"))],
             ..Record::default()
         };
-        assert_eq!(r.size(), 8);
-        assert_eq!(Charge::of(&[r.clone(), r]), Charge::new(2, 16));
+        assert_eq!(r.size(), 8 + RECORD_OVERHEAD_BYTES);
+        assert_eq!(
+            Charge::of(&[r.clone(), r]),
+            Charge::new(2, 2 * (8 + RECORD_OVERHEAD_BYTES))
+        );
+        assert_eq!(
+            Record::default().size(),
+            RECORD_OVERHEAD_BYTES,
+            "an empty record still costs"
+        );
     }
 }

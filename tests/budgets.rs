@@ -96,8 +96,9 @@ async fn bytes_and_global_budgets_refuse_with_their_own_reasons() {
         "{a}"
     );
     // Refused before the body is read, so the declared length is what must fit: the body is
-    // 626 bytes, 398 are left, 228 bytes at 1000/s is 228 ms.
-    assert_eq!(a["retry_after_ms"], 228);
+    // 626 bytes, 390 are left (602 value bytes and 8 of record overhead were charged), 236
+    // bytes at 1000/s is 236 ms.
+    assert_eq!(a["retry_after_ms"], 236);
     assert!(h["ratelimit-policy"]
         .to_str()
         .unwrap_or("")
@@ -285,5 +286,34 @@ async fn the_global_buckets_can_be_hidden_from_tenants() {
         .to_str()
         .unwrap_or_default()
         .contains("global-records"));
+    gw.shutdown().await;
+}
+
+/// A record with no key, value or headers still costs its record overhead, so a bytes-only
+/// budget cannot be flooded with empty records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_records_are_charged_their_overhead() {
+    let (_cluster, gw) = gateway_on_mock("test.empty", Time::Manual, |cfg| {
+        cfg.tenants[0].bytes_per_sec = Some(100);
+        cfg.tenants[0].bytes_burst = Some(100);
+    })
+    .await;
+    let url = gw.url("test.empty");
+    let empty =
+        |n: usize| json!({"records": (0..n).map(|_| json!({"value": null})).collect::<Vec<_>>()});
+    let (s, _, a) = post_json(&url, KEY, &empty(10_000)).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (413, Some("exceeds_burst")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&url, KEY, &empty(12)).await;
+    assert_eq!(s, 200, "12 x 8 bytes fit in 100: {a}");
+    let (s, _, a) = post_json(&url, KEY, &empty(1)).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_bytes")),
+        "{a}"
+    );
     gw.shutdown().await;
 }

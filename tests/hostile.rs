@@ -437,3 +437,38 @@ async fn no_key_may_write_an_internal_topic_whatever_its_patterns() {
         "nothing reached the registry topic: {got:?}"
     );
 }
+
+/// With `check_cluster_id`, a wrong cluster id is a 404 that names the cluster served — said
+/// only to a client that authenticated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_id_is_disclosed_only_after_authentication() {
+    let (_cluster, gw) = gateway_on_mock("test.cid", Time::Manual, |cfg| {
+        cfg.compat.cluster_id = Some("lkc-secret-id".into());
+        cfg.compat.check_cluster_id = true;
+    })
+    .await;
+    let base = format!("http://{}", gw.addr);
+    for path in [
+        "/v3/clusters/wrong/topics/test.cid/records",
+        "/v3/clusters/wrong/topics/test.cid/records:batch",
+    ] {
+        for (key, status) in [("nope", 401), (KEY, 404)] {
+            let r = client()
+                .post(format!("{base}{path}"))
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .expect("sent");
+            assert_eq!(r.status().as_u16(), status, "{path} with {key}");
+            let text = r.text().await.unwrap_or_default();
+            assert_eq!(
+                text.contains("lkc-secret-id"),
+                status == 404,
+                "{path}: {text}"
+            );
+        }
+    }
+    gw.shutdown().await;
+}

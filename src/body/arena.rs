@@ -208,8 +208,10 @@ impl RecordWriter<'_> {
             timestamp_ms,
         });
         arena.charge.records += 1;
-        // Everything written for the record is its key, value and header bytes.
-        arena.charge.bytes += (arena.bytes.len() - self.bytes_mark) as u64;
+        // Everything written for the record is its key, value and header bytes; every record
+        // also costs the overhead `Record::size` counts.
+        arena.charge.bytes +=
+            (arena.bytes.len() - self.bytes_mark) as u64 + crate::record::RECORD_OVERHEAD_BYTES;
         self.committed = true;
     }
 }
@@ -246,8 +248,8 @@ mod tests {
         let mut arena = RecordArena::default();
         arena.push(&a);
         arena.push(&b);
-        assert_eq!(arena.records(), vec![a.clone(), b]);
-        assert_eq!(arena.charge(), Charge::new(2, a.size()));
+        assert_eq!(arena.records(), vec![a.clone(), b.clone()]);
+        assert_eq!(arena.charge(), Charge::new(2, a.size() + b.size()));
     }
 
     #[test]

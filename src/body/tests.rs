@@ -52,14 +52,17 @@ fn base64_values_keys_and_headers_are_decoded() {
         vec![(Cow::Borrowed("h"), Cow::Owned("vé".as_bytes().to_vec()))]
     );
     assert_eq!((r.partition, r.timestamp_ms), (Some(2), Some(17)));
-    assert_eq!(r.size(), 4 + 3 + 1 + 3);
+    assert_eq!(
+        r.size(),
+        4 + 3 + 1 + 3 + crate::record::RECORD_OVERHEAD_BYTES
+    );
 }
 
 #[test]
 fn a_null_value_is_a_kafka_null_an_absent_one_an_error() {
     let r = &json(r#"{"records":[{"key":"k","value":null}]}"#).expect("valid")[0];
     assert_eq!(r.value, None);
-    assert_eq!(r.size(), 1);
+    assert_eq!(r.size(), 1 + crate::record::RECORD_OVERHEAD_BYTES);
 }
 
 #[test]

@@ -140,10 +140,24 @@ pub async fn get_cluster(
     )
 }
 
-/// The answer to a request naming another cluster, when the operator asked for the check.
-fn other_cluster(app: &AppState, requested: &str) -> Option<Response> {
+/// The answer to a request naming another cluster, when the operator asked for the check —
+/// given only to an authenticated client (the 404 names the cluster this gateway serves).
+fn other_cluster(
+    app: &AppState,
+    parts: &axum::http::request::Parts,
+    requested: &str,
+) -> Option<Response> {
     let id = cluster_id(app);
-    (app.compat.check_cluster_id && requested != id).then(|| unknown_cluster(requested, &id))
+    if !app.compat.check_cluster_id || requested == id {
+        return None;
+    }
+    if let Err(e) = app
+        .ingest
+        .authenticate(super::v1::peer(parts), &parts.headers)
+    {
+        return Some(error(&e));
+    }
+    Some(unknown_cluster(requested, &id))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -161,10 +175,10 @@ pub async fn produce_batch(
     Path((cluster, topic)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Some(response) = other_cluster(&app, &cluster) {
+    let (parts, body) = request.into_parts();
+    if let Some(response) = other_cluster(&app, &parts, &cluster) {
         return response;
     }
-    let (parts, body) = request.into_parts();
     let parser = V3Record::batch();
     let max = app.compat.batch_max_entries;
     let format = if is_json(&parts.headers) {

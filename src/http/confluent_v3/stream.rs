@@ -35,10 +35,10 @@ pub async fn produce_records(
     Path((cluster, topic)): Path<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Some(response) = other_cluster(&app, &cluster) {
+    let (parts, body) = request.into_parts();
+    if let Some(response) = other_cluster(&app, &parts, &cluster) {
         return response;
     }
-    let (parts, body) = request.into_parts();
     let parser = if is_json(&parts.headers) {
         Ok(V3Record::default())
     } else {
