@@ -57,6 +57,9 @@ pub struct LeaseNeed {
     /// What the tenant's slice lacks for it, and the global slice.
     pub tenant: Option<Missing>,
     pub global: Option<Missing>,
+    /// The tokens may come in part: records admitted one by one (a stream's group) take what
+    /// there is, where a request admitted whole needs all of it or nothing.
+    pub partial: bool,
 }
 
 impl LeaseNeed {
@@ -235,6 +238,7 @@ impl Admission {
                     charge,
                     tenant: None,
                     global: Some(m),
+                    partial: false,
                 }),
             })?;
             state.buckets.commit(pending.tenant);
@@ -246,6 +250,47 @@ impl Admission {
         })();
         let view = self.view_locked(&state.buckets, now);
         (decision, view)
+    }
+
+    /// Cluster mode: what the slices lack for `charge` — as much of it as the buckets can ever
+    /// hold — so a caller about to admit many records one by one (a stream's group) asks
+    /// Redis once for all of them. `None` when they have enough, when nothing would be
+    /// admitted anyway (a refusal that no lease changes), or outside cluster mode.
+    pub fn lease_need(
+        &self,
+        tenant: &Tenant,
+        topic: Option<&Topic>,
+        charge: Charge,
+    ) -> Option<LeaseNeed> {
+        self.sharing.as_ref()?;
+        let now = self.clock.now_ns();
+        let mut state = tenant.admission_state();
+        self.align(&mut state.buckets, now);
+        self.follow_plan(tenant, &mut state, now);
+        self.follow_lag(tenant, &mut state, topic, now, 0);
+        let cap = |n: u64, burst: Option<u64>| burst.map_or(n, |b| n.min(b));
+        let (spec, global) = (state.buckets.spec(), self.global.spec());
+        let burst = |s: Option<crate::budget::RateSpec>| s.map(|s| s.burst);
+        let charge = Charge::new(
+            cap(
+                cap(charge.records, burst(spec.records)),
+                burst(global.records),
+            ),
+            cap(cap(charge.bytes, burst(spec.bytes)), burst(global.bytes)),
+        );
+        // A tenant the cluster's last known level says is empty even for one record would be
+        // refused by Redis too: no call (a stream far over its budget costs Redis nothing).
+        let one = Charge::new(1, 1);
+        if state.buckets.estimate(now, one).is_err() || self.global.estimate(now, one).is_err() {
+            return None;
+        }
+        match self.plan(tenant, &state, topic, now, charge) {
+            Err(Blocked::Lease(need)) => Some(LeaseNeed {
+                partial: true,
+                ..need
+            }),
+            _ => None,
+        }
     }
 
     /// Would `charge` be admitted now? Everything [`Admission::admit`] checks, nothing charged.
@@ -327,6 +372,7 @@ impl Admission {
             charge,
             tenant: pending.as_ref().err().and_then(lease_of),
             global: global.as_ref().err().and_then(lease_of),
+            partial: false,
         };
         if need.any() {
             if !self.buffer.has_room(charge) {

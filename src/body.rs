@@ -240,6 +240,11 @@ impl<P: ParseRecord> Decoder<P> {
         self.arena.len()
     }
 
+    /// Whether a record has begun and not ended yet.
+    pub fn in_record(&self) -> bool {
+        self.scanner.open_record().is_some()
+    }
+
     /// The record parser (a stateful one, such as v3's, is asked what it saw).
     pub fn parser(&self) -> &P {
         &self.parser
@@ -300,6 +305,7 @@ impl<P: ParseRecord> Decoder<P> {
             total: &mut self.total,
             limit: self.limited.then_some(self.bounds.max_records_per_request),
             lines,
+            max_text: self.max_record_text,
         };
         (&mut self.scanner, take)
     }
@@ -316,6 +322,8 @@ struct Take<'d, P> {
     /// The request-level record limit, if it applies.
     limit: Option<usize>,
     lines: bool,
+    /// A stream's bound on one record's text.
+    max_text: Option<usize>,
 }
 
 impl<P: ParseRecord> Take<'_, P> {
@@ -361,6 +369,12 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
             return Ok(());
         }
         self.count()?;
+        if let Some(max) = self.max_text.filter(|max| text.len() > *max) {
+            return Err(BodyError::RecordTooLarge(format!(
+                "{}: the record is longer than {max} bytes",
+                self.at(line)
+            )));
+        }
         match self.parser.decode(text, self.bounds, self.arena) {
             Ok(()) => {
                 *self.total += 1;
@@ -379,6 +393,10 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
     }
 
     fn record_at(&mut self, rest: &[u8], _line: usize) -> Result<Option<usize>, BodyError> {
+        if self.max_text.is_some() {
+            // A bounded record's text is measured whole: the scanner finds its end.
+            return Ok(None);
+        }
         self.count()?;
         let Some(len) = self.parser.decode_prefix(rest, self.bounds, self.arena) else {
             return Ok(None);

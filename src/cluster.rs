@@ -505,7 +505,7 @@ impl Cluster {
                 return Ok(()); // another request's lease brought enough
             }
             let key = self.store.tenant_key(tenant.id.as_str());
-            let (records, bytes) = asks(&slice, &spec, missing);
+            let (records, bytes) = asks(&slice, &spec, missing, need.partial);
             match self
                 .lease(Scope::Tenant, &key, &spec, records, bytes, &slice)
                 .await
@@ -535,7 +535,7 @@ impl Cluster {
             if slice.missing(&spec, need.charge).is_none() {
                 return Ok(());
             }
-            let (records, bytes) = asks(&slice, &spec, missing);
+            let (records, bytes) = asks(&slice, &spec, missing, need.partial);
             let key = self.store.global_key();
             if let Ok(Some((wait, dimension))) = self
                 .lease(Scope::Global, &key, &spec, records, bytes, &slice)
@@ -591,13 +591,16 @@ impl Cluster {
 }
 
 /// What to ask for: at least what is missing, and enough to leave the slice at its target.
-fn asks(slice: &Slice, spec: &BudgetSpec, missing: Missing) -> (Ask, Ask) {
+/// What to ask for: at least what is missing (or, `partial`, at least one token of what is
+/// missing: records admitted one by one take what there is), and enough to leave the slice at
+/// its target.
+fn asks(slice: &Slice, spec: &BudgetSpec, missing: Missing, partial: bool) -> (Ask, Ask) {
     let (target_r, target_b) = slice.target();
-    let ask = |limited: bool, min: u64, target: u64| {
+    let ask = |limited: bool, missing: u64, target: u64| {
         if limited {
             Ask {
-                want: min.saturating_add(target.max(1)),
-                min,
+                want: missing.saturating_add(target.max(1)),
+                min: if partial { missing.min(1) } else { missing },
             }
         } else {
             Ask::default()

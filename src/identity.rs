@@ -108,8 +108,43 @@ impl Topic {
 }
 
 /// The topics a tenant may write, as glob patterns.
+///
+/// Most patterns are a plain name (`events.demo`) or a prefix (`events.acme.*`); those are kept
+/// as the text they match — a few dozen bytes — rather than as a compiled glob, which costs
+/// about half a kilobyte per pattern and would be most of an idle tenant's memory at 100,000
+/// tenants. Anything else is a `glob::Pattern`; every form matches exactly what the glob does.
 #[derive(Debug, Clone)]
-pub struct TopicPatterns(Vec<glob::Pattern>);
+pub struct TopicPatterns(Vec<TopicPattern>);
+
+#[derive(Debug, Clone)]
+enum TopicPattern {
+    /// No wildcard: the topic itself.
+    Exact(Box<str>),
+    /// One `*`, at the end: every topic that starts with this.
+    Prefix(Box<str>),
+    Glob(Box<glob::Pattern>),
+}
+
+impl TopicPattern {
+    fn parse(text: &str) -> Result<Self, String> {
+        // Validated as a glob first: errors and their wording are glob's.
+        let glob = glob::Pattern::new(text).map_err(|e| e.to_string())?;
+        let wild = |c: char| matches!(c, '*' | '?' | '[' | ']');
+        Ok(match text.strip_suffix('*') {
+            _ if !text.contains(wild) => Self::Exact(text.into()),
+            Some(prefix) if !prefix.contains(wild) => Self::Prefix(prefix.into()),
+            _ => Self::Glob(Box::new(glob)),
+        })
+    }
+
+    fn matches(&self, topic: &str) -> bool {
+        match self {
+            Self::Exact(t) => &**t == topic,
+            Self::Prefix(p) => topic.starts_with(&**p),
+            Self::Glob(g) => g.matches(topic),
+        }
+    }
+}
 
 impl TopicPatterns {
     /// The patterns, or the index of the first invalid one and why.
@@ -117,7 +152,7 @@ impl TopicPatterns {
         patterns
             .iter()
             .enumerate()
-            .map(|(i, p)| glob::Pattern::new(p).map_err(|e| (i, e.to_string())))
+            .map(|(i, p)| TopicPattern::parse(p).map_err(|e| (i, e)))
             .collect::<Result<Vec<_>, _>>()
             .map(Self)
     }
@@ -144,7 +179,7 @@ impl InternalTopics {
     pub fn new(registry: &str, listed: &[String]) -> Self {
         let listed = listed
             .iter()
-            .filter_map(|p| glob::Pattern::new(p).ok())
+            .filter_map(|p| TopicPattern::parse(p).ok())
             .collect();
         Self {
             registry: registry.to_string(),
@@ -162,6 +197,58 @@ impl InternalTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The compact forms match exactly what the glob they stand for matches.
+    #[test]
+    fn compact_patterns_match_what_the_glob_matches() {
+        let patterns = [
+            "events.demo",
+            "events.*",
+            "*",
+            "ev*nts",
+            "events.?",
+            "[ab]x.*",
+            "a*b*",
+            "x.*.y",
+            "events.demo*",
+            "*demo",
+            "",
+        ];
+        let topics = [
+            "events.demo",
+            "events.demo.audit",
+            "events.",
+            "events.x",
+            "events",
+            "ax.1",
+            "bx.",
+            "cx.1",
+            "ab",
+            "aXbY",
+            "x.1.y",
+            "x..y",
+            "demo",
+            "evnts",
+            "e",
+            "events.demox",
+        ];
+        for p in patterns {
+            let glob = glob::Pattern::new(p).expect("valid");
+            let compact = TopicPattern::parse(p).expect("valid");
+            for t in topics {
+                assert_eq!(compact.matches(t), glob.matches(t), "{p:?} on {t:?}");
+            }
+        }
+        assert!(matches!(
+            TopicPattern::parse("events.demo"),
+            Ok(TopicPattern::Exact(_))
+        ));
+        assert!(matches!(
+            TopicPattern::parse("events.*"),
+            Ok(TopicPattern::Prefix(_))
+        ));
+        assert!(TopicPattern::parse("events.[").is_err());
+    }
 
     #[test]
     fn internal_topics_are_kafkas_the_registry_and_the_list() {

@@ -408,6 +408,11 @@ impl RegistryStore {
         self.state.lock().await.clone()
     }
 
+    /// Reads the state in place (no copy of every tenant, as a snapshot makes).
+    pub async fn read<T>(&self, read: impl FnOnce(&RegistryState) -> T) -> T {
+        read(&*self.state.lock().await)
+    }
+
     /// Applies a re-read configuration file (SIGHUP): what changed in the file since it was
     /// last applied (see [`state`]'s ownership rules).
     pub async fn apply_file(&self, config: &Config) -> Result<FileChanges, ChangeError> {

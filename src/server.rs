@@ -11,8 +11,11 @@
 //!   (one whose length is not known when its head is sent) keeps its connection busy for as
 //!   long as it streams;
 //! - how long a streamed answer may go on: a handler may attach a [`StreamDeadline`] to it,
-//!   which it moves on as the stream makes progress; a connection with an answer past its
-//!   deadline is closed like an idle one (a client that stops reading cannot keep it open);
+//!   which it moves on as the stream makes progress; an HTTP/1 connection whose answer is past
+//!   its deadline is closed at once (a client that stops reading cannot keep it open, and
+//!   waiting for the answer to finish would wait for exactly what is stuck). HTTP/2 streams are
+//!   left to flow control: closing the connection would cut the healthy streams beside a
+//!   stalled one, and a stalled stream holds only what its handler bounds (its body hold);
 //! - how large a request head may be, and how many HTTP/2 streams a connection may open at once
 //!   and how much unread body data it may buffer (flow-control windows).
 //!
@@ -209,8 +212,10 @@ struct Activity {
     idle_since_ns: AtomicU64,
     /// Requests served so far.
     served: AtomicU64,
-    /// Deadlines of the streamed answers in flight (gone when their body is dropped).
+    /// Deadlines of the streamed answers in flight (gone when their body is dropped), for
+    /// HTTP/1 connections only.
     deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
+    http1: bool,
 }
 
 impl Activity {
@@ -233,6 +238,9 @@ impl Activity {
     }
 
     fn watch_deadline(&self, deadline: &StreamDeadline) {
+        if !self.http1 {
+            return;
+        }
         let mut deadlines = self
             .deadlines
             .lock()
@@ -342,6 +350,7 @@ async fn drive<I>(
         idle_since_ns: AtomicU64::new(0),
         served: AtomicU64::new(0),
         deadlines: std::sync::Mutex::default(),
+        http1: protocol == Protocol::Http1,
     });
     let tracker = activity.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -417,15 +426,19 @@ impl Watch<'_> {
             let _ = self.stop.wait_for(|stop| *stop).await;
         };
         tokio::pin!(stopping);
-        // Phase 1: serve until idle too long or told to stop.
+        // Phase 1: serve until idle too long or told to stop; a stalled streamed answer ends
+        // the connection at once.
         loop {
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
                 () = tokio::time::sleep(check) => {
                     let now = Instant::now();
+                    if self.activity.stream_overdue(now) {
+                        return;
+                    }
                     let deadline = self.activity.idle_deadline(self.first, self.idle);
-                    if deadline.is_some_and(|d| now >= d) || self.activity.stream_overdue(now) {
+                    if deadline.is_some_and(|d| now >= d) {
                         break;
                     }
                 }

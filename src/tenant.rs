@@ -264,3 +264,20 @@ mod tests {
         assert_eq!(records.map(|v| v.spec.burst), Some(10));
     }
 }
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn print_sizes() {
+        use std::mem::size_of;
+        eprintln!("Tenant {}", size_of::<super::Tenant>());
+        eprintln!("AdmissionState {}", size_of::<super::AdmissionState>());
+        eprintln!("TenantStats {}", size_of::<super::TenantStats>());
+        eprintln!(
+            "TenantBuckets {}",
+            size_of::<crate::budget::TenantBuckets>()
+        );
+        eprintln!("AdaptiveBucket {}", size_of::<super::AdaptiveBucket>());
+        eprintln!("TenantConfig {}", size_of::<crate::config::TenantConfig>());
+        eprintln!("TenantUsage {}", size_of::<crate::buffer::TenantUsage>());
+    }
+}

@@ -398,3 +398,113 @@ async fn a_failed_save_changes_nothing() {
     }
     gw.shutdown().await;
 }
+
+/// Paging through the tenants by cursor lists every tenant that exists throughout exactly
+/// once, while others are created and deleted between pages; a prefix narrows the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
+    let cluster = cluster();
+    let mut cfg = config(&cluster.bootstrap_servers());
+    for i in 0..200 {
+        cfg.tenants.push(tenant(
+            &format!("t{i:03}"),
+            &format!("key-{i}"),
+            &["test.*"],
+        ));
+    }
+    let gw = Gateway::start_manual(cfg).await;
+    let t = Some(ADMIN_TOKEN);
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut deleted = Vec::new();
+    let mut page = 0;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/admin/tenants?limit=30&after={a}"),
+            None => "/admin/tenants?limit=30".into(),
+        };
+        let (s, body) = admin(&gw, Method::GET, &path, None, t).await;
+        assert_eq!(s, 200, "{body}");
+        let ids: Vec<String> = body["tenants"]
+            .as_array()
+            .expect("tenants")
+            .iter()
+            .filter_map(|v| v["id"].as_str().map(String::from))
+            .collect();
+        assert!(ids.len() <= 30);
+        seen.extend(ids);
+        // Between pages: one tenant already listed and one not yet listed go away, and new
+        // ones appear before and after the cursor.
+        page += 1;
+        for id in [
+            format!("t{:03}", page * 7),
+            format!("t{:03}", 199 - page * 5),
+        ] {
+            let (s, _) = admin(
+                &gw,
+                Method::DELETE,
+                &format!("/admin/tenants/{id}"),
+                None,
+                t,
+            )
+            .await;
+            if s == 204 {
+                deleted.push(id);
+            }
+        }
+        for id in [format!("a-new-{page}"), format!("z-new-{page}")] {
+            let (s, b) = admin(
+                &gw,
+                Method::PUT,
+                &format!("/admin/tenants/{id}"),
+                Some(json!({"topics": ["test.*"]})),
+                t,
+            )
+            .await;
+            assert_eq!(s, 201, "{b}");
+        }
+        match body["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no tenant twice");
+    for i in 0..200 {
+        let id = format!("t{i:03}");
+        if !deleted.contains(&id) {
+            assert!(seen.contains(&id), "{id} existed throughout and was listed");
+        }
+    }
+    let (s, body) = admin(
+        &gw,
+        Method::GET,
+        "/admin/tenants?prefix=t19&limit=1000",
+        None,
+        t,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let ids: Vec<&str> = body["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .filter_map(|v| v["id"].as_str())
+        .collect();
+    assert!(
+        !ids.is_empty() && ids.iter().all(|id| id.starts_with("t19")),
+        "{ids:?}"
+    );
+    assert_eq!(body["next"], serde_json::Value::Null);
+    for bad in ["limit=0", "limit=1001", "limit=x", "colour=red"] {
+        let (s, body) = admin(&gw, Method::GET, &format!("/admin/tenants?{bad}"), None, t).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (422, Some("invalid_field")),
+            "{bad}: {body}"
+        );
+    }
+    gw.shutdown().await;
+}

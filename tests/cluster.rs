@@ -872,3 +872,53 @@ async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares(
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A stream within its budget is served as a `/v1` request would be: the slices lack tokens
+/// for a whole group of records, and one lease call gets them for all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_within_its_budget_is_admitted_whole_in_cluster_mode() {
+    use std::io::Write as _;
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("stream-in-budget");
+    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(1000);
+        cfg.tenants[0].records_burst = Some(2000);
+    });
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let addr = gw.addr;
+    let record = json!({"value": {"type": "STRING", "data": "x"}}).to_string();
+    let (mut stream, mut reader) =
+        common::v3::open_stream(addr, &format!("/v3/clusters/c/topics/{TOPIC}/records"));
+    let mut reports = tokio::task::spawn_blocking(move || {
+        assert_eq!(common::v3::read_head(&mut reader), 200);
+        common::v3::ReportReader::new(reader)
+    });
+    common::v3::write_chunk(&mut stream, record.repeat(1000).as_bytes()).expect("write");
+    let mut codes = Vec::new();
+    let mut reader = (&mut reports).await.expect("head");
+    let take = |reader: common::v3::ReportReader<_>, n: usize| {
+        tokio::task::spawn_blocking(move || {
+            let mut reader = reader;
+            let got: Vec<serde_json::Value> = (0..n).filter_map(|_| reader.next()).collect();
+            (reader, got)
+        })
+    };
+    let (r, got) = take(reader, 1000).await.expect("reports");
+    reader = r;
+    codes.extend(got.iter().map(|g| g["error_code"].as_i64().unwrap_or(0)));
+    for _ in 0..5 {
+        clock.advance_ms(200);
+        common::v3::write_chunk(&mut stream, record.repeat(200).as_bytes()).expect("write");
+        let (r, got) = take(reader, 200).await.expect("reports");
+        reader = r;
+        codes.extend(got.iter().map(|g| g["error_code"].as_i64().unwrap_or(0)));
+    }
+    stream.write_all(b"0\r\n\r\n").expect("end");
+    assert_eq!(codes.len(), 2000);
+    let refused = codes.iter().filter(|c| **c != 200).count();
+    assert_eq!(refused, 0, "every record within the budget is written");
+    drop(reader);
+    gw.shutdown().await;
+}

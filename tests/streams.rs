@@ -175,8 +175,9 @@ async fn an_active_stream_outlives_three_connection_idle_timeouts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_client_stops_reading_is_closed_once_its_deadline_passes() {
     let (_cluster, gw) = gateway_on_mock("test.deaf", Time::Real, |cfg| {
-        cfg.server.idle_timeout_ms = 500;
-        cfg.server.header_read_timeout_ms = 500;
+        // Long connection timeouts: a stalled stream must not wait for them.
+        cfg.server.idle_timeout_ms = 20_000;
+        cfg.server.header_read_timeout_ms = 20_000;
         cfg.compat.stream_idle_timeout_ms = 500;
         cfg.compat.stream_max_unsettled = 8;
         cfg.kafka.delivery_timeout_ms = 1_000;
@@ -208,8 +209,9 @@ async fn a_stream_whose_client_stops_reading_is_closed_once_its_deadline_passes(
     })
     .await
     .expect("client");
-    // Idle 0.5 s + delivery 1 s of grace, then the connection's own 0.5 s: well under 20 s.
-    assert!(closed_after < Duration::from_secs(15), "{closed_after:?}");
+    // Closed 1.5 s (idle 0.5 s + delivery 1 s) after the stream last made progress, not after
+    // the connection's own 20 s.
+    assert!(closed_after < Duration::from_secs(10), "{closed_after:?}");
     // The gateway still serves.
     let (s, _, a) = post_json(
         &gw.url("test.deaf"),
@@ -218,5 +220,165 @@ async fn a_stream_whose_client_stops_reading_is_closed_once_its_deadline_passes(
     )
     .await;
     assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
+
+/// A stream that ends early (a bad record) while its client is still sending: the client
+/// still reads every report — the 200 of each record written and the error — instead of a
+/// connection reset that would throw the unread ones away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ended_while_its_client_still_sends_delivers_every_report() {
+    let (cluster, gw) = gateway_on_mock("test.ended", Time::Real, |_| {}).await;
+    let addr = gw.addr;
+    for trial in 0..3 {
+        let (reports, sent) = tokio::task::spawn_blocking(move || {
+            let (mut stream, mut reader) =
+                open_stream(addr, "/v3/clusters/c/topics/test.ended/records");
+            let writer = std::thread::spawn(move || {
+                let mut sent = 0;
+                for i in 0..20 {
+                    let chunk: Vec<u8> = (0..50)
+                        .flat_map(|j| record(trial * 10_000 + i * 50 + j))
+                        .collect();
+                    write_chunk(&mut stream, &chunk).expect("write");
+                    sent += 50;
+                }
+                let _ = write_chunk(&mut stream, br#"{"value": {"type": "BINARY", "data": 7}}"#);
+                // Keeps sending after the bad record, as a fast client does.
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(3) {
+                    if write_chunk(&mut stream, &record(999_999)).is_err() {
+                        break;
+                    }
+                }
+                sent
+            });
+            assert_eq!(read_head(&mut reader), 200);
+            let mut reports = ReportReader::new(reader);
+            let mut out = Vec::new();
+            while let Some(r) = reports.next() {
+                out.push(r);
+                // Reads at its own pace.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            (out, writer.join().expect("writer"))
+        })
+        .await
+        .expect("client");
+        let written = reports.iter().filter(|r| r["error_code"] == 200).count();
+        assert_eq!(written, sent, "trial {trial}: a 200 for every good record");
+        assert_eq!(
+            reports.last().and_then(|r| r["error_code"].as_i64()),
+            Some(422),
+            "trial {trial}: the error ends the reports"
+        );
+    }
+    assert_eq!(written_count(&cluster, "test.ended").await, 3000);
+    gw.shutdown().await;
+}
+
+async fn written_count(cluster: &Cluster, topic: &str) -> usize {
+    let (b, t) = (cluster.bootstrap_servers(), topic.to_string());
+    tokio::task::spawn_blocking(move || read_back(&b, &t, 1, 3000).len())
+        .await
+        .expect("reader")
+}
+
+/// On HTTP/2 a stream whose client stops reading is left to flow control: the healthy stream
+/// beside it on the same connection keeps going, past the stalled one's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_stream_does_not_cut_the_healthy_stream_beside_it() {
+    let (_cluster, gw) = gateway_on_mock("test.h2", Time::Real, |cfg| {
+        cfg.server.idle_timeout_ms = 2_000;
+        cfg.server.header_read_timeout_ms = 2_000;
+        cfg.compat.stream_idle_timeout_ms = 1_000;
+        cfg.kafka.delivery_timeout_ms = 1_000;
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(gw.addr)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(512)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = || {
+        axum::http::Request::post(format!(
+            "http://{}/v3/clusters/c/topics/test.h2/records",
+            gw.addr
+        ))
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .body(())
+        .expect("request")
+    };
+    // A: sends records, never reads (its window of 512 bytes fills with reports).
+    let (stalled, mut a) = client.send_request(request(), false).expect("stream a");
+    for i in 0..50 {
+        a.send_data(bytes::Bytes::from(record(i)), false)
+            .expect("send a");
+    }
+    let _stalled = stalled.await.expect("a's head");
+    // B: a record every 100 ms for 5 s — past A's deadline (1 s + 1 s) — reading each report.
+    let mut client = client.ready().await.expect("ready");
+    let (response, mut b) = client.send_request(request(), false).expect("stream b");
+    b.send_data(bytes::Bytes::from(record(0)), false)
+        .expect("send b");
+    let mut body = response.await.expect("b's head").into_body();
+    let mut reports = 0;
+    let started = Instant::now();
+    let mut sent = 1;
+    while started.elapsed() < Duration::from_secs(5) {
+        let chunk = tokio::time::timeout(Duration::from_secs(3), body.data())
+            .await
+            .expect("b keeps getting reports")
+            .expect("b's body goes on")
+            .expect("data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        reports += chunk.windows(2).filter(|w| w == b"\r\n").count();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.send_data(bytes::Bytes::from(record(sent)), false)
+            .expect("send b");
+        sent += 1;
+    }
+    assert!(reports >= 40, "{reports} reports on b");
+    gw.shutdown().await;
+}
+
+/// A stream's answer is decided by its first data: white space only (nothing else will come)
+/// is "no records", and a Content-Length beyond `max_body_bytes` is no reason to refuse a
+/// stream whose records are each within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_white_space_has_no_records_and_a_long_one_is_not_too_large() {
+    let (_cluster, gw) = gateway_on_mock("test.first", Time::Real, |cfg| {
+        cfg.server.max_body_bytes = 10_000;
+    })
+    .await;
+    let url = format!("http://{}/v3/clusters/c/topics/test.first/records", gw.addr);
+    let post = |body: Vec<u8>| {
+        let url = url.clone();
+        async move {
+            let r = client()
+                .post(&url)
+                .bearer_auth(KEY)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("sent");
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    let (s, text) = post(b"   \n  ".to_vec()).await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.contains("no records"), "{text}");
+    let many: Vec<u8> = (0..1000).flat_map(record).collect();
+    assert!(many.len() > 10_000);
+    let (s, text) = post(many).await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(text.matches("\"error_code\":200").count(), 1000, "{text}");
     gw.shutdown().await;
 }

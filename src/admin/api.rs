@@ -192,22 +192,99 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
 
 pub(super) type AppRef = State<Arc<AppState>>;
 
-pub async fn list_tenants(State(app): AppRef) -> Response {
-    let state = app.registry.snapshot().await;
-    let views: Vec<TenantView> = state
-        .tenants
-        .values()
-        .map(|c| view(&app, c, tenant_version(&state, &c.id)))
-        .collect();
-    Json(json!({ "tenants": views })).into_response()
+/// The query parameters of a route, decoded; a malformed query or a parameter the route does
+/// not take is a 422 naming it.
+pub(super) fn params(
+    query: Option<&str>,
+    allowed: &[&str],
+) -> Result<Vec<(String, String)>, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.unwrap_or("")).map_err(|e| ApiError::InvalidField {
+            field: "query".into(),
+            detail: format!("is not a valid query string: {e}"),
+        })?;
+    if let Some((name, _)) = pairs.iter().find(|(n, _)| !allowed.contains(&n.as_str())) {
+        return Err(ApiError::InvalidField {
+            field: name.clone(),
+            detail: format!(
+                "is not a parameter of this route (only {})",
+                allowed.join(", ")
+            ),
+        });
+    }
+    Ok(pairs)
+}
+
+/// A page of tenants: at most this many by default, and at most this many when asked.
+const PAGE_DEFAULT: usize = 100;
+const PAGE_MAX: usize = 1000;
+
+/// `GET /admin/tenants?limit=&after=&prefix=`: tenants in id order, a page at a time. `after`
+/// is the cursor (the last id of the previous page, exclusive), so every tenant that exists
+/// while a client pages through is listed exactly once, whatever is added or deleted
+/// meanwhile; `next` is the cursor of the following page, `null` on the last.
+pub async fn list_tenants(
+    State(app): AppRef,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<Response, ApiError> {
+    let (mut limit, mut after, mut prefix) = (PAGE_DEFAULT, None::<String>, String::new());
+    for (name, value) in params(query.as_deref(), &["limit", "after", "prefix"])? {
+        match name.as_str() {
+            "limit" => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=PAGE_MAX).contains(n))
+                    .ok_or_else(|| ApiError::InvalidField {
+                        field: "limit".into(),
+                        detail: format!("must be from 1 to {PAGE_MAX}, not {value:?}"),
+                    })?;
+            }
+            "after" => after = Some(value),
+            _ => prefix = value,
+        }
+    }
+    let (page, more) = app
+        .registry
+        .read(|state| {
+            use std::ops::Bound::{Excluded, Included, Unbounded};
+            let start = match &after {
+                Some(a) if a.as_str() >= prefix.as_str() => Excluded(a.clone()),
+                _ => Included(prefix.clone()),
+            };
+            let mut page: Vec<(TenantConfig, u64)> = Vec::with_capacity(limit);
+            let mut more = false;
+            for (id, config) in state.tenants.range::<String, _>((start, Unbounded)) {
+                if !id.starts_with(&prefix) {
+                    break;
+                }
+                if page.len() == limit {
+                    more = true;
+                    break;
+                }
+                page.push((config.clone(), tenant_version(state, id)));
+            }
+            (page, more)
+        })
+        .await;
+    let next = more
+        .then(|| page.last().map(|(c, _)| c.id.clone()))
+        .flatten();
+    let views: Vec<TenantView> = page.iter().map(|(c, v)| view(&app, c, *v)).collect();
+    Ok(Json(json!({ "tenants": views, "next": next })).into_response())
 }
 
 pub async fn get_tenant(State(app): AppRef, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let state = app.registry.snapshot().await;
-    let config = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
-    let version = tenant_version(&state, &id);
+    let found = app
+        .registry
+        .read(|state| {
+            let config = state.tenants.get(&id)?.clone();
+            Some((config, tenant_version(state, &id)))
+        })
+        .await;
+    let (config, version) = found.ok_or_else(|| not_found(&id))?;
     Ok(with_etag(
-        Json(view(&app, config, version)).into_response(),
+        Json(view(&app, &config, version)).into_response(),
         version,
     ))
 }

@@ -40,7 +40,7 @@ use http_body_util::BodyExt as _;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{declared_length, Api, Ingest};
+use super::{refused, Api, Ingest};
 use crate::body::{Decoder, Framing, RecordArena, RecordNotes};
 use crate::body_budget::{BodyHold, Cut};
 use crate::buffer::BufferLease;
@@ -68,13 +68,23 @@ pub const REPORT_WINDOW: usize = 16 * 1024;
 /// Held from the start for the report that ends a stream early, so that it can always be
 /// queued — even when the stream ends because the budget is spent.
 const LAST_REPORT: usize = 1024;
-/// What a stream holds from its start to its end.
-const FIXED: u64 = (REPORT_WINDOW + LAST_REPORT) as u64;
+/// Settled reports are encoded together up to this much before they become a frame.
+pub const REPORT_COALESCE: usize = 8 * 1024;
+/// The longest one report line can be (names, numbers, a detail).
+const REPORT_LINE_MAX: usize = 2 * 1024;
+/// What a stream holds from its start to its end: its report window, the frame being encoded,
+/// its last report.
+const FIXED: u64 = (REPORT_WINDOW + REPORT_COALESCE + REPORT_LINE_MAX + LAST_REPORT) as u64;
 /// Most body bytes decoded in one step: what is reserved before a step is about this times the
 /// worst case of records per byte, so the step is kept small.
 const PIECE_MAX: usize = 1024;
 /// How often an open stream checks its key and topic when no registry change came first.
 const RECHECK: Duration = Duration::from_secs(1);
+/// After a stream ends early, how long and how much of the rest of its body is read and
+/// dropped while its last reports go out, and how long after they are out.
+const LINGER_MAX: Duration = Duration::from_secs(10);
+const LINGER_BYTES: u64 = 64 * 1024 * 1024;
+const LINGER_AFTER: Duration = Duration::from_secs(1);
 /// Longest detail a per-record refusal carries (an unknown partition's).
 const REFUSAL_DETAIL_MAX: usize = 96;
 
@@ -212,9 +222,11 @@ impl Memory {
     }
 }
 
-/// What a queued entry costs: itself, and the refusal it is the first to carry.
+/// What a queued entry costs: itself, the outcome slot of its record in the batch sent to Kafka
+/// (kept until the record is reported), and the refusal it is the first to carry.
 fn cost<N>(fresh_refusal: Option<&ApiError>) -> u32 {
-    let entry = std::mem::size_of::<Queued<N>>();
+    let entry = std::mem::size_of::<Queued<N>>()
+        + std::mem::size_of::<std::sync::OnceLock<crate::kafka::Outcome>>();
     let refusal = fresh_refusal.map_or(0, |e| {
         // The Arc's counts, the error, and the text it carries.
         2 * std::mem::size_of::<usize>() + std::mem::size_of::<ApiError>() + carried_text(e)
@@ -236,6 +248,7 @@ fn carried_text(e: &ApiError) -> usize {
 /// The most `records` more queued entries can cost.
 fn cost_bound<N>(records: usize) -> usize {
     let one = std::mem::size_of::<Queued<N>>()
+        + std::mem::size_of::<std::sync::OnceLock<crate::kafka::Outcome>>()
         + 2 * std::mem::size_of::<usize>()
         + std::mem::size_of::<ApiError>()
         + REFUSAL_DETAIL_MAX;
@@ -375,7 +388,11 @@ impl Ingest {
     ) -> Result<Reports<P::Note>, ApiError> {
         let topic = self.topic(tenant, request.topic)?;
         let parser = parser?;
-        self.early_check(tenant, &topic, declared_length(request.headers))?;
+        // Could one record be admitted now? (A stream's length bounds nothing per record:
+        // its records are admitted one by one, each within `max_body_bytes`.)
+        self.admission
+            .precheck_to(tenant, Some(&topic), 1)
+            .map_err(|refusal| refused(tenant, refusal))?;
         self.check_topic(&topic, &[]).await?;
         let hold = self
             .body_budget
@@ -402,10 +419,24 @@ impl Ingest {
             rest: Bytes::new(),
         };
         let mut body = request.body;
-        // The first piece decides whether there is a stream at all: bytes that are not a
-        // record are answered as a whole-request error, as for a single record.
-        pump.rest = first_data(&mut body, self.streams.idle).await?;
-        pump.decode_piece(pump.queue.capacity())?;
+        // The first data decides whether there is a stream at all: bytes that are not a record
+        // are answered as a whole-request error, as for a single record (as far as the report
+        // queue has room for its records).
+        let first = first_data(&mut body, self.streams.idle).await?;
+        if !pump.memory.set(first.len(), 0) {
+            return Err(pump.busy());
+        }
+        pump.rest = first;
+        let room = pump.queue.capacity();
+        while !pump.rest.is_empty() && pump.decoder.decoded() < room {
+            pump.decode_piece(room)?;
+        }
+        if pump.decoder.decoded() == 0
+            && !pump.decoder.in_record()
+            && axum::body::HttpBody::is_end_stream(&body)
+        {
+            return Err(ApiError::NoRecords);
+        }
         tokio::spawn(pump.run(body));
         Ok(Reports {
             queue: reports,
@@ -467,10 +498,16 @@ type Stopped = Option<ApiError>;
 impl<P: RecordNotes + 'static> Pump<P> {
     async fn run(mut self, mut body: Body) {
         let end = self.pump(&mut body).await;
-        drop(body);
-        if let Some(error) = end {
-            self.end(error).await;
-        }
+        let Some(error) = end else {
+            return; // the body ended (or broke off): nothing more will come
+        };
+        self.end(error).await;
+        // Done with decoding: what the pump held goes back; the reports end once every queued
+        // one is out (the queue closes with the pump).
+        self.memory.set(0, 0);
+        let reports = Arc::downgrade(&self.memory);
+        drop(self);
+        linger(body, reports).await;
     }
 
     async fn pump(&mut self, body: &mut Body) -> Stopped {
@@ -563,6 +600,11 @@ impl<P: RecordNotes + 'static> Pump<P> {
     /// much room it has.
     async fn room(&mut self) -> Result<usize, Stopped> {
         if self.queue.capacity() == 0 {
+            // What has arrived may be a slice of the connection's read buffer: a copy of it
+            // (held) lets that buffer go while the client's reports are awaited.
+            if !self.rest.is_empty() {
+                self.rest = Bytes::copy_from_slice(&self.rest);
+            }
             let until = self.until();
             tokio::select! {
                 biased;
@@ -682,9 +724,22 @@ impl<P: RecordNotes + 'static> Pump<P> {
             Ok(TopicInfo::Missing) => Err(ApiError::UnknownTopic(self.topic.as_str().into())),
             Err(e) => Err(ApiError::KafkaUnavailable(e)),
         };
-        // One lease call for the whole group, at most: a stream far over its budget costs
+        // One lease call for the whole group, at most, made up front for all of it (what the
+        // slices lack for the group, taken in part if Redis has less): the group's records are
+        // then admitted one by one from the slices, and a stream far over its budget costs
         // Redis nothing per record.
         let mut leases = 1;
+        if let Some(cluster) = &ingest.cluster {
+            let group = arena.charge();
+            let need = ingest
+                .admission
+                .lease_need(&self.tenant, Some(&self.topic), group);
+            if let Some(need) = need {
+                leases = 0;
+                // A refusal here (Redis has nothing) is what each record's check then says.
+                let _ = cluster.lease_for(&self.tenant, need).await;
+            }
+        }
         let mut lease: Option<BufferLease> = None;
         let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
         let mut fates = Vec::with_capacity(records.len());
@@ -751,6 +806,31 @@ impl<P: RecordNotes + 'static> Pump<P> {
         let until = Instant::now() + self.ingest.streams.idle;
         let end = Queued::End(Arc::new(error), 0);
         let _ = tokio::time::timeout_at(until, self.queue.send(end)).await;
+    }
+}
+
+/// A stream ended early while its client may still be sending: closing on its unread bytes
+/// would reset the connection, and the client's kernel would throw away the reports it has not
+/// read yet — records written without their 200, retried, written twice. So the rest of the
+/// body is read and dropped until the reports are out (`reports` — the stream's memory, held
+/// by its reports and their frames — is gone) and a moment more for the client to read them,
+/// within [`LINGER_MAX`] and [`LINGER_BYTES`]. Nothing read here is kept or held.
+async fn linger(mut body: Body, reports: std::sync::Weak<Memory>) {
+    let started = Instant::now();
+    let mut reports_out: Option<Instant> = None;
+    let mut read = 0u64;
+    while started.elapsed() < LINGER_MAX && read < LINGER_BYTES {
+        if reports_out.is_none() && reports.strong_count() == 0 {
+            reports_out = Some(Instant::now());
+        }
+        if reports_out.is_some_and(|at| at.elapsed() >= LINGER_AFTER) {
+            return;
+        }
+        match tokio::time::timeout(Duration::from_millis(50), body.frame()).await {
+            Ok(Some(Ok(frame))) => read += frame.data_ref().map_or(0, |d| d.len() as u64),
+            Ok(_) => return, // the body ended or the client went away
+            Err(_) => {}
+        }
     }
 }
 

@@ -19,15 +19,15 @@ use tokio::sync::mpsc;
 use super::{cluster_id, error, is_json, other_cluster, JSON};
 use crate::app::AppState;
 use crate::body::confluent::{DataType, V3Record, V3Types};
-use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_WINDOW};
+use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;
 use crate::outcome::confluent::{v3_refusal, v3_report, Described};
 use crate::outcome::ApiError;
 use crate::ratelimit_headers;
 
-/// Settled reports are written together up to this much, so a chunk of records costs one
-/// write rather than one per record (within the stream's report window).
-const COALESCE_BYTES: usize = REPORT_WINDOW;
+/// Settled reports are written together up to this much (held by the stream), so a chunk of
+/// records costs one write rather than one per record.
+const COALESCE_BYTES: usize = REPORT_COALESCE;
 
 /// Produce: one record, several, or a stream, answered with one delivery report per record.
 pub async fn produce_records(

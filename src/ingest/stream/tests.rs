@@ -339,8 +339,10 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
 /// The README states what a queued report costs; keep it true.
 #[test]
 fn a_queued_report_costs_what_the_readme_says() {
-    let entry = std::mem::size_of::<Queued<V3Types>>();
-    assert!(entry <= 48, "a queued v3 report is {entry} bytes");
+    let entry = cost::<V3Types>(None);
+    eprintln!("a queued v3 report costs {entry} bytes; fixed {FIXED}");
+    assert!(entry <= 96, "a queued v3 report costs {entry} bytes");
+    assert_eq!(FIXED, 27 * 1024, "what a stream holds from start to end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,4 +355,42 @@ async fn shutdown_ends_an_open_stream_after_reporting_what_was_sent() {
     let codes = codes(reports).await;
     assert_eq!(codes, vec![200, 200, 200, 503]);
     drop(tx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_record_anywhere_in_the_first_data_is_the_whole_requests_error() {
+    let s = setup(|_| {});
+    let mut first = records(40);
+    first.extend_from_slice(br#"{"value": {"type": "BINARY", "data": 7}}"#);
+    let (_tx, opened) = open(&s.app, "acme-key", &first).await;
+    let error = opened.err().expect("refused whole");
+    assert_eq!(error.status().as_u16(), 400, "{error:?}");
+    let registry = s.app.ingest.tenants.load();
+    let acme = registry.get("acme").expect("acme");
+    assert_eq!(
+        acme.stats
+            .admitted_records
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "nothing of it was written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_ends_just_past_the_bound_is_refused_too() {
+    let s = setup(|c| c.server.max_body_bytes = 100_000);
+    let head = br#"{"value":{"type":"BINARY","data":""#;
+    let mut first = head.to_vec();
+    first.extend(std::iter::repeat_n(b'A', 99_900 - head.len()));
+    let (tx, opened) = open(&s.app, "acme-key", &first).await;
+    let mut rest = vec![b'A'; 596];
+    rest.extend_from_slice(b"\"}}");
+    tx.send(Bytes::from(rest)).await.expect("send");
+    drop(tx);
+    let codes = codes(opened.expect("stream")).await;
+    assert_eq!(
+        codes,
+        vec![413],
+        "100,500 bytes of record text against 100,000"
+    );
 }
