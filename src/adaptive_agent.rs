@@ -41,10 +41,19 @@ pub struct AdaptiveStats {
     pub limit_records: AtomicU64,
     pub limit_bytes: AtomicU64,
     decreases: [AtomicU64; 3],
+    /// Additive steps above the recovery level (probing).
     pub increases: AtomicU64,
+    /// Slow-start steps back toward the recovery level.
+    pub recoveries: AtomicU64,
+    /// f64 bits: the recovery level (fraction of the ceiling); 0 while none is known.
+    recover_to: AtomicU64,
+    /// f64 bits: seconds of healthy signals to reach it.
+    time_to_recover_s: AtomicU64,
     /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
     class_rate: [AtomicU64; 3],
     last_move: Mutex<String>,
+    /// Where the limit stands and why (`Controller::phase`, `Controller::reason`).
+    standing: Mutex<(&'static str, String)>,
 }
 
 impl AdaptiveStats {
@@ -81,6 +90,37 @@ impl AdaptiveStats {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    pub fn recover_to(&self) -> f64 {
+        Self::get_f64(&self.recover_to)
+    }
+
+    pub fn time_to_recover_s(&self) -> f64 {
+        Self::get_f64(&self.time_to_recover_s)
+    }
+
+    /// The phase (`ceiling`, `cutting`, `floor`, `dead_band`, `recovering`, `probing`,
+    /// `demand_below_limit`) and the reason in a sentence.
+    pub fn standing(&self) -> (&'static str, String) {
+        let s = self
+            .standing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (s.0, s.1.clone())
+    }
+
+    fn stand(&self, controller: &Controller) {
+        *self
+            .standing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (controller.phase(), controller.reason());
+        Self::set_f64(&self.recover_to, controller.recover_to().unwrap_or(0.0));
+        Self::set_f64(
+            &self.time_to_recover_s,
+            controller.time_to_recover_s().unwrap_or(0.0),
+        );
     }
 }
 
@@ -154,6 +194,12 @@ impl AdaptiveAgent {
             epoch: AtomicU64::new(0),
         };
         AdaptiveStats::set_f64(&agent.stats.limit_ratio, 1.0);
+        agent.stats.stand(
+            &agent
+                .controller
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         agent
     }
 
@@ -170,6 +216,7 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !settings.enabled {
             *controller = Controller::new(settings.clone());
+            self.stats.stand(&controller);
             self.plan.store(Plan {
                 active: false,
                 epoch: self.epoch.fetch_add(1, Relaxed) + 1,
@@ -275,6 +322,7 @@ impl AdaptiveAgent {
         let decision = controller.step(now, signals);
         let limit = controller.limit();
         let target = controller.target_ms();
+        self.stats.stand(&controller);
         drop(controller);
 
         // Demand per tenant over the interval, in the dimension the ceiling counts first.
@@ -372,6 +420,14 @@ impl AdaptiveAgent {
                     "adaptive limit raised"
                 );
             }
+            Move::Recover => {
+                s.recoveries.fetch_add(1, Relaxed);
+                tracing::info!(
+                    limit = format!("{:.0}%", limit * 100.0),
+                    recover_to = format!("{:.0}%", s.recover_to() * 100.0),
+                    "adaptive limit recovering: Kafka is healthy again"
+                );
+            }
             Move::Hold(_) => {}
         }
         *s.last_move
@@ -379,6 +435,7 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = match decision {
             Move::Decrease(c) => format!("decrease ({})", c.as_str()),
             Move::Increase => "increase".into(),
+            Move::Recover => "recover".into(),
             Move::Hold(why) => format!("hold ({why})"),
         };
         decision

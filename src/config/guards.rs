@@ -24,8 +24,12 @@ pub struct AdaptiveConfig {
     pub buffer_pressure: f64,
     /// The limit is multiplied by this on pressure.
     pub decrease_factor: f64,
-    /// The limit grows by this fraction of the ceiling per step when healthy and reached.
+    /// Above the recovery level (what Kafka last carried at healthy latency), the limit grows
+    /// by this fraction of the ceiling per step when healthy and reached (probing).
     pub increase_step: f64,
+    /// Below the recovery level, the limit is multiplied by this once per healthy interval
+    /// (slow start): back from the 5 % floor to the ceiling in 5 intervals at 2.0.
+    pub recovery_factor: f64,
     pub decrease_cooldown_ms: u64,
     pub increase_cooldown_ms: u64,
     /// The limit never goes below this fraction of the ceiling.
@@ -50,6 +54,7 @@ impl Default for AdaptiveConfig {
             buffer_pressure: 0.5,
             decrease_factor: 0.7,
             increase_step: 0.05,
+            recovery_factor: 2.0,
             decrease_cooldown_ms: 2000,
             increase_cooldown_ms: 1000,
             floor: 0.05,
@@ -84,6 +89,12 @@ impl AdaptiveConfig {
         fraction("decrease_factor", self.decrease_factor, &mut problems);
         fraction("increase_step", self.increase_step, &mut problems);
         fraction("floor", self.floor, &mut problems);
+        if !(self.recovery_factor > 1.0 && self.recovery_factor <= 10.0) {
+            problems.push(ConfigProblem::new(
+                "adaptive.recovery_factor",
+                "must be greater than 1 and at most 10",
+            ));
+        }
         if !(0.0..1.0).contains(&self.critical_reserve) {
             problems.push(ConfigProblem::new(
                 "adaptive.critical_reserve",
