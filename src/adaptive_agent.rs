@@ -49,6 +49,8 @@ pub struct AdaptiveStats {
     recover_to: AtomicU64,
     /// f64 bits: seconds of healthy signals to reach it.
     time_to_recover_s: AtomicU64,
+    /// The recovery level in records/s (0: unknown, or no records ceiling).
+    pub recover_to_records: AtomicU64,
     /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
     class_rate: [AtomicU64; 3],
     last_move: Mutex<String>,
@@ -110,7 +112,12 @@ impl AdaptiveStats {
         (s.0, s.1.clone())
     }
 
-    fn stand(&self, controller: &Controller) {
+    fn stand(&self, controller: &Controller, ceiling_records: Option<u64>) {
+        let level = controller.recover_to().unwrap_or(0.0);
+        self.recover_to_records.store(
+            ceiling_records.map_or(0, |c| (c as f64 * level).round() as u64),
+            Relaxed,
+        );
         *self
             .standing
             .lock()
@@ -199,6 +206,7 @@ impl AdaptiveAgent {
                 .controller
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
+            None,
         );
         agent
     }
@@ -216,7 +224,7 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !settings.enabled {
             *controller = Controller::new(settings.clone());
-            self.stats.stand(&controller);
+            self.stats.stand(&controller, None);
             self.plan.store(Plan {
                 active: false,
                 epoch: self.epoch.fetch_add(1, Relaxed) + 1,
@@ -322,7 +330,7 @@ impl AdaptiveAgent {
         let decision = controller.step(now, signals);
         let limit = controller.limit();
         let target = controller.target_ms();
-        self.stats.stand(&controller);
+        self.stats.stand(&controller, ceiling_r);
         drop(controller);
 
         // Demand per tenant over the interval, in the dimension the ceiling counts first.

@@ -166,6 +166,29 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
     );
     let low = metric(&gw, "floodgate_adaptive_limit_ratio").await;
     assert!(low < 0.5, "limit {low}");
+    // Why it is there, in the admin API: the cause, and where healthy signals take it back.
+    let (_, view) = admin(&gw, Method::GET, "/admin/adaptive", None, Some(ADMIN_TOKEN)).await;
+    // Cutting (or at the floor) while the p99 is over the target; holding while deliveries
+    // are too sparse to measure with records waiting.
+    let (phase, reason) = (
+        view["phase"].as_str().unwrap_or(""),
+        view["reason"].as_str().unwrap_or(""),
+    );
+    assert!(
+        match phase {
+            "cutting" | "floor" => reason.contains("p99 is above 200 ms"),
+            "dead_band" => reason.contains("between 100 ms and 200 ms"),
+            _ => false,
+        },
+        "{view}"
+    );
+    assert!(
+        view["recovery_level_ratio"]
+            .as_f64()
+            .is_some_and(|l| l >= 0.9),
+        "Kafka carried the whole budget before the fault: {view}"
+    );
+    assert_eq!(view["dead_band_ms"]["target"], 200.0, "{view}");
     assert!(
         worst_fill < 0.5,
         "the buffer reached {worst_fill:.2} of its capacity"
@@ -206,6 +229,8 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let recovered = fast.elapsed();
+    let (_, status) = admin(&gw, Method::GET, "/admin/status", None, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status["adaptive"]["phase"], "ceiling", "{status}");
     // Held there: sampled for three seconds after recovery.
     let held = Instant::now();
     let (before_admitted, before_refused) =

@@ -304,6 +304,9 @@ impl Controller {
 
     /// Where the limit stands, as a word for the admin API and the metrics.
     pub fn phase(&self) -> &'static str {
+        if self.limit >= 1.0 && self.pressure.is_none() {
+            return "ceiling";
+        }
         match (self.last, self.pressure) {
             (Move::Hold("ceiling"), _) => "ceiling",
             (Move::Decrease(_), _) => "cutting",
@@ -333,6 +336,10 @@ impl Controller {
             Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
         };
         let level = self.recover_to.map_or_else(|| "–".to_string(), pct);
+        if self.phase() == "ceiling" {
+            return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
+                .into();
+        }
         match (self.last, self.pressure) {
             (Move::Hold("ceiling"), _) => {
                 "at the ceiling: Kafka is healthy and the configured budgets alone decide".into()

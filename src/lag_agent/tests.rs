@@ -419,3 +419,34 @@ fn a_consumer_just_below_demand_is_capped_once_and_gets_what_it_reads() {
         status.lag
     );
 }
+
+#[test]
+fn requests_refused_by_the_cap_count_their_records_as_demand() {
+    let r = rig(&[tenant("a", 10_000, Priority::Standard)], 1);
+    r.read(0, 0);
+    r.offer("a", "orders", 10);
+    r.clock.advance_ms(1000);
+    // The consumer stopped: floor 0, every request refused.
+    r.read(5_000, 0);
+    r.read(10_000, 0);
+    r.offer("a", "orders", 10);
+    r.clock.advance_ms(1000);
+    r.read(15_000, 0);
+    assert_eq!(r.agent.statuses()[0].cap, Some(0.0));
+    let t = r.tenant("a");
+    let topic = Topic::parse("orders").expect("topic");
+    // One second of refusals: 50 refused mid-stream with 10 records read each, 50 refused
+    // before their body (counted as the tenant's typical request: one record here).
+    for _ in 0..50 {
+        r.clock.advance_ms(10);
+        assert!(r
+            .admission
+            .check_to(&t, Some(&topic), Charge::new(10, 100))
+            .is_err());
+        r.clock.advance_ms(10);
+        assert!(r.admission.precheck_to(&t, Some(&topic), 100).is_err());
+    }
+    r.read(20_000, 0);
+    let offered = r.agent.statuses()[0].offered_rate;
+    assert!((549.0..=551.0).contains(&offered), "offered {offered}/s");
+}
