@@ -127,8 +127,11 @@ function render(s) {
         (a.limit_records_per_sec > 0 ? ` · ${fmt(a.limit_records_per_sec, 0)} rec/s` : "")],
       ["phase", a.phase],
       ["why", a.reason],
+      // What Kafka last carried at healthy latency: healthy signals bring the limit back there.
       ["recovers to", a.recovery_level_ratio === null ? "–"
-        : `${fmt(a.recovery_level_ratio * 100, 0)}% in ${fmt(a.time_to_recovery_level_s)} s of healthy signals`],
+        : (a.recovery_level_records_per_sec === null ? "" : `${fmt(a.recovery_level_records_per_sec, 0)} rec/s, `) +
+          `${fmt(a.recovery_level_ratio * 100, 2)}% of the ceiling` +
+          (a.time_to_recovery_level_s > 0 ? ` · in ${fmt(a.time_to_recovery_level_s)} s of healthy signals` : " · there")],
     ]);
 
   // Consumers against producers, judged by recovery time (null: the lag is not shrinking).
