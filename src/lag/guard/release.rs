@@ -13,9 +13,10 @@
 //! - **in between**: the cap holds (a dead band, so it does not jump each reading).
 //!
 //! The cap lifts when lifting it changes nothing for the lag, shown one of two ways:
-//! - the consumers read the offered demand D with the guard's headroom (D × headroom ≤ C,
-//!   observed while they are busy) and the lag would drain within `release_fraction ×
-//!   max_recovery_s` at D; or
+//! - the consumers read the demand with the guard's headroom (P plus what the cap holds back,
+//!   D − cap, times headroom ≤ C; a caught-up consumer's C is only what it is given, so this
+//!   speaks while it is busy) and the lag would drain within `release_fraction ×
+//!   max_recovery_s` at that demand; or
 //! - the cap has admitted all that was offered for a whole `rate_window_s`, the lag stayed
 //!   caught up with room, and at the rate it grew over the window it would stay caught up for
 //!   at least `max_recovery_s / release_fraction`.
@@ -118,8 +119,11 @@ pub fn blocker(g: &LagGuardConfig, n: &Now) -> Option<Blocker> {
     if lag_over(g, n.lag, f) {
         return Some(Blocker::Lag);
     }
-    // Busy consumers show what they read: the demand fits with headroom, and drains in time.
-    let demand = n.producer.max(n.offered);
+    // Lifting the cap adds what it holds back to the log's growth (which includes producers
+    // floodgate does not see). Busy consumers show what they read: if that demand fits with
+    // headroom and the lag drains in time at it, lift.
+    let held_back = n.cap.map_or(0.0, |cap| (n.offered - cap).max(0.0));
+    let demand = n.producer + held_back;
     let drains =
         super::recovery_s(n.lag, n.consumer, demand, g.caught_up_s) <= f * g.max_recovery_s;
     if demand * g.headroom <= n.consumer && drains {

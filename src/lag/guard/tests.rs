@@ -37,9 +37,14 @@ impl Script {
 
     /// Producers offer `offered`/s through floodgate and get what the cap in force admits.
     fn follow(&mut self, guard: &mut Guard, offered: u64, c: u64) -> Phase {
+        self.follow_beside(guard, offered, 0, c)
+    }
+
+    /// [`Script::follow`], with `others`/s appended by producers floodgate does not see.
+    fn follow_beside(&mut self, guard: &mut Guard, offered: u64, others: u64, c: u64) -> Phase {
         let admitted = guard.cap().map_or(offered, |cap| (cap as u64).min(offered));
         self.offered += offered;
-        self.append(guard, admitted, c)
+        self.append(guard, admitted + others, c)
     }
 
     fn append(&mut self, guard: &mut Guard, p: u64, c: u64) -> Phase {
@@ -320,4 +325,31 @@ fn the_reason_says_what_set_the_cap_and_what_keeps_it() {
     assert_eq!(g.blocker(), Some(Blocker::Behind));
     follow(&mut g, &mut s, 60, 3_000, 6_000);
     assert_eq!(g.reason(), "consumers keep up: caught up");
+}
+
+#[test]
+fn a_lag_grown_by_producers_floodgate_does_not_see_keeps_the_guard_capped() {
+    let (mut g, mut s) = scenario();
+    // 1,000/s through floodgate (never refused: the cap is above it) and 1,000/s from
+    // elsewhere against a consumer reading 1,900/s: all floodgate's demand is admitted, yet
+    // the lag grows, so the guard does not let go (and says so).
+    let mut activations = 0;
+    for _ in 0..120 {
+        let was = g.phase();
+        if s.follow_beside(&mut g, 1_000, 1_000, 1_900) == Phase::Capping && was != Phase::Capping {
+            activations += 1;
+        }
+    }
+    assert_eq!(
+        (activations, g.phase()),
+        (1, Phase::Capping),
+        "{}",
+        g.reason()
+    );
+    assert!(
+        matches!(g.blocker(), Some(Blocker::Growing | Blocker::Behind)),
+        "{}",
+        g.reason()
+    );
+    assert!(g.reason().contains("not shrinking") || g.reason().contains("grows"));
 }
