@@ -144,9 +144,11 @@ impl AdaptiveConfig {
     }
 }
 
-/// A lag guard: while consumer group `group` would need more than `max_recovery_s` to drain
-/// its lag on `topics`, producers of those topics may add at most C / `headroom` records/s
-/// (C: the group's observed consumption rate), so the lag shrinks.
+/// A lag guard: once consumer group `group` would need more than `max_recovery_s` to drain
+/// its lag on `topics`, producers of those topics are capped — at C / `headroom` records/s
+/// while the lag is far behind (C: the group's observed consumption rate), rising with the
+/// draining lag to C — until the consumers are shown to absorb what producers offer
+/// (`lag::guard::release`).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LagGuardConfig {
@@ -161,7 +163,8 @@ pub struct LagGuardConfig {
     /// Also act when the lag exceeds this many records.
     #[serde(default)]
     pub max_lag_records: Option<u64>,
-    /// While active, producers may add at most C / headroom records/s.
+    /// While far behind, producers may add at most C / headroom records/s (the least the cap
+    /// is); the cap lifts early only when C is at least the demand times this.
     #[serde(default = "LagGuardConfig::default_headroom")]
     pub headroom: f64,
     /// How often offsets are read, in milliseconds.
@@ -170,7 +173,10 @@ pub struct LagGuardConfig {
     /// The cap when the consumers have stopped (C = 0 while the lag grows).
     #[serde(default)]
     pub floor_records_per_sec: u64,
-    /// The cap lifts once the recovery time (and the lag) is below this fraction of the limits.
+    /// While capping, the cap is the most that drains the lag within this fraction of
+    /// `max_recovery_s`; it lifts once the lag would drain in that time at the offered demand
+    /// (and the lag is under this fraction of `max_lag_records`), or once all that is offered
+    /// has been admitted for `rate_window_s` with the lag under this fraction of caught-up.
     #[serde(default = "LagGuardConfig::default_release_fraction")]
     pub release_fraction: f64,
     /// A lag the consumers read within this many seconds counts as caught up (the distance
