@@ -217,7 +217,7 @@ impl Controller {
                 } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
                 let reached = s.limit_used >= REACHED || s.refused > 0;
                 if healthy && whole {
-                    self.carried(now_ns, reached, s.limit_used);
+                    self.carried(now_ns, s.limit_used);
                 }
                 self.grow(now_ns, healthy, reached)
             }
@@ -228,8 +228,10 @@ impl Controller {
 
     /// A whole healthy interval: what it carried raises the recovery level, and a growth that
     /// has stayed healthy for a decrease cool-down is settled.
-    fn carried(&mut self, now_ns: u64, reached: bool, used: f64) {
-        let carried = if reached {
+    fn carried(&mut self, now_ns: u64, used: f64) {
+        // What was admitted, not what was refused: a refusal may be one tenant's share running
+        // out while the limit as a whole was not used.
+        let carried = if used >= REACHED {
             self.limit
         } else {
             (used * self.limit).min(self.limit)
