@@ -207,10 +207,16 @@ impl Controller {
         let decision = match cause {
             Some(cause) => self.cut(now_ns, cause),
             None => {
-                let healthy = match (p99, target) {
-                    (Some(p), Some(t)) => p < t * self.settings.healthy_fraction,
-                    // Too little delivered to measure while records wait in the buffer: a slow
-                    // broker answering in bursts, not a healthy one.
+                let healthy_below = target.map(|t| t * self.settings.healthy_fraction);
+                let healthy = match (p99, healthy_below) {
+                    (Some(p), Some(h)) => p < h,
+                    // Too few deliveries to count as pressure while records wait: the ones
+                    // there are say how the broker answers (a low limit delivers few)...
+                    (None, Some(h)) if s.buffer_fill > 0.0 => {
+                        s.deliveries > 0 && s.delivery_p99_ms.is_some_and(|p| p < h)
+                    }
+                    // ...and none at all is a slow broker answering in bursts, not a healthy one
+                    // (as is anything unmeasured before a target is known).
                     (None, _) if s.buffer_fill > 0.0 => false,
                     // Nothing waiting (idle), or no target yet: no sign of trouble.
                     (None, _) | (_, None) => true,

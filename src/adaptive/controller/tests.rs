@@ -57,6 +57,30 @@ fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
 }
 
 #[test]
+fn a_few_fast_deliveries_at_a_low_limit_are_a_sign_of_health() {
+    let (mut c, mut t) = at_the_floor();
+    // At 5 % of the ceiling an interval delivers few records, with a handful in flight: too
+    // few to count as pressure, but all fast — the broker answers well.
+    let few = |l: f64| Signals {
+        deliveries: 9,
+        delivery_p99_ms: Some(8.0),
+        buffer_fill: 0.0005,
+        ..load(1.0, l)
+    };
+    assert_eq!(run(&mut c, &mut t, 5, few), [Move::Recover; 5]);
+    // A few slow ones are no sign of health (nor, being few, of pressure).
+    let (mut c, mut t) = at_the_floor();
+    let slow_few = |l: f64| Signals {
+        delivery_p99_ms: Some(400.0),
+        ..few(l)
+    };
+    assert_eq!(
+        run(&mut c, &mut t, 3, slow_few),
+        [Move::Hold("dead_band"); 3]
+    );
+}
+
+#[test]
 fn the_limit_never_goes_below_the_floor() {
     let mut c = Controller::new(settings());
     for i in 0..40 {
