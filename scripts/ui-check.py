@@ -4,7 +4,7 @@
 Starts `floodgate dev` on loopback ports, adds a second tenant with a budget of one record a
 second, keeps both tenants sending (the second mostly refused), logs in to /ui with the admin
 token and checks the rendered page: both tenants listed, the refused one with a non-zero
-refusal rate and its reason, the buffer gauge drawn, a lag guard shown; no console errors; no request to anywhere
+refusal rate and its reason, the buffer gauge drawn, a lag guard and the adaptive limit shown; no console errors; no request to anywhere
 but the admin listener. With --screenshot FILE it also saves the page (docs/status-page.png).
 
     scripts/ui-check.py [--screenshot docs/status-page.png]
@@ -89,6 +89,9 @@ def main():
         status, body = request("PUT", admin + "/admin/lag-guards/demo-readers", token,
                                {"topics": ["events.demo"], "group": "demo-readers", "max_recovery_s": 60})
         assert status == 201, (status, body)
+        status, body = request("PUT", admin + "/admin/adaptive", token,
+                               {"enabled": True, "max_records_per_sec": 100000})
+        assert status == 200, (status, body)
 
         def traffic():
             record = {"records": [{"value": {"n": 1}}]}
@@ -136,6 +139,9 @@ def main():
             guards = driver.find_element(By.ID, "lag-guards").text
             # The group never committed: the guard says it cannot read offsets (fail open).
             assert "demo-readers" in guards and "unreadable" in guards, guards
+            # The adaptive limit says where it stands and why (a fast broker: at the ceiling).
+            adaptive = driver.find_element(By.ID, "adaptive").text
+            assert "ceiling" in adaptive and "configured budgets alone decide" in adaptive, adaptive
             # The filter box narrows the table.
             driver.find_element(By.ID, "filter").send_keys("demo")
             WebDriverWait(driver, 5).until(

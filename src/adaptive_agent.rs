@@ -16,73 +16,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::adaptive::allocation::{allocate, Demand};
-use crate::adaptive::controller::{Cause, Controller, Move, Signals};
+use crate::adaptive::controller::{Controller, Move, Signals};
 use crate::adaptive::{Plan, PlanCell};
 use crate::admission::Admission;
 use crate::budget::{BudgetSpec, Clock, RateSpec};
-use crate::config::{AdaptiveConfig, Priority};
+use crate::config::AdaptiveConfig;
 use crate::kafka::{KafkaMetrics, LatencyCounts, LATENCY_BUCKETS};
 use crate::refusal::Reason;
 use crate::tenant::Tenants;
 
+mod stats;
+pub use stats::AdaptiveStats;
+
 /// Seconds of a tenant's share its adaptive bucket holds.
 const BURST_SECS: u64 = 2;
-
-/// What the metrics and the admin API show of the agent.
-#[derive(Debug, Default)]
-pub struct AdaptiveStats {
-    /// f64 bits: the limit as a fraction of the ceiling.
-    limit_ratio: AtomicU64,
-    /// f64 bits: ms; 0 while unknown.
-    target_ms: AtomicU64,
-    p99_ms: AtomicU64,
-    pub throttle_ms: AtomicU64,
-    /// Records/s and bytes/s the limit allows now (0: not limited in that dimension).
-    pub limit_records: AtomicU64,
-    pub limit_bytes: AtomicU64,
-    decreases: [AtomicU64; 3],
-    pub increases: AtomicU64,
-    /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
-    class_rate: [AtomicU64; 3],
-    last_move: Mutex<String>,
-}
-
-impl AdaptiveStats {
-    fn set_f64(cell: &AtomicU64, v: f64) {
-        cell.store(v.to_bits(), Relaxed);
-    }
-
-    fn get_f64(cell: &AtomicU64) -> f64 {
-        f64::from_bits(cell.load(Relaxed))
-    }
-
-    pub fn limit_ratio(&self) -> f64 {
-        Self::get_f64(&self.limit_ratio)
-    }
-
-    pub fn target_ms(&self) -> f64 {
-        Self::get_f64(&self.target_ms)
-    }
-
-    pub fn p99_ms(&self) -> f64 {
-        Self::get_f64(&self.p99_ms)
-    }
-
-    pub fn decreases(&self, cause: Cause) -> u64 {
-        self.decreases[cause as usize].load(Relaxed)
-    }
-
-    pub fn class_rate(&self, class: Priority) -> f64 {
-        Self::get_f64(&self.class_rate[class as usize])
-    }
-
-    pub fn last_move(&self) -> String {
-        self.last_move
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
 
 /// Counters as they were at the last tick.
 #[derive(Debug, Default)]
@@ -154,6 +101,13 @@ impl AdaptiveAgent {
             epoch: AtomicU64::new(0),
         };
         AdaptiveStats::set_f64(&agent.stats.limit_ratio, 1.0);
+        agent.stats.stand(
+            &agent
+                .controller
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            None,
+        );
         agent
     }
 
@@ -170,6 +124,7 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !settings.enabled {
             *controller = Controller::new(settings.clone());
+            self.stats.stand(&controller, None);
             self.plan.store(Plan {
                 active: false,
                 epoch: self.epoch.fetch_add(1, Relaxed) + 1,
@@ -275,6 +230,7 @@ impl AdaptiveAgent {
         let decision = controller.step(now, signals);
         let limit = controller.limit();
         let target = controller.target_ms();
+        self.stats.stand(&controller, ceiling_r);
         drop(controller);
 
         // Demand per tenant over the interval, in the dimension the ceiling counts first.
@@ -372,6 +328,14 @@ impl AdaptiveAgent {
                     "adaptive limit raised"
                 );
             }
+            Move::Recover => {
+                s.recoveries.fetch_add(1, Relaxed);
+                tracing::info!(
+                    limit = format!("{:.0}%", limit * 100.0),
+                    recover_to = format!("{:.0}%", s.recover_to() * 100.0),
+                    "adaptive limit recovering: Kafka is healthy again"
+                );
+            }
             Move::Hold(_) => {}
         }
         *s.last_move
@@ -379,6 +343,7 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = match decision {
             Move::Decrease(c) => format!("decrease ({})", c.as_str()),
             Move::Increase => "increase".into(),
+            Move::Recover => "recover".into(),
             Move::Hold(why) => format!("hold ({why})"),
         };
         decision

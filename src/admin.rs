@@ -5,6 +5,7 @@
 //! Layer: HTTP edge, HTTP only: routes, authentication and request/response shapes. Changes go
 //! through the registry store; statuses come from the outcome room.
 
+mod adaptive;
 pub mod api;
 mod lag_guards;
 mod ui;
@@ -60,7 +61,7 @@ fn route(path: &str) -> MethodRouter<Arc<AppState>> {
         "/admin/global" => get(api::get_global).put(api::put_global),
         "/admin/audit" => get(api::audit),
         "/admin/status" => get(status),
-        "/admin/adaptive" => get(api::get_adaptive).put(api::put_adaptive),
+        "/admin/adaptive" => get(adaptive::get).put(adaptive::put),
         "/admin/lag-guards" => get(lag_guards::list),
         "/admin/lag-guards/{name}" => get(lag_guards::get_one)
             .put(lag_guards::put)
@@ -168,6 +169,7 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
 async fn status(State(app): State<Arc<AppState>>) -> Response {
     let mut snapshot = app.status.snapshot();
     snapshot.lag_guards = app.lag.statuses().iter().map(lag_guards::view).collect();
+    snapshot.adaptive = Some(adaptive::view(&app));
     axum::Json(snapshot).into_response()
 }
 

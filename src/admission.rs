@@ -315,7 +315,14 @@ impl Admission {
         self.follow_lag(tenant, &mut state, topic, now, 0);
         match self.plan(tenant, &state, topic, now, charge) {
             Ok(_nothing_charged) => {}
-            Err(Blocked::Denied(d)) => return Err(d),
+            Err(Blocked::Denied(d)) => {
+                if matches!(&d, Denial::Refused(r) if r.reason == Reason::ConsumerLag) {
+                    // Refused mid-stream by a lag guard: the records read so far are demand
+                    // its cap holds back (its release rule weighs them).
+                    self.follow_lag(tenant, &mut state, topic, now, charge.records);
+                }
+                return Err(d);
+            }
             Err(Blocked::Lease(_)) => {
                 if let Err(t) = state.buckets.estimate(now, charge) {
                     return Err(refused(tenant_reason(t), t.wait_ns));
@@ -413,9 +420,11 @@ impl Admission {
             return Err(r);
         }
         if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
-            // Refused before its records are counted: count one, so the next split knows
-            // this tenant wants to write here (the plan is already followed: nothing moves).
-            self.follow_lag(tenant, &mut state, topic, now, 1);
+            // Refused before its records are counted: count what this tenant's requests
+            // usually hold, so the next split and the guard's release rule see the demand the
+            // cap holds back (the plan is already followed: nothing moves).
+            let typical = guards::typical_records(tenant);
+            self.follow_lag(tenant, &mut state, topic, now, typical);
             tenant.stats.offered(1, 0);
             return Err(r);
         }

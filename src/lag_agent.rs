@@ -19,7 +19,7 @@ use crate::adaptive::allocation::{allocate, Demand};
 use crate::budget::Clock;
 use crate::config::LagGuardConfig;
 use crate::identity::{Topic, TopicPatterns};
-use crate::lag::guard::{Guard, Phase, Reading};
+use crate::lag::guard::{Blocker, CapBasis, Guard, Phase, Reading};
 use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
 use crate::tenant::Tenants;
 
@@ -50,9 +50,15 @@ pub struct GuardStatus {
     pub by_topic: Vec<(String, u64)>,
     pub consumer_rate: f64,
     pub producer_rate: f64,
+    /// What floodgate's producers offer to the guarded topics (all replicas), records/s.
+    pub offered_rate: f64,
     pub recovery_s: f64,
-    /// The cap over the whole cluster while capping.
+    /// The cap over the whole cluster while capping, what set it and what keeps it.
     pub cap: Option<f64>,
+    pub cap_basis: Option<CapBasis>,
+    pub release_blocked_by: Option<Blocker>,
+    /// Why the guard is where it is, in a sentence.
+    pub reason: String,
     pub last_error: Option<String>,
     /// Times it started capping, and times it let go because offsets were unreadable.
     pub activations: u64,
@@ -69,6 +75,9 @@ struct Slot {
     read_at: u64,
     /// Offered records per tenant at the last reading, for rates.
     offered: HashMap<String, u64>,
+    /// Records offered to the guarded topics by every tenant since the guard was made (the
+    /// sum of the per-tenant increments, so tenants that go do not take theirs back).
+    offered_total: u64,
     shares: HashMap<String, f64>,
     newcomer: f64,
     by_topic: Vec<(String, u64)>,
@@ -86,6 +95,7 @@ impl Slot {
             guard: Guard::new(config),
             read_at: 0,
             offered: HashMap::new(),
+            offered_total: 0,
             shares: HashMap::new(),
             newcomer: 0.0,
             by_topic: Vec::new(),
@@ -102,8 +112,12 @@ impl Slot {
             by_topic: self.by_topic.clone(),
             consumer_rate: self.guard.consumer_rate(),
             producer_rate: self.guard.producer_rate(),
+            offered_rate: self.guard.offered_rate(),
             recovery_s: self.guard.recovery_s(),
             cap: self.guard.cap(),
+            cap_basis: self.guard.basis(),
+            release_blocked_by: self.guard.blocker(),
+            reason: self.guard.reason(),
             last_error: self.guard.last_error.clone(),
             activations: self.activations,
             fail_opens: self.fail_opens,
@@ -264,6 +278,9 @@ impl LagAgent {
     fn apply(&self, slot: &mut Slot, reading: Result<OffsetReading, String>, at: u64) {
         let was = slot.guard.phase();
         let since = std::mem::replace(&mut slot.read_at, at);
+        let secs = at.saturating_sub(since) as f64 / 1e9;
+        let members = (self.members.0)().max(1);
+        let demands = self.demands(slot, if since == 0 { 0.0 } else { secs });
         let phase = match reading {
             Ok(r) => {
                 slot.by_topic = r.by_topic;
@@ -272,6 +289,8 @@ impl LagAgent {
                     end: r.end,
                     committed: r.committed,
                     lag: r.lag,
+                    offered: slot.offered_total,
+                    replicas: members,
                 })
             }
             Err(e) => {
@@ -304,14 +323,12 @@ impl LagAgent {
             }
             _ => {}
         }
-        let secs = at.saturating_sub(since) as f64 / 1e9;
-        self.split(slot, if since == 0 { 0.0 } else { secs });
+        self.split(slot, &demands, members);
     }
 
-    /// This replica's part of the cap, split by what each tenant offered since the last
-    /// reading: priority classes first (batch gives way first), then by configured rate.
-    fn split(&self, slot: &mut Slot, secs: f64) {
-        let members = (self.members.0)().max(1);
+    /// What each tenant offered to the guarded topics since the last reading, per second (the
+    /// ones that offered anything); adds it all to the guard's total.
+    fn demands(&self, slot: &mut Slot, secs: f64) -> Vec<Demand> {
         let secs = secs.max(1e-3);
         let registry = self.tenants.load();
         let mut offered = HashMap::new();
@@ -324,7 +341,9 @@ impl LagAgent {
             let id = t.id.as_str().to_string();
             // A bucket first seen now was created since the last reading: all it counted is new.
             let before = slot.offered.get(&id).copied().unwrap_or(0);
-            let rate = b.offered.saturating_sub(before) as f64 / secs;
+            let new = b.offered.saturating_sub(before);
+            slot.offered_total = slot.offered_total.saturating_add(new);
+            let rate = new as f64 / secs;
             offered.insert(id.clone(), b.offered);
             if rate > 0.0 {
                 let weight = state
@@ -341,10 +360,16 @@ impl LagAgent {
             }
         }
         slot.offered = offered;
+        demands
+    }
+
+    /// This replica's part of the cap, split by what each tenant offered since the last
+    /// reading: priority classes first (batch gives way first), then by configured rate.
+    fn split(&self, slot: &mut Slot, demands: &[Demand], members: u32) {
         match slot.guard.cap() {
             Some(cap) => {
                 let local = cap / members as f64;
-                slot.shares = allocate(local, 0.0, &demands);
+                slot.shares = allocate(local, 0.0, demands);
                 // A tenant that did not write last interval gets a fair part as if it had.
                 slot.newcomer = local / (demands.len() + 1) as f64;
             }

@@ -649,6 +649,15 @@ impl LiveCollector {
         )?;
         family(
             encoder,
+            "adaptive_recovery_level_ratio",
+            "What Kafka last carried at healthy latency, as a fraction of the ceiling: healthy \
+             signals bring the limit back there by slow start (0 while unknown)",
+            None,
+            G,
+            &[(Vec::new(), ConstGauge::new(s.recover_to()))],
+        )?;
+        family(
+            encoder,
             "adaptive_target_delivery",
             "Delivery p99 above which Kafka counts as slow (0 while unknown)",
             Some(&Unit::Seconds),
@@ -675,6 +684,10 @@ impl LiveCollector {
         changes.push((
             vec![("direction", "increase"), ("cause", "healthy")],
             ConstCounter::new(s.increases.load(Relaxed)),
+        ));
+        changes.push((
+            vec![("direction", "increase"), ("cause", "recovery")],
+            ConstCounter::new(s.recoveries.load(Relaxed)),
         ));
         family(
             encoder,

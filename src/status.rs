@@ -148,6 +148,8 @@ pub struct Snapshot {
     pub cluster: Option<ClusterStatus>,
     /// The lag guards as `/admin/lag-guards` shows them (filled in by the admin route).
     pub lag_guards: Vec<serde_json::Value>,
+    /// The adaptive limit as `/admin/adaptive` shows it (filled in by the admin route).
+    pub adaptive: Option<serde_json::Value>,
 }
 
 fn rate(now: u64, then: u64, secs: f64) -> f64 {
@@ -342,6 +344,7 @@ impl StatusBoard {
                 lease_calls_per_sec: rate(newest.lease_calls, oldest.lease_calls, secs),
             }),
             lag_guards: Vec::new(),
+            adaptive: None,
         }
     }
 }

@@ -286,6 +286,31 @@ async fn a_slow_consumer_caps_producers_at_its_rate_over_headroom_and_the_cap_li
         series(&text, "floodgate_lag_guard_cap", "guard=\"orders\"")
     );
     assert!(capping(&text), "still capping through the window");
+    // Why, in the admin API: what set the cap, what keeps it, and the demand it holds back.
+    let (_, view) = admin(
+        &gw,
+        Method::GET,
+        "/admin/lag-guards/orders",
+        None,
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert!(
+        matches!(view["cap_basis"].as_str(), Some("drain" | "recovery")),
+        "{view}"
+    );
+    assert!(view["release_blocked_by"].is_string(), "{view}");
+    let offered = view["offered_rate"].as_f64().unwrap_or(0.0);
+    assert!(
+        (2_500.0..=3_500.0).contains(&offered),
+        "offered 3,000/s: {view}"
+    );
+    assert!(
+        view["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("capped")),
+        "{view}"
+    );
     let target = 500.0 / 1.2;
     assert!(
         (rate - target).abs() <= 0.15 * target,

@@ -247,10 +247,26 @@ fn summarize_broker(adaptive: bool, rows: &[BrokerSecond], args: &SlowBrokerArgs
     let admitted =
         slow_rows.iter().map(|r| r.admitted).sum::<f64>() / slow_rows.len().max(1) as f64;
     let refused: f64 = rows.iter().map(|r| r.refused).sum();
+    // Healthy service: the mean admitted rate from 2 s to the slow-down; back once a whole
+    // second admits 90 % of it.
+    let before: Vec<f64> = rows
+        .iter()
+        .take(args.slow_at as usize)
+        .skip(2)
+        .map(|r| r.admitted)
+        .collect();
+    let healthy = before.iter().sum::<f64>() / before.len().max(1) as f64;
+    let back = rows
+        .iter()
+        .enumerate()
+        .skip(args.fast_at.ceil() as usize)
+        .find(|(_, r)| r.admitted >= 0.9 * healthy)
+        .map(|(s, _)| s as f64 + 1.0 - args.fast_at);
     println!(
-        "adaptive {:>3}: while slow ({} ms): admitted {admitted:.0} records/s on average, peak buffer {peak_buffer:.1} %, peak delivery p99 {peak_p99:.0} ms; refused {refused:.0} requests in all",
+        "adaptive {:>3}: while slow ({} ms): admitted {admitted:.0} records/s on average, peak buffer {peak_buffer:.1} %, peak delivery p99 {peak_p99:.0} ms; refused {refused:.0} requests in all; after the broker recovered, 90 % of the healthy {healthy:.0} records/s back within {}",
         if adaptive { "on" } else { "off" },
-        args.rtt_ms
+        args.rtt_ms,
+        back.map_or("the run".to_string(), |b| format!("{b:.0} s (whole seconds)"))
     );
 }
 
@@ -278,8 +294,8 @@ async fn slow_broker_once(
     config.adaptive.interval_ms = 250;
     config.adaptive.target_delivery_ms = Some(200);
     config.adaptive.decrease_cooldown_ms = 500;
-    config.adaptive.increase_cooldown_ms = 250;
-    config.adaptive.increase_step = 0.1;
+    // Growth at its defaults (slow start x2 per interval, then 5 % per second): the recovery
+    // the scenario shows is the shipped one.
     let gw = InProcess::start(config).await?;
 
     let rtt = Arc::new(AtomicU64::new(1));
@@ -471,11 +487,24 @@ pub async fn slow_consumer(args: SlowConsumerArgs) -> Result<(), String> {
         let admitted = slow.iter().map(|r| r.admitted).sum::<f64>() / slow.len().max(1) as f64;
         let end_lag = rows.iter().map(|r| r.lag).fold(0.0, f64::max);
         let at_speed_up = rows.get(args.speed_up_at as usize).map_or(0.0, |r| r.lag);
+        // Activations: seconds that cap after one that did not.
+        let activations = rows
+            .windows(2)
+            .filter(|w| w[1].capping && !w[0].capping)
+            .count()
+            + usize::from(rows.first().is_some_and(|r| r.capping));
+        let full = rows
+            .iter()
+            .enumerate()
+            .skip(args.speed_up_at.ceil() as usize)
+            .find(|(_, r)| r.admitted >= 0.99 * r.offered && r.offered > 0.0)
+            .map(|(s, _)| s as f64 + 1.0 - args.speed_up_at);
         println!(
-            "lag guard {:>3}: from 10 s to {} s admitted {admitted:.0} records/s on average; lag at {} s {at_speed_up:.0} (peak {end_lag:.0})",
+            "lag guard {:>3}: from 10 s to {} s admitted {admitted:.0} records/s on average; lag at {} s {at_speed_up:.0} (peak {end_lag:.0}); {activations} cap activations; all offered admitted {} after the speed-up",
             if *guarded { "on" } else { "off" },
             args.speed_up_at,
-            args.speed_up_at
+            args.speed_up_at,
+            full.map_or("never".to_string(), |f| format!("{f:.0} s"))
         );
     }
     println!("wrote {} and {}", args.csv.display(), args.png.display());

@@ -1,9 +1,22 @@
 //! The controller: a state machine over a clock the caller steps. The limit is a fraction of
-//! the ceiling (1.0 = the configured budget). It falls multiplicatively on pressure — delivery
-//! p99 above the target, the broker throttling, the buffer filling — at most once per
-//! decrease cool-down, never below the floor; it rises additively only when Kafka is healthy
-//! (p99 below `healthy_fraction` of the target) *and* the current limit was actually reached,
-//! at most once per increase cool-down; between the two (the dead band) it holds.
+//! the ceiling (1.0 = the configured budget).
+//!
+//! - **Cut**: on pressure — delivery p99 above the target, the broker throttling, the buffer
+//!   filling — the limit is multiplied by `decrease_factor`, never below the floor, at most
+//!   once per decrease cool-down (a cut needs time to show in the signals). Pressure after the
+//!   limit has grown again cuts at once: the fault is back, or the growth caused it.
+//! - **Recover**: the *recovery level* is the highest share of the ceiling Kafka carried over a
+//!   whole interval at healthy latency. Below it, every healthy interval multiplies the limit
+//!   by `recovery_factor` (slow start), used or not: the broker has shown it takes that much,
+//!   so holding producers below it refuses them for nothing. Pressure that returns while the
+//!   limit grows lowers the level to the limit before that growth (the broker takes less than
+//!   it did), so a lasting loss of capacity costs one overshoot, not a sawtooth of them.
+//! - **Probe**: at or above the level, the limit grows by `increase_step` only when it was
+//!   reached (or refused someone), at most once per increase cool-down: what the broker takes
+//!   there is unknown.
+//! - **Dead band**: with the p99 between `healthy_fraction` of the target and the target, or
+//!   records waiting that no delivery measured, it holds — neither cut nor grown, so a load
+//!   that sits there cannot make it oscillate.
 
 use crate::config::AdaptiveConfig;
 
@@ -47,6 +60,9 @@ impl Cause {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Move {
     Decrease(Cause),
+    /// Grew by `recovery_factor` toward the recovery level.
+    Recover,
+    /// Grew by `increase_step` at or above it (probing).
     Increase,
     /// Held, and why (`healthy`, `dead_band`, `cooldown`, `not_reached`, `ceiling`, `floor`).
     Hold(&'static str),
@@ -55,31 +71,65 @@ pub enum Move {
 /// Deliveries needed in an interval before its p99 counts (as a signal or as the baseline).
 const MIN_DELIVERIES: u64 = 20;
 
+/// Share of the limit's rate that counts as having reached it.
+const REACHED: f64 = 0.9;
+
+/// Failed probes stretch the wait between probes to at most this many increase cool-downs.
+const MAX_PROBE_BACKOFF: u64 = 32;
+
 #[derive(Debug, Clone)]
 pub struct Controller {
     settings: AdaptiveConfig,
     limit: f64,
     baseline_p99_ms: Option<f64>,
+    /// When the previous step ran: the interval a step measures started there.
+    last_step_ns: Option<u64>,
     last_decrease_ns: Option<u64>,
     last_change_ns: Option<u64>,
+    /// The limit before its latest growth, until the grown-to level has stayed healthy for a
+    /// decrease cool-down: pressure in that time is the broker refusing the growth.
+    grown_from: Option<f64>,
+    /// The highest share of the ceiling Kafka carried over a whole healthy interval (lowered
+    /// when growing toward it brought pressure back); `None` until one was seen.
+    recover_to: Option<f64>,
+    /// Whether the latest growth was a probe above the recovery level.
+    probed: bool,
+    /// The wait between probes: the increase cool-down, doubled by every probe that brought
+    /// pressure (up to [`MAX_PROBE_BACKOFF`] times), reset by one that held. A broker at its
+    /// capacity is then probed ever more rarely, not cut every few seconds.
+    probe_wait_ms: u64,
+    /// The pressure the last step saw.
+    pressure: Option<Cause>,
     last: Move,
 }
 
 impl Controller {
     pub fn new(settings: AdaptiveConfig) -> Self {
         Self {
-            settings,
             limit: 1.0,
             baseline_p99_ms: None,
+            last_step_ns: None,
             last_decrease_ns: None,
             last_change_ns: None,
+            grown_from: None,
+            recover_to: None,
+            probed: false,
+            probe_wait_ms: settings.increase_cooldown_ms,
+            pressure: None,
             last: Move::Hold("ceiling"),
+            settings,
         }
     }
 
     pub fn set_settings(&mut self, settings: AdaptiveConfig) {
         self.limit = self.limit.max(settings.floor);
+        self.probe_wait_ms = settings.increase_cooldown_ms;
         self.settings = settings;
+    }
+
+    /// The wait between probes now (ms).
+    pub fn probe_wait_ms(&self) -> u64 {
+        self.probe_wait_ms
     }
 
     /// The limit as a fraction of the ceiling.
@@ -89,6 +139,23 @@ impl Controller {
 
     pub fn last_move(&self) -> Move {
         self.last
+    }
+
+    /// The level healthy signals bring the limit back to by slow start (fraction of the
+    /// ceiling); `None` until Kafka was seen healthy over a whole interval.
+    pub fn recover_to(&self) -> Option<f64> {
+        self.recover_to
+    }
+
+    /// Seconds of healthy signals that bring the limit to the recovery level (an upper bound:
+    /// each step grows by at least `recovery_factor`); 0 at or above it.
+    pub fn time_to_recover_s(&self) -> Option<f64> {
+        let level = self.recover_to?;
+        if self.limit >= level {
+            return Some(0.0);
+        }
+        let steps = ((level / self.limit).ln() / self.settings.recovery_factor.ln()).ceil();
+        Some(steps.clamp(0.0, 1e6) * self.settings.interval_ms as f64 / 1000.0)
     }
 
     /// Delivery p99 above which Kafka counts as slow; `None` while it is still unknown
@@ -130,189 +197,199 @@ impl Controller {
         } else {
             None
         };
-        let ms = |v: u64| v.saturating_mul(1_000_000);
-        let decision = if let Some(cause) = cause {
-            if self.limit <= self.settings.floor {
-                Move::Hold("floor")
-            } else if self.since(self.last_decrease_ns, now_ns)
-                < ms(self.settings.decrease_cooldown_ms)
-            {
-                Move::Hold("cooldown")
-            } else {
-                self.limit = (self.limit * self.settings.decrease_factor).max(self.settings.floor);
-                self.last_decrease_ns = Some(now_ns);
-                self.last_change_ns = Some(now_ns);
-                Move::Decrease(cause)
-            }
-        } else {
-            let healthy = match (p99, target) {
-                (Some(p), Some(t)) => p < t * self.settings.healthy_fraction,
-                // Too little delivered to measure while records wait in the buffer: a slow
-                // broker answering in bursts, not a healthy one.
-                (None, _) if s.buffer_fill > 0.0 => false,
-                // Nothing waiting (idle), or no target yet: no sign of trouble.
-                (None, _) | (_, None) => true,
-            } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
-            if self.limit >= 1.0 {
-                Move::Hold("ceiling")
-            } else if !healthy {
-                Move::Hold("dead_band")
-            } else if s.limit_used < 0.9 && s.refused == 0 {
-                Move::Hold("not_reached")
-            } else if self.since(self.last_change_ns, now_ns)
-                < ms(self.settings.increase_cooldown_ms)
-            {
-                Move::Hold("cooldown")
-            } else {
-                self.limit = (self.limit + self.settings.increase_step).min(1.0);
-                self.last_change_ns = Some(now_ns);
-                Move::Increase
+        // The interval just measured ran at one limit when it last changed at or before the
+        // previous step: only then does it say what that limit does to Kafka.
+        let whole = self
+            .last_step_ns
+            .is_some_and(|p| self.last_change_ns.is_none_or(|c| c <= p));
+        self.last_step_ns = Some(now_ns);
+        self.pressure = cause;
+        let decision = match cause {
+            Some(cause) => self.cut(now_ns, cause),
+            None => {
+                let healthy_below = target.map(|t| t * self.settings.healthy_fraction);
+                let healthy = match (p99, healthy_below) {
+                    (Some(p), Some(h)) => p < h,
+                    // Too few deliveries to count as pressure while records wait: the ones
+                    // there are say how the broker answers (a low limit delivers few)...
+                    (None, Some(h)) if s.buffer_fill > 0.0 => {
+                        s.deliveries > 0 && s.delivery_p99_ms.is_some_and(|p| p < h)
+                    }
+                    // ...and none at all is a slow broker answering in bursts, not a healthy one
+                    // (as is anything unmeasured before a target is known).
+                    (None, _) if s.buffer_fill > 0.0 => false,
+                    // Nothing waiting (idle), or no target yet: no sign of trouble.
+                    (None, _) | (_, None) => true,
+                } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
+                let reached = s.limit_used >= REACHED || s.refused > 0;
+                if healthy && whole {
+                    self.carried(now_ns, s.limit_used);
+                }
+                self.grow(now_ns, healthy, reached)
             }
         };
         self.last = decision;
         decision
     }
+
+    /// A whole healthy interval: what it carried raises the recovery level, and a growth that
+    /// has stayed healthy for a decrease cool-down is settled.
+    fn carried(&mut self, now_ns: u64, used: f64) {
+        // What was admitted, not what was refused: a refusal may be one tenant's share running
+        // out while the limit as a whole was not used.
+        let carried = if used >= REACHED {
+            self.limit
+        } else {
+            (used * self.limit).min(self.limit)
+        };
+        if carried.is_finite() && carried > 0.0 {
+            self.recover_to = Some(self.recover_to.map_or(carried, |r| r.max(carried)));
+        }
+        let settle_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
+        if self.grown_from.is_some() && self.since(self.last_change_ns, now_ns) >= settle_ns {
+            self.grown_from = None;
+            if self.probed {
+                self.probe_wait_ms = self.settings.increase_cooldown_ms;
+            }
+        }
+    }
+
+    fn cut(&mut self, now_ns: u64, cause: Cause) -> Move {
+        let cooldown_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
+        if self.limit <= self.settings.floor {
+            return Move::Hold("floor");
+        }
+        if self.grown_from.is_none() && self.since(self.last_decrease_ns, now_ns) < cooldown_ns {
+            return Move::Hold("cooldown");
+        }
+        if let Some(from) = self.grown_from.take() {
+            // The broker does not take what the limit grew to: recovery stops below it.
+            self.recover_to = Some(self.recover_to.map_or(from, |r| r.min(from)));
+            if self.probed {
+                let most = self
+                    .settings
+                    .increase_cooldown_ms
+                    .saturating_mul(MAX_PROBE_BACKOFF);
+                self.probe_wait_ms = self.probe_wait_ms.saturating_mul(2).min(most);
+            }
+        }
+        self.limit = (self.limit * self.settings.decrease_factor).max(self.settings.floor);
+        self.last_decrease_ns = Some(now_ns);
+        self.last_change_ns = Some(now_ns);
+        Move::Decrease(cause)
+    }
+
+    fn grow(&mut self, now_ns: u64, healthy: bool, reached: bool) -> Move {
+        let from = self.limit;
+        if from >= 1.0 {
+            return Move::Hold("ceiling");
+        }
+        if !healthy {
+            return Move::Hold("dead_band");
+        }
+        let cooldown_ns = self.probe_wait_ms.saturating_mul(1_000_000);
+        let (to, decision) = match self.recover_to.filter(|level| from < *level) {
+            // Once per interval, no cool-down: each level below the recovery level is measured
+            // for a whole interval before the next, and pressure cuts at once.
+            Some(level) => (
+                (from * self.settings.recovery_factor)
+                    .max(from + self.settings.increase_step)
+                    .min(level),
+                Move::Recover,
+            ),
+            None if !reached => return Move::Hold("not_reached"),
+            None if self.since(self.last_change_ns, now_ns) < cooldown_ns => {
+                return Move::Hold("cooldown")
+            }
+            None => (from + self.settings.increase_step, Move::Increase),
+        };
+        self.limit = to.min(1.0);
+        self.probed = decision == Move::Increase;
+        self.grown_from = Some(from);
+        self.last_change_ns = Some(now_ns);
+        decision
+    }
+
+    /// Where the limit stands, as a word for the admin API and the metrics.
+    pub fn phase(&self) -> &'static str {
+        if self.limit >= 1.0 && self.pressure.is_none() {
+            return "ceiling";
+        }
+        match (self.last, self.pressure) {
+            (Move::Hold("ceiling"), _) => "ceiling",
+            (Move::Decrease(_), _) => "cutting",
+            (Move::Hold("floor"), _) => "floor",
+            (Move::Hold(_), Some(_)) => "cutting",
+            (Move::Hold("dead_band"), None) => "dead_band",
+            (Move::Recover, _) => "recovering",
+            (Move::Hold("not_reached"), None) => "demand_below_limit",
+            (Move::Increase | Move::Hold(_), _) => "probing",
+        }
+    }
+
+    /// Why the limit is where it is, in one sentence.
+    pub fn reason(&self) -> String {
+        let pct = |v: f64| format!("{:.0} %", v * 100.0);
+        let s = &self.settings;
+        let target = self
+            .target_ms()
+            .map_or_else(|| "the target".to_string(), |t| format!("{t:.0} ms"));
+        let healthy = self.target_ms().map_or_else(
+            || "healthy".to_string(),
+            |t| format!("{:.0} ms", t * s.healthy_fraction),
+        );
+        let pressure = |c: Cause| match c {
+            Cause::Latency => format!("delivery p99 is above {target}"),
+            Cause::Throttle => "the broker throttles".to_string(),
+            Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
+        };
+        let level = self.recover_to.map_or_else(|| "–".to_string(), pct);
+        if self.phase() == "ceiling" {
+            return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
+                .into();
+        }
+        match (self.last, self.pressure) {
+            (Move::Hold("ceiling"), _) => {
+                "at the ceiling: Kafka is healthy and the configured budgets alone decide".into()
+            }
+            (Move::Decrease(c), _) => format!(
+                "cut to {} because {}; cuts again every {} ms while it lasts",
+                pct(self.limit),
+                pressure(c),
+                s.decrease_cooldown_ms
+            ),
+            (Move::Hold("floor"), Some(c)) => {
+                format!("at its floor ({}) because {}", pct(s.floor), pressure(c))
+            }
+            (Move::Hold(_), Some(c)) => format!(
+                "{}: waiting {} ms after the last cut for it to show before cutting again",
+                pressure(c),
+                s.decrease_cooldown_ms
+            ),
+            (Move::Hold("dead_band"), None) => format!(
+                "holding in the dead band: delivery p99 between {healthy} and {target} \
+                 (or records waiting with too few deliveries to measure)"
+            ),
+            (Move::Recover, _) => format!(
+                "Kafka is healthy (p99 under {healthy}): growing x{} per {} ms interval back to \
+                 {level}, what it last carried at healthy latency; there in {:.1} s",
+                s.recovery_factor,
+                s.interval_ms,
+                self.time_to_recover_s().unwrap_or(0.0)
+            ),
+            (Move::Hold("not_reached"), None) => format!(
+                "Kafka is healthy; producers use less than the limit, so it probes no higher \
+                 than {level} (what Kafka carried at healthy latency)"
+            ),
+            (_, _) => format!(
+                "Kafka is healthy and the limit is used: probing above {level} by {} of the \
+                 ceiling every {} ms (doubled by each probe that brought pressure)",
+                pct(s.increase_step),
+                self.probe_wait_ms
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn settings() -> AdaptiveConfig {
-        AdaptiveConfig {
-            enabled: true,
-            target_delivery_ms: Some(100),
-            ..AdaptiveConfig::default()
-        }
-    }
-
-    fn slow() -> Signals {
-        Signals {
-            deliveries: 100,
-            delivery_p99_ms: Some(400.0),
-            ..Signals::default()
-        }
-    }
-
-    fn fast(used: f64) -> Signals {
-        Signals {
-            deliveries: 100,
-            delivery_p99_ms: Some(5.0),
-            limit_used: used,
-            ..Signals::default()
-        }
-    }
-
-    #[test]
-    fn latency_above_the_target_cuts_the_limit_once_per_cooldown() {
-        let mut c = Controller::new(settings());
-        assert_eq!(c.step(10 * S, slow()), Move::Decrease(Cause::Latency));
-        assert!((c.limit() - 0.7).abs() < 1e-9);
-        // 1 s later: still in the 2 s cool-down.
-        assert_eq!(c.step(11 * S, slow()), Move::Hold("cooldown"));
-        assert_eq!(c.step(12 * S, slow()), Move::Decrease(Cause::Latency));
-        assert!((c.limit() - 0.49).abs() < 1e-9);
-    }
-
-    #[test]
-    fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
-        let mut c = Controller::new(settings());
-        c.step(0, slow());
-        // A broker answering once per long round trip: some intervals see no delivery at all
-        // while the buffer holds records. That must not raise the limit.
-        let quiet = |fill: f64| Signals {
-            deliveries: 0,
-            delivery_p99_ms: None,
-            buffer_fill: fill,
-            limit_used: 1.0,
-            ..Signals::default()
-        };
-        assert_eq!(c.step(10 * S, quiet(0.01)), Move::Hold("dead_band"));
-        // Idle (nothing waiting, nothing delivered): no sign of trouble.
-        assert_eq!(c.step(11 * S, quiet(0.0)), Move::Increase);
-    }
-
-    #[test]
-    fn the_limit_never_goes_below_the_floor() {
-        let mut c = Controller::new(settings());
-        for i in 0..40 {
-            c.step(i * 3 * S, slow());
-        }
-        assert!((c.limit() - 0.05).abs() < 1e-9);
-        assert_eq!(c.step(200 * S, slow()), Move::Hold("floor"));
-    }
-
-    #[test]
-    fn it_rises_only_when_healthy_and_the_limit_was_reached() {
-        let mut c = Controller::new(settings());
-        c.step(0, slow());
-        // Healthy but the limit was not used: hold.
-        assert_eq!(c.step(10 * S, fast(0.5)), Move::Hold("not_reached"));
-        assert_eq!(c.step(11 * S, fast(0.95)), Move::Increase);
-        assert!((c.limit() - 0.75).abs() < 1e-9);
-        // The increase cool-down (1 s).
-        assert_eq!(c.step(11 * S + S / 2, fast(1.0)), Move::Hold("cooldown"));
-        assert_eq!(c.step(12 * S, fast(1.0)), Move::Increase);
-        // Refusals count as reaching it too.
-        let refused = Signals {
-            refused: 3,
-            ..fast(0.2)
-        };
-        assert_eq!(c.step(13 * S, refused), Move::Increase);
-    }
-
-    #[test]
-    fn between_healthy_and_the_target_it_holds() {
-        let mut c = Controller::new(settings());
-        c.step(0, slow());
-        // p99 of 70 ms: under the 100 ms target, over half of it.
-        let middling = Signals {
-            deliveries: 100,
-            delivery_p99_ms: Some(70.0),
-            limit_used: 1.0,
-            ..Signals::default()
-        };
-        assert_eq!(c.step(10 * S, middling), Move::Hold("dead_band"));
-        assert!((c.limit() - 0.7).abs() < 1e-9);
-    }
-
-    #[test]
-    fn throttling_and_a_filling_buffer_are_pressure_too() {
-        let mut c = Controller::new(settings());
-        let throttled = Signals {
-            throttle_ms: 30,
-            ..fast(1.0)
-        };
-        assert_eq!(c.step(0, throttled), Move::Decrease(Cause::Throttle));
-        let full = Signals {
-            buffer_fill: 0.8,
-            ..fast(1.0)
-        };
-        assert_eq!(c.step(10 * S, full), Move::Decrease(Cause::Buffer));
-    }
-
-    #[test]
-    fn without_a_configured_target_the_baseline_sets_it() {
-        let mut c = Controller::new(AdaptiveConfig {
-            enabled: true,
-            ..AdaptiveConfig::default()
-        });
-        assert_eq!(c.target_ms(), None);
-        c.step(0, fast(0.1)); // p99 5 ms under load
-        assert_eq!(
-            c.target_ms(),
-            Some(50.0),
-            "4 x 5 ms, at least min_target_ms (50)"
-        );
-        // Too few deliveries say nothing.
-        let sparse = Signals {
-            deliveries: 3,
-            delivery_p99_ms: Some(900.0),
-            ..Signals::default()
-        };
-        assert_eq!(c.step(S, sparse), Move::Hold("ceiling"));
-        assert_eq!(c.step(2 * S, slow()), Move::Decrease(Cause::Latency));
-    }
-}
+mod tests;

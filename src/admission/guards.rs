@@ -102,6 +102,15 @@ impl Admission {
     }
 }
 
+/// Records in one of `tenant`'s requests, on average over what it had admitted (at least 1):
+/// the stand-in for a request refused before its records are known.
+pub(super) fn typical_records(tenant: &Tenant) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let records = tenant.stats.admitted_records.load(Relaxed);
+    let requests = tenant.stats.admitted_requests.load(Relaxed);
+    records.checked_div(requests).unwrap_or(1).max(1)
+}
+
 fn bucket_index(state: &mut AdmissionState, guard: &Arc<str>) -> usize {
     match state.lag.iter().position(|b| &b.guard == guard) {
         Some(i) => i,

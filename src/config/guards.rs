@@ -24,8 +24,12 @@ pub struct AdaptiveConfig {
     pub buffer_pressure: f64,
     /// The limit is multiplied by this on pressure.
     pub decrease_factor: f64,
-    /// The limit grows by this fraction of the ceiling per step when healthy and reached.
+    /// Above the recovery level (what Kafka last carried at healthy latency), the limit grows
+    /// by this fraction of the ceiling per step when healthy and reached (probing).
     pub increase_step: f64,
+    /// Below the recovery level, the limit is multiplied by this once per healthy interval
+    /// (slow start): back from the 5 % floor to the ceiling in 5 intervals at 2.0.
+    pub recovery_factor: f64,
     pub decrease_cooldown_ms: u64,
     pub increase_cooldown_ms: u64,
     /// The limit never goes below this fraction of the ceiling.
@@ -50,6 +54,7 @@ impl Default for AdaptiveConfig {
             buffer_pressure: 0.5,
             decrease_factor: 0.7,
             increase_step: 0.05,
+            recovery_factor: 2.0,
             decrease_cooldown_ms: 2000,
             increase_cooldown_ms: 1000,
             floor: 0.05,
@@ -84,6 +89,12 @@ impl AdaptiveConfig {
         fraction("decrease_factor", self.decrease_factor, &mut problems);
         fraction("increase_step", self.increase_step, &mut problems);
         fraction("floor", self.floor, &mut problems);
+        if !(self.recovery_factor > 1.0 && self.recovery_factor <= 10.0) {
+            problems.push(ConfigProblem::new(
+                "adaptive.recovery_factor",
+                "must be greater than 1 and at most 10",
+            ));
+        }
         if !(0.0..1.0).contains(&self.critical_reserve) {
             problems.push(ConfigProblem::new(
                 "adaptive.critical_reserve",
@@ -133,9 +144,11 @@ impl AdaptiveConfig {
     }
 }
 
-/// A lag guard: while consumer group `group` would need more than `max_recovery_s` to drain
-/// its lag on `topics`, producers of those topics may add at most C / `headroom` records/s
-/// (C: the group's observed consumption rate), so the lag shrinks.
+/// A lag guard: once consumer group `group` would need more than `max_recovery_s` to drain
+/// its lag on `topics`, producers of those topics are capped — at C / `headroom` records/s
+/// while the lag is far behind (C: the group's observed consumption rate), rising with the
+/// draining lag to C — until the consumers are shown to absorb what producers offer
+/// (`lag::guard::release`).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LagGuardConfig {
@@ -150,7 +163,8 @@ pub struct LagGuardConfig {
     /// Also act when the lag exceeds this many records.
     #[serde(default)]
     pub max_lag_records: Option<u64>,
-    /// While active, producers may add at most C / headroom records/s.
+    /// While far behind, producers may add at most C / headroom records/s (the least the cap
+    /// is); the cap lifts early only when C is at least the demand times this.
     #[serde(default = "LagGuardConfig::default_headroom")]
     pub headroom: f64,
     /// How often offsets are read, in milliseconds.
@@ -159,7 +173,10 @@ pub struct LagGuardConfig {
     /// The cap when the consumers have stopped (C = 0 while the lag grows).
     #[serde(default)]
     pub floor_records_per_sec: u64,
-    /// The cap lifts once the recovery time (and the lag) is below this fraction of the limits.
+    /// While capping, the cap is the most that drains the lag within this fraction of
+    /// `max_recovery_s`; it lifts once the lag would drain in that time at the offered demand
+    /// (and the lag is under this fraction of `max_lag_records`), or once all that is offered
+    /// has been admitted for `rate_window_s` with the lag under this fraction of caught-up.
     #[serde(default = "LagGuardConfig::default_release_fraction")]
     pub release_fraction: f64,
     /// A lag the consumers read within this many seconds counts as caught up (the distance

@@ -6,9 +6,16 @@
 //! recovery time is L / (C − P), infinite while the lag is not shrinking. A lag the consumers
 //! read within `caught_up_s` counts as caught up (committing consumers always trail the log
 //! end a little). When the recovery time passes `max_recovery_s` (or L passes
-//! `max_lag_records`) producers get a cap of C / headroom — at least the floor — so the lag
-//! shrinks; the cap lifts once both fall below `release_fraction` of their limits (hysteresis).
+//! `max_lag_records`) producers get a cap; how high it is and when it lifts is
+//! [`release`]'s rule: it follows the lag down and rises again in steps, and lifts only once
+//! the demand producers offer is shown to fit, so a consumer slower than demand is capped
+//! once and for as long as it is slower — no surge per drain cycle.
+//!
 //! When offsets cannot be read, the last cap holds for `hold_s`, then the guard lets go.
+
+pub mod release;
+
+pub use release::{Blocker, CapBasis};
 
 use crate::config::LagGuardConfig;
 
@@ -23,6 +30,11 @@ pub struct Reading {
     pub committed: u64,
     /// Σ max(end − committed, 0) per partition.
     pub lag: u64,
+    /// Records floodgate's tenants offered to the guarded topics on this replica, ever
+    /// (admitted or refused): the demand a release would let through.
+    pub offered: u64,
+    /// Replicas offering alike (cluster mode): this one's demand times this is the whole.
+    pub replicas: u32,
 }
 
 /// Why the guard is where it is; exported as a label.
@@ -73,10 +85,16 @@ pub struct Guard {
     progress_ns: u64,
     consumer_rate: Option<f64>,
     producer_rate: Option<f64>,
+    /// D: what floodgate's producers offered to the guarded topics (all replicas), records/s.
+    offered_rate: Option<f64>,
     lag: u64,
     recovery_s: f64,
     capped: bool,
     cap: f64,
+    basis: CapBasis,
+    blocker: Option<Blocker>,
+    /// Since when the cap in force has admitted all that was offered (none while it binds).
+    unbound_since_ns: Option<u64>,
     phase: Phase,
     /// When reads started failing (none while they succeed).
     failing_since_ns: Option<u64>,
@@ -92,10 +110,14 @@ impl Guard {
             progress_ns: 0,
             consumer_rate: None,
             producer_rate: None,
+            offered_rate: None,
             lag: 0,
             recovery_s: 0.0,
             capped: false,
             cap: 0.0,
+            basis: CapBasis::Drain,
+            blocker: None,
+            unbound_since_ns: None,
             phase: Phase::Starting,
             failing_since_ns: None,
             last_error: None,
@@ -136,6 +158,20 @@ impl Guard {
         self.producer_rate.unwrap_or(0.0)
     }
 
+    pub fn offered_rate(&self) -> f64 {
+        self.offered_rate.unwrap_or(0.0)
+    }
+
+    /// What set the cap, while capping.
+    pub fn basis(&self) -> Option<CapBasis> {
+        self.capped.then_some(self.basis)
+    }
+
+    /// Why the cap is not lifted yet, while capping on readable offsets.
+    pub fn blocker(&self) -> Option<Blocker> {
+        self.blocker.filter(|_| self.phase == Phase::Capping)
+    }
+
     /// A successful reading.
     pub fn read(&mut self, r: Reading) -> Phase {
         self.failing_since_ns = None;
@@ -172,22 +208,41 @@ impl Guard {
             rate(r.committed, first.committed)
         };
         let p = rate(r.end, first.end);
+        let d = rate(r.offered, first.offered) * f64::from(r.replicas.max(1));
         self.consumer_rate = Some(c);
         self.producer_rate = Some(p);
+        self.offered_rate = Some(d);
         self.recovery_s = recovery_s(r.lag, c, p, self.config.caught_up_s);
-
-        let over = |limit: f64, value: f64, fraction: f64| value > limit * fraction;
-        let lag_over = |fraction: f64| {
-            self.config
-                .max_lag_records
-                .is_some_and(|m| over(m as f64, r.lag as f64, fraction))
+        let over_lag = |m: u64| r.lag as f64 > m as f64;
+        let trigger = self.recovery_s > self.config.max_recovery_s
+            || self.config.max_lag_records.is_some_and(over_lag);
+        let prev = self.capped.then_some(self.cap);
+        if prev.is_some_and(|cap| d <= cap) {
+            self.unbound_since_ns.get_or_insert(r.at_ns);
+        } else {
+            self.unbound_since_ns = None;
+        }
+        let now = release::Now {
+            lag: r.lag,
+            consumer: c,
+            producer: p,
+            offered: d,
+            cap: prev,
+            unbound_s: self
+                .unbound_since_ns
+                .map_or(0.0, |t| r.at_ns.saturating_sub(t) as f64 / 1e9),
         };
-        let trigger = over(self.config.max_recovery_s, self.recovery_s, 1.0) || lag_over(1.0);
-        let f = self.config.release_fraction;
-        let still = over(self.config.max_recovery_s, self.recovery_s, f) || lag_over(f);
-        self.capped = if self.capped { still } else { trigger };
+        let blocker = release::blocker(&self.config, &now);
+        self.capped = if self.capped {
+            blocker.is_some()
+        } else {
+            trigger
+        };
+        self.blocker = blocker.filter(|_| self.capped);
         if self.capped {
-            self.cap = (c / self.config.headroom).max(self.config.floor_records_per_sec as f64);
+            (self.cap, self.basis) = release::cap(&self.config, &now);
+        } else {
+            self.unbound_since_ns = None;
         }
         self.phase = if self.capped {
             Phase::Capping
@@ -217,6 +272,92 @@ impl Guard {
         self.phase
     }
 
+    /// Why the guard is where it is, in one sentence for the admin API and the status page.
+    pub fn reason(&self) -> String {
+        let g = &self.config;
+        let f = g.release_fraction;
+        let (c, d) = (self.consumer_rate(), self.offered_rate());
+        let secs = |v: f64| {
+            if v.is_finite() {
+                format!("{v:.0} s")
+            } else {
+                "forever (not shrinking)".into()
+            }
+        };
+        let release_s = f * g.max_recovery_s;
+        match self.phase {
+            Phase::Starting => "waiting for a second reading to measure rates".into(),
+            Phase::Idle if self.recovery_s == 0.0 => "consumers keep up: caught up".into(),
+            Phase::Idle => format!(
+                "consumers keep up: the lag drains in {} (acts above {})",
+                secs(self.recovery_s),
+                secs(g.max_recovery_s)
+            ),
+            Phase::Holding => format!(
+                "offsets unreadable: the last cap is kept for at most {} s",
+                g.hold_s
+            ),
+            Phase::Released => format!(
+                "offsets unreadable for over {} s: no cap, producers follow the static budgets",
+                g.hold_s
+            ),
+            Phase::Capping => {
+                let why = match self.basis {
+                    CapBasis::Drain => format!(
+                        "capped at C / headroom ({:.0}/s) so the lag drains: at the producers' \
+                         rate it would take {}",
+                        self.cap,
+                        secs(self.recovery_s)
+                    ),
+                    CapBasis::Recovery => format!(
+                        "capped at {:.0}/s, the most that still drains the lag within {}",
+                        self.cap,
+                        secs(release_s)
+                    ),
+                    CapBasis::ConsumerRate => format!(
+                        "the lag is drained: capped at what the consumers read ({:.0}/s)",
+                        self.cap
+                    ),
+                    CapBasis::Probe => format!(
+                        "caught up: the cap is raised in steps above what the consumers read \
+                         ({c:.0}/s), now {:.0}/s, while the lag stays caught up",
+                        self.cap
+                    ),
+                    CapBasis::Floor => format!(
+                        "consumers stopped or slower than the floor: capped at the floor ({:.0}/s)",
+                        self.cap
+                    ),
+                };
+                let stays = match self.blocker {
+                    Some(Blocker::Lag) => format!(
+                        "; lifts once the lag is under {:.0} records",
+                        g.max_lag_records.unwrap_or(0) as f64 * f
+                    ),
+                    Some(Blocker::Behind) => format!(
+                        "; lifts once the lag is within {:.1} s of reading, or the consumers \
+                         read the offered {d:.0}/s with headroom",
+                        f * g.caught_up_s
+                    ),
+                    Some(Blocker::Demand) => {
+                        format!("; lifts once the cap admits all that is offered ({d:.0}/s)")
+                    }
+                    Some(Blocker::Settling) => format!(
+                        "; all that is offered is admitted: lifts after {} s of it if the lag \
+                         holds",
+                        g.rate_window_s
+                    ),
+                    Some(Blocker::Growing) => format!(
+                        "; at the offered {d:.0}/s the lag grows: it would fall behind again \
+                         within {}",
+                        secs(g.max_recovery_s / f)
+                    ),
+                    None => String::new(),
+                };
+                why + &stays
+            }
+        }
+    }
+
     /// How long a refused producer should wait when the cap admits nothing: one interval.
     pub fn interval_ns(&self) -> u64 {
         self.config.interval_ms.saturating_mul(1_000_000)
@@ -238,201 +379,4 @@ pub fn recovery_s(lag: u64, consumer: f64, producer: f64, caught_up_s: f64) -> f
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: u64 = 1_000_000_000;
-
-    fn config() -> LagGuardConfig {
-        LagGuardConfig {
-            name: "g".into(),
-            topics: vec!["orders".into()],
-            group: "G".into(),
-            max_recovery_s: 60.0,
-            max_lag_records: None,
-            headroom: 1.2,
-            interval_ms: 1000,
-            floor_records_per_sec: 0,
-            release_fraction: 0.5,
-            caught_up_s: 2.0,
-            hold_s: 10.0,
-            rate_window_s: 3.0,
-            stopped_after_s: 3.0,
-        }
-    }
-
-    /// A scripted topic: producers append `p`/s, consumers commit `c`/s (never past the end).
-    struct Script {
-        at: u64,
-        end: u64,
-        committed: u64,
-    }
-
-    impl Script {
-        fn step(&mut self, guard: &mut Guard, p: u64, c: u64) -> Phase {
-            self.at += S;
-            self.end += p;
-            self.committed = (self.committed + c).min(self.end);
-            guard.read(Reading {
-                at_ns: self.at,
-                end: self.end,
-                committed: self.committed,
-                lag: self.end - self.committed,
-            })
-        }
-    }
-
-    fn script() -> (Guard, Script) {
-        let mut g = Guard::new(config());
-        let mut s = Script {
-            at: 0,
-            end: 0,
-            committed: 0,
-        };
-        assert_eq!(s.step(&mut g, 0, 0), Phase::Starting);
-        (g, s)
-    }
-
-    #[test]
-    fn rates_are_rates_of_change_and_recovery_is_lag_over_net_drain() {
-        let (mut g, mut s) = script();
-        // Build 10,000 of lag, then drain it at 1,000 − 600 = 400/s.
-        s.step(&mut g, 10_000, 0);
-        for _ in 0..14 {
-            s.step(&mut g, 600, 1_000);
-        }
-        // Rates over the 3 s window.
-        assert!(
-            (g.consumer_rate() - 1_000.0).abs() < 1e-6,
-            "{}",
-            g.consumer_rate()
-        );
-        assert!(
-            (g.producer_rate() - 600.0).abs() < 1e-6,
-            "{}",
-            g.producer_rate()
-        );
-        let expected = g.lag() as f64 / (g.consumer_rate() - g.producer_rate());
-        assert!((g.recovery_s() - expected).abs() < 1e-9);
-        assert_eq!(recovery_s(5_000, 100.0, 100.0, 2.0), f64::INFINITY);
-        assert_eq!(recovery_s(5_000, 100.0, 300.0, 2.0), f64::INFINITY);
-        assert_eq!(recovery_s(150, 100.0, 300.0, 2.0), 0.0, "caught up");
-    }
-
-    #[test]
-    fn a_growing_lag_caps_producers_at_consumer_rate_over_headroom() {
-        let (mut g, mut s) = script();
-        // Consumers at 500/s, producers at 3,000/s: the lag grows, recovery is infinite.
-        assert_eq!(s.step(&mut g, 3_000, 500), Phase::Capping);
-        for _ in 0..5 {
-            s.step(&mut g, 3_000, 500);
-        }
-        let cap = g.cap().expect("capping");
-        assert!((cap - 500.0 / 1.2).abs() < 1.0, "cap {cap}");
-    }
-
-    #[test]
-    fn the_cap_lifts_with_hysteresis() {
-        let (mut g, mut s) = script();
-        s.step(&mut g, 40_000, 0);
-        // 40,000 of lag draining at 1,000 − 400 = 600/s: ~67 s > 60 s → capped.
-        for _ in 0..3 {
-            s.step(&mut g, 400, 1_000);
-        }
-        assert_eq!(g.phase(), Phase::Capping, "recovery {}", g.recovery_s());
-        // Below 60 s but above 30 s (release_fraction 0.5): still capped.
-        loop {
-            let phase = s.step(&mut g, 400, 1_000);
-            if g.recovery_s() > 30.0 {
-                assert_eq!(phase, Phase::Capping, "recovery {}", g.recovery_s());
-            } else {
-                // Under 30 s it lifts.
-                assert_eq!(phase, Phase::Idle, "recovery {}", g.recovery_s());
-                break;
-            }
-        }
-        assert_eq!(g.cap(), None);
-        // And does not come back while the recovery time stays under the limit.
-        for _ in 0..5 {
-            assert_eq!(s.step(&mut g, 400, 1_000), Phase::Idle);
-        }
-    }
-
-    #[test]
-    fn max_lag_records_triggers_on_its_own() {
-        let mut c = config();
-        c.max_lag_records = Some(5_000);
-        c.max_recovery_s = 3_600.0;
-        let mut g = Guard::new(c);
-        // 8,000 of lag before the first reading; consumers drain it at 2,000 − 100/s, so the
-        // recovery time (~4 s) never passes an hour: only the lag limit acts.
-        let mut s = Script {
-            at: 0,
-            end: 8_000,
-            committed: 0,
-        };
-        s.step(&mut g, 0, 0);
-        assert_eq!(s.step(&mut g, 100, 2_000), Phase::Capping);
-        assert!(g.recovery_s() < 10.0, "{}", g.recovery_s());
-        // Still over 2,500 (release_fraction 0.5 of 5,000): capped.
-        assert_eq!(
-            s.step(&mut g, 100, 2_000),
-            Phase::Capping,
-            "lag {}",
-            g.lag()
-        );
-        // Under 2,500: lifted.
-        assert_eq!(s.step(&mut g, 100, 2_000), Phase::Idle, "lag {}", g.lag());
-    }
-
-    #[test]
-    fn stopped_consumers_cap_at_the_floor() {
-        let (mut g, mut s) = script();
-        for _ in 0..4 {
-            s.step(&mut g, 1_000, 600);
-        }
-        assert_eq!(g.cap(), Some(500.0));
-        // The consumers stop: for stopped_after_s (3 s) the window still shows their rate...
-        s.step(&mut g, 1_000, 0);
-        s.step(&mut g, 1_000, 0);
-        assert!(g.cap().is_some_and(|c| c > 0.0), "{:?}", g.cap());
-        // ...then C is 0 and the cap is the floor, exactly.
-        s.step(&mut g, 1_000, 0);
-        assert_eq!((g.consumer_rate(), g.cap()), (0.0, Some(0.0)));
-        assert_eq!(g.recovery_s(), f64::INFINITY);
-        let mut c = config();
-        c.floor_records_per_sec = 50;
-        g.set_config(c);
-        s.step(&mut g, 1_000, 0);
-        assert_eq!(g.cap(), Some(50.0));
-        // Consumers back: the cap follows them again.
-        s.step(&mut g, 0, 3_000);
-        assert!(g.consumer_rate() > 0.0);
-    }
-
-    #[test]
-    fn unreadable_offsets_hold_the_cap_then_release_it() {
-        let (mut g, mut s) = script();
-        for _ in 0..3 {
-            s.step(&mut g, 3_000, 500);
-        }
-        let cap = g.cap().expect("capping");
-        let t0 = s.at + S;
-        assert_eq!(g.unreadable(t0, "group unknown".into()), Phase::Holding);
-        assert_eq!(g.unreadable(t0 + 9 * S, "x".into()), Phase::Holding);
-        assert_eq!(g.cap(), Some(cap), "the last cap holds");
-        assert_eq!(g.unreadable(t0 + 10 * S, "x".into()), Phase::Released);
-        assert_eq!(g.cap(), None, "fail open after hold_s");
-        // Readable again: rates start afresh (one reading is not enough for a decision).
-        s.at = t0 + 11 * S;
-        assert_eq!(s.step(&mut g, 0, 0), Phase::Starting);
-        assert_eq!(s.step(&mut g, 3_000, 500), Phase::Capping);
-    }
-
-    #[test]
-    fn an_idle_guard_that_cannot_read_is_released_at_once() {
-        let (mut g, _) = script();
-        assert_eq!(g.unreadable(5 * S, "broker down".into()), Phase::Released);
-        assert_eq!(g.last_error.as_deref(), Some("broker down"));
-    }
-}
+mod tests;

@@ -77,6 +77,10 @@ struct Rig {
 }
 
 fn rig(tenants: &[TenantConfig], members: u32) -> Rig {
+    rig_with(guard(), tenants, members)
+}
+
+fn rig_with(guard: LagGuardConfig, tenants: &[TenantConfig], members: u32) -> Rig {
     let clock = Arc::new(ManualClock::new());
     clock.advance_ms(1);
     let source = Arc::new(Scripted::default());
@@ -85,7 +89,7 @@ fn rig(tenants: &[TenantConfig], members: u32) -> Rig {
     let tenants = Arc::new(Tenants::new(registry));
     let plan = Arc::new(LagPlanCell::default());
     let agent = LagAgent::new(
-        vec![guard()],
+        vec![guard],
         plan.clone(),
         tenants.clone(),
         Members(Arc::new(move || members)),
@@ -217,11 +221,12 @@ fn the_cap_is_split_by_priority_then_configured_rate() {
     assert_eq!(r.agent.statuses()[0].phase, Phase::Capping);
     let plan = r.agent.plan.load();
     let shares = &plan.guards[0].shares;
-    // Cap 1,200 / 1.2 = 1,000, all to the standard class (batch gives way first), split
+    // Cap at least 1,200 / 1.2 = 1,000, all to the standard class (batch gives way first), split
     // 2:1 by the tenants' configured rates.
     let (big, small) = (shares["big"], shares["small"]);
+    let cap = r.agent.statuses()[0].cap.expect("capping");
     assert!(
-        (big + small - 1_000.0).abs() < 1.0,
+        (1_000.0..1_200.0).contains(&cap) && (big + small - cap).abs() < 1.0,
         "{shares:?} {:?}",
         r.agent.statuses()
     );
@@ -297,6 +302,8 @@ fn guards_change_live_keeping_their_state() {
     }
     let mut g = guard();
     g.headroom = 2.0;
+    // Release within 3 s: the lag is far behind that, so the cap is C / headroom.
+    g.release_fraction = 0.1;
     r.agent.set_guards(vec![g]).expect("valid");
     assert_eq!(r.agent.statuses()[0].phase, Phase::Capping, "kept");
     end += r.offer("a", "orders", 3_000);
@@ -306,4 +313,140 @@ fn guards_change_live_keeping_their_state() {
     assert!((cap - 300.0).abs() < 5.0, "600 / 2.0, got {cap}");
     r.agent.set_guards(Vec::new()).expect("valid");
     assert_eq!(r.offer("a", "orders", 3_000), 3_000, "guard removed");
+}
+
+/// A topic whose consumer reads at a scripted rate and producers offer through admission.
+#[derive(Default)]
+struct Log {
+    end: u64,
+    committed: u64,
+}
+
+impl Log {
+    /// One second: tenant `a` offers `offered` single-record requests, the consumer reads up
+    /// to `consumer`, the guard reads the offsets. Returns the records admitted.
+    fn second(&mut self, r: &Rig, offered: u64, consumer: u64) -> u64 {
+        let admitted = r.offer("a", "orders", offered);
+        self.end += admitted;
+        self.committed = (self.committed + consumer).min(self.end);
+        r.read(self.end, self.committed);
+        admitted
+    }
+}
+
+/// The pressure scenario's guard (`floodgate-load slow-consumer`): 30 s acceptable, rates
+/// over 5 s.
+fn scenario() -> (Rig, Log) {
+    let g = LagGuardConfig {
+        max_recovery_s: 30.0,
+        rate_window_s: 5.0,
+        stopped_after_s: 15.0,
+        ..guard()
+    };
+    let r = rig_with(g, &[tenant("a", 100_000, Priority::Standard)], 1);
+    r.read(0, 0);
+    (r, Log::default())
+}
+
+fn activations(r: &Rig) -> u64 {
+    r.agent.statuses()[0].activations
+}
+
+#[test]
+fn a_consumer_that_speeds_up_past_demand_sees_one_activation_and_one_release() {
+    let (r, mut topic) = scenario();
+    // Producers offer 3,000/s throughout; the consumer reads 500/s for 40 s...
+    let slow: Vec<u64> = (0..40).map(|_| topic.second(&r, 3_000, 500)).collect();
+    assert_eq!(
+        activations(&r),
+        1,
+        "one cap while the consumer is slow: {slow:?}"
+    );
+    let capped = &slow[10..];
+    assert!(
+        capped.iter().all(|a| (400..=650).contains(a)),
+        "about what the consumer reads, without surges: {slow:?}"
+    );
+    // ...then 6,000/s for a minute: the cap rises in steps, lifts once, and stays lifted.
+    let fast: Vec<u64> = (0..60).map(|_| topic.second(&r, 3_000, 6_000)).collect();
+    let status = &r.agent.statuses()[0];
+    assert_eq!(
+        (status.activations, status.phase),
+        (1, Phase::Idle),
+        "{fast:?}"
+    );
+    let full = fast.iter().position(|a| *a == 3_000).expect("all admitted");
+    assert!(
+        full <= 10,
+        "all 3,000/s admitted {full} s after the speed-up: {fast:?}"
+    );
+    assert!(fast[full..].iter().all(|a| *a == 3_000), "{fast:?}");
+    // No surge: each second admits at most 25 % (one probe step) and the share's half-second
+    // burst more than the one before.
+    assert!(
+        fast[..full]
+            .windows(2)
+            .all(|w| w[1] as f64 <= w[0] as f64 * 1.25 + 0.5 * w[1] as f64),
+        "{fast:?}"
+    );
+    eprintln!("after the speed-up, admitted per second: {fast:?}");
+}
+
+#[test]
+fn a_consumer_just_below_demand_is_capped_once_and_gets_what_it_reads() {
+    let (r, mut topic) = scenario();
+    // The lag builds against a 500/s consumer; then it reads 2,900/s of 3,000/s offered.
+    (0..20).for_each(|_| {
+        topic.second(&r, 3_000, 500);
+    });
+    assert_eq!(activations(&r), 1);
+    let admitted: Vec<u64> = (0..120).map(|_| topic.second(&r, 3_000, 2_900)).collect();
+    // Two minutes at just below demand: still the one activation, never lifted.
+    let status = &r.agent.statuses()[0];
+    assert_eq!(
+        (status.activations, status.phase),
+        (1, Phase::Capping),
+        "{admitted:?} {}",
+        status.reason
+    );
+    // Producers get what the consumer reads, not C / headroom (2,417/s), and the lag stays
+    // within what the consumer reads in caught_up_s (1 s) and a probe step.
+    let mean = admitted[20..].iter().sum::<u64>() as f64 / 100.0;
+    assert!(mean >= 0.95 * 2_900.0, "mean {mean}: {admitted:?}");
+    assert!(status.lag <= 2_900 + 725, "lag {} {admitted:?}", status.lag);
+    eprintln!(
+        "consumer at 2,900/s: admitted {mean:.0}/s on average, lag {}",
+        status.lag
+    );
+}
+
+#[test]
+fn requests_refused_by_the_cap_count_their_records_as_demand() {
+    let r = rig(&[tenant("a", 10_000, Priority::Standard)], 1);
+    r.read(0, 0);
+    r.offer("a", "orders", 10);
+    r.clock.advance_ms(1000);
+    // The consumer stopped: floor 0, every request refused.
+    r.read(5_000, 0);
+    r.read(10_000, 0);
+    r.offer("a", "orders", 10);
+    r.clock.advance_ms(1000);
+    r.read(15_000, 0);
+    assert_eq!(r.agent.statuses()[0].cap, Some(0.0));
+    let t = r.tenant("a");
+    let topic = Topic::parse("orders").expect("topic");
+    // One second of refusals: 50 refused mid-stream with 10 records read each, 50 refused
+    // before their body (counted as the tenant's typical request: one record here).
+    for _ in 0..50 {
+        r.clock.advance_ms(10);
+        assert!(r
+            .admission
+            .check_to(&t, Some(&topic), Charge::new(10, 100))
+            .is_err());
+        r.clock.advance_ms(10);
+        assert!(r.admission.precheck_to(&t, Some(&topic), 100).is_err());
+    }
+    r.read(20_000, 0);
+    let offered = r.agent.statuses()[0].offered_rate;
+    assert!((549.0..=551.0).contains(&offered), "offered {offered}/s");
 }

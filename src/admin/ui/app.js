@@ -118,6 +118,22 @@ function render(s) {
     ? [["replica", c.replica], ["members", fmt(c.members, 0)], ["mode", c.degraded ? "DEGRADED (local share)" : "shared"], ["lease calls/s", fmt(c.lease_calls_per_sec)]]
     : [["mode", "single instance"]]);
 
+  // The adaptive limit: where it is and why (the controller's own sentence).
+  const a = s.adaptive;
+  dl($("adaptive"), !a || !a.settings.enabled
+    ? [["limit", "off"]]
+    : [
+      ["limit", `${fmt(a.limit_ratio * 100, 0)}% of the ceiling` +
+        (a.limit_records_per_sec > 0 ? ` · ${fmt(a.limit_records_per_sec, 0)} rec/s` : "")],
+      ["phase", a.phase],
+      ["why", a.reason],
+      // What Kafka last carried at healthy latency: healthy signals bring the limit back there.
+      ["recovers to", a.recovery_level_ratio === null ? "–"
+        : (a.recovery_level_records_per_sec === null ? "" : `${fmt(a.recovery_level_records_per_sec, 0)} rec/s, `) +
+          `${fmt(a.recovery_level_ratio * 100, 2)}% of the ceiling` +
+          (a.time_to_recovery_level_s > 0 ? ` · in ${fmt(a.time_to_recovery_level_s)} s of healthy signals` : " · there")],
+    ]);
+
   // Consumers against producers, judged by recovery time (null: the lag is not shrinking).
   const guards = s.lag_guards || [];
   dl($("lag-guards"), guards.length === 0
@@ -129,7 +145,8 @@ function render(s) {
           (g.cap_records_per_sec === null ? " · no cap" : ` · last cap ${fmt(g.cap_records_per_sec)}/s kept`)
         : `${g.phase} · lag ${fmt(g.lag_records, 0)} · consumers ${fmt(g.consumer_rate)}/s vs producers ${fmt(g.producer_rate)}/s` +
           ` · recovery ${g.recovery_s === null ? "∞" : fmt(g.recovery_s) + " s"} (max ${fmt(g.guard.max_recovery_s)} s)` +
-          (g.cap_records_per_sec === null ? "" : ` · cap ${fmt(g.cap_records_per_sec)}/s`),
+          (g.cap_records_per_sec === null ? "" : ` · cap ${fmt(g.cap_records_per_sec)}/s`) +
+          (g.reason ? ` · ${g.reason}` : ""),
     ]));
 
   renderTenants();

@@ -1,0 +1,411 @@
+use super::*;
+
+const S: u64 = 1_000_000_000;
+
+fn settings() -> AdaptiveConfig {
+    AdaptiveConfig {
+        enabled: true,
+        target_delivery_ms: Some(100),
+        ..AdaptiveConfig::default()
+    }
+}
+
+fn slow() -> Signals {
+    Signals {
+        deliveries: 100,
+        delivery_p99_ms: Some(400.0),
+        ..Signals::default()
+    }
+}
+
+fn fast(used: f64) -> Signals {
+    Signals {
+        deliveries: 100,
+        delivery_p99_ms: Some(5.0),
+        limit_used: used,
+        ..Signals::default()
+    }
+}
+
+#[test]
+fn latency_above_the_target_cuts_the_limit_once_per_cooldown() {
+    let mut c = Controller::new(settings());
+    assert_eq!(c.step(10 * S, slow()), Move::Decrease(Cause::Latency));
+    assert!((c.limit() - 0.7).abs() < 1e-9);
+    // 1 s later: still in the 2 s cool-down.
+    assert_eq!(c.step(11 * S, slow()), Move::Hold("cooldown"));
+    assert_eq!(c.step(12 * S, slow()), Move::Decrease(Cause::Latency));
+    assert!((c.limit() - 0.49).abs() < 1e-9);
+}
+
+#[test]
+fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
+    let mut c = Controller::new(settings());
+    c.step(0, slow());
+    // A broker answering once per long round trip: some intervals see no delivery at all
+    // while the buffer holds records. That must not raise the limit.
+    let quiet = |fill: f64| Signals {
+        deliveries: 0,
+        delivery_p99_ms: None,
+        buffer_fill: fill,
+        limit_used: 1.0,
+        ..Signals::default()
+    };
+    assert_eq!(c.step(10 * S, quiet(0.01)), Move::Hold("dead_band"));
+    // Idle (nothing waiting, nothing delivered): no sign of trouble.
+    assert_eq!(c.step(11 * S, quiet(0.0)), Move::Increase);
+}
+
+#[test]
+fn a_few_fast_deliveries_at_a_low_limit_are_a_sign_of_health() {
+    let (mut c, mut t) = at_the_floor();
+    // At 5 % of the ceiling an interval delivers few records, with a handful in flight: too
+    // few to count as pressure, but all fast — the broker answers well.
+    let few = |l: f64| Signals {
+        deliveries: 9,
+        delivery_p99_ms: Some(8.0),
+        buffer_fill: 0.0005,
+        ..load(1.0, l)
+    };
+    assert_eq!(run(&mut c, &mut t, 5, few), [Move::Recover; 5]);
+    // A few slow ones are no sign of health (nor, being few, of pressure).
+    let (mut c, mut t) = at_the_floor();
+    let slow_few = |l: f64| Signals {
+        delivery_p99_ms: Some(400.0),
+        ..few(l)
+    };
+    assert_eq!(
+        run(&mut c, &mut t, 3, slow_few),
+        [Move::Hold("dead_band"); 3]
+    );
+}
+
+#[test]
+fn the_limit_never_goes_below_the_floor() {
+    let mut c = Controller::new(settings());
+    for i in 0..40 {
+        c.step(i * 3 * S, slow());
+    }
+    assert!((c.limit() - 0.05).abs() < 1e-9);
+    assert_eq!(c.step(200 * S, slow()), Move::Hold("floor"));
+}
+
+#[test]
+fn it_rises_only_when_healthy_and_the_limit_was_reached() {
+    let mut c = Controller::new(settings());
+    c.step(0, slow());
+    // Healthy but the limit was not used: hold.
+    assert_eq!(c.step(10 * S, fast(0.5)), Move::Hold("not_reached"));
+    assert_eq!(c.step(11 * S, fast(0.95)), Move::Increase);
+    assert!((c.limit() - 0.75).abs() < 1e-9);
+    // The increase cool-down (1 s).
+    assert_eq!(c.step(11 * S + S / 2, fast(1.0)), Move::Hold("cooldown"));
+    assert_eq!(c.step(12 * S, fast(1.0)), Move::Increase);
+    // Refusals count as reaching it too.
+    let refused = Signals {
+        refused: 3,
+        ..fast(0.2)
+    };
+    assert_eq!(c.step(13 * S, refused), Move::Increase);
+}
+
+#[test]
+fn between_healthy_and_the_target_it_holds() {
+    let mut c = Controller::new(settings());
+    c.step(0, slow());
+    // p99 of 70 ms: under the 100 ms target, over half of it.
+    let middling = Signals {
+        deliveries: 100,
+        delivery_p99_ms: Some(70.0),
+        limit_used: 1.0,
+        ..Signals::default()
+    };
+    assert_eq!(c.step(10 * S, middling), Move::Hold("dead_band"));
+    assert!((c.limit() - 0.7).abs() < 1e-9);
+}
+
+#[test]
+fn throttling_and_a_filling_buffer_are_pressure_too() {
+    let mut c = Controller::new(settings());
+    let throttled = Signals {
+        throttle_ms: 30,
+        ..fast(1.0)
+    };
+    assert_eq!(c.step(0, throttled), Move::Decrease(Cause::Throttle));
+    let full = Signals {
+        buffer_fill: 0.8,
+        ..fast(1.0)
+    };
+    assert_eq!(c.step(10 * S, full), Move::Decrease(Cause::Buffer));
+}
+
+#[test]
+fn without_a_configured_target_the_baseline_sets_it() {
+    let mut c = Controller::new(AdaptiveConfig {
+        enabled: true,
+        ..AdaptiveConfig::default()
+    });
+    assert_eq!(c.target_ms(), None);
+    c.step(0, fast(0.1)); // p99 5 ms under load
+    assert_eq!(
+        c.target_ms(),
+        Some(50.0),
+        "4 x 5 ms, at least min_target_ms (50)"
+    );
+    // Too few deliveries say nothing.
+    let sparse = Signals {
+        deliveries: 3,
+        delivery_p99_ms: Some(900.0),
+        ..Signals::default()
+    };
+    assert_eq!(c.step(S, sparse), Move::Hold("ceiling"));
+    assert_eq!(c.step(2 * S, slow()), Move::Decrease(Cause::Latency));
+}
+
+/// The default settings (interval 500 ms, cut x0.7 per 2 s, floor 5 %, slow start x2 per
+/// interval) with a 100 ms target.
+const STEP: u64 = S / 2;
+
+/// Healthy signals from a load of `demand` (fraction of the ceiling) under limit `limit`.
+fn load(demand: f64, limit: f64) -> Signals {
+    Signals {
+        refused: u64::from(demand > limit),
+        ..fast(demand / limit)
+    }
+}
+
+/// Steps every interval from `t` while `signals` says so, returning the time after the last.
+fn run(c: &mut Controller, t: &mut u64, n: usize, signals: impl Fn(f64) -> Signals) -> Vec<Move> {
+    (0..n)
+        .map(|_| {
+            *t += STEP;
+            let s = signals(c.limit());
+            c.step(*t, s)
+        })
+        .collect()
+}
+
+/// Healthy at the ceiling under full load, then a fault until the limit sits at its floor.
+fn at_the_floor() -> (Controller, u64) {
+    let mut c = Controller::new(settings());
+    let mut t = 0;
+    run(&mut c, &mut t, 10, |l| load(1.0, l));
+    assert_eq!(c.recover_to(), Some(1.0), "Kafka carried the whole ceiling");
+    while c.limit() > 0.05 + 1e-9 {
+        run(&mut c, &mut t, 1, |_| slow());
+    }
+    (c, t)
+}
+
+#[test]
+fn after_a_fault_at_the_floor_healthy_signals_restore_90_percent_of_the_ceiling_within_3_s() {
+    let (mut c, mut t) = at_the_floor();
+    assert_eq!(run(&mut c, &mut t, 4, |_| slow()), [Move::Hold("floor"); 4]);
+    assert_eq!(
+        c.time_to_recover_s(),
+        Some(2.5),
+        "5 intervals: 0.05 x 2^5 >= 1"
+    );
+    let healthy_from = t;
+    let mut moves = Vec::new();
+    while c.limit() < 0.9 {
+        moves.extend(run(&mut c, &mut t, 1, |l| load(1.0, l)));
+        assert!(t - healthy_from <= 3 * S, "{moves:?} limit {}", c.limit());
+    }
+    // Five healthy intervals: 0.1, 0.2, 0.4, 0.8, 1.0 — 2.5 s of healthy signals.
+    assert_eq!(t - healthy_from, 5 * STEP, "{moves:?}");
+    assert_eq!(moves, [Move::Recover; 5]);
+    assert!((c.limit() - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn below_the_recovery_level_it_grows_back_even_when_producers_use_little_of_it() {
+    let (mut c, mut t) = at_the_floor();
+    // Producers asking 1 % of the ceiling: the broker has shown it takes 100 %, so the limit
+    // still goes back (a producer that returns is not refused for nothing)...
+    let moves = run(&mut c, &mut t, 5, |l| load(0.01, l));
+    assert_eq!(moves, [Move::Recover; 5]);
+    assert!((c.limit() - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn above_the_recovery_level_it_probes_only_when_the_limit_is_reached() {
+    let mut c = Controller::new(settings());
+    let mut t = 0;
+    // Kafka carried 50 % of the ceiling (all that was asked) before the fault.
+    run(&mut c, &mut t, 10, |l| load(0.5, l));
+    assert_eq!(c.recover_to(), Some(0.5));
+    run(&mut c, &mut t, 1, |_| slow());
+    run(&mut c, &mut t, 4, |_| slow());
+    assert!((c.limit() - 0.49).abs() < 1e-9, "{}", c.limit());
+    // Back to 50 % at once, then up by 5 % steps while the demand reaches the limit, and no
+    // further: 0.55 is reached (91 %), 0.60 is not (83 %).
+    let moves = run(&mut c, &mut t, 20, |l| load(0.5, l));
+    assert_eq!(moves[0], Move::Recover);
+    assert!((c.limit() - 0.6).abs() < 1e-9, "{} {moves:?}", c.limit());
+    assert_eq!(c.phase(), "demand_below_limit");
+    assert_eq!(moves.iter().filter(|m| **m == Move::Increase).count(), 2);
+}
+
+#[test]
+fn a_fault_that_returns_during_recovery_cuts_again_at_once() {
+    let (mut c, mut t) = at_the_floor();
+    // The cut that reached the floor was this interval; recovery starts at once.
+    assert_eq!(run(&mut c, &mut t, 2, |l| load(1.0, l)), [Move::Recover; 2]);
+    assert!((c.limit() - 0.2).abs() < 1e-9);
+    // One second after the last cut — inside its 2 s cool-down — the fault is back: cut now.
+    assert_eq!(
+        run(&mut c, &mut t, 1, |_| slow()),
+        [Move::Decrease(Cause::Latency)]
+    );
+    assert!((c.limit() - 0.14).abs() < 1e-9, "{}", c.limit());
+    // The broker did not take 20 %: recovery now goes back to the 10 % it did take.
+    assert_eq!(c.recover_to(), Some(0.1));
+    // Consecutive cuts in one fault still wait the cool-down.
+    assert_eq!(run(&mut c, &mut t, 1, |_| slow()), [Move::Hold("cooldown")]);
+}
+
+#[test]
+fn a_lasting_loss_of_capacity_costs_one_overshoot_not_a_sawtooth() {
+    let mut c = Controller::new(settings());
+    let mut t = 0;
+    run(&mut c, &mut t, 10, |l| load(1.0, l));
+    // From now on the broker takes 30 % of the ceiling at healthy latency, and is slow above
+    // it (no dead band at all: the worst case for a prober).
+    let capacity = 0.3;
+    let broker = |l: f64| if l > capacity { slow() } else { load(1.0, l) };
+    let mut in_force = Vec::new();
+    let mut moves = Vec::new();
+    for _ in 0..480 {
+        in_force.push(c.limit());
+        moves.extend(run(&mut c, &mut t, 1, broker));
+    }
+    // The first recovery overshoots (Kafka carried 100 % before); after it the limit never
+    // goes more than one probing step above capacity.
+    let overshoot = |l: &&f64| **l > capacity + 0.05 + 1e-9;
+    assert_eq!(
+        in_force[40..].iter().filter(overshoot).count(),
+        0,
+        "{in_force:?}"
+    );
+    // Probes above capacity are refused and back off: in the last two minutes at most four
+    // cuts (at a fixed 1 s probe wait it would be one every 2 s: 60).
+    let late = &in_force[240..];
+    let cuts = moves[240..]
+        .iter()
+        .filter(|m| matches!(m, Move::Decrease(_)))
+        .count();
+    assert!(cuts <= 4, "{cuts} cuts: {late:?}");
+    assert_eq!(c.probe_wait_ms(), 32_000);
+    // And it does not sit low: at least 90 % of capacity on average.
+    let mean = late.iter().sum::<f64>() / late.len() as f64;
+    assert!(mean >= 0.9 * capacity, "mean {mean} {late:?}");
+}
+
+#[test]
+fn a_probe_that_holds_resets_the_probe_wait() {
+    let mut c = Controller::new(settings());
+    let mut t = 0;
+    run(&mut c, &mut t, 10, |l| load(1.0, l));
+    let mut capacity = 0.3;
+    for _ in 0..120 {
+        let cap = capacity;
+        run(&mut c, &mut t, 1, |l| {
+            if l > cap {
+                slow()
+            } else {
+                load(1.0, l)
+            }
+        });
+    }
+    assert!(c.probe_wait_ms() > 1_000, "{}", c.probe_wait_ms());
+    // Capacity comes back: the next probe holds, and probing is brisk again.
+    capacity = 1.0;
+    let mut waited = 0;
+    while c.probe_wait_ms() > 1_000 {
+        let cap = capacity;
+        run(&mut c, &mut t, 1, |l| {
+            if l > cap {
+                slow()
+            } else {
+                load(1.0, l)
+            }
+        });
+        waited += 1;
+        assert!(waited < 200, "{}", c.probe_wait_ms());
+    }
+    let from = c.limit();
+    let moves = run(&mut c, &mut t, 10, |l| load(1.0, l));
+    assert!(
+        c.limit() >= from + 0.2 - 1e-9,
+        "{from} -> {} {moves:?}",
+        c.limit()
+    );
+}
+
+#[test]
+fn steady_load_never_moves_the_limit() {
+    // At the ceiling, healthy: a minute without a move.
+    let mut c = Controller::new(settings());
+    let mut t = 0;
+    assert!(run(&mut c, &mut t, 120, |l| load(1.0, l))
+        .iter()
+        .all(|m| *m == Move::Hold("ceiling")));
+    // Recovered under a demand below the limit: it settles, then holds for a minute.
+    let mut c = Controller::new(settings());
+    run(&mut c, &mut t, 10, |l| load(0.5, l));
+    run(&mut c, &mut t, 2, |_| slow());
+    run(&mut c, &mut t, 20, |l| load(0.5, l));
+    let settled = c.limit();
+    assert!((0.5..1.0).contains(&settled), "{settled}");
+    assert!(run(&mut c, &mut t, 120, |l| load(0.5, l))
+        .iter()
+        .all(|m| *m == Move::Hold("not_reached")));
+    assert_eq!(c.limit(), settled);
+    // In the dead band after a cut (p99 70 ms against a 100 ms target): a minute without a
+    // move, neither back up nor further down.
+    run(&mut c, &mut t, 1, |_| slow());
+    let cut = c.limit();
+    assert!(cut < settled);
+    let middling = Signals {
+        deliveries: 100,
+        delivery_p99_ms: Some(70.0),
+        limit_used: 1.0,
+        ..Signals::default()
+    };
+    assert!(run(&mut c, &mut t, 120, |_| middling)
+        .iter()
+        .all(|m| *m == Move::Hold("dead_band")));
+    assert_eq!(c.limit(), cut);
+}
+
+#[test]
+fn the_reason_names_the_phase_and_the_recovery_level() {
+    let (mut c, mut t) = at_the_floor();
+    assert_eq!(c.phase(), "cutting");
+    assert!(c.reason().contains("above 100 ms"), "{}", c.reason());
+    run(&mut c, &mut t, 1, |_| slow());
+    assert_eq!(c.phase(), "floor");
+    run(&mut c, &mut t, 1, |l| load(1.0, l));
+    assert_eq!(c.phase(), "recovering");
+    assert!(
+        c.reason().contains("back to 100 %") && c.reason().contains("there in 2.0 s"),
+        "{}",
+        c.reason()
+    );
+    run(&mut c, &mut t, 4, |l| load(1.0, l));
+    run(&mut c, &mut t, 1, |l| load(1.0, l));
+    assert_eq!(c.phase(), "ceiling");
+    let middling = Signals {
+        delivery_p99_ms: Some(70.0),
+        ..slow()
+    };
+    run(&mut c, &mut t, 1, |_| slow());
+    run(&mut c, &mut t, 1, |_| middling);
+    assert_eq!(c.phase(), "dead_band");
+    assert!(
+        c.reason().contains("between 50 ms and 100 ms"),
+        "{}",
+        c.reason()
+    );
+}

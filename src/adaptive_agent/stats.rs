@@ -1,0 +1,111 @@
+//! What the adaptive agent shows of itself to the metrics, the admin API and the status page:
+//! plain cells written by the agent's tick, read without locking the controller.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::adaptive::controller::{Cause, Controller};
+use crate::config::Priority;
+
+/// What the metrics and the admin API show of the agent.
+#[derive(Debug, Default)]
+pub struct AdaptiveStats {
+    /// f64 bits: the limit as a fraction of the ceiling.
+    pub(super) limit_ratio: AtomicU64,
+    /// f64 bits: ms; 0 while unknown.
+    pub(super) target_ms: AtomicU64,
+    pub(super) p99_ms: AtomicU64,
+    pub throttle_ms: AtomicU64,
+    /// Records/s and bytes/s the limit allows now (0: not limited in that dimension).
+    pub limit_records: AtomicU64,
+    pub limit_bytes: AtomicU64,
+    pub(super) decreases: [AtomicU64; 3],
+    /// Additive steps above the recovery level (probing).
+    pub increases: AtomicU64,
+    /// Slow-start steps back toward the recovery level.
+    pub recoveries: AtomicU64,
+    /// f64 bits: the recovery level (fraction of the ceiling); 0 while none is known.
+    pub(super) recover_to: AtomicU64,
+    /// f64 bits: seconds of healthy signals to reach it.
+    pub(super) time_to_recover_s: AtomicU64,
+    /// The recovery level in records/s (0: unknown, or no records ceiling).
+    pub recover_to_records: AtomicU64,
+    /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
+    pub(super) class_rate: [AtomicU64; 3],
+    pub(super) last_move: Mutex<String>,
+    /// Where the limit stands and why (`Controller::phase`, `Controller::reason`).
+    pub(super) standing: Mutex<(&'static str, String)>,
+}
+
+impl AdaptiveStats {
+    pub(super) fn set_f64(cell: &AtomicU64, v: f64) {
+        cell.store(v.to_bits(), Relaxed);
+    }
+
+    fn get_f64(cell: &AtomicU64) -> f64 {
+        f64::from_bits(cell.load(Relaxed))
+    }
+
+    pub fn limit_ratio(&self) -> f64 {
+        Self::get_f64(&self.limit_ratio)
+    }
+
+    pub fn target_ms(&self) -> f64 {
+        Self::get_f64(&self.target_ms)
+    }
+
+    pub fn p99_ms(&self) -> f64 {
+        Self::get_f64(&self.p99_ms)
+    }
+
+    pub fn decreases(&self, cause: Cause) -> u64 {
+        self.decreases[cause as usize].load(Relaxed)
+    }
+
+    pub fn class_rate(&self, class: Priority) -> f64 {
+        Self::get_f64(&self.class_rate[class as usize])
+    }
+
+    pub fn last_move(&self) -> String {
+        self.last_move
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn recover_to(&self) -> f64 {
+        Self::get_f64(&self.recover_to)
+    }
+
+    pub fn time_to_recover_s(&self) -> f64 {
+        Self::get_f64(&self.time_to_recover_s)
+    }
+
+    /// The phase (`ceiling`, `cutting`, `floor`, `dead_band`, `recovering`, `probing`,
+    /// `demand_below_limit`) and the reason in a sentence.
+    pub fn standing(&self) -> (&'static str, String) {
+        let s = self
+            .standing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (s.0, s.1.clone())
+    }
+
+    pub(super) fn stand(&self, controller: &Controller, ceiling_records: Option<u64>) {
+        let level = controller.recover_to().unwrap_or(0.0);
+        self.recover_to_records.store(
+            ceiling_records.map_or(0, |c| (c as f64 * level).round() as u64),
+            Relaxed,
+        );
+        *self
+            .standing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (controller.phase(), controller.reason());
+        Self::set_f64(&self.recover_to, controller.recover_to().unwrap_or(0.0));
+        Self::set_f64(
+            &self.time_to_recover_s,
+            controller.time_to_recover_s().unwrap_or(0.0),
+        );
+    }
+}

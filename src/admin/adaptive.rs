@@ -1,0 +1,79 @@
+//! `/admin/adaptive`: the adaptive limit's settings, where it stands and why, changed live.
+//!
+//! Changes act at once on this replica and are not persisted: the configuration file's
+//! `[adaptive]` applies again at the next start (as with `/admin/lag-guards`).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::body::Bytes;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde_json::{json, Value};
+
+use super::api::{parse, AppRef};
+use crate::app::AppState;
+use crate::outcome::ApiError;
+use crate::registry::Actor;
+
+pub(super) fn view(app: &AppState) -> Value {
+    let a = &app.adaptive;
+    let s = &a.stats;
+    let settings = a.settings();
+    let classes: serde_json::Map<String, Value> = crate::config::Priority::ALL
+        .iter()
+        .map(|p| (p.as_str().to_string(), json!(s.class_rate(*p))))
+        .collect();
+    let (phase, reason) = s.standing();
+    let limit_records = s.limit_records.load(Relaxed);
+    // 0 stands for "not known yet" in the stats cells; the API says null.
+    let known = |v: f64| (v > 0.0).then_some(v);
+    let level = known(s.recover_to());
+    let ratio = s.limit_ratio();
+    let level_records = s.recover_to_records.load(Relaxed);
+    let target = known(s.target_ms());
+    json!({
+        "settings": settings,
+        "limit_ratio": ratio,
+        "limit_records_per_sec": limit_records,
+        "limit_bytes_per_sec": s.limit_bytes.load(Relaxed),
+        "target_delivery_ms": s.target_ms(),
+        "delivery_p99_ms": s.p99_ms(),
+        "last_move": s.last_move(),
+        "phase": phase,
+        "reason": reason,
+        "recovery_level_ratio": level,
+        "recovery_level_records_per_sec": (level_records > 0).then_some(level_records),
+        "time_to_recovery_level_s": level.map(|_| s.time_to_recover_s()),
+        "dead_band_ms": target.map(|t| json!({
+            "healthy_below": t * settings.healthy_fraction,
+            "target": t,
+        })),
+        "class_rates": classes,
+    })
+}
+
+/// `GET /admin/adaptive`: the adaptive limit's settings and where it stands.
+pub async fn get(axum::extract::State(app): AppRef) -> Response {
+    Json(view(&app)).into_response()
+}
+
+/// `PUT /admin/adaptive`: replaces the settings live (not persisted: the configuration file's
+/// `[adaptive]` applies again at the next start).
+pub async fn put(
+    axum::extract::State(app): AppRef,
+    Extension(actor): Extension<Actor>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let settings: crate::config::AdaptiveConfig = parse(&body)?;
+    let global = app.registry.snapshot().await.global;
+    if let Some(p) = settings.problems(&global).into_iter().next() {
+        return Err(ApiError::InvalidField {
+            field: p.key.trim_start_matches("adaptive.").to_string(),
+            detail: p.message,
+        });
+    }
+    tracing::info!(target: "floodgate::audit", actor = actor.as_str(), action = "adaptive.put",
+        after = %serde_json::to_string(&settings).unwrap_or_default(), "adaptive settings changed");
+    app.adaptive.set_settings(settings);
+    Ok(Json(view(&app)).into_response())
+}
