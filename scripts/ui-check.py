@@ -2,9 +2,10 @@
 """The status page in a real browser (Debian's chromium, headless, driven by selenium).
 
 Starts `floodgate dev` on loopback ports, adds a second tenant with a budget of one record a
-second, keeps both tenants sending (the second mostly refused), logs in to /ui with the admin
-token and checks the rendered page: both tenants listed, the refused one with a non-zero
-refusal rate and its reason, the buffer gauge drawn, a lag guard and the adaptive limit shown; no console errors; no request to anywhere
+second, has both tenants send for five seconds with no page open (the second mostly refused),
+then stops the refused one, opens /ui with the admin token and checks the rendered page — which
+can only know about the refusals from the history the gateway kept by itself: both tenants
+listed, the refused one first with a non-zero refusal rate and its reason, the buffer gauge drawn, a lag guard and the adaptive limit shown; no console errors; no request to anywhere
 but the admin listener. With --screenshot FILE it also saves the page (docs/status-page.png).
 
     scripts/ui-check.py [--screenshot docs/status-page.png]
@@ -93,17 +94,25 @@ def main():
                                {"enabled": True, "max_records_per_sec": 100000})
         assert status == 200, (status, body)
 
+        refusing = threading.Event()
+        refusing.set()
+
         def traffic():
             record = {"records": [{"value": {"n": 1}}]}
             while not stop.is_set():
                 try:
                     request("POST", produce, key, record)
-                    request("POST", produce, batch_key, record)
+                    if refusing.is_set():
+                        request("POST", produce, batch_key, record)
                 except OSError:
                     pass  # the gateway is going away at the end
                 time.sleep(0.02)
 
         threading.Thread(target=traffic, daemon=True).start()
+        # Five seconds of refusals with no page open, then they stop: what the page shows of
+        # them, it shows from the gateway's own history.
+        time.sleep(5)
+        refusing.clear()
 
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"

@@ -165,12 +165,40 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
 
 /// Ready = not draining, buffer below its high-water mark, and the last topic-metadata refresh
 /// answered (a latch the catalog keeps: a probe costs no Kafka request and no thread).
-/// `GET /admin/status`: the status page's snapshot (see `status`).
-async fn status(State(app): State<Arc<AppState>>) -> Response {
-    let mut snapshot = app.status.snapshot();
+/// `GET /admin/status?limit=&sort=refused|admitted|id&q=PREFIX`: the status page's snapshot
+/// (see `status`): the tenants asked for, with the totals and the tenant count.
+async fn status(
+    State(app): State<Arc<AppState>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<Response, crate::outcome::ApiError> {
+    use crate::outcome::ApiError;
+    use crate::status::{Query, Sort, LIMIT_MAX};
+    let mut q = Query::default();
+    for (name, value) in api::params(query.as_deref(), &["limit", "sort", "q"])? {
+        match name.as_str() {
+            "limit" => {
+                q.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=LIMIT_MAX).contains(n))
+                    .ok_or_else(|| ApiError::InvalidField {
+                        field: "limit".into(),
+                        detail: format!("must be from 1 to {LIMIT_MAX}, not {value:?}"),
+                    })?;
+            }
+            "sort" => {
+                q.sort = Sort::parse(&value).ok_or_else(|| ApiError::InvalidField {
+                    field: "sort".into(),
+                    detail: format!("must be refused, admitted or id, not {value:?}"),
+                })?;
+            }
+            _ => q.prefix = value,
+        }
+    }
+    let mut snapshot = app.status.snapshot(&q);
     snapshot.lag_guards = app.lag.statuses().iter().map(lag_guards::view).collect();
     snapshot.adaptive = Some(adaptive::view(&app));
-    axum::Json(snapshot).into_response()
+    Ok(axum::Json(snapshot).into_response())
 }
 
 async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {

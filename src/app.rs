@@ -32,8 +32,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Buffer occupancy above which `/readyz` says not ready.
     pub ready_high_water: f64,
-    /// The status page's snapshot (built only when asked).
-    pub status: crate::status::StatusBoard,
+    /// The status page's history and snapshot (sampled every second).
+    pub status: Arc<crate::status::StatusBoard>,
     /// Adaptive broker protection (its settings can be changed live, so it always exists).
     pub adaptive: Arc<crate::adaptive_agent::AdaptiveAgent>,
     /// Lag guards (changed live through the admin API, so the agent always exists).
@@ -203,14 +203,14 @@ impl AppState {
             )),
             clock.clone(),
         ));
-        let status = crate::status::StatusBoard::new(
+        let status = Arc::new(crate::status::StatusBoard::new(
             tenants.clone(),
             admission.clone(),
             kafka_metrics.clone(),
             cluster.clone(),
             clock.clone(),
             config.buffer.ready_high_water,
-        );
+        ));
         Ok(Self {
             status,
             adaptive: adaptive.clone(),

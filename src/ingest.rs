@@ -349,7 +349,10 @@ impl Ingest {
                 checked = charge;
                 if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
                     let cut = match denial {
-                        Denial::Refused(_) => Cut::RateLimited,
+                        Denial::Refused(_) => {
+                            tenant.stats.refused_records(charge.records);
+                            Cut::RateLimited
+                        }
                         Denial::TooLarge(_) => Cut::ExceedsBurst,
                     };
                     return Err(self.cut_short(cut, self.denied(tenant, denial)));
@@ -424,6 +427,21 @@ impl Ingest {
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
         tenant.stats.offered(charge.records, charge.bytes);
+        let admitted = self.admit_counted(tenant, topic, charge, leases).await;
+        if let Err(ApiError::RateLimited(_)) = &admitted {
+            // Its body was read: the status page shows the records refused, not just requests.
+            tenant.stats.refused_records(charge.records);
+        }
+        admitted
+    }
+
+    async fn admit_counted(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        charge: Charge,
+        leases: &mut u32,
+    ) -> Result<BufferLease, ApiError> {
         let last_need = loop {
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {

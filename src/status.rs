@@ -1,13 +1,18 @@
 //! The status snapshot behind `GET /admin/status` and the `/ui` page: who is being refused
 //! and why, how full the buckets and the buffer are, how Kafka and the cluster are doing.
 //!
-//! Built only when asked, from the same live state the metrics read (tenant counters, bucket
-//! levels, the buffer's word, Kafka's statistics): nothing is added to the produce path. Rates
-//! come from samples of the counters taken at most once a second of the budget clock, when a
-//! snapshot is asked for, and kept for [`WINDOW`]: an open page (which asks every second) keeps
-//! the last ten seconds; the first snapshot after a quiet spell has no rates yet.
+//! Rates come from [`history`]: a sampler reads every tenant's counters once a second of the
+//! budget clock, whether or not anyone is looking (and a snapshot samples too, when a second
+//! has passed), and keeps the last minute for the tenants that had traffic — so a page opened
+//! after an incident shows it. Rates are over the last [`WINDOW`] seconds, the history over
+//! [`history::SECONDS`]. A snapshot holds the `limit` tenants asked for (the most refused
+//! first, by default; `q` narrows by id prefix, searched on the server), with the totals over
+//! all of them and the tenant count, so its size does not grow with the tenants: nothing is
+//! added to the produce path.
 //!
 //! Layer: observability. Imports tenants, admission, Kafka's statistics and the cluster.
+
+pub mod history;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -20,31 +25,24 @@ use crate::budget::{BucketView, Clock};
 use crate::cluster::{Cluster, LeaseOutcome, Scope};
 use crate::kafka::{KafkaMetrics, LatencyCounts, LATENCY_BUCKETS};
 use crate::refusal::Reason;
-use crate::tenant::Tenants;
+use crate::tenant::{Tenant, Tenants};
+use history::{History, Second};
 
-/// Seconds of history the rates cover.
+/// Seconds the rates cover.
 pub const WINDOW: usize = 10;
 const SECOND_NS: u64 = 1_000_000_000;
+/// Tenants in a snapshot unless asked otherwise, and at most.
+pub const LIMIT_DEFAULT: usize = 50;
+pub const LIMIT_MAX: usize = 1000;
 
-#[derive(Debug, Clone, Default)]
-struct TenantCounts {
-    admitted_requests: u64,
-    admitted_records: u64,
-    refused: [u64; Reason::ALL.len()],
-}
-
-impl TenantCounts {
-    fn refused_total(&self) -> u64 {
-        self.refused.iter().sum()
-    }
-}
-
+/// Gateway-wide counters as read at one second.
 #[derive(Debug, Clone)]
-struct Sample {
-    at_ns: u64,
-    tenants: HashMap<String, TenantCounts>,
+struct GlobalSample {
+    second: u64,
     delivery: [u64; LATENCY_BUCKETS],
     lease_calls: u64,
+    /// Every tenant's traffic in this second, summed (exact whatever is tracked).
+    traffic: Second,
 }
 
 /// Everything the snapshot reads.
@@ -56,7 +54,8 @@ pub struct StatusBoard {
     cluster: Option<Arc<Cluster>>,
     clock: Arc<dyn Clock>,
     ready_high_water: f64,
-    history: Mutex<VecDeque<Sample>>,
+    history: Mutex<History>,
+    global: Mutex<VecDeque<GlobalSample>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,9 +87,11 @@ pub struct TenantStatus {
     pub admitted_records_per_sec: f64,
     pub admitted_requests_per_sec: f64,
     pub refused_requests_per_sec: f64,
+    /// Records of refused requests whose body was read, per second.
+    pub refused_records_per_sec: f64,
     /// Refusals per second by reason, only the reasons that occurred in the window.
     pub refused_by_reason: HashMap<&'static str, f64>,
-    /// Per second, oldest first (at most [`WINDOW`]).
+    /// Per second, oldest first (at most [`history::SECONDS`]).
     pub history: Vec<SecondRates>,
     pub records_bucket: Option<Bucket>,
     pub bytes_bucket: Option<Bucket>,
@@ -99,7 +100,6 @@ pub struct TenantStatus {
     /// The share of the buffer this tenant may hold.
     pub buffer_share: f64,
 }
-
 #[derive(Debug, Serialize)]
 pub struct BufferStatus {
     pub held_bytes: u64,
@@ -140,6 +140,10 @@ pub struct ClusterStatus {
 pub struct Snapshot {
     /// Seconds the rates cover (0 until two samples a second apart exist).
     pub window_secs: f64,
+    /// How many tenants there are, and their traffic summed.
+    pub tenant_count: usize,
+    pub totals: Totals,
+    /// The tenants asked for (`limit`, `sort`, `q`).
     pub tenants: Vec<TenantStatus>,
     pub global_records: Option<Bucket>,
     pub global_bytes: Option<Bucket>,
@@ -152,11 +156,102 @@ pub struct Snapshot {
     pub adaptive: Option<serde_json::Value>,
 }
 
-fn rate(now: u64, then: u64, secs: f64) -> f64 {
+/// Every tenant's traffic summed, per second over the window.
+#[derive(Debug, Serialize)]
+pub struct Totals {
+    pub admitted_records_per_sec: f64,
+    pub admitted_requests_per_sec: f64,
+    pub refused_requests_per_sec: f64,
+    pub refused_records_per_sec: f64,
+}
+
+/// Which tenants a snapshot holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub limit: usize,
+    pub sort: Sort,
+    /// Only ids that start with this.
+    pub prefix: String,
+}
+
+impl Default for Query {
+    fn default() -> Self {
+        Self {
+            limit: LIMIT_DEFAULT,
+            sort: Sort::Refused,
+            prefix: String::new(),
+        }
+    }
+}
+
+/// How the tenants are chosen and ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    /// The most refused requests per second first, then the most admitted.
+    Refused,
+    /// The most admitted records per second first.
+    Admitted,
+    /// By id.
+    Id,
+}
+
+impl Sort {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "refused" => Some(Self::Refused),
+            "admitted" => Some(Self::Admitted),
+            "id" => Some(Self::Id),
+            _ => None,
+        }
+    }
+}
+
+fn per_sec(n: u64, secs: f64) -> f64 {
     if secs <= 0.0 {
         0.0
     } else {
-        now.saturating_sub(then) as f64 / secs
+        n as f64 / secs
+    }
+}
+
+/// Sums of seconds: the window's traffic.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sums {
+    admitted_requests: u64,
+    admitted_records: u64,
+    refused_requests: u64,
+    refused_records: u64,
+    refused_by_reason: [u64; Reason::ALL.len()],
+}
+
+impl Sums {
+    fn of<'a>(seconds: impl Iterator<Item = &'a Second>) -> Self {
+        let mut sums = Self::default();
+        for s in seconds {
+            sums.admitted_requests += u64::from(s.admitted_requests);
+            sums.admitted_records += u64::from(s.admitted_records);
+            sums.refused_requests += u64::from(s.refused_requests);
+            sums.refused_records += u64::from(s.refused_records);
+            for (sum, n) in sums.refused_by_reason.iter_mut().zip(s.refused_by_reason) {
+                *sum += u64::from(n);
+            }
+        }
+        sums
+    }
+}
+
+impl From<Sums> for Second {
+    fn from(s: Sums) -> Self {
+        let c = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Second {
+            admitted_requests: c(s.admitted_requests),
+            admitted_records: c(s.admitted_records),
+            refused_requests: c(s.refused_requests),
+            refused_records: c(s.refused_records),
+            refused_by_reason: s
+                .refused_by_reason
+                .map(|n| u16::try_from(n).unwrap_or(u16::MAX)),
+        }
     }
 }
 
@@ -195,23 +290,38 @@ impl StatusBoard {
             cluster,
             clock,
             ready_high_water,
-            history: Mutex::new(VecDeque::new()),
+            history: Mutex::new(History::default()),
+            global: Mutex::new(VecDeque::new()),
         }
     }
 
-    fn sample(&self, now: u64) -> Sample {
+    /// Samples once a second until the process ends (the budget clock decides what a second
+    /// is; checking four times a second keeps a stepped clock's seconds too).
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let board = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                board.sample();
+            }
+        })
+    }
+
+    /// Takes this second's sample, unless it was taken.
+    pub fn sample(&self) {
+        let second = self.clock.now_ns() / SECOND_NS;
+        let mut history = self
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if history.second == Some(second) {
+            return;
+        }
         let registry = self.tenants.load();
-        let tenants = registry
-            .tenants()
-            .map(|t| {
-                let counts = TenantCounts {
-                    admitted_requests: t.stats.admitted_requests.load(Relaxed),
-                    admitted_records: t.stats.admitted_records.load(Relaxed),
-                    refused: std::array::from_fn(|i| t.stats.rejected_count(Reason::ALL[i])),
-                };
-                (t.id.as_str().to_string(), counts)
-            })
-            .collect();
+        let traffic = history.sample(second, registry.tenants());
+        drop(history);
         let lease_calls = self.cluster.as_ref().map_or(0, |c| {
             Scope::ALL
                 .iter()
@@ -219,98 +329,107 @@ impl StatusBoard {
                 .map(|(s, o)| c.stats.lease_calls(s, o))
                 .sum()
         });
-        Sample {
-            at_ns: now,
-            tenants,
+        let mut global = self
+            .global
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        global.push_back(GlobalSample {
+            second,
             delivery: self.kafka.delivery_counts.counts(),
             lease_calls,
+            traffic,
+        });
+        while global.len() > history::SECONDS + 1 {
+            global.pop_front();
         }
     }
 
-    /// The status now. Takes a sample when the last one is a second old or more.
-    pub fn snapshot(&self) -> Snapshot {
-        let now = self.clock.now_ns();
-        let current = self.sample(now);
-        let (samples, oldest) = {
-            let mut history = self
-                .history
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if history
-                .back()
-                .is_none_or(|last| now.saturating_sub(last.at_ns) >= SECOND_NS)
-            {
-                history.push_back(current.clone());
-                while history.len() > WINDOW + 1 {
-                    history.pop_front();
-                }
-            }
-            let samples: Vec<Sample> = history.iter().cloned().collect();
-            let oldest = samples.first().cloned();
-            (samples, oldest)
+    /// The status now (sampling first if a second has passed).
+    pub fn snapshot(&self, query: &Query) -> Snapshot {
+        self.sample();
+        let global: Vec<GlobalSample> = self
+            .global
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        let (first, last) = match (global.first(), global.last()) {
+            (Some(f), Some(l)) => (f.clone(), l.clone()),
+            _ => unreachable_sample(),
         };
-        let newest = samples.last().cloned().unwrap_or(current);
-        let oldest = oldest.unwrap_or_else(|| newest.clone());
-        let secs = newest.at_ns.saturating_sub(oldest.at_ns) as f64 / 1e9;
+        let now = last.second;
+        let window = now.saturating_sub(first.second).min(WINDOW as u64);
+        let span = now
+            .saturating_sub(first.second)
+            .min(history::SECONDS as u64);
+        let from = now + 1 - window; // seconds in (now - window, now]
+        let secs = window as f64;
+        let oldest_in_window = global
+            .iter()
+            .rev()
+            .find(|g| g.second + window <= now)
+            .unwrap_or(&first);
+        let totals = Sums::of(
+            global
+                .iter()
+                .filter(|g| window > 0 && g.second >= from)
+                .map(|g| &g.traffic),
+        );
         let registry = self.tenants.load();
-        let empty = TenantCounts::default();
-        let tenants = registry
-            .tenants()
+        let history = self
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let window_of = |id: &str| {
+            let ring = history.rings.get(&crate::identity::TenantId::new(id));
+            let sums = ring.map_or_else(Sums::default, |r| {
+                if window == 0 {
+                    Sums::default()
+                } else {
+                    Sums::of(r.since(from))
+                }
+            });
+            (ring, sums)
+        };
+        let chosen = self.choose(&registry, &history, query, from, window);
+        let tenants = chosen
+            .into_iter()
             .map(|t| {
-                let id = t.id.as_str();
-                let new = newest.tenants.get(id).unwrap_or(&empty);
-                let old = oldest.tenants.get(id).unwrap_or(&empty);
-                let refused_by_reason = Reason::ALL
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| new.refused[*i] > old.refused[*i])
-                    .map(|(i, r)| (r.as_str(), rate(new.refused[i], old.refused[i], secs)))
-                    .collect();
-                let history = samples
-                    .windows(2)
-                    .map(|w| {
-                        let (a, b) = (&w[0], &w[1]);
-                        let span = b.at_ns.saturating_sub(a.at_ns) as f64 / 1e9;
-                        let ca = a.tenants.get(id).unwrap_or(&empty);
-                        let cb = b.tenants.get(id).unwrap_or(&empty);
+                let (ring, sums) = window_of(t.id.as_str());
+                // Every second since sampling began (at most the history's length), quiet
+                // ones included.
+                let history_rates = (now + 1 - span..=now)
+                    .map(|second| {
+                        let s = ring
+                            .and_then(|r| r.seconds.iter().find(|(at, _)| *at == second))
+                            .map(|(_, s)| *s)
+                            .unwrap_or_default();
                         SecondRates {
-                            admitted_records: rate(cb.admitted_records, ca.admitted_records, span),
-                            refused_requests: rate(cb.refused_total(), ca.refused_total(), span),
+                            admitted_records: f64::from(s.admitted_records),
+                            refused_requests: f64::from(s.refused_requests),
                         }
                     })
                     .collect();
-                let view = self.admission.view(t);
-                TenantStatus {
-                    id: id.to_string(),
-                    admitted_records_per_sec: rate(
-                        new.admitted_records,
-                        old.admitted_records,
-                        secs,
-                    ),
-                    admitted_requests_per_sec: rate(
-                        new.admitted_requests,
-                        old.admitted_requests,
-                        secs,
-                    ),
-                    refused_requests_per_sec: rate(new.refused_total(), old.refused_total(), secs),
-                    refused_by_reason,
-                    history,
-                    records_bucket: view.tenant_records.map(Bucket::from),
-                    bytes_bucket: view.tenant_bytes.map(Bucket::from),
-                    buffer_bytes: t.usage.bytes.load(Relaxed),
-                    buffer_records: t.usage.records.load(Relaxed),
-                    buffer_share: t.buffer_share(),
-                }
+                self.tenant_status(t, sums, history_rates, secs)
             })
             .collect();
+        drop(history);
+        let delivered: [u64; LATENCY_BUCKETS] =
+            std::array::from_fn(|i| last.delivery[i].saturating_sub(oldest_in_window.delivery[i]));
         let (global_records, global_bytes) = self.admission.global.view(self.admission.now_ns());
         let buffer = &self.admission.buffer;
         let (held_bytes, held_records) = buffer.held();
-        let delivered: [u64; LATENCY_BUCKETS] =
-            std::array::from_fn(|i| newest.delivery[i].saturating_sub(oldest.delivery[i]));
         let stats = self.kafka.latest();
         Snapshot {
             window_secs: secs,
+            tenant_count: registry.len(),
+            totals: Totals {
+                admitted_records_per_sec: per_sec(totals.admitted_records, secs),
+                admitted_requests_per_sec: per_sec(totals.admitted_requests, secs),
+                refused_requests_per_sec: per_sec(totals.refused_requests, secs),
+                refused_records_per_sec: per_sec(totals.refused_records, secs),
+            },
             tenants,
             global_records: global_records.map(Bucket::from),
             global_bytes: global_bytes.map(Bucket::from),
@@ -341,12 +460,115 @@ impl StatusBoard {
                 replica: c.replica_id().to_string(),
                 members: c.stats.members.load(Relaxed),
                 degraded: c.is_degraded(),
-                lease_calls_per_sec: rate(newest.lease_calls, oldest.lease_calls, secs),
+                lease_calls_per_sec: per_sec(
+                    last.lease_calls
+                        .saturating_sub(oldest_in_window.lease_calls),
+                    secs,
+                ),
             }),
             lag_guards: Vec::new(),
             adaptive: None,
         }
     }
+
+    /// The tenants a query asks for: the busiest (by its order) among those with history,
+    /// then — when fewer are busy than asked for, or ordered by id — the others by id.
+    fn choose(
+        &self,
+        registry: &crate::tenant::Registry,
+        history: &History,
+        query: &Query,
+        from: u64,
+        window: u64,
+    ) -> Vec<Arc<Tenant>> {
+        let mut chosen: Vec<Arc<Tenant>> = Vec::with_capacity(query.limit);
+        if query.sort != Sort::Id {
+            let mut busy: Vec<(Sums, Arc<Tenant>)> = history
+                .rings
+                .iter()
+                .filter(|(id, _)| id.as_str().starts_with(&query.prefix))
+                .filter_map(|(id, ring)| {
+                    let sums = if window == 0 {
+                        Sums::default()
+                    } else {
+                        Sums::of(ring.since(from))
+                    };
+                    Some((sums, registry.get(id.as_str())?.clone()))
+                })
+                .collect();
+            busy.sort_by(|(a, ta), (b, tb)| {
+                let key = |s: &Sums| match query.sort {
+                    Sort::Admitted => (s.admitted_records, s.refused_requests),
+                    _ => (s.refused_requests, s.admitted_records),
+                };
+                key(b)
+                    .cmp(&key(a))
+                    .then_with(|| ta.id.as_str().cmp(tb.id.as_str()))
+            });
+            chosen.extend(busy.into_iter().take(query.limit).map(|(_, t)| t));
+        }
+        if chosen.len() < query.limit {
+            let taken: std::collections::HashSet<&str> =
+                chosen.iter().map(|t| t.id.as_str()).collect();
+            let rest: Vec<Arc<Tenant>> = registry
+                .tenants_from(&query.prefix)
+                .take_while(|t| t.id.as_str().starts_with(&query.prefix))
+                .filter(|t| !taken.contains(t.id.as_str()))
+                .take(query.limit - chosen.len())
+                .cloned()
+                .collect();
+            chosen.extend(rest);
+        }
+        chosen
+    }
+
+    fn tenant_status(
+        &self,
+        t: Arc<Tenant>,
+        sums: Sums,
+        history: Vec<SecondRates>,
+        secs: f64,
+    ) -> TenantStatus {
+        let view = self.admission.view(&t);
+        TenantStatus {
+            id: t.id.as_str().to_string(),
+            admitted_records_per_sec: per_sec(sums.admitted_records, secs),
+            admitted_requests_per_sec: per_sec(sums.admitted_requests, secs),
+            refused_requests_per_sec: per_sec(sums.refused_requests, secs),
+            refused_records_per_sec: per_sec(sums.refused_records, secs),
+            refused_by_reason: Reason::ALL
+                .iter()
+                .zip(sums.refused_by_reason)
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (r.as_str(), per_sec(n, secs)))
+                .collect(),
+            history,
+            records_bucket: view.tenant_records.map(Bucket::from),
+            bytes_bucket: view.tenant_bytes.map(Bucket::from),
+            buffer_bytes: t.usage.bytes.load(Relaxed),
+            buffer_records: t.usage.records.load(Relaxed),
+            buffer_share: t.buffer_share(),
+        }
+    }
+
+    /// The `n` tenants with the most traffic in the last minute, busiest first.
+    pub fn busiest(&self, n: usize) -> Vec<crate::identity::TenantId> {
+        self.history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .busiest(n)
+    }
+}
+
+/// `sample` always leaves one: reached only if it did not.
+fn unreachable_sample() -> (GlobalSample, GlobalSample) {
+    let empty = GlobalSample {
+        second: 0,
+        delivery: [0; LATENCY_BUCKETS],
+        lease_calls: 0,
+        traffic: Second::default(),
+    };
+    (empty.clone(), empty)
 }
 
 #[cfg(test)]

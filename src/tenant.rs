@@ -8,7 +8,7 @@ mod registry;
 mod stats;
 
 pub use registry::{Registry, RegistryPlan, Tenants};
-pub use stats::{Api, TenantStats};
+pub use stats::{Api, TenantCounts, TenantStats};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -262,22 +262,5 @@ mod tests {
             .buckets
             .view(0);
         assert_eq!(records.map(|v| v.spec.burst), Some(10));
-    }
-}
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn print_sizes() {
-        use std::mem::size_of;
-        eprintln!("Tenant {}", size_of::<super::Tenant>());
-        eprintln!("AdmissionState {}", size_of::<super::AdmissionState>());
-        eprintln!("TenantStats {}", size_of::<super::TenantStats>());
-        eprintln!(
-            "TenantBuckets {}",
-            size_of::<crate::budget::TenantBuckets>()
-        );
-        eprintln!("AdaptiveBucket {}", size_of::<super::AdaptiveBucket>());
-        eprintln!("TenantConfig {}", size_of::<crate::config::TenantConfig>());
-        eprintln!("TenantUsage {}", size_of::<crate::buffer::TenantUsage>());
     }
 }

@@ -151,3 +151,80 @@ async fn the_page_is_served_with_a_strict_policy_and_holds_no_secret() {
         }
     }
 }
+
+/// Nobody looks while a tenant is refused for five seconds; the status asked for afterwards
+/// shows it first, with its reason and its seconds, from the history the gateway kept by
+/// itself. The answer holds the tenants asked for, not all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_asked_for_after_an_incident_shows_it_from_the_history_kept_meanwhile() {
+    let (_cluster, gw) = gateway_on_mock("test.after", Time::Manual, |cfg| {
+        let mut refused = tenant("refused", "key-refused", &["test.*"]);
+        refused.records_per_sec = Some(1);
+        refused.records_burst = Some(1);
+        cfg.tenants.push(refused);
+        for i in 0..100 {
+            cfg.tenants.push(tenant(
+                &format!("idle-{i:03}"),
+                &format!("key-idle-{i}"),
+                &["test.*"],
+            ));
+        }
+    })
+    .await;
+    let url = gw.url("test.after");
+    for _ in 0..5 {
+        for _ in 0..3 {
+            post_json(&url, "key-refused", &records(1, "r")).await;
+        }
+        post_json(&url, KEY, &records(2, "a")).await;
+        gw.advance_ms(1000);
+        // The sampler looks four times a second.
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
+    let t = Some(ADMIN_TOKEN);
+    let (s, status) = admin(&gw, Method::GET, "/admin/status?limit=2", None, t).await;
+    assert_eq!(s, 200, "{status}");
+    assert_eq!(status["tenant_count"], 102);
+    let tenants = status["tenants"].as_array().expect("tenants");
+    assert_eq!(tenants.len(), 2, "the tenants asked for");
+    assert_eq!(tenants[0]["id"], "refused", "{status}");
+    assert!(tenants[0]["refused_requests_per_sec"]
+        .as_f64()
+        .is_some_and(|r| r >= 1.5));
+    assert!(tenants[0]["refused_by_reason"]["tenant_records"]
+        .as_f64()
+        .is_some_and(|r| r > 0.0));
+    let refused_seconds = tenants[0]["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .filter(|s| s["refused_requests"].as_f64().unwrap_or(0.0) > 0.0)
+        .count();
+    assert!(
+        refused_seconds >= 4,
+        "{refused_seconds} seconds of refusals in {status}"
+    );
+    assert_eq!(tenants[1]["id"], "acme", "then the busiest of the rest");
+    assert!(status["totals"]["refused_requests_per_sec"]
+        .as_f64()
+        .is_some_and(|r| r >= 1.5));
+    // Searched on the server, by id prefix.
+    let (_, found) = admin(
+        &gw,
+        Method::GET,
+        "/admin/status?q=idle-05&limit=50",
+        None,
+        t,
+    )
+    .await;
+    let ids: Vec<&str> = found["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 10, "{ids:?}");
+    assert!(ids.iter().all(|id| id.starts_with("idle-05")));
+    let (s, _) = admin(&gw, Method::GET, "/admin/status?limit=0", None, t).await;
+    assert_eq!(s, 422);
+}

@@ -782,6 +782,7 @@ impl<P: RecordNotes + 'static> Pump<P> {
             .check_to(&self.tenant, Some(&self.topic), charge)
         {
             if let Denial::Refused(r) = &denial {
+                self.tenant.stats.refused_records(1);
                 // Refused by a limit below the tenant's own budget: it is demand that limit
                 // should see.
                 if matches!(

@@ -72,6 +72,20 @@ impl Registry {
     pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {
         self.by_id.values()
     }
+
+    /// The tenants from the first id at or after `from` on, in id order.
+    pub fn tenants_from(&self, from: &str) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.by_id.range(TenantId::new(from)..).map(|(_, t)| t)
+    }
+
+    /// How many tenants there are.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
 }
 
 impl RegistryPlan {

@@ -1,6 +1,7 @@
 //! Per-tenant outcome counters since start. Atomics, so the request path never locks for them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use crate::refusal::Reason;
 
@@ -15,6 +16,10 @@ pub struct TenantStats {
     pub offered_bytes: AtomicU64,
     /// Records Kafka definitively refused or that could not be delivered in time.
     pub failed_records: AtomicU64,
+    /// Records of refused requests whose body was read (counted where they were refused).
+    pub refused_records: AtomicU64,
+    /// The counters as the status sampler last read them (see `status::history`).
+    sampled: Mutex<TenantCounts>,
     /// Refused requests, indexed like [`Reason::ALL`].
     rejected: [AtomicU64; Reason::ALL.len()],
     /// Requests per API they came through, indexed like [`Api::ALL`]: (answered 2xx, not).
@@ -44,7 +49,47 @@ impl Api {
     }
 }
 
+/// A tenant's counters as read at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCounts {
+    pub admitted_requests: u64,
+    pub admitted_records: u64,
+    /// Refused requests, indexed like [`Reason::ALL`].
+    pub refused: [u64; Reason::ALL.len()],
+    pub refused_records: u64,
+}
+
+impl TenantCounts {
+    pub fn refused_total(&self) -> u64 {
+        self.refused.iter().sum()
+    }
+}
+
 impl TenantStats {
+    /// The counters now.
+    pub fn counts(&self) -> TenantCounts {
+        TenantCounts {
+            admitted_requests: self.admitted_requests.load(Relaxed),
+            admitted_records: self.admitted_records.load(Relaxed),
+            refused: std::array::from_fn(|i| self.rejected_count(Reason::ALL[i])),
+            refused_records: self.refused_records.load(Relaxed),
+        }
+    }
+
+    /// Records `now` as sampled and returns what was sampled before.
+    pub fn swap_sampled(&self, now: TenantCounts) -> TenantCounts {
+        let mut sampled = self
+            .sampled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::replace(&mut *sampled, now)
+    }
+
+    /// Counts the records of a refused request whose body was read.
+    pub fn refused_records(&self, records: u64) {
+        self.refused_records.fetch_add(records, Relaxed);
+    }
+
     pub fn admitted(&self, records: u64, bytes: u64) {
         self.admitted_requests.fetch_add(1, Relaxed);
         self.admitted_records.fetch_add(records, Relaxed);

@@ -1,5 +1,7 @@
 // floodgate status page. Asks for the admin token once (kept in this tab's session storage),
-// then reads GET /admin/status every second. Every value is written as text (no HTML from
+// then reads GET /admin/status every second — the 50 tenants it shows, chosen and searched by
+// the server (the table's order and the filter box go into the query), so the page stays
+// light whatever the number of tenants. Every value is written as text (no HTML from
 // data), and nothing is fetched from anywhere but this admin listener.
 "use strict";
 
@@ -152,9 +154,19 @@ function render(s) {
   renderTenants();
 }
 
+// What the server is asked for: the table's order (admitted and refused are the server's own
+// orders; the others re-sort what it sent) and the filter box as an id prefix.
+function statusQuery() {
+  const sort = sortKey === "admitted" ? "admitted" : sortKey === "id" ? "id" : "refused";
+  const q = $("filter").value.trim();
+  return `?limit=50&sort=${sort}` + (q ? "&q=" + encodeURIComponent(q) : "");
+}
+
 function renderTenants() {
   if (!last) return;
-  const filter = $("filter").value.trim().toLowerCase();
+  const filter = $("filter").value.trim();
+  $("tenant-count").textContent = `${fmt(last.tenants.length, 0)} of ${fmt(last.tenant_count, 0)} tenants` +
+    (filter ? ` (ids starting with “${filter}”)` : "");
   const key = {
     id: (t) => t.id,
     admitted: (t) => t.admitted_records_per_sec,
@@ -162,7 +174,7 @@ function renderTenants() {
     buffer: (t) => t.buffer_bytes,
   }[sortKey];
   const tenants = last.tenants
-    .filter((t) => !filter || t.id.toLowerCase().includes(filter))
+    .filter((t) => !filter || t.id.startsWith(filter))
     .sort((a, b) => {
       const x = key(a), y = key(b);
       const order = x < y ? -1 : x > y ? 1 : a.id < b.id ? -1 : 1;
@@ -204,7 +216,7 @@ async function poll() {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) return showLogin();
   try {
-    const response = await fetch("/admin/status", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    const response = await fetch("/admin/status" + statusQuery(), { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
     if (response.status === 401) {
       sessionStorage.removeItem(TOKEN_KEY);
       return showLogin("That token was not accepted.");
@@ -230,12 +242,18 @@ $("logout").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY);
   showLogin();
 });
-$("filter").addEventListener("input", renderTenants);
+// A new filter or order asks the server again at once (rows already shown are narrowed now).
+function refresh() {
+  renderTenants();
+  clearTimeout(timer);
+  if (sessionStorage.getItem(TOKEN_KEY)) timer = setTimeout(poll, 150);
+}
+$("filter").addEventListener("input", refresh);
 for (const th of document.querySelectorAll("th[data-sort]")) {
   th.addEventListener("click", () => {
     if (sortKey === th.dataset.sort) sortDesc = !sortDesc;
     else { sortKey = th.dataset.sort; sortDesc = sortKey !== "id"; }
-    renderTenants();
+    refresh();
   });
 }
 poll();
