@@ -229,8 +229,17 @@ paths = {
         "200": jres("ready", ref("Readiness")),
         "503": jres("not ready: shutting_down, registry_loading, buffer_high_water or kafka_unreachable", ref("Readiness")),
     }}},
-    "/metrics": {"get": {"summary": "Prometheus metrics (OpenMetrics text)", "responses": {"200": {"description": "the exposition", "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}, "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}}}, "description": "OpenMetrics when the Accept header asks for application/openmetrics-text (as Prometheus does), Prometheus' classic text format otherwise"}},
-    "/admin/tenants": {"get": admin_op("List tenants", {"200": jres("every tenant", {"type": "object", "required": ["tenants"], "properties": {"tenants": {"type": "array", "items": ref("Tenant")}}})})},
+    "/metrics": {"get": {"summary": "Prometheus metrics (OpenMetrics text)", "responses": {"200": {"description": "the exposition", "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}, "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}}}, "description": "OpenMetrics when the Accept header asks for application/openmetrics-text (as Prometheus does), Prometheus' classic text format otherwise. Per-tenant series as [metrics] per_tenant says (default: the 100 busiest, the rest under tenant=\"_other\"). With [metrics] token_env, 401 without its bearer token."}},
+    "/admin/tenants": {"get": admin_op("List tenants, a page at a time in id order", {
+        "200": jres("a page of tenants", {"type": "object", "required": ["tenants", "next"], "properties": {
+            "tenants": {"type": "array", "items": ref("Tenant")},
+            "next": {"type": ["string", "null"], "description": "the cursor of the next page (pass it as after); null on the last page"}}}),
+        "422": err("invalid_field: limit out of range, or an unknown parameter"),
+    }, params=[
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}, "description": "list the tenants whose id sorts after this one (the previous page's next)"},
+        {"name": "prefix", "in": "query", "required": False, "schema": {"type": "string"}, "description": "only ids that start with this"},
+    ])},
     "/admin/tenants/{id}": {
         "get": admin_op("A tenant's settings and live state", {"200": tenant_view("the tenant"), "404": err("tenant_not_found")}, params=[id_param]),
         "put": admin_op("Create or replace a tenant's settings (its keys are kept)", {
@@ -271,12 +280,15 @@ paths = {
         }, body=json_body(ref("LagGuardSettings")), params=[guard_param]),
         "delete": admin_op("Remove a lag guard (its cap lifts at once)", {"204": {"description": "removed"}, "404": err("lag_guard_not_found")}, params=[guard_param]),
     },
-    "/admin/status": {"get": admin_op("The status page's snapshot: per-tenant rates over the last 10 s, bucket levels, buffer, Kafka, cluster", {
-        "200": jres("a consistent snapshot", {"type": "object", "required": ["window_secs", "tenants", "buffer", "kafka", "lag_guards"], "properties": {
-            "window_secs": {"type": "number", "minimum": 0, "description": "seconds the rates cover (samples are taken at most once a second, when asked)"},
-            "tenants": {"type": "array", "items": {"type": "object", "required": ["id", "admitted_records_per_sec", "admitted_requests_per_sec", "refused_requests_per_sec", "refused_by_reason", "history", "buffer_bytes", "buffer_records", "buffer_share"], "properties": {
+    "/admin/status": {"get": admin_op("The status page's snapshot: the tenants asked for with rates over the last 10 s and a minute of history (kept by the gateway whether or not anyone looks), totals, bucket levels, buffer, Kafka, cluster", {
+        "200": jres("a consistent snapshot", {"type": "object", "required": ["window_secs", "tenant_count", "totals", "tenants", "buffer", "kafka", "lag_guards"], "properties": {
+            "window_secs": {"type": "number", "minimum": 0, "description": "seconds the rates cover (the sampler reads the counters once a second)"},
+            "tenant_count": {"type": "integer", "minimum": 0},
+            "totals": {"type": "object", "description": "every tenant's traffic summed, per second over the window"},
+            "tenants": {"type": "array", "items": {"type": "object", "required": ["id", "admitted_records_per_sec", "admitted_requests_per_sec", "refused_requests_per_sec", "refused_records_per_sec", "refused_by_reason", "history", "buffer_bytes", "buffer_records", "buffer_share"], "properties": {
                 "id": {"type": "string"},
                 "admitted_records_per_sec": {"type": "number"}, "admitted_requests_per_sec": {"type": "number"}, "refused_requests_per_sec": {"type": "number"},
+                "refused_records_per_sec": {"type": "number", "description": "records of refused requests whose body was read"},
                 "refused_by_reason": {"type": "object", "additionalProperties": {"type": "number"}},
                 "history": {"type": "array", "items": {"type": "object", "properties": {"admitted_records": {"type": "number"}, "refused_requests": {"type": "number"}}}},
                 "records_bucket": {"type": ["object", "null"]}, "bytes_bucket": {"type": ["object", "null"]},
@@ -284,7 +296,12 @@ paths = {
             "global_records": {"type": ["object", "null"]}, "global_bytes": {"type": ["object", "null"]},
             "buffer": {"type": "object"}, "kafka": {"type": "object"}, "cluster": {"type": ["object", "null"]},
             "lag_guards": {"type": "array"}, "adaptive": {"type": ["object", "null"], "description": "the adaptive limit as GET /admin/adaptive shows it"}}}),
-    })},
+        "422": err("invalid_field: limit out of range, sort not refused|admitted|id, or an unknown parameter"),
+    }, params=[
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}},
+        {"name": "sort", "in": "query", "required": False, "schema": {"type": "string", "enum": ["refused", "admitted", "id"], "default": "refused"}},
+        {"name": "q", "in": "query", "required": False, "schema": {"type": "string"}, "description": "only tenants whose id starts with this"},
+    ])},
     "/ui": {"get": {"summary": "The status page (HTML; asks for the admin token, then reads /admin/status)", "responses": {"200": {"description": "the page", "content": {"text/html; charset=utf-8": {"schema": {"type": "string"}}}}}}},
     "/ui/app.js": {"get": {"summary": "The status page's script", "responses": {"200": {"description": "JavaScript", "content": {"text/javascript; charset=utf-8": {"schema": {"type": "string"}}}}}}},
     "/ui/app.css": {"get": {"summary": "The status page's stylesheet", "responses": {"200": {"description": "CSS", "content": {"text/css; charset=utf-8": {"schema": {"type": "string"}}}}}}},

@@ -135,8 +135,28 @@ async fn require_admin(
 }
 
 /// OpenMetrics when the scraper asks for it (Prometheus does), the classic text format
-/// otherwise.
+/// otherwise. With `[metrics] token_env`, only for a scraper presenting that token.
 async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(token) = &app.metrics_token {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
+        let matches = presented.is_some_and(|p| {
+            use sha2::Digest as _;
+            // Compared as digests: no timing difference tells how much of it was right.
+            sha2::Sha256::digest(p.as_bytes()) == sha2::Sha256::digest(token.as_bytes())
+        });
+        if !matches {
+            return ApiError::AdminUnauthorized(
+                "/metrics needs the scrape token ([metrics] token_env): Authorization: Bearer <token>"
+                    .into(),
+            )
+            .into_response();
+        }
+    }
     let wants_openmetrics = headers
         .get_all(header::ACCEPT)
         .iter()

@@ -30,6 +30,8 @@ pub struct AppState {
     pub admin: AdminAccess,
     /// Prometheus metrics (read from live state at scrape time).
     pub metrics: Metrics,
+    /// The token `/metrics` requires (`[metrics] token_env`), if any.
+    pub metrics_token: Option<String>,
     /// Buffer occupancy above which `/readyz` says not ready.
     pub ready_high_water: f64,
     /// The status page's history and snapshot (sampled every second).
@@ -55,15 +57,17 @@ pub struct AdminAccess {
     pub failures: Arc<crate::failure_guard::FailureGuard>,
 }
 
-/// What cluster mode needs besides the configuration.
+/// What the state needs besides the configuration (what the environment would otherwise give).
 #[derive(Debug, Default)]
-pub struct ClusterSetup {
+pub struct BuildOptions {
     /// The produce listener's port (part of the default replica id).
     pub produce_port: u16,
     /// The clock the shared buckets count on; `None`: Redis's own.
     pub clock: Option<Arc<dyn Clock>>,
     /// The shared registry's secrets; `None`: read from `[cluster] registry_secret_env`.
     pub registry_secrets: Option<crate::registry::RegistrySecrets>,
+    /// The `/metrics` scrape token; `None`: read from `[metrics] token_env` (if set).
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +86,8 @@ pub enum BuildError {
     RegistrySecret(String),
     #[error(transparent)]
     Join(#[from] crate::cluster::JoinError),
+    #[error("metrics.token_env: {0}")]
+    MetricsToken(String),
 }
 
 impl AppState {
@@ -90,17 +96,16 @@ impl AppState {
         config: &Config,
         clock: Arc<dyn Clock>,
         tokens: AdminTokens,
-        cluster_setup: ClusterSetup,
+        options: BuildOptions,
     ) -> Result<Self, BuildError> {
         let persistence: Box<dyn Persistence> = match &config.admin.state_file {
             Some(path) => Box::new(StateFile::open(path)?),
             None => Box::new(InMemory),
         };
         let replica_id =
-            crate::cluster::Settings::from_config(&config.cluster, cluster_setup.produce_port)
-                .replica_id;
+            crate::cluster::Settings::from_config(&config.cluster, options.produce_port).replica_id;
         let registry = Arc::new(if config.cluster.shared_registry {
-            let secrets = match cluster_setup.registry_secrets {
+            let secrets = match options.registry_secrets {
                 Some(secrets) => secrets,
                 None => {
                     crate::registry::registry_secrets(config).map_err(BuildError::RegistrySecret)?
@@ -152,14 +157,14 @@ impl AppState {
                     &config.cluster.key_prefix,
                     Duration::from_millis(config.cluster.connect_timeout_ms),
                     Duration::from_millis(config.cluster.command_timeout_ms),
-                    cluster_setup.clock,
+                    options.clock,
                 )?;
                 Some(Arc::new(Cluster::new(
                     store,
                     tenants.clone(),
                     registry.global().clone(),
                     clock.clone(),
-                    Settings::from_config(&config.cluster, cluster_setup.produce_port),
+                    Settings::from_config(&config.cluster, options.produce_port),
                 )))
             }
             None => None,
@@ -211,8 +216,23 @@ impl AppState {
             clock.clone(),
             config.buffer.ready_high_water,
         ));
+        let metrics_token = match (&config.metrics.token_env, options.metrics_token) {
+            (_, Some(token)) => Some(token),
+            (None, None) => None,
+            (Some(name), None) => Some(
+                std::env::var(name)
+                    .ok()
+                    .filter(|t| t.len() >= 16)
+                    .ok_or_else(|| {
+                        BuildError::MetricsToken(format!(
+                            "the environment variable {name} must hold a token of at least 16 characters"
+                        ))
+                    })?,
+            ),
+        };
         Ok(Self {
-            status,
+            metrics_token,
+            status: status.clone(),
             adaptive: adaptive.clone(),
             lag: lag.clone(),
             metrics: Metrics::new(
@@ -226,6 +246,12 @@ impl AppState {
                     adaptive,
                     lag,
                     registry: registry.clone(),
+                    tenant_series: crate::metrics::tenants::TenantSeries::new(
+                        tenants.clone(),
+                        admission.clone(),
+                        status.clone(),
+                        &config.metrics,
+                    ),
                 },
             ),
             ingest: Arc::new(Ingest {
@@ -289,5 +315,5 @@ pub(crate) fn state_for_tests() -> Arc<AppState> {
     }];
     let tokens = AdminTokens::parse("ops:router-test-token").expect("tokens");
     let clock = Arc::new(crate::budget::ManualClock::new());
-    Arc::new(AppState::build(&config, clock, tokens, ClusterSetup::default()).expect("state"))
+    Arc::new(AppState::build(&config, clock, tokens, BuildOptions::default()).expect("state"))
 }

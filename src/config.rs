@@ -59,6 +59,9 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The `/metrics` exposition: per-tenant cardinality, access.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// Tenants known at start-up.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -290,6 +293,41 @@ impl Default for CompatConfig {
             stream_max_duration_ms: 300_000,
         }
     }
+}
+
+/// `/metrics`: how many per-tenant series, and who may read them.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Which tenants get series of their own: `all` (every tenant: a scrape grows with the
+    /// tenants), `top` (the `top_tenants` busiest of the last minute, the rest summed under
+    /// `tenant="_other"`, so totals stay exact; every tenant has its own while there are no
+    /// more than `top_tenants`), or `none` (everything under `_other`).
+    pub per_tenant: PerTenant,
+    /// How many tenants `top` shows on their own (1 to 10,000).
+    pub top_tenants: usize,
+    /// The environment variable holding a bearer token `/metrics` then requires; unset: open
+    /// (as `/healthz` and `/readyz` are).
+    pub token_env: Option<String>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            per_tenant: PerTenant::Top,
+            top_tenants: 100,
+            token_env: None,
+        }
+    }
+}
+
+/// `[metrics] per_tenant`.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PerTenant {
+    All,
+    Top,
+    None,
 }
 
 /// Logging.
@@ -557,6 +595,23 @@ impl Config {
             }
         }
         problems.extend(self.cluster.problems());
+        if !(1..=10_000).contains(&self.metrics.top_tenants) {
+            problems.push(ConfigProblem::new(
+                "metrics.top_tenants",
+                "must be from 1 to 10000",
+            ));
+        }
+        if self
+            .metrics
+            .token_env
+            .as_deref()
+            .is_some_and(|n| n.is_empty() || n.contains('='))
+        {
+            problems.push(ConfigProblem::new(
+                "metrics.token_env",
+                "must be an environment variable's name",
+            ));
+        }
         problems.extend(self.adaptive.problems(&self.global));
         if self.lag_guards.len() > MAX_LAG_GUARDS {
             problems.push(ConfigProblem::new(

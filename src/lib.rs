@@ -105,6 +105,8 @@ pub struct RunOptions {
     /// The shared registry's secrets, instead of reading `[cluster] registry_secret_env` (for
     /// embedding and tests).
     pub registry_secrets: Option<registry::RegistrySecrets>,
+    /// The `/metrics` token, instead of reading `[metrics] token_env`.
+    pub metrics_token: Option<String>,
 }
 
 impl RunOptions {
@@ -115,6 +117,7 @@ impl RunOptions {
             admin_tokens: None,
             cluster_clock: None,
             registry_secrets: None,
+            metrics_token: None,
         }
     }
 }
@@ -154,10 +157,11 @@ pub async fn run(
         &config,
         options.clock,
         tokens,
-        app::ClusterSetup {
+        app::BuildOptions {
             produce_port,
             clock: options.cluster_clock,
             registry_secrets: options.registry_secrets,
+            metrics_token: options.metrics_token,
         },
     )?);
     // Dropping this future (an embedder giving up on it) stops what it started, as a killed

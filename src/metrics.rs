@@ -31,11 +31,11 @@ use crate::config::Priority;
 use crate::failure_guard::FailureGuard;
 use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::lag_agent::LagAgent;
-use crate::refusal::Reason;
-use crate::tenant::{Api, Tenants};
+use crate::tenant::Tenants;
 
 mod lag;
 mod registry;
+pub mod tenants;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
@@ -50,6 +50,8 @@ pub struct Agents {
     pub adaptive: Arc<AdaptiveAgent>,
     pub lag: Arc<LagAgent>,
     pub registry: Arc<crate::registry::RegistryStore>,
+    /// The per-tenant series, which read the status page's history to find the busiest.
+    pub tenant_series: tenants::TenantSeries,
 }
 
 #[derive(Debug)]
@@ -73,6 +75,7 @@ impl Metrics {
             adaptive,
             lag,
             registry: tenant_registry,
+            tenant_series,
         } = agents;
         let mut registry = Registry::with_prefix("floodgate");
         let http_seconds = Family::<HttpLabels, Histogram>::new_with_constructor(|| {
@@ -113,6 +116,7 @@ impl Metrics {
             adaptive,
             lag,
             tenant_registry,
+            tenant_series,
         }));
         Self {
             registry,
@@ -197,6 +201,7 @@ struct LiveCollector {
     adaptive: Arc<AdaptiveAgent>,
     lag: Arc<LagAgent>,
     tenant_registry: Arc<crate::registry::RegistryStore>,
+    tenant_series: tenants::TenantSeries,
 }
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
@@ -239,7 +244,7 @@ fn gauge(v: u64) -> Vec<(Labels<'static>, ConstGauge<f64>)> {
 
 impl prometheus_client::collector::Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.encode_tenants(&mut encoder)?;
+        self.tenant_series.encode(&mut encoder)?;
         self.encode_buffer(&mut encoder)?;
         self.encode_global(&mut encoder)?;
         self.encode_auth_failures(&mut encoder)?;
@@ -255,116 +260,6 @@ impl prometheus_client::collector::Collector for LiveCollector {
 }
 
 impl LiveCollector {
-    /// Per-tenant counters, bucket levels and buffer shares.
-    fn encode_tenants(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let registry = self.tenants.load();
-        let (mut requests, mut records, mut bytes, mut rejected) = (vec![], vec![], vec![], vec![]);
-        let (mut tokens, mut held, mut by_api) = (vec![], vec![], vec![]);
-        for t in registry.tenants() {
-            let id = t.id.as_str();
-            let s = &t.stats;
-            let counter = |outcome, value| {
-                (
-                    vec![("tenant", id), ("outcome", outcome)],
-                    ConstCounter::new(value),
-                )
-            };
-            let rejected_total: u64 = Reason::ALL.iter().map(|r| s.rejected_count(*r)).sum();
-            requests.push(counter("admitted", s.admitted_requests.load(Relaxed)));
-            requests.push(counter("rejected", rejected_total));
-            records.push(counter("admitted", s.admitted_records.load(Relaxed)));
-            records.push(counter("failed", s.failed_records.load(Relaxed)));
-            bytes.push(counter("admitted", s.admitted_bytes.load(Relaxed)));
-            for api in Api::ALL {
-                let (ok, not_ok) = s.api_counts(api);
-                for (outcome, n) in [("ok", ok), ("error", not_ok)] {
-                    by_api.push((
-                        vec![("tenant", id), ("api", api.as_str()), ("outcome", outcome)],
-                        ConstCounter::new(n),
-                    ));
-                }
-            }
-            for r in Reason::ALL {
-                rejected.push((
-                    vec![("tenant", id), ("reason", r.as_str())],
-                    ConstCounter::new(s.rejected_count(r)),
-                ));
-            }
-            let view = self.admission.view(t);
-            for (bucket, v) in [
-                ("records", view.tenant_records),
-                ("bytes", view.tenant_bytes),
-            ] {
-                if let Some(v) = v {
-                    tokens.push((
-                        vec![("tenant", id), ("bucket", bucket)],
-                        ConstGauge::new(v.available as f64),
-                    ));
-                }
-            }
-            held.push((
-                vec![("tenant", id)],
-                ConstGauge::new(t.usage.bytes.load(Relaxed) as f64),
-            ));
-        }
-        family(
-            encoder,
-            "tenant_requests",
-            "Produce requests by tenant and outcome",
-            None,
-            C,
-            &requests,
-        )?;
-        family(
-            encoder,
-            "tenant_records",
-            "Records by tenant and outcome (failed: not acknowledged by Kafka)",
-            None,
-            C,
-            &records,
-        )?;
-        family(
-            encoder,
-            "tenant_record",
-            "Record bytes (key + value + headers) admitted, by tenant",
-            Some(&Unit::Bytes),
-            C,
-            &bytes,
-        )?;
-        family(
-            encoder,
-            "tenant_rejections",
-            "Requests refused with 429, by tenant and reason",
-            None,
-            C,
-            &rejected,
-        )?;
-        family(
-            encoder,
-            "tenant_api_requests",
-            "Produce requests by tenant, API (v1, Confluent v2, v3) and outcome (ok: 2xx)",
-            None,
-            C,
-            &by_api,
-        )?;
-        family(
-            encoder,
-            "tenant_tokens",
-            "Tokens available now in each tenant bucket",
-            None,
-            G,
-            &tokens,
-        )?;
-        family(
-            encoder,
-            "tenant_buffer",
-            "Record bytes each tenant holds in the buffer",
-            Some(&Unit::Bytes),
-            G,
-            &held,
-        )
-    }
-
     /// The downstream buffer's occupancy and bounds.
     fn encode_buffer(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let buffer = &self.admission.buffer;

@@ -82,7 +82,13 @@ pub struct Tenant {
     pub body_bytes: Arc<std::sync::atomic::AtomicU64>,
     /// Outcome counters since start, for the admin API and metrics.
     pub stats: Arc<TenantStats>,
+    /// Made after every tenant with a lower serial (this process's count): tells a reader of
+    /// the counters which tenants are new since it last looked.
+    pub serial: u64,
 }
+
+/// Serials of the tenants this process made.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Tenant {
     pub fn from_config(config: &TenantConfig) -> Result<Self, ConfigProblem> {
@@ -103,6 +109,7 @@ impl Tenant {
             usage: Arc::new(TenantUsage::default()),
             body_bytes: Arc::default(),
             stats: Arc::new(TenantStats::default()),
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -130,6 +137,11 @@ impl Tenant {
             .map(|v| v.full_in_ns)
             .max()
             .unwrap_or(0)
+    }
+
+    /// The serial the next tenant made will have.
+    pub fn next_serial() -> u64 {
+        SERIALS.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether records of this tenant are in the buffer now.

@@ -266,3 +266,164 @@ async fn readiness_reports_an_unreachable_broker() {
     readyz_becomes(&gw, 200, Duration::from_secs(30)).await;
     gw.shutdown().await;
 }
+
+/// Every `floodgate_tenant_*_total` series of a scrape, by its labels other than `tenant`:
+/// (family and other labels) → (sum over tenants, the tenants that have one).
+fn tenant_counters(text: &str) -> std::collections::BTreeMap<String, (f64, Vec<String>)> {
+    let mut out: std::collections::BTreeMap<String, (f64, Vec<String>)> = Default::default();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("floodgate_tenant_") && l.contains("_total{"))
+    {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let mut tenant = String::new();
+        let mut others = Vec::new();
+        for label in labels.split(',') {
+            match label.strip_prefix("tenant=") {
+                Some(t) => tenant = t.trim_matches('"').to_string(),
+                None => others.push(label.to_string()),
+            }
+        }
+        let entry = out
+            .entry(format!("{name}{{{}}}", others.join(",")))
+            .or_default();
+        entry.0 += value.trim().parse::<f64>().unwrap_or(0.0);
+        entry.1.push(tenant);
+    }
+    out
+}
+
+/// The same scripted load on an `all` gateway and a `top` one (5 tenants of their own out of
+/// 30): every total is the same; `top` shows 5 tenants and `_other`; and as other tenants
+/// become the busiest, no counter series of the `top` gateway goes down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_mode_shows_the_busiest_and_sums_the_rest_exactly() {
+    let make = |mode: floodgate::config::PerTenant| {
+        move |cfg: &mut floodgate::config::Config| {
+            cfg.metrics.per_tenant = mode;
+            cfg.metrics.top_tenants = 5;
+            for i in 0..29 {
+                let mut t = tenant(&format!("t{i:02}"), &format!("key-{i}"), &["test.*"]);
+                t.records_per_sec = Some(20);
+                t.records_burst = Some(20);
+                cfg.tenants.push(t);
+            }
+        }
+    };
+    let (_c1, all) = gateway_on_mock(
+        "test.top",
+        Time::Manual,
+        make(floodgate::config::PerTenant::All),
+    )
+    .await;
+    let (_c2, top) = gateway_on_mock(
+        "test.top",
+        Time::Manual,
+        make(floodgate::config::PerTenant::Top),
+    )
+    .await;
+    // A round: tenants in `busy` send more than their budget (and more than any tenant did
+    // in earlier rounds: the busiest are counted over the last minute), every tenant a little.
+    let round = |busy: std::ops::Range<usize>, n: usize| {
+        let urls = [all.url("test.top"), top.url("test.top")];
+        async move {
+            for url in &urls {
+                for i in 0..29usize {
+                    let n = if busy.contains(&i) { n } else { 1 };
+                    for _ in 0..n {
+                        post_json(url, &format!("key-{i}"), &records(5, 3)).await;
+                    }
+                }
+            }
+        }
+    };
+    let mut before: Option<std::collections::BTreeMap<String, f64>> = None;
+    for (busy, n) in [(0..5, 10), (10..15, 30), (20..25, 60)] {
+        round(busy.clone(), n).await;
+        for gw in [&all, &top] {
+            gw.advance_ms(1000);
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await; // the status sampler's second
+        let (a, t) = (scrape(&all).await, scrape(&top).await);
+        let (a, t) = (tenant_counters(&a), tenant_counters(&t));
+        assert_eq!(a.keys().collect::<Vec<_>>(), t.keys().collect::<Vec<_>>());
+        for (series, (sum, tenants)) in &t {
+            assert_eq!(*sum, a[series].0, "{series}: top sums to what all shows");
+            let own: Vec<&String> = tenants.iter().filter(|t| *t != "_other").collect();
+            assert_eq!(own.len(), 5, "{series}: {tenants:?}");
+            assert!(tenants.iter().any(|t| t == "_other"), "{series}");
+        }
+        // The busiest of this round have their own series.
+        let requests = &t["floodgate_tenant_requests_total{outcome=\"rejected\"}"].1;
+        for i in busy.clone() {
+            assert!(
+                requests.contains(&format!("t{i:02}")),
+                "t{i:02} in {requests:?}"
+            );
+        }
+        // Per series (tenant included), nothing goes down from one scrape to the next.
+        let text = scrape(&top).await;
+        let now: std::collections::BTreeMap<String, f64> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("floodgate_tenant_")
+                    && l.contains("_total{")
+                    && l.contains("tenant=\"_other\"")
+            })
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect();
+        if let Some(before) = &before {
+            for (k, v) in before {
+                assert!(now.get(k).copied().unwrap_or(0.0) >= *v, "{k} went down");
+            }
+        }
+        before = Some(now);
+    }
+    all.shutdown().await;
+    top.shutdown().await;
+}
+
+/// With `[metrics] token_env`, `/metrics` answers only a scraper with the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_token_protects_metrics() {
+    let cluster = mock_cluster(&["test.token"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.metrics.token_env = Some("UNUSED_IN_TESTS".into());
+    let mut options =
+        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options.metrics_token = Some("scrape-token-0123456789".into());
+    let gw = Gateway::start_options(cfg, options).await;
+    let url = gw.admin_url("/metrics");
+    let r = client().get(&url).send().await.expect("scrape");
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .get(&url)
+        .bearer_auth("wrong-token-0123456789")
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .get(&url)
+        .bearer_auth("scrape-token-0123456789")
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r
+        .text()
+        .await
+        .expect("text")
+        .contains("floodgate_buffer_held"));
+    gw.shutdown().await;
+}

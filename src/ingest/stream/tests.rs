@@ -10,7 +10,7 @@ use rdkafka::mocking::MockCluster;
 
 use super::*;
 use crate::access::AdminTokens;
-use crate::app::{AppState, ClusterSetup};
+use crate::app::{AppState, BuildOptions};
 use crate::body::confluent::{V3Record, V3Types};
 use crate::budget::ManualClock;
 use crate::config::{Config, Priority, TenantConfig};
@@ -62,7 +62,7 @@ fn setup(edit: impl FnOnce(&mut Config)) -> Setup {
     let clock = Arc::new(ManualClock::new());
     let tokens = AdminTokens::parse("ops:stream-test-token").expect("tokens");
     let app =
-        AppState::build(&config, clock.clone(), tokens, ClusterSetup::default()).expect("state");
+        AppState::build(&config, clock.clone(), tokens, BuildOptions::default()).expect("state");
     Setup {
         _cluster: cluster,
         app: Arc::new(app),
