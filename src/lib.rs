@@ -183,10 +183,10 @@ pub async fn run(
     }
     // The tenants are the registry's now; what the rest of the run reads of the file is its
     // other sections (a copy of 100,000 tenants would be kept for nothing).
-    let config = config::Config {
-        tenants: Vec::new(),
-        ..config
-    };
+    // (Taken, so dropped here: a struct update would keep the old field to the run's end.)
+    let mut config = config;
+    drop(std::mem::take(&mut config.tenants));
+    let config = config;
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }

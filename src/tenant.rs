@@ -237,7 +237,9 @@ mod tests {
             .check(0, Charge::new(10, 0))
             .expect("fits");
         acme.admission_state().buckets.commit(spent);
-        let empty = Registry::plan(&[]).expect("valid").build(&first, 0);
+        let empty = Registry::plan::<TenantConfig>(&[])
+            .expect("valid")
+            .build(&first, 0);
         assert!(empty.get("acme").is_none(), "deleted");
         assert!(empty.authenticate("k").is_none(), "its key is gone");
         // Back half a second later: the same buckets, 5 records refilled, not a fresh 10.
@@ -249,8 +251,10 @@ mod tests {
         let (records, _) = again.admission_state().buckets.view(500_000_000);
         assert_eq!(records.map(|v| v.available), Some(5));
         // Once its buckets would have refilled, a deleted tenant is forgotten.
-        let empty = Registry::plan(&[]).expect("valid").build(&first, 0);
-        let later = Registry::plan(&[])
+        let empty = Registry::plan::<TenantConfig>(&[])
+            .expect("valid")
+            .build(&first, 0);
+        let later = Registry::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&empty, 2_000_000_000);
         let fresh = Registry::plan(std::slice::from_ref(&c))

@@ -262,7 +262,7 @@ pub async fn list_tenants(
                     more = true;
                     break;
                 }
-                page.push((config.clone(), tenant_version(state, id)));
+                page.push(((**config).clone(), tenant_version(state, id)));
             }
             (page, more)
         })
@@ -414,7 +414,7 @@ pub async fn put_tenant(
         let created = !state.tenants.contains_key(&id);
         state
             .tenants
-            .insert(id.clone(), settings.into_config(&id, keys));
+            .insert(id.clone(), Arc::new(settings.into_config(&id, keys)));
         Ok(created)
     })
     .await?;
@@ -456,7 +456,7 @@ pub async fn patch_tenant(
         let keys = current.api_key_sha256.clone();
         state
             .tenants
-            .insert(id.clone(), settings.into_config(&id, keys));
+            .insert(id.clone(), Arc::new(settings.into_config(&id, keys)));
         Ok(())
     })
     .await?;
@@ -553,7 +553,7 @@ pub async fn issue_key(
     let kid = key_id(&digest);
     change(&app, &actor, "tenant.key.issue", |state| {
         let tenant = state.tenants.get_mut(&id).ok_or_else(|| not_found(&id))?;
-        tenant.api_key_sha256.push(digest);
+        Arc::make_mut(tenant).api_key_sha256.push(digest);
         Ok(())
     })
     .await?;
@@ -570,7 +570,7 @@ pub async fn revoke_key(
     Path((id, kid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     change(&app, &actor, "tenant.key.revoke", |state| {
-        let tenant = state.tenants.get_mut(&id).ok_or_else(|| not_found(&id))?;
+        let tenant = Arc::make_mut(state.tenants.get_mut(&id).ok_or_else(|| not_found(&id))?);
         let before = tenant.api_key_sha256.len();
         tenant.api_key_sha256.retain(|h| key_id(h) != kid);
         if tenant.api_key_sha256.len() == before {

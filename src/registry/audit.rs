@@ -65,7 +65,7 @@ fn diff_json(before: &RegistryState, after: &RegistryState, old: bool) -> String
                 format!("tenant:{id}"),
                 side.tenants
                     .get(id)
-                    .map_or(serde_json::Value::Null, tenant_view),
+                    .map_or(serde_json::Value::Null, |t| tenant_view(t)),
             );
         }
     }

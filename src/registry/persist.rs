@@ -115,14 +115,19 @@ impl Persistence for StateFile {
                 // Version 1 kept no record of the file's part: the registry's tenants are
                 // taken as the file's, so the first reload applies only real file edits.
                 let v1: Version1 = serde_json::from_str(&text).map_err(corrupt)?;
+                let tenants: std::collections::BTreeMap<String, std::sync::Arc<_>> = v1
+                    .tenants
+                    .into_iter()
+                    .map(|(id, t)| (id, std::sync::Arc::new(t)))
+                    .collect();
                 RegistryState {
                     version: VERSION,
                     file: FilePart {
                         global: v1.global.clone(),
-                        tenants: v1.tenants.clone(),
+                        tenants: tenants.clone(),
                     },
                     global: v1.global,
-                    tenants: v1.tenants,
+                    tenants,
                     versions: Default::default(),
                 }
             }
@@ -182,12 +187,12 @@ mod tests {
         };
         state.tenants.insert(
             "a".into(),
-            TenantConfig {
+            std::sync::Arc::new(TenantConfig {
                 id: "a".into(),
                 topics: vec!["t.*".into()],
                 records_per_sec: Some(5),
                 ..TenantConfig::default()
-            },
+            }),
         );
         state
     }

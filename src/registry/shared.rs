@@ -123,7 +123,9 @@ pub fn apply(state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> 
                     tenant.id
                 )));
             }
-            state.tenants.insert(id.clone(), tenant);
+            state
+                .tenants
+                .insert(id.clone(), std::sync::Arc::new(tenant));
         }
         (EntryKey::Tenant(id), None) => {
             state.tenants.remove(id);
@@ -155,7 +157,7 @@ pub fn value_of(state: &RegistryState, key: &EntryKey) -> serde_json::Value {
         EntryKey::Tenant(id) => state
             .tenants
             .get(id)
-            .map_or(serde_json::Value::Null, super::audit::tenant_view),
+            .map_or(serde_json::Value::Null, |t| super::audit::tenant_view(t)),
     }
 }
 
@@ -258,7 +260,8 @@ mod tests {
             ..RegistryState::default()
         };
         for t in tenants {
-            s.tenants.insert(t.id.clone(), t.clone());
+            s.tenants
+                .insert(t.id.clone(), std::sync::Arc::new(t.clone()));
         }
         s
     }
@@ -268,7 +271,8 @@ mod tests {
         let mut current = state_with(&[tenant("a", 1), tenant("b", 2)]);
         current.versions.insert("tenant:a".into(), 4);
         let mut next = current.clone();
-        next.tenants.insert("a".into(), tenant("a", 10));
+        next.tenants
+            .insert("a".into(), std::sync::Arc::new(tenant("a", 10)));
         next.tenants.remove("b");
         let written = entries(&current, &next, "ops", "tenant.patch", "r1");
         assert_eq!(written.len(), 2);
@@ -291,9 +295,11 @@ mod tests {
     fn of_two_changes_from_the_same_version_only_the_first_applies() {
         let current = state_with(&[tenant("a", 1)]);
         let mut one = current.clone();
-        one.tenants.insert("a".into(), tenant("a", 10));
+        one.tenants
+            .insert("a".into(), std::sync::Arc::new(tenant("a", 10)));
         let mut two = current.clone();
-        two.tenants.insert("a".into(), tenant("a", 20));
+        two.tenants
+            .insert("a".into(), std::sync::Arc::new(tenant("a", 20)));
         let first = entries(&current, &one, "ops", "x", "r1");
         let second = entries(&current, &two, "ops", "x", "r2");
         let mut replica = current.clone();

@@ -11,6 +11,7 @@
 //! and tenants deleted through it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,7 @@ pub struct FilePart {
     #[serde(default)]
     pub global: GlobalBudgetConfig,
     #[serde(default)]
-    pub tenants: BTreeMap<String, TenantConfig>,
+    pub tenants: BTreeMap<String, Arc<TenantConfig>>,
 }
 
 impl FilePart {
@@ -38,7 +39,7 @@ impl FilePart {
             tenants: config
                 .tenants
                 .iter()
-                .map(|t| (t.id.clone(), t.clone()))
+                .map(|t| (t.id.clone(), Arc::new(t.clone())))
                 .collect(),
         }
     }
@@ -50,8 +51,11 @@ impl FilePart {
 pub struct RegistryState {
     pub version: u32,
     pub global: GlobalBudgetConfig,
-    /// Every tenant, by id, with every key that works for it.
-    pub tenants: BTreeMap<String, TenantConfig>,
+    /// Every tenant, by id, with every key that works for it. Shared with the file's part
+    /// where the two are the same (most tenants, most of the time): at 100,000 tenants a
+    /// second copy of each would be most of the registry's memory, and every change copies
+    /// the state.
+    pub tenants: BTreeMap<String, Arc<TenantConfig>>,
     /// The configuration file's part as last applied (absent in version 1 files).
     #[serde(default)]
     pub file: FilePart,
@@ -107,7 +111,10 @@ impl RegistryState {
                     if let Some(existing) = self.tenants.get(&id) {
                         // Known through the API already: the file takes over its settings; the
                         // keys issued through the API keep working.
-                        add_keys(&mut next.api_key_sha256, &existing.api_key_sha256);
+                        add_keys(
+                            &mut Arc::make_mut(&mut next).api_key_sha256,
+                            &existing.api_key_sha256,
+                        );
                         changes.updated.push(id.clone());
                     } else {
                         changes.created.push(id.clone());
@@ -131,7 +138,9 @@ impl RegistryState {
                         .collect();
                     add_keys(&mut keys, &added);
                     let mut next = new.clone();
-                    next.api_key_sha256 = keys;
+                    if next.api_key_sha256 != keys {
+                        Arc::make_mut(&mut next).api_key_sha256 = keys;
+                    }
                     self.tenants.insert(id.clone(), next);
                     changes.updated.push(id);
                 }
@@ -170,12 +179,13 @@ impl RegistryState {
         problems.extend(cross_tenant_problems(
             self.tenants
                 .iter()
-                .map(|(id, t)| (format!("tenants[{id}]"), t)),
+                .map(|(id, t)| (format!("tenants[{id}]"), &**t)),
         ));
         problems
     }
 
-    pub fn configs(&self) -> Vec<TenantConfig> {
+    /// Every tenant's configuration (shared, not copied).
+    pub fn configs(&self) -> Vec<Arc<TenantConfig>> {
         self.tenants.values().cloned().collect()
     }
 }
@@ -205,7 +215,10 @@ mod tests {
     fn file(tenants: &[TenantConfig]) -> FilePart {
         FilePart {
             global: GlobalBudgetConfig::default(),
-            tenants: tenants.iter().map(|t| (t.id.clone(), t.clone())).collect(),
+            tenants: tenants
+                .iter()
+                .map(|t| (t.id.clone(), Arc::new(t.clone())))
+                .collect(),
         }
     }
 
@@ -222,7 +235,7 @@ mod tests {
     fn a_key_removed_from_the_file_stops_working_and_api_keys_stay() {
         let mut s = start(&[tenant("a", &["1", "2"], 5)]);
         if let Some(t) = s.tenants.get_mut("a") {
-            t.api_key_sha256.push("3".repeat(64));
+            Arc::make_mut(t).api_key_sha256.push("3".repeat(64));
         }
         let changes = s.apply_file(file(&[tenant("a", &["1"], 5)]));
         assert_eq!(changes.updated, vec!["a".to_string()]);
@@ -237,7 +250,7 @@ mod tests {
         let mut s = start(&[tenant("a", &["1"], 5), tenant("b", &["2"], 5)]);
         // Through the API: a's budget raised, b deleted, a key of a revoked.
         if let Some(t) = s.tenants.get_mut("a") {
-            t.records_per_sec = Some(50);
+            Arc::make_mut(t).records_per_sec = Some(50);
         }
         s.tenants.remove("b");
         s.global.records_per_sec = Some(777);
@@ -265,7 +278,7 @@ mod tests {
         let mut s = start(&[tenant("a", &["1"], 5), tenant("b", &["1"], 5)]);
         s.version = 7;
         if let Some(t) = s.tenants.get_mut("a") {
-            t.id = "z".into();
+            Arc::make_mut(t).id = "z".into();
         }
         let keys: Vec<String> = s.problems().into_iter().map(|p| p.key).collect();
         assert!(keys.contains(&"version".to_string()), "{keys:?}");

@@ -52,17 +52,19 @@ pub async fn export(config: &Config) -> Result<RegistryState, String> {
 /// The registry as a person reads it: each tenant's key digests replaced by key ids.
 pub fn view(state: &RegistryState) -> serde_json::Value {
     let mut view = serde_json::json!(state);
-    let redact =
-        |tenants: Option<&mut serde_json::Value>,
-         configs: &std::collections::BTreeMap<String, crate::config::TenantConfig>| {
-            if let Some(tenants) = tenants.and_then(|t| t.as_object_mut()) {
-                for (id, tenant) in tenants.iter_mut() {
-                    if let Some(config) = configs.get(id) {
-                        *tenant = super::audit::tenant_view(config);
-                    }
+    let redact = |tenants: Option<&mut serde_json::Value>,
+                  configs: &std::collections::BTreeMap<
+        String,
+        std::sync::Arc<crate::config::TenantConfig>,
+    >| {
+        if let Some(tenants) = tenants.and_then(|t| t.as_object_mut()) {
+            for (id, tenant) in tenants.iter_mut() {
+                if let Some(config) = configs.get(id) {
+                    *tenant = super::audit::tenant_view(config);
                 }
             }
-        };
+        }
+    };
     redact(view.get_mut("tenants"), &state.tenants);
     redact(view.pointer_mut("/file/tenants"), &state.file.tenants);
     view

@@ -8,6 +8,7 @@
 //! records left the buffer: re-created under the same id meanwhile, it carries on with the
 //! same buckets and counters, so deleting and re-creating a tenant never buys a fresh burst.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,14 +34,15 @@ pub struct RegistryPlan(Vec<(String, TenantSettings, Vec<ApiKeyHash>)>);
 
 impl Registry {
     /// Builds a registry from configuration.
-    pub fn from_configs(configs: &[TenantConfig]) -> Result<Self, ConfigProblem> {
+    pub fn from_configs<C: Borrow<TenantConfig>>(configs: &[C]) -> Result<Self, ConfigProblem> {
         Ok(Self::plan(configs)?.build(&Self::default(), 0))
     }
 
     /// Parses and checks `configs`; changes nothing.
-    pub fn plan(configs: &[TenantConfig]) -> Result<RegistryPlan, ConfigProblem> {
+    pub fn plan<C: Borrow<TenantConfig>>(configs: &[C]) -> Result<RegistryPlan, ConfigProblem> {
         let mut planned = Vec::with_capacity(configs.len());
         for config in configs {
+            let config = config.borrow();
             let settings = TenantSettings::parse(config)?;
             let mut keys = Vec::with_capacity(config.api_key_sha256.len());
             for (i, h) in config.api_key_sha256.iter().enumerate() {
