@@ -308,7 +308,7 @@ impl Cluster {
         let mut slices: Vec<Tended> = registry
             .tenants()
             .filter_map(|t| {
-                let state = t.admission_state();
+                let state = t.admission_if_live()?;
                 let slice = state.buckets.slice()?.clone();
                 Some((
                     Scope::Tenant,
@@ -564,7 +564,9 @@ impl Cluster {
         let registry = self.tenants.load();
         for t in registry.tenants() {
             let (slice, spec) = {
-                let state = t.admission_state();
+                let Some(state) = t.admission_if_live() else {
+                    continue; // never leased anything
+                };
                 let slice = state.buckets.slice().cloned();
                 (slice.map(|s| s.drain()), state.buckets.spec())
             };

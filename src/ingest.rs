@@ -153,7 +153,7 @@ impl Ingest {
             .produce_for(&tenant, request, format)
             .instrument(span.clone())
             .await;
-        tenant.stats.count_api(api, outcome.is_ok());
+        tenant.stats().count_api(api, outcome.is_ok());
         span.in_scope(|| match &outcome {
             Ok(_) => tracing::debug!("produce request done"),
             Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
@@ -350,7 +350,7 @@ impl Ingest {
                 if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
                     let cut = match denial {
                         Denial::Refused(_) => {
-                            tenant.stats.refused_records(charge.records);
+                            tenant.stats().refused_records(charge.records);
                             Cut::RateLimited
                         }
                         Denial::TooLarge(_) => Cut::ExceedsBurst,
@@ -426,11 +426,11 @@ impl Ingest {
         charge: Charge,
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
-        tenant.stats.offered(charge.records, charge.bytes);
+        tenant.stats().offered(charge.records, charge.bytes);
         let admitted = self.admit_counted(tenant, topic, charge, leases).await;
         if let Err(ApiError::RateLimited(_)) = &admitted {
             // Its body was read: the status page shows the records refused, not just requests.
-            tenant.stats.refused_records(charge.records);
+            tenant.stats().refused_records(charge.records);
         }
         admitted
     }
@@ -446,7 +446,7 @@ impl Ingest {
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {
                 Ok(lease) => {
-                    tenant.stats.admitted(charge.records, charge.bytes);
+                    tenant.stats().admitted(charge.records, charge.bytes);
                     return Ok(lease);
                 }
                 Err(Blocked::Denied(denial)) => return Err(self.denied(tenant, denial)),
@@ -495,7 +495,7 @@ impl Ingest {
         lease: BufferLease,
     ) -> Arc<Batch> {
         self.producer
-            .send(topic.as_str(), records, lease, tenant.stats.clone())
+            .send(topic.as_str(), records, lease, tenant.stats().clone())
     }
 
     /// Waits for what the client asked to wait for.
@@ -546,7 +546,7 @@ fn cut_for(e: &BodyError) -> Cut {
 
 /// A 429, counted against the tenant where it is decided.
 fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
-    tenant.stats.rejected(refusal.reason);
+    tenant.stats().rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
 }

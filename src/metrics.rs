@@ -453,7 +453,9 @@ impl LiveCollector {
         let registry = self.tenants.load();
         let mut held = Vec::new();
         for t in registry.tenants() {
-            let slice = t.admission_state().buckets.slice().map(|s| s.held());
+            let slice = t
+                .admission_if_live()
+                .and_then(|s| s.buckets.slice().map(|s| s.held()));
             if let Some((r, b)) = slice {
                 held.push((
                     vec![("tenant", t.id.as_str()), ("bucket", "records")],

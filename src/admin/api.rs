@@ -156,9 +156,11 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
     let registry = app.ingest.tenants.load();
     let live = registry.get(&config.id).map_or(Value::Null, |t| {
         let limits = app.ingest.view(t);
+        let idle = crate::tenant::TenantStats::default();
+        let stats = t.stats_if_any().map_or(&idle, |s| &**s);
         let rejected: serde_json::Map<String, Value> = Reason::ALL
             .iter()
-            .map(|r| (r.as_str().to_string(), json!(t.stats.rejected_count(*r))))
+            .map(|r| (r.as_str().to_string(), json!(stats.rejected_count(*r))))
             .collect();
         json!({
             "tokens": {
@@ -170,11 +172,11 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
                 "records": t.usage.records.load(Relaxed),
             },
             "admitted": {
-                "requests": t.stats.admitted_requests.load(Relaxed),
-                "records": t.stats.admitted_records.load(Relaxed),
-                "bytes": t.stats.admitted_bytes.load(Relaxed),
+                "requests": stats.admitted_requests.load(Relaxed),
+                "records": stats.admitted_records.load(Relaxed),
+                "bytes": stats.admitted_bytes.load(Relaxed),
             },
-            "failed_records": t.stats.failed_records.load(Relaxed),
+            "failed_records": stats.failed_records.load(Relaxed),
             "rejected": rejected,
         })
     });

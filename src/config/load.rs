@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::{Config, ConfigError, ConfigProblem};
 
 impl Config {
@@ -41,24 +43,39 @@ impl Config {
         let one = |key: String, message: String| ConfigError {
             problems: vec![ConfigProblem::new(key, message)],
         };
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+        let syntax = |e: toml::de::Error| {
             let key = e
                 .span()
                 .map(|span| format!("line {}", line_of(text, span.start)))
                 .unwrap_or_else(|| "config".into());
             one(key, e.message().to_string())
-        })?;
+        };
+        // The document is read borrowing the text, and the tenants (all but a few hundred
+        // bytes of a large file) are deserialized from it straight into their configs: an
+        // owned tree of 100,000 tenants, and a copy of it per attempt below, took ~360 MB at
+        // start-up and left the heap fragmented.
+        let mut document = toml::de::DeTable::parse(text).map_err(syntax)?;
+        let tenants = document.get_mut().remove("tenants");
+        let mut table =
+            toml::Table::deserialize(toml::de::Deserializer::from(document)).map_err(syntax)?;
         // Every override goes in as the string it is; only where the field refuses a string
         // (a number, a boolean) is it read as a TOML value. So a string field — a password,
         // a file name — gets exactly what was written, even `0x1F`, `1_000`, `inf` or `true`.
         let mut overrides: Vec<(Vec<String>, String)> = Vec::new();
         for (name, value) in env {
             if let Some(path) = env_key(&name) {
+                if path[0] == "tenants" {
+                    return Err(one(
+                        name,
+                        "tenants are set in the file or through the admin API, not the environment"
+                            .into(),
+                    ));
+                }
                 set_path(&mut table, &path, toml::Value::String(value.clone()));
                 overrides.push((path, value));
             }
         }
-        let config: Config = loop {
+        let mut config: Config = loop {
             match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
                 Ok(config) => break config,
                 Err(e) => {
@@ -77,6 +94,13 @@ impl Config {
                 }
             }
         };
+        if let Some(tenants) = tenants {
+            let tenants = toml::de::ValueDeserializer::from(tenants);
+            config.tenants = serde_path_to_error::deserialize(tenants).map_err(|e| {
+                let key = format!("tenants{}", e.path()).replace("tenants.", "tenants");
+                one(key, e.into_inner().message().to_string())
+            })?;
+        }
         let problems = config.validate();
         if problems.is_empty() {
             Ok(config)

@@ -217,3 +217,20 @@ fn lag_guards_are_validated_naming_the_guard_and_field() {
         "{missing:?}"
     );
 }
+
+#[test]
+fn tenant_fields_are_named_by_their_index_and_the_environment_sets_no_tenant() {
+    let text = "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
+                [[tenants]]\nid = \"b\"\ntopics = [\"y\"]\nrecords_per_sec = \"fast\"\n";
+    let p = problems(text);
+    assert_eq!(p[0].key, "tenants[1].records_per_sec", "{p:?}");
+    let p = problems("[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\nrate = 1\n");
+    assert_eq!(p[0].key, "tenants[0].rate", "{p:?}");
+    assert!(p[0].message.contains("unknown field `rate`"), "{p:?}");
+    let env = vec![("FLOODGATE__TENANTS__ID".to_string(), "x".to_string())];
+    let refused = Config::from_toml_with_env(text, env).expect_err("refused");
+    assert_eq!(refused.problems[0].key, "FLOODGATE__TENANTS__ID");
+    let c = Config::from_toml_with_env("[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n", no_env())
+        .expect("valid");
+    assert_eq!(c.tenants[0].id, "a");
+}
