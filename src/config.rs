@@ -696,6 +696,7 @@ mod guards;
 mod kafka;
 pub mod librdkafka;
 mod load;
+mod split;
 mod tenant;
 
 pub use cluster::ClusterConfig;

@@ -114,7 +114,7 @@ impl Topic {
 /// about half a kilobyte per pattern and would be most of an idle tenant's memory at 100,000
 /// tenants. Anything else is a `glob::Pattern`; every form matches exactly what the glob does.
 #[derive(Debug, Clone)]
-pub struct TopicPatterns(Vec<TopicPattern>);
+pub struct TopicPatterns(Box<[TopicPattern]>);
 
 #[derive(Debug, Clone)]
 enum TopicPattern {
@@ -153,7 +153,7 @@ impl TopicPatterns {
             .iter()
             .enumerate()
             .map(|(i, p)| TopicPattern::parse(p).map_err(|e| (i, e)))
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Box<[_]>, _>>()
             .map(Self)
     }
 

@@ -153,6 +153,11 @@ pub async fn run(
             .map_err(BuildError::AdminTokens)?,
     };
     let produce_port = listeners.produce.local_addr().map_or(0, |a| a.port());
+    // The tenants become the registry's, moved (a copy of 100,000 would double start-up's
+    // peak); what the rest of the run reads of the file is its other sections.
+    let mut config = config;
+    let file = registry::FilePart::take(&mut config);
+    let config = config;
     let state = Arc::new(AppState::build(
         &config,
         options.clock,
@@ -162,6 +167,7 @@ pub async fn run(
             clock: options.cluster_clock,
             registry_secrets: options.registry_secrets,
             metrics_token: options.metrics_token,
+            file: Some(file),
         },
     )?);
     // Dropping this future (an embedder giving up on it) stops what it started, as a killed
@@ -181,12 +187,6 @@ pub async fn run(
         cluster.join().await?;
         tasks.0.push(cluster.start().abort_handle());
     }
-    // The tenants are the registry's now; what the rest of the run reads of the file is its
-    // other sections (a copy of 100,000 tenants would be kept for nothing).
-    // (Taken, so dropped here: a struct update would keep the old field to the run's end.)
-    let mut config = config;
-    drop(std::mem::take(&mut config.tenants));
-    let config = config;
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }

@@ -111,17 +111,17 @@ impl RegistryStore {
     /// Loads the saved state (or starts from the configuration file), applies what changed in
     /// the file since it was last applied, saves the result, and builds the live registry.
     pub fn open(
-        config: &Config,
+        file: FilePart,
         persistence: Box<dyn Persistence>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, RegistryError> {
         let state = match persistence.load()? {
             Some(mut saved) => {
-                let changes = saved.apply_file(FilePart::of(config));
+                let changes = saved.apply_file(file);
                 log_file_changes(&changes, "start-up");
                 saved
             }
-            None => RegistryState::from_config(config),
+            None => RegistryState::from_file(file),
         };
         if let Some(p) = state.problems().into_iter().next() {
             return Err(RegistryError::Invalid(p));
@@ -141,13 +141,12 @@ impl RegistryStore {
     }
 
     /// A registry kept in the registry topic: empty until [`RegistryStore::follow`] has read
-    /// the topic (an empty topic is first seeded with the configuration file's part).
+    /// the topic (an empty topic is first seeded with `seed`, the configuration file's part).
     pub fn shared(
-        config: &Config,
+        seed: Option<FilePart>,
         log: RegistryLog,
         replica: &str,
         clock: Arc<dyn Clock>,
-        seed: bool,
     ) -> Self {
         let state = RegistryState {
             version: VERSION,
@@ -156,11 +155,7 @@ impl RegistryStore {
         let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
         Self {
             state: tokio::sync::Mutex::new(state),
-            backend: Backend::Shared(Box::new(Shared::new(
-                log,
-                replica.to_string(),
-                seed.then(|| FilePart::of(config)),
-            ))),
+            backend: Backend::Shared(Box::new(Shared::new(log, replica.to_string(), seed))),
             tenants: Arc::new(Tenants::new(Registry::default())),
             global: Arc::new(global),
             clock,
@@ -415,9 +410,8 @@ impl RegistryStore {
 
     /// Applies a re-read configuration file (SIGHUP): what changed in the file since it was
     /// last applied (see [`state`]'s ownership rules).
-    pub async fn apply_file(&self, config: &Config) -> Result<FileChanges, ChangeError> {
+    pub async fn apply_file(&self, file: FilePart) -> Result<FileChanges, ChangeError> {
         let actor = Actor::new("sighup");
-        let file = FilePart::of(config);
         let changes = self
             .change(&actor, "config.reload", |state| {
                 Ok::<_, ChangeError>(state.apply_file(file))

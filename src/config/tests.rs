@@ -234,3 +234,61 @@ fn tenant_fields_are_named_by_their_index_and_the_environment_sets_no_tenant() {
         .expect("valid");
     assert_eq!(c.tenants[0].id, "a");
 }
+
+/// A file cut at its `[[tenants]]` headers reads as the whole document does, whatever sits
+/// between the tenants; odd layouts are read whole and give TOML's own answer.
+#[test]
+fn a_file_read_a_tenant_at_a_time_reads_as_the_whole_document() {
+    let digest = |c: char| c.to_string().repeat(64);
+    let plain = format!(
+        "[server]\nlisten = \"127.0.0.1:1\"\n\
+         [[tenants]]\nid = \"a\"\ntopics = [\"x\", \"y.*\"]\napi_key_sha256 = [\"{}\"]\n# note\n\
+         [buffer]\nmax_records = 77\n\
+         [[tenants]]\nid = \"b\"  # trailing\ntopics = [\n  \"z\",\n]\nrecords_per_sec = 5\n\
+         [[lag_guards]]\nname = \"g\"\ntopics = [\"x\"]\ngroup = \"g\"\nmax_recovery_s = 9\n\
+         [[ tenants ]]\nid = \"c\"\ntopics = [\"q\"]\n",
+        digest('a')
+    );
+    let odd = [
+        // A header inside a multi-line string is text, not a header.
+        "[server]\nlisten = \"127.0.0.1:1\"\n[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
+         [kafka]\nclient_id = \"\"\"\n[[tenants]]\nid = \"\"\"\n"
+            .to_string(),
+        // Quoted and inline forms.
+        "[[\"tenants\"]]\nid = \"a\"\ntopics = [\"x\"]\n[[tenants]]\nid = \"b\"\ntopics = [\"y\"]\n"
+            .to_string(),
+        "tenants = [{ id = \"a\", topics = [\"x\"] }]\n".to_string(),
+        "tenants = [{ id = \"a\", topics = [\"x\"] }]\n[[tenants]]\nid = \"b\"\ntopics = [\"y\"]\n"
+            .to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n[tenants.extra]\nx = 1\n".to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\nrecords_per_sec = \"fast\"\n".to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"\n".to_string(),
+    ];
+    let cut = super::split::split(&plain).expect("a plain layout is cut");
+    assert_eq!(cut.tenants.len(), 3);
+    for text in std::iter::once(&plain).chain(odd.iter()) {
+        let whole = Config::read_whole(text, &[]).and_then(|c| {
+            let p = c.validate();
+            if p.is_empty() {
+                Ok(c)
+            } else {
+                Err(ConfigError { problems: p })
+            }
+        });
+        let read = Config::from_toml_with_env(text, no_env());
+        match (whole, read) {
+            (Ok(a), Ok(b)) => assert_eq!(
+                serde_json::to_value(&a).expect("json"),
+                serde_json::to_value(&b).expect("json"),
+                "{text}"
+            ),
+            (Err(a), Err(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{text}"),
+            (a, b) => panic!("{text}: whole {a:?}, cut {b:?}"),
+        }
+    }
+    let config = Config::from_toml_with_env(&plain, no_env()).expect("valid");
+    let ids: Vec<&str> = config.tenants.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert_eq!(config.buffer.max_records, 77);
+    assert_eq!(config.lag_guards.len(), 1);
+}

@@ -33,6 +33,17 @@ pub struct FilePart {
 }
 
 impl FilePart {
+    /// The file's part of `config`, its tenants moved out (no copy of 100,000 configs).
+    pub fn take(config: &mut Config) -> Self {
+        Self {
+            global: config.global.clone(),
+            tenants: std::mem::take(&mut config.tenants)
+                .into_iter()
+                .map(|t| (t.id.clone(), Arc::new(t)))
+                .collect(),
+        }
+    }
+
     pub fn of(config: &Config) -> Self {
         Self {
             global: config.global.clone(),
@@ -78,7 +89,11 @@ pub struct FileChanges {
 impl RegistryState {
     /// A registry holding exactly the configuration file's tenants and budget.
     pub fn from_config(config: &Config) -> Self {
-        let file = FilePart::of(config);
+        Self::from_file(FilePart::of(config))
+    }
+
+    /// A registry holding exactly the file's tenants and budget.
+    pub fn from_file(file: FilePart) -> Self {
         Self {
             version: VERSION,
             global: file.global.clone(),
