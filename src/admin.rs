@@ -228,6 +228,12 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
             detail: "floodgate is draining".into(),
         };
     }
+    if app.registry.is_unverified() {
+        return Readiness::NotReady {
+            reason: "registry_unverified",
+            detail: "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env)".into(),
+        };
+    }
     if !app.registry.is_loaded() {
         return Readiness::NotReady {
             reason: "registry_loading",

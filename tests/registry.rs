@@ -357,7 +357,7 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
     let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
     let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
-    assert_eq!(keys, ["tenant:acme", "file", "tenant:gamma"], "{audit}");
+    assert_eq!(keys, ["tenant:acme", "tenant:gamma"], "{audit}");
     assert!(
         !audit
             .to_string()
@@ -380,6 +380,11 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
         .await,
         Some(1.0)
     );
+    assert_eq!(
+        metric(&a, "floodgate_registry_rewritten_entries_total").await,
+        Some(0.0),
+        "records under keys of no entry of ours are nothing to write again"
+    );
     // A new replica reads past them too.
     let b = Gateway::start(shared(&broker, &registry)).await;
     ready(&b, Duration::from_secs(20)).await;
@@ -391,31 +396,53 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
     b.shutdown().await;
 }
 
-/// Rotating the secret: replicas that accept `new,old` apply what a replica still on `old`
-/// signs, and what they sign themselves (with `new`) is refused by a replica that knows only
-/// the old one — so the old secret is dropped only once every replica signs with the new.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn during_a_secret_rotation_entries_signed_with_either_secret_apply() {
+async fn start_with_secrets(broker: &str, registry: &str, secrets: &str) -> Gateway {
     use floodgate::registry::RegistrySecrets;
+    let mut options =
+        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
+    Gateway::start_options(shared(broker, registry), options).await
+}
+
+async fn until_metric(gw: &Gateway, series: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = metric(gw, series).await;
+        if got == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {got:?}, not {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
+    let r = reqwest::get(gw.admin_url("/readyz")).await.expect("readyz");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+/// Rotating the secret: replicas that accept `new,old` apply what a replica still on `old`
+/// signs, and sign again with `new` every entry only `old` verifies; once the gauge of such
+/// entries reads 0, a replica that knows only `new` reads the whole registry. A replica with a
+/// wrong secret does not become ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_go() {
     let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let start = |secrets: &'static str| {
-        let cfg = shared(&broker, &registry);
-        async move {
-            let mut options = floodgate::RunOptions::new(std::sync::Arc::new(
-                floodgate::budget::MonotonicClock::new(),
-            ));
-            options.admin_tokens =
-                Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-            options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
-            Gateway::start_options(cfg, options).await
-        }
-    };
-    let old = start("old-secret-0123456789").await;
+    const OLD: &str = "old-secret-0123456789";
+    const ROLLED: &str = "new-secret-0123456789,old-secret-0123456789";
+    const NEW: &str = "new-secret-0123456789";
+    let old = start_with_secrets(&broker, &registry, OLD).await;
     ready(&old, Duration::from_secs(20)).await;
-    let rolled = start("new-secret-0123456789,old-secret-0123456789").await;
+    let rolled = start_with_secrets(&broker, &registry, ROLLED).await;
     ready(&rolled, Duration::from_secs(20)).await;
-    // The replica on the old secret makes a change: the rolled one applies it.
+    // The replica on the old secret makes a change: the rolled one applies it...
     let (s, body) = admin(
         &old,
         Method::PUT,
@@ -437,39 +464,200 @@ async fn during_a_secret_rotation_entries_signed_with_either_secret_apply() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The rolled replica signs with the new secret: applied where it is known...
-    let (s, body) = admin(
+    // ...and signs again, with the new secret, everything only the old one verifies (the
+    // seeded tenant and by-old): the old replica sees those as not its own, and writes
+    // nothing back.
+    until_metric(
         &rolled,
-        Method::PUT,
-        "/admin/tenants/by-new",
-        Some(json!({"topics": ["test.*"]})),
-        T,
+        "floodgate_registry_old_secret_entries",
+        0.0,
+        Duration::from_secs(15),
     )
     .await;
-    assert_eq!(s, 201, "{body}");
-    // ...and refused by the replica that does not know it yet.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(
-        &old,
-        "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}",
-    )
-    .await
-        != Some(1.0)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the old replica never saw the new entry"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        admin(&old, Method::GET, "/admin/tenants/by-new", None, T)
+    assert!(
+        metric(&rolled, "floodgate_registry_rewritten_entries_total")
             .await
-            .0,
-        404
+            .unwrap_or(0.0)
+            >= 2.0
     );
+    assert_eq!(
+        metric(&old, "floodgate_registry_rewritten_entries_total").await,
+        Some(0.0),
+        "no ping-pong: the old replica does not answer the new records"
+    );
+    // The old secret goes: a fresh replica that knows only the new one has every tenant.
     old.shutdown().await;
+    let fresh = start_with_secrets(&broker, &registry, NEW).await;
+    ready(&fresh, Duration::from_secs(20)).await;
+    for id in ["acme", "by-old"] {
+        let (s, body) = admin(
+            &fresh,
+            Method::GET,
+            &format!("/admin/tenants/{id}"),
+            None,
+            T,
+        )
+        .await;
+        assert_eq!(s, 200, "{id}: {body}");
+    }
+    let topic = unique_topic("test.rot");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&fresh, &topic, KEY).await, 202);
+    // A replica with a secret no record verifies stays unready, and says why.
+    let wrong = start_with_secrets(&broker, &registry, "wrong-secret-0123456789").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&wrong).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
     rolled.shutdown().await;
+    fresh.shutdown().await;
+    wrong.shutdown().await;
+}
+
+/// Records copied, byte for byte and with their headers, into another registry topic are not
+/// entries there (the MAC covers the topic's name): a replica on that topic has no tenant and
+/// does not become ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_copied_into_another_topic_is_not_a_registry() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Message as _;
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let copy = unique_topic("_fg_registry_copy");
+    create_topic(&broker, &copy, 1).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("copier"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    let message = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record");
+    let mut record = FutureRecord::<[u8], [u8]>::to(&copy).partition(0);
+    if let Some(k) = message.key() {
+        record = record.key(k);
+    }
+    if let Some(p) = message.payload() {
+        record = record.payload(p);
+    }
+    if let Some(h) = message.headers() {
+        record = record.headers(h.detach());
+    }
+    producer
+        .send(record, Duration::from_secs(5))
+        .await
+        .expect("copied");
+    let mut cfg = shared(&broker, &copy);
+    cfg.tenants.clear();
+    let b = Gateway::start(cfg).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&b).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
+    assert_eq!(
+        metric(
+            &b,
+            "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A record written without the secret under the very Kafka key of a real entry (read from
+/// the topic) would, once compacted, be the only record of that key: the replicas write the
+/// real entry again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::{Headers as _, Message as _};
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let acme_key = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("a record in time")
+            .expect("a record");
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        if key.starts_with("tenant:acme#") {
+            break key;
+        }
+    };
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    // A Kafka tombstone under acme's key: compaction would drop acme's entry with it.
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(&registry)
+                .key(&acme_key)
+                .partition(0),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("written");
+    until_metric(
+        &a,
+        "floodgate_registry_rewritten_entries_total",
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    // The last record under acme's key is an entry again, and acme still works.
+    let last = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("a record in time")
+            .expect("a record");
+        if m.key() == Some(acme_key.as_bytes()) && m.payload().is_some() {
+            break m.headers().map(|h| h.iter().any(|h| h.key == "fg-mac"));
+        }
+    };
+    assert_eq!(last, Some(true));
+    until_metric(
+        &a,
+        "floodgate_registry_reasserts_pending",
+        0.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let topic = unique_topic("test.forged");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    a.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,6 +50,25 @@ pub fn record(actor: &Actor, action: &str, before: &RegistryState, after: &Regis
     );
 }
 
+/// Emits the audit event for one entry of the shared registry that applied: `key` from
+/// `before` to `after` (as [`super::shared::value_of`] shows them).
+pub fn record_entry(
+    actor: &Actor,
+    action: &str,
+    key: &str,
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+) {
+    tracing::info!(
+        target: "floodgate::audit",
+        actor = ?actor.0,
+        action = ?action,
+        before = %serde_json::json!({ key: before }),
+        after = %serde_json::json!({ key: after }),
+        "registry change"
+    );
+}
+
 /// The parts of the state that differ, as JSON, from one side.
 fn diff_json(before: &RegistryState, after: &RegistryState, old: bool) -> String {
     let mut out = serde_json::Map::new();
