@@ -237,6 +237,9 @@ impl RegistryStore {
         }
         let caught_up = last + 1 >= progress.end;
         let loaded = shared.loaded.load(Ordering::Acquire);
+        if caught_up && !loaded {
+            state.share_file_tenants();
+        }
         if progress.dirty && (loaded || caught_up) {
             self.install_state(&state);
             progress.dirty = false;

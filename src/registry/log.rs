@@ -342,6 +342,9 @@ impl RegistryLog {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("allow.auto.create.topics", "false")
+            // librdkafka prefetches up to 64 MiB per partition by default; the registry is
+            // read once at start-up and then trickles.
+            .set("queued.max.messages.kbytes", "4096")
             .create()?;
         let mut assignment = TopicPartitionList::new();
         assignment.add_partition_offset(&self.topic, 0, Offset::Beginning)?;
