@@ -33,8 +33,8 @@ use crate::body_budget::{BodyBudget, BodyHold, Cut};
 use crate::buffer::BufferLease;
 use crate::cluster::Cluster;
 use crate::config::RequestBounds;
+use crate::credential::{Authenticator, Caller, Identity};
 use crate::failure_guard::FailureGuard;
-use crate::identity::ApiKeyHash;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
@@ -66,8 +66,9 @@ pub enum Ack {
 pub struct ProduceRequest<'a> {
     /// Which API the request came through (counted per tenant).
     pub api: Api,
-    /// The client's address, when known: failed authentications are limited per address.
-    pub peer: Option<std::net::IpAddr>,
+    /// The client's address, when known (failed authentications are limited per address), and
+    /// its verified client certificate.
+    pub peer: Caller,
     pub headers: &'a HeaderMap,
     /// The topic as the URL named it, already percent-decoded.
     pub topic: &'a str,
@@ -80,6 +81,8 @@ pub struct ProduceRequest<'a> {
 pub struct Ingest {
     /// Who is who (swapped whole by registry changes).
     pub tenants: Arc<Tenants>,
+    /// Credentials to identities: API keys, JWTs, client certificates.
+    pub auth: Arc<Authenticator>,
     /// Budgets and buffer.
     pub admission: Arc<Admission>,
     /// Which topics exist (also the readiness latch).
@@ -136,10 +139,11 @@ impl Ingest {
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
     ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
-        let tenant = match self.authenticate(request.peer, request.headers) {
-            Ok(t) => t,
+        let who = match self.identify(&request.peer, request.headers).await {
+            Ok(who) => who,
             Err(e) => return (None, Err(e)),
         };
+        let tenant = who.tenant.clone();
         // One span per request: tenant, topic, record count and outcome; never keys or
         // payloads, and the topic only once it is known to be a legal name.
         let span = tracing::info_span!(
@@ -149,10 +153,14 @@ impl Ingest {
             records = tracing::field::Empty,
         );
         let api = request.api;
-        let outcome = self
-            .produce_for(&tenant, request, format)
-            .instrument(span.clone())
-            .await;
+        let outcome = match credential_allows(&who, request.topic) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                self.produce_for(&tenant, request, format)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
         tenant.stats().count_api(api, outcome.is_ok());
         span.in_scope(|| match &outcome {
             Ok(_) => tracing::debug!("produce request done"),
@@ -189,48 +197,35 @@ impl Ingest {
         self.settle(batch, request.ack).await
     }
 
-    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). A valid
-    /// key is never refused for its address's failed authentications; a failing request from
-    /// an address with too many recent failures is answered 429 instead of 401, and every
-    /// failure is counted against the client's address (behind trusted proxies, the address
-    /// they forwarded for).
-    pub fn authenticate(
+    /// The tenant the request's credential belongs to (see [`Ingest::identify`]).
+    pub async fn authenticate(
         &self,
-        peer: Option<std::net::IpAddr>,
+        peer: Caller,
         headers: &HeaderMap,
     ) -> Result<Arc<Tenant>, ApiError> {
-        self.authenticate_key(peer, headers)
-            .map(|(tenant, _)| tenant)
+        self.identify(&peer, headers).await.map(|who| who.tenant)
     }
 
-    /// [`Ingest::authenticate`], and the digest of the key that authenticated: what a
-    /// long-lived request (a stream) re-checks against later registry changes.
-    pub fn authenticate_key(
-        &self,
-        peer: Option<std::net::IpAddr>,
-        headers: &HeaderMap,
-    ) -> Result<(Arc<Tenant>, ApiKeyHash), ApiError> {
-        let found = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(presented_key)
-            .filter(|key| well_formed(key))
-            .map(|key| ApiKeyHash::of_key(&key))
-            .and_then(|digest| {
-                let tenant = self.tenants.load().by_digest(&digest).cloned()?;
-                Some((tenant, digest))
-            });
-        if let Some(found) = found {
-            return Ok(found);
-        }
-        let Some(client) = peer.map(|p| self.proxies.client(p, headers)) else {
-            return Err(ApiError::Unauthorized);
+    /// Who the request is: its API key, JWT or client certificate, as
+    /// [`Authenticator::identify`] decides. A valid credential is never refused for its
+    /// address's failed authentications; a failing request from an address with too many
+    /// recent failures is answered 429 instead of 401/403, and every failure is counted
+    /// against the client's address (behind trusted proxies, the address they forwarded for).
+    pub async fn identify(&self, peer: &Caller, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let failure = match self.auth.identify(&self.tenants, peer, headers).await {
+            Ok(who) => return Ok(who),
+            Err(e) if !e.is_failure() => return Err(ApiError::Auth(e)),
+            Err(crate::credential::AuthError::Unauthorized) => ApiError::Unauthorized,
+            Err(e) => ApiError::Auth(e),
+        };
+        let Some(client) = peer.ip.map(|p| self.proxies.client(p, headers)) else {
+            return Err(failure);
         };
         if let Some(wait) = self.failures.refusal(client) {
             return Err(ApiError::AuthFailures(wait));
         }
         self.failures.failed(client);
-        Err(ApiError::Unauthorized)
+        Err(failure)
     }
 
     /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,
@@ -551,33 +546,15 @@ fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     ApiError::RateLimited(refusal)
 }
 
-/// The API key in an `Authorization` value: `Bearer KEY`, or `Basic base64(USER:KEY)` for
-/// clients that only speak Basic (Confluent Cloud's, for one); the user name is not checked.
-fn presented_key(value: &str) -> Option<std::borrow::Cow<'_, str>> {
-    let (scheme, rest) = value.split_once(' ')?;
-    if scheme.eq_ignore_ascii_case("bearer") {
-        // Borrowed: no copy of the key per request.
-        return Some(std::borrow::Cow::Borrowed(rest.trim()));
+/// A credential's own limits on the topic (a JWT's topics claim), checked right after
+/// authentication; a name that is not a legal topic is left to the topic step to report.
+fn credential_allows(who: &Identity, name: &str) -> Result<(), ApiError> {
+    match Topic::parse(name) {
+        Ok(topic) if !who.credential_allows(&topic) => {
+            Err(ApiError::ForbiddenTopic(topic.as_str().to_string()))
+        }
+        _ => Ok(()),
     }
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    use base64::Engine as _;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (_user, key) = text.split_once(':')?;
-    Some(std::borrow::Cow::Owned(key.to_string()))
-}
-
-/// Longest API key that is hashed: a key is tens of characters; a header of kilobytes is not a
-/// key, and hashing it for every request of a flood would cost the gateway for nothing.
-const MAX_KEY_BYTES: usize = 512;
-
-/// Whether a presented key could be one (non-empty, not absurdly long).
-fn well_formed(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_BYTES
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

@@ -116,6 +116,12 @@ struct TenantBody {
     max_buffer_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<crate::config::Priority>,
+    /// JWTs this tenant accepts (issuer and tenant-claim value): registry state like keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    jwt_claims: Vec<crate::config::JwtClaim>,
+    /// Client-certificate names this tenant accepts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cert_names: Vec<String>,
 }
 
 impl TenantBody {
@@ -129,6 +135,8 @@ impl TenantBody {
             bytes_burst: c.bytes_burst,
             max_buffer_share: c.max_buffer_share,
             priority: c.priority,
+            jwt_claims: c.jwt_claims.clone(),
+            cert_names: c.cert_names.clone(),
         }
     }
 
@@ -143,6 +151,8 @@ impl TenantBody {
             bytes_burst: self.bytes_burst,
             max_buffer_share: self.max_buffer_share,
             priority: self.priority,
+            jwt_claims: self.jwt_claims,
+            cert_names: self.cert_names,
         }
     }
 }

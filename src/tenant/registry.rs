@@ -23,6 +23,11 @@ use crate::identity::{ApiKeyHash, TenantId};
 #[derive(Debug, Default)]
 pub struct Registry {
     by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
+    /// Tenants by the JWTs they accept: issuer, then the value of its tenant claim (two levels,
+    /// so a lookup borrows the token's strings instead of building a key).
+    by_jwt: HashMap<Box<str>, HashMap<Box<str>, Arc<Tenant>>>,
+    /// Tenants by the client-certificate names they accept.
+    by_cert: HashMap<Box<str>, Arc<Tenant>>,
     by_id: BTreeMap<TenantId, Arc<Tenant>>,
     /// Deleted tenants whose state still matters, and until when (clock nanoseconds).
     departed: HashMap<TenantId, (Arc<Tenant>, u64)>,
@@ -30,7 +35,17 @@ pub struct Registry {
 
 /// Checked tenant settings, ready to become the live registry.
 #[derive(Debug)]
-pub struct RegistryPlan(Vec<(String, TenantSettings, Vec<ApiKeyHash>)>);
+pub struct RegistryPlan(Vec<Planned>);
+
+/// One tenant of a plan: its settings and the credentials it accepts.
+#[derive(Debug)]
+struct Planned {
+    id: String,
+    settings: TenantSettings,
+    keys: Vec<ApiKeyHash>,
+    jwt: Vec<crate::config::JwtClaim>,
+    certs: Vec<String>,
+}
 
 impl Registry {
     /// Builds a registry from configuration.
@@ -53,7 +68,13 @@ impl Registry {
                     )
                 })?);
             }
-            planned.push((config.id.clone(), settings, keys));
+            planned.push(Planned {
+                id: config.id.clone(),
+                settings,
+                keys,
+                jwt: config.jwt_claims.clone(),
+                certs: config.cert_names.clone(),
+            });
         }
         Ok(RegistryPlan(planned))
     }
@@ -65,6 +86,16 @@ impl Registry {
     /// The tenant a key digest belongs to.
     pub fn by_digest(&self, digest: &ApiKeyHash) -> Option<&Arc<Tenant>> {
         self.by_key.get(digest)
+    }
+
+    /// The tenant that accepts JWTs of `issuer` whose tenant claim is `value`.
+    pub fn by_jwt(&self, issuer: &str, value: &str) -> Option<&Arc<Tenant>> {
+        self.by_jwt.get(issuer)?.get(value)
+    }
+
+    /// The tenant that accepts client certificates named `name`.
+    pub fn by_cert(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.by_cert.get(name)
     }
 
     pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
@@ -95,7 +126,14 @@ impl RegistryPlan {
     /// buffer usage, counters) and get the new settings; new tenants start full.
     pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
         let mut registry = Registry::default();
-        for (id, settings, keys) in self.0 {
+        for Planned {
+            id,
+            settings,
+            keys,
+            jwt,
+            certs,
+        } in self.0
+        {
             let returning = previous
                 .departed
                 .get(&TenantId::new(&id))
@@ -109,6 +147,18 @@ impl RegistryPlan {
             };
             for key in keys {
                 registry.by_key.insert(key, tenant.clone());
+            }
+            for claim in jwt {
+                registry
+                    .by_jwt
+                    .entry(claim.issuer.into_boxed_str())
+                    .or_default()
+                    .insert(claim.value.into_boxed_str(), tenant.clone());
+            }
+            for name in certs {
+                registry
+                    .by_cert
+                    .insert(name.into_boxed_str(), tenant.clone());
             }
             registry.by_id.insert(tenant.id.clone(), tenant);
         }
