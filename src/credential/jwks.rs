@@ -294,7 +294,8 @@ impl KeySource {
     }
 
     /// Fetches the set again unless a fetch was made less than `min_refetch_s` ago. Waits for
-    /// a fetch in progress instead of starting another; the keys held stay if it fails.
+    /// a fetch in progress instead of starting another (requests queue on one lock, each then
+    /// sees the throttle: a flood makes one fetch, not one each); the keys held stay if it fails.
     /// Returns when the next scheduled refresh is due, with the outcome.
     pub async fn fetch(&self) -> (Fetched, Duration) {
         let Origin::Url {
@@ -305,11 +306,10 @@ impl KeySource {
         else {
             return (Fetched::Throttled, self.refresh);
         };
-        if !self.due(self.clock.now_ns()) {
-            return (Fetched::Throttled, self.min_refetch);
-        }
+        // A fetch in progress is waited for (its keys may be the ones wanted); when none is,
+        // the lock is free and this costs nothing. Whoever held it before us may have just
+        // fetched: then the throttle says no and the caller looks at the new keys.
         let _one = self.fetching.lock().await;
-        // Whoever held the lock before us may have just fetched.
         let now = self.clock.now_ns();
         if !self.due(now) {
             return (Fetched::Throttled, self.min_refetch);

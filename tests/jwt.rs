@@ -1,0 +1,485 @@
+//! JWT bearer tokens end to end, with real cryptography and real HTTP: keys generated here
+//! (RSA, EC P-256, Ed25519), their JWKS served by an HTTP server on loopback, tokens signed
+//! here, a gateway on librdkafka's mock cluster whose clock the test steps (exp, nbf, the
+//! refetch throttle and the cache's expiry follow it; nothing sleeps to wait).
+
+mod common;
+#[path = "support/idp.rs"]
+mod idp;
+
+use common::*;
+use floodgate::budget::Clock as _;
+use floodgate::config::{Config, JwtClaim, JwtIssuerConfig};
+use idp::{JwksServer, Signer};
+use serde_json::{json, Value};
+
+const ISSUER: &str = "https://idp.test/realms/prod";
+const AUDIENCE: &str = "floodgate";
+
+fn issuer(url: &str) -> JwtIssuerConfig {
+    JwtIssuerConfig {
+        issuer: ISSUER.into(),
+        audiences: vec![AUDIENCE.into()],
+        jwks_url: Some(url.into()),
+        jwks_file: None,
+        algorithms: vec!["RS256".into(), "ES256".into(), "EdDSA".into()],
+        leeway_s: 30,
+        refresh_s: 300,
+        min_refetch_s: 60,
+        fetch_timeout_ms: 2_000,
+        tenant_claim: "client_id".into(),
+        // The IdP's client ids, mapped to tenants.
+        map: Some([("orders-svc".to_string(), "acme".to_string())].into()),
+        topics_claim: Some("topics".into()),
+    }
+}
+
+fn with_issuer(url: String) -> impl FnOnce(&mut Config) {
+    move |c: &mut Config| {
+        c.auth.jwt = vec![issuer(&url)];
+        c.tenants.push(tenant("other", "other-key", &["test.*"]));
+    }
+}
+
+/// Claims valid now on the gateway's clock for `client_id`, expiring in ten minutes.
+fn claims(gw: &Gateway, client_id: &str) -> Value {
+    let now = gw.clock.as_ref().expect("manual clock").unix_s();
+    json!({"iss": ISSUER, "aud": AUDIENCE, "client_id": client_id,
+           "iat": now, "nbf": now, "exp": now + 600})
+}
+
+async fn post(gw: &Gateway, topic: &str, token: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(
+        &gw.url(topic),
+        token,
+        &json!({"records": [{"value": {"n": 1}}]}),
+    )
+    .await
+}
+
+async fn admitted_requests(gw: &Gateway, tenant: &str) -> u64 {
+    let body: Value = client()
+        .get(gw.admin_url(&format!("/admin/tenants/{tenant}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("admin")
+        .json()
+        .await
+        .expect("json");
+    body["live"]["admitted"]["requests"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_tokens_of_each_algorithm_are_admitted_and_charged_to_the_mapped_tenant() {
+    let (rsa, ec, ed) = (Signer::rsa("rsa-1"), Signer::ec("ec-1"), Signer::ed("ed-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec, &ed])).await;
+    let topic = "test.jwt.valid";
+    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+
+    for signer in [&rsa, &ec, &ed] {
+        let token = signer.sign(&claims(&gw, "orders-svc"));
+        let (status, _, body) = post(&gw, topic, &token).await;
+        assert_eq!(status, 200, "{:?}: {body}", signer.alg);
+    }
+    // The same token on Confluent's v2 and v3 routes: one seam for every wire format.
+    let token = rsa.sign(&claims(&gw, "orders-svc"));
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(&token)
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":{"n":2}}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 200, "{:?}", v2.text().await);
+    let v3 = client()
+        .post(format!(
+            "http://{}/v3/clusters/lkc-floodgate/topics/{topic}/records",
+            gw.addr
+        ))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(r#"{"value":{"type":"JSON","data":{"n":3}}}"#)
+        .send()
+        .await
+        .expect("v3");
+    let v3_status = v3.status();
+    let v3_body = v3.text().await.unwrap_or_default();
+    assert_eq!(v3_status, 200, "{v3_body}");
+    assert!(v3_body.contains("\"error_code\":200"), "{v3_body}");
+
+    assert_eq!(admitted_requests(&gw, "acme").await, 5);
+    assert_eq!(admitted_requests(&gw, "other").await, 0);
+    let records = read_back(&cluster.bootstrap_servers(), topic, 1, 5);
+    assert_eq!(records.len(), 5);
+
+    let metrics = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"floodgate_authentications_total{method="jwt",outcome="ok"} 5"#),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.bad";
+    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let valid = claims(&gw, "orders-svc");
+    let now = valid["iat"].as_u64().expect("now");
+    let with = |field: &str, value: Value| {
+        let mut c = valid.clone();
+        c[field] = value;
+        c
+    };
+    let attacker = Signer::rsa("rsa-1"); // same kid, another key
+    let pem = rsa.public_pem.clone().expect("pem");
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        // Past exp + leeway (30 s).
+        (
+            "expired",
+            rsa.sign(&with("exp", json!(now - 31))),
+            401,
+            "token_expired",
+        ),
+        (
+            "not yet valid",
+            rsa.sign(&with("nbf", json!(now + 31))),
+            401,
+            "token_not_yet_valid",
+        ),
+        (
+            "wrong audience",
+            rsa.sign(&with("aud", json!("someone-else"))),
+            401,
+            "token_audience",
+        ),
+        (
+            "wrong issuer",
+            rsa.sign(&with("iss", json!("https://evil.test"))),
+            401,
+            "token_issuer",
+        ),
+        (
+            "alg none",
+            idp::unsigned("rsa-1", &valid),
+            401,
+            "token_algorithm",
+        ),
+        (
+            "HS256 with the public key",
+            idp::hs256("rsa-1", pem.as_bytes(), &valid),
+            401,
+            "token_algorithm",
+        ),
+        (
+            "another key, same kid",
+            attacker.sign(&valid),
+            401,
+            "token_signature",
+        ),
+        (
+            "tampered payload",
+            idp::tampered(&rsa.sign(&valid), &with("client_id", json!("other"))),
+            401,
+            "token_signature",
+        ),
+        (
+            "no exp",
+            rsa.sign(&json!({"iss": ISSUER, "aud": AUDIENCE, "client_id": "orders-svc"})),
+            401,
+            "token_claims",
+        ),
+        (
+            "no tenant claim",
+            rsa.sign(&with("client_id", json!(null))),
+            401,
+            "token_claims",
+        ),
+        (
+            "unknown kid",
+            rsa.sign_as("rsa-9", &valid),
+            401,
+            "token_key_unknown",
+        ),
+        ("not a JWT", "a.b.c".to_string(), 401, "token_malformed"),
+        (
+            "valid, but no tenant",
+            rsa.sign(&with("client_id", json!("stranger"))),
+            403,
+            "unknown_tenant",
+        ),
+    ];
+    for (what, token, status, code) in &cases {
+        let (got, headers, body) = post(&gw, topic, token).await;
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (*status, Some(*code)),
+            "{what}: {body}"
+        );
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(!detail.is_empty(), "{what}: a detail names the problem");
+        assert!(
+            !detail.contains(token.as_str()),
+            "{what}: the token is never echoed"
+        );
+        if *status == 401 && code.starts_with("token_") {
+            assert_eq!(
+                headers["www-authenticate"], r#"Bearer error="invalid_token""#,
+                "{what}"
+            );
+        }
+    }
+    // Confluent's shapes say the same code in their message.
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(&cases[0].1)
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":1}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 401);
+    let body: Value = v2.json().await.expect("json");
+    assert_eq!(body["error_code"], 40101);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("token_expired:"),
+        "{body}"
+    );
+
+    // Nothing was written: the only record in the topic is the valid one sent last.
+    let (status, _, _) = post(&gw, topic, &rsa.sign(&valid)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        read_back(&cluster.bootstrap_servers(), topic, 1, 1).len(),
+        1
+    );
+    assert_eq!(admitted_requests(&gw, "acme").await, 1);
+    assert_eq!(
+        admitted_requests(&gw, "other").await,
+        0,
+        "the tampered client_id got nothing"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_most_once_per_min_refetch(
+) {
+    let (old, new) = (Signer::ec("2026-01"), Signer::ed("2026-02"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.rotation";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (status, _, body) = post(&gw, topic, &old.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(idp.fetches(), 1, "the start-up fetch");
+
+    // The IdP rotates a new key in. Within min_refetch_s of the last fetch, a token with its
+    // kid is refused (no fetch); once the throttle allows, one refetch finds it.
+    idp.set(idp::jwks(&[&old, &new]));
+    let rotated = new.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &rotated).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown"))
+    );
+    assert_eq!(idp.fetches(), 1, "throttled");
+    gw.advance_ms(60_000);
+    let (status, _, body) = post(&gw, topic, &new.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(idp.fetches(), 2, "one refetch");
+
+    // A flood of tokens naming kids nobody has, concurrently: no refetch until min_refetch_s
+    // has passed, then exactly one more, however many arrive.
+    for round in 0..2 {
+        let floods: Vec<_> = (0..40)
+            .map(|i| {
+                let token = old.sign_as(&format!("bogus-{round}-{i}"), &claims(&gw, "orders-svc"));
+                let url = gw.url(topic);
+                tokio::spawn(async move {
+                    post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                        .await
+                        .0
+                })
+            })
+            .collect();
+        for f in floods {
+            assert_eq!(f.await.expect("task"), 401);
+        }
+        assert_eq!(idp.fetches(), 2 + round, "round {round}");
+        gw.advance_ms(60_000);
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_jwks_server_down_cached_keys_keep_working() {
+    let rsa = Signer::rsa("rsa-1");
+    let mut idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.down";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (status, _, _) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200);
+    idp.stop().await;
+    gw.advance_ms(120_000);
+    // A token never seen before (so verified now) with a key held from before the outage.
+    let fresh = rsa.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(status, 200, "{body}");
+    // A kid the held keys lack: the refetch fails, so the gateway cannot tell — 503, not 401.
+    let (status, headers, body) = post(
+        &gw,
+        topic,
+        &rsa.sign_as("rsa-2", &claims(&gw, "orders-svc")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
+    assert!(headers.contains_key("retry-after"));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
+    let ed = Signer::ed("ed-1");
+    let idp = JwksServer::start(idp::jwks(&[&ed])).await;
+    let topic = "test.jwt.cache";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = ed.sign(&claims(&gw, "orders-svc"));
+    for _ in 0..20 {
+        let (status, _, body) = post(&gw, topic, &token).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let scrape = || async {
+        client()
+            .get(gw.admin_url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    assert!(scrape()
+        .await
+        .contains("floodgate_jwt_verifications_total 1\n"));
+    // exp is 600 s away, leeway 30 s: accepted at 629 s, refused from 630 s, from the cache.
+    gw.advance_ms(629_000);
+    assert_eq!(post(&gw, topic, &token).await.0, 200);
+    gw.advance_ms(1_000);
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_expired"))
+    );
+    assert!(scrape()
+        .await
+        .contains("floodgate_jwt_verifications_total 1\n"));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topics_claim_only_narrows_the_tenants_patterns() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let cluster = mock_cluster(&["test.a", "test.b", "other.a"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    with_issuer(idp.url())(&mut cfg);
+    let gw = Gateway::start_manual(cfg).await;
+    let mut c = claims(&gw, "orders-svc");
+    c["topics"] = json!(["test.a", "other.*"]);
+    let token = rsa.sign(&c);
+    assert_eq!(post(&gw, "test.a", &token).await.0, 200);
+    // Outside the token's list, though the tenant may write it.
+    let (status, _, body) = post(&gw, "test.b", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic"))
+    );
+    // Inside the token's list, but not the tenant's: a token never widens.
+    let (status, _, body) = post(&gw, "other.a", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic"))
+    );
+    // Without the claim: the tenant's own patterns.
+    assert_eq!(
+        post(&gw, "test.b", &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
+    let ec = Signer::ec("ec-1");
+    let idp = JwksServer::start(idp::jwks(&[&ec])).await;
+    let topic = "test.jwt.registry";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = ec.sign(&claims(&gw, "billing-svc"));
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("unknown_tenant"))
+    );
+
+    // The admin API gives tenant "other" the claim: the same (cached) token now belongs to it.
+    let put = client()
+        .put(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"topics": ["test.*"],
+                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
+        .send()
+        .await
+        .expect("put");
+    assert!(put.status().is_success(), "{:?}", put.text().await);
+    let view: Value = client()
+        .get(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        view["jwt_claims"],
+        json!([JwtClaim {
+            issuer: ISSUER.into(),
+            value: "billing-svc".into()
+        }])
+    );
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(admitted_requests(&gw, "other").await, 1);
+
+    // Two tenants cannot hold the same claim.
+    let clash = client()
+        .put(gw.admin_url("/admin/tenants/acme"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"topics": ["test.*"],
+                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(clash.status(), 422, "{:?}", clash.text().await);
+    gw.shutdown().await;
+}
