@@ -470,10 +470,13 @@ async fn a_client_cannot_pick_its_address_with_the_header_the_proxy_does_not_set
             "forwarded" => ("x-forwarded-for", format!("198.51.100.{n}")),
             _ => ("forwarded", format!("for=198.51.100.{n}")),
         };
-        for _ in 0..2 {
-            assert_eq!(send(url.clone(), vec![real(1)]).await, 401, "{header}");
+        // Spend the real client's allowance (the clock stands still; how many it takes is
+        // another test's business).
+        let mut answers = Vec::new();
+        while answers.last() != Some(&429) && answers.len() < 10 {
+            answers.push(send(url.clone(), vec![real(1)]).await);
         }
-        assert_eq!(send(url.clone(), vec![real(1)]).await, 429, "{header}");
+        assert_eq!(answers.last(), Some(&429), "{header}: {answers:?}");
         for n in 0..5 {
             assert_eq!(
                 send(url.clone(), vec![forged(n), real(1)]).await,
