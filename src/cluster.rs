@@ -314,7 +314,8 @@ impl Cluster {
                      watching whether it is alive");
                 *watch = Some(DuplicateWatch::new(m.holder));
             }
-            Some(w) if w.alive(&m.holder) => {
+            // Once refused, the run is draining: said once.
+            Some(w) if w.alive(&m.holder) && !*self.refused.borrow() => {
                 let _ = self.refuse();
                 self.refused.send_replace(true);
             }
