@@ -154,8 +154,11 @@ impl AppState {
             ))
         };
         let (failures, admin_failures) = (guard(), guard());
-        let proxies = crate::forwarded::TrustedProxies::parse(&config.server.trusted_proxies)
-            .unwrap_or_default();
+        let proxies = crate::forwarded::TrustedProxies::parse(
+            &config.server.trusted_proxies,
+            config.server.forwarded_header,
+        )
+        .unwrap_or_default();
         let tenants = registry.tenants().clone();
         let cluster = match &config.cluster.redis_url {
             Some(url) => {

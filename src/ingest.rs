@@ -190,10 +190,9 @@ impl Ingest {
     }
 
     /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). A valid
-    /// key is never refused for its address's failed authentications; a failing request from
-    /// an address with too many recent failures is answered 429 instead of 401, and every
-    /// failure is counted against the client's address (behind trusted proxies, the address
-    /// they forwarded for).
+    /// key is never refused for its address's failed authentications; a failing request is
+    /// counted against the client's address (behind trusted proxies, the address they
+    /// forwarded for) and answered 401 while that address is within its allowance, 429 beyond.
     pub fn authenticate(
         &self,
         peer: Option<std::net::IpAddr>,
@@ -226,11 +225,11 @@ impl Ingest {
         let Some(client) = peer.map(|p| self.proxies.client(p, headers)) else {
             return Err(ApiError::Unauthorized);
         };
-        if let Some(wait) = self.failures.refusal(client) {
-            return Err(ApiError::AuthFailures(wait));
+        // Decided and counted in one step, so concurrent failures cannot slip past the count.
+        match self.failures.fail(client) {
+            Some(wait) => Err(ApiError::AuthFailures(wait)),
+            None => Err(ApiError::Unauthorized),
         }
-        self.failures.failed(client);
-        Err(ApiError::Unauthorized)
     }
 
     /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,
