@@ -229,16 +229,9 @@ impl AppState {
         let metrics_token = match (&config.metrics.token_env, options.metrics_token) {
             (_, Some(token)) => Some(token),
             (None, None) => None,
-            (Some(name), None) => Some(
-                std::env::var(name)
-                    .ok()
-                    .filter(|t| t.len() >= 16)
-                    .ok_or_else(|| {
-                        BuildError::MetricsToken(format!(
-                            "the environment variable {name} must hold a token of at least 16 characters"
-                        ))
-                    })?,
-            ),
+            (Some(name), None) => {
+                Some(crate::access::scrape_token_from_env(name).map_err(BuildError::MetricsToken)?)
+            }
         };
         Ok(Self {
             metrics_token,

@@ -75,20 +75,25 @@ fn main() -> ExitCode {
                     eprintln!("{}: warning: {w}", cli.config.display());
                 }
                 // What the environment must hold for this file, checked too (never printed).
-                let secrets = if config.cluster.shared_registry {
-                    floodgate::registry::registry_secrets(&config).map(drop)
+                let mut missing = Vec::new();
+                if config.cluster.shared_registry {
+                    if let Err(e) = floodgate::registry::registry_secrets(&config) {
+                        missing.push(format!("cluster.registry_secret_env: {e}"));
+                    }
+                }
+                if let Some(var) = &config.metrics.token_env {
+                    if let Err(e) = floodgate::access::scrape_token_from_env(var) {
+                        missing.push(format!("metrics.token_env: {e}"));
+                    }
+                }
+                if missing.is_empty() {
+                    println!("{}: ok", cli.config.display());
+                    ExitCode::SUCCESS
                 } else {
-                    Ok(())
-                };
-                match secrets {
-                    Ok(()) => {
-                        println!("{}: ok", cli.config.display());
-                        ExitCode::SUCCESS
+                    for e in missing {
+                        eprintln!("{}: {e}", cli.config.display());
                     }
-                    Err(e) => {
-                        eprintln!("{}: cluster.registry_secret_env: {e}", cli.config.display());
-                        ExitCode::from(EXIT_CONFIG)
-                    }
+                    ExitCode::from(EXIT_CONFIG)
                 }
             }
             Err(e) => {
