@@ -136,6 +136,19 @@ def page_time(token):
         driver.quit()
 
 
+def admin_write(admin, token, rate):
+    """Three PATCHes of one tenant's rate, each a real change, the last to `rate`: the median
+    time until answered (seconds)."""
+    times = []
+    for value in (rate + 2, rate + 1, rate):
+        status, body, secs = get(f"http://127.0.0.1:{admin}/admin/tenants/t000000", token,
+                                 "PATCH", {"records_per_sec": value})
+        if status != 200:
+            raise SystemExit(f"admin write: {status} {body[:200]}")
+        times.append(secs)
+    return round(sorted(times)[1], 3)
+
+
 def measure(n):
     work = tempfile.mkdtemp(prefix="floodgate-tenants-")
     path = os.path.join(work, "tenants.toml")
@@ -187,6 +200,7 @@ def measure(n):
                 raise SystemExit("reload not applied")
             time.sleep(0.01)
         out["reload_s"] = round(time.perf_counter() - started, 2)
+        out["admin_write_s"] = admin_write(ADMIN, token, 102)
         out["rss_end_mib"] = round(rss_kib(gw.pid) / 1024, 1)
     finally:
         stop(gw)
@@ -215,6 +229,18 @@ def measure(n):
         second, log2 = launch(path, work, "follow", 1, secret)
         out["shared_catch_up_s"] = wait_ready(second, log2, ADMIN + 1, launched)
         out["shared_rss_mib"] = round(rss_kib(second.pid) / 1024, 1)
+        # An admin write on the first replica: answered once it is in the topic and applied
+        # there; then the time from that answer until the second replica shows it too.
+        out["shared_admin_write_s"] = admin_write(ADMIN, TOKEN, 103)
+        started = time.perf_counter()
+        while True:
+            _, body, _ = get(f"http://127.0.0.1:{ADMIN + 1}/admin/tenants/t000000", TOKEN)
+            if json.loads(body).get("records_per_sec") == 103:
+                break
+            if time.perf_counter() - started > 300:
+                raise SystemExit("admin write not seen by the second replica")
+            time.sleep(0.01)
+        out["shared_admin_write_seen_s"] = round(time.perf_counter() - started, 3)
     finally:
         stop(*[g for g in (first, second) if g is not None])
     return out

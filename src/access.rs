@@ -102,9 +102,52 @@ impl AdminTokens {
     }
 }
 
+/// The `/metrics` scrape token (`[metrics] token_env`): one token, trimmed of the white space
+/// an env file or a secret mount leaves around it, at least [`MIN_TOKEN_CHARS`] long. The
+/// variable must be set: a scrape token that is named but missing is a mistake, not "open".
+/// The error names the variable, never any part of its value.
+pub fn scrape_token(var: &str, value: Option<&str>) -> Result<String, String> {
+    let Some(value) = value else {
+        return Err(format!("the environment variable {var} is not set"));
+    };
+    let token = value.trim();
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        return Err(format!(
+            "the environment variable {var} must hold a token of at least {MIN_TOKEN_CHARS} characters"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the environment variable {var} must hold one token without white space"
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// [`scrape_token`] from the process environment.
+pub fn scrape_token_from_env(var: &str) -> Result<String, String> {
+    let value = std::env::var(var).ok();
+    scrape_token(var, value.as_deref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scrape_token_is_trimmed_and_must_be_set_and_long_enough() {
+        let token = "0123456789abcdef";
+        assert_eq!(
+            scrape_token("T", Some(&format!(" {token}\n"))),
+            Ok(token.into())
+        );
+        let unset = scrape_token("T", None).expect_err("unset");
+        assert!(unset.contains("T is not set"), "{unset}");
+        let short = scrape_token("T", Some("  short-token   ")).expect_err("too short");
+        assert!(short.contains("at least 16"), "{short}");
+        assert!(!short.contains("short-token"), "never echoed: {short}");
+        assert!(scrape_token("T", Some("0123456789 abcdef")).is_err());
+    }
 
     #[test]
     fn tokens_have_ids_for_the_audit_log() {

@@ -120,12 +120,8 @@ async fn require_admin(
             .extensions()
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| app.ingest.proxies.client(c.0.ip(), request.headers()));
-        let failures = &app.admin.failures;
-        if let Some(wait) = client.and_then(|ip| failures.refusal(ip)) {
+        if let Some(wait) = client.and_then(|ip| app.admin.failures.fail(ip)) {
             return ApiError::AuthFailures(wait).into_response();
-        }
-        if let Some(ip) = client {
-            failures.failed(ip);
         }
         return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
     };

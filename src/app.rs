@@ -156,8 +156,11 @@ impl AppState {
             ))
         };
         let (failures, admin_failures) = (guard(), guard());
-        let proxies = crate::forwarded::TrustedProxies::parse(&config.server.trusted_proxies)
-            .unwrap_or_default();
+        let proxies = crate::forwarded::TrustedProxies::parse(
+            &config.server.trusted_proxies,
+            config.server.forwarded_header,
+        )
+        .unwrap_or_default();
         let tenants = registry.tenants().clone();
         let auth = Arc::new(crate::credential::Authenticator::new(
             &config.auth,
@@ -232,16 +235,9 @@ impl AppState {
         let metrics_token = match (&config.metrics.token_env, options.metrics_token) {
             (_, Some(token)) => Some(token),
             (None, None) => None,
-            (Some(name), None) => Some(
-                std::env::var(name)
-                    .ok()
-                    .filter(|t| t.len() >= 16)
-                    .ok_or_else(|| {
-                        BuildError::MetricsToken(format!(
-                            "the environment variable {name} must hold a token of at least 16 characters"
-                        ))
-                    })?,
-            ),
+            (Some(name), None) => {
+                Some(crate::access::scrape_token_from_env(name).map_err(BuildError::MetricsToken)?)
+            }
         };
         Ok(Self {
             metrics_token,

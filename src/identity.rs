@@ -71,7 +71,12 @@ impl ApiKeyHash {
         hex::encode(self.0)
     }
 
-    /// The first 16 hex digits: enough to name a key in the admin API, useless to forge it.
+    /// The key's id: the first 16 hex digits (64 bits) of its digest, unsalted. It names a key
+    /// in the admin API, the audit and exports, and is no secret: like the digest itself it
+    /// lets whoever sees it test a guessed key offline (hash the guess, compare), so it
+    /// protects nothing a weak key lacks. A random 256-bit key, as the admin API issues, is not
+    /// found that way from either. What it leaves out is the rest of the digest a state file
+    /// carries.
     pub fn key_id(self) -> String {
         hex::encode(&self.0[..8])
     }

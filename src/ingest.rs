@@ -210,7 +210,8 @@ impl Ingest {
     /// [`Authenticator::identify`] decides. A valid credential is never refused for its
     /// address's failed authentications; a failing request from an address with too many
     /// recent failures is answered 429 instead of 401/403, and every failure is counted
-    /// against the client's address (behind trusted proxies, the address they forwarded for).
+    /// against the client's address (behind trusted proxies, the address they forwarded for):
+    /// decided and counted in one step, so concurrent failures cannot slip past the count.
     pub async fn identify(&self, peer: &Caller, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let failure = match self.auth.identify(&self.tenants, peer, headers).await {
             Ok(who) => return Ok(who),
@@ -221,11 +222,11 @@ impl Ingest {
         let Some(client) = peer.ip.map(|p| self.proxies.client(p, headers)) else {
             return Err(failure);
         };
-        if let Some(wait) = self.failures.refusal(client) {
-            return Err(ApiError::AuthFailures(wait));
+        // Decided and counted in one step, so concurrent failures cannot slip past the count.
+        match self.failures.fail(client) {
+            Some(wait) => Err(ApiError::AuthFailures(wait)),
+            None => Err(failure),
         }
-        self.failures.failed(client);
-        Err(failure)
     }
 
     /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,

@@ -153,6 +153,9 @@ pub async fn run(
         None => access::AdminTokens::from_env(&config.admin.token_env)
             .map_err(BuildError::AdminTokens)?,
     };
+    for w in config.warnings() {
+        tracing::warn!(key = %w.key, "configuration: {}", w.message);
+    }
     let produce_port = listeners.produce.local_addr().map_or(0, |a| a.port());
     // The tenants become the registry's, moved (a copy of 100,000 would double start-up's
     // peak); what the rest of the run reads of the file is its other sections.
@@ -250,7 +253,21 @@ pub async fn run(
     tasks.0.push(produce.abort_handle());
     tasks.0.push(admin.abort_handle());
 
-    shutdown.await;
+    // A cluster member that finds, once Redis answers, a live replica holding its id stops as
+    // a start-up refusal would (see `cluster`), but drains first like any shutdown.
+    let refused = async {
+        match &state.ingest.cluster {
+            Some(cluster) => Some(cluster.refused().await),
+            None => std::future::pending().await,
+        }
+    };
+    let refused = tokio::select! {
+        () = shutdown => None,
+        refused = refused => refused,
+    };
+    if refused.is_some() {
+        tracing::error!("cluster: stopping — another live replica holds this replica_id");
+    }
     let deadline = Instant::now() + shutdown_timeout;
     tracing::info!("shutdown: refusing new requests, draining open ones");
     state.start_draining();
@@ -279,6 +296,9 @@ pub async fn run(
     }
     let _ = admin.await;
     tracing::info!(unconfirmed_records = unconfirmed, "shutdown complete");
+    if let Some(refused) = refused {
+        return Err(BuildError::Join(refused));
+    }
     Ok(ShutdownReport {
         unconfirmed_records: unconfirmed,
     })

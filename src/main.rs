@@ -69,22 +69,32 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => match Config::load(&cli.config) {
-            // What the environment must hold for this file, checked too (never printed).
-            Ok(config) if config.cluster.shared_registry => {
-                match floodgate::registry::registry_secrets(&config) {
-                    Ok(_) => {
-                        println!("{}: ok", cli.config.display());
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => {
-                        eprintln!("{}: cluster.registry_secret_env: {e}", cli.config.display());
-                        ExitCode::from(EXIT_CONFIG)
+            Ok(config) => {
+                // Valid but probably not meant: said, not refused.
+                for w in config.warnings() {
+                    eprintln!("{}: warning: {w}", cli.config.display());
+                }
+                // What the environment must hold for this file, checked too (never printed).
+                let mut missing = Vec::new();
+                if config.cluster.shared_registry {
+                    if let Err(e) = floodgate::registry::registry_secrets(&config) {
+                        missing.push(format!("cluster.registry_secret_env: {e}"));
                     }
                 }
-            }
-            Ok(_) => {
-                println!("{}: ok", cli.config.display());
-                ExitCode::SUCCESS
+                if let Some(var) = &config.metrics.token_env {
+                    if let Err(e) = floodgate::access::scrape_token_from_env(var) {
+                        missing.push(format!("metrics.token_env: {e}"));
+                    }
+                }
+                if missing.is_empty() {
+                    println!("{}: ok", cli.config.display());
+                    ExitCode::SUCCESS
+                } else {
+                    for e in missing {
+                        eprintln!("{}: {e}", cli.config.display());
+                    }
+                    ExitCode::from(EXIT_CONFIG)
+                }
             }
             Err(e) => {
                 for p in &e.problems {
@@ -251,7 +261,7 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
             Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,
             Err(e) => {
-                tracing::error!(error = %e, "floodgate could not start");
+                tracing::error!(error = %e, "floodgate could not start or had to stop");
                 ExitCode::from(EXIT_CONFIG)
             }
         }

@@ -357,7 +357,7 @@ impl LiveCollector {
         family(
             encoder,
             "auth_failures",
-            "Failed authentications by listener, and failing requests refused for an address over its failure allowance",
+            "Failing requests by listener: answered 401 and counted against their address's allowance (failed), or answered 429 because it was spent (refused)",
             None,
             C,
             &series,

@@ -155,9 +155,8 @@ impl RegistryStore {
     /// A registry kept in the registry topic: empty until [`RegistryStore::follow`] has read
     /// the topic (an empty topic is first seeded with `seed`, the configuration file's part).
     ///
-    /// The file's part as last applied is this replica's own (not in the topic: at 100,000
-    /// tenants it would be one record of 20 MB): a reload applies what changed in this
-    /// replica's file since it started or last reloaded.
+    /// The file's part as last applied is in the topic too, one record per tenant: a reload on
+    /// any replica applies what changed in its file since the cluster last applied one.
     pub fn shared(
         seed: Option<FilePart>,
         log: RegistryLog,
@@ -166,7 +165,6 @@ impl RegistryStore {
     ) -> Self {
         let state = RegistryState {
             version: VERSION,
-            file: seed.clone().unwrap_or_default(),
             ..RegistryState::default()
         };
         let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
@@ -345,7 +343,6 @@ impl RegistryStore {
         next.global.spec().map_err(ChangeError::Invalid)?;
         let entries = shared::entries(&current, &next, actor.as_str(), action, &shared.replica);
         if entries.is_empty() {
-            self.state.lock().await.file = next.file;
             return Ok(out);
         }
         let offsets = shared.log.write(&entries).await.map_err(|e| {
@@ -380,8 +377,6 @@ impl RegistryStore {
                 }
             }
         }
-        // Every entry applied: the file's part (this replica's own) is the one applied now.
-        self.state.lock().await.file = next.file;
         Ok(out)
     }
 }

@@ -8,7 +8,7 @@ mod registry;
 mod stats;
 
 pub use registry::{Registry, RegistryPlan, Tenants};
-pub use stats::{Api, TenantCounts, TenantStats};
+pub use stats::{Api, TenantCounts, TenantStats, Totals, TOTALS};
 
 use std::sync::{Arc, OnceLock};
 
@@ -217,6 +217,11 @@ impl Tenant {
         self.stats.get_or_init(Arc::default)
     }
 
+    /// Every counter (zeros if it never counted anything), without making its counters.
+    pub fn totals(&self) -> Totals {
+        self.stats_if_any().map_or([0; TOTALS], |s| s.totals())
+    }
+
     /// Its counters if anything was ever counted: for readers that go over every tenant.
     pub fn stats_if_any(&self) -> Option<&Arc<TenantStats>> {
         self.stats.get()
@@ -359,5 +364,51 @@ mod tests {
             .buckets
             .view(0);
         assert_eq!(records.map(|v| v.spec.burst), Some(10));
+    }
+
+    #[test]
+    fn a_deleted_tenants_counters_stay_in_the_registrys_retired_totals_until_it_returns() {
+        let sum = |r: &Registry| -> u64 {
+            r.tenants().map(|t| t.totals()[2]).sum::<u64>() + r.retired()[2]
+        };
+        let mut c = tenant_config("k");
+        c.records_per_sec = Some(10);
+        c.records_burst = Some(10);
+        let first = Registry::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let acme = first.get("acme").expect("acme").clone();
+        // Spent buckets: a deleted tenant is remembered until they would have refilled.
+        let spent = acme
+            .admission_state()
+            .buckets
+            .check(0, Charge::new(10, 0))
+            .expect("fits");
+        acme.admission_state().buckets.commit(spent);
+        acme.stats().admitted(7, 70);
+        assert_eq!(sum(&first), 7);
+        let empty = Registry::plan::<TenantConfig>(&[])
+            .expect("valid")
+            .build(&first, 0);
+        assert_eq!(empty.retired()[2], 7, "deleted: its records stay counted");
+        assert_eq!(sum(&empty), 7);
+        // Back while remembered: the same counters, counted once, as a live tenant's.
+        let back = Registry::plan(std::slice::from_ref(&c))
+            .expect("valid")
+            .build(&empty, 0);
+        assert!(Arc::ptr_eq(back.get("acme").expect("acme"), &acme));
+        assert_eq!(back.retired()[2], 0);
+        assert_eq!(sum(&back), 7);
+        // Deleted and forgotten, then made afresh: the old counts stay retired.
+        let gone = Registry::plan::<TenantConfig>(&[])
+            .expect("valid")
+            .build(&back, 0);
+        let forgotten = Registry::plan::<TenantConfig>(&[])
+            .expect("valid")
+            .build(&gone, u64::MAX / 2);
+        let fresh = Registry::plan(std::slice::from_ref(&c))
+            .expect("valid")
+            .build(&forgotten, u64::MAX / 2);
+        fresh.get("acme").expect("acme").stats().admitted(1, 10);
+        assert_eq!(fresh.retired()[2], 7);
+        assert_eq!(sum(&fresh), 8);
     }
 }

@@ -427,3 +427,89 @@ async fn a_scrape_token_protects_metrics() {
         .contains("floodgate_buffer_held"));
     gw.shutdown().await;
 }
+
+/// `check-config` checks what the environment must hold for `[metrics] token_env`: the
+/// variable set, and a token of at least 16 characters once trimmed.
+#[test]
+fn check_config_checks_the_scrape_token_variable() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("floodgate.toml");
+    std::fs::write(
+        &path,
+        "[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n[metrics]\ntoken_env = \"FG_TEST_SCRAPE_TOKEN\"\n",
+    )
+    .expect("write");
+    let run = |value: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        cmd.arg("--config").arg(&path).arg("check-config");
+        cmd.env_remove("FG_TEST_SCRAPE_TOKEN");
+        if let Some(v) = value {
+            cmd.env("FG_TEST_SCRAPE_TOKEN", v);
+        }
+        let out = cmd.output().expect("check-config");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(None);
+    assert!(!ok, "unset must fail");
+    assert!(
+        err.contains("metrics.token_env") && err.contains("not set"),
+        "{err}"
+    );
+    let (ok, err) = run(Some("  too-short  "));
+    assert!(!ok);
+    assert!(
+        err.contains("at least 16") && !err.contains("too-short"),
+        "{err}"
+    );
+    let (ok, err) = run(Some(" scrape-token-0123456789\n"));
+    assert!(ok, "{err}");
+}
+
+/// A deleted tenant's counts stay in `_other` (where they were summed): no `_other` counter
+/// goes down when a tenant is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_tenant_never_lowers_other() {
+    let (_cluster, gw) = gateway_on_mock("test.gone", Time::Manual, |cfg| {
+        cfg.metrics.per_tenant = floodgate::config::PerTenant::None;
+        cfg.tenants.push(tenant("gone", "key-gone", &["test.*"]));
+    })
+    .await;
+    for _ in 0..3 {
+        post_json(&gw.url("test.gone"), "key-gone", &records(5, 3)).await;
+    }
+    post_json(&gw.url("test.gone"), KEY, &records(2, 3)).await;
+    let other = |text: &str| -> std::collections::BTreeMap<String, f64> {
+        text.lines()
+            .filter(|l| l.starts_with("floodgate_tenant_") && l.contains("tenant=\"_other\""))
+            .filter(|l| l.contains("_total{"))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    };
+    let before = other(&scrape(&gw).await);
+    let records_key = "floodgate_tenant_records_total{tenant=\"_other\",outcome=\"admitted\"}";
+    assert_eq!(before.get(records_key), Some(&17.0), "{before:?}");
+    let (s, _) = admin(
+        &gw,
+        Method::DELETE,
+        "/admin/tenants/gone",
+        None,
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(s, 204);
+    let after = other(&scrape(&gw).await);
+    for (k, v) in &before {
+        assert!(
+            after.get(k).copied().unwrap_or(0.0) >= *v,
+            "{k} went down: {after:?}"
+        );
+    }
+    assert_eq!(after.get(records_key), Some(&17.0));
+    gw.shutdown().await;
+}

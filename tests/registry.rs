@@ -357,7 +357,11 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
     let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
     let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
-    assert_eq!(keys, ["tenant:acme", "tenant:gamma"], "{audit}");
+    assert_eq!(
+        keys,
+        ["tenant:acme", "file:acme", "tenant:gamma"],
+        "{audit}"
+    );
     assert!(
         !audit
             .to_string()
@@ -427,79 +431,119 @@ async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
     (status, r.json().await.unwrap_or_default())
 }
 
-/// Rotating the secret: replicas that accept `new,old` apply what a replica still on `old`
-/// signs, and sign again with `new` every entry only `old` verifies; once the gauge of such
-/// entries reads 0, a replica that knows only `new` reads the whole registry. A replica with a
-/// wrong secret does not become ready.
+/// Every tenant id a replica holds, with its rate, as its admin API lists them.
+async fn holdings(gw: &Gateway) -> Vec<(String, serde_json::Value)> {
+    let (_, body) = admin(gw, Method::GET, "/admin/tenants?limit=1000", None, T).await;
+    let mut out: Vec<(String, serde_json::Value)> = body["tenants"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap_or_default().to_string(),
+                t["records_per_sec"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Two replicas hold the same tenants with the same rates (within `within`).
+async fn agree(a: &Gateway, b: &Gateway, within: Duration) -> Vec<(String, serde_json::Value)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (x, y) = (holdings(a).await, holdings(b).await);
+        if x == y {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "replicas differ: {x:?} vs {y:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A change of tenant `id`'s rate on `gw`, answered 200 or 201.
+async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
+    let (s, body) = admin(
+        gw,
+        Method::PUT,
+        &format!("/admin/tenants/{id}"),
+        Some(json!({"topics": ["test.*"], "records_per_sec": rate})),
+        T,
+    )
+    .await;
+    assert!(s == 200 || s == 201, "{s} {body}");
+}
+
+/// Rotating the secret the way the README says — every replica first accepts the new secret
+/// (`old,new`), then signs with it (`new,old`), then drops the old one — loses no change made
+/// on any replica at any step and never leaves two replicas holding different tenants; the
+/// entries only `old` verifies are signed again, and once the gauge of them reads 0 a replica
+/// that knows only `new` has the whole registry. A replica with a wrong secret is not ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_go() {
     let broker = tansu();
     let registry = unique_topic("_fg_registry");
     const OLD: &str = "old-secret-0123456789";
-    const ROLLED: &str = "new-secret-0123456789,old-secret-0123456789";
+    const ACCEPT: &str = "old-secret-0123456789,new-secret-0123456789";
+    const SIGN: &str = "new-secret-0123456789,old-secret-0123456789";
     const NEW: &str = "new-secret-0123456789";
-    let old = start_with_secrets(&broker, &registry, OLD).await;
-    ready(&old, Duration::from_secs(20)).await;
-    let rolled = start_with_secrets(&broker, &registry, ROLLED).await;
-    ready(&rolled, Duration::from_secs(20)).await;
-    // The replica on the old secret makes a change: the rolled one applies it...
-    let (s, body) = admin(
-        &old,
-        Method::PUT,
-        "/admin/tenants/by-old",
-        Some(json!({"topics": ["test.*"]})),
-        T,
-    )
-    .await;
-    assert_eq!(s, 201, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while admin(&rolled, Method::GET, "/admin/tenants/by-old", None, T)
-        .await
-        .0
-        != 200
-    {
+    let mut a = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let mut b = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let mut rate = 10;
+    // Each step: one replica restarted on the next list, a change on each replica, and the
+    // two agree on everything.
+    for (i, list) in [ACCEPT, ACCEPT, SIGN, SIGN].iter().enumerate() {
+        let restarted = start_with_secrets(&broker, &registry, list).await;
+        ready(&restarted, Duration::from_secs(20)).await;
+        if i % 2 == 0 {
+            std::mem::replace(&mut a, restarted).shutdown().await;
+        } else {
+            std::mem::replace(&mut b, restarted).shutdown().await;
+        }
+        rate += 1;
+        set_rate(&a, &format!("on-a-{i}"), rate).await;
+        set_rate(&b, "shared", rate).await;
+        // (A change is made from the version a replica has read: wait until a has read b's.)
+        agree(&a, &b, Duration::from_secs(10)).await;
+        rate += 1;
+        set_rate(&a, "shared", rate).await;
+        let held = agree(&a, &b, Duration::from_secs(10)).await;
         assert!(
-            Instant::now() < deadline,
-            "the rolled replica never applied it"
+            held.iter()
+                .any(|(id, r)| id == "shared" && *r == json!(rate)),
+            "step {i}: the last change holds on both: {held:?}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // ...and signs again, with the new secret, everything only the old one verifies (the
-    // seeded tenant and by-old): the old replica sees those as not its own, and writes
-    // nothing back.
-    until_metric(
-        &rolled,
-        "floodgate_registry_old_secret_entries",
-        0.0,
-        Duration::from_secs(15),
-    )
-    .await;
-    assert!(
-        metric(&rolled, "floodgate_registry_rewritten_entries_total")
-            .await
-            .unwrap_or(0.0)
-            >= 2.0
-    );
-    assert_eq!(
-        metric(&old, "floodgate_registry_rewritten_entries_total").await,
-        Some(0.0),
-        "no ping-pong: the old replica does not answer the new records"
-    );
-    // The old secret goes: a fresh replica that knows only the new one has every tenant.
-    old.shutdown().await;
-    let fresh = start_with_secrets(&broker, &registry, NEW).await;
-    ready(&fresh, Duration::from_secs(20)).await;
-    for id in ["acme", "by-old"] {
-        let (s, body) = admin(
-            &fresh,
-            Method::GET,
-            &format!("/admin/tenants/{id}"),
-            None,
-            T,
+    // Both sign with the new secret: what only the old one verifies is signed again.
+    for gw in [&a, &b] {
+        until_metric(
+            gw,
+            "floodgate_registry_old_secret_entries",
+            0.0,
+            Duration::from_secs(15),
         )
         .await;
-        assert_eq!(s, 200, "{id}: {body}");
     }
+    let rewritten = metric(&a, "floodgate_registry_rewritten_entries_total")
+        .await
+        .unwrap_or(0.0)
+        + metric(&b, "floodgate_registry_rewritten_entries_total")
+            .await
+            .unwrap_or(0.0);
+    assert!(
+        rewritten < 100.0,
+        "no ping-pong: {rewritten} entries written again"
+    );
+    let held = holdings(&a).await;
+    // The old secret goes: a fresh replica that knows only the new one has every tenant.
+    a.shutdown().await;
+    let fresh = start_with_secrets(&broker, &registry, NEW).await;
+    ready(&fresh, Duration::from_secs(20)).await;
+    assert_eq!(holdings(&fresh).await, held);
     let topic = unique_topic("test.rot");
     create_topic(&broker, &topic, 1).await;
     assert_eq!(produce_status(&fresh, &topic, KEY).await, 202);
@@ -512,9 +556,38 @@ async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_g
         (503, Some("registry_unverified")),
         "{body}"
     );
-    rolled.shutdown().await;
+    b.shutdown().await;
     fresh.shutdown().await;
     wrong.shutdown().await;
+}
+
+/// A topic that holds only unsigned records (written by no replica) is a registry never
+/// written: the first replica seeds it and serves, rather than stay unready for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    create_topic(&broker, &registry, 1).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&registry)
+                .key("x")
+                .payload("x")
+                .partition(0),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("written");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let topic = unique_topic("test.seeded");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    a.shutdown().await;
 }
 
 /// Records copied, byte for byte and with their headers, into another registry topic are not
@@ -657,6 +730,12 @@ async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
     let topic = unique_topic("test.forged");
     create_topic(&broker, &topic, 1).await;
     assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    // Written again as the same entry: no version moved (an If-Match client sees nothing),
+    // nothing was listed in the audit.
+    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    assert_eq!(view["version"], json!(1), "{view}");
+    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    assert!(!audit.to_string().contains("registry.reassert"), "{audit}");
     a.shutdown().await;
 }
 

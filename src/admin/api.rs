@@ -60,7 +60,8 @@ fn strip_position(message: &str) -> String {
         .to_string()
 }
 
-/// The first 16 hex digits of a key's digest: enough to name it, useless to forge it.
+/// A key's id: the first 16 hex digits of its unsalted SHA-256 digest (see
+/// `ApiKeyHash::key_id`: it names a key; it does not stop a guessed key being tested).
 pub fn key_id(digest_hex: &str) -> String {
     digest_hex.chars().take(16).collect()
 }

@@ -292,3 +292,63 @@ fn a_file_read_a_tenant_at_a_time_reads_as_the_whole_document() {
     assert_eq!(config.buffer.max_records, 77);
     assert_eq!(config.lag_guards.len(), 1);
 }
+
+#[test]
+fn the_forwarded_header_is_one_of_two_and_defaults_to_x_forwarded_for() {
+    use crate::forwarded::ForwardedHeader;
+    let config = Config::from_toml_with_env("", no_env()).expect("defaults");
+    assert_eq!(
+        config.server.forwarded_header,
+        ForwardedHeader::XForwardedFor
+    );
+    let config =
+        Config::from_toml_with_env("[server]\nforwarded_header = \"forwarded\"\n", no_env())
+            .expect("forwarded");
+    assert_eq!(config.server.forwarded_header, ForwardedHeader::Forwarded);
+    let p = problems("[server]\nforwarded_header = \"x-real-ip\"\n");
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].key, "server.forwarded_header");
+}
+
+#[test]
+fn trusting_every_address_is_warned_about_not_refused() {
+    let text = "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"0.0.0.0/0\", \"::/0\"]\n";
+    let config = Config::from_toml_with_env(text, no_env()).expect("valid");
+    let warned: Vec<String> = config.warnings().into_iter().map(|w| w.key).collect();
+    assert_eq!(
+        warned,
+        vec!["server.trusted_proxies[1]", "server.trusted_proxies[2]"]
+    );
+    let quiet =
+        Config::from_toml_with_env("[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n", no_env())
+            .expect("valid");
+    assert!(quiet.warnings().is_empty());
+}
+
+#[test]
+fn a_bytes_burst_smaller_than_one_records_overhead_is_refused_naming_the_field() {
+    let keys = |text: &str| -> Vec<String> { problems(text).into_iter().map(|p| p.key).collect() };
+    let tenant = |budget: &str| {
+        format!("[[tenants]]\nid = \"a\"\ntopics = [\"a.*\"]\napi_key_sha256 = []\n{budget}\n")
+    };
+    assert_eq!(
+        keys(&tenant("bytes_per_sec = 100\nbytes_burst = 7")),
+        vec!["tenants[0].bytes_burst"]
+    );
+    // Unset, the burst is the rate: the same.
+    let p = problems(&tenant("bytes_per_sec = 5"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "tenants[0].bytes_burst");
+    assert!(
+        p[0].message.contains("unset, it is bytes_per_sec"),
+        "{}",
+        p[0].message
+    );
+    assert!(keys(&tenant("bytes_per_sec = 100\nbytes_burst = 8")).is_empty());
+    // The global budget too; a records burst of 1 is fine (it is counted in records).
+    assert_eq!(
+        keys("[global]\nbytes_per_sec = 1000\nbytes_burst = 4\n"),
+        vec!["global.bytes_burst"]
+    );
+    assert!(keys(&tenant("records_per_sec = 1\nrecords_burst = 1")).is_empty());
+}

@@ -11,7 +11,9 @@
 //! the top: a tenant's own series counts from when it got one (its counts up to then stay in
 //! `_other`, where they were), and when it leaves the top its counts go back to `_other`.
 //! `_other` is the total over all tenants minus what the tenants with series of their own
-//! show. (A tenant deleted takes its counts with it, as its own series would.)
+//! show, plus what deleted tenants had counted: a tenant deleted takes its own series with it,
+//! but what it had counted while summed under `_other` stays there (a counter never goes
+//! down). A deleted tenant that comes back while still remembered has its counters back.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,14 +31,14 @@ use crate::config::{MetricsConfig, PerTenant};
 use crate::identity::TenantId;
 use crate::refusal::Reason;
 use crate::status::StatusBoard;
-use crate::tenant::{Api, Tenant, Tenants};
+use crate::tenant::{Api, Tenant, Tenants, Totals, TOTALS};
 
 /// The name the tenants without series of their own are summed under.
 pub const OTHER: &str = "_other";
 
-/// Every counter a tenant has, in one fixed order (see [`COUNTER_SERIES`]).
-const COUNTERS: usize = 5 + Reason::ALL.len() + 2 * Api::ALL.len();
-type Counts = [u64; COUNTERS];
+/// Every counter a tenant has, in the order [`Totals`] states.
+const COUNTERS: usize = TOTALS;
+type Counts = Totals;
 
 /// Which family and labels each slot of [`Counts`] is.
 fn counter_series() -> Vec<(usize, [(&'static str, &'static str); 2])> {
@@ -85,28 +87,6 @@ const FAMILIES: [(&str, &str, Option<Unit>); 5] = [
         None,
     ),
 ];
-
-fn counts(t: &Tenant) -> Counts {
-    let mut c = [0u64; COUNTERS];
-    let Some(s) = t.stats_if_any() else {
-        return c; // never counted anything
-    };
-    let rejected: u64 = Reason::ALL.iter().map(|r| s.rejected_count(*r)).sum();
-    c[0] = s.admitted_requests.load(Relaxed);
-    c[1] = rejected;
-    c[2] = s.admitted_records.load(Relaxed);
-    c[3] = s.failed_records.load(Relaxed);
-    c[4] = s.admitted_bytes.load(Relaxed);
-    for (i, r) in Reason::ALL.iter().enumerate() {
-        c[5 + i] = s.rejected_count(*r);
-    }
-    for (i, api) in Api::ALL.iter().enumerate() {
-        let (ok, not_ok) = s.api_counts(*api);
-        c[5 + Reason::ALL.len() + 2 * i] = ok;
-        c[5 + Reason::ALL.len() + 2 * i + 1] = not_ok;
-    }
-    c
-}
 
 /// Appends one tenant's series of family `f`.
 fn push_series<'a>(
@@ -172,12 +152,13 @@ impl TenantSeries {
             .members
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut total = [0u64; COUNTERS];
+        // Deleted tenants' counters stay in the total, so `_other` never goes down.
+        let mut total = *registry.retired();
         let mut own: Vec<(&Arc<Tenant>, Counts)> = Vec::with_capacity(chosen.len());
         let mut baselines = HashMap::with_capacity(chosen.len());
         let mut other_buffer = 0u64;
         for t in registry.tenants() {
-            let c = counts(t);
+            let c = t.totals();
             for (sum, n) in total.iter_mut().zip(c) {
                 *sum = sum.saturating_add(n);
             }

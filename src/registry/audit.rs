@@ -1,6 +1,8 @@
 //! Audit events: one per registry change, with who made it, what it was, and the parts of the
 //! state before and after (keys appear as key ids only — the first 16 hex digits of their
-//! digest, enough to name a key, useless to test a guess against; tokens never appear).
+//! unsalted digest: they name a key and keep the full digest out of logs and lists, but like
+//! the digest they let a reader test a guessed key, so only long random keys are safe to show
+//! them for; tokens never appear).
 
 use super::state::RegistryState;
 use crate::config::TenantConfig;

@@ -41,6 +41,10 @@ struct Progress {
     end: i64,
     /// Whether any record so far verified (with any of the secrets).
     authentic: bool,
+    /// Whether any record carried a MAC no secret verifies (a wrong secret, most likely).
+    bad_mac: bool,
+    /// Whether this replica seeded a topic that held only unsigned records.
+    seeded: bool,
 }
 
 impl RegistryStore {
@@ -81,6 +85,8 @@ impl RegistryStore {
             dirty: false,
             end,
             authentic: false,
+            bad_mac: false,
+            seeded: false,
         };
         loop {
             let first = match reader.recv().await {
@@ -110,23 +116,11 @@ impl RegistryStore {
         shared.log.ensure_topic().await?;
         let reader = shared.log.reader(&shared.replica)?;
         let mut end = shared.log.end_offset(&reader).await?;
-        if let (0, Some(seed)) = (end, &shared.seed) {
+        if end == 0 {
             // First start of the cluster: the configuration file's part seeds the topic.
             // Replicas starting together may both seed; every entry is made from version 0,
             // so the second of each key is refused by every replica alike.
-            let mut seeded = RegistryState {
-                version: VERSION,
-                ..RegistryState::default()
-            };
-            seeded.apply_file(seed.clone());
-            let empty = RegistryState {
-                version: VERSION,
-                ..RegistryState::default()
-            };
-            let entries =
-                shared::entries(&empty, &seeded, "seed", "registry.seed", &shared.replica);
-            if !entries.is_empty() {
-                shared.log.write(&entries).await?;
+            if self.seed(shared).await? > 0 {
                 end = shared.log.end_offset(&reader).await?.max(1);
             }
         }
@@ -145,6 +139,7 @@ impl RegistryStore {
                 Ok(d) => d,
                 Err(refused) => {
                     skipped(shared, refused.index(), offset, &refused.to_string());
+                    progress.bad_mac |= refused == Refused::BadMac;
                     // Under the Kafka key of one of ours (a forged value or tombstone, say):
                     // ours is written again, so compaction keeps it.
                     if let Some(key) =
@@ -177,7 +172,7 @@ impl RegistryStore {
             let mut rewrites = shared.rewrites();
             let audit = match &result {
                 Ok(()) => {
-                    progress.dirty = true;
+                    progress.dirty |= entry.key.is_live();
                     rewrites.reassert.remove(&entry.key);
                     if by_signing_secret {
                         rewrites.resign.remove(&entry.key);
@@ -257,13 +252,51 @@ impl RegistryStore {
                     tenants = self.tenants.load().len(),
                     "tenant registry loaded from the registry topic"
                 );
-            } else if !shared.unverified.swap(true, Ordering::AcqRel) {
-                tracing::error!(
+            } else if progress.bad_mac {
+                if !shared.unverified.swap(true, Ordering::AcqRel) {
+                    tracing::error!(
+                        topic = shared.log.topic(),
+                        "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env), and some carry a MAC: not ready until one verifies"
+                    );
+                }
+            } else if !progress.seeded {
+                // Only unsigned records (written by no replica): the registry was never
+                // written, as with an empty topic. Seed it (or, with nothing to seed, start
+                // empty), rather than let one stray record keep the cluster from starting.
+                progress.seeded = true;
+                tracing::warn!(
                     topic = shared.log.topic(),
-                    "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env): not ready until one does"
+                    "the registry topic holds only unsigned records; seeding it as an empty one"
                 );
+                match self.seed(shared).await {
+                    Ok(0) | Err(_) => {
+                        shared.loaded.store(true, Ordering::Release);
+                    }
+                    Ok(_) => {} // loaded once the seed is read back
+                }
             }
         }
+    }
+
+    /// Writes the configuration file's part to the topic; returns how many entries.
+    async fn seed(&self, shared: &Shared) -> Result<usize, log::LogError> {
+        let Some(seed) = &shared.seed else {
+            return Ok(0);
+        };
+        let mut seeded = RegistryState {
+            version: VERSION,
+            ..RegistryState::default()
+        };
+        seeded.apply_file(seed.clone());
+        let empty = RegistryState {
+            version: VERSION,
+            ..RegistryState::default()
+        };
+        let entries = shared::entries(&empty, &seeded, "seed", "registry.seed", &shared.replica);
+        if !entries.is_empty() {
+            shared.log.write(&entries).await?;
+        }
+        Ok(entries.len())
     }
 
     /// Makes the state the live registry (a rebuild of every tenant: once per batch).

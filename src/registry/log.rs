@@ -5,8 +5,10 @@
 //!
 //! **Records.** Key `tenant:ID` (value: the tenant's configuration with key digests; JSON
 //! `null` once it is deleted — never a Kafka tombstone, which compaction would eventually
-//! remove with the deletion's version) or `global` (the global budget), followed by `#` and a
-//! tag of the signing secret (see [`super::mac`]). Headers carry what every replica needs to
+//! remove with the deletion's version), `global` (the global budget), and `file:ID` /
+//! `file-global` (the configuration file's part as last applied, one record per tenant: what a
+//! reload on any replica compares the file with), followed by `#` and a tag of the signing
+//! secret (see [`super::mac`]). Headers carry what every replica needs to
 //! apply a record the same way: `fg-base` and `fg-version` (the key's version the change was
 //! made from, and the one it makes), `fg-actor`, `fg-action` and `fg-replica` (who made it,
 //! for the one audit event per change).
@@ -41,6 +43,10 @@ use super::mac::RegistrySecrets;
 pub enum EntryKey {
     Global,
     Tenant(String),
+    /// The configuration file's global budget as last applied (what a reload compares with).
+    FileGlobal,
+    /// A tenant of the configuration file as last applied.
+    FileTenant(String),
 }
 
 impl EntryKey {
@@ -48,19 +54,31 @@ impl EntryKey {
         match self {
             EntryKey::Global => "global".into(),
             EntryKey::Tenant(id) => format!("tenant:{id}"),
+            EntryKey::FileGlobal => "file-global".into(),
+            EntryKey::FileTenant(id) => format!("file:{id}"),
         }
+    }
+
+    /// Whether the key is part of what requests are served from (not the file's baseline).
+    pub fn is_live(&self) -> bool {
+        matches!(self, EntryKey::Global | EntryKey::Tenant(_))
     }
 
     /// A record's Kafka key (`tenant:acme#<tag>`); the tag is not checked here (the MAC
     /// covers the whole key).
     fn parse(key: &str) -> Option<Self> {
         let (key, _tag) = key.rsplit_once('#')?;
+        let id = |prefix: &str| {
+            key.strip_prefix(prefix)
+                .filter(|id| !id.is_empty())
+                .map(str::to_string)
+        };
         match key {
             "global" => Some(EntryKey::Global),
-            _ => key
-                .strip_prefix("tenant:")
-                .filter(|id| !id.is_empty())
-                .map(|id| EntryKey::Tenant(id.to_string())),
+            "file-global" => Some(EntryKey::FileGlobal),
+            _ => id("tenant:")
+                .map(EntryKey::Tenant)
+                .or_else(|| id("file:").map(EntryKey::FileTenant)),
         }
     }
 }

@@ -13,11 +13,13 @@
 //! record of its own key.
 //!
 //! Rotation: the variable holds one or more secrets separated by commas; records are signed
-//! with the first and accepted when any of them verifies. Roll a new secret in first on every
-//! replica (`new,old`): each replica then writes again, signed with the new secret, every entry
-//! it holds that only an older one verifies (same version, same value: `registry.resign`), and
-//! `floodgate_registry_old_secret_entries` counts what is left. Drop the old secret once that
-//! reads 0 on every replica.
+//! with the first and accepted when any of them verifies. No replica may sign with a secret
+//! another does not accept yet (their registries would drift apart), so a rotation is three
+//! rolls: `old,new` everywhere (accept the new one), then `new,old` (sign with it: each replica
+//! writes again, signed with the new secret, every entry it holds that only an older one
+//! verifies — same version, same value: `registry.resign` — and
+//! `floodgate_registry_old_secret_entries` counts what is left), then `new` once that reads 0
+//! on every replica.
 //!
 //! What the MAC does not do: it does not hide the registry (anyone who can read the topic sees
 //! tenants, budgets and key digests), and it does not stop a holder of the secret. Replaying an

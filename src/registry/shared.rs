@@ -94,27 +94,55 @@ pub fn entries(
             out.push(entry(EntryKey::Tenant(id.clone()), value));
         }
     }
+    if current.file.global != next.file.global {
+        out.push(entry(
+            EntryKey::FileGlobal,
+            serde_json::to_vec(&next.file.global).ok(),
+        ));
+    }
+    let ids: std::collections::BTreeSet<&String> = current
+        .file
+        .tenants
+        .keys()
+        .chain(next.file.tenants.keys())
+        .collect();
+    for id in ids {
+        let (before, after) = (current.file.tenants.get(id), next.file.tenants.get(id));
+        if before != after {
+            let value = after.and_then(|t| serde_json::to_vec(t).ok());
+            out.push(entry(EntryKey::FileTenant(id.clone()), value));
+        }
+    }
     out
 }
 
-/// The entry that writes `key`'s current value again: made from its current version
-/// (`reassert`, a new version) or as the entry that made it (`resign`, the same version).
-pub fn rewrite(state: &RegistryState, key: &EntryKey, resign: bool, replica: &str) -> Entry {
-    let version = state.versions.get(&key.as_string()).copied().unwrap_or(0);
-    let value = match key {
+/// `key`'s value in `state`, as an entry carries it.
+fn value_bytes(state: &RegistryState, key: &EntryKey) -> Option<Vec<u8>> {
+    match key {
         EntryKey::Global => serde_json::to_vec(&state.global).ok(),
         EntryKey::Tenant(id) => state
             .tenants
             .get(id)
             .and_then(|t| serde_json::to_vec(t).ok()),
-    };
+        EntryKey::FileGlobal => serde_json::to_vec(&state.file.global).ok(),
+        EntryKey::FileTenant(id) => state
+            .file
+            .tenants
+            .get(id)
+            .and_then(|t| serde_json::to_vec(t).ok()),
+    }
+}
+
+/// The entry that made `key`'s current state, written again (signed with the current
+/// secret): the same version and value, so every replica that holds it skips it as an echo —
+/// no version moves, nothing is rebuilt or audited — and compaction keeps it as the last
+/// record of its key. A key no entry ever made (version 0) gets a first version instead.
+pub fn rewrite(state: &RegistryState, key: &EntryKey, resign: bool, replica: &str) -> Entry {
+    let version = state.versions.get(&key.as_string()).copied().unwrap_or(0);
+    let value = value_bytes(state, key);
     Entry {
         key: key.clone(),
-        base: if resign {
-            version.saturating_sub(1)
-        } else {
-            version
-        },
+        base: version.saturating_sub(1),
         value,
         actor: "floodgate".into(),
         action: if resign {
@@ -201,6 +229,31 @@ impl Applier {
                 self.forget_keys(state, id);
                 state.tenants.remove(id);
             }
+            (EntryKey::FileGlobal, Some(v)) => {
+                state.file.global =
+                    serde_json::from_slice::<GlobalBudgetConfig>(v).map_err(parse_err)?;
+            }
+            (EntryKey::FileTenant(id), Some(v)) => {
+                let tenant = serde_json::from_slice::<TenantConfig>(v).map_err(parse_err)?;
+                if tenant.id != *id {
+                    return Err(Rejection::Malformed(format!(
+                        "{key} holds tenant {:?}",
+                        tenant.id
+                    )));
+                }
+                // The registry's config where the two are equal (most tenants): one copy.
+                let tenant = match state.tenants.get(id) {
+                    Some(held) if **held == tenant => held.clone(),
+                    _ => Arc::new(tenant),
+                };
+                state.file.tenants.insert(id.clone(), tenant);
+            }
+            (EntryKey::FileTenant(id), None) => {
+                state.file.tenants.remove(id);
+            }
+            (EntryKey::FileGlobal, None) => {
+                return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
+            }
         }
         state.versions.insert(key, version);
         Ok(())
@@ -224,14 +277,21 @@ pub fn is_echo(state: &RegistryState, entry: &Entry) -> bool {
     if entry.version() != state.versions.get(&key).copied() {
         return false;
     }
+    let same_tenant = |held: Option<&Arc<TenantConfig>>, v: &[u8]| {
+        serde_json::from_slice::<TenantConfig>(v)
+            .is_ok_and(|t| held.is_some_and(|held| **held == t))
+    };
+    let same_global = |held: &GlobalBudgetConfig, v: &[u8]| {
+        serde_json::from_slice::<GlobalBudgetConfig>(v).is_ok_and(|g| g == *held)
+    };
     match (&entry.key, &entry.value) {
-        (EntryKey::Global, Some(v)) => {
-            serde_json::from_slice::<GlobalBudgetConfig>(v).is_ok_and(|g| g == state.global)
-        }
-        (EntryKey::Tenant(id), Some(v)) => serde_json::from_slice::<TenantConfig>(v)
-            .is_ok_and(|t| state.tenants.get(id).is_some_and(|held| **held == t)),
+        (EntryKey::Global, Some(v)) => same_global(&state.global, v),
+        (EntryKey::FileGlobal, Some(v)) => same_global(&state.file.global, v),
+        (EntryKey::Tenant(id), Some(v)) => same_tenant(state.tenants.get(id), v),
+        (EntryKey::FileTenant(id), Some(v)) => same_tenant(state.file.tenants.get(id), v),
         (EntryKey::Tenant(id), None) => !state.tenants.contains_key(id),
-        (EntryKey::Global, None) => false,
+        (EntryKey::FileTenant(id), None) => !state.file.tenants.contains_key(id),
+        (EntryKey::Global | EntryKey::FileGlobal, None) => false,
     }
 }
 
@@ -240,6 +300,12 @@ pub fn value_of(state: &RegistryState, key: &EntryKey) -> serde_json::Value {
     match key {
         EntryKey::Global => serde_json::json!(state.global),
         EntryKey::Tenant(id) => state
+            .tenants
+            .get(id)
+            .map_or(serde_json::Value::Null, |t| super::audit::tenant_view(t)),
+        EntryKey::FileGlobal => serde_json::json!(state.file.global),
+        EntryKey::FileTenant(id) => state
+            .file
             .tenants
             .get(id)
             .map_or(serde_json::Value::Null, |t| super::audit::tenant_view(t)),
@@ -551,11 +617,14 @@ mod tests {
             2,
             "a (the race's loser) and b (the replay)"
         );
+        let versions = whole.versions.clone();
         for key in &to_rewrite {
             let again = rewrite(&whole, key, false, "r1");
-            assert_eq!(applier.apply(&mut whole, &again), Ok(()));
+            assert!(applier.apply(&mut whole, &again).is_err());
+            assert!(is_echo(&whole, &again), "an echo: nothing moves");
             log.push(again);
         }
+        assert_eq!(whole.versions, versions, "no version moved");
         // The compacted log: the last record of each key, in order.
         let mut last = BTreeMap::new();
         for (i, entry) in log.iter().enumerate() {
@@ -593,6 +662,8 @@ mod tests {
         assert_eq!(applier.apply(&mut s, &entry), Ok(()));
         let again = rewrite(&s, &entry.key, true, "r");
         assert_eq!((again.base, again.version()), (0, Some(1)));
+        let unknown = rewrite(&s, &EntryKey::Tenant("never".into()), false, "r");
+        assert_eq!((unknown.version(), unknown.value), (Some(1), None));
         assert!(matches!(
             applier.apply(&mut s, &again),
             Err(Rejection::Stale { .. })

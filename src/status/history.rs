@@ -109,6 +109,10 @@ impl History {
     ) -> Second {
         let oldest = second.saturating_sub(SECONDS as u64 - 1);
         let mut total = Second::default();
+        // The rings from the quietest up, made once a second when the table is full and a
+        // newcomer needs room (not once per newcomer: at 6,000 busy tenants that was most of
+        // the gateway's CPU).
+        let mut quietest: Option<Vec<(u64, TenantId)>> = None;
         for tenant in tenants {
             let Some(stats) = tenant.stats_if_any() else {
                 continue; // never counted anything
@@ -123,7 +127,9 @@ impl History {
             if moved.activity() == 0 && moved.refused_records == 0 && moved.admitted_records == 0 {
                 continue;
             }
-            if !self.rings.contains_key(&tenant.id) && !self.make_room(moved.activity()) {
+            if !self.rings.contains_key(&tenant.id)
+                && !self.make_room(moved.activity(), second, &mut quietest)
+            {
                 continue;
             }
             let ring = self.rings.entry(tenant.id.clone()).or_default();
@@ -141,23 +147,42 @@ impl History {
 
     /// Whether a tenant this busy this second may have a ring: always while there is room;
     /// when the table is full, the least busy tenant gives way if it did less in its whole
-    /// window than the newcomer did now.
-    fn make_room(&mut self, activity: u64) -> bool {
+    /// window than the newcomer did now. A ring that took this second's counts already is not
+    /// given up for one that has not.
+    fn make_room(
+        &mut self,
+        activity: u64,
+        second: u64,
+        quietest: &mut Option<Vec<(u64, TenantId)>>,
+    ) -> bool {
         if self.rings.len() < MAX_TRACKED {
             return true;
         }
-        let quietest = self
-            .rings
-            .iter()
-            .map(|(id, ring)| (ring.activity(), id.clone()))
-            .min_by_key(|(a, _)| *a);
-        match quietest {
-            Some((least, id)) if least < activity => {
-                self.rings.remove(&id);
-                true
+        let candidates = quietest.get_or_insert_with(|| {
+            let mut by_activity: Vec<(u64, TenantId)> = self
+                .rings
+                .iter()
+                .map(|(id, ring)| (ring.activity(), id.clone()))
+                .collect();
+            // Busiest first, so the quietest is popped from the end.
+            by_activity.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+            by_activity
+        });
+        while let Some((least, id)) = candidates.pop() {
+            let Some(ring) = self.rings.get(&id) else {
+                continue; // gave way already
+            };
+            if ring.seconds.back().is_some_and(|(at, _)| *at == second) {
+                continue; // busy this very second
             }
-            _ => false,
+            if least < activity {
+                self.rings.remove(&id);
+                return true;
+            }
+            candidates.push((least, id));
+            return false;
         }
+        false
     }
 
     /// The `n` busiest tenants over the window (admitted plus refused requests), busiest first.
@@ -238,5 +263,30 @@ mod tests {
             "the busier newcomer has a ring"
         );
         assert_eq!(h.busiest(1), vec![loud.id.clone()]);
+    }
+
+    #[test]
+    fn many_newcomers_in_one_second_push_out_the_quietest_but_not_a_ring_busy_this_second() {
+        let mut h = History::default();
+        let tenants: Vec<_> = (0..MAX_TRACKED).map(|i| tenant(&format!("t{i}"))).collect();
+        for t in &tenants {
+            t.stats().admitted(1, 1);
+        }
+        h.sample(1, tenants.iter());
+        // Second 2: the first old tenant moves again, and 100 busier newcomers arrive.
+        tenants[0].stats().admitted(1, 1);
+        let newcomers: Vec<_> = (0..100).map(|i| tenant(&format!("new{i}"))).collect();
+        for t in &newcomers {
+            for _ in 0..5 {
+                t.stats().admitted(1, 1);
+            }
+        }
+        h.sample(2, std::iter::once(&tenants[0]).chain(newcomers.iter()));
+        assert_eq!(h.rings.len(), MAX_TRACKED, "bounded");
+        assert!(newcomers.iter().all(|t| h.rings.contains_key(&t.id)));
+        assert!(
+            h.rings.contains_key(&tenants[0].id),
+            "a ring that took this second's counts is not given up"
+        );
     }
 }

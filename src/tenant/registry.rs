@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::stats::{add_totals, sub_totals, Totals};
 use super::{Tenant, TenantSettings};
 use crate::config::{ConfigProblem, TenantConfig};
 use crate::identity::{ApiKeyHash, TenantId};
@@ -31,6 +32,10 @@ pub struct Registry {
     by_id: BTreeMap<TenantId, Arc<Tenant>>,
     /// Deleted tenants whose state still matters, and until when (clock nanoseconds).
     departed: HashMap<TenantId, (Arc<Tenant>, u64)>,
+    /// The counters of every tenant this process served that is not in `by_id` now (deleted,
+    /// remembered or forgotten), as they were when it left: a sum over tenants plus this
+    /// (the metrics' `_other`) never goes down when a tenant is deleted.
+    retired: Totals,
 }
 
 /// Checked tenant settings, ready to become the live registry.
@@ -111,6 +116,11 @@ impl Registry {
         self.by_id.range(TenantId::new(from)..).map(|(_, t)| t)
     }
 
+    /// The counters of the tenants that left (see the field).
+    pub fn retired(&self) -> &Totals {
+        &self.retired
+    }
+
     /// How many tenants there are.
     pub fn len(&self) -> usize {
         self.by_id.len()
@@ -162,6 +172,23 @@ impl RegistryPlan {
             }
             registry.by_id.insert(tenant.id.clone(), tenant);
         }
+        let mut retired = previous.retired;
+        for tenant in previous.by_id.values() {
+            if !registry.by_id.contains_key(&tenant.id) {
+                add_totals(&mut retired, &tenant.totals());
+            }
+        }
+        for (tenant, _) in previous.departed.values() {
+            if registry
+                .by_id
+                .get(&tenant.id)
+                .is_some_and(|back| Arc::ptr_eq(back, tenant))
+            {
+                // Back with its counters: they are counted as a live tenant's again.
+                sub_totals(&mut retired, &tenant.totals());
+            }
+        }
+        registry.retired = retired;
         let gone = previous
             .by_id
             .values()

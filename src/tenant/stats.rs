@@ -65,7 +65,49 @@ impl TenantCounts {
     }
 }
 
+/// How many counters [`TenantStats::totals`] gives.
+pub const TOTALS: usize = 5 + Reason::ALL.len() + 2 * Api::ALL.len();
+
+/// Every monotonic counter of a tenant in one fixed order: admitted requests, refused
+/// requests, admitted records, failed records, admitted bytes, then refusals by reason (in
+/// [`Reason::ALL`] order), then requests by API, answered 2xx and not (in [`Api::ALL`] order).
+/// What a sum over tenants (the metrics' `_other`) adds up.
+pub type Totals = [u64; TOTALS];
+
+/// `into += from`, per counter.
+pub fn add_totals(into: &mut Totals, from: &Totals) {
+    for (sum, n) in into.iter_mut().zip(from) {
+        *sum = sum.saturating_add(*n);
+    }
+}
+
+/// `into -= from`, per counter (never below zero).
+pub fn sub_totals(into: &mut Totals, from: &Totals) {
+    for (sum, n) in into.iter_mut().zip(from) {
+        *sum = sum.saturating_sub(*n);
+    }
+}
+
 impl TenantStats {
+    /// Every counter now, in the order [`Totals`] states.
+    pub fn totals(&self) -> Totals {
+        let mut c = [0u64; TOTALS];
+        c[0] = self.admitted_requests.load(Relaxed);
+        c[1] = Reason::ALL.iter().map(|r| self.rejected_count(*r)).sum();
+        c[2] = self.admitted_records.load(Relaxed);
+        c[3] = self.failed_records.load(Relaxed);
+        c[4] = self.admitted_bytes.load(Relaxed);
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            c[5 + i] = self.rejected_count(*r);
+        }
+        for (i, api) in Api::ALL.iter().enumerate() {
+            let (ok, not_ok) = self.api_counts(*api);
+            c[5 + Reason::ALL.len() + 2 * i] = ok;
+            c[5 + Reason::ALL.len() + 2 * i + 1] = not_ok;
+        }
+        c
+    }
+
     /// The counters now.
     pub fn counts(&self) -> TenantCounts {
         TenantCounts {
