@@ -512,10 +512,15 @@ impl Authenticator {
         )
         .map_err(bad)?;
         let mut keys = issuer.keys.keys();
-        if matches!(
-            keys.find(parsed.kid.as_deref(), parsed.alg),
-            Lookup::Unknown
-        ) {
+        // Only a kid the issuer does not have is worth a refetch: a known kid named with
+        // another algorithm (key confusion) is refused as it stands.
+        let known_kid = parsed.kid.as_deref().is_some_and(|kid| keys.has_kid(kid));
+        if !known_kid
+            && matches!(
+                keys.find(parsed.kid.as_deref(), parsed.alg),
+                Lookup::Unknown
+            )
+        {
             let (fetched, _) = issuer.keys.fetch().await;
             keys = issuer.keys.keys();
             if matches!(

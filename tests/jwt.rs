@@ -483,3 +483,173 @@ async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
     assert_eq!(clash.status(), 422, "{:?}", clash.text().await);
     gw.shutdown().await;
 }
+
+/// Every fetch from here on needs a kid the gateway has not seen: a fresh token naming one.
+async fn refetch(gw: &Gateway, topic: &str, signer: &Signer, kid: &str) -> (u16, Value) {
+    gw.advance_ms(60_000);
+    let (status, _, body) = post(gw, topic, &signer.sign_as(kid, &claims(gw, "orders-svc"))).await;
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_held_keys() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.hostile-idp";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.auth.jwt[0].fetch_timeout_ms = 300;
+    })
+    .await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let held = idp.fetches();
+
+    let huge = format!(
+        r#"{{"keys":[],"pad":"{}"}}"#,
+        "x".repeat(2 * 256 * 1024) // twice auth.jwks_max_bytes
+    );
+    let answers = [
+        ("garbage", "<html>503 upstream</html>".to_string()),
+        ("not a set", r#"{"keys":{"kty":"RSA"}}"#.to_string()),
+        ("an empty set", r#"{"keys":[]}"#.to_string()),
+        (
+            "only keys floodgate never uses",
+            r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"rsa-1"}]}"#.to_string(),
+        ),
+        ("too large", huge),
+    ];
+    for (round, (what, answer)) in answers.into_iter().enumerate() {
+        idp.set(answer);
+        let (status, body) = refetch(&gw, topic, &rsa, &format!("new-{round}")).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (503, Some("jwks_unavailable")),
+            "{what}: {body}"
+        );
+        assert_eq!(idp.fetches(), held + 1 + round as u64, "{what}: one fetch");
+        // A token never seen before, signed with the key held from before: still verified.
+        let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+        assert_eq!(status, 200, "{what}: {body}");
+    }
+
+    // A server that accepts and never answers: one fetch, bounded by fetch_timeout_ms, which a
+    // burst of unknown kids waits for together (not one fetch each, not one timeout each).
+    idp.set(idp::jwks(&[&rsa]));
+    idp.hang(true);
+    let before = idp.fetches();
+    gw.advance_ms(60_000);
+    let started = std::time::Instant::now();
+    let burst: Vec<_> = (0..20)
+        .map(|i| {
+            let token = rsa.sign_as(&format!("hang-{i}"), &claims(&gw, "orders-svc"));
+            let url = gw.url(topic);
+            tokio::spawn(async move {
+                post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                    .await
+                    .0
+            })
+        })
+        .collect();
+    for b in burst {
+        assert_eq!(b.await.expect("task"), 503);
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(idp.fetches(), before + 1);
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let metrics = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(&format!(
+            "floodgate_jwks_fetches_total{{issuer=\"{ISSUER}\",outcome=\"failed\"}} 6"
+        )),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_kid_named_with_another_alg_is_refused_without_a_refetch() {
+    let (rsa, ec) = (Signer::rsa("shared"), Signer::ec("ec-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec])).await;
+    let topic = "test.jwt.kid-confusion";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let fetches = idp.fetches();
+    gw.advance_ms(60_000);
+    // Signed with the EC key, naming the RSA key's kid.
+    let (status, _, body) = post(
+        &gw,
+        topic,
+        &ec.sign_as("shared", &claims(&gw, "orders-svc")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("another algorithm"),
+        "{body}"
+    );
+    assert_eq!(
+        idp.fetches(),
+        fetches,
+        "a kid the issuer has is not refetched"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let cluster = mock_cluster(&["test.a", "billing.a"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.auth.jwt = vec![issuer(&idp.url())];
+    cfg.tenants
+        .push(tenant("billing", "billing-key", &["billing.*"]));
+    let gw = Gateway::start_manual(cfg).await;
+    let token = rsa.sign(&claims(&gw, "orders-svc")); // acme's: test.*
+    assert_eq!(post(&gw, "test.a", &token).await.0, 200);
+    let (status, _, body) = post(&gw, "billing.a", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic")),
+        "{body}"
+    );
+    // The billing tenant's own key can; the token's tenant is charged only for its own write.
+    assert_eq!(post(&gw, "billing.a", "billing-key").await.0, 200);
+    assert_eq!(admitted_requests(&gw, "billing").await, 1);
+    assert_eq!(admitted_requests(&gw, "acme").await, 1);
+    gw.shutdown().await;
+}

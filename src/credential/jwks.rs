@@ -319,10 +319,14 @@ impl KeySource {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         match read(client, url, *max_bytes).await {
             Ok((bytes, cache_control)) => match parse(&bytes, &self.allowed) {
+                // A set with no key floodgate can use (an empty list, every key of another
+                // type) is an IdP's fault or an attacker's answer, never a rotation: keeping
+                // the keys held beats refusing every producer until the next fetch.
+                Ok(set) if set.keys.is_empty() => self.failed(
+                    url,
+                    format!("the JWKS has no usable key ({} skipped)", set.skipped),
+                ),
                 Ok(set) => {
-                    if set.keys.is_empty() {
-                        tracing::warn!(%url, skipped = set.skipped, "the JWKS has no usable key");
-                    }
                     self.keys.store(Arc::new(set));
                     self.last_failed.store(false, Ordering::Release);
                     let next =

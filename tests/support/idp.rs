@@ -133,6 +133,8 @@ pub struct JwksServer {
     pub addr: SocketAddr,
     doc: Arc<Mutex<String>>,
     fetches: Arc<AtomicU64>,
+    /// While set, a fetch is counted and then never answered.
+    hang: Arc<std::sync::atomic::AtomicBool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -147,6 +149,7 @@ impl JwksServer {
             addr,
             doc: Arc::new(Mutex::new(doc)),
             fetches: Arc::new(AtomicU64::new(0)),
+            hang: Arc::default(),
             stop: None,
             task: None,
         };
@@ -155,13 +158,16 @@ impl JwksServer {
     }
 
     fn serve(&mut self, listener: tokio::net::TcpListener) {
-        let (doc, fetches) = (self.doc.clone(), self.fetches.clone());
+        let (doc, fetches, hang) = (self.doc.clone(), self.fetches.clone(), self.hang.clone());
         let app = axum::Router::new().route(
             "/jwks",
             axum::routing::get(move || {
-                let (doc, fetches) = (doc.clone(), fetches.clone());
+                let (doc, fetches, hang) = (doc.clone(), fetches.clone(), hang.clone());
                 async move {
                     fetches.fetch_add(1, Ordering::SeqCst);
+                    if hang.load(Ordering::SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
                     let body = doc.lock().expect("doc").clone();
                     (
                         [
@@ -190,6 +196,11 @@ impl JwksServer {
 
     pub fn set(&self, doc: String) {
         *self.doc.lock().expect("doc") = doc;
+    }
+
+    /// Accept fetches but never answer them (`false`: answer again).
+    pub fn hang(&self, hang: bool) {
+        self.hang.store(hang, Ordering::SeqCst);
     }
 
     pub fn fetches(&self) -> u64 {
