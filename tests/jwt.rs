@@ -653,3 +653,58 @@ async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
     assert_eq!(admitted_requests(&gw, "acme").await, 1);
     gw.shutdown().await;
 }
+
+/// `check-config` refuses what start-up would: a bad `[[auth.jwt]]` (named by issuer index and
+/// field) and a `jwks_file` that is not a JWK set, and accepts a worked example like the
+/// README's.
+#[test]
+fn check_config_validates_issuers_and_reads_their_jwks_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let jwks = dir.path().join("jwks.json");
+    let path = dir.path().join("floodgate.toml");
+    let run = |toml: String, jwks_text: &str| {
+        std::fs::write(&jwks, jwks_text).expect("jwks");
+        std::fs::write(&path, toml).expect("config");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("--config")
+            .arg(&path)
+            .arg("check-config")
+            .output()
+            .expect("check-config");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let config = |alg: &str| {
+        format!(
+            r#"[kafka]
+bootstrap_servers = "127.0.0.1:9"
+[[auth.jwt]]
+issuer = "{ISSUER}"
+audiences = ["{AUDIENCE}"]
+jwks_file = "{}"
+algorithms = ["{alg}"]
+tenant_claim = "client_id"
+map = {{ "orders-svc" = "acme" }}
+[[tenants]]
+id = "acme"
+topics = ["orders.*"]
+jwt_claims = [{{ issuer = "{ISSUER}", value = "billing-svc" }}]
+"#,
+            jwks.display()
+        )
+    };
+    let good = idp::jwks(&[&Signer::ed("ed-1")]);
+    let (ok, err) = run(config("EdDSA"), &good);
+    assert!(ok, "{err}");
+    let (ok, err) = run(config("HS256"), &good);
+    assert!(!ok);
+    assert!(err.contains("auth.jwt[0].algorithms[0]"), "{err}");
+    let (ok, err) = run(config("EdDSA"), "<html>not keys</html>");
+    assert!(!ok);
+    assert!(
+        err.contains("auth.jwt[0]") && err.contains("jwks_file") && err.contains("not a JWK set"),
+        "{err}"
+    );
+}
