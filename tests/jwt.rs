@@ -481,6 +481,23 @@ async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
         .await
         .expect("put");
     assert_eq!(clash.status(), 422, "{:?}", clash.text().await);
+
+    // A PATCH replaces the list like any field: the old client's token no longer belongs.
+    let patch = client()
+        .patch(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"jwt_claims": [{"issuer": ISSUER, "value": "billing-v2"}]}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(patch.status(), 200, "{:?}", patch.text().await);
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("unknown_tenant"))
+    );
+    let v2 = ec.sign(&claims(&gw, "billing-v2"));
+    assert_eq!(post(&gw, topic, &v2).await.0, 200);
     gw.shutdown().await;
 }
 

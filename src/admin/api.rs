@@ -481,7 +481,7 @@ pub async fn patch_tenant(
 fn checked_patch(
     mut patch: serde_json::Map<String, Value>,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    const FIELDS: [&str; 7] = [
+    const FIELDS: [&str; 9] = [
         "topics",
         "records_per_sec",
         "records_burst",
@@ -489,6 +489,8 @@ fn checked_patch(
         "bytes_burst",
         "max_buffer_share",
         "priority",
+        "jwt_claims",
+        "cert_names",
     ];
     if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::InvalidField {
