@@ -256,6 +256,8 @@ impl AuthCounts {
 #[derive(Debug)]
 struct TokenEntry {
     token: Arc<VerifiedToken>,
+    /// The issuer's key-set generation it was verified under.
+    keys_generation: u64,
     generation: u64,
     tenant: Option<Arc<Tenant>>,
 }
@@ -445,22 +447,29 @@ impl Authenticator {
         let now = self.clock.unix_s();
         let generation = tenants.generation();
         let hit = self.cache.with(&digest, now, |entry| {
+            let keys = self.issuers.get(entry.token.issuer)?.keys.generation();
+            if keys != entry.keys_generation {
+                // The issuer's keys changed since: verify again (the key may be gone).
+                return None;
+            }
             if entry.generation != generation {
                 entry.tenant = self.resolve_token(&tenants.load(), &entry.token);
                 entry.generation = generation;
             }
-            (entry.token.clone(), entry.tenant.clone())
+            Some((entry.token.clone(), entry.tenant.clone()))
         });
         let (token, tenant) = match hit {
-            Cached::Live(found) => found,
+            Cached::Live(Some(found)) => found,
             Cached::Expired => return Err(AuthError::Token(TokenProblem::Expired)),
-            Cached::Missing => {
-                let verified = Arc::new(self.verify(token, now).await?);
+            Cached::Live(None) | Cached::Missing => {
+                let (verified, keys_generation) = self.verify(token, now).await?;
+                let verified = Arc::new(verified);
                 let tenant = self.resolve_token(&tenants.load(), &verified);
                 self.cache.insert(
                     digest,
                     TokenEntry {
                         token: verified.clone(),
+                        keys_generation,
                         generation,
                         tenant: tenant.clone(),
                     },
@@ -480,7 +489,8 @@ impl Authenticator {
     /// Verifies a token not seen before: every check that needs no key first, then the key
     /// (refetching the issuer's set once for an unknown `kid`, as the throttle allows), then
     /// the signature.
-    async fn verify(&self, token: &str, now: u64) -> Result<VerifiedToken, AuthError> {
+    /// Returns the token and the issuer's key-set generation it was verified under.
+    async fn verify(&self, token: &str, now: u64) -> Result<(VerifiedToken, u64), AuthError> {
         let bad = AuthError::Token;
         let parsed = jwt::parse(token).map_err(bad)?;
         let index = parsed
@@ -511,6 +521,8 @@ impl Authenticator {
             now,
         )
         .map_err(bad)?;
+        // Read before the keys: a set stored after this is newer than the one verified with.
+        let mut keys_generation = issuer.keys.generation();
         let mut keys = issuer.keys.keys();
         // Only a kid the issuer does not have is worth a refetch: a known kid named with
         // another algorithm (key confusion) is refused as it stands.
@@ -522,6 +534,7 @@ impl Authenticator {
             )
         {
             let (fetched, _) = issuer.keys.fetch().await;
+            keys_generation = issuer.keys.generation();
             keys = issuer.keys.keys();
             if matches!(
                 keys.find(parsed.kid.as_deref(), parsed.alg),
@@ -561,12 +574,15 @@ impl Authenticator {
         if !valid {
             return Err(bad(TokenProblem::Signature));
         }
-        Ok(VerifiedToken {
-            issuer: index,
-            subject: checked.subject.into_boxed_str(),
-            until_s: checked.exp.saturating_add(config.leeway_s),
-            topics: checked.topics,
-        })
+        Ok((
+            VerifiedToken {
+                issuer: index,
+                subject: checked.subject.into_boxed_str(),
+                until_s: checked.exp.saturating_add(config.leeway_s),
+                topics: checked.topics,
+            },
+            keys_generation,
+        ))
     }
 
     /// The tenant a verified token belongs to under `registry`: the tenant listing it, else

@@ -725,3 +725,69 @@ jwt_claims = [{{ issuer = "{ISSUER}", value = "billing-svc" }}]
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
+    let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.withdrawn";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let cached = old.sign(&claims(&gw, "orders-svc"));
+    for _ in 0..3 {
+        assert_eq!(post(&gw, topic, &cached).await.0, 200);
+    }
+    // The issuer withdraws the key (say it leaked) and publishes another; the gateway reads the
+    // new set (here through a token naming the new kid, after the throttle allows a refetch).
+    idp.set(idp::jwks(&[&new]));
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let (status, _, body) = post(&gw, topic, &cached).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "a cached token whose key is gone: {body}"
+    );
+    // The same document fetched again changes nothing: cached tokens stay cached.
+    let steady = new.sign(&claims(&gw, "orders-svc"));
+    assert_eq!(post(&gw, topic, &steady).await.0, 200);
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(
+            &gw,
+            topic,
+            &new.sign_as("nobody", &claims(&gw, "orders-svc"))
+        )
+        .await
+        .0,
+        401
+    );
+    let scrape = || async {
+        client()
+            .get(gw.admin_url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    let verifications = |m: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("floodgate_jwt_verifications_total "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("series")
+    };
+    let before = verifications(&scrape().await);
+    assert_eq!(post(&gw, topic, &steady).await.0, 200);
+    assert_eq!(
+        verifications(&scrape().await),
+        before,
+        "no verification again"
+    );
+    gw.shutdown().await;
+}

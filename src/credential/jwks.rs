@@ -195,6 +195,11 @@ pub struct KeySource {
     origin: Origin,
     allowed: Vec<Algorithm>,
     keys: ArcSwap<KeySet>,
+    /// Changes of the key set so far: a fetched document that differs from the last one (by
+    /// SHA-256) counts one. A token verified under an earlier generation is verified again
+    /// on its next request, so a key the issuer withdrew stops admitting its cached tokens.
+    generation: AtomicU64,
+    last_digest: parking_lot::Mutex<[u8; 32]>,
     clock: Arc<dyn Clock>,
     min_refetch: Duration,
     refresh: Duration,
@@ -261,6 +266,8 @@ impl KeySource {
             origin,
             allowed: s.allowed,
             keys: ArcSwap::from_pointee(set),
+            generation: AtomicU64::new(0),
+            last_digest: parking_lot::Mutex::new([0; 32]),
             clock,
             min_refetch: s.min_refetch,
             refresh: s.refresh,
@@ -271,6 +278,11 @@ impl KeySource {
             fetches: AtomicU64::new(0),
             failures: AtomicU64::new(0),
         }
+    }
+
+    /// The key set's generation (see the field): read before looking a key up.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub fn keys(&self) -> arc_swap::Guard<Arc<KeySet>> {
@@ -327,7 +339,15 @@ impl KeySource {
                     format!("the JWKS has no usable key ({} skipped)", set.skipped),
                 ),
                 Ok(set) => {
-                    self.keys.store(Arc::new(set));
+                    use sha2::Digest as _;
+                    let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+                    let mut last = self.last_digest.lock();
+                    if *last != digest {
+                        self.keys.store(Arc::new(set));
+                        *last = digest;
+                        self.generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                    drop(last);
                     self.last_failed.store(false, Ordering::Release);
                     let next =
                         next_refresh(cache_control.as_deref(), self.min_refetch, self.refresh);
