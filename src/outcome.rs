@@ -259,7 +259,10 @@ impl ApiError {
                 format!("the stream reached its longest time ({ms} ms); open a new one")
             }
             Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
-            Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
+            Self::ForbiddenTopic(t) => format!(
+                "this credential may not write to topic {t:?} (outside its tenant's patterns, \
+                 or its token's topics claim)"
+            ),
             Self::InternalTopic(t) => format!(
                 "topic {t:?} is internal (Kafka's, floodgate's registry, or listed in [kafka] \
                  internal_topics): no API key may write it"

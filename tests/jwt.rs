@@ -664,6 +664,11 @@ async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
         (403, Some("forbidden_topic")),
         "{body}"
     );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("credential") && !detail.contains("API key"),
+        "the detail fits a token too: {detail}"
+    );
     // The billing tenant's own key can; the token's tenant is charged only for its own write.
     assert_eq!(post(&gw, "billing.a", "billing-key").await.0, 200);
     assert_eq!(admitted_requests(&gw, "billing").await, 1);
