@@ -796,3 +796,41 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
     );
     gw.shutdown().await;
 }
+
+/// Bad tokens count against the address's failed-authentication allowance like bad keys (the
+/// same limiter), and a valid token from that address is still admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes() {
+    let (rsa, attacker) = (Signer::rsa("rsa-1"), Signer::rsa("rsa-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.limiter";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.server.auth_failures_per_sec = 1;
+        c.server.auth_failures_burst = 3;
+    })
+    .await;
+    let forged = attacker.sign(&claims(&gw, "orders-svc"));
+    for i in 0..3 {
+        let (status, _, body) = post(&gw, topic, &forged).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("token_signature")),
+            "failure {i}"
+        );
+    }
+    let (status, _, body) = post(&gw, topic, &forged).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (429, Some("rate_limited")),
+        "{body}"
+    );
+    assert_eq!(body["reason"], "auth_failures");
+    let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(
+        status, 200,
+        "a valid token is never refused for its address: {body}"
+    );
+    gw.shutdown().await;
+}
