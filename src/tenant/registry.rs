@@ -35,7 +35,30 @@ pub struct Registry {
 
 /// Checked tenant settings, ready to become the live registry.
 #[derive(Debug)]
-pub struct RegistryPlan(Vec<(String, TenantSettings, Vec<ApiKeyHash>)>);
+pub struct RegistryPlan(Vec<Planned>);
+
+/// One tenant of a plan.
+#[derive(Debug)]
+enum Planned {
+    /// New or changed settings (id, settings, key digests).
+    Parsed(String, TenantSettings, Vec<ApiKeyHash>),
+    /// A live tenant whose configuration did not change, and its key digests.
+    Same(Arc<Tenant>, Vec<ApiKeyHash>),
+}
+
+/// A tenant's key digests, checked.
+fn key_digests(config: &TenantConfig) -> Result<Vec<ApiKeyHash>, ConfigProblem> {
+    let mut keys = Vec::with_capacity(config.api_key_sha256.len());
+    for (i, h) in config.api_key_sha256.iter().enumerate() {
+        keys.push(ApiKeyHash::from_hex(h).ok_or_else(|| {
+            ConfigProblem::new(
+                format!("tenants[{}].api_key_sha256[{i}]", config.id),
+                "must be 64 lowercase hex digits",
+            )
+        })?);
+    }
+    Ok(keys)
+}
 
 impl Registry {
     /// Builds a registry from configuration.
@@ -49,16 +72,32 @@ impl Registry {
         for config in configs {
             let config = config.borrow();
             let settings = TenantSettings::parse(config)?;
-            let mut keys = Vec::with_capacity(config.api_key_sha256.len());
-            for (i, h) in config.api_key_sha256.iter().enumerate() {
-                keys.push(ApiKeyHash::from_hex(h).ok_or_else(|| {
-                    ConfigProblem::new(
-                        format!("tenants[{}].api_key_sha256[{i}]", config.id),
-                        "must be 64 lowercase hex digits",
-                    )
-                })?);
+            planned.push(Planned::Parsed(
+                config.id.clone(),
+                settings,
+                key_digests(config)?,
+            ));
+        }
+        Ok(RegistryPlan(planned))
+    }
+
+    /// [`Registry::plan`] for the next state of this registry: a tenant built from the very
+    /// same configuration (the same `Arc`, as a registry change shares every tenant it does
+    /// not touch) is taken as it is, only the others are parsed and checked. At 100,000
+    /// tenants one change parses one tenant, not all of them.
+    pub fn plan_next(&self, configs: &[Arc<TenantConfig>]) -> Result<RegistryPlan, ConfigProblem> {
+        let mut planned = Vec::with_capacity(configs.len());
+        for config in configs {
+            let keys = key_digests(config)?;
+            match self.by_id.get(&TenantId::new(&config.id)) {
+                Some(tenant) if tenant.built_from(config) => {
+                    planned.push(Planned::Same(tenant.clone(), keys));
+                }
+                _ => {
+                    let settings = TenantSettings::parse(config)?.from_source(config.clone());
+                    planned.push(Planned::Parsed(config.id.clone(), settings, keys));
+                }
             }
-            planned.push((config.id.clone(), settings, keys));
         }
         Ok(RegistryPlan(planned))
     }
@@ -105,17 +144,23 @@ impl RegistryPlan {
     /// buffer usage, counters) and get the new settings; new tenants start full.
     pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
         let mut registry = Registry::default();
-        for (id, settings, keys) in self.0 {
-            let returning = previous
-                .departed
-                .get(&TenantId::new(&id))
-                .map(|(tenant, _)| tenant);
-            let tenant = match previous.get(&id).or(returning) {
-                Some(existing) => {
-                    existing.apply(&settings, now_ns);
-                    existing.clone()
+        for planned in self.0 {
+            let (tenant, keys) = match planned {
+                Planned::Same(tenant, keys) => (tenant, keys),
+                Planned::Parsed(id, settings, keys) => {
+                    let returning = previous
+                        .departed
+                        .get(&TenantId::new(&id))
+                        .map(|(tenant, _)| tenant);
+                    let tenant = match previous.get(&id).or(returning) {
+                        Some(existing) => {
+                            existing.apply(&settings, now_ns);
+                            existing.clone()
+                        }
+                        None => Arc::new(Tenant::new(&id, &settings)),
+                    };
+                    (tenant, keys)
                 }
-                None => Arc::new(Tenant::new(&id, &settings)),
             };
             for key in keys {
                 registry.by_key.insert(key, tenant.clone());
