@@ -141,9 +141,9 @@ mod tests {
             scrape_token("T", Some(&format!(" {token}\n"))),
             Ok(token.into())
         );
-        let unset = scrape_token("T", None).unwrap_err();
+        let unset = scrape_token("T", None).expect_err("unset");
         assert!(unset.contains("T is not set"), "{unset}");
-        let short = scrape_token("T", Some("  short-token   ")).unwrap_err();
+        let short = scrape_token("T", Some("  short-token   ")).expect_err("short");
         assert!(short.contains("at least 16"), "{short}");
         assert!(!short.contains("short-token"), "never echoed: {short}");
         assert!(scrape_token("T", Some("0123456789 abcdef")).is_err());

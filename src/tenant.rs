@@ -468,7 +468,9 @@ mod tests {
         // A changed tenant is checked: a bad topic pattern is refused, naming it.
         let mut bad = (*b2).clone();
         bad.topics = vec!["events.[".into()]; // an unclosed glob class
-        let err = next.plan_next(&[a, Arc::new(bad)]).unwrap_err();
+        let err = next
+            .plan_next(&[a, Arc::new(bad)])
+            .expect_err("a bad pattern");
         assert!(err.key.starts_with("tenants[b].topics"), "{err:?}");
     }
 }
