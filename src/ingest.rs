@@ -22,6 +22,8 @@
 
 mod idempotent;
 pub mod stream;
+#[cfg(test)]
+mod test_body;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -362,3 +362,6 @@ async fn settle_keyed(
     let answer = StoredAnswer::from_response(respond.respond(Ok(outcome))).await;
     claim.finish(fp, answer).await;
 }
+
+#[cfg(test)]
+mod tests;
