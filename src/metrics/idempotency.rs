@@ -59,6 +59,19 @@ pub(super) fn encode(
         G,
         &gauge(keys.in_flight() as u64),
     )?;
+    // Exported in cluster mode too (0: Redis keeps answers for their TTL; what Redis itself
+    // evicts under its maxmemory policy is Redis's to count), so one dashboard fits both.
+    let evictions = keys
+        .memory()
+        .map_or(0, |m| m.counts.evictions.load(Relaxed));
+    family(
+        encoder,
+        "idempotency_evictions",
+        "Answers evicted from the single replica's memory before their TTL to make room (oldest first): a retry of one is processed again",
+        None,
+        C,
+        &[(Vec::new(), ConstCounter::new(evictions))],
+    )?;
     let Some(memory) = keys.memory() else {
         return Ok(());
     };
@@ -88,14 +101,6 @@ pub(super) fn encode(
             (vec![("of", "held")], ConstGauge::new(bytes as f64)),
             (vec![("of", "max")], ConstGauge::new(bounds.max_bytes as f64)),
         ],
-    )?;
-    family(
-        encoder,
-        "idempotency_evictions",
-        "Answers evicted before their TTL to make room (oldest first): a retry of one is processed again",
-        None,
-        C,
-        &[(Vec::new(), ConstCounter::new(memory.counts.evictions.load(Relaxed)))],
     )?;
     family(
         encoder,

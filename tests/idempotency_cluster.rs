@@ -1,0 +1,287 @@
+//! `Idempotency-Key` across replicas sharing a real Redis (on librdkafka's mock cluster for
+//! Kafka): a key another replica is reading is 409, one used for another request 422, one
+//! whose records are pending on another replica is waited on and its answer replayed; a Redis
+//! that is away refuses (503) or accepts without de-duplication, as configured; the metrics
+//! count what happened and pass `promtool check metrics`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use floodgate::config::{Config, OnStoreError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOPIC: &str = "test.keys";
+
+fn replica(bootstrap: &str, redis: &str, prefix: &str, id: &str) -> Config {
+    let mut cfg = config(bootstrap);
+    cfg.kafka.delivery_timeout_ms = 800;
+    cfg.cluster.redis_url = Some(redis.to_string());
+    cfg.cluster.key_prefix = prefix.to_string();
+    cfg.cluster.replica_id = Some(id.to_string());
+    // Renewed every 250 ms: another replica sees a pending request that soon.
+    cfg.idempotency.claim_ttl_ms = 1_000;
+    cfg
+}
+
+fn prefix(test: &str) -> String {
+    format!("fgtest-{test}-{}", std::process::id())
+}
+
+fn records(tag: &str, n: usize) -> String {
+    let r: Vec<_> = (0..n)
+        .map(|i| serde_json::json!({"value": format!("{tag}-{i}")}))
+        .collect();
+    serde_json::json!({ "records": r }).to_string()
+}
+
+struct Answer {
+    status: u16,
+    replayed: bool,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_default()
+    }
+}
+
+async fn keyed(gw: &Gateway, key: &str, body: &str) -> Answer {
+    let r = client()
+        .post(gw.url(TOPIC))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    let replayed = r.headers().contains_key("idempotent-replayed");
+    Answer {
+        status,
+        replayed,
+        body: r.text().await.expect("body"),
+    }
+}
+
+async fn scrape(gw: &Gateway) -> String {
+    client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text")
+}
+
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn outcome(text: &str, name: &str) -> f64 {
+    sample(
+        text,
+        &format!("floodgate_idempotency_requests_total{{outcome=\"{name}\"}}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_replicas_a_key_in_use_is_409_a_reused_one_422_a_pending_one_waited_on() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let (redis, p) = (redis_url(), prefix("keys-across"));
+    let a = Gateway::start(replica(&kafka.bootstrap_servers(), &redis, &p, "a")).await;
+    let b = Gateway::start(replica(&kafka.bootstrap_servers(), &redis, &p, "b")).await;
+
+    // 409: a request with the key is still being read on replica a.
+    let body = records("slow", 2);
+    let mut slow = tokio::net::TcpStream::connect(a.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/topics/{TOPIC}/records HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nIdempotency-Key: slow\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.expect("head");
+    slow.write_all(&body.as_bytes()[..5]).await.expect("part");
+    // Replica a holds the key once it has read the request's head.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sample(&scrape(&a).await, "floodgate_idempotency_in_flight") < 1.0 {
+        assert!(Instant::now() < deadline, "replica a never claimed the key");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let conflict = keyed(&b, "slow", &body).await;
+    assert_eq!(conflict.status, 409, "{}", conflict.body);
+    assert_eq!(conflict.json()["error"], "idempotency_key_in_use");
+    slow.write_all(&body.as_bytes()[5..]).await.expect("rest");
+    let mut original = String::new();
+    slow.read_to_string(&mut original).await.expect("answer");
+    assert!(original.starts_with("HTTP/1.1 200"), "{original}");
+    let original_body = original.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let replay = keyed(&b, "slow", &body).await;
+    assert_eq!((replay.status, replay.replayed), (200, true));
+    assert_eq!(
+        replay.body, original_body,
+        "byte for byte, from another replica"
+    );
+
+    // 422: the same key for another request, on another replica.
+    let reused = keyed(&a, "slow", &records("other", 2)).await;
+    assert_eq!(reused.status, 422);
+    assert_eq!(reused.json()["error"], "idempotency_key_reused");
+
+    // Pending: Kafka away, the original on a gets 503; a retry on b waits for it (and gets
+    // 503 too, writing nothing); once Kafka is back, a retry on b gets the original's answer.
+    kafka.broker_down(1).expect("down");
+    let first = keyed(&a, "pending", &records("p", 3)).await;
+    assert_eq!(first.status, 503, "{}", first.body);
+    let waited = keyed(&b, "pending", &records("p", 3)).await;
+    assert_eq!(waited.status, 503, "{}", waited.body);
+    assert!(
+        waited.body.contains("on another replica"),
+        "waited on a's pending records: {}",
+        waited.body
+    );
+    kafka.broker_up(1).expect("up");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answered = loop {
+        let answer = keyed(&b, "pending", &records("p", 3)).await;
+        if answer.status == 200 {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "never answered: {}", answer.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(answered.replayed);
+    assert_eq!(answered.json()["offsets"].as_array().map(Vec::len), Some(3));
+    let on_b = scrape(&b).await;
+    assert_eq!(
+        sample(
+            &on_b,
+            "floodgate_tenant_records_total{tenant=\"acme\",outcome=\"admitted\"}"
+        ),
+        0.0,
+        "replica b wrote nothing: {on_b}"
+    );
+    assert!(outcome(&on_b, "attached") >= 1.0);
+    assert_eq!(outcome(&on_b, "conflict"), 1.0);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_is_away_refuses_keyed_requests_or_accepts_them_unprotected() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut redis = OwnRedis::start();
+    let p = prefix("keys-away");
+    let refuse = Gateway::start(replica(&kafka.bootstrap_servers(), &redis.url(), &p, "r")).await;
+    let mut cfg = replica(&kafka.bootstrap_servers(), &redis.url(), &p, "s");
+    cfg.idempotency.on_store_error = OnStoreError::Accept;
+    let accept = Gateway::start(cfg).await;
+    assert_eq!(keyed(&refuse, "k1", &records("a", 1)).await.status, 200);
+    redis.kill();
+    let refused = keyed(&refuse, "k2", &records("b", 1)).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.json()["error"], "idempotency_unavailable");
+    assert!(refused.json()["detail"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("Idempotency-Key")));
+    let accepted = keyed(&accept, "k2", &records("b", 1)).await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+    // Requests without a key are not affected by the key store.
+    let (s, _, _) = post_json(
+        &refuse.url(TOPIC),
+        KEY,
+        &serde_json::json!({"records":[{"value":1}]}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let on_refuse = scrape(&refuse).await;
+    let on_accept = scrape(&accept).await;
+    assert_eq!(outcome(&on_refuse, "refused"), 1.0);
+    assert_eq!(outcome(&on_accept, "unprotected"), 1.0);
+    assert!(
+        sample(
+            &on_refuse,
+            "floodgate_idempotency_store_errors_total{op=\"claim\"}"
+        ) >= 1.0
+    );
+    // Redis back: keys are claimed again (the connection manager reconnects by itself).
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = keyed(&refuse, "k3", &records("c", 1)).await;
+        if answer.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never recovered: {}",
+            answer.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(keyed(&accept, "k3", &records("c", 1)).await.replayed);
+    refuse.shutdown().await;
+    accept.shutdown().await;
+}
+
+/// The series count what happened, and a scrape passes promtool's lint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_series_count_outcomes_and_pass_promtool() {
+    let (_kafka, gw) = gateway_on_mock(TOPIC, Time::Real, |c| {
+        c.idempotency.max_entries = 2;
+    })
+    .await;
+    for key in ["m1", "m2", "m3"] {
+        assert_eq!(keyed(&gw, key, &records(key, 1)).await.status, 200);
+    }
+    assert!(keyed(&gw, "m3", &records("m3", 1)).await.replayed);
+    assert_eq!(keyed(&gw, "m3", &records("x", 1)).await.status, 422);
+    let text = scrape(&gw).await;
+    assert_eq!(outcome(&text, "processed"), 3.0);
+    assert_eq!(outcome(&text, "replayed"), 1.0);
+    assert_eq!(outcome(&text, "reused"), 1.0);
+    assert_eq!(sample(&text, "floodgate_idempotency_evictions_total"), 1.0);
+    assert_eq!(
+        sample(&text, "floodgate_idempotency_entries{of=\"held\"}"),
+        2.0
+    );
+    assert_eq!(
+        sample(&text, "floodgate_idempotency_entries{of=\"max\"}"),
+        2.0
+    );
+    // An evicted key is processed again: its guarantee ended with its eviction.
+    let again = keyed(&gw, "m1", &records("m1", 1)).await;
+    assert_eq!((again.status, again.replayed), (200, false));
+    let lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("promtool (apt-get install -y prometheus)");
+    assert!(
+        lint.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    gw.shutdown().await;
+}
