@@ -25,7 +25,7 @@ mod stats;
 pub use answer::{Corrupt, StoredAnswer, REPLAYED};
 pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
 pub use key::{IdempotencyKey, KeyDigest, HEADER, MAX_KEY_CHARS};
-pub use memory::{MemoryBounds, MemoryStore};
+pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD};
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
 use std::collections::HashMap;
