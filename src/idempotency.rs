@@ -67,6 +67,9 @@ pub enum FlightState {
 struct Flight {
     token: Token,
     state: watch::Sender<FlightState>,
+    /// Cluster mode: the store said the key is this flight's. Until then the renewer leaves
+    /// it alone (renewing re-creates a lapsed claim, and must not race the first claim).
+    held: std::sync::atomic::AtomicBool,
 }
 
 /// What a request with a key is to do.
@@ -213,6 +216,7 @@ impl Idempotency {
             let flight = Arc::new(Flight {
                 token: self.token(),
                 state: watch::channel(FlightState::Claimed).0,
+                held: std::sync::atomic::AtomicBool::new(!self.is_clustered()),
             });
             flights.insert(key, flight.clone());
             Claim {
@@ -228,7 +232,16 @@ impl Idempotency {
         };
         let token = claim.flight.token;
         match redis.claim(&key, &token, self.settings.claim_ttl).await {
-            Ok(None) => Begin::Fresh(claim),
+            Ok(None) => {
+                claim.flight.held.store(true, Relaxed);
+                Begin::Fresh(claim)
+            }
+            // Its own token: the claim is this request's (nothing else writes it before the
+            // claim is held; kept apart so a second write of the same claim stays harmless).
+            Ok(Some(Found::Claimed(t))) if t == token => {
+                claim.flight.held.store(true, Relaxed);
+                Begin::Fresh(claim)
+            }
             Ok(Some(found)) => {
                 claim.forget();
                 match found {
@@ -315,6 +328,7 @@ impl Idempotency {
         let held: Vec<(KeyDigest, Token, Option<Fingerprint>)> = self
             .flights()
             .iter()
+            .filter(|(_, f)| f.held.load(Relaxed))
             .filter_map(|(k, f)| match &*f.state.borrow() {
                 FlightState::Claimed => Some((*k, f.token, None)),
                 FlightState::Pending(fp) => Some((*k, f.token, Some(*fp))),
@@ -374,13 +388,12 @@ pub struct Claim {
 
 impl Claim {
     /// The request's records are with Kafka: from now on a retry with this fingerprint waits
-    /// for them. Returns what the request itself waits on.
-    pub fn pending(&mut self, fingerprint: Fingerprint) -> watch::Receiver<FlightState> {
+    /// for them, and the key is never given up while they may be written.
+    pub fn pending(&mut self, fingerprint: Fingerprint) {
         self.sent = true;
         self.flight
             .state
             .send_replace(FlightState::Pending(fingerprint));
-        self.flight.state.subscribe()
     }
 
     /// Stores the final answer, then tells whoever waits. In cluster mode the write runs on

@@ -127,6 +127,8 @@ pub struct ProduceRequest<'a> {
 /// encoded (a keyed request's, as stored).
 enum Answer {
     Outcome(Result<Produced, ApiError>),
+    /// Encoded already, and stored (a keyed request's first answer).
+    Sent(Response),
     Stored {
         answer: StoredAnswer,
         /// Sent again to a retry (`Idempotent-Replayed: true`), not to the original.
@@ -229,6 +231,10 @@ impl Ingest {
                     Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
                 });
                 respond.respond(outcome)
+            }
+            Answer::Sent(response) => {
+                tenant.stats.count_api(api, response.status().is_success());
+                response
             }
             Answer::Stored { answer, replayed } => {
                 tenant.stats.count_api(api, answer.status().is_success());

@@ -34,10 +34,10 @@ impl StoredAnswer {
     /// The answer an encoder produced (its body is already in memory: encoders write whole
     /// bodies, so collecting it does not wait).
     pub async fn from_response(response: Response) -> Self {
-        let (parts, body) = response.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .unwrap_or_default();
+        Self::keep(response).await.0
+    }
+
+    fn encode(parts: &axum::http::response::Parts, body: &Bytes) -> Self {
         let headers: Vec<_> = parts
             .headers
             .iter()
@@ -58,11 +58,22 @@ impl StoredAnswer {
             out.put_slice(value.as_bytes());
         }
         let body_at = out.len();
-        out.put_slice(&body);
+        out.put_slice(body);
         Self {
             encoded: out.freeze(),
             body_at,
         }
+    }
+
+    /// The answer kept, and the response to send now: the encoder's own parts with the same
+    /// body (nothing parsed back).
+    pub async fn keep(response: Response) -> (Self, Response) {
+        let (parts, body) = response.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .unwrap_or_default();
+        let kept = Self::encode(&parts, &body);
+        (kept, Response::from_parts(parts, Body::from(body)))
     }
 
     /// Reads back what [`StoredAnswer::encoded`] wrote.

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use super::{Fingerprint, KeyDigest, StoredAnswer};
 use crate::budget::Clock;
 
-/// What an entry costs besides its answer's bytes: its B-tree slot (key, fingerprint, times:
-/// 128 bytes, in nodes at least 5/11 full), its place in the order queue (40 bytes, in a
-/// queue at most twice as long as needed) and its answer's allocation header.
+/// What an entry costs besides its answer's bytes: its B-tree slot (key, fingerprint, answer,
+/// sequence and cost: 120 bytes, in nodes at least 5/11 full), its place in the order queue
+/// (48 bytes, in a queue at most twice as long as needed) and its answer's allocation header.
 /// Measured (tests/idempotency_memory.rs): RSS stays within the bytes counted this way.
 pub const ENTRY_OVERHEAD: u64 = 400;
 
@@ -32,10 +32,17 @@ pub struct MemoryBounds {
 struct Entry {
     fingerprint: Fingerprint,
     answer: StoredAnswer,
-    stored_ns: u64,
     /// Its place in `order` (an older place for the same key is stale).
     seq: u64,
     cost: u64,
+}
+
+/// An entry's place in the order of storing.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    seq: u64,
+    stored_ns: u64,
+    key: KeyDigest,
 }
 
 #[derive(Debug, Default)]
@@ -44,8 +51,8 @@ struct Inner {
     /// this churn (every put evicts one) fills with tombstones and doubles while holding no
     /// more entries — measured: RSS half again above the bound after 700,000 unique keys.
     entries: BTreeMap<KeyDigest, Entry>,
-    /// (seq, key), oldest first; places whose entry was replaced or removed are skipped.
-    order: VecDeque<(u64, KeyDigest)>,
+    /// Oldest first; places whose entry was replaced or removed are skipped.
+    order: VecDeque<Place>,
     bytes: u64,
     next_seq: u64,
 }
@@ -105,68 +112,81 @@ impl MemoryStore {
         let now = self.clock.now_ns();
         let mut inner = self.lock();
         self.expire(&mut inner, now);
-        if let Some(old) = inner.entries.remove(&key) {
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let entry = Entry {
+            fingerprint,
+            answer,
+            seq,
+            cost,
+        };
+        if let Some(old) = inner.entries.insert(key, entry) {
             inner.bytes -= old.cost;
         }
-        while inner.entries.len() as u64 >= self.bounds.max_entries
-            || inner.bytes + cost > self.bounds.max_bytes
+        inner.order.push_back(Place {
+            seq,
+            stored_ns: now,
+            key,
+        });
+        inner.bytes += cost;
+        // The new entry is the youngest, so the oldest go first; it is never evicted itself
+        // (alone, it fits: its cost is within max_bytes, and max_entries is at least 1).
+        while inner.entries.len() as u64 > self.bounds.max_entries
+            || inner.bytes > self.bounds.max_bytes
         {
             if !self.pop_oldest(&mut inner) {
                 break;
             }
             self.counts.evictions.fetch_add(1, Relaxed);
         }
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        inner.order.push_back((seq, key));
-        inner.bytes += cost;
-        inner.entries.insert(
-            key,
-            Entry {
-                fingerprint,
-                answer,
-                stored_ns: now,
-                seq,
-                cost,
-            },
-        );
         // Places left by replaced keys are skipped when reached; if they ever outnumber the
         // live ones, the queue is rebuilt so it stays within twice the entries.
         if inner.order.len() > 2 * inner.entries.len() + 64 {
             let Inner { entries, order, .. } = &mut *inner;
-            order.retain(|(seq, key)| entries.get(key).is_some_and(|e| e.seq == *seq));
+            order.retain(|p| entries.get(&p.key).is_some_and(|e| e.seq == p.seq));
         }
         true
     }
 
+    /// Removes the entry of `place`, unless a later put replaced it (then the place is stale
+    /// and the newer entry stays). One lookup on the usual path.
+    fn remove_at(inner: &mut Inner, place: &Place) -> bool {
+        match inner.entries.remove(&place.key) {
+            Some(e) if e.seq == place.seq => {
+                inner.bytes -= e.cost;
+                true
+            }
+            Some(newer) => {
+                inner.entries.insert(place.key, newer);
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Removes the oldest live entry; false when there is none.
     fn pop_oldest(&self, inner: &mut Inner) -> bool {
-        while let Some((seq, key)) = inner.order.pop_front() {
-            if inner.entries.get(&key).is_some_and(|e| e.seq == seq) {
-                if let Some(e) = inner.entries.remove(&key) {
-                    inner.bytes -= e.cost;
-                }
+        while let Some(place) = inner.order.pop_front() {
+            if Self::remove_at(inner, &place) {
                 return true;
             }
         }
         false
     }
 
-    /// Drops every entry stored `ttl` ago or earlier (they are at the front).
+    /// Drops every entry stored `ttl` ago or earlier (they are at the front; the queue knows
+    /// when each was stored, so an entry that has not expired costs no lookup).
     fn expire(&self, inner: &mut Inner, now: u64) {
-        while let Some(&(seq, key)) = inner.order.front() {
-            let Some(e) = inner.entries.get(&key).filter(|e| e.seq == seq) else {
-                inner.order.pop_front();
-                continue;
-            };
-            if now.saturating_sub(e.stored_ns) < self.bounds.ttl_ns {
+        while let Some(place) = inner.order.front() {
+            if now.saturating_sub(place.stored_ns) < self.bounds.ttl_ns {
                 return;
             }
-            inner.order.pop_front();
-            if let Some(e) = inner.entries.remove(&key) {
-                inner.bytes -= e.cost;
+            let Some(place) = inner.order.pop_front() else {
+                return;
+            };
+            if Self::remove_at(inner, &place) {
+                self.counts.expirations.fetch_add(1, Relaxed);
             }
-            self.counts.expirations.fetch_add(1, Relaxed);
         }
     }
 

@@ -16,14 +16,16 @@
 //! - **Retry while the original is being read or admitted**: 409 `idempotency_key_in_use`.
 //! - **Same key, another request**: 422 `idempotency_key_reused`.
 //!
-//! The original's outcome is settled on a task of its own once its records are sent, so it is
-//! stored even if its client has gone (the case a retry exists for).
+//! A sync original waits for Kafka itself; if it stops waiting first (its delivery timeout, or
+//! its client gone and the request dropped), a task takes its claim over and stores the answer
+//! once Kafka has given it — the case a retry exists for.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::header;
+use axum::response::Response;
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 
@@ -120,7 +122,7 @@ impl Ingest {
                     return e.into();
                 }
                 stats.count(KeyOutcome::Attached);
-                return self.await_flight(flight, None, true).await;
+                return self.await_flight(flight).await;
             }
             Begin::Remote(original) => {
                 if let Err(e) = self
@@ -160,15 +162,10 @@ impl Ingest {
                 Some(&mut print),
             )
             .await;
-        let batch = match (sent, print.finish()) {
+        let (batch, fp) = match (sent, print.finish()) {
             (Ok(batch), Some(fp)) => (batch, fp),
             (Err(e), Some(fp)) if decided_for_good(&e) => {
-                let answer = StoredAnswer::from_response(respond.respond(Err(e))).await;
-                claim.finish(fp, answer.clone()).await;
-                return Answer::Stored {
-                    answer,
-                    replayed: false,
-                };
+                return keep(claim, fp, respond.respond(Err(e))).await;
             }
             (Err(e), _) => {
                 claim.release().await;
@@ -181,30 +178,48 @@ impl Ingest {
                 return Answer::Outcome(self.settle(batch, ack).await);
             }
         };
-        let (batch, fp) = batch;
-        let flight = claim.pending(fp);
-        // Settled on a task of its own: stored even if this request is dropped (its client
-        // gone) while Kafka has not answered.
-        let waits_for_kafka = ack == Ack::Kafka || failed_at_enqueue(&batch);
-        tokio::spawn(settle_keyed(
-            claim,
-            batch.clone(),
-            respond.detach(),
+        // From here on a retry waits for these records instead of writing them again.
+        claim.pending(fp);
+        if ack == Ack::Enqueued && !failed_at_enqueue(&batch) {
+            let accepted = Produced::Accepted {
+                records: batch.len(),
+            };
+            return keep(claim, fp, respond.respond(Ok(accepted))).await;
+        }
+        // Waits here for Kafka like any sync request; if the wait ends first (the delivery
+        // timeout, or this request dropped because its client left), the claim is handed to a
+        // task that stores the answer once Kafka has given it.
+        let mut settling = Settling {
+            claim: Some(claim),
+            batch: batch.clone(),
+            respond,
             fp,
-            waits_for_kafka,
-        ));
-        let deadline = waits_for_kafka.then_some(&batch);
-        self.await_flight(flight, deadline, false).await
+        };
+        if tokio::time::timeout(self.delivery_timeout, batch.wait())
+            .await
+            .is_err()
+        {
+            drop(settling);
+            return self
+                .not_acknowledged(
+                    &batch,
+                    "; a retry with the same Idempotency-Key waits for them instead of writing \
+                     them again",
+                )
+                .into();
+        }
+        let Some(claim) = settling.claim.take() else {
+            return Answer::Outcome(Ok(Produced::Settled(batch)));
+        };
+        if nothing_written(&batch) {
+            claim.release().await;
+            return Answer::Outcome(Ok(Produced::Settled(batch)));
+        }
+        keep(claim, fp, respond.respond(Ok(Produced::Settled(batch)))).await
     }
 
-    /// Waits for a flight's answer: the original's own (`replayed` false) or a retry's. With
-    /// `batch` (the original, waiting for Kafka) a timeout says how many records are pending.
-    async fn await_flight(
-        &self,
-        mut flight: watch::Receiver<FlightState>,
-        batch: Option<&Arc<Batch>>,
-        replayed: bool,
-    ) -> Answer {
+    /// A retry waits for the original's answer, up to the delivery timeout.
+    async fn await_flight(&self, mut flight: watch::Receiver<FlightState>) -> Answer {
         let done = |s: &FlightState| matches!(s, FlightState::Answered(..) | FlightState::Released);
         let settled = tokio::time::timeout(self.delivery_timeout, flight.wait_for(done)).await;
         let state = match settled {
@@ -212,25 +227,19 @@ impl Ingest {
             // The sender went with its claim: nothing will be stored by this process.
             Ok(Err(_)) => FlightState::Released,
             Err(_) => {
-                return match batch {
-                    Some(batch) => self
-                        .not_acknowledged(
-                            batch,
-                            "; a retry with the same Idempotency-Key waits for them instead \
-                             of writing them again",
-                        )
-                        .into(),
-                    None => ApiError::KafkaUnavailable(format!(
-                        "the original request with this Idempotency-Key is still waiting for \
-                         Kafka after {} ms; nothing was written again: retry with the same key",
-                        self.delivery_timeout.as_millis()
-                    ))
-                    .into(),
-                }
+                return ApiError::KafkaUnavailable(format!(
+                    "the original request with this Idempotency-Key is still waiting for Kafka \
+                     after {} ms; nothing was written again: retry with the same key",
+                    self.delivery_timeout.as_millis()
+                ))
+                .into()
             }
         };
         match state {
-            FlightState::Answered(_, answer) => Answer::Stored { answer, replayed },
+            FlightState::Answered(_, answer) => Answer::Stored {
+                answer,
+                replayed: true,
+            },
             _ => ApiError::KafkaUnavailable(
                 "Kafka did not take the records of the request with this Idempotency-Key, so \
                  nothing was written: retry with the same key"
@@ -339,28 +348,43 @@ fn nothing_written(batch: &Batch) -> bool {
         .all(|o| matches!(o, Some(Err(f)) if f.kind == FailureKind::Unavailable))
 }
 
-/// The original's answer, once final: 202 at once, or Kafka's outcome for every record.
-async fn settle_keyed(
-    claim: Claim,
-    batch: Arc<Batch>,
-    respond: Arc<dyn Respond>,
-    fp: Fingerprint,
-    waits_for_kafka: bool,
-) {
-    let outcome = if waits_for_kafka {
-        batch.wait().await;
-        if nothing_written(&batch) {
-            claim.release().await;
-            return;
-        }
-        Produced::Settled(batch)
-    } else {
-        Produced::Accepted {
-            records: batch.len(),
-        }
-    };
-    let answer = StoredAnswer::from_response(respond.respond(Ok(outcome))).await;
+/// Stores the original's answer, and sends it as the encoder wrote it.
+async fn keep(claim: Claim, fp: Fingerprint, response: Response) -> Answer {
+    let (answer, response) = StoredAnswer::keep(response).await;
     claim.finish(fp, answer).await;
+    Answer::Sent(response)
+}
+
+/// A sync original waiting for Kafka. Dropped with its claim still in it (the delivery
+/// timeout passed, or the request was dropped), it hands the claim to a task that stores the
+/// answer once Kafka has answered every record.
+struct Settling<'a> {
+    claim: Option<Claim>,
+    batch: Arc<Batch>,
+    respond: &'a dyn Respond,
+    fp: Fingerprint,
+}
+
+impl Drop for Settling<'_> {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let (batch, respond, fp) = (self.batch.clone(), self.respond.detach(), self.fp);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime: the process is ending, and the claim with it
+        };
+        runtime.spawn(async move {
+            batch.wait().await;
+            if nothing_written(&batch) {
+                claim.release().await;
+                return;
+            }
+            let answer = respond.respond(Ok(Produced::Settled(batch)));
+            let (answer, _) = StoredAnswer::keep(answer).await;
+            claim.finish(fp, answer).await;
+        });
+    }
 }
 
 #[cfg(test)]
