@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
 use crate::budget::Clock;
 use crate::config::{IdempotencyConfig, OnStoreError};
@@ -50,7 +50,7 @@ impl std::fmt::Debug for Token {
     }
 }
 
-/// Where a flight stands; retries waiting on it watch for `Answered` or `Released`.
+/// Where a flight stands; retries waiting on it wait for `Answered` or `Released`.
 #[derive(Debug, Clone)]
 pub enum FlightState {
     /// Being read or admitted: a retry is told 409.
@@ -66,10 +66,56 @@ pub enum FlightState {
 #[derive(Debug)]
 struct Flight {
     token: Token,
-    state: watch::Sender<FlightState>,
+    state: Mutex<FlightState>,
+    /// Wakes the retries waiting on this flight when its state changes.
+    changed: Notify,
     /// Cluster mode: the store said the key is this flight's. Until then the renewer leaves
     /// it alone (renewing re-creates a lapsed claim, and must not race the first claim).
     held: std::sync::atomic::AtomicBool,
+}
+
+impl Flight {
+    fn new(token: Token, held: bool) -> Self {
+        Self {
+            token,
+            state: Mutex::new(FlightState::Claimed),
+            changed: Notify::new(),
+            held: std::sync::atomic::AtomicBool::new(held),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FlightState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, state: FlightState) {
+        *self.state() = state;
+        self.changed.notify_waiters();
+    }
+}
+
+/// A retry waiting on another request's flight (on this replica).
+#[derive(Debug)]
+pub struct Waiter(Arc<Flight>);
+
+impl Waiter {
+    /// The flight's end: `Answered` or `Released`.
+    pub async fn settled(&self) -> FlightState {
+        loop {
+            let notified = self.0.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.0.state();
+                if matches!(*state, FlightState::Answered(..) | FlightState::Released) {
+                    return state.clone();
+                }
+            }
+            notified.await;
+        }
+    }
 }
 
 /// What a request with a key is to do.
@@ -80,7 +126,7 @@ pub enum Begin {
     /// Another request with the key is being read or admitted: 409.
     InUse,
     /// Another request's records are pending on this replica: compare fingerprints, then wait.
-    Attach(Fingerprint, watch::Receiver<FlightState>),
+    Attach(Fingerprint, Waiter),
     /// Another replica's request is pending: compare fingerprints, then wait for its answer.
     Remote(Fingerprint),
     /// The answer stored for the key: compare fingerprints, then replay it.
@@ -169,7 +215,11 @@ impl Idempotency {
         let mut t = [0u8; 32];
         t[..24].copy_from_slice(&self.instance);
         let n = self.next.fetch_add(1, Relaxed);
-        t[24..].copy_from_slice(format!("{n:08x}").as_bytes());
+        // Eight hex digits, written in place (no string per request).
+        for (i, d) in t[24..].iter_mut().enumerate() {
+            let nibble = (n >> (28 - 4 * i)) & 0xf;
+            *d = b"0123456789abcdef"[nibble as usize];
+        }
         Token(t)
     }
 
@@ -202,8 +252,8 @@ impl Idempotency {
         let claim = {
             let mut flights = self.flights();
             if let Some(flight) = flights.get(&key) {
-                return match &*flight.state.borrow() {
-                    FlightState::Pending(fp) => Begin::Attach(*fp, flight.state.subscribe()),
+                return match &*flight.state() {
+                    FlightState::Pending(fp) => Begin::Attach(*fp, Waiter(flight.clone())),
                     FlightState::Answered(fp, answer) => Begin::Stored(*fp, answer.clone()),
                     FlightState::Claimed | FlightState::Released => Begin::InUse,
                 };
@@ -213,11 +263,7 @@ impl Idempotency {
                     return Begin::Stored(fp, answer);
                 }
             }
-            let flight = Arc::new(Flight {
-                token: self.token(),
-                state: watch::channel(FlightState::Claimed).0,
-                held: std::sync::atomic::AtomicBool::new(!self.is_clustered()),
-            });
+            let flight = Arc::new(Flight::new(self.token(), !self.is_clustered()));
             flights.insert(key, flight.clone());
             Claim {
                 owner: self.clone(),
@@ -329,7 +375,7 @@ impl Idempotency {
             .flights()
             .iter()
             .filter(|(_, f)| f.held.load(Relaxed))
-            .filter_map(|(k, f)| match &*f.state.borrow() {
+            .filter_map(|(k, f)| match &*f.state() {
                 FlightState::Claimed => Some((*k, f.token, None)),
                 FlightState::Pending(fp) => Some((*k, f.token, Some(*fp))),
                 // Being stored, or given up: nothing to renew.
@@ -391,9 +437,7 @@ impl Claim {
     /// for them, and the key is never given up while they may be written.
     pub fn pending(&mut self, fingerprint: Fingerprint) {
         self.sent = true;
-        self.flight
-            .state
-            .send_replace(FlightState::Pending(fingerprint));
+        self.flight.set(FlightState::Pending(fingerprint));
     }
 
     /// Stores the final answer, then tells whoever waits. In cluster mode the write runs on
@@ -402,17 +446,31 @@ impl Claim {
         self.settled = true;
         let owner = self.owner.clone();
         let (key, flight) = (self.key, self.flight.clone());
-        flight
-            .state
-            .send_replace(FlightState::Answered(fingerprint, answer.clone()));
         match &owner.backend {
             Backend::Memory(store) => {
-                if !store.put(key, fingerprint, answer) {
+                // Stored and landed under the flights' lock, so `begin` finds the flight or
+                // the answer, never neither.
+                let (waiting, stored) = {
+                    let mut flights = owner.flights();
+                    if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+                        flights.remove(&key);
+                    }
+                    // Retries attached to this flight each hold it (besides this claim and
+                    // `flight`); no new one can attach now. Only for them is the answer copied.
+                    let waiting = (Arc::strong_count(&flight) > 2).then(|| answer.clone());
+                    (waiting, store.put(key, fingerprint, answer))
+                };
+                if !stored {
                     owner.stats.store_error(StoreOp::TooLarge);
                 }
-                owner.land(&key, &flight);
+                flight.set(match waiting {
+                    Some(answer) => FlightState::Answered(fingerprint, answer),
+                    None => FlightState::Released,
+                });
+                owner.landed.notify_waiters();
             }
             Backend::Redis(_) => {
+                flight.set(FlightState::Answered(fingerprint, answer.clone()));
                 let task = tokio::spawn(async move {
                     let Backend::Redis(redis) = &owner.backend else {
                         return;
@@ -452,7 +510,7 @@ impl Claim {
     /// Gives the key up: nothing is stored, and the next request with it is processed.
     pub async fn release(mut self) {
         self.settled = true;
-        self.flight.state.send_replace(FlightState::Released);
+        self.flight.set(FlightState::Released);
         let owner = self.owner.clone();
         owner.land(&self.key, &self.flight);
         if let Backend::Redis(redis) = &owner.backend {
@@ -465,7 +523,7 @@ impl Claim {
     /// The store said the key is not this request's: forget the local flight only.
     fn forget(mut self) {
         self.settled = true;
-        self.flight.state.send_replace(FlightState::Released);
+        self.flight.set(FlightState::Released);
         self.owner.land(&self.key, &self.flight);
     }
 }
@@ -475,7 +533,7 @@ impl Drop for Claim {
         if self.settled {
             return;
         }
-        self.flight.state.send_replace(FlightState::Released);
+        self.flight.set(FlightState::Released);
         self.owner.land(&self.key, &self.flight);
         if self.sent {
             // The records may be written and no answer will be stored here: in cluster mode

@@ -318,6 +318,8 @@ async fn three_replicas_with_retries_elsewhere_and_a_restart_write_once() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let report = restart_one.shutdown().await;
         assert_eq!(report.unconfirmed_records, 0);
+        // Down for a moment: tries sent to it meanwhile find nobody and go on elsewhere.
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
         let again = Gateway::start(replica_config(&tansu.bootstrap(), &redis, &prefix, 1)).await;
         proxies[1].retarget(again.addr);
         *keep.lock().await = Some(again);

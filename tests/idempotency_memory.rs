@@ -42,7 +42,8 @@ fn answer(i: u64) -> StoredAnswer {
 async fn flood(keys: &Arc<Idempotency>, from: u64, n: u64, mut check: impl FnMut(u64, u64)) {
     let start = rss_bytes();
     for i in from..from + n {
-        let key = IdempotencyKey::parse(format!("flood-{i}").as_bytes()).expect("key");
+        let text = format!("flood-{i}");
+        let key = IdempotencyKey::parse(text.as_bytes()).expect("key");
         let Begin::Fresh(mut claim) = keys.begin(key.digest("acme")).await else {
             panic!("a unique key is fresh");
         };

@@ -69,9 +69,7 @@ impl StoredAnswer {
     /// body (nothing parsed back).
     pub async fn keep(response: Response) -> (Self, Response) {
         let (parts, body) = response.into_parts();
-        let body = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .unwrap_or_default();
+        let body = collect(body).await;
         let kept = Self::encode(&parts, &body);
         (kept, Response::from_parts(parts, Body::from(body)))
     }
@@ -149,6 +147,29 @@ impl StoredAnswer {
         }
         response
     }
+}
+
+/// An encoder's body, whole: one frame as it is (encoders write one), more joined.
+async fn collect(mut body: Body) -> Bytes {
+    use http_body_util::BodyExt as _;
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    while let Some(Ok(frame)) = body.frame().await {
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        match (&mut joined, first.take()) {
+            (Some(all), _) => all.put_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(previous)) => {
+                let mut all = BytesMut::with_capacity(previous.len() + data.len());
+                all.put_slice(&previous);
+                all.put_slice(&data);
+                joined = Some(all);
+            }
+        }
+    }
+    joined.map_or_else(|| first.unwrap_or_default(), BytesMut::freeze)
 }
 
 #[cfg(test)]

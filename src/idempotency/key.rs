@@ -6,6 +6,8 @@
 //! SHA-256 of tenant and key ([`KeyDigest`]), so every entry has the same small size whatever
 //! the key, and no key text reaches a log or a Redis key name.
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
 use sha2::{Digest as _, Sha256};
 
@@ -15,9 +17,9 @@ pub const HEADER: &str = "idempotency-key";
 /// The longest key, in characters (the draft leaves it open; Stripe takes 255).
 pub const MAX_KEY_CHARS: usize = 255;
 
-/// A key as the client sent it (unquoted).
+/// A key as the client sent it (unquoted; borrowed from the header unless it had escapes).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey<'a>(Cow<'a, [u8]>);
 
 /// A tenant's key, as it is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,10 +31,10 @@ impl KeyDigest {
     }
 }
 
-impl IdempotencyKey {
+impl<'a> IdempotencyKey<'a> {
     /// The request's key: `Ok(None)` without the header, `Err` (naming the header) when it is
     /// sent twice, empty, too long, or not visible ASCII.
-    pub fn from_headers(headers: &HeaderMap) -> Result<Option<Self>, String> {
+    pub fn from_headers(headers: &'a HeaderMap) -> Result<Option<Self>, String> {
         let mut values = headers.get_all(HEADER).iter();
         let Some(value) = values.next() else {
             return Ok(None);
@@ -44,14 +46,14 @@ impl IdempotencyKey {
     }
 
     /// One header value, optional white space around it.
-    pub fn parse(raw: &[u8]) -> Result<Self, String> {
+    pub fn parse(raw: &'a [u8]) -> Result<Self, String> {
         let text = raw.trim_ascii();
         let key = match text {
             [b'"', inner @ .., b'"'] => unquote(inner)?,
             [b'"', ..] => {
                 return Err("Idempotency-Key: a quoted key must end with a closing quote".into())
             }
-            _ => text.to_vec(),
+            _ => Cow::Borrowed(text),
         };
         if key.is_empty() {
             return Err("Idempotency-Key: must not be empty".into());
@@ -68,11 +70,11 @@ impl IdempotencyKey {
                 at + 1
             ));
         }
-        // Visible ASCII is UTF-8.
-        Ok(Self(String::from_utf8_lossy(&key).into_owned()))
+        Ok(Self(key))
     }
 
-    pub fn as_str(&self) -> &str {
+    /// The key's characters (visible ASCII).
+    pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 
@@ -83,14 +85,17 @@ impl IdempotencyKey {
         sha.update(b"floodgate idempotency key\0");
         sha.update((tenant.len() as u64).to_be_bytes());
         sha.update(tenant.as_bytes());
-        sha.update(self.0.as_bytes());
+        sha.update(&self.0);
         KeyDigest(sha.finalize().into())
     }
 }
 
 /// The inside of a Structured Field string: `\"` and `\\` are escapes, any other backslash or
 /// a bare quote is malformed (RFC 8941 §4.2.5).
-fn unquote(inner: &[u8]) -> Result<Vec<u8>, String> {
+fn unquote(inner: &[u8]) -> Result<Cow<'_, [u8]>, String> {
+    if !inner.iter().any(|b| matches!(b, b'\\' | b'"')) {
+        return Ok(Cow::Borrowed(inner));
+    }
     let mut out = Vec::with_capacity(inner.len());
     let mut bytes = inner.iter();
     while let Some(&b) = bytes.next() {
@@ -109,7 +114,7 @@ fn unquote(inner: &[u8]) -> Result<Vec<u8>, String> {
             _ => out.push(b),
         }
     }
-    Ok(out)
+    Ok(Cow::Owned(out))
 }
 
 #[cfg(test)]
@@ -117,7 +122,7 @@ mod tests {
     use super::*;
 
     fn key(raw: &str) -> Result<String, String> {
-        IdempotencyKey::parse(raw.as_bytes()).map(|k| k.0)
+        IdempotencyKey::parse(raw.as_bytes()).map(|k| String::from_utf8_lossy(&k.0).into_owned())
     }
 
     #[test]

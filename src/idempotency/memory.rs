@@ -3,22 +3,24 @@
 //! its bookkeeping, [`ENTRY_OVERHEAD`]). When a new answer would not fit, the oldest are
 //! evicted first, and counted; a flood of unique keys therefore costs at most `max_bytes`.
 //!
-//! Time is the budgets' clock, so tests step it instead of sleeping. Entries are kept in the
-//! order they were stored: the oldest is the first to expire and the first to be evicted, so
-//! both are a pop from the front.
+//! Time is the budgets' clock, so tests step it instead of sleeping. The answers live in a
+//! ring in the order they were stored: the oldest is the first to expire and the first to be
+//! evicted, so both are a pop from the front. A hash index maps each key to its place in the
+//! ring; its slots are small (key and place), so the tombstones a churning table collects —
+//! every put evicts one — cost little even when they make it grow.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::{Fingerprint, KeyDigest, StoredAnswer};
 use crate::budget::Clock;
 
-/// What an entry costs besides its answer's bytes: its B-tree slot (key, fingerprint, answer,
-/// sequence and cost: 120 bytes, in nodes at least 5/11 full), its place in the order queue
-/// (48 bytes, in a queue at most twice as long as needed) and its answer's allocation header.
-/// Measured (tests/idempotency_memory.rs): RSS stays within the bytes counted this way.
-pub const ENTRY_OVERHEAD: u64 = 400;
+/// What an entry costs besides its answer's bytes: its ring slot (112 bytes, in a ring at
+/// most twice as long as its peak), its index slot (40 bytes, in a table that tombstones can
+/// leave at a quarter full) and its answer's allocation header. Measured
+/// (tests/idempotency_memory.rs): RSS stays within the bytes counted this way.
+pub const ENTRY_OVERHEAD: u64 = 448;
 
 /// The bounds (from `[idempotency]`).
 #[derive(Debug, Clone, Copy)]
@@ -29,32 +31,54 @@ pub struct MemoryBounds {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Answered {
     fingerprint: Fingerprint,
     answer: StoredAnswer,
-    /// Its place in `order` (an older place for the same key is stale).
-    seq: u64,
-    cost: u64,
 }
 
-/// An entry's place in the order of storing.
-#[derive(Debug, Clone, Copy)]
-struct Place {
-    seq: u64,
-    stored_ns: u64,
+/// One place in the ring. A replaced key leaves its place empty (`answered` None), still
+/// counted until it is popped.
+#[derive(Debug)]
+struct Slot {
     key: KeyDigest,
+    stored_ns: u64,
+    cost: u64,
+    answered: Option<Answered>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// A B-tree, not a hash map: its memory follows the entries held. A hash table under
-    /// this churn (every put evicts one) fills with tombstones and doubles while holding no
-    /// more entries — measured: RSS half again above the bound after 700,000 unique keys.
-    entries: BTreeMap<KeyDigest, Entry>,
-    /// Oldest first; places whose entry was replaced or removed are skipped.
-    order: VecDeque<Place>,
+    /// Key → sequence number of its slot.
+    index: HashMap<KeyDigest, u64>,
+    /// Oldest first; `ring[i]` has sequence number `first + i`.
+    ring: VecDeque<Slot>,
+    first: u64,
+    /// Every slot's cost, empty ones included.
     bytes: u64,
-    next_seq: u64,
+}
+
+impl Inner {
+    fn slot(&self, seq: u64) -> Option<&Slot> {
+        self.ring
+            .get(usize::try_from(seq.checked_sub(self.first)?).ok()?)
+    }
+
+    fn slot_mut(&mut self, seq: u64) -> Option<&mut Slot> {
+        let i = usize::try_from(seq.checked_sub(self.first)?).ok()?;
+        self.ring.get_mut(i)
+    }
+
+    /// Pops the oldest slot; true when it held an answer.
+    fn pop(&mut self) -> Option<bool> {
+        let slot = self.ring.pop_front()?;
+        self.first += 1;
+        self.bytes -= slot.cost;
+        let held = slot.answered.is_some();
+        if held {
+            self.index.remove(&slot.key);
+        }
+        Some(held)
+    }
 }
 
 /// Counts the store keeps (read by the metrics).
@@ -95,10 +119,9 @@ impl MemoryStore {
         let now = self.clock.now_ns();
         let mut inner = self.lock();
         self.expire(&mut inner, now);
-        inner
-            .entries
-            .get(key)
-            .map(|e| (e.fingerprint, e.answer.clone()))
+        let seq = *inner.index.get(key)?;
+        let answered = inner.slot(seq)?.answered.as_ref()?;
+        Some((answered.fingerprint, answered.answer.clone()))
     }
 
     /// Keeps `answer` for `key`, evicting the oldest answers until it fits. Returns false
@@ -112,88 +135,56 @@ impl MemoryStore {
         let now = self.clock.now_ns();
         let mut inner = self.lock();
         self.expire(&mut inner, now);
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        let entry = Entry {
-            fingerprint,
-            answer,
-            seq,
-            cost,
-        };
-        if let Some(old) = inner.entries.insert(key, entry) {
-            inner.bytes -= old.cost;
+        let seq = inner.first + inner.ring.len() as u64;
+        if let Some(old) = inner.index.insert(key, seq) {
+            // Its slot stays (and stays counted) until popped; its answer goes now.
+            if let Some(slot) = inner.slot_mut(old) {
+                slot.answered = None;
+            }
         }
-        inner.order.push_back(Place {
-            seq,
-            stored_ns: now,
+        inner.ring.push_back(Slot {
             key,
+            stored_ns: now,
+            cost,
+            answered: Some(Answered {
+                fingerprint,
+                answer,
+            }),
         });
         inner.bytes += cost;
-        // The new entry is the youngest, so the oldest go first; it is never evicted itself
+        // The new answer is the youngest, so the oldest go first; it is never evicted itself
         // (alone, it fits: its cost is within max_bytes, and max_entries is at least 1).
-        while inner.entries.len() as u64 > self.bounds.max_entries
+        while inner.index.len() as u64 > self.bounds.max_entries
             || inner.bytes > self.bounds.max_bytes
         {
-            if !self.pop_oldest(&mut inner) {
-                break;
+            match inner.pop() {
+                Some(true) => {
+                    self.counts.evictions.fetch_add(1, Relaxed);
+                }
+                Some(false) => {}
+                None => break,
             }
-            self.counts.evictions.fetch_add(1, Relaxed);
-        }
-        // Places left by replaced keys are skipped when reached; if they ever outnumber the
-        // live ones, the queue is rebuilt so it stays within twice the entries.
-        if inner.order.len() > 2 * inner.entries.len() + 64 {
-            let Inner { entries, order, .. } = &mut *inner;
-            order.retain(|p| entries.get(&p.key).is_some_and(|e| e.seq == p.seq));
         }
         true
     }
 
-    /// Removes the entry of `place`, unless a later put replaced it (then the place is stale
-    /// and the newer entry stays). One lookup on the usual path.
-    fn remove_at(inner: &mut Inner, place: &Place) -> bool {
-        match inner.entries.remove(&place.key) {
-            Some(e) if e.seq == place.seq => {
-                inner.bytes -= e.cost;
-                true
-            }
-            Some(newer) => {
-                inner.entries.insert(place.key, newer);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// Removes the oldest live entry; false when there is none.
-    fn pop_oldest(&self, inner: &mut Inner) -> bool {
-        while let Some(place) = inner.order.pop_front() {
-            if Self::remove_at(inner, &place) {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Drops every entry stored `ttl` ago or earlier (they are at the front; the queue knows
-    /// when each was stored, so an entry that has not expired costs no lookup).
+    /// Drops every answer stored `ttl` ago or earlier (they are at the front).
     fn expire(&self, inner: &mut Inner, now: u64) {
-        while let Some(place) = inner.order.front() {
-            if now.saturating_sub(place.stored_ns) < self.bounds.ttl_ns {
-                return;
-            }
-            let Some(place) = inner.order.pop_front() else {
-                return;
-            };
-            if Self::remove_at(inner, &place) {
+        while inner
+            .ring
+            .front()
+            .is_some_and(|s| now.saturating_sub(s.stored_ns) >= self.bounds.ttl_ns)
+        {
+            if inner.pop() == Some(true) {
                 self.counts.expirations.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// (entries, bytes) held now.
+    /// (answers, bytes) held now.
     pub fn held(&self) -> (u64, u64) {
         let inner = self.lock();
-        (inner.entries.len() as u64, inner.bytes)
+        (inner.index.len() as u64, inner.bytes)
     }
 
     pub fn bounds(&self) -> MemoryBounds {
@@ -289,7 +280,11 @@ mod tests {
         assert!((990..1_000).all(|i| s.get(&key(i)).is_some()));
         assert!(s.get(&key(989)).is_none());
         // A large answer evicts as many old ones as it needs.
-        assert!(s.put(key(5_000), FP, answer(3 * 500 - 400 - 3)));
+        assert!(s.put(
+            key(5_000),
+            FP,
+            answer((3 * (ENTRY_OVERHEAD + 100) - ENTRY_OVERHEAD - 3) as usize)
+        ));
         assert_eq!(s.held().0, 8);
         assert!(s.get(&key(992)).is_none() && s.get(&key(993)).is_some());
         // One larger than the whole store is not kept, and evicts nothing.
@@ -308,8 +303,9 @@ mod tests {
         assert_eq!(s.held().0, 2);
         assert!(s.get(&key(1)).is_some(), "replacing key 2 evicted nothing");
         assert_eq!(s.get(&key(2)).map(|(f, _)| f), Some(Fingerprint([9; 32])));
-        assert_eq!(s.counts.evictions.load(Relaxed), 0);
-        let inner = s.lock();
-        assert!(inner.order.len() <= 2 * 2 + 64 + 1, "{}", inner.order.len());
+        // The replaced places are counted until they are popped, so they stay within the
+        // byte bound and evict the oldest like any answer would.
+        let (_, bytes) = s.held();
+        assert!(bytes <= 1 << 20);
     }
 }

@@ -27,14 +27,13 @@ use axum::body::Body;
 use axum::http::header;
 use axum::response::Response;
 use http_body_util::BodyExt;
-use tokio::sync::watch;
 
 use super::{declared_length, drain_if_small, failed_at_enqueue, Ack, Answer, BodyFormat};
 use super::{Ingest, ProduceRequest, Respond};
 use crate::config::OnStoreError;
 use crate::idempotency::{
     Begin, Claim, Fingerprint, Fingerprinter, FlightState, IdempotencyKey, KeyDigest, KeyOutcome,
-    RequestShape, StoredAnswer,
+    RequestShape, StoredAnswer, Waiter,
 };
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureKind};
@@ -56,19 +55,18 @@ impl Ingest {
         topic: &Topic,
         request: ProduceRequest<'_>,
         format: BodyFormat<'_>,
-        key: IdempotencyKey,
+        key: IdempotencyKey<'_>,
     ) -> Answer {
         let content_type = request
             .headers
             .get(header::CONTENT_TYPE)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()))
-            .unwrap_or_default();
+            .map_or(&b""[..], |v| v.as_bytes());
         let print = Fingerprinter::new(RequestShape {
             tenant: tenant.id.as_str(),
             method: "POST",
             path: request.path,
             ack: request.ack.as_str(),
-            content_type: &content_type,
+            content_type,
         });
         let digest = key.digest(tenant.id.as_str());
         let declared = declared_length(request.headers);
@@ -219,13 +217,10 @@ impl Ingest {
     }
 
     /// A retry waits for the original's answer, up to the delivery timeout.
-    async fn await_flight(&self, mut flight: watch::Receiver<FlightState>) -> Answer {
-        let done = |s: &FlightState| matches!(s, FlightState::Answered(..) | FlightState::Released);
-        let settled = tokio::time::timeout(self.delivery_timeout, flight.wait_for(done)).await;
+    async fn await_flight(&self, flight: Waiter) -> Answer {
+        let settled = tokio::time::timeout(self.delivery_timeout, flight.settled()).await;
         let state = match settled {
-            Ok(Ok(state)) => state.clone(),
-            // The sender went with its claim: nothing will be stored by this process.
-            Ok(Err(_)) => FlightState::Released,
+            Ok(state) => state,
             Err(_) => {
                 return ApiError::KafkaUnavailable(format!(
                     "the original request with this Idempotency-Key is still waiting for Kafka \
