@@ -135,6 +135,9 @@ pub enum Begin {
     Unavailable(String),
 }
 
+/// Renewals in flight at once (cluster mode).
+const RENEW_AT_ONCE: usize = 64;
+
 /// Settings the pipeline reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -356,7 +359,7 @@ impl Idempotency {
                     }
                     continue;
                 }
-                me.renew(redis).await;
+                me.renew().await;
             }
         }))
     }
@@ -370,7 +373,9 @@ impl Idempotency {
         }
     }
 
-    async fn renew(&self, redis: &RedisKeys) {
+    /// One renewal of every claim this process holds, up to [`RENEW_AT_ONCE`] calls at a
+    /// time on the multiplexed connection (one slow answer does not hold the others up).
+    async fn renew(self: &Arc<Self>) {
         let held: Vec<(KeyDigest, Token, Option<Fingerprint>)> = self
             .flights()
             .iter()
@@ -382,23 +387,33 @@ impl Idempotency {
                 FlightState::Answered(..) | FlightState::Released => None,
             })
             .collect();
-        for (key, token, pending) in held {
-            match redis
-                .renew(&key, &token, pending, self.settings.claim_ttl)
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Another request took the key after this one's claim lapsed (Redis
-                    // away longer than claim_ttl): nothing to do but say so.
-                    self.stats.store_error(StoreOp::Renew);
-                    tracing::warn!(
-                        "idempotency: a claim lapsed and was taken by another request; \
-                         a retry of it may have been processed twice"
-                    );
-                }
-                Err(_) => self.stats.store_error(StoreOp::Renew),
+        for chunk in held.chunks(RENEW_AT_ONCE) {
+            let mut calls = tokio::task::JoinSet::new();
+            for &(key, token, pending) in chunk {
+                let me = self.clone();
+                calls.spawn(async move {
+                    let Backend::Redis(redis) = &me.backend else {
+                        return;
+                    };
+                    match redis
+                        .renew(&key, &token, pending, me.settings.claim_ttl)
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            // Another request took the key after this one's claim lapsed
+                            // (Redis away longer than claim_ttl): nothing to do but say so.
+                            me.stats.store_error(StoreOp::Renew);
+                            tracing::warn!(
+                                "idempotency: a claim lapsed and was taken by another \
+                                 request; a retry of it may have been processed twice"
+                            );
+                        }
+                        Err(_) => me.stats.store_error(StoreOp::Renew),
+                    }
+                });
             }
+            while calls.join_next().await.is_some() {}
         }
     }
 

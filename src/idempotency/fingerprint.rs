@@ -69,6 +69,13 @@ impl Fingerprinter {
         self.complete
     }
 
+    /// The fingerprint of what went in, for a body its reader saw end (records were decoded
+    /// from it). Were it cut short, the hash of the part matches no retry of the request: a
+    /// retry is then refused 422, never processed a second time.
+    pub fn seal(&self) -> Fingerprint {
+        Fingerprint(self.sha.clone().finalize().into())
+    }
+
     /// The fingerprint, when the whole body went in.
     pub fn finish(&self) -> Option<Fingerprint> {
         self.complete

@@ -160,22 +160,24 @@ impl Ingest {
                 Some(&mut print),
             )
             .await;
-        let (batch, fp) = match (sent, print.finish()) {
-            (Ok(batch), Some(fp)) => (batch, fp),
-            (Err(e), Some(fp)) if decided_for_good(&e) => {
-                return keep(claim, fp, respond.respond(Err(e))).await;
-            }
-            (Err(e), _) => {
-                claim.release().await;
-                return e.into();
-            }
-            // Sent without the body's end seen cannot happen (records are decoded only once
-            // the body ended); kept apart so nothing is ever stored under a partial hash.
-            (Ok(batch), None) => {
-                claim.release().await;
-                return Answer::Outcome(self.settle(batch, ack).await);
+        let batch = match sent {
+            Ok(batch) => batch,
+            Err(e) => {
+                return match print.finish() {
+                    Some(fp) if decided_for_good(&e) => {
+                        keep(claim, fp, respond.respond(Err(e))).await
+                    }
+                    _ => {
+                        claim.release().await;
+                        e.into()
+                    }
+                }
             }
         };
+        // Records are decoded only once the body has ended (`decode_body` marks it), so a
+        // sent request's fingerprint stands for its whole body.
+        debug_assert!(print.is_complete(), "records sent before the body's end");
+        let fp = print.seal();
         // From here on a retry waits for these records instead of writing them again.
         claim.pending(fp);
         if ack == Ack::Enqueued && !failed_at_enqueue(&batch) {
