@@ -4,7 +4,11 @@ and two topic patterns each), `floodgate dev` (release, in-process broker) start
 start-up time (launch to /readyz 200), RSS at rest, one /metrics scrape (size, time), RSS after
 ten scrapes, /admin/status and /admin/tenants (size, time), the status page's time until its
 table shows in headless Chromium (when selenium is importable), and a produce request for one
-tenant. Runs against the Kafka at $BOOTSTRAP (bench/tenants.sh starts Tansu). Prints one line
+tenant; then with the 100 first tenants busy (a request each), the scrape again; a SIGHUP
+reload that changes one tenant (until the admin API shows the change); the same scrape with
+`per_tenant = "all"`; and, with a shared registry (`[cluster] shared_registry`), the time the
+first replica takes to seed the registry topic and be ready, and a second replica to catch up
+with it. Runs against the Kafka at $BOOTSTRAP (bench/tenants.sh starts Tansu). Prints one line
 per count and writes bench/out/tenants.json.
 
     bench/tenants.sh [1000 10000 100000]
@@ -13,6 +17,7 @@ import hashlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,15 +55,52 @@ def get(url, token=None, method="GET", body=None, headers=None):
     return status, payload, time.perf_counter() - started
 
 
-def config(n, path):
+def config(n, path, extra="", first_rate=100):
     key = "tenant-key-0"
     with open(path, "w") as f:
-        f.write('[log]\nlevel = "warn"\n\n[kafka]\nbootstrap_servers = "%s"\n\n' % os.environ["BOOTSTRAP"])
+        f.write('[log]\nlevel = "warn"\n\n[kafka]\nbootstrap_servers = "%s"\n\n%s\n' % (os.environ["BOOTSTRAP"], extra))
         for i in range(n):
             digest = hashlib.sha256(f"tenant-key-{i}".encode()).hexdigest()
+            rate = first_rate if i == 0 else 100
             f.write(f'[[tenants]]\nid = "t{i:06d}"\napi_key_sha256 = ["{digest}"]\n'
-                    f'topics = ["events.demo", "t{i:06d}.*"]\nrecords_per_sec = 100\n\n')
+                    f'topics = ["events.demo", "t{i:06d}.*"]\nrecords_per_sec = {rate}\n\n')
     return key
+
+
+def launch(path, work, name, port_offset=0, extra_env=None):
+    env = dict(os.environ, FLOODGATE_ADMIN_TOKEN="bench:" + TOKEN,
+               FLOODGATE__SERVER__LISTEN=f"127.0.0.1:{PRODUCE + port_offset}",
+               FLOODGATE__SERVER__ADMIN_LISTEN=f"127.0.0.1:{ADMIN + port_offset}",
+               **(extra_env or {}))
+    log = open(os.path.join(work, name + ".log"), "w")
+    gw = subprocess.Popen([BIN, "--config", path, "run"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return gw, log
+
+
+def wait_ready(gw, log, admin, launched, limit=600):
+    while True:
+        try:
+            status, _, _ = get(f"http://127.0.0.1:{admin}/readyz")
+            if status == 200:
+                return round(time.perf_counter() - launched, 2)
+        except OSError:
+            pass
+        if gw.poll() is not None or time.perf_counter() - launched > limit:
+            raise SystemExit(f"gateway did not start; see {log.name}")
+        time.sleep(0.05)
+
+
+def stop(*gateways):
+    for gw in gateways:
+        gw.terminate()
+    for gw in gateways:
+        try:
+            gw.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+
+
+TOKEN = secrets.token_hex(16)
 
 
 def page_time(token):
@@ -98,26 +140,12 @@ def measure(n):
     work = tempfile.mkdtemp(prefix="floodgate-tenants-")
     path = os.path.join(work, "tenants.toml")
     key = config(n, path)
-    token = secrets.token_hex(16)
-    env = dict(os.environ, FLOODGATE_ADMIN_TOKEN="bench:" + token,
-               FLOODGATE__SERVER__LISTEN=f"127.0.0.1:{PRODUCE}",
-               FLOODGATE__SERVER__ADMIN_LISTEN=f"127.0.0.1:{ADMIN}")
-    log = open(os.path.join(work, "out.log"), "w")
+    token = TOKEN
     launched = time.perf_counter()
-    gw = subprocess.Popen([BIN, "--config", path, "run"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    gw, log = launch(path, work, "top")
     out = {"tenants": n}
     try:
-        while True:
-            try:
-                status, _, _ = get(f"http://127.0.0.1:{ADMIN}/readyz")
-                if status == 200:
-                    break
-            except OSError:
-                pass
-            if gw.poll() is not None or time.perf_counter() - launched > 300:
-                raise SystemExit(f"gateway did not start ({n} tenants); see {log.name}")
-            time.sleep(0.05)
-        out["startup_s"] = round(time.perf_counter() - launched, 2)
+        out["startup_s"] = wait_ready(gw, log, ADMIN, launched)
         time.sleep(2)
         out["rss_rest_mib"] = round(rss_kib(gw.pid) / 1024, 1)
         status, body, secs = get(f"http://127.0.0.1:{ADMIN}/metrics")
@@ -136,16 +164,59 @@ def measure(n):
         status, _, secs = get(f"http://127.0.0.1:{PRODUCE}/v1/topics/events.demo/records", key,
                               "POST", {"records": [{"value": 1}]})
         out["produce_status"] = status
+        # The first 100 tenants busy: each gets series of its own in `top` mode.
+        for i in range(min(n, 100)):
+            get(f"http://127.0.0.1:{PRODUCE}/v1/topics/events.demo/records?async=true",
+                f"tenant-key-{i}", "POST", {"records": [{"value": i}]})
+        time.sleep(1.5)
+        status, body, secs = get(f"http://127.0.0.1:{ADMIN}/metrics")
+        out["scrape_busy_mb"] = round(len(body) / 1e6, 2)
+        out["scrape_busy_s"] = round(secs, 3)
         page = page_time(token)
         if page is not None:
             out["page_table_s"] = round(page, 2)
+        # SIGHUP: the file changes one tenant's rate; timed until the admin API shows it.
+        config(n, path, first_rate=101)
+        started = time.perf_counter()
+        gw.send_signal(signal.SIGHUP)
+        while True:
+            _, body, _ = get(f"http://127.0.0.1:{ADMIN}/admin/tenants/t000000", token)
+            if json.loads(body).get("records_per_sec") == 101:
+                break
+            if time.perf_counter() - started > 300:
+                raise SystemExit("reload not applied")
+            time.sleep(0.01)
+        out["reload_s"] = round(time.perf_counter() - started, 2)
         out["rss_end_mib"] = round(rss_kib(gw.pid) / 1024, 1)
     finally:
-        gw.terminate()
-        try:
-            gw.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            gw.kill()
+        stop(gw)
+    # The same scrape with a series per tenant.
+    config(n, path, extra='[metrics]\nper_tenant = "all"\n')
+    launched = time.perf_counter()
+    gw, log = launch(path, work, "all")
+    try:
+        wait_ready(gw, log, ADMIN, launched)
+        status, body, secs = get(f"http://127.0.0.1:{ADMIN}/metrics")
+        out["scrape_all_mb"] = round(len(body) / 1e6, 2)
+        out["scrape_all_s"] = round(secs, 3)
+    finally:
+        stop(gw)
+    # A shared registry: the first replica seeds the topic, a second one catches up.
+    registry = f"_fg_registry_bench_{n}_{secrets.token_hex(4)}"
+    config(n, path, extra=f'[cluster]\nshared_registry = true\nregistry_topic = "{registry}"\n'
+                          'registry_secret_env = "FLOODGATE_BENCH_REGISTRY_SECRET"\n')
+    secret = {"FLOODGATE_BENCH_REGISTRY_SECRET": secrets.token_hex(16)}
+    launched = time.perf_counter()
+    first, log = launch(path, work, "seed", 0, secret)
+    second = None
+    try:
+        out["shared_seed_ready_s"] = wait_ready(first, log, ADMIN, launched)
+        launched = time.perf_counter()
+        second, log2 = launch(path, work, "follow", 1, secret)
+        out["shared_catch_up_s"] = wait_ready(second, log2, ADMIN + 1, launched)
+        out["shared_rss_mib"] = round(rss_kib(second.pid) / 1024, 1)
+    finally:
+        stop(*[g for g in (first, second) if g is not None])
     return out
 
 

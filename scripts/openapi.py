@@ -6,6 +6,9 @@ import os
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "openapi.json")
 MAX_RATE = 10_000_000_000
 MAX_BURST = 1 << 50
+# Every record costs this many bytes besides its key, value and headers (src/record.rs): a bytes
+# bucket smaller than that could never admit a record.
+RECORD_OVERHEAD_BYTES = 8
 B64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 def ref(n): return {"$ref": f"#/components/schemas/{n}"}
 def jres(desc, schema, headers=None):
@@ -14,10 +17,10 @@ def jres(desc, schema, headers=None):
     return r
 def err(desc): return jres(desc, ref("Error"))
 RL_HEADERS = {
-    "RateLimit-Policy": {"description": "draft-ietf-httpapi-ratelimit-headers: one item per bucket (q = burst, w = seconds to refill, qu = unit)", "schema": {"type": "string"}},
+    "RateLimit-Policy": {"description": "draft-ietf-httpapi-ratelimit-headers: one item per bucket (q = burst, w = seconds to refill, qu = unit: records, or content-bytes for the bytes buckets, which count a record's key, value, header names and values plus 8 bytes of overhead per record, not the HTTP body)", "schema": {"type": "string"}},
     "RateLimit": {"description": "tokens available now (r) and seconds until full (t), per bucket", "schema": {"type": "string"}},
 }
-RETRY = {"Retry-After": {"description": "whole seconds, rounded up", "schema": {"type": "integer", "minimum": 1}}}
+RETRY = {"Retry-After": {"description": "whole seconds, rounded up; at most a day (a longer wait is told again then)", "schema": {"type": "integer", "minimum": 1, "maximum": 86400}}}
 # Idempotency-Key (draft-ietf-httpapi-idempotency-key-header): a bare token or a Structured
 # Field string of 1 to 255 visible ASCII characters; the pattern is exactly what is accepted.
 IDEM_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
@@ -32,10 +35,15 @@ budget_props = {
     "records_per_sec": int_range(1, MAX_RATE),
     "records_burst": int_range(1, MAX_BURST),
     "bytes_per_sec": int_range(1, MAX_RATE),
-    "bytes_burst": int_range(1, MAX_BURST),
+    "bytes_burst": int_range(RECORD_OVERHEAD_BYTES, MAX_BURST),
 }
 budget_view_props = {k: nullable_int(v["minimum"], v["maximum"]) for k, v in budget_props.items()}
 dependent = {"records_burst": ["records_per_sec"], "bytes_burst": ["bytes_per_sec"]}
+# An unset bytes_burst is bytes_per_sec: below one record's overhead it must be set.
+small_bytes_rate = {
+    "if": {"required": ["bytes_per_sec"], "properties": {"bytes_per_sec": {"type": "integer", "maximum": RECORD_OVERHEAD_BYTES - 1}}},
+    "then": {"required": ["bytes_burst"]},
+}
 topic_pattern = "^[a-zA-Z0-9._*?-]{1,249}$"
 tenant_settings_props = {
     "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
@@ -51,7 +59,7 @@ schemas = {
             "detail": {"type": "string"},
             "field": {"type": "string", "description": "422 only: the offending field"},
             "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "auth_failures"], "description": "429 only"},
-            "retry_after_ms": {"type": "integer", "minimum": 0, "description": "429, and 409 idempotency_key_in_use"},
+            "retry_after_ms": {"type": "integer", "minimum": 0, "maximum": 86400000, "description": "429, and 409 idempotency_key_in_use"},
             "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
             "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},
         },
@@ -78,13 +86,13 @@ schemas = {
     },
     "TenantSettings": {
         "type": "object", "additionalProperties": False, "required": ["topics"],
-        "properties": tenant_settings_props, "dependentRequired": dependent,
+        "properties": tenant_settings_props, "dependentRequired": dependent, **small_bytes_rate,
     },
     "TenantPatch": {
         "type": "object", "additionalProperties": False,
         "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
         "properties": {**tenant_settings_props, **budget_view_props},
-        "dependentRequired": dependent,
+        "dependentRequired": dependent, **small_bytes_rate,
     },
     "Tenant": {
         "type": "object", "required": ["id", "version", "topics", "keys", "live"],
@@ -100,7 +108,7 @@ schemas = {
     "GlobalSettings": {
         "type": "object", "additionalProperties": False,
         "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}},
-        "dependentRequired": dependent,
+        "dependentRequired": dependent, **small_bytes_rate,
     },
     "Global": {
         "type": "object",
@@ -236,7 +244,7 @@ paths = {
     "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     "/readyz": {"get": {"summary": "Ready for traffic", "responses": {
         "200": jres("ready", ref("Readiness")),
-        "503": jres("not ready: shutting_down, registry_loading, buffer_high_water or kafka_unreachable", ref("Readiness")),
+        "503": jres("not ready: shutting_down, registry_unverified, registry_loading, buffer_high_water or kafka_unreachable", ref("Readiness")),
     }}},
     "/metrics": {"get": {"summary": "Prometheus metrics (OpenMetrics text)", "responses": {"200": {"description": "the exposition", "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}, "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}}}, "description": "OpenMetrics when the Accept header asks for application/openmetrics-text (as Prometheus does), Prometheus' classic text format otherwise. Per-tenant series as [metrics] per_tenant says (default: the 100 busiest, the rest under tenant=\"_other\"). With [metrics] token_env, 401 without its bearer token."}},
     "/admin/tenants": {"get": admin_op("List tenants, a page at a time in id order", {

@@ -175,16 +175,19 @@ impl AdaptiveAgent {
         let mut offered = HashMap::new();
         let (mut admitted_records, mut admitted_bytes, mut refused) = (0u64, 0u64, 0u64);
         for t in registry.tenants() {
+            let Some(stats) = t.stats_if_any() else {
+                continue; // never offered anything
+            };
             offered.insert(
                 t.id.as_str().to_string(),
                 (
-                    t.stats.offered_records.load(Relaxed),
-                    t.stats.offered_bytes.load(Relaxed),
+                    stats.offered_records.load(Relaxed),
+                    stats.offered_bytes.load(Relaxed),
                 ),
             );
-            admitted_records += t.stats.admitted_records.load(Relaxed);
-            admitted_bytes += t.stats.admitted_bytes.load(Relaxed);
-            refused += t.stats.rejected_count(Reason::Adaptive);
+            admitted_records += stats.admitted_records.load(Relaxed);
+            admitted_bytes += stats.admitted_bytes.load(Relaxed);
+            refused += stats.rejected_count(Reason::Adaptive);
         }
         let mut previous = self
             .previous
@@ -242,15 +245,14 @@ impl AdaptiveAgent {
                 let (r, b) = offered.get(&id).copied().unwrap_or_default();
                 let (pr, pb) = previous.offered.get(&id).copied().unwrap_or((r, b));
                 let (now_n, then_n) = if by_records { (r, pr) } else { (b, pb) };
-                let state = t.admission_state();
-                let spec = state.buckets.spec();
+                let spec = t.spec();
                 let weight = if by_records { spec.records } else { spec.bytes }
                     .map_or(ceiling_r.or(ceiling_b).unwrap_or(1) as f64, |s| {
                         s.per_sec as f64
                     });
                 Demand {
                     id,
-                    class: state.priority,
+                    class: t.priority(),
                     weight,
                     offered: now_n.saturating_sub(then_n) as f64 / secs,
                 }

@@ -120,12 +120,8 @@ async fn require_admin(
             .extensions()
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| app.ingest.proxies.client(c.0.ip(), request.headers()));
-        let failures = &app.admin.failures;
-        if let Some(wait) = client.and_then(|ip| failures.refusal(ip)) {
+        if let Some(wait) = client.and_then(|ip| app.admin.failures.fail(ip)) {
             return ApiError::AuthFailures(wait).into_response();
-        }
-        if let Some(ip) = client {
-            failures.failed(ip);
         }
         return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
     };
@@ -226,6 +222,12 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
         return Readiness::NotReady {
             reason: "shutting_down",
             detail: "floodgate is draining".into(),
+        };
+    }
+    if app.registry.is_unverified() {
+        return Readiness::NotReady {
+            reason: "registry_unverified",
+            detail: "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env)".into(),
         };
     }
     if !app.registry.is_loaded() {

@@ -416,7 +416,7 @@ impl Admission {
         self.follow_plan(tenant, &mut state, now);
         self.follow_lag(tenant, &mut state, topic, now, 0);
         if let Err(Denial::Refused(r)) = self.adaptive_check(&state, now, Charge::new(1, 1)) {
-            tenant.stats.offered(1, 0);
+            tenant.stats().offered(1, 0);
             return Err(r);
         }
         if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
@@ -425,7 +425,7 @@ impl Admission {
             // cap holds back (the plan is already followed: nothing moves).
             let typical = guards::typical_records(tenant);
             self.follow_lag(tenant, &mut state, topic, now, typical);
-            tenant.stats.offered(1, 0);
+            tenant.stats().offered(1, 0);
             return Err(r);
         }
         let spec = state.buckets.spec();
@@ -456,8 +456,11 @@ impl Admission {
     /// The tenant's and the global buckets as they are now.
     pub fn view(&self, tenant: &Tenant) -> BucketsView {
         let now = self.clock.now_ns();
-        let state = tenant.admission_state();
-        self.view_locked(&state.buckets, now)
+        match tenant.admission_if_live() {
+            Some(state) => self.view_locked(&state.buckets, now),
+            // Never charged: its buckets are full, and looking must not give it state.
+            None => self.view_locked(&TenantBuckets::new(tenant.spec()), now),
+        }
     }
 
     fn view_locked(&self, buckets: &TenantBuckets, now: u64) -> BucketsView {

@@ -68,6 +68,9 @@ pub struct BuildOptions {
     pub registry_secrets: Option<crate::registry::RegistrySecrets>,
     /// The `/metrics` scrape token; `None`: read from `[metrics] token_env` (if set).
     pub metrics_token: Option<String>,
+    /// The configuration file's part, its tenants moved out of the config (at 100,000 tenants
+    /// a copy is 45 MB at start-up); `None`: copied from the config.
+    pub file: Option<crate::registry::FilePart>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +105,10 @@ impl AppState {
             Some(path) => Box::new(StateFile::open(path)?),
             None => Box::new(InMemory),
         };
+        // The file's tenants, moved out by the caller (`run`) or copied from `config`.
+        let file = options
+            .file
+            .unwrap_or_else(|| crate::registry::FilePart::of(config));
         let replica_id =
             crate::cluster::Settings::from_config(&config.cluster, options.produce_port).replica_id;
         let registry = Arc::new(if config.cluster.shared_registry {
@@ -119,9 +126,9 @@ impl AppState {
                 secrets,
             )
             .map_err(|e| RegistryError::Shared(e.to_string()))?;
-            RegistryStore::shared(config, log, &replica_id, clock.clone(), true)
+            RegistryStore::shared(Some(file), log, &replica_id, clock.clone())
         } else {
-            RegistryStore::open(config, persistence, clock.clone())?
+            RegistryStore::open(file, persistence, clock.clone())?
         });
         let buffer = Arc::new(Buffer::new(
             config.buffer.max_bytes,
@@ -147,8 +154,11 @@ impl AppState {
             ))
         };
         let (failures, admin_failures) = (guard(), guard());
-        let proxies = crate::forwarded::TrustedProxies::parse(&config.server.trusted_proxies)
-            .unwrap_or_default();
+        let proxies = crate::forwarded::TrustedProxies::parse(
+            &config.server.trusted_proxies,
+            config.server.forwarded_header,
+        )
+        .unwrap_or_default();
         let tenants = registry.tenants().clone();
         let cluster = match &config.cluster.redis_url {
             Some(url) => {

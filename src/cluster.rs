@@ -24,8 +24,16 @@
 //! mode is on.
 //!
 //! **Members** are counted by distinct replica id; each process holds its id with a random
-//! instance id, so a second process started with the same `replica_id` is refused at join
-//! (two replicas counted as one would each take too large a share).
+//! instance id and a count of its heartbeats. Two live processes with one `replica_id` would
+//! be counted as one member and each take too large a share, so one of them stops: a process
+//! that finds its id held by another instance watches that holder's heartbeat count for up
+//! to `member_ttl`. If the count moves, the holder is alive and this process is refused —
+//! at join it does not start; if Redis was unreachable at join and the clash shows only when
+//! Redis answers, it drains and stops (`run` ends with the same error, exit 64), since it has
+//! been taking a share sized for a member count that was wrong. If the count stands still
+//! until the holder's entry lapses, the holder is dead — typically this replica's previous
+//! process, killed without leaving — and this process takes the id over: a fast restart
+//! after `kill -9` waits at most `member_ttl` instead of being refused as its own duplicate.
 //!
 //! Layer: services. Imports budgets, tenants and the foundations; the pipeline calls it when
 //! admission needs a lease; nothing here knows HTTP or Kafka.
@@ -121,6 +129,9 @@ pub struct Cluster {
     /// One request-path lease at a time per slice: requests that find the same slice empty
     /// wait for the first one's lease and use its tokens, instead of all asking Redis.
     in_flight: std::sync::Mutex<HashMap<usize, Arc<tokio::sync::Mutex<()>>>>,
+    /// Set once a live replica was found holding this replica's id after start-up: the run
+    /// drains and stops (see [`Cluster::refused`]).
+    refused: tokio::sync::watch::Sender<bool>,
 }
 
 /// A slice the agent looks after: whose, the tenant (for its lock), the slice, its budget.
@@ -146,13 +157,16 @@ impl Cluster {
         Self {
             store,
             // Until Redis has answered, the members are not known: assume as many as expected.
-            sharing: Arc::new(Sharing::new(settings.expected_replicas)),
+            sharing: Arc::new(
+                Sharing::new(settings.expected_replicas).reprobing_every(settings.heartbeat),
+            ),
             stats: ClusterStats::default(),
             tenants,
             global,
             clock,
             settings,
             in_flight: std::sync::Mutex::new(HashMap::new()),
+            refused: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -184,21 +198,12 @@ impl Cluster {
 
     /// Joins the cluster: connects, announces this replica, switches to leased slices. If
     /// Redis cannot be reached the replica runs on its local share (1/`expected_replicas`
-    /// until members are counted) and the agent keeps trying; a replica id another live
-    /// replica holds is refused.
+    /// until members are counted) and the agent keeps trying. A replica id held by another
+    /// instance is watched: refused if that instance is alive, taken over once its entry
+    /// lapses if it is not (see the module's comment).
     pub async fn join(&self) -> Result<(), JoinError> {
-        match self.heartbeat().await {
-            Ok(m) if m.duplicate => Err(JoinError::DuplicateReplica(
-                self.settings.replica_id.clone(),
-            )),
-            Ok(_) => {
-                tracing::info!(
-                    replica = %self.settings.replica_id,
-                    members = self.stats.members.load(Relaxed),
-                    "cluster: joined; budgets are shared through Redis"
-                );
-                Ok(())
-            }
+        let first = match self.heartbeat().await {
+            Ok(m) => m,
             Err(e) => {
                 tracing::warn!(
                     error = %e,
@@ -206,9 +211,64 @@ impl Cluster {
                     "cluster: Redis unreachable at start; admitting from a local share of \
                      every budget (expected_replicas, members not counted yet) until it answers"
                 );
-                Ok(())
+                return Ok(());
+            }
+        };
+        if first.duplicate {
+            tracing::warn!(
+                replica = %self.settings.replica_id,
+                ttl_ms = duration_ms(self.settings.member_ttl),
+                "cluster: this replica_id is held by another instance; waiting for it to lapse \
+                 (a previous process that died without leaving) unless it is alive"
+            );
+            let watch = DuplicateWatch::new(first.holder);
+            // A lapse is decided by Redis's clock; this bounds the wait by ours, in case the
+            // two disagree (a holder that neither beats nor lapses is not taken over).
+            let most = (self
+                .settings
+                .member_ttl
+                .saturating_add(self.settings.heartbeat))
+            .saturating_mul(2);
+            let deadline = Instant::now().checked_add(most);
+            loop {
+                tokio::time::sleep(self.settings.heartbeat).await;
+                match self.heartbeat().await {
+                    Ok(m) if !m.duplicate => break,
+                    Ok(m)
+                        if watch.alive(&m.holder)
+                            || deadline.is_some_and(|d| Instant::now() >= d) =>
+                    {
+                        return Err(self.refuse());
+                    }
+                    Ok(_) => {}
+                    // Redis went away meanwhile: serve on the local share; the agent watches.
+                    Err(_) => return Ok(()),
+                }
             }
         }
+        tracing::info!(
+            replica = %self.settings.replica_id,
+            members = self.stats.members.load(Relaxed),
+            "cluster: joined; budgets are shared through Redis"
+        );
+        Ok(())
+    }
+
+    /// This replica may not hold its id: another live instance does.
+    fn refuse(&self) -> JoinError {
+        self.stats.duplicate.store(true, Relaxed);
+        tracing::error!(replica = %self.settings.replica_id,
+            "cluster: another live replica holds this replica_id — give every replica its own id");
+        JoinError::DuplicateReplica(self.settings.replica_id.clone())
+    }
+
+    /// Resolves once a live replica has been found holding this replica's id after start-up
+    /// (Redis was unreachable at join): the run then drains and stops with
+    /// [`JoinError::DuplicateReplica`]. Never resolves otherwise.
+    pub async fn refused(&self) -> JoinError {
+        let mut seen = self.refused.subscribe();
+        let _ = seen.wait_for(|refused| *refused).await;
+        JoinError::DuplicateReplica(self.settings.replica_id.clone())
     }
 
     async fn heartbeat(&self) -> Result<Membership, StoreError> {
@@ -226,11 +286,6 @@ impl Cluster {
         .await;
         match result {
             Ok(m) => {
-                if m.duplicate && !self.stats.duplicate.swap(true, Relaxed) {
-                    tracing::error!(replica = %self.settings.replica_id,
-                        "cluster: another live replica holds this replica_id; counting it and \
-                         this one apart — give every replica its own id");
-                }
                 self.stats.members.store(m.members.max(1), Relaxed);
                 self.recover();
                 Ok(m)
@@ -239,6 +294,32 @@ impl Cluster {
                 self.degrade(&e);
                 Err(e)
             }
+        }
+    }
+
+    /// The agent's heartbeat: counts the members, and watches an id held by another instance
+    /// (possible only if Redis was unreachable at join) until it lapses or proves alive.
+    async fn beat(&self, watch: &mut Option<DuplicateWatch>) {
+        let Ok(m) = self.heartbeat().await else {
+            return;
+        };
+        if !m.duplicate {
+            *watch = None;
+            return;
+        }
+        match watch {
+            None => {
+                tracing::warn!(replica = %self.settings.replica_id,
+                    "cluster: Redis answers, and this replica_id is held by another instance; \
+                     watching whether it is alive");
+                *watch = Some(DuplicateWatch::new(m.holder));
+            }
+            // Once refused, the run is draining: said once.
+            Some(w) if w.alive(&m.holder) && !*self.refused.borrow() => {
+                let _ = self.refuse();
+                self.refused.send_replace(true);
+            }
+            Some(_) => {}
         }
     }
 
@@ -285,11 +366,12 @@ impl Cluster {
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_heartbeat = Instant::now();
             let mut demand: HashMap<String, Demand> = HashMap::new();
+            let mut watch = None;
             loop {
                 interval.tick().await;
                 if last_heartbeat.elapsed() >= cluster.settings.heartbeat {
                     last_heartbeat = Instant::now();
-                    let _ = cluster.heartbeat().await;
+                    cluster.beat(&mut watch).await;
                 }
                 if !cluster.is_degraded() {
                     cluster.tend_slices(&mut demand, tick).await;
@@ -308,7 +390,7 @@ impl Cluster {
         let mut slices: Vec<Tended> = registry
             .tenants()
             .filter_map(|t| {
-                let state = t.admission_state();
+                let state = t.admission_if_live()?;
                 let slice = state.buckets.slice()?.clone();
                 Some((
                     Scope::Tenant,
@@ -564,7 +646,9 @@ impl Cluster {
         let registry = self.tenants.load();
         for t in registry.tenants() {
             let (slice, spec) = {
-                let state = t.admission_state();
+                let Some(state) = t.admission_if_live() else {
+                    continue; // never leased anything
+                };
                 let slice = state.buckets.slice().cloned();
                 (slice.map(|s| s.drain()), state.buckets.spec())
             };
@@ -610,6 +694,27 @@ fn asks(slice: &Slice, spec: &BudgetSpec, missing: Missing, partial: bool) -> (A
         ask(spec.records.is_some(), missing.records, target_r),
         ask(spec.bytes.is_some(), missing.bytes, target_b),
     )
+}
+
+/// Another instance holding this replica's id, as first seen: alive if its heartbeat count
+/// (or the instance itself) has changed since.
+#[derive(Debug)]
+struct DuplicateWatch {
+    holder: Option<(String, u64)>,
+}
+
+impl DuplicateWatch {
+    fn new(holder: Option<(String, u64)>) -> Self {
+        Self { holder }
+    }
+
+    fn alive(&self, now: &Option<(String, u64)>) -> bool {
+        *now != self.holder
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn duration_ns(d: Duration) -> u64 {

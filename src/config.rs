@@ -103,11 +103,15 @@ pub struct ServerConfig {
     /// allowance refills. A request with a valid key or token is never refused for them.
     pub auth_failures_per_sec: u32,
     pub auth_failures_burst: u32,
-    /// Reverse proxies and load balancers (CIDR blocks or addresses) whose `Forwarded` /
-    /// `X-Forwarded-For` headers say who the client is, so failed authentications are counted
-    /// against the client, not the proxy. Empty (the default): the peer is the client and those
-    /// headers are ignored.
+    /// Reverse proxies and load balancers (CIDR blocks or addresses) whose `forwarded_header`
+    /// says who the client is, so failed authentications are counted against the client, not
+    /// the proxy. Empty (the default): the peer is the client and no header is read.
     pub trusted_proxies: Vec<String>,
+    /// The one header the trusted proxies write the client's address into:
+    /// `"x-forwarded-for"` (the default) or `"forwarded"` (RFC 7239). Only this header is read
+    /// (from the right, past trusted hops); the other is ignored even when present, since a
+    /// proxy passes a client's own copy of it through.
+    pub forwarded_header: crate::forwarded::ForwardedHeader,
     /// Time allowed for a client to send its whole request body, in milliseconds
     /// (a slow upload is cut off with 408).
     pub body_read_timeout_ms: u64,
@@ -132,6 +136,7 @@ impl Default for ServerConfig {
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,
             trusted_proxies: Vec::new(),
+            forwarded_header: crate::forwarded::ForwardedHeader::XForwardedFor,
             max_inflight_body_bytes: 64 * 1024 * 1024,
             auth_failures_per_sec: 10,
             auth_failures_burst: 100,
@@ -426,10 +431,26 @@ fn rate_spec(
                 per_sec: rate,
                 burst: burst.unwrap_or(rate),
             };
+            let overhead = crate::record::RECORD_OVERHEAD_BYTES;
             match spec.problem() {
                 Some(problem) => Err(ConfigProblem::new(
                     format!("{prefix}.{unit}_per_sec"),
                     problem,
+                )),
+                // Every record costs its overhead besides its key, value and headers: a bucket
+                // smaller than that could never admit one.
+                None if unit == "bytes" && spec.burst < overhead => Err(ConfigProblem::new(
+                    format!("{prefix}.bytes_burst"),
+                    format!(
+                        "must be at least {overhead} (every record costs {overhead} bytes of \
+                         overhead besides its key, value and headers, so a smaller bucket could \
+                         never admit one){}",
+                        if burst.is_none() {
+                            "; unset, it is bytes_per_sec"
+                        } else {
+                            ""
+                        }
+                    ),
                 )),
                 None => Ok(Some(spec)),
             }
@@ -651,9 +672,10 @@ impl Config {
                 "must be greater than 0 and at most 1",
             ));
         }
-        if let Err((i, text)) =
-            crate::forwarded::TrustedProxies::parse(&self.server.trusted_proxies)
-        {
+        if let Err((i, text)) = crate::forwarded::TrustedProxies::parse(
+            &self.server.trusted_proxies,
+            self.server.forwarded_header,
+        ) {
             problems.push(ConfigProblem::new(
                 format!("server.trusted_proxies[{i}]"),
                 format!("{text:?} is not a CIDR block or an address"),
@@ -689,6 +711,32 @@ impl Config {
         problems
     }
 
+    /// What is valid but probably not meant: printed by `check-config` and logged at start-up,
+    /// never refused.
+    pub fn warnings(&self) -> Vec<ConfigProblem> {
+        crate::forwarded::trusts_everyone(&self.server.trusted_proxies)
+            .into_iter()
+            .map(|i| {
+                ConfigProblem::new(
+                    format!("server.trusted_proxies[{i}]"),
+                    format!(
+                        "{:?} trusts every address: any client can name itself in {} and \
+                         get a fresh allowance of failed authentications per name; list only \
+                         your proxies",
+                        self.server
+                            .trusted_proxies
+                            .get(i)
+                            .map_or("", String::as_str),
+                        match self.server.forwarded_header {
+                            crate::forwarded::ForwardedHeader::XForwardedFor => "X-Forwarded-For",
+                            crate::forwarded::ForwardedHeader::Forwarded => "Forwarded",
+                        }
+                    ),
+                )
+            })
+            .collect()
+    }
+
     /// Server timeouts as durations.
     pub fn shutdown_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.server.shutdown_timeout_ms)
@@ -701,6 +749,7 @@ mod idempotency;
 mod kafka;
 pub mod librdkafka;
 mod load;
+mod split;
 mod tenant;
 
 pub use cluster::ClusterConfig;

@@ -2,28 +2,31 @@
 //! on failed authentications, for both listeners (bad API keys, bad admin tokens).
 //!
 //! Failures are counted with `governor`'s keyed limiter — its natural use: many independent
-//! keys, one dimension, nothing to charge atomically elsewhere. A source that has used up its
-//! allowance (`[server] auth_failures_per_sec`, `auth_failures_burst`) enters a small penalty
-//! box until the limiter would allow it again; while there, its *failing* requests are answered
-//! `429` instead of `401`. A request with a valid credential is never refused for its
-//! address's failures: behind a NAT or a load balancer one misconfigured client must not lock
-//! out everyone else. (The caller checks the credential first — one SHA-256 of a well-formed
+//! keys, one dimension, nothing to charge atomically elsewhere. Each failing request is one
+//! `check_key`, which decides and counts in one step: within the source's allowance
+//! (`[server] auth_failures_per_sec` after a burst of `auth_failures_burst`) the failure is
+//! counted and answered `401`; beyond it nothing is counted and the request is answered `429`
+//! with the time until the allowance has room again. So a source gets at most
+//! burst + rate × T answers to its guesses in any T seconds however many requests it sends at
+//! once (a separate "is it refused?" look before the count let concurrent failures through
+//! between the two). A request with a valid credential is never refused for its address's
+//! failures: behind a NAT or a load balancer one misconfigured client must not lock out
+//! everyone else. (The caller checks the credential first — one SHA-256 of a well-formed
 //! key — and asks this guard only about failures.) Each listener has its own guard, so bad
 //! API keys cannot lock an operator out of the admin API.
 //!
-//! Both maps are bounded ([`MAX_SOURCES`]): when a map is full its stale entries are swept, at
-//! most once a second, and until a sweep makes room the newest sources are not tracked (the
-//! limit fails open rather than letting memory grow, and a flood of new addresses costs O(1)
-//! per failure, not a scan). IPv6 sources are counted per /64, since one host can use a whole
+//! The map is bounded ([`MAX_SOURCES`]): when it is full its stale entries are swept, at most
+//! once a second, and until a sweep makes room the newest sources are not tracked (the limit
+//! fails open rather than letting memory grow, and a flood of new addresses costs O(1) per
+//! failure, not a scan). IPv6 sources are counted per /64, since one host can use a whole
 //! /64.
 //!
 //! A foundation module: it imports only the budget clock.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use governor::clock::Clock as _;
@@ -34,7 +37,7 @@ use governor::{Quota, RateLimiter};
 
 use crate::budget::Clock;
 
-/// The most source addresses tracked at once, in each of the two maps.
+/// The most source addresses tracked at once.
 pub const MAX_SOURCES: usize = 65_536;
 
 /// governor's view of floodgate's clock (steppable in tests).
@@ -51,10 +54,9 @@ impl governor::clock::Clock for GovernorClock {
 #[derive(Debug)]
 pub struct FailureGuard {
     limiter: RateLimiter<IpAddr, HashMapStateStore<IpAddr>, GovernorClock, NoOpMiddleware<Nanos>>,
-    /// Sources over their allowance, and the clock reading until which they are refused.
-    penalty: Mutex<HashMap<IpAddr, u64>>,
     clock: GovernorClock,
-    /// Failed authentications seen, and requests refused because of earlier ones.
+    /// Failing requests answered 401 (counted against their source's allowance), and those
+    /// answered 429 because the allowance was spent.
     pub failed: AtomicU64,
     pub refused: AtomicU64,
     /// Clock reading before which a full map is not swept again, and sweeps made.
@@ -90,7 +92,6 @@ impl FailureGuard {
                 HashMapStateStore::default(),
                 clock.clone(),
             ),
-            penalty: Mutex::new(HashMap::new()),
             clock,
             failed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -118,53 +119,33 @@ impl FailureGuard {
         due
     }
 
-    fn penalty(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u64>> {
-        self.penalty
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// If this source's failing requests are refused now, how long until they are not. One
-    /// map lookup.
-    pub fn refusal(&self, ip: IpAddr) -> Option<Duration> {
-        let now = self.clock.now().as_u64();
-        let until = *self.penalty().get(&source(ip))?;
-        if until <= now {
-            return None;
-        }
-        self.refused.fetch_add(1, Ordering::Relaxed);
-        Some(Duration::from_nanos(until - now))
-    }
-
-    /// Counts a failed authentication from this source.
-    pub fn failed(&self, ip: IpAddr) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
+    /// A failed authentication from this source: `None` when it is within the source's
+    /// allowance (counted; answer 401), or how long until the allowance has room again (not
+    /// counted; answer 429). One atomic decision.
+    pub fn fail(&self, ip: IpAddr) -> Option<Duration> {
         let key = source(ip);
-        let now = self.clock.now().as_u64();
+        let now = self.clock.now();
         if self.limiter.len() >= MAX_SOURCES {
-            if !self.may_sweep(now) {
-                return;
-            }
-            self.limiter.retain_recent();
-            if self.limiter.len() >= MAX_SOURCES {
-                return;
-            }
-        }
-        let Err(not_until) = self.limiter.check_key(&key) else {
-            return;
-        };
-        let until = not_until.earliest_possible().as_u64();
-        let mut penalty = self.penalty();
-        if penalty.len() >= MAX_SOURCES && !penalty.contains_key(&key) {
-            if !self.may_sweep(now) {
-                return;
-            }
-            penalty.retain(|_, until| *until > now);
-            if penalty.len() >= MAX_SOURCES {
-                return;
+            let tracked = self.may_sweep(now.as_u64()) && {
+                self.limiter.retain_recent();
+                self.limiter.len() < MAX_SOURCES
+            };
+            if !tracked {
+                // Full of live entries: fail open (counted, never refused) until a sweep.
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
         }
-        penalty.insert(key, until);
+        match self.limiter.check_key(&key) {
+            Ok(()) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(not_until) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Some(not_until.wait_time_from(now).max(Duration::from_nanos(1)))
+            }
+        }
     }
 }
 
@@ -180,21 +161,43 @@ mod tests {
         let bad: IpAddr = "10.0.0.1".parse().expect("ip");
         let other: IpAddr = "10.0.0.2".parse().expect("ip");
         for _ in 0..3 {
-            assert_eq!(guard.refusal(bad), None);
-            guard.failed(bad);
+            assert_eq!(guard.fail(bad), None, "within the burst: 401");
         }
-        // The burst of 3 is spent; the 4th failure puts it in the penalty box.
-        guard.failed(bad);
-        let wait = guard.refusal(bad).expect("refused");
+        // The burst of 3 is spent: the 4th failure is refused, and not counted.
+        let wait = guard.fail(bad).expect("refused");
         assert!(
             wait > Duration::ZERO && wait <= Duration::from_millis(500),
             "{wait:?}"
         );
-        assert_eq!(guard.refusal(other), None, "other sources are not affected");
+        assert_eq!(guard.fail(other), None, "other sources are not affected");
         clock.advance_ns(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
-        assert_eq!(guard.refusal(bad), None);
-        assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
-        assert_eq!(guard.failed.load(Ordering::Relaxed), 4);
+        assert_eq!(guard.fail(bad), None, "one more once it refilled");
+        assert!(guard.fail(bad).is_some());
+        assert_eq!(guard.refused.load(Ordering::Relaxed), 2);
+        assert_eq!(guard.failed.load(Ordering::Relaxed), 5);
+    }
+
+    /// Deciding and counting are one step: failures arriving together from one source get
+    /// exactly its burst of 401s, not one each before any of them is counted.
+    #[test]
+    fn concurrent_failures_from_one_source_get_exactly_the_burst() {
+        let clock = Arc::new(ManualClock::new());
+        let guard = Arc::new(FailureGuard::new(1, 20, clock));
+        let bad: IpAddr = "10.0.0.1".parse().expect("ip");
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (guard, barrier) = (guard.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    (0..50).filter(|_| guard.fail(bad).is_none()).count()
+                })
+            })
+            .collect();
+        let allowed: usize = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        assert_eq!(allowed, 20);
+        assert_eq!(guard.failed.load(Ordering::Relaxed), 20);
+        assert_eq!(guard.refused.load(Ordering::Relaxed), 380);
     }
 
     #[test]
@@ -202,28 +205,22 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let guard = FailureGuard::new(2, 3, clock.clone());
         for i in 0..MAX_SOURCES as u32 {
-            guard.failed(IpAddr::from(i.to_be_bytes()));
+            assert_eq!(guard.fail(IpAddr::from(i.to_be_bytes())), None);
         }
         // Full of fresh entries: the first failure from a new source sweeps (nothing is
         // stale), the next thousand do not scan again, and none of them is tracked.
         for i in 0..1000u32 {
             let ip = IpAddr::from((0xC000_0000 + i).to_be_bytes());
             for _ in 0..5 {
-                guard.failed(ip);
+                assert_eq!(guard.fail(ip), None, "not tracked while full");
             }
-            assert_eq!(guard.refusal(ip), None, "not tracked while full");
         }
         assert_eq!(guard.sweeps.load(Ordering::Relaxed), 1);
         // Two seconds on, the old entries have refilled: a sweep makes room again.
         clock.advance_ms(2_000);
         let late: IpAddr = "192.0.2.1".parse().expect("ip");
-        for _ in 0..5 {
-            guard.failed(late);
-        }
-        assert!(
-            guard.refusal(late).is_some(),
-            "tracked again after the sweep"
-        );
+        let refused = (0..5).filter(|_| guard.fail(late).is_some()).count();
+        assert_eq!(refused, 2, "tracked again after the sweep");
         assert_eq!(guard.sweeps.load(Ordering::Relaxed), 2);
     }
 

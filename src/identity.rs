@@ -66,7 +66,12 @@ impl ApiKeyHash {
         hex::encode(self.0)
     }
 
-    /// The first 16 hex digits: enough to name a key in the admin API, useless to forge it.
+    /// The key's id: the first 16 hex digits (64 bits) of its digest, unsalted. It names a key
+    /// in the admin API, the audit and exports, and is no secret: like the digest itself it
+    /// lets whoever sees it test a guessed key offline (hash the guess, compare), so it
+    /// protects nothing a weak key lacks. A random 256-bit key, as the admin API issues, is not
+    /// found that way from either. What it leaves out is the rest of the digest a state file
+    /// carries.
     pub fn key_id(self) -> String {
         hex::encode(&self.0[..8])
     }
@@ -114,7 +119,7 @@ impl Topic {
 /// about half a kilobyte per pattern and would be most of an idle tenant's memory at 100,000
 /// tenants. Anything else is a `glob::Pattern`; every form matches exactly what the glob does.
 #[derive(Debug, Clone)]
-pub struct TopicPatterns(Vec<TopicPattern>);
+pub struct TopicPatterns(Box<[TopicPattern]>);
 
 #[derive(Debug, Clone)]
 enum TopicPattern {
@@ -153,7 +158,7 @@ impl TopicPatterns {
             .iter()
             .enumerate()
             .map(|(i, p)| TopicPattern::parse(p).map_err(|e| (i, e)))
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Box<[_]>, _>>()
             .map(Self)
     }
 

@@ -225,7 +225,7 @@ impl Ingest {
             .await;
         let response = match answer {
             Answer::Outcome(outcome) => {
-                tenant.stats.count_api(api, outcome.is_ok());
+                tenant.stats().count_api(api, outcome.is_ok());
                 span.in_scope(|| match &outcome {
                     Ok(_) => tracing::debug!("produce request done"),
                     Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
@@ -233,11 +233,13 @@ impl Ingest {
                 respond.respond(outcome)
             }
             Answer::Sent(response) => {
-                tenant.stats.count_api(api, response.status().is_success());
+                tenant
+                    .stats()
+                    .count_api(api, response.status().is_success());
                 response
             }
             Answer::Stored { answer, replayed } => {
-                tenant.stats.count_api(api, answer.status().is_success());
+                tenant.stats().count_api(api, answer.status().is_success());
                 span.in_scope(|| {
                     tracing::debug!(
                         status = answer.status().as_u16(),
@@ -316,10 +318,9 @@ impl Ingest {
     }
 
     /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). A valid
-    /// key is never refused for its address's failed authentications; a failing request from
-    /// an address with too many recent failures is answered 429 instead of 401, and every
-    /// failure is counted against the client's address (behind trusted proxies, the address
-    /// they forwarded for).
+    /// key is never refused for its address's failed authentications; a failing request is
+    /// counted against the client's address (behind trusted proxies, the address they
+    /// forwarded for) and answered 401 while that address is within its allowance, 429 beyond.
     pub fn authenticate(
         &self,
         peer: Option<std::net::IpAddr>,
@@ -352,11 +353,11 @@ impl Ingest {
         let Some(client) = peer.map(|p| self.proxies.client(p, headers)) else {
             return Err(ApiError::Unauthorized);
         };
-        if let Some(wait) = self.failures.refusal(client) {
-            return Err(ApiError::AuthFailures(wait));
+        // Decided and counted in one step, so concurrent failures cannot slip past the count.
+        match self.failures.fail(client) {
+            Some(wait) => Err(ApiError::AuthFailures(wait)),
+            None => Err(ApiError::Unauthorized),
         }
-        self.failures.failed(client);
-        Err(ApiError::Unauthorized)
     }
 
     /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,
@@ -487,7 +488,7 @@ impl Ingest {
                 if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
                     let cut = match denial {
                         Denial::Refused(_) => {
-                            tenant.stats.refused_records(charge.records);
+                            tenant.stats().refused_records(charge.records);
                             Cut::RateLimited
                         }
                         Denial::TooLarge(_) => Cut::ExceedsBurst,
@@ -563,11 +564,11 @@ impl Ingest {
         charge: Charge,
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
-        tenant.stats.offered(charge.records, charge.bytes);
+        tenant.stats().offered(charge.records, charge.bytes);
         let admitted = self.admit_counted(tenant, topic, charge, leases).await;
         if let Err(ApiError::RateLimited(_)) = &admitted {
             // Its body was read: the status page shows the records refused, not just requests.
-            tenant.stats.refused_records(charge.records);
+            tenant.stats().refused_records(charge.records);
         }
         admitted
     }
@@ -583,7 +584,7 @@ impl Ingest {
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {
                 Ok(lease) => {
-                    tenant.stats.admitted(charge.records, charge.bytes);
+                    tenant.stats().admitted(charge.records, charge.bytes);
                     return Ok(lease);
                 }
                 Err(Blocked::Denied(denial)) => return Err(self.denied(tenant, denial)),
@@ -632,7 +633,7 @@ impl Ingest {
         lease: BufferLease,
     ) -> Arc<Batch> {
         self.producer
-            .send(topic.as_str(), records, lease, tenant.stats.clone())
+            .send(topic.as_str(), records, lease, tenant.stats().clone())
     }
 
     /// Waits for what the client asked to wait for.
@@ -694,7 +695,7 @@ fn cut_for(e: &BodyError) -> Cut {
 
 /// A 429, counted against the tenant where it is decided.
 fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
-    tenant.stats.rejected(refusal.reason);
+    tenant.stats().rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
 }

@@ -334,7 +334,9 @@ impl LagAgent {
         let mut offered = HashMap::new();
         let mut demands = Vec::new();
         for t in registry.tenants() {
-            let state = t.admission_state();
+            let Some(state) = t.admission_if_live() else {
+                continue; // never charged: offered nothing
+            };
             let Some(b) = state.lag.iter().find(|b| b.guard == slot.name) else {
                 continue;
             };

@@ -155,7 +155,15 @@ pub async fn run(
         None => access::AdminTokens::from_env(&config.admin.token_env)
             .map_err(BuildError::AdminTokens)?,
     };
+    for w in config.warnings() {
+        tracing::warn!(key = %w.key, "configuration: {}", w.message);
+    }
     let produce_port = listeners.produce.local_addr().map_or(0, |a| a.port());
+    // The tenants become the registry's, moved (a copy of 100,000 would double start-up's
+    // peak); what the rest of the run reads of the file is its other sections.
+    let mut config = config;
+    let file = registry::FilePart::take(&mut config);
+    let config = config;
     let state = Arc::new(AppState::build(
         &config,
         options.clock,
@@ -165,6 +173,7 @@ pub async fn run(
             clock: options.cluster_clock,
             registry_secrets: options.registry_secrets,
             metrics_token: options.metrics_token,
+            file: Some(file),
         },
     )?);
     // Dropping this future (an embedder giving up on it) stops what it started, as a killed
@@ -194,12 +203,6 @@ pub async fn run(
     if let Some(renewer) = idempotency.start() {
         tasks.0.push(renewer.abort_handle());
     }
-    // The tenants are the registry's now; what the rest of the run reads of the file is its
-    // other sections (a copy of 100,000 tenants would be kept for nothing).
-    // (Taken, so dropped here: a struct update would keep the old field to the run's end.)
-    let mut config = config;
-    drop(std::mem::take(&mut config.tenants));
-    let config = config;
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
@@ -242,7 +245,21 @@ pub async fn run(
     tasks.0.push(produce.abort_handle());
     tasks.0.push(admin.abort_handle());
 
-    shutdown.await;
+    // A cluster member that finds, once Redis answers, a live replica holding its id stops as
+    // a start-up refusal would (see `cluster`), but drains first like any shutdown.
+    let refused = async {
+        match &state.ingest.cluster {
+            Some(cluster) => Some(cluster.refused().await),
+            None => std::future::pending().await,
+        }
+    };
+    let refused = tokio::select! {
+        () = shutdown => None,
+        refused = refused => refused,
+    };
+    if refused.is_some() {
+        tracing::error!("cluster: stopping — another live replica holds this replica_id");
+    }
     let deadline = Instant::now() + shutdown_timeout;
     tracing::info!("shutdown: refusing new requests, draining open ones");
     state.start_draining();
@@ -280,6 +297,9 @@ pub async fn run(
     }
     let _ = admin.await;
     tracing::info!(unconfirmed_records = unconfirmed, "shutdown complete");
+    if let Some(refused) = refused {
+        return Err(BuildError::Join(refused));
+    }
     Ok(ShutdownReport {
         unconfirmed_records: unconfirmed,
     })

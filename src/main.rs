@@ -69,10 +69,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
         Command::CheckConfig => match Config::load(&cli.config) {
-            // What the environment must hold for this file, checked too (never printed).
-            Ok(config) if config.cluster.shared_registry => {
-                match floodgate::registry::registry_secrets(&config) {
-                    Ok(_) => {
+            Ok(config) => {
+                // Valid but probably not meant: said, not refused.
+                for w in config.warnings() {
+                    eprintln!("{}: warning: {w}", cli.config.display());
+                }
+                // What the environment must hold for this file, checked too (never printed).
+                let secrets = if config.cluster.shared_registry {
+                    floodgate::registry::registry_secrets(&config).map(drop)
+                } else {
+                    Ok(())
+                };
+                match secrets {
+                    Ok(()) => {
                         println!("{}: ok", cli.config.display());
                         ExitCode::SUCCESS
                     }
@@ -81,10 +90,6 @@ fn main() -> ExitCode {
                         ExitCode::from(EXIT_CONFIG)
                     }
                 }
-            }
-            Ok(_) => {
-                println!("{}: ok", cli.config.display());
-                ExitCode::SUCCESS
             }
             Err(e) => {
                 for p in &e.problems {
@@ -251,7 +256,7 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
             Ok(report) if report.unconfirmed_records == 0 => ExitCode::SUCCESS,
             Ok(_) => ExitCode::FAILURE,
             Err(e) => {
-                tracing::error!(error = %e, "floodgate could not start");
+                tracing::error!(error = %e, "floodgate could not start or had to stop");
                 ExitCode::from(EXIT_CONFIG)
             }
         }

@@ -354,7 +354,7 @@ impl LiveCollector {
         family(
             encoder,
             "auth_failures",
-            "Failed authentications by listener, and failing requests refused for an address over its failure allowance",
+            "Failing requests by listener: answered 401 and counted against their address's allowance (failed), or answered 429 because it was spent (refused)",
             None,
             C,
             &series,
@@ -460,7 +460,9 @@ impl LiveCollector {
         let registry = self.tenants.load();
         let mut held = Vec::new();
         for t in registry.tenants() {
-            let slice = t.admission_state().buckets.slice().map(|s| s.held());
+            let slice = t
+                .admission_if_live()
+                .and_then(|s| s.buckets.slice().map(|s| s.held()));
             if let Some((r, b)) = slice {
                 held.push((
                     vec![("tenant", t.id.as_str()), ("bucket", "records")],

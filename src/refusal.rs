@@ -93,9 +93,16 @@ impl Refusal {
     }
 }
 
-/// A wait in milliseconds, rounded up (waiting exactly this long is enough).
+/// The longest wait ever told (`Retry-After`, `retry_after_ms`): a day. Only a budget whose
+/// burst takes longer than that to refill can need more; its client is told the rest when it
+/// comes back. Nothing that means "never" or an overflow can reach a header past this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+
+/// A wait in milliseconds, rounded up (waiting exactly this long is enough), at most
+/// [`MAX_RETRY_AFTER`].
 pub fn wait_ms(wait: Duration) -> u64 {
-    u64::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    let ms = wait.min(MAX_RETRY_AFTER).as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 /// A wait in whole seconds for `Retry-After`, rounded up, at least 1.
@@ -139,5 +146,13 @@ mod tests {
         let long = r(1_000_000_001);
         assert_eq!((long.retry_after_ms(), long.retry_after_secs()), (1001, 2));
         assert_eq!(r(3_000_000_000).retry_after_secs(), 3);
+    }
+
+    #[test]
+    fn no_wait_told_is_longer_than_a_day() {
+        let never = Refusal::new(Reason::TenantRecords, Duration::from_nanos(u64::MAX));
+        assert_eq!(never.retry_after_secs(), 86_400);
+        assert_eq!(never.retry_after_ms(), 86_400_000);
+        assert_eq!(wait_secs(Duration::MAX), 86_400);
     }
 }

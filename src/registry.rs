@@ -17,6 +17,7 @@
 //! [`Persistence`] seam, or the registry topic).
 
 mod audit;
+mod follow;
 mod log;
 pub mod mac;
 mod persist;
@@ -46,8 +47,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::StreamConsumer;
-use rdkafka::Message as _;
 use shared::Shared;
 
 use crate::budget::{Clock, GlobalBudget};
@@ -89,6 +88,19 @@ pub enum ChangeError {
     Unavailable(String),
 }
 
+/// A shared registry's counts, for the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedCounts {
+    /// Records every replica skipped, by reason.
+    pub skipped: Vec<(&'static str, u64)>,
+    /// Keys whose entry only an older secret verifies (to be signed again).
+    pub old_secret: usize,
+    /// Keys whose last record is refused and says something else (to be written again).
+    pub to_reassert: usize,
+    /// Entries this replica wrote again.
+    pub rewritten: u64,
+}
+
 /// Where the registry is kept.
 #[derive(Debug)]
 enum Backend {
@@ -111,17 +123,17 @@ impl RegistryStore {
     /// Loads the saved state (or starts from the configuration file), applies what changed in
     /// the file since it was last applied, saves the result, and builds the live registry.
     pub fn open(
-        config: &Config,
+        file: FilePart,
         persistence: Box<dyn Persistence>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, RegistryError> {
         let state = match persistence.load()? {
             Some(mut saved) => {
-                let changes = saved.apply_file(FilePart::of(config));
+                let changes = saved.apply_file(file);
                 log_file_changes(&changes, "start-up");
                 saved
             }
-            None => RegistryState::from_config(config),
+            None => RegistryState::from_file(file),
         };
         if let Some(p) = state.problems().into_iter().next() {
             return Err(RegistryError::Invalid(p));
@@ -141,13 +153,15 @@ impl RegistryStore {
     }
 
     /// A registry kept in the registry topic: empty until [`RegistryStore::follow`] has read
-    /// the topic (an empty topic is first seeded with the configuration file's part).
+    /// the topic (an empty topic is first seeded with `seed`, the configuration file's part).
+    ///
+    /// The file's part as last applied is in the topic too, one record per tenant: a reload on
+    /// any replica applies what changed in its file since the cluster last applied one.
     pub fn shared(
-        config: &Config,
+        seed: Option<FilePart>,
         log: RegistryLog,
         replica: &str,
         clock: Arc<dyn Clock>,
-        seed: bool,
     ) -> Self {
         let state = RegistryState {
             version: VERSION,
@@ -156,11 +170,7 @@ impl RegistryStore {
         let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
         Self {
             state: tokio::sync::Mutex::new(state),
-            backend: Backend::Shared(Box::new(Shared::new(
-                log,
-                replica.to_string(),
-                seed.then(|| FilePart::of(config)),
-            ))),
+            backend: Backend::Shared(Box::new(Shared::new(log, replica.to_string(), seed))),
             tenants: Arc::new(Tenants::new(Registry::default())),
             global: Arc::new(global),
             clock,
@@ -185,17 +195,31 @@ impl RegistryStore {
         }
     }
 
-    /// Records of the shared registry topic skipped as not authentic entries, by reason
-    /// (`unsigned`, `bad_mac`, `malformed`); empty for a local registry.
-    pub fn refused_entries(&self) -> Vec<(&'static str, u64)> {
+    /// Whether a shared registry found records in its topic of which none verifies with its
+    /// secrets (it does not become ready).
+    pub fn is_unverified(&self) -> bool {
         match &self.backend {
-            Backend::Local(_) => Vec::new(),
-            Backend::Shared(s) => log::Refused::REASONS
-                .iter()
-                .zip(&s.refused)
-                .map(|(r, n)| (*r, n.load(std::sync::atomic::Ordering::Relaxed)))
-                .collect(),
+            Backend::Local(_) => false,
+            Backend::Shared(s) => s.unverified.load(Ordering::Acquire),
         }
+    }
+
+    /// The shared registry's counts for the metrics; `None` for a local registry.
+    pub fn shared_counts(&self) -> Option<SharedCounts> {
+        let Backend::Shared(s) = &self.backend else {
+            return None;
+        };
+        let rewrites = s.rewrites();
+        Some(SharedCounts {
+            skipped: shared::SKIPPED
+                .iter()
+                .zip(&s.skipped)
+                .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
+                .collect(),
+            old_secret: rewrites.resign.len(),
+            to_reassert: rewrites.reassert.len(),
+            rewritten: s.rewritten.load(Ordering::Relaxed),
+        })
     }
 
     /// Waits until a shared registry has read the topic to its end (at most `within`).
@@ -208,176 +232,6 @@ impl RegistryStore {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         true
-    }
-
-    /// Shared registry: reads the topic from its start and applies every entry, for as long
-    /// as the process runs. Returns at once for a local registry.
-    pub async fn follow(self: Arc<Self>) {
-        let Backend::Shared(shared) = &self.backend else {
-            return;
-        };
-        let mut pause = Duration::from_millis(100);
-        // Until the topic exists and its end is known; Kafka may be away at start-up.
-        let (reader, end) = loop {
-            match self.open_reader(shared).await {
-                Ok(found) => break found,
-                Err(e) => {
-                    tracing::warn!(error = %e, topic = shared.log.topic(),
-                        "registry topic not readable yet; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-            }
-        };
-        tracing::info!(
-            topic = shared.log.topic(),
-            end,
-            "reading the tenant registry"
-        );
-        if end <= 0 {
-            shared.loaded.store(true, Ordering::Release);
-            tracing::info!(
-                "tenant registry loaded (empty topic; seeded from the configuration file)"
-            );
-        }
-        loop {
-            match reader.recv().await {
-                Ok(message) => {
-                    let offset = message.offset();
-                    let entry = Entry::decode(&message, &shared.log.secrets);
-                    drop(message);
-                    self.apply_entry(shared, offset, entry).await;
-                    let _ = shared.applied.send(offset + 1);
-                    if offset + 1 >= end && !shared.loaded.swap(true, Ordering::AcqRel) {
-                        tracing::info!(
-                            tenants = self.tenants.load().tenants().count(),
-                            "tenant registry loaded from the registry topic"
-                        );
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "registry topic read failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-    }
-
-    /// Creates the topic if needed, seeds an empty one, and returns a reader with the end
-    /// offset to catch up with.
-    async fn open_reader(&self, shared: &Shared) -> Result<(StreamConsumer, i64), LogError> {
-        shared.log.ensure_topic().await?;
-        let reader = shared.log.reader(&shared.replica)?;
-        let mut end = shared.log.end_offset(&reader).await?;
-        if let (0, Some(seed)) = (end, &shared.seed) {
-            // First start of the cluster: the configuration file's part seeds the topic.
-            // Replicas starting together may both seed; every entry is made from version 0,
-            // so the second of each key is refused by every replica alike.
-            let mut seeded = RegistryState {
-                version: VERSION,
-                ..RegistryState::default()
-            };
-            seeded.apply_file(seed.clone());
-            let empty = RegistryState {
-                version: VERSION,
-                ..RegistryState::default()
-            };
-            let entries =
-                shared::entries(&empty, &seeded, "seed", "registry.seed", &shared.replica);
-            if !entries.is_empty() {
-                shared.log.write(&entries).await?;
-                end = shared.log.end_offset(&reader).await?.max(1);
-            }
-        }
-        Ok((reader, end))
-    }
-
-    /// Applies one entry read from the topic, the same way on every replica.
-    async fn apply_entry(&self, shared: &Shared, offset: i64, entry: Result<Entry, log::Refused>) {
-        let mut current = self.state.lock().await;
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                use std::sync::atomic::Ordering::Relaxed;
-                let i = e.index();
-                shared.refused[i].fetch_add(1, Relaxed);
-                if !shared.refusal_logged[i].swap(true, Relaxed) {
-                    tracing::warn!(offset, reason = log::Refused::REASONS[i], error = %e,
-                        "registry topic: a record that is not an authentic registry entry; skipped (logged once per reason, counted in floodgate_registry_rejected_entries_total)");
-                }
-                if !e.authentic() {
-                    // Not from a replica: nothing of it is kept, so records written by anyone
-                    // else cannot fill the audit list or push real changes out of it.
-                    return;
-                }
-                let rejection = Rejection::Malformed(e.to_string());
-                shared.remember(
-                    offset,
-                    Err(rejection.clone()),
-                    AuditEntry {
-                        offset,
-                        key: String::new(),
-                        actor: String::new(),
-                        action: String::new(),
-                        replica: String::new(),
-                        base_version: 0,
-                        version: None,
-                        outcome: rejection.describe(),
-                        before: serde_json::Value::Null,
-                        after: serde_json::Value::Null,
-                    },
-                );
-                return;
-            }
-        };
-        let mut next = current.clone();
-        let outcome = shared::apply(&mut next, &entry).and_then(|()| {
-            if let Some(p) = next.problems().into_iter().next() {
-                return Err(Rejection::Invalid(p.to_string()));
-            }
-            let plan =
-                Registry::plan(&next.configs()).map_err(|p| Rejection::Invalid(p.to_string()))?;
-            let global = next
-                .global
-                .spec()
-                .map_err(|p| Rejection::Invalid(p.to_string()))?;
-            Ok((plan, global))
-        });
-        let audit = AuditEntry {
-            offset,
-            key: entry.key.as_string(),
-            actor: entry.actor.clone(),
-            action: entry.action.clone(),
-            replica: entry.replica.clone(),
-            base_version: entry.base,
-            version: outcome
-                .as_ref()
-                .ok()
-                .and_then(|_| entry.base.checked_add(1)),
-            outcome: match &outcome {
-                Ok(_) => "applied".into(),
-                Err(r) => r.describe(),
-            },
-            before: shared::value_of(&current, &entry.key),
-            after: shared::value_of(&next, &entry.key),
-        };
-        match outcome {
-            Ok((plan, global)) => {
-                self.install(&next, plan, global);
-                if entry.replica == shared.replica {
-                    audit::record(&Actor::new(&entry.actor), &entry.action, &current, &next);
-                }
-                *current = next;
-                shared.remember(offset, Ok(()), audit);
-            }
-            Err(rejection) => {
-                if matches!(rejection, Rejection::Malformed(_)) {
-                    tracing::warn!(offset, key = ?audit.key, error = ?rejection.describe(),
-                        "registry topic: entry skipped");
-                }
-                shared.remember(offset, Err(rejection), audit);
-            }
-        }
     }
 
     /// Makes `next` the live registry and global budget.
@@ -415,9 +269,8 @@ impl RegistryStore {
 
     /// Applies a re-read configuration file (SIGHUP): what changed in the file since it was
     /// last applied (see [`state`]'s ownership rules).
-    pub async fn apply_file(&self, config: &Config) -> Result<FileChanges, ChangeError> {
+    pub async fn apply_file(&self, file: FilePart) -> Result<FileChanges, ChangeError> {
         let actor = Actor::new("sighup");
-        let file = FilePart::of(config);
         let changes = self
             .change(&actor, "config.reload", |state| {
                 Ok::<_, ChangeError>(state.apply_file(file))
@@ -498,12 +351,15 @@ impl RegistryStore {
         })?;
         let last = offsets.iter().copied().max().unwrap_or(0);
         let mut applied = shared.applied.subscribe();
-        let read_back = tokio::time::timeout(
-            shared.log.write_timeout,
-            applied.wait_for(|next_offset| *next_offset > last),
-        )
-        .await;
-        if !matches!(read_back, Ok(Ok(_))) {
+        let read_back = matches!(
+            tokio::time::timeout(
+                shared.log.write_timeout,
+                applied.wait_for(|next_offset| *next_offset > last),
+            )
+            .await,
+            Ok(Ok(_))
+        );
+        if !read_back {
             return Err(ChangeError::Unavailable(format!(
                 "the change was written (offset {last}) but not read back within {:?}; it applies when it is",
                 shared.log.write_timeout

@@ -12,7 +12,7 @@ use crate::config::Config;
 /// Applies the file at `path` to the running gateway. `running` is the configuration the
 /// process started with, to tell which changes cannot apply live.
 pub async fn reload(app: &AppState, running: &Config, path: &std::path::Path) {
-    let config = match Config::load(path) {
+    let mut config = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
             for p in &e.problems {
@@ -32,10 +32,13 @@ pub async fn reload(app: &AppState, running: &Config, path: &std::path::Path) {
     needs_restart("server", same(&config.server, &running.server));
     needs_restart("kafka", same(&config.kafka, &running.kafka));
     needs_restart("buffer", same(&config.buffer, &running.buffer));
-    match app.registry.apply_file(&config).await {
-        Ok(_) => {
-            tracing::info!(file = %path.display(), tenants = config.tenants.len(), "configuration reloaded")
-        }
+    let tenants = config.tenants.len();
+    match app
+        .registry
+        .apply_file(crate::registry::FilePart::take(&mut config))
+        .await
+    {
+        Ok(_) => tracing::info!(file = %path.display(), tenants, "configuration reloaded"),
         Err(e) => tracing::error!(file = %path.display(), error = %e, "reload refused"),
     }
 }

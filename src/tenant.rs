@@ -10,9 +10,10 @@ mod stats;
 pub use registry::{Registry, RegistryPlan, Tenants};
 pub use stats::{Api, TenantCounts, TenantStats};
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 
 use crate::budget::{BudgetSpec, TenantBuckets};
 use crate::buffer::TenantUsage;
@@ -69,22 +70,51 @@ impl TenantSettings {
 
 /// A tenant as the gateway serves it. Shared by the registry and in-flight requests; a change
 /// of settings is applied in place, so bucket levels and buffer usage carry over.
+///
+/// What only traffic needs — the buckets and the counters — is made on the tenant's first
+/// request: at 100,000 tenants most never send, and an idle tenant then costs its id, its
+/// patterns and a few words instead of ~0.6 KiB of state nobody reads.
 #[derive(Debug)]
 pub struct Tenant {
     pub id: TenantId,
     /// Topic patterns; swapped whole on a change, read lock-free on every request.
     topics: ArcSwap<TopicPatterns>,
     /// Budgets and buffer share: the per-tenant lock of the admission decision.
-    admission: Mutex<AdmissionState>,
+    admission: Mutex<AdmissionSlot>,
     /// What this tenant holds in the downstream buffer now.
     pub usage: Arc<TenantUsage>,
     /// Request-body bytes this tenant holds in memory now (its share of the body budget).
     pub body_bytes: Arc<std::sync::atomic::AtomicU64>,
-    /// Outcome counters since start, for the admin API and metrics.
-    pub stats: Arc<TenantStats>,
+    /// Outcome counters since start, for the admin API and metrics; made on first use.
+    stats: OnceLock<Arc<TenantStats>>,
     /// Made after every tenant with a lower serial (this process's count): tells a reader of
     /// the counters which tenants are new since it last looked.
     pub serial: u64,
+}
+
+/// The tenant's settings as admission needs them, and its admission state once it has one.
+/// One lock for both, so a settings change and the state's creation cannot cross.
+#[derive(Debug)]
+struct AdmissionSlot {
+    spec: BudgetSpec,
+    buffer_share: f64,
+    priority: crate::config::Priority,
+    state: Option<Box<AdmissionState>>,
+}
+
+impl AdmissionSlot {
+    fn state(&mut self) -> &mut AdmissionState {
+        let (spec, buffer_share, priority) = (self.spec, self.buffer_share, self.priority);
+        self.state.get_or_insert_with(|| {
+            Box::new(AdmissionState {
+                buckets: TenantBuckets::new(spec),
+                buffer_share,
+                adaptive: AdaptiveBucket::default(),
+                lag: Vec::new(),
+                priority,
+            })
+        })
+    }
 }
 
 /// Serials of the tenants this process made.
@@ -99,16 +129,15 @@ impl Tenant {
         Self {
             id: TenantId::new(id),
             topics: ArcSwap::new(settings.topics.clone()),
-            admission: Mutex::new(AdmissionState {
-                buckets: TenantBuckets::new(settings.spec),
+            admission: Mutex::new(AdmissionSlot {
+                spec: settings.spec,
                 buffer_share: settings.buffer_share,
-                adaptive: AdaptiveBucket::default(),
-                lag: Vec::new(),
                 priority: settings.priority,
+                state: None,
             }),
             usage: Arc::new(TenantUsage::default()),
             body_bytes: Arc::default(),
-            stats: Arc::new(TenantStats::default()),
+            stats: OnceLock::new(),
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
@@ -117,20 +146,38 @@ impl Tenant {
     /// current level (clamped to the new burst) so an edit never refills a bucket.
     pub fn apply(&self, settings: &TenantSettings, now_ns: u64) {
         self.topics.store(settings.topics.clone());
-        let mut state = self.admission_state();
-        state.buckets.set_spec(settings.spec, now_ns);
-        state.buffer_share = settings.buffer_share;
-        state.priority = settings.priority;
+        let mut slot = self.admission.lock();
+        slot.spec = settings.spec;
+        slot.buffer_share = settings.buffer_share;
+        slot.priority = settings.priority;
+        if let Some(state) = slot.state.as_deref_mut() {
+            state.buckets.set_spec(settings.spec, now_ns);
+            state.buffer_share = settings.buffer_share;
+            state.priority = settings.priority;
+        }
     }
 
     /// The largest fraction of the buffer (and of the body budget) this tenant may hold.
     pub fn buffer_share(&self) -> f64 {
-        self.admission_state().buffer_share
+        self.admission.lock().buffer_share
+    }
+
+    /// The tenant's configured budgets.
+    pub fn spec(&self) -> BudgetSpec {
+        self.admission.lock().spec
+    }
+
+    /// Its priority class under the adaptive limit.
+    pub fn priority(&self) -> crate::config::Priority {
+        self.admission.lock().priority
     }
 
     /// Nanoseconds until every bucket of this tenant is full again (0: they are).
     pub fn full_in_ns(&self, now_ns: u64) -> u64 {
-        let (records, bytes) = self.admission_state().buckets.view(now_ns);
+        let Some(state) = self.admission_if_live() else {
+            return 0; // never charged: full
+        };
+        let (records, bytes) = state.buckets.view(now_ns);
         [records, bytes]
             .iter()
             .flatten()
@@ -154,12 +201,25 @@ impl Tenant {
         self.topics.load().allows(topic)
     }
 
-    /// The tenant's admission lock. A panic while it was held cannot leave the buckets
-    /// half-updated (commit is one assignment), so a poisoned lock is still usable.
-    pub fn admission_state(&self) -> MutexGuard<'_, AdmissionState> {
-        self.admission
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The tenant's admission lock, with its state (made full on first use).
+    pub fn admission_state(&self) -> MappedMutexGuard<'_, AdmissionState> {
+        MutexGuard::map(self.admission.lock(), AdmissionSlot::state)
+    }
+
+    /// The admission lock with its state, if the tenant has ever been charged: for readers
+    /// that go over every tenant and must not give idle ones state.
+    pub fn admission_if_live(&self) -> Option<MappedMutexGuard<'_, AdmissionState>> {
+        MutexGuard::try_map(self.admission.lock(), |slot| slot.state.as_deref_mut()).ok()
+    }
+
+    /// The tenant's counters (made on first use).
+    pub fn stats(&self) -> &Arc<TenantStats> {
+        self.stats.get_or_init(Arc::default)
+    }
+
+    /// Its counters if anything was ever counted: for readers that go over every tenant.
+    pub fn stats_if_any(&self) -> Option<&Arc<TenantStats>> {
+        self.stats.get()
     }
 }
 
@@ -193,6 +253,27 @@ mod tests {
         tenant.apply(&TenantSettings::parse(&c).expect("valid"), 0);
         let (records, _) = tenant.admission_state().buckets.view(0);
         assert_eq!(records.map(|v| v.available), Some(2));
+    }
+
+    #[test]
+    fn an_idle_tenant_has_no_state_until_charged_and_gets_its_latest_settings() {
+        let mut c = tenant_config("k");
+        c.records_per_sec = Some(10);
+        let tenant = Tenant::from_config(&c).expect("valid");
+        // Readers that go over every tenant leave an idle one without state.
+        assert_eq!(tenant.full_in_ns(0), 0);
+        assert_eq!(tenant.spec().records.map(|r| r.burst), Some(10));
+        assert!(tenant.admission_if_live().is_none());
+        assert!(tenant.stats_if_any().is_none());
+        // A change before its first request is what the state is made from.
+        c.records_per_sec = Some(1000);
+        tenant.apply(&TenantSettings::parse(&c).expect("valid"), 0);
+        let (records, _) = tenant.admission_state().buckets.view(0);
+        assert_eq!(
+            records.map(|v| (v.spec.burst, v.available)),
+            Some((1000, 1000))
+        );
+        assert!(tenant.admission_if_live().is_some());
     }
 
     #[test]

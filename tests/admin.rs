@@ -194,6 +194,12 @@ async fn invalid_values_are_422_naming_the_field() {
             "records_burst",
         ),
         (json!({"topics":["a.*"],"bytes_burst":10}), "bytes_burst"),
+        // Smaller than one record's overhead: could never admit anything.
+        (
+            json!({"topics":["a.*"],"bytes_per_sec":100,"bytes_burst":7}),
+            "bytes_burst",
+        ),
+        (json!({"topics":["a.*"],"bytes_per_sec":5}), "bytes_burst"),
         (json!({"topics":["a[.*"]}), "topics[0]"),
         (json!({"topics":[]}), "topics"),
         (
@@ -239,6 +245,19 @@ async fn invalid_values_are_422_naming_the_field() {
     assert_eq!(
         (s, a["field"].as_str()),
         (422, Some("bytes_per_sec")),
+        "{a}"
+    );
+    let (s, a) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/global",
+        Some(json!({"bytes_per_sec":1000,"bytes_burst":4})),
+        t,
+    )
+    .await;
+    assert_eq!((s, a["field"].as_str()), (422, Some("bytes_burst")), "{a}");
+    assert!(
+        a["detail"].as_str().is_some_and(|d| d.contains("overhead")),
         "{a}"
     );
     // Nothing invalid was applied.

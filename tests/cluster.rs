@@ -205,6 +205,16 @@ async fn a_replica_id_held_by_another_live_process_is_refused() {
         (2, true),
         "counted apart"
     );
+    // The holder and its heartbeats so far: the count moves while it is alive.
+    assert_eq!(second.holder, Some(("process-1".to_string(), 1)));
+    s.heartbeat("gw-a", "process-1", ttl, false)
+        .await
+        .expect("hb");
+    let third = s
+        .heartbeat("gw-a", "process-2", ttl, false)
+        .await
+        .expect("hb");
+    assert_eq!(third.holder, Some(("process-1".to_string(), 2)));
     let left = s
         .heartbeat("gw-a", "process-2", ttl, true)
         .await
@@ -760,42 +770,262 @@ async fn replicas_started_while_redis_is_down_take_the_expected_share() {
     b.shutdown().await;
 }
 
+/// Redis unreachable, a replica on its local share (burst / `expected_replicas`): a request
+/// within the tenant's burst but over the share's is refused with a finite wait — until Redis
+/// is tried again (one heartbeat) — and admitted once Redis answers. It used to be told
+/// `Retry-After: 18446744074` (GCRA's "never", `u64::MAX` ns), records and bytes alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_local_share_is_told_to_come_back_when_redis_is_tried_again() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut redis = OwnRedis::start();
+    let url = redis.url();
+    redis.kill();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("over-share");
+    let cfg = member(&kafka.bootstrap_servers(), &url, &p, |cfg| {
+        limited(cfg); // 500/s, burst 100: a share of 25
+        cfg.tenants[0].bytes_per_sec = Some(10_000);
+        cfg.tenants[0].bytes_burst = Some(10_000); // a share of 2,500
+        cfg.cluster.expected_replicas = 4;
+        cfg.cluster.heartbeat_ms = 300;
+    });
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let target = format!("{}?async=true", gw.url(TOPIC));
+    let many = json!({"records": vec![json!({"value": "x"}); 60]});
+    let large = json!({"records": [{"value": "y".repeat(4000)}]});
+    for (body, reason) in [(&many, "tenant_records"), (&large, "tenant_bytes")] {
+        let (s, h, a) = post_json(&target, KEY, body).await;
+        assert_eq!((s, a["reason"].as_str()), (429, Some(reason)), "{a}");
+        assert_eq!(a["retry_after_ms"], 300, "one heartbeat: {a}");
+        assert_eq!(h["retry-after"], "1");
+        for field in ["ratelimit", "ratelimit-policy"] {
+            let value = h[field].to_str().expect("ascii");
+            let numbers = value
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse::<u64>().ok());
+            assert!(numbers.into_iter().all(|n| n <= 10_000), "{field}: {value}");
+        }
+    }
+    redis.restart();
+    wait_for_metric(
+        &gw,
+        "floodgate_cluster_degraded",
+        0.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    for body in [&many, &large] {
+        let (s, _, a) = post_json(&target, KEY, body).await;
+        assert_eq!(s, 202, "within the budget once it is shared again: {a}");
+    }
+    gw.shutdown().await;
+}
+
+/// A cluster member run by the test itself, so the test sees how its run ends (the harness's
+/// gateways treat an error as a failure).
+struct OwnRun {
+    produce: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<floodgate::ShutdownReport, floodgate::app::BuildError>>,
+}
+
+impl OwnRun {
+    async fn start(cfg: Config, clock: &Arc<ManualClock>) -> Self {
+        let listeners = floodgate::Listeners {
+            produce: tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind"),
+            admin: tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind"),
+        };
+        let produce = listeners.produce.local_addr().expect("addr");
+        let admin = listeners.admin.local_addr().expect("addr");
+        let mut options = floodgate::RunOptions::new(clock.clone());
+        options.admin_tokens =
+            Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+        options.cluster_clock = Some(clock.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(floodgate::run(cfg, listeners, options, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            produce,
+            admin,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn metric(&self, name: &str) -> Option<f64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.admin))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// How the run ended, if it has within `limit`.
+    async fn ended_within(
+        &mut self,
+        limit: Duration,
+    ) -> Option<Result<floodgate::ShutdownReport, floodgate::app::BuildError>> {
+        tokio::time::timeout(limit, &mut self.task)
+            .await
+            .ok()
+            .map(|joined| joined.expect("run task"))
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
+fn assert_refused_as_duplicate(
+    ended: Option<Result<floodgate::ShutdownReport, floodgate::app::BuildError>>,
+    id: &str,
+) {
+    let error = ended
+        .expect("the run ended")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        error.contains(id) && error.contains("another live replica"),
+        "{error}"
+    );
+}
+
 /// A second process started with a replica id a live replica holds is refused at start-up,
-/// with a clear error, instead of being counted as the same member.
+/// with a clear error, instead of being counted as the same member: the holder's heartbeats
+/// show it is alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_started_with_a_live_replicas_id_does_not_start() {
     let kafka = mock_cluster(&[TOPIC]);
     let clock = Arc::new(ManualClock::new());
     clock.advance_ms(1_000_000);
     let p = prefix("same-id");
-    let same = |cfg: &mut Config| cfg.cluster.replica_id = Some("gw-same".into());
+    let same = |cfg: &mut Config| {
+        cfg.cluster.replica_id = Some("gw-same".into());
+        cfg.cluster.heartbeat_ms = 100;
+    };
     let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, same);
     let a = Gateway::start_clustered(cfg.clone(), clock.clone()).await;
     wait_for_metric(&a, "floodgate_cluster_members", 1.0, Duration::from_secs(5)).await;
-    let listeners = floodgate::Listeners {
-        produce: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind"),
-        admin: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind"),
-    };
-    let mut options = floodgate::RunOptions::new(clock.clone());
-    options.admin_tokens =
-        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-    options.cluster_clock = Some(clock.clone());
-    let started = tokio::time::timeout(
-        Duration::from_secs(10),
-        floodgate::run(cfg, listeners, options, std::future::pending()),
-    )
-    .await
-    .expect("start-up ends");
-    let error = started.expect_err("refused").to_string();
-    assert!(
-        error.contains("gw-same") && error.contains("another live replica"),
-        "{error}"
-    );
+    let mut b = OwnRun::start(cfg, &clock).await;
+    assert_refused_as_duplicate(b.ended_within(Duration::from_secs(10)).await, "gw-same");
+    assert_eq!(metric(&a, "floodgate_cluster_members").await, Some(1.0));
     a.shutdown().await;
+}
+
+/// `kill -9` and a fast restart: the new process finds its id held by its own dead
+/// predecessor, whose heartbeat count stands still. It waits for that entry to lapse
+/// (`member_ttl`, by the shared clock) and takes the id over, instead of being refused as a
+/// duplicate of itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_restarted_after_a_kill_takes_its_id_back_once_the_old_entry_lapses() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("restart");
+    let same = |cfg: &mut Config| {
+        cfg.cluster.replica_id = Some("gw-phoenix".into());
+        cfg.cluster.heartbeat_ms = 100;
+        cfg.cluster.member_ttl_ms = 2_000;
+    };
+    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, same);
+    let old = Gateway::start_clustered(cfg.clone(), clock.clone()).await;
+    wait_for_metric(
+        &old,
+        "floodgate_cluster_members",
+        1.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    old.abort(); // no goodbye: its entry stays until it lapses
+    let mut new = OwnRun::start(cfg, &clock).await;
+    // Many of its own heartbeats later it has not given up: the holder does not beat.
+    assert!(
+        new.ended_within(Duration::from_secs(1)).await.is_none(),
+        "not refused as a duplicate of itself"
+    );
+    clock.advance_ms(2_100);
+    let started = Instant::now();
+    while new.metric("floodgate_cluster_members").await != Some(1.0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took the id over once the old entry lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let response = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1/topics/{TOPIC}/records?async=true",
+            new.produce
+        ))
+        .bearer_auth(KEY)
+        .json(&one_record())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status().as_u16(), 202);
+    new.stop().await;
+}
+
+/// Two processes with one replica id, both started while Redis is down, cannot tell at start.
+/// When Redis answers, the first to announce itself holds the id; the other sees the holder's
+/// heartbeats advance, drains and stops with the start-up error (exit 64 from `main`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_replica_id_found_when_redis_comes_back_stops_one_of_the_two() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut redis = OwnRedis::start();
+    let url = redis.url();
+    redis.kill();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let p = prefix("twins");
+    let same = |cfg: &mut Config| {
+        cfg.cluster.replica_id = Some("gw-twin".into());
+        cfg.cluster.heartbeat_ms = 100;
+        cfg.cluster.member_ttl_ms = 10_000;
+    };
+    let cfg = member(&kafka.bootstrap_servers(), &url, &p, same);
+    let mut a = OwnRun::start(cfg.clone(), &clock).await;
+    let mut b = OwnRun::start(cfg, &clock).await;
+    for run in [&a, &b] {
+        let started = Instant::now();
+        while run.metric("floodgate_cluster_degraded").await != Some(1.0) {
+            assert!(started.elapsed() < Duration::from_secs(5), "serving");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    redis.restart();
+    let started = Instant::now();
+    let (stopped, kept) = loop {
+        if let Some(ended) = a.ended_within(Duration::from_millis(50)).await {
+            break (ended, b);
+        }
+        if let Some(ended) = b.ended_within(Duration::from_millis(50)).await {
+            break (ended, a);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "one of the two stops"
+        );
+    };
+    assert_refused_as_duplicate(Some(stopped), "gw-twin");
+    eprintln!("stopped {:?} after Redis came back", started.elapsed());
+    assert_eq!(kept.metric("floodgate_cluster_members").await, Some(1.0));
+    assert_eq!(kept.metric("floodgate_cluster_degraded").await, Some(0.0));
+    kept.stop().await;
 }
 
 /// Redis paused again and again (`CLIENT PAUSE`, the flapping case): every stall sends the

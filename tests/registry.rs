@@ -357,7 +357,11 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
     let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
     let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
-    assert_eq!(keys, ["tenant:acme", "file", "tenant:gamma"], "{audit}");
+    assert_eq!(
+        keys,
+        ["tenant:acme", "file:acme", "tenant:gamma"],
+        "{audit}"
+    );
     assert!(
         !audit
             .to_string()
@@ -380,6 +384,11 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
         .await,
         Some(1.0)
     );
+    assert_eq!(
+        metric(&a, "floodgate_registry_rewritten_entries_total").await,
+        Some(0.0),
+        "records under keys of no entry of ours are nothing to write again"
+    );
     // A new replica reads past them too.
     let b = Gateway::start(shared(&broker, &registry)).await;
     ready(&b, Duration::from_secs(20)).await;
@@ -391,85 +400,343 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
     b.shutdown().await;
 }
 
-/// Rotating the secret: replicas that accept `new,old` apply what a replica still on `old`
-/// signs, and what they sign themselves (with `new`) is refused by a replica that knows only
-/// the old one — so the old secret is dropped only once every replica signs with the new.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn during_a_secret_rotation_entries_signed_with_either_secret_apply() {
+async fn start_with_secrets(broker: &str, registry: &str, secrets: &str) -> Gateway {
     use floodgate::registry::RegistrySecrets;
+    let mut options =
+        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
+    Gateway::start_options(shared(broker, registry), options).await
+}
+
+async fn until_metric(gw: &Gateway, series: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = metric(gw, series).await;
+        if got == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {got:?}, not {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
+    let r = reqwest::get(gw.admin_url("/readyz")).await.expect("readyz");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+/// Every tenant id a replica holds, with its rate, as its admin API lists them.
+async fn holdings(gw: &Gateway) -> Vec<(String, serde_json::Value)> {
+    let (_, body) = admin(gw, Method::GET, "/admin/tenants?limit=1000", None, T).await;
+    let mut out: Vec<(String, serde_json::Value)> = body["tenants"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap_or_default().to_string(),
+                t["records_per_sec"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Two replicas hold the same tenants with the same rates (within `within`).
+async fn agree(a: &Gateway, b: &Gateway, within: Duration) -> Vec<(String, serde_json::Value)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (x, y) = (holdings(a).await, holdings(b).await);
+        if x == y {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "replicas differ: {x:?} vs {y:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A change of tenant `id`'s rate on `gw`, answered 200 or 201.
+async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
+    let (s, body) = admin(
+        gw,
+        Method::PUT,
+        &format!("/admin/tenants/{id}"),
+        Some(json!({"topics": ["test.*"], "records_per_sec": rate})),
+        T,
+    )
+    .await;
+    assert!(s == 200 || s == 201, "{s} {body}");
+}
+
+/// Rotating the secret the way the README says — every replica first accepts the new secret
+/// (`old,new`), then signs with it (`new,old`), then drops the old one — loses no change made
+/// on any replica at any step and never leaves two replicas holding different tenants; the
+/// entries only `old` verifies are signed again, and once the gauge of them reads 0 a replica
+/// that knows only `new` has the whole registry. A replica with a wrong secret is not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_go() {
     let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let start = |secrets: &'static str| {
-        let cfg = shared(&broker, &registry);
-        async move {
-            let mut options = floodgate::RunOptions::new(std::sync::Arc::new(
-                floodgate::budget::MonotonicClock::new(),
-            ));
-            options.admin_tokens =
-                Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-            options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
-            Gateway::start_options(cfg, options).await
+    const OLD: &str = "old-secret-0123456789";
+    const ACCEPT: &str = "old-secret-0123456789,new-secret-0123456789";
+    const SIGN: &str = "new-secret-0123456789,old-secret-0123456789";
+    const NEW: &str = "new-secret-0123456789";
+    let mut a = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let mut b = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let mut rate = 10;
+    // Each step: one replica restarted on the next list, a change on each replica, and the
+    // two agree on everything.
+    for (i, list) in [ACCEPT, ACCEPT, SIGN, SIGN].iter().enumerate() {
+        let restarted = start_with_secrets(&broker, &registry, list).await;
+        ready(&restarted, Duration::from_secs(20)).await;
+        if i % 2 == 0 {
+            std::mem::replace(&mut a, restarted).shutdown().await;
+        } else {
+            std::mem::replace(&mut b, restarted).shutdown().await;
+        }
+        rate += 1;
+        set_rate(&a, &format!("on-a-{i}"), rate).await;
+        set_rate(&b, "shared", rate).await;
+        // (A change is made from the version a replica has read: wait until a has read b's.)
+        agree(&a, &b, Duration::from_secs(10)).await;
+        rate += 1;
+        set_rate(&a, "shared", rate).await;
+        let held = agree(&a, &b, Duration::from_secs(10)).await;
+        assert!(
+            held.iter()
+                .any(|(id, r)| id == "shared" && *r == json!(rate)),
+            "step {i}: the last change holds on both: {held:?}"
+        );
+    }
+    // Both sign with the new secret: what only the old one verifies is signed again.
+    for gw in [&a, &b] {
+        until_metric(
+            gw,
+            "floodgate_registry_old_secret_entries",
+            0.0,
+            Duration::from_secs(15),
+        )
+        .await;
+    }
+    let rewritten = metric(&a, "floodgate_registry_rewritten_entries_total")
+        .await
+        .unwrap_or(0.0)
+        + metric(&b, "floodgate_registry_rewritten_entries_total")
+            .await
+            .unwrap_or(0.0);
+    assert!(
+        rewritten < 100.0,
+        "no ping-pong: {rewritten} entries written again"
+    );
+    let held = holdings(&a).await;
+    // The old secret goes: a fresh replica that knows only the new one has every tenant.
+    a.shutdown().await;
+    let fresh = start_with_secrets(&broker, &registry, NEW).await;
+    ready(&fresh, Duration::from_secs(20)).await;
+    assert_eq!(holdings(&fresh).await, held);
+    let topic = unique_topic("test.rot");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&fresh, &topic, KEY).await, 202);
+    // A replica with a secret no record verifies stays unready, and says why.
+    let wrong = start_with_secrets(&broker, &registry, "wrong-secret-0123456789").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&wrong).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
+    b.shutdown().await;
+    fresh.shutdown().await;
+    wrong.shutdown().await;
+}
+
+/// A topic that holds only unsigned records (written by no replica) is a registry never
+/// written: the first replica seeds it and serves, rather than stay unready for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    create_topic(&broker, &registry, 1).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&registry)
+                .key("x")
+                .payload("x")
+                .partition(0),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("written");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let topic = unique_topic("test.seeded");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    a.shutdown().await;
+}
+
+/// Records copied, byte for byte and with their headers, into another registry topic are not
+/// entries there (the MAC covers the topic's name): a replica on that topic has no tenant and
+/// does not become ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_copied_into_another_topic_is_not_a_registry() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Message as _;
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let copy = unique_topic("_fg_registry_copy");
+    create_topic(&broker, &copy, 1).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("copier"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    let message = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record");
+    let mut record = FutureRecord::<[u8], [u8]>::to(&copy).partition(0);
+    if let Some(k) = message.key() {
+        record = record.key(k);
+    }
+    if let Some(p) = message.payload() {
+        record = record.payload(p);
+    }
+    if let Some(h) = message.headers() {
+        record = record.headers(h.detach());
+    }
+    producer
+        .send(record, Duration::from_secs(5))
+        .await
+        .expect("copied");
+    let mut cfg = shared(&broker, &copy);
+    cfg.tenants.clear();
+    let b = Gateway::start(cfg).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&b).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
+    assert_eq!(
+        metric(
+            &b,
+            "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A record written without the secret under the very Kafka key of a real entry (read from
+/// the topic) would, once compacted, be the only record of that key: the replicas write the
+/// real entry again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::{Headers as _, Message as _};
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let acme_key = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("a record in time")
+            .expect("a record");
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        if key.starts_with("tenant:acme#") {
+            break key;
         }
     };
-    let old = start("old-secret-0123456789").await;
-    ready(&old, Duration::from_secs(20)).await;
-    let rolled = start("new-secret-0123456789,old-secret-0123456789").await;
-    ready(&rolled, Duration::from_secs(20)).await;
-    // The replica on the old secret makes a change: the rolled one applies it.
-    let (s, body) = admin(
-        &old,
-        Method::PUT,
-        "/admin/tenants/by-old",
-        Some(json!({"topics": ["test.*"]})),
-        T,
-    )
-    .await;
-    assert_eq!(s, 201, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while admin(&rolled, Method::GET, "/admin/tenants/by-old", None, T)
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    // A Kafka tombstone under acme's key: compaction would drop acme's entry with it.
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(&registry)
+                .key(&acme_key)
+                .partition(0),
+            Duration::from_secs(5),
+        )
         .await
-        .0
-        != 200
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the rolled replica never applied it"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The rolled replica signs with the new secret: applied where it is known...
-    let (s, body) = admin(
-        &rolled,
-        Method::PUT,
-        "/admin/tenants/by-new",
-        Some(json!({"topics": ["test.*"]})),
-        T,
+        .expect("written");
+    until_metric(
+        &a,
+        "floodgate_registry_rewritten_entries_total",
+        1.0,
+        Duration::from_secs(10),
     )
     .await;
-    assert_eq!(s, 201, "{body}");
-    // ...and refused by the replica that does not know it yet.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(
-        &old,
-        "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}",
-    )
-    .await
-        != Some(1.0)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the old replica never saw the new entry"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        admin(&old, Method::GET, "/admin/tenants/by-new", None, T)
+    // The last record under acme's key is an entry again, and acme still works.
+    let last = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
             .await
-            .0,
-        404
-    );
-    old.shutdown().await;
-    rolled.shutdown().await;
+            .expect("a record in time")
+            .expect("a record");
+        if m.key() == Some(acme_key.as_bytes()) && m.payload().is_some() {
+            break m.headers().map(|h| h.iter().any(|h| h.key == "fg-mac"));
+        }
+    };
+    assert_eq!(last, Some(true));
+    until_metric(
+        &a,
+        "floodgate_registry_reasserts_pending",
+        0.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let topic = unique_topic("test.forged");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    // Written again as the same entry: no version moved (an If-Match client sees nothing),
+    // nothing was listed in the audit.
+    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    assert_eq!(view["version"], json!(1), "{view}");
+    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    assert!(!audit.to_string().contains("registry.reassert"), "{audit}");
+    a.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

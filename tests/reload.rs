@@ -115,3 +115,77 @@ async fn sighup_applies_the_edited_file_live() {
     assert_eq!(s, 200, "an API-issued key is not the file's to remove: {a}");
     gw.shutdown().await;
 }
+
+/// Shared registry: the file's part as last applied lives in the topic, so a file edited while
+/// a replica was down is applied at its next SIGHUP (the tenant removed from the file stops
+/// working), not forgotten because the replica started on the new file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_registry_applies_a_file_edited_across_a_restart_at_the_next_sighup() {
+    let broker = tansu();
+    create_topic(&broker, "test.reload", 1).await;
+    let registry = unique_topic("_fg_registry");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("floodgate.toml");
+    write_config(&path, &broker, 100, true);
+    let start = || {
+        let mut cfg = floodgate::config::Config::load(&path).expect("valid");
+        cfg.cluster.shared_registry = true;
+        cfg.cluster.registry_topic = registry.clone();
+        cfg.cluster.registry_secret_env = Some(REGISTRY_SECRET_ENV.into());
+        let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+        options.config_path = Some(path.clone());
+        options.admin_tokens =
+            Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+        options.registry_secrets = Some(
+            floodgate::registry::RegistrySecrets::parse("reload-test-secret-0123").expect("secret"),
+        );
+        Gateway::start_options(cfg, options)
+    };
+    let ready = |gw: &Gateway| {
+        let url = gw.admin_url("/readyz");
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while reqwest::get(&url)
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+                != 200
+            {
+                assert!(Instant::now() < deadline, "not ready");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let one = json!({"records":[{"value":1}]});
+    let a = start().await;
+    ready(&a).await;
+    assert_eq!(
+        post_json(&a.url("test.reload"), "new-key", &one).await.0,
+        200
+    );
+    a.shutdown().await;
+    // The newcomer leaves the file while no replica runs; one starts on the edited file.
+    write_config(&path, &broker, 100, false);
+    let b = start().await;
+    ready(&b).await;
+    assert_eq!(
+        post_json(&b.url("test.reload"), "new-key", &one).await.0,
+        200,
+        "start-up applies nothing of the file to a shared registry"
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &std::process::id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while post_json(&b.url("test.reload"), "new-key", &one).await.0 != 401 {
+        assert!(
+            Instant::now() < deadline,
+            "the tenant removed from the file while the replica was down still works"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(post_json(&b.url("test.reload"), KEY, &one).await.0, 200);
+    b.shutdown().await;
+}

@@ -60,7 +60,8 @@ fn strip_position(message: &str) -> String {
         .to_string()
 }
 
-/// The first 16 hex digits of a key's digest: enough to name it, useless to forge it.
+/// A key's id: the first 16 hex digits of its unsalted SHA-256 digest (see
+/// `ApiKeyHash::key_id`: it names a key; it does not stop a guessed key being tested).
 pub fn key_id(digest_hex: &str) -> String {
     digest_hex.chars().take(16).collect()
 }
@@ -156,9 +157,11 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
     let registry = app.ingest.tenants.load();
     let live = registry.get(&config.id).map_or(Value::Null, |t| {
         let limits = app.ingest.view(t);
+        let idle = crate::tenant::TenantStats::default();
+        let stats = t.stats_if_any().map_or(&idle, |s| &**s);
         let rejected: serde_json::Map<String, Value> = Reason::ALL
             .iter()
-            .map(|r| (r.as_str().to_string(), json!(t.stats.rejected_count(*r))))
+            .map(|r| (r.as_str().to_string(), json!(stats.rejected_count(*r))))
             .collect();
         json!({
             "tokens": {
@@ -170,11 +173,11 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
                 "records": t.usage.records.load(Relaxed),
             },
             "admitted": {
-                "requests": t.stats.admitted_requests.load(Relaxed),
-                "records": t.stats.admitted_records.load(Relaxed),
-                "bytes": t.stats.admitted_bytes.load(Relaxed),
+                "requests": stats.admitted_requests.load(Relaxed),
+                "records": stats.admitted_records.load(Relaxed),
+                "bytes": stats.admitted_bytes.load(Relaxed),
             },
-            "failed_records": t.stats.failed_records.load(Relaxed),
+            "failed_records": stats.failed_records.load(Relaxed),
             "rejected": rejected,
         })
     });

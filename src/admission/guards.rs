@@ -106,8 +106,8 @@ impl Admission {
 /// the stand-in for a request refused before its records are known.
 pub(super) fn typical_records(tenant: &Tenant) -> u64 {
     use std::sync::atomic::Ordering::Relaxed;
-    let records = tenant.stats.admitted_records.load(Relaxed);
-    let requests = tenant.stats.admitted_requests.load(Relaxed);
+    let records = tenant.stats().admitted_records.load(Relaxed);
+    let requests = tenant.stats().admitted_requests.load(Relaxed);
     records.checked_div(requests).unwrap_or(1).max(1)
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
-use super::slice::{share_entry, share_of, Mode, ShareLevel, Sharing, Slice};
+use super::slice::{share_entry, share_of, take_share, Mode, ShareLevel, Sharing, Slice};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -27,8 +27,16 @@ const CLOSED: u128 = u128::MAX;
 #[derive(Debug, Clone)]
 enum Source {
     Own,
-    Leased { epoch: u32, slice: Arc<Slice> },
-    Share { epoch: u32, n: u32 },
+    Leased {
+        epoch: u32,
+        slice: Arc<Slice>,
+    },
+    Share {
+        epoch: u32,
+        n: u32,
+        /// How often Redis is tried again (a request over the share's burst waits that long).
+        reprobe_ns: u64,
+    },
 }
 
 impl Source {
@@ -51,6 +59,21 @@ struct Generation {
 impl Generation {
     fn effective(&self) -> BudgetSpec {
         effective(self.spec, &self.source)
+    }
+
+    /// The TATs after taking `charge` from `tats` under the local buckets (a single
+    /// instance's, or a share; see `slice::take_share`).
+    fn take_local(
+        &self,
+        tats: (u64, u64),
+        now_ns: u64,
+        charge: Charge,
+    ) -> Result<(u64, u64), Shortfall> {
+        let spec = self.effective();
+        match self.source {
+            Source::Share { reprobe_ns, .. } => take_share(&spec, tats, now_ns, charge, reprobe_ns),
+            _ => take_both(&spec, tats, now_ns, charge),
+        }
     }
 }
 
@@ -135,7 +158,8 @@ impl GlobalBudget {
                 None => Ok(()),
                 Some(m) => Err(Short::Lease(m)),
             },
-            _ => take_both(&generation.effective(), tats, now_ns, charge)
+            _ => generation
+                .take_local(tats, now_ns, charge)
                 .map(|_| ())
                 .map_err(Short::Wait),
         }
@@ -146,7 +170,7 @@ impl GlobalBudget {
         let (generation, tats) = self.snapshot();
         match &generation.source {
             Source::Leased { slice, .. } => slice.estimate(&generation.spec, charge, now_ns),
-            _ => take_both(&generation.effective(), tats, now_ns, charge).map(|_| ()),
+            _ => generation.take_local(tats, now_ns, charge).map(|_| ()),
         }
     }
 
@@ -157,15 +181,15 @@ impl GlobalBudget {
             if let Source::Leased { slice, .. } = &generation.source {
                 return slice.take(&generation.spec, charge).map_err(Short::Lease);
             }
-            let spec = generation.effective();
             let mut current = generation.tats.load(Ordering::Acquire);
             loop {
                 if current == CLOSED {
                     std::hint::spin_loop();
                     continue 'generation;
                 }
-                let (r, b) =
-                    take_both(&spec, unpack(current), now_ns, charge).map_err(Short::Wait)?;
+                let (r, b) = generation
+                    .take_local(unpack(current), now_ns, charge)
+                    .map_err(Short::Wait)?;
                 match generation.tats.compare_exchange_weak(
                     current,
                     pack(r, b),
@@ -199,7 +223,11 @@ impl GlobalBudget {
                 epoch,
                 slice: Arc::new(Slice::new()),
             },
-            Mode::Share(n) => Source::Share { epoch, n },
+            Mode::Share(n) => Source::Share {
+                epoch,
+                n,
+                reprobe_ns: sharing.reprobe_ns(),
+            },
         };
         let new = effective(old.spec, &source);
         let from = old.effective();

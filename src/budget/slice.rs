@@ -272,7 +272,13 @@ pub struct Sharing {
     /// When the mode last switched (clock nanoseconds): a share's time ends there, whenever
     /// each bucket notices.
     switched_at_ns: AtomicU64,
+    /// How often the agent tries Redis again while on local shares: the wait a request larger
+    /// than its share (but within the budget) is told, see [`take_share`].
+    reprobe_ns: u64,
 }
+
+/// The re-probe interval assumed when none is set.
+const DEFAULT_REPROBE_NS: u64 = 1_000_000_000;
 
 impl Sharing {
     /// Starts as a share of 1/`members` until the agent has reached Redis.
@@ -280,7 +286,21 @@ impl Sharing {
         Self {
             word: AtomicU64::new(u64::from(members.max(1))),
             switched_at_ns: AtomicU64::new(0),
+            reprobe_ns: DEFAULT_REPROBE_NS,
         }
+    }
+
+    /// The agent tries Redis again every `every` while on local shares (its heartbeat).
+    pub fn reprobing_every(mut self, every: std::time::Duration) -> Self {
+        self.reprobe_ns = u64::try_from(every.as_nanos())
+            .unwrap_or(DEFAULT_REPROBE_NS)
+            .max(1);
+        self
+    }
+
+    /// How often Redis is tried again while on local shares, in nanoseconds.
+    pub fn reprobe_ns(&self) -> u64 {
+        self.reprobe_ns
     }
 
     /// (epoch, mode) now.
@@ -380,6 +400,34 @@ pub fn share_entry(
             given.1,
         ),
     )
+}
+
+/// Takes `charge` from a local share (`share`, TATs `tats`), or says how long to wait.
+///
+/// A request larger than the share's burst — admission has checked it fits the budget's own —
+/// can never fit the share, but fits the shared budget once Redis answers again: it is told to
+/// come back when Redis is next tried (`reprobe_ns`, the agent's heartbeat), a finite wait,
+/// rather than refused as too large (it is not) or told "never" (`u64::MAX`, which would reach
+/// `Retry-After`). It is not admitted either: exceeding the share's burst would break the
+/// bound the shares keep while the replicas cannot see each other.
+pub fn take_share(
+    share: &BudgetSpec,
+    tats: (u64, u64),
+    now_ns: u64,
+    charge: Charge,
+    reprobe_ns: u64,
+) -> Result<(u64, u64), Shortfall> {
+    super::take_both(share, tats, now_ns, charge).map_err(|short| {
+        let over_burst = |s: Option<RateSpec>, n: u64| s.is_some_and(|s| n > s.burst);
+        if over_burst(share.records, charge.records) || over_burst(share.bytes, charge.bytes) {
+            Shortfall {
+                wait_ns: reprobe_ns.max(1),
+                ..short
+            }
+        } else {
+            short
+        }
+    })
 }
 
 /// `spec` divided among `n` members: each gets rate / n and burst / n (at least 1 each).

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::slice::{share_entry, share_of, Mode, ShareLevel, Sharing, Slice};
+use super::slice::{share_entry, share_of, take_share, Mode, ShareLevel, Sharing, Slice};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -18,7 +18,12 @@ enum Source {
     /// Cluster mode, Redis answering: tokens leased from the shared state.
     Leased { epoch: u32, slice: Arc<Slice> },
     /// Cluster mode, Redis unreachable: a local share of 1/n of the budget.
-    Share { epoch: u32, n: u32 },
+    Share {
+        epoch: u32,
+        n: u32,
+        /// How often Redis is tried again (a request over the share's burst waits that long).
+        reprobe_ns: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -93,7 +98,11 @@ impl TenantBuckets {
                     epoch,
                     slice: Arc::new(Slice::new()),
                 },
-                Mode::Share(n) => Source::Share { epoch, n },
+                Mode::Share(n) => Source::Share {
+                    epoch,
+                    n,
+                    reprobe_ns: sharing.reprobe_ns(),
+                },
             },
         );
         let new = self.effective();
@@ -117,13 +126,25 @@ impl TenantBuckets {
         }
     }
 
+    /// The TATs after taking `charge` from the local buckets (a single instance's, or a share).
+    fn take_local(&self, now_ns: u64, charge: Charge) -> Result<(u64, u64), Shortfall> {
+        let spec = self.effective();
+        match self.source {
+            Source::Share { reprobe_ns, .. } => {
+                take_share(&spec, self.tats, now_ns, charge, reprobe_ns)
+            }
+            _ => take_both(&spec, self.tats, now_ns, charge),
+        }
+    }
+
     pub fn check(&self, now_ns: u64, charge: Charge) -> Result<PendingCharge, Short> {
         match &self.source {
             Source::Leased { slice, .. } => match slice.missing(&self.spec, charge) {
                 None => Ok(PendingCharge(Pending::Slice(charge))),
                 Some(m) => Err(Short::Lease(m)),
             },
-            _ => take_both(&self.effective(), self.tats, now_ns, charge)
+            _ => self
+                .take_local(now_ns, charge)
                 .map(|t| PendingCharge(Pending::Tats(t)))
                 .map_err(Short::Wait),
         }
@@ -133,7 +154,7 @@ impl TenantBuckets {
     pub fn estimate(&self, now_ns: u64, charge: Charge) -> Result<(), Shortfall> {
         match &self.source {
             Source::Leased { slice, .. } => slice.estimate(&self.spec, charge, now_ns),
-            _ => take_both(&self.effective(), self.tats, now_ns, charge).map(|_| ()),
+            _ => self.take_local(now_ns, charge).map(|_| ()),
         }
     }
 
@@ -245,6 +266,39 @@ mod tests {
         assert!(
             admitted >= bound - 1,
             "the share's own rate is served: {admitted}"
+        );
+    }
+
+    /// Within the budget's burst but over the share's: it fits once Redis answers again, so
+    /// the wait is until Redis is tried again, never "forever" (`u64::MAX` reached
+    /// `Retry-After` as 18446744074 s).
+    #[test]
+    fn a_request_over_the_share_but_within_the_budget_waits_for_the_next_probe() {
+        let sharing = Sharing::new(4).reprobing_every(std::time::Duration::from_millis(500));
+        let mut b = TenantBuckets::new(spec());
+        b.align(&sharing, 0);
+        let short = b.check(0, Charge::new(60, 0)).expect_err("over the share");
+        assert_eq!(
+            short,
+            Short::Wait(Shortfall {
+                dimension: crate::budget::Dimension::Records,
+                wait_ns: 500_000_000
+            })
+        );
+        assert_eq!(
+            b.estimate(0, Charge::new(60, 0)).map_err(|s| s.wait_ns),
+            Err(500_000_000)
+        );
+        // Within the share: the share's own wait, as before.
+        let all = b.check(0, Charge::new(25, 0)).expect("the share's burst");
+        b.commit(all);
+        assert_eq!(
+            b.check(0, Charge::new(5, 0)).map(|_| ()),
+            Err(Short::Wait(Shortfall {
+                dimension: crate::budget::Dimension::Records,
+                wait_ns: 200_000_000
+            })),
+            "5 records at 25/s"
         );
     }
 

@@ -27,12 +27,17 @@ pub struct Grant {
 }
 
 /// What a heartbeat found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
     /// Live members, this one included.
     pub members: u32,
-    /// This replica's id is held by another live process: its heartbeat changed nothing.
+    /// This replica's id is held by another process whose entry has not lapsed: this
+    /// heartbeat changed nothing.
     pub duplicate: bool,
+    /// With `duplicate`: that process's instance id and the heartbeats it has sent. A holder
+    /// whose count moves between two looks is alive; one whose count stands still until its
+    /// entry lapses is gone (killed without leaving).
+    pub holder: Option<(String, u64)>,
 }
 
 /// How many tokens to ask for in each dimension.
@@ -234,7 +239,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Announces this replica (or takes it out) and returns how many are live.
     /// Announces replica `id`, held by this process (`instance`), or takes it out; counts the
     /// live members by distinct id.
     pub async fn heartbeat(
@@ -248,23 +252,18 @@ impl RedisStore {
         let mut invocation = self.members.key(&members);
         invocation
             .key(format!("{members}:instances"))
+            .key(format!("{members}:beats"))
             .arg(self.now_arg())
             .arg(id)
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(if leave { "1" } else { "0" })
             .arg(instance);
-        let n: i64 = self.run(&invocation).await?;
-        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
-        Ok(if n < 0 {
-            Membership {
-                members: count(-n),
-                duplicate: true,
-            }
-        } else {
-            Membership {
-                members: count(n),
-                duplicate: false,
-            }
+        let (n, duplicate, holder, beats): (i64, i64, String, i64) = self.run(&invocation).await?;
+        let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+        Ok(Membership {
+            members: count(n),
+            duplicate: duplicate == 1,
+            holder: (duplicate == 1).then(|| (holder, beats.max(0).unsigned_abs())),
         })
     }
 }

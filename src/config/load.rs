@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
-use super::{Config, ConfigError, ConfigProblem};
+use serde::Deserialize;
+
+use super::split;
+use super::{Config, ConfigError, ConfigProblem, TenantConfig};
 
 impl Config {
     /// Reads `path`, applies `FLOODGATE__*` environment overrides, and validates the result.
@@ -38,44 +41,11 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let one = |key: String, message: String| ConfigError {
-            problems: vec![ConfigProblem::new(key, message)],
-        };
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| {
-            let key = e
-                .span()
-                .map(|span| format!("line {}", line_of(text, span.start)))
-                .unwrap_or_else(|| "config".into());
-            one(key, e.message().to_string())
-        })?;
-        // Every override goes in as the string it is; only where the field refuses a string
-        // (a number, a boolean) is it read as a TOML value. So a string field — a password,
-        // a file name — gets exactly what was written, even `0x1F`, `1_000`, `inf` or `true`.
-        let mut overrides: Vec<(Vec<String>, String)> = Vec::new();
-        for (name, value) in env {
-            if let Some(path) = env_key(&name) {
-                set_path(&mut table, &path, toml::Value::String(value.clone()));
-                overrides.push((path, value));
-            }
-        }
-        let config: Config = loop {
-            match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
-                Ok(config) => break config,
-                Err(e) => {
-                    let path = e.path().to_string();
-                    let message = e.into_inner().message().to_string();
-                    let retyped = overrides.iter().position(|(p, _)| {
-                        p.join(".") == path && message.contains("invalid type: string")
-                    });
-                    if let Some(i) = retyped {
-                        let (keys, value) = overrides.swap_remove(i);
-                        set_path(&mut table, &keys, parse_scalar(&value));
-                        continue;
-                    }
-                    let key = if path == "." { "config".into() } else { path };
-                    return Err(one(key, message));
-                }
-            }
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let read = split::split(text).and_then(|parts| Self::read_split(&parts, &env));
+        let config = match read {
+            Some(config) => config,
+            None => Self::read_whole(text, &env)?,
         };
         let problems = config.validate();
         if problems.is_empty() {
@@ -84,6 +54,119 @@ impl Config {
             Err(ConfigError { problems })
         }
     }
+}
+
+impl Config {
+    /// The document cut at its `[[tenants]]` headers, read a tenant at a time (see
+    /// [`split`]). `None` if any part fails: reading the whole document gives the error, with
+    /// the line and the tenant's index it names.
+    fn read_split(parts: &split::Split<'_>, env: &[(String, String)]) -> Option<Self> {
+        let (mut config, inline) = read_document(&parts.rest, env).ok()?;
+        if let Some(tenants) = inline {
+            if !parts.tenants.is_empty() {
+                return None; // `tenants = [...]` beside `[[tenants]]`: TOML's error to give
+            }
+            config.tenants = read_tenants(tenants).ok()?;
+        }
+        let mut tenants = Vec::with_capacity(parts.tenants.len());
+        for part in &parts.tenants {
+            let mut document = toml::de::DeTable::parse(part).ok()?;
+            let value = document.get_mut().remove("tenants")?;
+            if !document.get_ref().is_empty() {
+                return None;
+            }
+            let mut one =
+                Vec::<TenantConfig>::deserialize(toml::de::ValueDeserializer::from(value)).ok()?;
+            if one.len() != 1 {
+                return None;
+            }
+            tenants.extend(one.pop());
+        }
+        if !tenants.is_empty() {
+            config.tenants = tenants;
+        }
+        Some(config)
+    }
+
+    pub(super) fn read_whole(text: &str, env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let (mut config, tenants) = read_document(text, env)?;
+        if let Some(tenants) = tenants {
+            config.tenants = read_tenants(tenants)?;
+        }
+        Ok(config)
+    }
+}
+
+fn one(key: String, message: String) -> ConfigError {
+    ConfigError {
+        problems: vec![ConfigProblem::new(key, message)],
+    }
+}
+
+/// Everything but the tenants, with the environment's overrides; and the tenants' value.
+fn read_document<'t>(
+    text: &'t str,
+    env: &[(String, String)],
+) -> Result<(Config, Option<TomlValue<'t>>), ConfigError> {
+    let syntax = |e: toml::de::Error| {
+        let key = e
+            .span()
+            .map(|span| format!("line {}", line_of(text, span.start)))
+            .unwrap_or_else(|| "config".into());
+        one(key, e.message().to_string())
+    };
+    // Read borrowing the text; the tenants are taken out before the rest becomes an owned
+    // table (copied per attempt below).
+    let mut document = toml::de::DeTable::parse(text).map_err(syntax)?;
+    let tenants = document.get_mut().remove("tenants");
+    let mut table =
+        toml::Table::deserialize(toml::de::Deserializer::from(document)).map_err(syntax)?;
+    // Every override goes in as the string it is; only where the field refuses a string
+    // (a number, a boolean) is it read as a TOML value. So a string field — a password,
+    // a file name — gets exactly what was written, even `0x1F`, `1_000`, `inf` or `true`.
+    let mut overrides: Vec<(Vec<String>, String)> = Vec::new();
+    for (name, value) in env {
+        if let Some(path) = env_key(name) {
+            if path[0] == "tenants" {
+                return Err(one(
+                    name.clone(),
+                    "tenants are set in the file or through the admin API, not the environment"
+                        .into(),
+                ));
+            }
+            set_path(&mut table, &path, toml::Value::String(value.clone()));
+            overrides.push((path, value.clone()));
+        }
+    }
+    let config: Config = loop {
+        match serde_path_to_error::deserialize(toml::Value::Table(table.clone())) {
+            Ok(config) => break config,
+            Err(e) => {
+                let path = e.path().to_string();
+                let message = e.into_inner().message().to_string();
+                let retyped = overrides.iter().position(|(p, _)| {
+                    p.join(".") == path && message.contains("invalid type: string")
+                });
+                if let Some(i) = retyped {
+                    let (keys, value) = overrides.swap_remove(i);
+                    set_path(&mut table, &keys, parse_scalar(&value));
+                    continue;
+                }
+                let key = if path == "." { "config".into() } else { path };
+                return Err(one(key, message));
+            }
+        }
+    };
+    Ok((config, tenants))
+}
+
+type TomlValue<'t> = toml::Spanned<toml::de::DeValue<'t>>;
+
+fn read_tenants(value: TomlValue<'_>) -> Result<Vec<TenantConfig>, ConfigError> {
+    serde_path_to_error::deserialize(toml::de::ValueDeserializer::from(value)).map_err(|e| {
+        let key = format!("tenants{}", e.path()).replace("tenants.", "tenants");
+        one(key, e.into_inner().message().to_string())
+    })
 }
 
 /// `FLOODGATE__KAFKA__PRODUCER__LINGER_MS` -> `["kafka", "producer", "linger.ms"]`;

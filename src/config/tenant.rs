@@ -15,10 +15,11 @@ pub struct TenantConfig {
     /// Stable identifier, used in logs, metrics and the admin API.
     pub id: String,
     /// Lowercase hex SHA-256 digests of the tenant's API keys (`printf %s KEY | sha256sum`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "exact_strings")]
     pub api_key_sha256: Vec<String>,
     /// Patterns of the topics the tenant may write: topic-name characters and the wildcards
     /// `*` (any run of characters) and `?` (one character); 1 to 100 patterns.
+    #[serde(deserialize_with = "exact_strings")]
     pub topics: Vec<String>,
     /// Records per second; unset: limited by the global budget only.
     #[serde(
@@ -55,6 +56,14 @@ pub struct TenantConfig {
     /// then `standard` (the default); `critical` keeps a reserved share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+}
+
+/// A list of strings without the spare room a growing vector keeps: a tenant's keys and
+/// patterns are one or two strings each, and four slots each would be 12 MB at 100,000 tenants.
+fn exact_strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let mut list = Vec::<String>::deserialize(d)?;
+    list.shrink_to_fit();
+    Ok(list)
 }
 
 /// A tenant's priority class under the adaptive limit.

@@ -217,3 +217,138 @@ fn lag_guards_are_validated_naming_the_guard_and_field() {
         "{missing:?}"
     );
 }
+
+#[test]
+fn tenant_fields_are_named_by_their_index_and_the_environment_sets_no_tenant() {
+    let text = "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
+                [[tenants]]\nid = \"b\"\ntopics = [\"y\"]\nrecords_per_sec = \"fast\"\n";
+    let p = problems(text);
+    assert_eq!(p[0].key, "tenants[1].records_per_sec", "{p:?}");
+    let p = problems("[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\nrate = 1\n");
+    assert_eq!(p[0].key, "tenants[0].rate", "{p:?}");
+    assert!(p[0].message.contains("unknown field `rate`"), "{p:?}");
+    let env = vec![("FLOODGATE__TENANTS__ID".to_string(), "x".to_string())];
+    let refused = Config::from_toml_with_env(text, env).expect_err("refused");
+    assert_eq!(refused.problems[0].key, "FLOODGATE__TENANTS__ID");
+    let c = Config::from_toml_with_env("[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n", no_env())
+        .expect("valid");
+    assert_eq!(c.tenants[0].id, "a");
+}
+
+/// A file cut at its `[[tenants]]` headers reads as the whole document does, whatever sits
+/// between the tenants; odd layouts are read whole and give TOML's own answer.
+#[test]
+fn a_file_read_a_tenant_at_a_time_reads_as_the_whole_document() {
+    let digest = |c: char| c.to_string().repeat(64);
+    let plain = format!(
+        "[server]\nlisten = \"127.0.0.1:1\"\n\
+         [[tenants]]\nid = \"a\"\ntopics = [\"x\", \"y.*\"]\napi_key_sha256 = [\"{}\"]\n# note\n\
+         [buffer]\nmax_records = 77\n\
+         [[tenants]]\nid = \"b\"  # trailing\ntopics = [\n  \"z\",\n]\nrecords_per_sec = 5\n\
+         [[lag_guards]]\nname = \"g\"\ntopics = [\"x\"]\ngroup = \"g\"\nmax_recovery_s = 9\n\
+         [[ tenants ]]\nid = \"c\"\ntopics = [\"q\"]\n",
+        digest('a')
+    );
+    let odd = [
+        // A header inside a multi-line string is text, not a header.
+        "[server]\nlisten = \"127.0.0.1:1\"\n[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
+         [kafka]\nclient_id = \"\"\"\n[[tenants]]\nid = \"\"\"\n"
+            .to_string(),
+        // Quoted and inline forms.
+        "[[\"tenants\"]]\nid = \"a\"\ntopics = [\"x\"]\n[[tenants]]\nid = \"b\"\ntopics = [\"y\"]\n"
+            .to_string(),
+        "tenants = [{ id = \"a\", topics = [\"x\"] }]\n".to_string(),
+        "tenants = [{ id = \"a\", topics = [\"x\"] }]\n[[tenants]]\nid = \"b\"\ntopics = [\"y\"]\n"
+            .to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n[tenants.extra]\nx = 1\n".to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\nrecords_per_sec = \"fast\"\n".to_string(),
+        "[[tenants]]\nid = \"a\"\ntopics = [\"x\"\n".to_string(),
+    ];
+    let cut = super::split::split(&plain).expect("a plain layout is cut");
+    assert_eq!(cut.tenants.len(), 3);
+    for text in std::iter::once(&plain).chain(odd.iter()) {
+        let whole = Config::read_whole(text, &[]).and_then(|c| {
+            let p = c.validate();
+            if p.is_empty() {
+                Ok(c)
+            } else {
+                Err(ConfigError { problems: p })
+            }
+        });
+        let read = Config::from_toml_with_env(text, no_env());
+        match (whole, read) {
+            (Ok(a), Ok(b)) => assert_eq!(
+                serde_json::to_value(&a).expect("json"),
+                serde_json::to_value(&b).expect("json"),
+                "{text}"
+            ),
+            (Err(a), Err(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{text}"),
+            (a, b) => panic!("{text}: whole {a:?}, cut {b:?}"),
+        }
+    }
+    let config = Config::from_toml_with_env(&plain, no_env()).expect("valid");
+    let ids: Vec<&str> = config.tenants.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert_eq!(config.buffer.max_records, 77);
+    assert_eq!(config.lag_guards.len(), 1);
+}
+
+#[test]
+fn the_forwarded_header_is_one_of_two_and_defaults_to_x_forwarded_for() {
+    use crate::forwarded::ForwardedHeader;
+    let config = Config::from_toml_with_env("", no_env()).expect("defaults");
+    assert_eq!(
+        config.server.forwarded_header,
+        ForwardedHeader::XForwardedFor
+    );
+    let config =
+        Config::from_toml_with_env("[server]\nforwarded_header = \"forwarded\"\n", no_env())
+            .expect("forwarded");
+    assert_eq!(config.server.forwarded_header, ForwardedHeader::Forwarded);
+    let p = problems("[server]\nforwarded_header = \"x-real-ip\"\n");
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].key, "server.forwarded_header");
+}
+
+#[test]
+fn trusting_every_address_is_warned_about_not_refused() {
+    let text = "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"0.0.0.0/0\", \"::/0\"]\n";
+    let config = Config::from_toml_with_env(text, no_env()).expect("valid");
+    let warned: Vec<String> = config.warnings().into_iter().map(|w| w.key).collect();
+    assert_eq!(
+        warned,
+        vec!["server.trusted_proxies[1]", "server.trusted_proxies[2]"]
+    );
+    let quiet =
+        Config::from_toml_with_env("[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n", no_env())
+            .expect("valid");
+    assert!(quiet.warnings().is_empty());
+}
+
+#[test]
+fn a_bytes_burst_smaller_than_one_records_overhead_is_refused_naming_the_field() {
+    let keys = |text: &str| -> Vec<String> { problems(text).into_iter().map(|p| p.key).collect() };
+    let tenant = |budget: &str| {
+        format!("[[tenants]]\nid = \"a\"\ntopics = [\"a.*\"]\napi_key_sha256 = []\n{budget}\n")
+    };
+    assert_eq!(
+        keys(&tenant("bytes_per_sec = 100\nbytes_burst = 7")),
+        vec!["tenants[0].bytes_burst"]
+    );
+    // Unset, the burst is the rate: the same.
+    let p = problems(&tenant("bytes_per_sec = 5"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "tenants[0].bytes_burst");
+    assert!(
+        p[0].message.contains("unset, it is bytes_per_sec"),
+        "{}",
+        p[0].message
+    );
+    assert!(keys(&tenant("bytes_per_sec = 100\nbytes_burst = 8")).is_empty());
+    // The global budget too; a records burst of 1 is fine (it is counted in records).
+    assert_eq!(
+        keys("[global]\nbytes_per_sec = 1000\nbytes_burst = 4\n"),
+        vec!["global.bytes_burst"]
+    );
+    assert!(keys(&tenant("records_per_sec = 1\nrecords_burst = 1")).is_empty());
+}

@@ -375,7 +375,7 @@ impl Ingest {
         };
         let api = request.api;
         let opened = self.open_for(&tenant, digest, request, parser).await;
-        tenant.stats.count_api(api, opened.is_ok());
+        tenant.stats().count_api(api, opened.is_ok());
         (Some(tenant), opened)
     }
 
@@ -792,14 +792,14 @@ impl<P: RecordNotes + 'static> Pump<P> {
             .check_to(&self.tenant, Some(&self.topic), charge)
         {
             if let Denial::Refused(r) = &denial {
-                self.tenant.stats.refused_records(1);
+                self.tenant.stats().refused_records(1);
                 // Refused by a limit below the tenant's own budget: it is demand that limit
                 // should see.
                 if matches!(
                     r.reason,
                     crate::refusal::Reason::Adaptive | crate::refusal::Reason::ConsumerLag
                 ) {
-                    self.tenant.stats.offered(charge.records, charge.bytes);
+                    self.tenant.stats().offered(charge.records, charge.bytes);
                 }
             }
             return Err(ingest.denied(&self.tenant, denial));

@@ -87,8 +87,10 @@ const FAMILIES: [(&str, &str, Option<Unit>); 5] = [
 ];
 
 fn counts(t: &Tenant) -> Counts {
-    let s = &t.stats;
     let mut c = [0u64; COUNTERS];
+    let Some(s) = t.stats_if_any() else {
+        return c; // never counted anything
+    };
     let rejected: u64 = Reason::ALL.iter().map(|r| s.rejected_count(*r)).sum();
     c[0] = s.admitted_requests.load(Relaxed);
     c[1] = rejected;

@@ -1,6 +1,8 @@
 //! Audit events: one per registry change, with who made it, what it was, and the parts of the
 //! state before and after (keys appear as key ids only — the first 16 hex digits of their
-//! digest, enough to name a key, useless to test a guess against; tokens never appear).
+//! unsalted digest: they name a key and keep the full digest out of logs and lists, but like
+//! the digest they let a reader test a guessed key, so only long random keys are safe to show
+//! them for; tokens never appear).
 
 use super::state::RegistryState;
 use crate::config::TenantConfig;
@@ -46,6 +48,25 @@ pub fn record(actor: &Actor, action: &str, before: &RegistryState, after: &Regis
         action = ?action,
         before = %diff_json(before, after, true),
         after = %diff_json(before, after, false),
+        "registry change"
+    );
+}
+
+/// Emits the audit event for one entry of the shared registry that applied: `key` from
+/// `before` to `after` (as [`super::shared::value_of`] shows them).
+pub fn record_entry(
+    actor: &Actor,
+    action: &str,
+    key: &str,
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+) {
+    tracing::info!(
+        target: "floodgate::audit",
+        actor = ?actor.0,
+        action = ?action,
+        before = %serde_json::json!({ key: before }),
+        after = %serde_json::json!({ key: after }),
         "registry change"
     );
 }

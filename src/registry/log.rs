@@ -3,21 +3,29 @@
 //! and idempotence — Kafka's own convention for shared configuration (Schema Registry's
 //! `_schemas`, Kafka Connect's config topic).
 //!
-//! **Records.** Key `tenant:ID` (value: the tenant's configuration with key digests; a
-//! tombstone when it is deleted), `global` (the global budget) and `file` (the configuration
-//! file's part as last applied). Headers carry what every replica needs to apply a record the
-//! same way: `fg-base` (the key's version the change was based on), `fg-actor`, `fg-action`
-//! and `fg-replica` (who made it, for the one audit event per change).
+//! **Records.** Key `tenant:ID` (value: the tenant's configuration with key digests; JSON
+//! `null` once it is deleted — never a Kafka tombstone, which compaction would eventually
+//! remove with the deletion's version), `global` (the global budget), and `file:ID` /
+//! `file-global` (the configuration file's part as last applied, one record per tenant: what a
+//! reload on any replica compares the file with), followed by `#` and a tag of the signing
+//! secret (see [`super::mac`]). Headers carry what every replica needs to
+//! apply a record the same way: `fg-base` and `fg-version` (the key's version the change was
+//! made from, and the one it makes), `fg-actor`, `fg-action` and `fg-replica` (who made it,
+//! for the one audit event per change).
 //!
-//! **Authenticated.** Every record also carries `fg-mac`, an HMAC-SHA256 of all of the above
-//! with the replicas' shared secret ([`super::mac`]); a record without a valid one is not an
-//! entry, whoever wrote it.
+//! **Authenticated.** Every record also carries `fg-mac`, an HMAC-SHA256 of the topic's name,
+//! the key, the value and the `fg-*` headers with the replicas' shared secret
+//! ([`super::mac`]); a record without a valid one is not an entry, whoever wrote it.
 //!
-//! **Order decides.** Kafka gives every replica the same order. A record applies only if its
-//! base is the key's current version (then the version moves up by one) and the registry it
-//! leads to is valid; otherwise every replica skips it the same way. So of two changes made
-//! from the same version on two replicas, the first in the log wins and the other is refused
-//! (409 to its client): optimistic concurrency with Kafka as the arbiter, no consensus of ours.
+//! **Order decides.** Kafka gives every replica the same order. A record applies only if it
+//! carries a newer version of its key than the replica holds and the registry it leads to is
+//! valid; otherwise every replica skips it the same way. So of two changes made from the same
+//! version on two replicas, the first in the log wins and the other is refused (409 to its
+//! client): optimistic concurrency with Kafka as the arbiter, no consensus of ours. Versions
+//! carried in the records (not counted from the topic's start) keep the rule true after
+//! compaction has dropped older records; and since compaction keeps the last record of each
+//! Kafka key, a refused record must not stay last: a replica that reads one whose value is not
+//! the key's writes the key's current value again (`registry.reassert`).
 
 use std::time::Duration;
 
@@ -34,27 +42,43 @@ use super::mac::RegistrySecrets;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntryKey {
     Global,
-    File,
     Tenant(String),
+    /// The configuration file's global budget as last applied (what a reload compares with).
+    FileGlobal,
+    /// A tenant of the configuration file as last applied.
+    FileTenant(String),
 }
 
 impl EntryKey {
     pub fn as_string(&self) -> String {
         match self {
             EntryKey::Global => "global".into(),
-            EntryKey::File => "file".into(),
             EntryKey::Tenant(id) => format!("tenant:{id}"),
+            EntryKey::FileGlobal => "file-global".into(),
+            EntryKey::FileTenant(id) => format!("file:{id}"),
         }
     }
 
+    /// Whether the key is part of what requests are served from (not the file's baseline).
+    pub fn is_live(&self) -> bool {
+        matches!(self, EntryKey::Global | EntryKey::Tenant(_))
+    }
+
+    /// A record's Kafka key (`tenant:acme#<tag>`); the tag is not checked here (the MAC
+    /// covers the whole key).
     fn parse(key: &str) -> Option<Self> {
+        let (key, _tag) = key.rsplit_once('#')?;
+        let id = |prefix: &str| {
+            key.strip_prefix(prefix)
+                .filter(|id| !id.is_empty())
+                .map(str::to_string)
+        };
         match key {
             "global" => Some(EntryKey::Global),
-            "file" => Some(EntryKey::File),
-            _ => key
-                .strip_prefix("tenant:")
-                .filter(|id| !id.is_empty())
-                .map(|id| EntryKey::Tenant(id.to_string())),
+            "file-global" => Some(EntryKey::FileGlobal),
+            _ => id("tenant:")
+                .map(EntryKey::Tenant)
+                .or_else(|| id("file:").map(EntryKey::FileTenant)),
         }
     }
 }
@@ -63,9 +87,9 @@ impl EntryKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub key: EntryKey,
-    /// The key's version this change was made from.
+    /// The key's version this change was made from; it makes `base + 1`.
     pub base: u64,
-    /// JSON; `None` is a tombstone (a deleted tenant).
+    /// JSON; `None`: the tenant is deleted.
     pub value: Option<Vec<u8>>,
     pub actor: String,
     pub action: String,
@@ -105,7 +129,15 @@ impl Refused {
 }
 
 /// The headers an entry is made of, in the order its MAC covers them.
-const SIGNED_HEADERS: [&str; 4] = ["fg-base", "fg-actor", "fg-action", "fg-replica"];
+const SIGNED_HEADERS: [&str; 5] = [
+    "fg-base",
+    "fg-version",
+    "fg-actor",
+    "fg-action",
+    "fg-replica",
+];
+/// A deleted tenant's value.
+const DELETED: &[u8] = b"null";
 const MAC_HEADER: &str = "fg-mac";
 
 fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> {
@@ -123,48 +155,90 @@ fn text(message: &BorrowedMessage<'_>, name: &str) -> Result<String, Refused> {
         .map_err(|_| Refused::Malformed(format!("{name} is not UTF-8")))
 }
 
-/// The parts an entry's MAC covers: key, value (absent for a tombstone), the signed headers.
+/// The parts an entry's MAC covers: the topic, the Kafka key, the value, the signed headers.
 fn signed_parts<'a>(
+    topic: &'a str,
     key: &'a [u8],
     value: Option<&'a [u8]>,
-    headers: [Option<&'a [u8]>; 4],
-) -> [Option<&'a [u8]>; 6] {
-    let [a, b, c, d] = headers;
-    [Some(key), value, a, b, c, d]
+    headers: [Option<&'a [u8]>; 5],
+) -> [Option<&'a [u8]>; 8] {
+    let [a, b, c, d, e] = headers;
+    [Some(topic.as_bytes()), Some(key), value, a, b, c, d, e]
+}
+
+/// The key of a record that sits under the Kafka key this replica writes `key` under (the
+/// signing secret's tag): a record there that is not an entry could become, once compacted,
+/// the only record of that key.
+pub fn own_key(raw: &[u8], secrets: &RegistrySecrets) -> Option<EntryKey> {
+    let raw = std::str::from_utf8(raw).ok()?;
+    let (logical, tag) = raw.rsplit_once('#')?;
+    let key = EntryKey::parse(raw)?;
+    (tag == secrets.key_tag(logical)).then_some(key)
+}
+
+/// A record read as an entry, and whether the signing secret signed it (else an older one of
+/// the list did: the entry is to be signed again before that secret is dropped).
+#[derive(Debug, Clone)]
+pub struct Decoded {
+    pub entry: Entry,
+    pub by_signing_secret: bool,
 }
 
 impl Entry {
+    /// The version this entry makes.
+    pub fn version(&self) -> Option<u64> {
+        self.base.checked_add(1)
+    }
+
     /// Reads an entry from a record of the registry topic: its MAC first (nothing of an
     /// unauthenticated record is looked at further), then its fields.
     pub fn decode(
         message: &BorrowedMessage<'_>,
+        topic: &str,
         secrets: &RegistrySecrets,
-    ) -> Result<Self, Refused> {
+    ) -> Result<Decoded, Refused> {
         let tag = header(message, MAC_HEADER).ok_or(Refused::Unsigned)?;
         let tag = hex::decode(tag).map_err(|_| Refused::BadMac)?;
         let parts = signed_parts(
+            topic,
             message.key().unwrap_or_default(),
             message.payload(),
             SIGNED_HEADERS.map(|name| header(message, name)),
         );
-        if !secrets.verify(&parts, &tag) {
-            return Err(Refused::BadMac);
-        }
+        let signer = secrets.verify(&parts, &tag).ok_or(Refused::BadMac)?;
         let key = message
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
             .and_then(EntryKey::parse)
-            .ok_or_else(|| Refused::Malformed("the key is not global, file or tenant:ID".into()))?;
-        let base = text(message, "fg-base")?
-            .parse::<u64>()
-            .map_err(|_| Refused::Malformed("fg-base is not a version number".into()))?;
-        Ok(Self {
-            key,
-            base,
-            value: message.payload().map(<[u8]>::to_vec),
-            actor: text(message, "fg-actor")?,
-            action: text(message, "fg-action")?,
-            replica: text(message, "fg-replica")?,
+            .ok_or_else(|| Refused::Malformed("the key is not global or tenant:ID#tag".into()))?;
+        let number = |name: &str| -> Result<u64, Refused> {
+            text(message, name)?
+                .parse::<u64>()
+                .map_err(|_| Refused::Malformed(format!("{name} is not a version number")))
+        };
+        let base = number("fg-base")?;
+        if base.checked_add(1) != Some(number("fg-version")?) {
+            return Err(Refused::Malformed("fg-version is not fg-base + 1".into()));
+        }
+        let value = match message.payload() {
+            None => {
+                return Err(Refused::Malformed(
+                    "a Kafka tombstone is not an entry".into(),
+                ))
+            }
+            Some(DELETED) => None,
+            Some(v) => Some(v.to_vec()),
+        };
+        Ok(Decoded {
+            entry: Self {
+                key,
+                base,
+                value,
+                actor: text(message, "fg-actor")?,
+                action: text(message, "fg-action")?,
+                replica: text(message, "fg-replica")?,
+            },
+            by_signing_secret: signer == 0,
         })
     }
 }
@@ -176,7 +250,12 @@ pub enum LogError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("Kafka did not take the change within {0:?}")]
     Timeout(Duration),
+    #[error("the key has no version after the last one")]
+    NoVersion,
 }
+
+/// Entries queued at once (the producer's queue holds 100,000 messages by default).
+const WRITE_CHUNK: usize = 10_000;
 
 /// The registry topic's clients.
 pub struct RegistryLog {
@@ -281,6 +360,9 @@ impl RegistryLog {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("allow.auto.create.topics", "false")
+            // librdkafka prefetches up to 64 MiB per partition by default; the registry is
+            // read once at start-up and then trickles.
+            .set("queued.max.messages.kbytes", "4096")
             .create()?;
         let mut assignment = TopicPartitionList::new();
         assignment.add_partition_offset(&self.topic, 0, Offset::Beginning)?;
@@ -295,60 +377,68 @@ impl RegistryLog {
     }
 
     /// Writes entries in order; returns each one's offset once Kafka has acknowledged it.
+    /// They are queued together (one partition, an idempotent producer: order is kept), so
+    /// seeding 100,000 tenants is not 100,000 round trips.
     pub async fn write(&self, entries: &[Entry]) -> Result<Vec<i64>, LogError> {
         let mut offsets = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let key = entry.key.as_string();
-            let base = entry.base.to_string();
-            let mac = hex::encode(self.secrets.sign(&signed_parts(
-                key.as_bytes(),
-                entry.value.as_deref(),
-                [
-                    Some(base.as_bytes()),
-                    Some(entry.actor.as_bytes()),
-                    Some(entry.action.as_bytes()),
-                    Some(entry.replica.as_bytes()),
-                ],
-            )));
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: "fg-base",
-                    value: Some(&base),
-                })
-                .insert(Header {
-                    key: "fg-actor",
-                    value: Some(&entry.actor),
-                })
-                .insert(Header {
-                    key: "fg-action",
-                    value: Some(&entry.action),
-                })
-                .insert(Header {
-                    key: "fg-replica",
-                    value: Some(&entry.replica),
-                })
-                .insert(Header {
-                    key: MAC_HEADER,
-                    value: Some(&mac),
-                });
-            let mut record = FutureRecord::<String, Vec<u8>>::to(&self.topic)
-                .key(&key)
-                .partition(0)
-                .headers(headers);
-            if let Some(value) = &entry.value {
-                record = record.payload(value);
+        for chunk in entries.chunks(WRITE_CHUNK) {
+            let mut pending = Vec::with_capacity(chunk.len());
+            for entry in chunk {
+                pending.push(self.enqueue(entry)?);
             }
-            let delivered = tokio::time::timeout(
-                self.write_timeout + Duration::from_millis(500),
-                self.producer.send(record, self.write_timeout),
-            )
-            .await
-            .map_err(|_| LogError::Timeout(self.write_timeout))?;
-            match delivered {
-                Ok(delivery) => offsets.push(delivery.offset),
-                Err((e, _)) => return Err(LogError::Kafka(e)),
+            for delivery in pending {
+                let delivered =
+                    tokio::time::timeout(self.write_timeout + Duration::from_millis(500), delivery)
+                        .await
+                        .map_err(|_| LogError::Timeout(self.write_timeout))?;
+                match delivered {
+                    Ok(Ok(delivery)) => offsets.push(delivery.offset),
+                    Ok(Err((e, _))) => return Err(LogError::Kafka(e)),
+                    Err(_) => return Err(LogError::Timeout(self.write_timeout)),
+                }
             }
         }
         Ok(offsets)
+    }
+
+    /// Signs `entry` and hands it to the producer.
+    fn enqueue(&self, entry: &Entry) -> Result<rdkafka::producer::DeliveryFuture, LogError> {
+        let logical = entry.key.as_string();
+        let key = format!("{logical}#{}", self.secrets.key_tag(&logical));
+        let base = entry.base.to_string();
+        let version = entry.version().ok_or(LogError::NoVersion)?.to_string();
+        let value = entry.value.as_deref().unwrap_or(DELETED);
+        let signed = [
+            base.as_bytes(),
+            version.as_bytes(),
+            entry.actor.as_bytes(),
+            entry.action.as_bytes(),
+            entry.replica.as_bytes(),
+        ];
+        let mac = hex::encode(self.secrets.sign(&signed_parts(
+            &self.topic,
+            key.as_bytes(),
+            Some(value),
+            signed.map(Some),
+        )));
+        let mut headers = OwnedHeaders::new();
+        for (name, v) in SIGNED_HEADERS.iter().zip(signed) {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(v),
+            });
+        }
+        let headers = headers.insert(Header {
+            key: MAC_HEADER,
+            value: Some(&mac),
+        });
+        let record = FutureRecord::<String, [u8]>::to(&self.topic)
+            .key(&key)
+            .partition(0)
+            .headers(headers)
+            .payload(value);
+        self.producer
+            .send_result(record)
+            .map_err(|(e, _)| LogError::Kafka(e))
     }
 }

@@ -5,14 +5,26 @@
 //! applied: the registry decides who may write what, so only those who hold the secret may
 //! change it.
 //!
+//! The MAC covers the topic's name too, so a record copied into another registry topic is not
+//! an entry there. And each record's Kafka key carries a tag derived from the secret
+//! (`tenant:acme#1f0c...`): a writer without the secret cannot write a record under the same
+//! Kafka key as a real one, so compaction (which keeps the last record per Kafka key) never
+//! drops a real entry in favour of a forged one — a forged tombstone or value stays a skipped
+//! record of its own key.
+//!
 //! Rotation: the variable holds one or more secrets separated by commas; records are signed
-//! with the first and accepted when any of them verifies. Roll a new secret in first on every
-//! replica (`new,old`), then drop the old one once every replica signs with the new.
+//! with the first and accepted when any of them verifies. No replica may sign with a secret
+//! another does not accept yet (their registries would drift apart), so a rotation is three
+//! rolls: `old,new` everywhere (accept the new one), then `new,old` (sign with it: each replica
+//! writes again, signed with the new secret, every entry it holds that only an older one
+//! verifies — same version, same value: `registry.resign` — and
+//! `floodgate_registry_old_secret_entries` counts what is left), then `new` once that reads 0
+//! on every replica.
 //!
 //! What the MAC does not do: it does not hide the registry (anyone who can read the topic sees
 //! tenants, budgets and key digests), and it does not stop a holder of the secret. Replaying an
-//! old, validly signed record is caught by the version rule: a record applies only if it was
-//! made from the key's current version.
+//! old, validly signed record is caught by the version rule: a record applies only if it
+//! carries a newer version of its key than the replica holds.
 
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
@@ -70,14 +82,27 @@ impl RegistrySecrets {
         mac.finalize().into_bytes().into()
     }
 
-    /// Whether `tag` is the MAC of `parts` under any of the secrets (compared in constant
-    /// time).
-    pub fn verify(&self, parts: &[Option<&[u8]>], tag: &[u8]) -> bool {
-        self.0.iter().any(|secret| {
+    /// Which secret `tag` is the MAC of `parts` under (0: the signing one), if any (compared in
+    /// constant time).
+    pub fn verify(&self, parts: &[Option<&[u8]>], tag: &[u8]) -> Option<usize> {
+        self.0.iter().position(|secret| {
             let mut mac = keyed(secret);
             feed(&mut mac, parts);
             mac.verify_slice(tag).is_ok()
         })
+    }
+
+    /// The tag a record of `key` carries in its Kafka key under the signing secret: 16 hex
+    /// digits of an HMAC no one without the secret can compute.
+    pub fn key_tag(&self, key: &str) -> String {
+        let Some(secret) = self.0.first() else {
+            return String::new();
+        };
+        let mut mac = keyed(secret);
+        mac.update(b"floodgate-registry-key-v1");
+        mac.update(key.as_bytes());
+        let tag: [u8; 32] = mac.finalize().into_bytes().into();
+        hex::encode(&tag[..8])
     }
 }
 
@@ -91,7 +116,7 @@ fn keyed(secret: &[u8]) -> HmacSha256 {
 /// when present, its length and bytes — so no two different entries feed the same bytes (a
 /// tombstone and an empty value differ, and no part can run into the next).
 fn feed(mac: &mut HmacSha256, parts: &[Option<&[u8]>]) {
-    mac.update(b"floodgate-registry-entry-v1");
+    mac.update(b"floodgate-registry-entry-v2");
     for part in parts {
         match part {
             None => mac.update(&[0]),
@@ -115,21 +140,30 @@ mod tests {
         let old = RegistrySecrets::parse("old-secret-0123456789").expect("valid");
         let parts: [Option<&[u8]>; 3] = [Some(b"tenant:a"), Some(b"{}"), Some(b"0")];
         let by_old = old.sign(&parts);
-        assert!(
+        assert_eq!(
             both.verify(&parts, &by_old),
+            Some(1),
             "the previous secret still verifies"
         );
         let by_new = both.sign(&parts);
-        assert!(!old.verify(&parts, &by_new), "signed with the first secret");
+        assert_eq!(both.verify(&parts, &by_new), Some(0));
+        assert_eq!(
+            old.verify(&parts, &by_new),
+            None,
+            "signed with the first secret"
+        );
         let tombstone: [Option<&[u8]>; 3] = [Some(b"tenant:a"), None, Some(b"0")];
         let empty: [Option<&[u8]>; 3] = [Some(b"tenant:a"), Some(b""), Some(b"0")];
-        assert!(!both.verify(&tombstone, &both.sign(&empty)));
+        assert_eq!(both.verify(&tombstone, &both.sign(&empty)), None);
         let shifted: [Option<&[u8]>; 3] = [Some(b"tenant:a{"), Some(b"}"), Some(b"0")];
-        assert!(
-            !both.verify(&shifted, &by_new),
+        assert_eq!(
+            both.verify(&shifted, &by_new),
+            None,
             "parts cannot run into each other"
         );
-        assert!(!both.verify(&parts, &by_new[..31]));
+        assert_eq!(both.verify(&parts, &by_new[..31]), None);
+        assert_ne!(both.key_tag("tenant:a"), old.key_tag("tenant:a"));
+        assert_eq!(both.key_tag("tenant:a").len(), 16);
     }
 
     #[test]

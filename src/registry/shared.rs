@@ -2,15 +2,16 @@
 //! entry applies to the state (the same way on every replica), and what is remembered of it
 //! for the admin API's audit list and for the replica that wrote it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
 use super::log::{Entry, EntryKey, RegistryLog};
 use super::state::{FilePart, RegistryState};
-use crate::config::{GlobalBudgetConfig, TenantConfig};
+use crate::config::{ConfigProblem, GlobalBudgetConfig, TenantConfig};
+use crate::identity::ApiKeyHash;
 
 /// Entries remembered for the audit list.
 const AUDIT_KEPT: usize = 1000;
@@ -93,68 +94,218 @@ pub fn entries(
             out.push(entry(EntryKey::Tenant(id.clone()), value));
         }
     }
-    if current.file != next.file {
-        out.push(entry(EntryKey::File, serde_json::to_vec(&next.file).ok()));
+    if current.file.global != next.file.global {
+        out.push(entry(
+            EntryKey::FileGlobal,
+            serde_json::to_vec(&next.file.global).ok(),
+        ));
+    }
+    let ids: std::collections::BTreeSet<&String> = current
+        .file
+        .tenants
+        .keys()
+        .chain(next.file.tenants.keys())
+        .collect();
+    for id in ids {
+        let (before, after) = (current.file.tenants.get(id), next.file.tenants.get(id));
+        if before != after {
+            let value = after.and_then(|t| serde_json::to_vec(t).ok());
+            out.push(entry(EntryKey::FileTenant(id.clone()), value));
+        }
     }
     out
 }
 
-/// Applies one entry to `state` if it was made from the key's current version; the caller
-/// then checks that the result is a valid registry.
-pub fn apply(state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> {
-    let key = entry.key.as_string();
-    let current = state.versions.get(&key).copied().unwrap_or(0);
-    if entry.base != current {
-        return Err(Rejection::Stale { key, current });
+/// `key`'s value in `state`, as an entry carries it.
+fn value_bytes(state: &RegistryState, key: &EntryKey) -> Option<Vec<u8>> {
+    match key {
+        EntryKey::Global => serde_json::to_vec(&state.global).ok(),
+        EntryKey::Tenant(id) => state
+            .tenants
+            .get(id)
+            .and_then(|t| serde_json::to_vec(t).ok()),
+        EntryKey::FileGlobal => serde_json::to_vec(&state.file.global).ok(),
+        EntryKey::FileTenant(id) => state
+            .file
+            .tenants
+            .get(id)
+            .and_then(|t| serde_json::to_vec(t).ok()),
     }
-    let parse_err = |e: serde_json::Error| Rejection::Malformed(format!("{key}: {e}"));
-    match (&entry.key, &entry.value) {
-        (EntryKey::Global, Some(v)) => {
-            state.global = serde_json::from_slice::<GlobalBudgetConfig>(v).map_err(parse_err)?;
+}
+
+/// The entry that made `key`'s current state, written again (signed with the current
+/// secret): the same version and value, so every replica that holds it skips it as an echo —
+/// no version moves, nothing is rebuilt or audited — and compaction keeps it as the last
+/// record of its key. A key no entry ever made (version 0) gets a first version instead.
+pub fn rewrite(state: &RegistryState, key: &EntryKey, resign: bool, replica: &str) -> Entry {
+    let version = state.versions.get(&key.as_string()).copied().unwrap_or(0);
+    let value = value_bytes(state, key);
+    Entry {
+        key: key.clone(),
+        base: version.saturating_sub(1),
+        value,
+        actor: "floodgate".into(),
+        action: if resign {
+            "registry.resign"
+        } else {
+            "registry.reassert"
         }
-        (EntryKey::File, Some(v)) => {
-            state.file = serde_json::from_slice::<FilePart>(v).map_err(parse_err)?;
-        }
-        (EntryKey::Tenant(id), Some(v)) => {
-            let tenant = serde_json::from_slice::<TenantConfig>(v).map_err(parse_err)?;
-            if tenant.id != *id {
-                return Err(Rejection::Malformed(format!(
-                    "{key} holds tenant {:?}",
-                    tenant.id
-                )));
+        .into(),
+        replica: replica.to_string(),
+    }
+}
+
+/// Applies entries to a state the same way on every replica, one at a time, without going
+/// over every tenant for each: it knows which tenant holds each key digest.
+#[derive(Debug, Default)]
+pub struct Applier {
+    owners: HashMap<ApiKeyHash, String>,
+}
+
+impl Applier {
+    pub fn new(state: &RegistryState) -> Self {
+        let mut owners = HashMap::new();
+        for (id, t) in &state.tenants {
+            for digest in t.key_digests() {
+                owners.insert(digest, id.clone());
             }
-            state
-                .tenants
-                .insert(id.clone(), std::sync::Arc::new(tenant));
         }
-        (EntryKey::Tenant(id), None) => {
-            state.tenants.remove(id);
+        Self { owners }
+    }
+
+    /// Applies `entry` to `state` if it carries a newer version of its key than `state` holds
+    /// and leaves a valid registry; otherwise changes nothing and says why.
+    pub fn apply(&mut self, state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> {
+        let key = entry.key.as_string();
+        let current = state.versions.get(&key).copied().unwrap_or(0);
+        let version = entry.version().ok_or_else(|| {
+            Rejection::Malformed(format!("{key}: no version after {}", entry.base))
+        })?;
+        if version <= current {
+            return Err(Rejection::Stale { key, current });
         }
-        (EntryKey::Global | EntryKey::File, None) => {
-            return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
+        let parse_err = |e: serde_json::Error| Rejection::Malformed(format!("{key}: {e}"));
+        let invalid = |p: ConfigProblem| Rejection::Invalid(p.to_string());
+        match (&entry.key, &entry.value) {
+            (EntryKey::Global, Some(v)) => {
+                let global = serde_json::from_slice::<GlobalBudgetConfig>(v).map_err(parse_err)?;
+                global.spec().map_err(invalid)?;
+                state.global = global;
+            }
+            (EntryKey::Global, None) => {
+                return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
+            }
+            (EntryKey::Tenant(id), Some(v)) => {
+                let tenant = serde_json::from_slice::<TenantConfig>(v).map_err(parse_err)?;
+                if tenant.id != *id {
+                    return Err(Rejection::Malformed(format!(
+                        "{key} holds tenant {:?}",
+                        tenant.id
+                    )));
+                }
+                let at = format!("tenants[{id}]");
+                if let Some(p) = tenant.problems(&at).into_iter().next() {
+                    return Err(invalid(p));
+                }
+                for (i, digest) in tenant.key_digests().enumerate() {
+                    match self.owners.get(&digest) {
+                        Some(owner) if owner != id => {
+                            return Err(invalid(ConfigProblem::new(
+                                format!("{at}.api_key_sha256[{i}]"),
+                                format!("this key already belongs to tenant {owner:?}"),
+                            )))
+                        }
+                        _ => {}
+                    }
+                }
+                crate::tenant::Registry::plan(std::slice::from_ref(&tenant)).map_err(invalid)?;
+                self.forget_keys(state, id);
+                for digest in tenant.key_digests() {
+                    self.owners.insert(digest, id.clone());
+                }
+                state.tenants.insert(id.clone(), Arc::new(tenant));
+            }
+            (EntryKey::Tenant(id), None) => {
+                self.forget_keys(state, id);
+                state.tenants.remove(id);
+            }
+            (EntryKey::FileGlobal, Some(v)) => {
+                state.file.global =
+                    serde_json::from_slice::<GlobalBudgetConfig>(v).map_err(parse_err)?;
+            }
+            (EntryKey::FileTenant(id), Some(v)) => {
+                let tenant = serde_json::from_slice::<TenantConfig>(v).map_err(parse_err)?;
+                if tenant.id != *id {
+                    return Err(Rejection::Malformed(format!(
+                        "{key} holds tenant {:?}",
+                        tenant.id
+                    )));
+                }
+                // The registry's config where the two are equal (most tenants): one copy.
+                let tenant = match state.tenants.get(id) {
+                    Some(held) if **held == tenant => held.clone(),
+                    _ => Arc::new(tenant),
+                };
+                state.file.tenants.insert(id.clone(), tenant);
+            }
+            (EntryKey::FileTenant(id), None) => {
+                state.file.tenants.remove(id);
+            }
+            (EntryKey::FileGlobal, None) => {
+                return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
+            }
+        }
+        state.versions.insert(key, version);
+        Ok(())
+    }
+
+    fn forget_keys(&mut self, state: &RegistryState, id: &str) {
+        if let Some(old) = state.tenants.get(id) {
+            for digest in old.key_digests() {
+                if self.owners.get(&digest).is_some_and(|o| o == id) {
+                    self.owners.remove(&digest);
+                }
+            }
         }
     }
-    let next = current
-        .checked_add(1)
-        .ok_or_else(|| Rejection::Malformed(format!("{key}: no version after {current}")))?;
-    state.versions.insert(key, next);
-    Ok(())
+}
+
+/// Whether `entry`, refused as stale, says what `state` holds already (the same version and
+/// value): nothing to write again when it is the last record of its key.
+pub fn is_echo(state: &RegistryState, entry: &Entry) -> bool {
+    let key = entry.key.as_string();
+    if entry.version() != state.versions.get(&key).copied() {
+        return false;
+    }
+    let same_tenant = |held: Option<&Arc<TenantConfig>>, v: &[u8]| {
+        serde_json::from_slice::<TenantConfig>(v)
+            .is_ok_and(|t| held.is_some_and(|held| **held == t))
+    };
+    let same_global = |held: &GlobalBudgetConfig, v: &[u8]| {
+        serde_json::from_slice::<GlobalBudgetConfig>(v).is_ok_and(|g| g == *held)
+    };
+    match (&entry.key, &entry.value) {
+        (EntryKey::Global, Some(v)) => same_global(&state.global, v),
+        (EntryKey::FileGlobal, Some(v)) => same_global(&state.file.global, v),
+        (EntryKey::Tenant(id), Some(v)) => same_tenant(state.tenants.get(id), v),
+        (EntryKey::FileTenant(id), Some(v)) => same_tenant(state.file.tenants.get(id), v),
+        (EntryKey::Tenant(id), None) => !state.tenants.contains_key(id),
+        (EntryKey::FileTenant(id), None) => !state.file.tenants.contains_key(id),
+        (EntryKey::Global | EntryKey::FileGlobal, None) => false,
+    }
 }
 
 /// The value of `key` in `state`, for the audit list.
 pub fn value_of(state: &RegistryState, key: &EntryKey) -> serde_json::Value {
     match key {
         EntryKey::Global => serde_json::json!(state.global),
-        EntryKey::File => {
-            let tenants: serde_json::Map<String, serde_json::Value> = state
-                .file
-                .tenants
-                .iter()
-                .map(|(id, t)| (id.clone(), super::audit::tenant_view(t)))
-                .collect();
-            serde_json::json!({"global": state.file.global, "tenants": tenants})
-        }
         EntryKey::Tenant(id) => state
+            .tenants
+            .get(id)
+            .map_or(serde_json::Value::Null, |t| super::audit::tenant_view(t)),
+        EntryKey::FileGlobal => serde_json::json!(state.file.global),
+        EntryKey::FileTenant(id) => state
+            .file
             .tenants
             .get(id)
             .map_or(serde_json::Value::Null, |t| super::audit::tenant_view(t)),
@@ -178,10 +329,34 @@ pub struct Shared {
     pub audit: Mutex<VecDeque<AuditEntry>>,
     /// Caught up with the topic's end as read at start-up.
     pub loaded: AtomicBool,
-    /// Records of the topic that were not entries, by [`super::log::Refused::REASONS`], and
-    /// whether each reason has been logged (once, with its first offset).
-    pub refused: [std::sync::atomic::AtomicU64; 3],
-    pub refusal_logged: [AtomicBool; 3],
+    /// The topic holds records and none of them verifies with this replica's secrets: a
+    /// wrong `[cluster] registry_secret_env`, most likely. The replica does not become ready.
+    pub unverified: AtomicBool,
+    /// Records of the topic every replica skipped, by [`SKIPPED`], and whether each reason has
+    /// been logged (once, with its first offset).
+    pub skipped: [std::sync::atomic::AtomicU64; SKIPPED.len()],
+    pub skip_logged: [AtomicBool; SKIPPED.len()],
+    /// Keys to write again (see [`Rewrites`]).
+    pub rewrites: Mutex<Rewrites>,
+    /// Entries this replica wrote again.
+    pub rewritten: std::sync::atomic::AtomicU64,
+}
+
+/// Why records are skipped: the three of [`super::log::Refused::REASONS`], then the rules'.
+pub const SKIPPED: [&str; 5] = ["unsigned", "bad_mac", "malformed", "stale", "invalid"];
+pub const STALE: usize = 3;
+pub const INVALID: usize = 4;
+
+/// Keys whose last record in the topic is not what the replicas hold, to be written again
+/// before compaction makes the record the only one of its key.
+#[derive(Debug, Default)]
+pub struct Rewrites {
+    /// The last record was refused and says something else (a race's loser, a replayed old
+    /// record): its current value again, as a new version.
+    pub reassert: BTreeSet<EntryKey>,
+    /// The last entry that applied was signed with an older secret: the same entry signed
+    /// with the current one.
+    pub resign: BTreeSet<EntryKey>,
 }
 
 impl Shared {
@@ -195,12 +370,23 @@ impl Shared {
             outcomes: Mutex::new(BTreeMap::new()),
             audit: Mutex::new(VecDeque::new()),
             loaded: AtomicBool::new(false),
-            refused: Default::default(),
-            refusal_logged: Default::default(),
+            unverified: AtomicBool::new(false),
+            skipped: Default::default(),
+            skip_logged: Default::default(),
+            rewrites: Mutex::new(Rewrites::default()),
+            rewritten: Default::default(),
         }
     }
 
-    pub fn remember(&self, offset: i64, outcome: Result<(), Rejection>, audit: AuditEntry) {
+    pub fn rewrites(&self) -> std::sync::MutexGuard<'_, Rewrites> {
+        self.rewrites
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Remembers how the entry at `offset` ended (for a writer waiting on it) and, unless
+    /// `audit` is `None`, lists it in the audit.
+    pub fn remember(&self, offset: i64, outcome: Result<(), Rejection>, audit: Option<AuditEntry>) {
         let mut outcomes = self
             .outcomes
             .lock()
@@ -210,6 +396,9 @@ impl Shared {
             outcomes.pop_first();
         }
         drop(outcomes);
+        let Some(audit) = audit else {
+            return;
+        };
         let mut list = self
             .audit
             .lock()
@@ -291,6 +480,10 @@ mod tests {
         );
     }
 
+    fn apply(state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> {
+        Applier::new(state).apply(state, entry)
+    }
+
     #[test]
     fn of_two_changes_from_the_same_version_only_the_first_applies() {
         let current = state_with(&[tenant("a", 1)]);
@@ -313,6 +506,11 @@ mod tests {
         );
         assert_eq!(replica.tenants["a"].records_per_sec, Some(10));
         assert_eq!(replica.versions["tenant:a"], 1);
+        assert!(
+            !is_echo(&replica, &second[0]),
+            "the loser says something else"
+        );
+        assert!(is_echo(&replica, &first[0]));
     }
 
     #[test]
@@ -331,5 +529,145 @@ mod tests {
             Err(Rejection::Malformed(_))
         ));
         assert!(s.tenants.is_empty() && s.versions.is_empty());
+    }
+
+    #[test]
+    fn a_key_another_tenant_holds_is_invalid_and_freed_when_that_tenant_lets_it_go() {
+        let mut s = state_with(&[]);
+        let mut applier = Applier::new(&s);
+        let put = |t: &TenantConfig, base: u64| Entry {
+            key: EntryKey::Tenant(t.id.clone()),
+            base,
+            value: serde_json::to_vec(t).ok(),
+            actor: "a".into(),
+            action: "b".into(),
+            replica: "c".into(),
+        };
+        let a = tenant("a", 7);
+        let mut b = tenant("b", 7); // the same digest as a's
+        assert_eq!(applier.apply(&mut s, &put(&a, 0)), Ok(()));
+        assert!(matches!(
+            applier.apply(&mut s, &put(&b, 0)),
+            Err(Rejection::Invalid(d)) if d.contains("already belongs to tenant \"a\"")
+        ));
+        assert!(!s.tenants.contains_key("b"));
+        let mut a2 = a.clone();
+        a2.api_key_sha256 = vec![format!("{:064}", 8)];
+        assert_eq!(applier.apply(&mut s, &put(&a2, 1)), Ok(()));
+        assert_eq!(
+            applier.apply(&mut s, &put(&b, 0)),
+            Ok(()),
+            "a's old key is free"
+        );
+        b.records_per_sec = Some(1);
+        let mut deleted = put(&a2, 2);
+        deleted.value = None;
+        assert_eq!(applier.apply(&mut s, &deleted), Ok(()));
+        assert!(!s.tenants.contains_key("a"));
+        assert_eq!(s.versions["tenant:a"], 3, "a deletion keeps its version");
+        // A replayed older record of a is refused: it does not bring the tenant back.
+        assert!(matches!(
+            applier.apply(&mut s, &put(&a, 0)),
+            Err(Rejection::Stale { current: 3, .. })
+        ));
+    }
+
+    /// Compaction keeps the last record of each Kafka key. With versions carried in the
+    /// records and every refused record followed by a rewrite of its key, a replica that reads
+    /// the compacted topic holds what the replicas that read it whole hold.
+    #[test]
+    fn a_replica_reading_the_compacted_log_holds_what_the_others_hold() {
+        let put = |t: &TenantConfig, base: u64, replica: &str| Entry {
+            key: EntryKey::Tenant(t.id.clone()),
+            base,
+            value: serde_json::to_vec(t).ok(),
+            actor: "ops".into(),
+            action: "x".into(),
+            replica: replica.into(),
+        };
+        let (a1, a2, b1) = (tenant("a", 1), tenant("a", 2), tenant("b", 3));
+        let mut deleted_b = put(&b1, 1, "r1");
+        deleted_b.value = None;
+        // a: created, then two replicas change it from version 1 (r2 loses); b: created, then
+        // deleted; a record of b's creation replayed at the end.
+        let mut log = vec![
+            put(&a1, 0, "r1"),
+            put(&b1, 0, "r1"),
+            put(&a2, 1, "r1"),
+            put(&tenant("a", 9), 1, "r2"),
+            deleted_b,
+            put(&b1, 0, "r1"),
+        ];
+        let mut whole = state_with(&[]);
+        let mut applier = Applier::new(&whole);
+        let mut to_rewrite = BTreeSet::new();
+        for entry in &log {
+            match applier.apply(&mut whole, entry) {
+                Ok(()) => {
+                    to_rewrite.remove(&entry.key);
+                }
+                Err(_) if is_echo(&whole, entry) => {}
+                Err(_) => {
+                    to_rewrite.insert(entry.key.clone());
+                }
+            }
+        }
+        assert_eq!(
+            to_rewrite.len(),
+            2,
+            "a (the race's loser) and b (the replay)"
+        );
+        let versions = whole.versions.clone();
+        for key in &to_rewrite {
+            let again = rewrite(&whole, key, false, "r1");
+            assert!(applier.apply(&mut whole, &again).is_err());
+            assert!(is_echo(&whole, &again), "an echo: nothing moves");
+            log.push(again);
+        }
+        assert_eq!(whole.versions, versions, "no version moved");
+        // The compacted log: the last record of each key, in order.
+        let mut last = BTreeMap::new();
+        for (i, entry) in log.iter().enumerate() {
+            last.insert(entry.key.clone(), i);
+        }
+        let mut kept: Vec<usize> = last.into_values().collect();
+        kept.sort_unstable();
+        let mut fresh = state_with(&[]);
+        let mut fresh_applier = Applier::new(&fresh);
+        for i in kept {
+            assert_eq!(fresh_applier.apply(&mut fresh, &log[i]), Ok(()));
+        }
+        assert_eq!(fresh.tenants, whole.tenants);
+        assert_eq!(
+            fresh.tenants["a"].records_per_sec,
+            Some(2),
+            "the race's winner"
+        );
+        assert!(!fresh.tenants.contains_key("b"), "the deletion holds");
+    }
+
+    #[test]
+    fn signing_again_writes_the_same_version_and_value() {
+        let mut s = state_with(&[]);
+        let mut applier = Applier::new(&s);
+        let t = tenant("a", 1);
+        let entry = Entry {
+            key: EntryKey::Tenant("a".into()),
+            base: 0,
+            value: serde_json::to_vec(&t).ok(),
+            actor: "ops".into(),
+            action: "x".into(),
+            replica: "r".into(),
+        };
+        assert_eq!(applier.apply(&mut s, &entry), Ok(()));
+        let again = rewrite(&s, &entry.key, true, "r");
+        assert_eq!((again.base, again.version()), (0, Some(1)));
+        let unknown = rewrite(&s, &EntryKey::Tenant("never".into()), false, "r");
+        assert_eq!((unknown.version(), unknown.value), (Some(1), None));
+        assert!(matches!(
+            applier.apply(&mut s, &again),
+            Err(Rejection::Stale { .. })
+        ));
+        assert!(is_echo(&s, &again), "nothing to write again after it");
     }
 }

@@ -33,6 +33,17 @@ pub struct FilePart {
 }
 
 impl FilePart {
+    /// The file's part of `config`, its tenants moved out (no copy of 100,000 configs).
+    pub fn take(config: &mut Config) -> Self {
+        Self {
+            global: config.global.clone(),
+            tenants: std::mem::take(&mut config.tenants)
+                .into_iter()
+                .map(|t| (t.id.clone(), Arc::new(t)))
+                .collect(),
+        }
+    }
+
     pub fn of(config: &Config) -> Self {
         Self {
             global: config.global.clone(),
@@ -78,7 +89,11 @@ pub struct FileChanges {
 impl RegistryState {
     /// A registry holding exactly the configuration file's tenants and budget.
     pub fn from_config(config: &Config) -> Self {
-        let file = FilePart::of(config);
+        Self::from_file(FilePart::of(config))
+    }
+
+    /// A registry holding exactly the file's tenants and budget.
+    pub fn from_file(file: FilePart) -> Self {
         Self {
             version: VERSION,
             global: file.global.clone(),
@@ -148,7 +163,21 @@ impl RegistryState {
             }
         }
         self.file = file;
+        self.share_file_tenants();
         changes
+    }
+
+    /// Makes the file's part hold the same configs as the tenants where they are equal (most
+    /// of them): a re-read file's 100,000 configs would otherwise be kept beside the
+    /// registry's, 45 MB.
+    pub fn share_file_tenants(&mut self) {
+        for (id, in_file) in self.file.tenants.iter_mut() {
+            if let Some(held) = self.tenants.get(id) {
+                if !Arc::ptr_eq(held, in_file) && **held == **in_file {
+                    *in_file = held.clone();
+                }
+            }
+        }
     }
 
     /// Every problem with this state, keys named as in a config file (`tenants[acme].topics`).

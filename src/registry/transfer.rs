@@ -24,11 +24,10 @@ async fn open(
     )
     .map_err(|e| e.to_string())?;
     let store = Arc::new(RegistryStore::shared(
-        config,
+        None,
         log,
         "registry-cli",
         Arc::new(MonotonicClock::new()),
-        false,
     ));
     let follower = tokio::spawn(store.clone().follow());
     if !store.wait_loaded(LOAD_TIMEOUT).await {

@@ -110,8 +110,11 @@ impl History {
         let oldest = second.saturating_sub(SECONDS as u64 - 1);
         let mut total = Second::default();
         for tenant in tenants {
-            let now = tenant.stats.counts();
-            let before = tenant.stats.swap_sampled(now);
+            let Some(stats) = tenant.stats_if_any() else {
+                continue; // never counted anything
+            };
+            let now = stats.counts();
+            let before = stats.swap_sampled(now);
             if before == now {
                 continue;
             }
@@ -197,8 +200,8 @@ mod tests {
         h.sample(1, [&busy, &idle].into_iter());
         assert!(h.rings.is_empty(), "nothing moved yet");
         for second in 2..=70u64 {
-            busy.stats.rejected(Reason::TenantRecords);
-            busy.stats.refused_records(3);
+            busy.stats().rejected(Reason::TenantRecords);
+            busy.stats().refused_records(3);
             h.sample(second, [&busy, &idle].into_iter());
         }
         assert_eq!(h.rings.len(), 1, "the idle tenant has nothing");
@@ -220,13 +223,13 @@ mod tests {
         let mut h = History::default();
         let tenants: Vec<_> = (0..MAX_TRACKED).map(|i| tenant(&format!("t{i}"))).collect();
         for t in &tenants {
-            t.stats.admitted(1, 1);
+            t.stats().admitted(1, 1);
         }
         h.sample(1, tenants.iter());
         assert_eq!(h.rings.len(), MAX_TRACKED);
         let loud = tenant("loud");
         for _ in 0..10 {
-            loud.stats.admitted(1, 1);
+            loud.stats().admitted(1, 1);
         }
         h.sample(2, std::iter::once(&loud));
         assert_eq!(h.rings.len(), MAX_TRACKED, "bounded");

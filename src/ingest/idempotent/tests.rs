@@ -116,7 +116,8 @@ fn admitted(s: &Setup) -> u64 {
     let registry = s.app.ingest.tenants.load();
     registry
         .get("acme")
-        .map_or(0, |t| t.stats.admitted_records.load(Relaxed))
+        .and_then(|t| t.stats_if_any())
+        .map_or(0, |stats| stats.admitted_records.load(Relaxed))
 }
 
 fn count(s: &Setup, outcome: KeyOutcome) -> u64 {

@@ -155,13 +155,13 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
     let registry = app.ingest.tenants.load();
     let crit = registry.get("crit").expect("crit");
     assert_eq!(
-        crit.stats
+        crit.stats()
             .offered_records
             .load(std::sync::atomic::Ordering::Relaxed),
         20,
         "only what its own budget could admit is demand"
     );
-    assert_eq!(crit.stats.rejected_count(Reason::TenantRecords), 1980);
+    assert_eq!(crit.stats().rejected_count(Reason::TenantRecords), 1980);
     s.clock.advance_ms(1000);
     app.adaptive.tick();
     let critical = app.adaptive.stats.class_rate(Priority::Critical);
@@ -270,7 +270,7 @@ async fn streams_past_the_body_budget_are_refused_server_busy_and_counted() {
     let acme = registry.get("acme").expect("acme");
     assert!(refused + busy_reports >= 4, "{refused} + {busy_reports}");
     assert_eq!(
-        acme.stats.rejected_count(Reason::ServerBusy),
+        acme.stats().rejected_count(Reason::ServerBusy),
         (refused + busy_reports) as u64,
         "every server_busy refusal is counted on the tenant"
     );
@@ -309,7 +309,7 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
     let registry = s.app.ingest.tenants.load();
     let acme = registry.get("acme").expect("acme");
     let admitted = acme
-        .stats
+        .stats()
         .admitted_records
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(
@@ -351,7 +351,7 @@ async fn a_bad_record_anywhere_in_the_first_data_is_the_whole_requests_error() {
     let registry = s.app.ingest.tenants.load();
     let acme = registry.get("acme").expect("acme");
     assert_eq!(
-        acme.stats
+        acme.stats()
             .admitted_records
             .load(std::sync::atomic::Ordering::Relaxed),
         0,
