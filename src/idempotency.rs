@@ -302,6 +302,13 @@ impl Idempotency {
             Err(e) => {
                 claim.forget();
                 self.stats.store_error(StoreOp::Claim);
+                // A claim that timed out may still run once Redis answers again (a paused or
+                // slow Redis queues it): given up behind it on the same connection, or it would
+                // hold the key — every retry 409 — until claim_ttl.
+                if e.may_have_run() {
+                    let me = self.clone();
+                    tokio::spawn(async move { me.unclaim(key, token).await });
+                }
                 Begin::Unavailable(e.to_string())
             }
         }
@@ -417,6 +424,35 @@ impl Idempotency {
         }
     }
 
+    /// Cluster mode: gives up the claim `token` holds on `key` (if it holds it: a key another
+    /// request holds, or an answer, is left alone). Tried once, then, while Redis fails, again
+    /// on a task of its own until the claim would have lapsed anyway: a claim left behind
+    /// answers the key's retries 409 until then.
+    async fn unclaim(self: &Arc<Self>, key: KeyDigest, token: Token) {
+        let Backend::Redis(redis) = &self.backend else {
+            return;
+        };
+        if redis.release(&key, &token).await.is_ok() {
+            return;
+        }
+        self.stats.store_error(StoreOp::Release);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let Backend::Redis(redis) = &me.backend else {
+                return;
+            };
+            let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;
+            let mut wait = Duration::from_millis(50);
+            while tokio::time::Instant::now() + wait < give_up {
+                tokio::time::sleep(wait).await;
+                if redis.release(&key, &token).await.is_ok() {
+                    return;
+                }
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        });
+    }
+
     /// Waits until no flight is left (shutdown: pending requests store their answers once
     /// the producer's flush has given them their outcome), or until `deadline`.
     pub async fn landed(&self, deadline: tokio::time::Instant) -> bool {
@@ -528,11 +564,7 @@ impl Claim {
         self.flight.set(FlightState::Released);
         let owner = self.owner.clone();
         owner.land(&self.key, &self.flight);
-        if let Backend::Redis(redis) = &owner.backend {
-            if redis.release(&self.key, &self.flight.token).await.is_err() {
-                owner.stats.store_error(StoreOp::Release);
-            }
-        }
+        owner.unclaim(self.key, self.flight.token).await;
     }
 
     /// The store said the key is not this request's: forget the local flight only.
@@ -561,13 +593,7 @@ impl Drop for Claim {
         {
             let owner = self.owner.clone();
             let (key, token) = (self.key, self.flight.token);
-            runtime.spawn(async move {
-                if let Backend::Redis(redis) = &owner.backend {
-                    if redis.release(&key, &token).await.is_err() {
-                        owner.stats.store_error(StoreOp::Release);
-                    }
-                }
-            });
+            runtime.spawn(async move { owner.unclaim(key, token).await });
         }
     }
 }

@@ -255,6 +255,59 @@ async fn a_redis_that_is_away_refuses_keyed_requests_or_accepts_them_unprotected
     accept.shutdown().await;
 }
 
+/// `redis-cli` against the test's own Redis; returns once Redis has answered.
+async fn redis_cli(redis: &OwnRedis, args: &[&str]) -> String {
+    let port = redis.port.to_string();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(&args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    })
+    .await
+    .expect("redis-cli task")
+}
+
+/// A claim that timed out in a paused Redis still runs once Redis goes on: it is given up
+/// behind it, so the retry after the pause is processed instead of answered 409 until the
+/// claim lapses (claim_ttl_ms, here longer than the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_timed_out_in_a_paused_redis_does_not_hold_its_key() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let redis = OwnRedis::start();
+    let p = prefix("keys-paused");
+    let mut cfg = replica(&kafka.bootstrap_servers(), &redis.url(), &p, "r");
+    cfg.idempotency.claim_ttl_ms = 60_000;
+    let gw = Gateway::start(cfg).await;
+    warm(&gw).await;
+    // Redis has both scripts (a paused Redis that did not know them would refuse them later).
+    let first = keyed(&gw, "k0", &records("z", 1)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        redis_cli(&redis, &["CLIENT", "PAUSE", "1500", "ALL"]).await,
+        "OK"
+    );
+    let refused = keyed(&gw, "k1", &records("a", 1)).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.json()["error"], "idempotency_unavailable");
+    // A paused Redis holds every client's commands: this answers once the pause is over, after
+    // what the gateway sent during it.
+    assert_eq!(redis_cli(&redis, &["PING"]).await, "PONG");
+    let retry = keyed(&gw, "k1", &records("a", 1)).await;
+    assert_eq!(
+        retry.status, 200,
+        "the timed-out claim held the key: {}",
+        retry.body
+    );
+    assert!(!retry.replayed, "nothing was written the first time");
+    let again = keyed(&gw, "k1", &records("a", 1)).await;
+    assert!(again.replayed && again.body == retry.body, "{}", again.body);
+    gw.shutdown().await;
+}
+
 /// The series count what happened, and a scrape passes promtool's lint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_series_count_outcomes_and_pass_promtool() {

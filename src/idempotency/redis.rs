@@ -43,6 +43,14 @@ pub enum RedisKeyError {
     Corrupt(#[from] Corrupt),
 }
 
+impl RedisKeyError {
+    /// Whether the command may have reached Redis and run there (or may still run: a paused
+    /// or slow Redis runs what it was sent once it goes on).
+    pub fn may_have_run(&self) -> bool {
+        matches!(self, Self::Timeout(_) | Self::Redis(_))
+    }
+}
+
 pub struct RedisKeys {
     client: redis::Client,
     connection: OnceLock<ConnectionManager>,
