@@ -294,7 +294,8 @@ impl Idempotency {
             Ok(Some(found)) => {
                 claim.forget();
                 match found {
-                    Found::Claimed(_) => Begin::InUse,
+                    // claim.lua takes a given-up key as free: never found here.
+                    Found::Claimed(_) | Found::Released => Begin::InUse,
                     Found::Pending(_, fp) => Begin::Remote(fp),
                     Found::Answered(fp, answer) => Begin::Stored(fp, answer),
                 }
@@ -321,7 +322,7 @@ impl Idempotency {
             return Ok(None);
         };
         match redis.read(key).await {
-            Ok(None) => Ok(None),
+            Ok(None | Some(Found::Released)) => Ok(None),
             Ok(Some(Found::Claimed(_))) => Ok(Some(FlightState::Claimed)),
             Ok(Some(Found::Pending(_, fp))) => Ok(Some(FlightState::Pending(fp))),
             Ok(Some(Found::Answered(fp, a))) => Ok(Some(FlightState::Answered(fp, a))),
@@ -432,7 +433,11 @@ impl Idempotency {
         let Backend::Redis(redis) = &self.backend else {
             return;
         };
-        if redis.release(&key, &token).await.is_ok() {
+        if redis
+            .release(&key, &token, self.settings.claim_ttl)
+            .await
+            .is_ok()
+        {
             return;
         }
         self.stats.store_error(StoreOp::Release);
@@ -445,7 +450,11 @@ impl Idempotency {
             let mut wait = Duration::from_millis(50);
             while tokio::time::Instant::now() + wait < give_up {
                 tokio::time::sleep(wait).await;
-                if redis.release(&key, &token).await.is_ok() {
+                if redis
+                    .release(&key, &token, me.settings.claim_ttl)
+                    .await
+                    .is_ok()
+                {
                     return;
                 }
                 wait = (wait * 2).min(Duration::from_secs(1));

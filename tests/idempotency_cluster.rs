@@ -360,3 +360,51 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
     );
     gw.shutdown().await;
 }
+
+/// A renewal sent before a release but run after it (the renewer read its claims, then the
+/// request gave its key up) leaves the key given up: it used to take the key again, so
+/// every retry was 409 until the claim lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
+    use floodgate::idempotency::redis::{Found, RedisKeys};
+    use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
+    let ttl = Duration::from_secs(60);
+    let keys = RedisKeys::new(
+        &redis_url(),
+        &prefix("keys-stale-renewal"),
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .expect("client");
+    keys.connect().await.expect("Redis");
+    let (first, second) = (
+        Token(*b"0123456789abcdef0123456789abcdef"),
+        Token(*b"fedcba9876543210fedcba9876543210"),
+    );
+    for (i, pending) in [None, Some(Fingerprint([7; 32]))].into_iter().enumerate() {
+        let key = KeyDigest([i as u8; 32]);
+        assert_eq!(keys.claim(&key, &first, ttl).await.expect("claim"), None);
+        if let Some(fp) = pending {
+            assert!(keys
+                .renew(&key, &first, Some(fp), ttl)
+                .await
+                .expect("pending"));
+        }
+        assert!(keys.release(&key, &first, ttl).await.expect("release"));
+        // The stale renewal: harmless, and the key stays free.
+        keys.renew(&key, &first, pending, ttl)
+            .await
+            .expect("renewal");
+        assert_eq!(keys.read(&key).await.expect("read"), None, "{pending:?}");
+        // The next request takes it; the old holder's renewals leave it alone.
+        assert_eq!(keys.claim(&key, &second, ttl).await.expect("claim"), None);
+        assert!(!keys
+            .renew(&key, &first, pending, ttl)
+            .await
+            .expect("renewal"));
+        assert_eq!(
+            keys.read(&key).await.expect("read"),
+            Some(Found::Claimed(second))
+        );
+    }
+}

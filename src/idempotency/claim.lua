@@ -3,8 +3,9 @@
 -- ARGV[2]: how long the claim outlives a holder that stops renewing it, in milliseconds.
 -- Answers nil when this request now holds the key, else the value found there: another
 -- request's claim ('C'), its pending records ('P', with the fingerprint) or its answer ('D').
+-- A key given up ('R', left by own.lua against late renewals) is free.
 local found = redis.call('GET', KEYS[1])
-if found then
+if found and string.sub(found, 1, 1) ~= 'R' then
   return found
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

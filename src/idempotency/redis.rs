@@ -4,8 +4,10 @@
 //!
 //! A value is a state byte, the holding request's 32-character token, then what the state
 //! needs: `C` claimed (being read or admitted), `P` pending (its records are with Kafka; the
-//! fingerprint follows), `D` answered (fingerprint, then the stored answer). Claims live
-//! `claim_ttl_ms` unless renewed by the holder; answers `ttl_s`.
+//! fingerprint follows), `D` answered (fingerprint, then the stored answer), `R` given up with
+//! nothing stored (free for the next claim; it stops a renewal that was sent before the release
+//! and ran after it from taking the key again). Claims and `R` live `claim_ttl_ms` unless
+//! renewed by the holder; answers `ttl_s`.
 //!
 //! Redis gets its own connection with its own timeouts (`[idempotency] command_timeout_ms`):
 //! the budgets' connection is tuned for a 25 ms lease on the request path.
@@ -28,6 +30,9 @@ pub enum Found {
     Pending(Token, Fingerprint),
     /// The answer.
     Answered(Fingerprint, StoredAnswer),
+    /// Given up with nothing stored (kept for a while so a late renewal cannot take it again):
+    /// free for the next request.
+    Released,
 }
 
 /// Why Redis did not do what was asked.
@@ -73,6 +78,7 @@ impl std::fmt::Debug for RedisKeys {
 const CLAIMED: u8 = b'C';
 const PENDING: u8 = b'P';
 const ANSWERED: u8 = b'D';
+const RELEASED: u8 = b'R';
 
 /// A value as the scripts read it: state, token, the rest.
 pub fn value(state: u8, token: &Token, rest: &[&[u8]]) -> Vec<u8> {
@@ -84,6 +90,14 @@ pub fn value(state: u8, token: &Token, rest: &[&[u8]]) -> Vec<u8> {
         v.extend_from_slice(r);
     }
     v
+}
+
+/// A key's value read back; a key given up is as free as one never used.
+fn free_if_released(found: Option<Vec<u8>>) -> Result<Option<Found>, RedisKeyError> {
+    match found.map(|v| parse(&v)).transpose()? {
+        Some(Found::Released) => Ok(None),
+        found => Ok(found),
+    }
 }
 
 /// Reads a value back; anything floodgate did not write is [`Corrupt`].
@@ -106,6 +120,7 @@ pub fn parse(v: &[u8]) -> Result<Found, Corrupt> {
     };
     match state {
         CLAIMED if rest.is_empty() => Ok(Found::Claimed(token)),
+        RELEASED if rest.is_empty() => Ok(Found::Released),
         PENDING if rest.len() == 32 => Ok(Found::Pending(token, fingerprint()?)),
         ANSWERED => {
             let fp = fingerprint()?;
@@ -199,7 +214,7 @@ impl RedisKeys {
         let mut invocation = self.claim.key(self.redis_key(key));
         invocation.arg(value(CLAIMED, token, &[])).arg(ms(ttl));
         let found: Option<Vec<u8>> = self.run(&invocation).await?;
-        Ok(found.map(|v| parse(&v)).transpose()?)
+        free_if_released(found)
     }
 
     /// What `key` holds now.
@@ -213,7 +228,7 @@ impl RedisKeys {
         )
         .await
         .map_err(|_| RedisKeyError::Timeout(self.command_timeout))??;
-        Ok(found.map(|v| parse(&v)).transpose()?)
+        free_if_released(found)
     }
 
     /// Writes the state of a key `token` holds (or took again after its claim lapsed); false
@@ -259,9 +274,16 @@ impl RedisKeys {
         self.own(key, token, &v, ttl).await
     }
 
-    /// Gives the claim up (nothing was stored for it).
-    pub async fn release(&self, key: &KeyDigest, token: &Token) -> Result<bool, RedisKeyError> {
-        self.own(key, token, b"", Duration::from_millis(1)).await
+    /// Gives the claim up (nothing was stored for it). What is left in its place for
+    /// `late_renewals` (the claim's own lifetime) tells a renewal of it, sent before and run
+    /// after, not to take the key again; a claim takes it as free.
+    pub async fn release(
+        &self,
+        key: &KeyDigest,
+        token: &Token,
+        late_renewals: Duration,
+    ) -> Result<bool, RedisKeyError> {
+        self.own(key, token, b"", late_renewals).await
     }
 }
 
@@ -281,6 +303,7 @@ mod tests {
             parse(&value(PENDING, &token, &[&fp.0])),
             Ok(Found::Pending(token, fp))
         );
+        assert_eq!(parse(&value(RELEASED, &token, &[])), Ok(Found::Released));
         let answer = StoredAnswer::decode(Bytes::from_static(b"\x00\xca\x00{}")).expect("answer");
         assert_eq!(
             parse(&value(ANSWERED, &token, &[&fp.0, answer.encoded()])),
@@ -291,6 +314,7 @@ mod tests {
             b"C",
             b"X0123456789abcdef0123456789abcdef",
             b"C0123456789abcdef0123456789abcdefextra",
+            b"R0123456789abcdef0123456789abcdefextra",
             b"P0123456789abcdef0123456789abcdef",
             b"D0123456789abcdef0123456789abcdef",
         ] {
