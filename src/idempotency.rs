@@ -29,7 +29,7 @@ pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD};
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,6 +138,19 @@ pub enum Begin {
 /// Renewals in flight at once (cluster mode).
 const RENEW_AT_ONCE: usize = 64;
 
+/// Claims whose release failed that are tried again at once, at most (cluster mode; the rest
+/// lapse after claim_ttl_ms).
+const MAX_UNCLAIMING: usize = 4096;
+
+/// One of the releases being tried again, counted while it lives.
+struct Unclaiming<'a>(&'a AtomicUsize);
+
+impl Drop for Unclaiming<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 /// Settings the pipeline reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -163,6 +176,8 @@ pub struct Idempotency {
     /// 24 hex characters, random per process.
     instance: [u8; 24],
     next: AtomicU32,
+    /// Releases being tried again (at most [`MAX_UNCLAIMING`]).
+    unclaiming: AtomicUsize,
     /// Notified whenever a flight ends (shutdown waits for the pending ones).
     landed: Notify,
 }
@@ -210,6 +225,7 @@ impl Idempotency {
             stats: KeyStats::default(),
             instance,
             next: AtomicU32::new(0),
+            unclaiming: AtomicUsize::new(0),
             landed: Notify::new(),
         }
     }
@@ -441,8 +457,14 @@ impl Idempotency {
             return;
         }
         self.stats.store_error(StoreOp::Release);
+        // Bounded: a Redis that stays away would otherwise gather a task per keyed request.
+        if self.unclaiming.fetch_add(1, Relaxed) >= MAX_UNCLAIMING {
+            self.unclaiming.fetch_sub(1, Relaxed);
+            return;
+        }
         let me = self.clone();
         tokio::spawn(async move {
+            let _done = Unclaiming(&me.unclaiming);
             let Backend::Redis(redis) = &me.backend else {
                 return;
             };

@@ -52,7 +52,11 @@ impl RedisKeyError {
     /// Whether the command may have reached Redis and run there (or may still run: a paused
     /// or slow Redis runs what it was sent once it goes on).
     pub fn may_have_run(&self) -> bool {
-        matches!(self, Self::Timeout(_) | Self::Redis(_))
+        match self {
+            Self::Timeout(_) => true,
+            Self::Redis(e) => !e.is_connection_refusal(),
+            Self::NotConnected | Self::Corrupt(_) => false,
+        }
     }
 }
 
