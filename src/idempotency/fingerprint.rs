@@ -104,7 +104,9 @@ mod tests {
         }
         assert!(f.finish().is_none(), "not before the body's end");
         f.body_complete();
-        f.finish().expect("complete")
+        let print = f.finish().expect("complete");
+        assert_eq!(f.seal(), print, "sealed from the same bytes");
+        print
     }
 
     #[test]
