@@ -50,6 +50,9 @@ pub struct Config {
     /// Cluster mode: budgets shared by several replicas through Redis.
     #[serde(default)]
     pub cluster: ClusterConfig,
+    /// `Idempotency-Key`: how long answers are kept for retries, and within what bounds.
+    #[serde(default)]
+    pub idempotency: IdempotencyConfig,
     /// Adaptive broker protection (off by default).
     #[serde(default)]
     pub adaptive: AdaptiveConfig,
@@ -616,6 +619,7 @@ impl Config {
             }
         }
         problems.extend(self.cluster.problems());
+        problems.extend(self.idempotency.problems());
         if !(1..=10_000).contains(&self.metrics.top_tenants) {
             problems.push(ConfigProblem::new(
                 "metrics.top_tenants",
@@ -741,6 +745,7 @@ impl Config {
 
 mod cluster;
 mod guards;
+mod idempotency;
 mod kafka;
 pub mod librdkafka;
 mod load;
@@ -749,6 +754,7 @@ mod tenant;
 
 pub use cluster::ClusterConfig;
 pub use guards::{AdaptiveConfig, LagGuardConfig};
+pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
 pub use tenant::{cross_tenant_problems, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 

@@ -46,7 +46,10 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),
         E::KafkaUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50302),
         E::StateNotSaved => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
-        E::Conflict { .. } => (StatusCode::CONFLICT, 40901),
+        E::Conflict { .. } | E::IdempotencyKeyInUse(_) => (StatusCode::CONFLICT, 40901),
+        E::IdempotencyKey(_) => (StatusCode::BAD_REQUEST, 40002),
+        E::IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, 42207),
+        E::IdempotencyUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50303),
     }
 }
 
@@ -184,7 +187,7 @@ struct BatchAnswer<'a> {
 pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
-        ApiError::AuthFailures(wait) => Some(*wait),
+        ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
         _ => None,
     }
 }
