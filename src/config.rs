@@ -620,6 +620,18 @@ impl Config {
         }
         problems.extend(self.cluster.problems());
         problems.extend(self.idempotency.problems());
+        // An answer that does not fit the store is not kept, and a retry of it writes again:
+        // the store must hold the largest answer a request may have.
+        let largest = idempotency::largest_answer(self.limits.max_records_per_request);
+        if self.idempotency.max_bytes < largest {
+            problems.push(ConfigProblem::new(
+                "idempotency.max_bytes",
+                format!(
+                    "must hold the largest answer [limits] max_records_per_request = {} allows: at least {largest}",
+                    self.limits.max_records_per_request
+                ),
+            ));
+        }
         if !(1..=10_000).contains(&self.metrics.top_tenants) {
             problems.push(ConfigProblem::new(
                 "metrics.top_tenants",

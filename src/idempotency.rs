@@ -567,7 +567,12 @@ impl Claim {
                         match redis.answer(&key, &token, fingerprint, &answer, ttl).await {
                             Ok(true) => break,
                             Ok(false) => {
+                                // The claim lapsed (Redis away longer than claim_ttl) and
+                                // another request holds the key now.
                                 owner.stats.store_error(StoreOp::Store);
+                                tracing::warn!(
+                                    "idempotency: an answer was not stored: the key's claim                                      lapsed and another request holds it; a retry of it may                                      have been processed twice"
+                                );
                                 break;
                             }
                             Err(e) => {

@@ -408,3 +408,66 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
         );
     }
 }
+
+/// A holder whose claim lapsed while Redis was paused, and whose key another request claimed
+/// and gave up behind the pause, takes the key back with its next renewal: its records may
+/// still be written, so a retry must find them pending, not a free key to write again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
+    use floodgate::idempotency::redis::{Found, RedisKeys};
+    use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
+    let ttl = Duration::from_secs(60);
+    let keys = RedisKeys::new(
+        &redis_url(),
+        &prefix("keys-lapsed-holder"),
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+    )
+    .expect("client");
+    keys.connect().await.expect("Redis");
+    let (holder, other) = (
+        Token(*b"0123456789abcdef0123456789abcdef"),
+        Token(*b"fedcba9876543210fedcba9876543210"),
+    );
+    let key = KeyDigest([42; 32]);
+    let fp = Fingerprint([9; 32]);
+    assert_eq!(keys.claim(&key, &holder, ttl).await.expect("claim"), None);
+    assert!(keys
+        .renew(&key, &holder, Some(fp), ttl)
+        .await
+        .expect("pending"));
+    // The claim lapses (as a pause longer than its lifetime makes it).
+    let client = redis::Client::open(redis_url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis");
+    let _: i64 = redis::cmd("DEL")
+        .arg(keys.redis_key(&key))
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    // Behind the pause: another request claims the free key and gives it up.
+    assert_eq!(keys.claim(&key, &other, ttl).await.expect("claim"), None);
+    assert!(keys.release(&key, &other, ttl).await.expect("release"));
+    // The holder's renewal takes it back, pending with its records.
+    assert!(keys
+        .renew(&key, &holder, Some(fp), ttl)
+        .await
+        .expect("renewal"));
+    assert_eq!(
+        keys.read(&key).await.expect("read"),
+        Some(Found::Pending(holder, fp))
+    );
+    // A key another request holds (not gave up) is still left alone.
+    let key2 = KeyDigest([43; 32]);
+    assert_eq!(keys.claim(&key2, &other, ttl).await.expect("claim"), None);
+    assert!(!keys
+        .renew(&key2, &holder, Some(fp), ttl)
+        .await
+        .expect("renewal"));
+    assert_eq!(
+        keys.read(&key2).await.expect("read"),
+        Some(Found::Claimed(other))
+    );
+}

@@ -54,6 +54,19 @@ impl Default for IdempotencyConfig {
 /// A year: TTLs beyond it are typos, and every duration stays far inside `u64` nanoseconds.
 const MAX_TTL_S: u64 = 365 * 86_400;
 
+/// Bytes an answer takes per record, at most, for a record Kafka took (the v2 shape with the
+/// largest partition and offset: `{"partition":2147483647,"offset":9223372036854775807,
+/// "error_code":null,"error":null},` is 86), rounded up; plus room for the rest of the answer.
+pub const ANSWER_BYTES_PER_RECORD: u64 = 128;
+const ANSWER_ROOM: u64 = 64 * 1024;
+
+/// The largest answer a request of `records` records has, as the store counts it.
+pub fn largest_answer(records: usize) -> u64 {
+    (records as u64)
+        .saturating_mul(ANSWER_BYTES_PER_RECORD)
+        .saturating_add(ANSWER_ROOM)
+}
+
 impl IdempotencyConfig {
     pub(super) fn problems(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
@@ -72,8 +85,8 @@ impl IdempotencyConfig {
             "max_entries",
             "must be from 1 to 100000000",
         );
-        // An answer larger than the whole store cannot be kept: 1 MiB holds the largest
-        // answer the default request bounds allow (10,000 offsets) with room to spare.
+        // An answer larger than the whole store cannot be kept: the store must also hold the
+        // largest answer `[limits] max_records_per_request` allows (checked in `Config`).
         check(
             (1 << 20..=1 << 40).contains(&self.max_bytes),
             "max_bytes",

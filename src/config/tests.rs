@@ -352,3 +352,18 @@ fn a_bytes_burst_smaller_than_one_records_overhead_is_refused_naming_the_field()
     );
     assert!(keys(&tenant("records_per_sec = 1\nrecords_burst = 1")).is_empty());
 }
+
+#[test]
+fn the_idempotency_store_must_hold_the_largest_answer_a_request_may_have() {
+    let p = problems("[idempotency]\nmax_bytes = 1048576\n");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "idempotency.max_bytes");
+    assert!(
+        p[0].message.contains("max_records_per_request = 10000"),
+        "{}",
+        p[0].message
+    );
+    let p =
+        problems("[idempotency]\nmax_bytes = 1048576\n[limits]\nmax_records_per_request = 5000\n");
+    assert!(p.is_empty(), "{p:?}");
+}

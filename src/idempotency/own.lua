@@ -7,9 +7,16 @@
 -- A state never goes back (C, then P, then D or R), so a renewal that raced the answer, or ran
 -- after the key was given up, is harmless: giving up leaves 'R' and the token for ARGV[3]
 -- (claim.lua takes an 'R' key as free).
+-- A key another request gave up ('R' and its token) is as free as an absent one, as it is to
+-- claim.lua: a holder whose claim lapsed meanwhile (Redis paused longer than its lifetime, the
+-- other request claimed and gave up behind the pause) takes it back, for its records may still
+-- be written; left to claim.lua, the next retry would write them again.
 local found = redis.call('GET', KEYS[1])
 if found and string.sub(found, 2, 33) ~= ARGV[1] then
-  return 0
+  if string.sub(found, 1, 1) ~= 'R' or ARGV[2] == '' then
+    return 0
+  end
+  found = nil
 end
 local rank = { C = 1, P = 2, D = 3, R = 3 }
 local new = ARGV[2]

@@ -331,10 +331,18 @@ impl Ingest {
 
 /// An outcome that stands for the request, whenever it is sent again: a 4xx about the
 /// request itself. Not a 408 (the body did not arrive), 409 or 429 (try again later), nor
-/// any 5xx (nothing was decided).
+/// any 5xx (nothing was decided); nor a 403 or 404 about the topic, which say how the world
+/// is now (a pattern may be granted, a topic made, or the metadata read was stale): kept for
+/// `ttl_s` they would stand a day after they stopped being true, and nothing was written, so
+/// a retry is processed afresh.
 fn decided_for_good(e: &ApiError) -> bool {
     let status = e.status().as_u16();
-    (400..500).contains(&status) && !matches!(status, 408 | 409 | 429)
+    (400..500).contains(&status)
+        && !matches!(status, 408 | 409 | 429)
+        && !matches!(
+            e,
+            ApiError::UnknownTopic(_) | ApiError::ForbiddenTopic(_) | ApiError::InternalTopic(_)
+        )
 }
 
 /// Every record failed without reaching Kafka (the producer could not take them): nothing

@@ -253,8 +253,11 @@ async fn a_retry_while_the_original_is_read_is_409_with_retry_after() {
     assert_eq!(count(&s, KeyOutcome::Conflict), 1);
 }
 
-/// A 429 decided nothing: the key stays free and the retry is processed. A 4xx decided after
-/// the whole body was read (here 404, an unknown topic) is stored and replayed.
+/// A 429 decided nothing: the key stays free and the retry is processed. A 4xx about the
+/// request itself, decided after the whole body was read (here 400, no records), is stored
+/// and replayed; a 404 (an unknown topic) is about the world, not the
+/// request — the topic may be made, or the metadata was stale — so it is not stored and the
+/// retry is processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_stores_nothing_and_a_final_4xx_is_replayed() {
     let s = setup(|c| {
@@ -273,15 +276,24 @@ async fn a_429_stores_nothing_and_a_final_4xx_is_replayed() {
     let replay = post(&s, V1, Some("r"), &records("a", 2)).await;
     assert_eq!((replay.status, replay.replayed()), (StatusCode::OK, true));
     s.clock.advance_ms(1_000);
+    let bad = r#"{"records":[]}"#;
+    let refused = post(&s, V1, Some("400"), bad).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    let again = post(&s, V1, Some("400"), bad).await;
+    assert_eq!(
+        (again.status, again.replayed()),
+        (StatusCode::BAD_REQUEST, true)
+    );
+    assert_eq!(again.body, refused.body);
     let missing = "/v1/topics/test.missing/records";
     let gone = post(&s, missing, Some("404"), &records("c", 1)).await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
     let again = post(&s, missing, Some("404"), &records("c", 1)).await;
     assert_eq!(
         (again.status, again.replayed()),
-        (StatusCode::NOT_FOUND, true)
+        (StatusCode::NOT_FOUND, false),
+        "processed again, not replayed"
     );
-    assert_eq!(again.body, gone.body);
 }
 
 /// An answer is replayed for `ttl_s` from when it was stored, then the key is free again.
