@@ -34,11 +34,15 @@ fn tenant(id: &str, key: &str, per_sec: Option<u64>) -> TenantConfig {
     }
 }
 
-fn request(key: &str) -> Vec<u8> {
+/// The request bytes; with `idempotency_key`, that header too.
+fn request(key: &str, idempotency_key: Option<u64>) -> Vec<u8> {
     let body = br#"{"records":[{"value":{"n":1,"s":"abcdefghijklmnopqrstuvwxyz"}}]}"#;
+    let keyed = idempotency_key
+        .map(|k| format!("idempotency-key: \"bench-{k}\"\r\n"))
+        .unwrap_or_default();
     let mut r = format!(
         "POST /v1/topics/{TOPIC}/records?async=true HTTP/1.1\r\nhost: bench\r\n\
-         authorization: Bearer {key}\r\ncontent-type: application/json\r\n\
+         authorization: Bearer {key}\r\ncontent-type: application/json\r\n{keyed}\
          content-length: {}\r\n\r\n",
         body.len()
     )
@@ -47,11 +51,11 @@ fn request(key: &str) -> Vec<u8> {
     r
 }
 
-/// Sends `request` `n` times on one connection, reading each answer whole; returns the
-/// status of the last one.
-async fn send(stream: &mut TcpStream, request: &[u8], n: u64, buf: &mut [u8]) -> u16 {
+/// Sends each request once on one connection, in order, reading each answer whole; returns
+/// the status of the last one.
+async fn send(stream: &mut TcpStream, requests: &[Vec<u8>], buf: &mut [u8]) -> u16 {
     let mut status = 0;
-    for _ in 0..n {
+    for request in requests {
         stream.write_all(request).await.expect("write");
         let mut filled = 0;
         loop {
@@ -120,26 +124,40 @@ fn main() {
         ));
         tokio::time::sleep(Duration::from_millis(500)).await;
         let mut buf = vec![0u8; 64 * 1024];
-        for (what, key, expected) in [
+        for (what, key, keyed, expected) in [
             (
                 "admitted single-record async request (202)",
                 "allocs-open-key",
+                false,
+                202,
+            ),
+            (
+                "admitted single-record async request with an Idempotency-Key of its own (202)",
+                "allocs-open-key",
+                true,
                 202,
             ),
             (
                 "refused request (429, tenant budget spent)",
                 "allocs-spent-key",
+                false,
                 429,
             ),
         ] {
-            let req = request(key);
+            // Built before counting: every keyed request has a key never seen before.
+            let build = |from: u64, n: u64| -> Vec<Vec<u8>> {
+                (from..from + n)
+                    .map(|i| request(key, keyed.then_some(i)))
+                    .collect()
+            };
+            let (warm, measured) = (build(0, 200), build(200, REQUESTS));
             let mut stream = TcpStream::connect(addr).await.expect("connect");
             stream.set_nodelay(true).expect("nodelay");
             // Warm up: connection state, pools, the topic catalog, the spent tenant's burst.
-            send(&mut stream, &req, 200, &mut buf).await;
+            send(&mut stream, &warm, &mut buf).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             let before = dhat::HeapStats::get();
-            let status = send(&mut stream, &req, REQUESTS, &mut buf).await;
+            let status = send(&mut stream, &measured, &mut buf).await;
             let after = dhat::HeapStats::get();
             assert_eq!(status, expected, "{what}");
             let blocks = (after.total_blocks - before.total_blocks) as f64 / REQUESTS as f64;

@@ -143,7 +143,7 @@ mod tests {
         );
         let unset = scrape_token("T", None).expect_err("unset");
         assert!(unset.contains("T is not set"), "{unset}");
-        let short = scrape_token("T", Some("  short-token   ")).expect_err("too short");
+        let short = scrape_token("T", Some("  short-token   ")).expect_err("short");
         assert!(short.contains("at least 16"), "{short}");
         assert!(!short.contains("short-token"), "never echoed: {short}");
         assert!(scrape_token("T", Some("0123456789 abcdef")).is_err());

@@ -185,6 +185,17 @@ impl AppState {
             }
             None => None,
         };
+        // Keys live where a retry can find them: in Redis when replicas share budgets there
+        // (a retry may land on any replica), in this process's memory otherwise.
+        let idempotency = Arc::new(match &config.cluster.redis_url {
+            Some(url) => crate::idempotency::Idempotency::in_redis(
+                &config.idempotency,
+                url,
+                &config.cluster.key_prefix,
+                Duration::from_millis(config.cluster.connect_timeout_ms),
+            )?,
+            None => crate::idempotency::Idempotency::in_memory(&config.idempotency, clock.clone()),
+        });
         let plan = Arc::new(crate::adaptive::PlanCell::default());
         let lag_plan = Arc::new(crate::lag::LagPlanCell::default());
         let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer)
@@ -255,6 +266,7 @@ impl AppState {
                     adaptive,
                     lag,
                     registry: registry.clone(),
+                    idempotency: idempotency.clone(),
                     tenant_series: crate::metrics::tenants::TenantSeries::new(
                         tenants.clone(),
                         admission.clone(),
@@ -284,6 +296,7 @@ impl AppState {
                     max_duration: Duration::from_millis(config.compat.stream_max_duration_ms),
                 },
                 draining: tokio::sync::watch::channel(false).0,
+                idempotency,
                 internal: crate::identity::InternalTopics::new(
                     &config.cluster.registry_topic,
                     &config.kafka.internal_topics,

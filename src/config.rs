@@ -50,6 +50,9 @@ pub struct Config {
     /// Cluster mode: budgets shared by several replicas through Redis.
     #[serde(default)]
     pub cluster: ClusterConfig,
+    /// `Idempotency-Key`: how long answers are kept for retries, and within what bounds.
+    #[serde(default)]
+    pub idempotency: IdempotencyConfig,
     /// Adaptive broker protection (off by default).
     #[serde(default)]
     pub adaptive: AdaptiveConfig,
@@ -629,6 +632,19 @@ impl Config {
             }
         }
         problems.extend(self.cluster.problems());
+        problems.extend(self.idempotency.problems());
+        // An answer that does not fit the store is not kept, and a retry of it writes again:
+        // the store must hold the largest answer a request may have.
+        let largest = idempotency::largest_answer(self.limits.max_records_per_request);
+        if self.idempotency.max_bytes < largest {
+            problems.push(ConfigProblem::new(
+                "idempotency.max_bytes",
+                format!(
+                    "must hold the largest answer [limits] max_records_per_request = {} allows: at least {largest}",
+                    self.limits.max_records_per_request
+                ),
+            ));
+        }
         if !(1..=10_000).contains(&self.metrics.top_tenants) {
             problems.push(ConfigProblem::new(
                 "metrics.top_tenants",
@@ -770,6 +786,7 @@ impl Config {
 mod auth;
 mod cluster;
 mod guards;
+mod idempotency;
 mod kafka;
 pub mod librdkafka;
 mod load;
@@ -782,6 +799,7 @@ pub use auth::{
 };
 pub use cluster::ClusterConfig;
 pub use guards::{AdaptiveConfig, LagGuardConfig};
+pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
 pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 

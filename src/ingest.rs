@@ -1,11 +1,14 @@
 //! The ingest pipeline: what every produce request goes through, whatever its wire format.
 //!
-//! authenticate → topic (parse, may the tenant write it) → early check (before the body is
-//! read) → read and decode the body (the wire format's [`Decode`]) → topic metadata → admit →
-//! send → settle. Each step is a method over typed values; [`Ingest::produce`] runs them in
-//! order. A wire format is an adapter at the edge: it picks a decoder for the request's content
-//! type and encodes the [`Produced`] or [`ApiError`] it gets back; adding a format means adding
-//! an adapter and its routes, never touching this module.
+//! authenticate → topic (parse, may the tenant write it) → the `Idempotency-Key`, if any
+//! ([`idempotent`]: replay, wait for the original, or claim the key) → early check (before the
+//! body is read) → read and decode the body (the wire format's [`Decode`]) → topic metadata →
+//! admit → send → settle. Each step is a method over typed values; [`Ingest::produce`] runs
+//! them in order. A wire format is an adapter at the edge: it picks a decoder for the request's
+//! content type and hands in its [`Respond`], the encoder of the [`Produced`] or [`ApiError`]
+//! the pipeline reaches; adding a format means adding an adapter and its routes, never
+//! touching this module. The pipeline decides when an outcome is final and calls the encoder
+//! then, so a keyed request's answer is stored exactly as it was sent.
 //!
 //! The order is the design: everything that can refuse a request without reading its body
 //! runs first, so a refused client costs a few hundred nanoseconds and no memory, and a client
@@ -14,16 +17,20 @@
 //! A stream of records (Confluent v3's streaming produce) goes through the same steps record by
 //! record: [`stream`] owns that path, its bounds and its re-checks.
 //!
-//! Layer: pipeline. Imports admission, tenants, Kafka and the outcome room; never HTTP
-//! routing or response shapes.
+//! Layer: pipeline. Imports admission, tenants, Kafka, idempotency and the outcome room; never
+//! HTTP routing or response shapes (those are the adapters' [`Respond`]).
 
+mod idempotent;
 pub mod stream;
+#[cfg(test)]
+mod test_body;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
+use axum::response::Response;
 use http_body_util::BodyExt;
 use tracing::Instrument as _;
 
@@ -35,6 +42,7 @@ use crate::cluster::Cluster;
 use crate::config::RequestBounds;
 use crate::credential::{Authenticator, Caller, Identity};
 use crate::failure_guard::FailureGuard;
+use crate::idempotency::{Fingerprinter, Idempotency, IdempotencyKey, StoredAnswer};
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
@@ -62,6 +70,42 @@ pub enum Ack {
     Enqueued,
 }
 
+impl Ack {
+    fn as_str(self) -> &'static str {
+        match self {
+            Ack::Kafka => "kafka",
+            Ack::Enqueued => "enqueued",
+        }
+    }
+}
+
+/// How a wire format writes the pipeline's outcomes: the adapter's encoder. The pipeline calls
+/// it once an outcome is final, so the answer to a request with an `Idempotency-Key` can be
+/// stored exactly as it was sent and replayed byte for byte.
+pub trait Respond: Send + Sync {
+    fn respond(&self, outcome: Result<Produced, ApiError>) -> Response;
+    /// An encoder that owns what it needs, to answer after the request has gone (a keyed
+    /// request whose records Kafka has not answered yet). Called after the body was decoded.
+    fn detach(&self) -> Arc<dyn Respond>;
+}
+
+/// floodgate's own shapes (`outcome`'s): `/v1`'s answers.
+pub struct OwnShapes;
+
+impl Respond for OwnShapes {
+    fn respond(&self, outcome: Result<Produced, ApiError>) -> Response {
+        use axum::response::IntoResponse as _;
+        match outcome {
+            Ok(produced) => produced.into_response(),
+            Err(error) => error.into_response(),
+        }
+    }
+
+    fn detach(&self) -> Arc<dyn Respond> {
+        Arc::new(OwnShapes)
+    }
+}
+
 /// One produce request as the pipeline sees it.
 pub struct ProduceRequest<'a> {
     /// Which API the request came through (counted per tenant).
@@ -70,10 +114,33 @@ pub struct ProduceRequest<'a> {
     /// its verified client certificate.
     pub peer: Caller,
     pub headers: &'a HeaderMap,
+    /// The request's path (part of a keyed request's fingerprint: topic, partition, cluster).
+    pub path: &'a str,
     /// The topic as the URL named it, already percent-decoded.
     pub topic: &'a str,
     pub ack: Ack,
     pub body: Body,
+    /// The wire format's encoder.
+    pub respond: &'a dyn Respond,
+}
+
+/// What the pipeline answers with: an outcome for the adapter's encoder, or an answer already
+/// encoded (a keyed request's, as stored).
+enum Answer {
+    Outcome(Result<Produced, ApiError>),
+    /// Encoded already, and stored (a keyed request's first answer).
+    Sent(Response),
+    Stored {
+        answer: StoredAnswer,
+        /// Sent again to a retry (`Idempotent-Replayed: true`), not to the original.
+        replayed: bool,
+    },
+}
+
+impl From<ApiError> for Answer {
+    fn from(e: ApiError) -> Self {
+        Answer::Outcome(Err(e))
+    }
 }
 
 /// Everything the pipeline needs, shared by every request.
@@ -110,6 +177,8 @@ pub struct Ingest {
     pub internal: crate::identity::InternalTopics,
     /// Set once shutdown starts: open streams take no more records.
     pub draining: tokio::sync::watch::Sender<bool>,
+    /// `Idempotency-Key`: flights and stored answers.
+    pub idempotency: Arc<Idempotency>,
 }
 
 /// Retry hint for a request whose leased tokens were taken by others while it waited.
@@ -129,7 +198,7 @@ impl FailureCounter for TenantStats {
 
 impl Ingest {
     /// Runs the whole pipeline. Returns the tenant once authenticated (its buckets go into
-    /// every answer's RateLimit fields) and the outcome.
+    /// every answer's RateLimit fields) and the answer, written by the request's encoder.
     ///
     /// `format` is the wire format's body format for this request, or what the adapter found
     /// wrong with the request's format (content type, query): reported after the key and the
@@ -138,10 +207,11 @@ impl Ingest {
         &self,
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
-    ) -> (Option<Arc<Tenant>>, Result<Produced, ApiError>) {
+    ) -> (Option<Arc<Tenant>>, Response) {
+        let respond = request.respond;
         let who = match self.identify(&request.peer, request.headers).await {
             Ok(who) => who,
-            Err(e) => return (None, Err(e)),
+            Err(e) => return (None, respond.respond(Err(e))),
         };
         let tenant = who.tenant.clone();
         // One span per request: tenant, topic, record count and outcome; never keys or
@@ -153,20 +223,42 @@ impl Ingest {
             records = tracing::field::Empty,
         );
         let api = request.api;
-        let outcome = match credential_allows(&who, request.topic) {
-            Err(e) => Err(e),
+        let answer = match credential_allows(&who, request.topic) {
+            Err(e) => Answer::Outcome(Err(e)),
             Ok(()) => {
                 self.produce_for(&tenant, request, format)
                     .instrument(span.clone())
                     .await
             }
         };
-        tenant.stats().count_api(api, outcome.is_ok());
-        span.in_scope(|| match &outcome {
-            Ok(_) => tracing::debug!("produce request done"),
-            Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
-        });
-        (Some(tenant), outcome)
+        let response = match answer {
+            Answer::Outcome(outcome) => {
+                tenant.stats().count_api(api, outcome.is_ok());
+                span.in_scope(|| match &outcome {
+                    Ok(_) => tracing::debug!("produce request done"),
+                    Err(e) => tracing::debug!(error = e.code(), "produce request refused"),
+                });
+                respond.respond(outcome)
+            }
+            Answer::Sent(response) => {
+                tenant
+                    .stats()
+                    .count_api(api, response.status().is_success());
+                response
+            }
+            Answer::Stored { answer, replayed } => {
+                tenant.stats().count_api(api, answer.status().is_success());
+                span.in_scope(|| {
+                    tracing::debug!(
+                        status = answer.status().as_u16(),
+                        replayed,
+                        "produce request answered"
+                    )
+                });
+                answer.response(replayed)
+            }
+        };
+        (Some(tenant), response)
     }
 
     async fn produce_for(
@@ -174,27 +266,63 @@ impl Ingest {
         tenant: &Tenant,
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
-    ) -> Result<Produced, ApiError> {
-        let topic = self.topic(tenant, request.topic)?;
+    ) -> Answer {
+        let topic = match self.topic(tenant, request.topic) {
+            Ok(t) => t,
+            Err(e) => return e.into(),
+        };
         tracing::Span::current().record("topic", topic.as_str());
-        let format = format?;
-        let declared = declared_length(request.headers);
-        if let Err(e) = self.early_check(tenant, &topic, declared) {
-            drain_if_small(declared, request.body).await;
+        let format = match format {
+            Ok(f) => f,
+            Err(e) => return e.into(),
+        };
+        match IdempotencyKey::from_headers(request.headers) {
+            Err(detail) => ApiError::IdempotencyKey(detail).into(),
+            Ok(Some(key)) => {
+                self.produce_keyed(tenant, &topic, request, format, key)
+                    .await
+            }
+            Ok(None) => {
+                let declared = declared_length(request.headers);
+                let ack = request.ack;
+                let sent = self
+                    .process(tenant, &topic, request.body, declared, format, None)
+                    .await;
+                Answer::Outcome(match sent {
+                    Ok(batch) => self.settle(batch, ack).await,
+                    Err(e) => Err(e),
+                })
+            }
+        }
+    }
+
+    /// From the early check to the producer: the request's records sent, or why not.
+    /// `print`, for a keyed request, takes every body byte as it is read.
+    async fn process(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        body: Body,
+        declared: Option<u64>,
+        format: BodyFormat<'_>,
+        print: Option<&mut Fingerprinter>,
+    ) -> Result<Arc<Batch>, ApiError> {
+        if let Err(e) = self.early_check(tenant, topic, declared) {
+            drain_if_small(declared, body).await;
             return Err(e);
         }
         let (arena, hold) = self
-            .read_records(tenant, &topic, request.body, declared, format)
+            .read_records(tenant, topic, body, declared, format, print)
             .await?;
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
-        self.check_topic(&topic, &records).await?;
-        let lease = self.admit(tenant, &topic, arena.charge()).await?;
-        let batch = self.send(tenant, &topic, &records, lease);
+        self.check_topic(topic, &records).await?;
+        let lease = self.admit(tenant, topic, arena.charge()).await?;
+        let batch = self.send(tenant, topic, &records, lease);
         drop(records);
         drop(arena);
         drop(hold);
-        self.settle(batch, request.ack).await
+        Ok(batch)
     }
 
     /// The tenant the request's credential belongs to (see [`Ingest::identify`]).
@@ -278,12 +406,13 @@ impl Ingest {
         mut body: Body,
         declared: Option<u64>,
         format: BodyFormat<'_>,
+        print: Option<&mut Fingerprinter>,
     ) -> Result<(RecordArena, BodyHold), ApiError> {
         let mut hold = self
             .body_budget
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         match self
-            .decode_body(tenant, topic, &mut body, &mut hold, declared, format)
+            .decode_body(tenant, topic, &mut body, &mut hold, declared, format, print)
             .await
         {
             Ok(arena) => Ok((arena, hold)),
@@ -295,6 +424,7 @@ impl Ingest {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // one call site: the request's parts, passed through
     async fn decode_body(
         &self,
         tenant: &Tenant,
@@ -303,6 +433,7 @@ impl Ingest {
         hold: &mut BodyHold,
         declared: Option<u64>,
         format: BodyFormat<'_>,
+        mut print: Option<&mut Fingerprinter>,
     ) -> Result<RecordArena, ApiError> {
         if !hold.grow(declared.unwrap_or(0)) {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
@@ -318,7 +449,12 @@ impl Ingest {
         loop {
             let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
                 Err(_) => return Err(ApiError::BodyTimeout),
-                Ok(None) => break,
+                Ok(None) => {
+                    if let Some(print) = print.as_deref_mut() {
+                        print.body_complete();
+                    }
+                    break;
+                }
                 Ok(Some(Err(e))) => {
                     return Err(ApiError::Malformed(format!(
                         "the body could not be read: {e}"
@@ -329,6 +465,9 @@ impl Ingest {
             let Ok(data) = frame.into_data() else {
                 continue;
             };
+            if let Some(print) = print.as_deref_mut() {
+                print.update(&data);
+            }
             received += data.len() as u64;
             if received > self.max_body_bytes {
                 let limit = self.max_body_bytes;
@@ -496,8 +635,7 @@ impl Ingest {
 
     /// Waits for what the client asked to wait for.
     pub async fn settle(&self, batch: Arc<Batch>, ack: Ack) -> Result<Produced, ApiError> {
-        let failed_at_enqueue = batch.outcomes().any(|o| matches!(o, Some(Err(_))));
-        if ack == Ack::Enqueued && !failed_at_enqueue {
+        if ack == Ack::Enqueued && !failed_at_enqueue(&batch) {
             return Ok(Produced::Accepted {
                 records: batch.len(),
             });
@@ -506,15 +644,21 @@ impl Ingest {
             .await
             .is_err()
         {
-            let pending = batch.outcomes().filter(Option::is_none).count();
-            return Err(ApiError::KafkaUnavailable(format!(
-                "Kafka did not acknowledge {pending} of {} records within {} ms; they stay queued \
-                 and will be written when Kafka accepts them",
-                batch.len(),
-                self.delivery_timeout.as_millis()
-            )));
+            return Err(self.not_acknowledged(&batch, ""));
         }
         Ok(Produced::Settled(batch))
+    }
+
+    /// The 503 of a sync request whose records Kafka has not answered in time (`more` adds
+    /// to the detail).
+    fn not_acknowledged(&self, batch: &Batch, more: &str) -> ApiError {
+        let pending = batch.outcomes().filter(Option::is_none).count();
+        ApiError::KafkaUnavailable(format!(
+            "Kafka did not acknowledge {pending} of {} records within {} ms; they stay queued \
+             and will be written when Kafka accepts them{more}",
+            batch.len(),
+            self.delivery_timeout.as_millis()
+        ))
     }
 
     /// The buckets a tenant is shown in its RateLimit fields: its own, and the global ones
@@ -527,6 +671,12 @@ impl Ingest {
         }
         view
     }
+}
+
+/// Some record could not even be handed to the producer: an async request waits for the
+/// others' outcome too.
+fn failed_at_enqueue(batch: &Batch) -> bool {
+    batch.outcomes().any(|o| matches!(o, Some(Err(_))))
 }
 
 fn cut_for(e: &BodyError) -> Cut {

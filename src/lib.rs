@@ -20,6 +20,8 @@
 //!    Kafka statistics).
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
 //!    [`registry`] (the registry's declarative state, its changes, audit and persistence),
+//!    [`idempotency`] (`Idempotency-Key`: the keys in flight, stored answers in memory or
+//!    Redis),
 //!    [`metrics`] (Prometheus, read from live state), the agents that feed the controllers:
 //!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and
 //!    [`cluster`] (budgets shared through Redis).
@@ -46,6 +48,7 @@ pub mod dev;
 pub mod failure_guard;
 pub mod forwarded;
 pub mod http;
+pub mod idempotency;
 pub mod identity;
 pub mod ingest;
 pub mod kafka;
@@ -191,6 +194,16 @@ pub async fn run(
         cluster.join().await?;
         tasks.0.push(cluster.start().abort_handle());
     }
+    // Cluster mode: keys live in Redis; connect before serving so the first keyed requests
+    // find it (if it is away, the renewer keeps trying and keyed requests follow
+    // `[idempotency] on_store_error` meanwhile).
+    let idempotency = state.ingest.idempotency.clone();
+    if let Err(error) = idempotency.connect().await {
+        tracing::warn!(%error, "idempotency: Redis unreachable at start");
+    }
+    if let Some(renewer) = idempotency.start() {
+        tasks.0.push(renewer.abort_handle());
+    }
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
@@ -291,6 +304,15 @@ pub async fn run(
         }
         Err(_) => state.ingest.producer.in_flight(),
     };
+    // The flush gave every pending keyed request its outcome: let them store their answers
+    // (a retry after the restart finds them), within what is left of the deadline.
+    let deadline = tokio::time::Instant::from_std(deadline.max(Instant::now()));
+    if !idempotency.landed(deadline).await {
+        tracing::warn!(
+            in_flight = idempotency.in_flight(),
+            "shutdown: some answers to requests with an Idempotency-Key were not stored in time"
+        );
+    }
     if let Some(cluster) = &state.ingest.cluster {
         cluster.leave().await;
     }

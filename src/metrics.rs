@@ -34,6 +34,7 @@ use crate::lag_agent::LagAgent;
 use crate::tenant::Tenants;
 
 pub mod auth;
+mod idempotency;
 mod lag;
 mod registry;
 pub mod tenants;
@@ -51,6 +52,8 @@ pub struct Agents {
     pub adaptive: Arc<AdaptiveAgent>,
     pub lag: Arc<LagAgent>,
     pub registry: Arc<crate::registry::RegistryStore>,
+    /// `Idempotency-Key`: outcomes, store errors, the memory store's fill and evictions.
+    pub idempotency: Arc<crate::idempotency::Idempotency>,
     /// The per-tenant series, which read the status page's history to find the busiest.
     pub tenant_series: tenants::TenantSeries,
 }
@@ -76,6 +79,7 @@ impl Metrics {
             adaptive,
             lag,
             registry: tenant_registry,
+            idempotency,
             tenant_series,
         } = agents;
         let mut registry = Registry::with_prefix("floodgate");
@@ -117,6 +121,7 @@ impl Metrics {
             adaptive,
             lag,
             tenant_registry,
+            idempotency,
             tenant_series,
         }));
         Self {
@@ -211,6 +216,7 @@ struct LiveCollector {
     adaptive: Arc<AdaptiveAgent>,
     lag: Arc<LagAgent>,
     tenant_registry: Arc<crate::registry::RegistryStore>,
+    idempotency: Arc<crate::idempotency::Idempotency>,
     tenant_series: tenants::TenantSeries,
 }
 
@@ -265,6 +271,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         self.encode_adaptive(&mut encoder)?;
         lag::encode(&mut encoder, &self.lag)?;
         registry::encode(&mut encoder, &self.tenant_registry)?;
+        idempotency::encode(&mut encoder, &self.idempotency)?;
         encode_kafka(&mut encoder, &self.kafka.latest())
     }
 }

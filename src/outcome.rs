@@ -63,6 +63,16 @@ pub enum ApiError {
     /// no tenant (403), or whose issuer's keys cannot be fetched (503).
     Auth(AuthError),
     KafkaUnavailable(String),
+    /// A malformed `Idempotency-Key`, or one sent where it cannot be honoured (the detail
+    /// names the header).
+    IdempotencyKey(String),
+    /// Another request with the same `Idempotency-Key` is still being read or admitted.
+    IdempotencyKeyInUse(std::time::Duration),
+    /// The `Idempotency-Key` was used for another request (another body, path, query or
+    /// content type).
+    IdempotencyKeyReused,
+    /// The key store did not answer (`[idempotency] on_store_error = "refuse"`).
+    IdempotencyUnavailable(String),
     ShuttingDown,
     NotFound,
     /// Admin API: no or wrong admin token (or no token configured).
@@ -167,6 +177,10 @@ impl ApiError {
             Self::RateLimited(_) | Self::AuthFailures(_) => "rate_limited",
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => "body_timeout",
             Self::KafkaUnavailable(_) => "kafka_unavailable",
+            Self::IdempotencyKey(_) => "invalid_idempotency_key",
+            Self::IdempotencyKeyInUse(_) => "idempotency_key_in_use",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::IdempotencyUnavailable(_) => "idempotency_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
             Self::AdminUnauthorized(_) => "unauthorized",
@@ -192,7 +206,10 @@ impl ApiError {
             }
             Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::Conflict { .. } | Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
+            Self::IdempotencyKey(_) => StatusCode::BAD_REQUEST,
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::IdempotencyUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidTopic(_)
             | Self::Malformed(_)
             | Self::InvalidRecord(_)
@@ -258,7 +275,22 @@ impl ApiError {
             Self::StreamTooLong(ms) => {
                 format!("the stream reached its longest time ({ms} ms); open a new one")
             }
-            Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) => d.clone(),
+            Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) | Self::IdempotencyKey(d) => {
+                d.clone()
+            }
+            Self::IdempotencyKeyInUse(wait) => format!(
+                "Idempotency-Key: another request with this key is still being read or \
+                 admitted; retry in {} ms with the same key",
+                wait_ms(*wait)
+            ),
+            Self::IdempotencyKeyReused => "Idempotency-Key: this key was used for another \
+                request (another body, path, query or content type); use a new key for a new \
+                request"
+                .into(),
+            Self::IdempotencyUnavailable(d) => format!(
+                "Idempotency-Key: the key store did not answer ({d}); nothing was written: \
+                 retry with the same key"
+            ),
             Self::ForbiddenTopic(t) => format!(
                 "this credential may not write to topic {t:?} (outside its tenant's patterns, \
                  or its token's topics claim)"
@@ -394,6 +426,18 @@ impl IntoResponse for ApiError {
                 Json(json!({"error": self.code(), "field": field, "detail": self.detail()})),
             )
                 .into_response(),
+            Self::IdempotencyKeyInUse(wait) => {
+                let body = json!({
+                    "error": self.code(),
+                    "retry_after_ms": wait_ms(*wait),
+                    "detail": self.detail(),
+                });
+                let mut response = (status, Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
+                response
+            }
             Self::Conflict {
                 current_version, ..
             } => (

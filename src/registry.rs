@@ -297,10 +297,14 @@ impl RegistryStore {
         let mut current = self.state.lock().await;
         let mut next = current.clone();
         let out = edit(&mut next)?;
-        if let Some(p) = next.problems().into_iter().next() {
+        if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {
             return Err(ChangeError::Invalid(p).into());
         }
-        let plan = Registry::plan(&next.configs()).map_err(ChangeError::Invalid)?;
+        let plan = self
+            .tenants
+            .load()
+            .plan_next(&next.configs())
+            .map_err(ChangeError::Invalid)?;
         let global = next.global.spec().map_err(ChangeError::Invalid)?;
         // Versions count changes per key, as the shared registry does (for If-Match); a
         // local registry's versions start again at 0 with the process.
@@ -336,10 +340,13 @@ impl RegistryStore {
         let current = self.state.lock().await.clone();
         let mut next = current.clone();
         let out = edit(&mut next)?;
-        if let Some(p) = next.problems().into_iter().next() {
+        if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {
             return Err(ChangeError::Invalid(p).into());
         }
-        Registry::plan(&next.configs()).map_err(ChangeError::Invalid)?;
+        self.tenants
+            .load()
+            .plan_next(&next.configs())
+            .map_err(ChangeError::Invalid)?;
         next.global.spec().map_err(ChangeError::Invalid)?;
         let entries = shared::entries(&current, &next, actor.as_str(), action, &shared.replica);
         if entries.is_empty() {

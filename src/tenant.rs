@@ -51,6 +51,9 @@ pub struct TenantSettings {
     topics: Arc<TopicPatterns>,
     buffer_share: f64,
     priority: crate::config::Priority,
+    /// The configuration they were parsed from, when it is shared: a later plan that finds
+    /// the same one takes the tenant as it is (see [`Registry::plan_next`]).
+    source: Option<Arc<TenantConfig>>,
 }
 
 impl TenantSettings {
@@ -64,7 +67,16 @@ impl TenantSettings {
             topics: Arc::new(topics),
             buffer_share: config.buffer_share(),
             priority: config.priority.unwrap_or_default(),
+            source: None,
         })
+    }
+
+    /// The same settings, remembered as parsed from `source`.
+    pub fn from_source(self, source: Arc<TenantConfig>) -> Self {
+        Self {
+            source: Some(source),
+            ..self
+        }
     }
 }
 
@@ -99,6 +111,8 @@ struct AdmissionSlot {
     spec: BudgetSpec,
     buffer_share: f64,
     priority: crate::config::Priority,
+    /// The shared configuration the settings came from, if they did.
+    source: Option<Arc<TenantConfig>>,
     state: Option<Box<AdmissionState>>,
 }
 
@@ -133,6 +147,7 @@ impl Tenant {
                 spec: settings.spec,
                 buffer_share: settings.buffer_share,
                 priority: settings.priority,
+                source: settings.source.clone(),
                 state: None,
             }),
             usage: Arc::new(TenantUsage::default()),
@@ -150,11 +165,21 @@ impl Tenant {
         slot.spec = settings.spec;
         slot.buffer_share = settings.buffer_share;
         slot.priority = settings.priority;
+        slot.source = settings.source.clone();
         if let Some(state) = slot.state.as_deref_mut() {
             state.buckets.set_spec(settings.spec, now_ns);
             state.buffer_share = settings.buffer_share;
             state.priority = settings.priority;
         }
+    }
+
+    /// Whether its settings are those parsed from this very configuration (the same `Arc`).
+    pub fn built_from(&self, config: &Arc<TenantConfig>) -> bool {
+        self.admission
+            .lock()
+            .source
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, config))
     }
 
     /// The largest fraction of the buffer (and of the body budget) this tenant may hold.
@@ -410,5 +435,42 @@ mod tests {
         fresh.get("acme").expect("acme").stats().admitted(1, 10);
         assert_eq!(fresh.retired()[2], 7);
         assert_eq!(sum(&fresh), 8);
+    }
+
+    #[test]
+    fn a_next_plan_takes_unchanged_tenants_as_they_are_and_checks_the_changed_ones() {
+        let mut a = tenant_config("ka");
+        a.id = "a".into();
+        a.records_per_sec = Some(10);
+        let mut b = tenant_config("kb");
+        b.id = "b".into();
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        let first = Registry::plan_next(&Registry::default(), &[a.clone(), b.clone()])
+            .expect("valid")
+            .build(&Registry::default(), 0);
+        let live_a = first.get("a").expect("a").clone();
+        assert!(live_a.built_from(&a));
+        // b changes (a new Arc): re-parsed and applied; a is the same tenant, untouched.
+        let mut b2 = (*b).clone();
+        b2.records_per_sec = Some(3);
+        let b2 = Arc::new(b2);
+        let next = first
+            .plan_next(&[a.clone(), b2.clone()])
+            .expect("valid")
+            .build(&first, 0);
+        assert!(Arc::ptr_eq(next.get("a").expect("a"), &live_a));
+        assert_eq!(
+            next.get("b").expect("b").spec().records.map(|r| r.per_sec),
+            Some(3)
+        );
+        assert!(next.get("b").expect("b").built_from(&b2));
+        assert!(next.authenticate("ka").is_some() && next.authenticate("kb").is_some());
+        // A changed tenant is checked: a bad topic pattern is refused, naming it.
+        let mut bad = (*b2).clone();
+        bad.topics = vec!["events.[".into()]; // an unclosed glob class
+        let err = next
+            .plan_next(&[a, Arc::new(bad)])
+            .expect_err("a bad pattern");
+        assert!(err.key.starts_with("tenants[b].topics"), "{err:?}");
     }
 }

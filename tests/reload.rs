@@ -122,7 +122,9 @@ async fn sighup_applies_the_edited_file_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_registry_applies_a_file_edited_across_a_restart_at_the_next_sighup() {
     let broker = tansu();
-    create_topic(&broker, "test.reload", 1).await;
+    // A topic of its own: the suite may run again against the same broker.
+    let topic = unique_topic("test.reload");
+    create_topic(&broker, &topic, 1).await;
     let registry = unique_topic("_fg_registry");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("floodgate.toml");
@@ -159,17 +161,14 @@ async fn a_shared_registry_applies_a_file_edited_across_a_restart_at_the_next_si
     let one = json!({"records":[{"value":1}]});
     let a = start().await;
     ready(&a).await;
-    assert_eq!(
-        post_json(&a.url("test.reload"), "new-key", &one).await.0,
-        200
-    );
+    assert_eq!(post_json(&a.url(&topic), "new-key", &one).await.0, 200);
     a.shutdown().await;
     // The newcomer leaves the file while no replica runs; one starts on the edited file.
     write_config(&path, &broker, 100, false);
     let b = start().await;
     ready(&b).await;
     assert_eq!(
-        post_json(&b.url("test.reload"), "new-key", &one).await.0,
+        post_json(&b.url(&topic), "new-key", &one).await.0,
         200,
         "start-up applies nothing of the file to a shared registry"
     );
@@ -179,13 +178,13 @@ async fn a_shared_registry_applies_a_file_edited_across_a_restart_at_the_next_si
         .expect("kill -HUP");
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
-    while post_json(&b.url("test.reload"), "new-key", &one).await.0 != 401 {
+    while post_json(&b.url(&topic), "new-key", &one).await.0 != 401 {
         assert!(
             Instant::now() < deadline,
             "the tenant removed from the file while the replica was down still works"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(post_json(&b.url("test.reload"), KEY, &one).await.0, 200);
+    assert_eq!(post_json(&b.url(&topic), KEY, &one).await.0, 200);
     b.shutdown().await;
 }

@@ -118,6 +118,10 @@ struct Shared {
     start: Instant,
     args: LoadArgs,
     burst: Option<Burst>,
+    /// `--idempotency-keys`: the next key's number (keys are unique per run: the start time
+    /// is part of them).
+    next_key: AtomicU64,
+    run_id: u128,
 }
 
 fn bump(timeline: &Timeline, second: usize, column: usize) {
@@ -133,12 +137,16 @@ fn bump(timeline: &Timeline, second: usize, column: usize) {
 async fn one_request(shared: Arc<Shared>, tenant: Arc<Tenant>) {
     let sent_at = Instant::now();
     let second = sent_at.duration_since(shared.start).as_secs() as usize;
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(Method::POST)
         .uri(shared.uri.clone())
         .header("authorization", format!("Bearer {}", tenant.key))
-        .header("content-type", shared.content_type)
-        .body(Full::new(shared.body.clone()));
+        .header("content-type", shared.content_type);
+    if shared.args.idempotency_keys {
+        let n = shared.next_key.fetch_add(1, Ordering::Relaxed);
+        request = request.header("idempotency-key", format!("load-{:x}-{n}", shared.run_id));
+    }
+    let request = request.body(Full::new(shared.body.clone()));
     let request = match request {
         Ok(r) => r,
         Err(e) => {
@@ -299,6 +307,10 @@ pub async fn run_with_timeline(args: LoadArgs) -> Result<(Summary, Timelines), S
         start: Instant::now(),
         args: args.clone(),
         burst,
+        next_key: AtomicU64::new(0),
+        run_id: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
     });
     let progress = tokio::spawn(progress(shared.clone(), tenants.clone()));
     let drivers: Vec<_> = tenants

@@ -89,6 +89,9 @@ pub struct LoadArgs {
     /// Wait as long as a 429's retry_after_ms before that tenant sends again.
     #[arg(long)]
     pub respect_retry_after: bool,
+    /// Give every request an `Idempotency-Key` of its own (what a client that may retry sends).
+    #[arg(long)]
+    pub idempotency_keys: bool,
     /// Write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

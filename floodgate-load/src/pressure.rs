@@ -110,6 +110,7 @@ fn load_args(produce: std::net::SocketAddr, rate: f64, duration_secs: f64) -> Lo
         concurrency: 512,
         burst: None,
         respect_retry_after: false,
+        idempotency_keys: false,
         json: None,
         csv: None,
     }

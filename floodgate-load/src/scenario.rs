@@ -83,6 +83,7 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
         concurrency: 512,
         burst: Some(args.burst.clone()),
         respect_retry_after: false,
+        idempotency_keys: false,
         json: None,
         csv: None,
     };

@@ -412,3 +412,18 @@ map = { "orders-svc" = "acme" }
 "#;
     assert_eq!(problems(ok), vec![]);
 }
+
+#[test]
+fn the_idempotency_store_must_hold_the_largest_answer_a_request_may_have() {
+    let p = problems("[idempotency]\nmax_bytes = 1048576\n");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].key, "idempotency.max_bytes");
+    assert!(
+        p[0].message.contains("max_records_per_request = 10000"),
+        "{}",
+        p[0].message
+    );
+    let p =
+        problems("[idempotency]\nmax_bytes = 1048576\n[limits]\nmax_records_per_request = 5000\n");
+    assert!(p.is_empty(), "{p:?}");
+}

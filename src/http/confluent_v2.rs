@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 use crate::body::confluent::{V2Format, V2Record};
 use crate::body::Framing;
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
+use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
 use crate::outcome::confluent::{error_response, not_acceptable, v2_produced, V2_MEDIA_TYPE};
 use crate::outcome::{ApiError, Produced};
 use crate::ratelimit_headers;
@@ -76,6 +76,23 @@ fn accepts_answer(headers: &HeaderMap) -> bool {
     !any
 }
 
+/// v2's answers: Confluent's shapes.
+struct V2Answers;
+
+impl Respond for V2Answers {
+    fn respond(&self, outcome: Result<Produced, ApiError>) -> Response {
+        match outcome {
+            Ok(Produced::Settled(batch)) => v2_produced(&batch),
+            Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
+            Err(e) => error_response(&e, V2_MEDIA_TYPE),
+        }
+    }
+
+    fn detach(&self) -> Arc<dyn Respond> {
+        Arc::new(V2Answers)
+    }
+}
+
 pub async fn produce(
     State(app): State<Arc<AppState>>,
     Path(topic): Path<String>,
@@ -124,19 +141,16 @@ async fn produce_to(
         api: Api::V2,
         peer: super::v1::peer(&parts),
         headers: &parts.headers,
+        path: parts.uri.path(),
         topic: &topic,
         ack: Ack::Kafka,
         body,
+        respond: &V2Answers,
     };
-    let (tenant, outcome) = app
+    let (tenant, mut response) = app
         .ingest
         .produce(request, format.map_err(|e| e.clone()))
         .await;
-    let mut response = match outcome {
-        Ok(Produced::Settled(batch)) => v2_produced(&batch),
-        Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
-        Err(e) => error_response(&e, V2_MEDIA_TYPE),
-    };
     if let Some(tenant) = tenant {
         ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }

@@ -24,8 +24,9 @@ use serde_json::{json, Value};
 
 use crate::app::AppState;
 use crate::body::confluent::V3Record;
+use crate::body::confluent::V3Types;
 use crate::body::Framing;
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
+use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
 use crate::outcome::confluent::{
     error_response, unknown_cluster, v3_batch_answer, v3_batch_error, V3_MEDIA_TYPE as JSON,
 };
@@ -171,6 +172,72 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case(JSON))
 }
 
+/// `records:batch`'s answers: 207 naming each entry's id (from the parser, which saw them).
+struct BatchAnswers<'a> {
+    parser: &'a V3Record,
+    cluster: String,
+    topic: &'a str,
+    max: usize,
+}
+
+impl Respond for BatchAnswers<'_> {
+    fn respond(&self, outcome: Result<Produced, ApiError>) -> Response {
+        batch_response(
+            outcome,
+            &self.cluster,
+            self.topic,
+            self.max,
+            &self.parser.take_seen(),
+        )
+    }
+
+    fn detach(&self) -> Arc<dyn Respond> {
+        Arc::new(DetachedBatchAnswers {
+            seen: self.parser.take_seen(),
+            cluster: self.cluster.clone(),
+            topic: self.topic.to_string(),
+            max: self.max,
+        })
+    }
+}
+
+/// The same, owning the entries' ids: answers once Kafka has, after the request has gone.
+struct DetachedBatchAnswers {
+    seen: Vec<(Option<String>, V3Types)>,
+    cluster: String,
+    topic: String,
+    max: usize,
+}
+
+impl Respond for DetachedBatchAnswers {
+    fn respond(&self, outcome: Result<Produced, ApiError>) -> Response {
+        batch_response(outcome, &self.cluster, &self.topic, self.max, &self.seen)
+    }
+
+    fn detach(&self) -> Arc<dyn Respond> {
+        Arc::new(DetachedBatchAnswers {
+            seen: self.seen.clone(),
+            cluster: self.cluster.clone(),
+            topic: self.topic.clone(),
+            max: self.max,
+        })
+    }
+}
+
+fn batch_response(
+    outcome: Result<Produced, ApiError>,
+    cluster: &str,
+    topic: &str,
+    max: usize,
+    seen: &[(Option<String>, V3Types)],
+) -> Response {
+    match outcome {
+        Ok(Produced::Settled(batch)) => v3_batch_answer(cluster, topic, &batch, seen),
+        Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
+        Err(e) => v3_batch_error(&e, max),
+    }
+}
+
 /// `records:batch`: `{"entries": [{"id", ...record}]}`, admitted whole; 207 with successes and
 /// failures in request order.
 pub async fn produce_batch(
@@ -195,23 +262,23 @@ pub async fn produce_batch(
             "send the batch as application/json".into(),
         ))
     };
+    let respond = BatchAnswers {
+        parser: &parser,
+        cluster: cluster_id(&app),
+        topic: &topic,
+        max,
+    };
     let request = ProduceRequest {
         api: Api::V3,
         peer: super::v1::peer(&parts),
         headers: &parts.headers,
+        path: parts.uri.path(),
         topic: &topic,
         ack: Ack::Kafka,
         body,
+        respond: &respond,
     };
-    let (tenant, outcome) = app.ingest.produce(request, format).await;
-    let mut response = match outcome {
-        Ok(Produced::Settled(batch)) => {
-            let seen = parser.take_seen();
-            v3_batch_answer(&cluster_id(&app), &topic, &batch, &seen)
-        }
-        Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
-        Err(e) => v3_batch_error(&e, max),
-    };
+    let (tenant, mut response) = app.ingest.produce(request, format).await;
     if let Some(tenant) = tenant {
         ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 use crate::body::v1::V1Record;
 use crate::body::Format;
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest};
+use crate::ingest::{Ack, Api, BodyFormat, OwnShapes, ProduceRequest};
 use crate::outcome::ApiError;
 use crate::ratelimit_headers;
 
@@ -63,15 +63,13 @@ pub async fn produce(
         api: Api::V1,
         peer: peer(&parts),
         headers: &parts.headers,
+        path: parts.uri.path(),
         topic,
         ack,
         body,
+        respond: &OwnShapes,
     };
-    let (tenant, outcome) = app.ingest.produce(request, decoder).await;
-    let mut response = match outcome {
-        Ok(produced) => produced.into_response(),
-        Err(error) => error.into_response(),
-    };
+    let (tenant, mut response) = app.ingest.produce(request, decoder).await;
     // Every answer to an authenticated client says where its buckets stand.
     if let Some(tenant) = tenant {
         ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));

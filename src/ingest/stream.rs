@@ -393,6 +393,16 @@ impl Ingest {
     ) -> Result<Reports<P::Note>, ApiError> {
         let topic = self.topic(tenant, request.topic)?;
         let parser = parser?;
+        // A stream's records are answered one by one as they are written, so there is no one
+        // answer to keep and replay: refused rather than ignored, as a client that sends a key
+        // counts on at most once.
+        if request.headers.contains_key(crate::idempotency::HEADER) {
+            return Err(ApiError::IdempotencyKey(
+                "Idempotency-Key: not taken on a stream of records (.../records); send the \
+                 records as one records:batch request, whose answer a retry gets again"
+                    .into(),
+            ));
+        }
         // Could one record be admitted now? (A stream's length bounds nothing per record:
         // its records are admitted one by one, each within `max_body_bytes`.)
         self.admission

@@ -25,7 +25,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         }
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
         E::Auth(crate::credential::AuthError::KeysUnavailable) => {
-            (StatusCode::SERVICE_UNAVAILABLE, 50303)
+            (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
@@ -51,7 +51,10 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),
         E::KafkaUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50302),
         E::StateNotSaved => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
-        E::Conflict { .. } => (StatusCode::CONFLICT, 40901),
+        E::Conflict { .. } | E::IdempotencyKeyInUse(_) => (StatusCode::CONFLICT, 40901),
+        E::IdempotencyKey(_) => (StatusCode::BAD_REQUEST, 40002),
+        E::IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, 42207),
+        E::IdempotencyUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50303),
     }
 }
 
@@ -194,7 +197,7 @@ struct BatchAnswer<'a> {
 pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
-        ApiError::AuthFailures(wait) => Some(*wait),
+        ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
         _ => None,
     }
 }

@@ -19,7 +19,6 @@ use super::log::{self, Decoded, Refused};
 use super::shared::{self, Applier, AuditEntry, Rejection, Shared, INVALID, SKIPPED, STALE};
 use super::state::{RegistryState, VERSION};
 use super::{Backend, RegistryStore};
-use crate::tenant::Registry;
 
 /// Records applied together, at most (then the live registry is rebuilt once).
 const BATCH: usize = 8192;
@@ -301,7 +300,7 @@ impl RegistryStore {
 
     /// Makes the state the live registry (a rebuild of every tenant: once per batch).
     fn install_state(&self, state: &RegistryState) {
-        let plan = match Registry::plan(&state.configs()) {
+        let plan = match self.tenants.load().plan_next(&state.configs()) {
             Ok(plan) => plan,
             Err(p) => {
                 // Cannot happen: every entry was checked as it applied. Keep what is live.

@@ -89,7 +89,7 @@ pub fn entries(
         current.tenants.keys().chain(next.tenants.keys()).collect();
     for id in ids {
         let (before, after) = (current.tenants.get(id), next.tenants.get(id));
-        if before != after {
+        if !same(before, after) {
             let value = after.and_then(|t| serde_json::to_vec(t).ok());
             out.push(entry(EntryKey::Tenant(id.clone()), value));
         }
@@ -108,12 +108,22 @@ pub fn entries(
         .collect();
     for id in ids {
         let (before, after) = (current.file.tenants.get(id), next.file.tenants.get(id));
-        if before != after {
+        if !same(before, after) {
             let value = after.and_then(|t| serde_json::to_vec(t).ok());
             out.push(entry(EntryKey::FileTenant(id.clone()), value));
         }
     }
     out
+}
+
+/// Equal, seen first by identity: a change shares every tenant it does not touch, and
+/// comparing 100,000 unchanged configurations field by field was a tenth of a change's time.
+fn same<T: PartialEq>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
+    }
 }
 
 /// `key`'s value in `state`, as an entry carries it.

@@ -182,6 +182,13 @@ impl RegistryState {
 
     /// Every problem with this state, keys named as in a config file (`tenants[acme].topics`).
     pub fn problems(&self) -> Vec<ConfigProblem> {
+        self.problems_since(None)
+    }
+
+    /// [`RegistryState::problems`] of a state made from `before` (checked already): a tenant
+    /// it shares with `before` (the same `Arc`) is not checked again on its own; what spans
+    /// tenants (ids, keys) is checked over all of them.
+    pub fn problems_since(&self, before: Option<&RegistryState>) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
         if self.version != VERSION {
             problems.push(ConfigProblem::new(
@@ -196,6 +203,12 @@ impl RegistryState {
             problems.push(p);
         }
         for (id, t) in &self.tenants {
+            let checked = before
+                .and_then(|b| b.tenants.get(id))
+                .is_some_and(|b| Arc::ptr_eq(b, t));
+            if checked {
+                continue;
+            }
             let at = format!("tenants[{id}]");
             if *id != t.id {
                 problems.push(ConfigProblem::new(

@@ -165,7 +165,7 @@ impl History {
                 .map(|(id, ring)| (ring.activity(), id.clone()))
                 .collect();
             // Busiest first, so the quietest is popped from the end.
-            by_activity.sort_unstable_by_key(|b| std::cmp::Reverse(b.0));
+            by_activity.sort_unstable_by_key(|a| std::cmp::Reverse(a.0));
             by_activity
         });
         while let Some((least, id)) = candidates.pop() {

@@ -3,6 +3,7 @@
 //! reads records back by assigning partitions from offset 0.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod faults;
 pub mod v3;
 
 use std::net::SocketAddr;

@@ -1,0 +1,635 @@
+//! `Idempotency-Key`: who holds a key, and what was answered for it.
+//!
+//! Two places keep keys. **Flights** are the keys this process is working on now: claimed
+//! (the request is being read or admitted) or pending (its records are with Kafka and a
+//! retry can wait for their outcome). They live exactly as long as that work, so they are
+//! bounded by the requests in progress and by the buffer (a pending request holds at least
+//! one record of it), and are never evicted — evicting one would let a retry write again.
+//! The **store** keeps final answers: in memory on a single replica ([`memory`], bounded by
+//! `[idempotency] max_entries` and `max_bytes`, oldest evicted first), in Redis in cluster
+//! mode ([`redis`]), where claims live too, so a retry on another replica finds them.
+//!
+//! [`Idempotency::begin`] answers what a request with a key should do; the pipeline
+//! (`ingest::idempotent`) does it: process, replay, wait, or refuse.
+//!
+//! Layer: decisions and state. Imports the clock and configuration; knows nothing of HTTP
+//! routes, Kafka or tenants beyond the id a key is scoped by.
+
+mod answer;
+mod fingerprint;
+mod key;
+pub mod memory;
+pub mod redis;
+mod stats;
+
+pub use answer::{Corrupt, StoredAnswer, REPLAYED};
+pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
+pub use key::{IdempotencyKey, KeyDigest, HEADER, MAX_KEY_CHARS};
+pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD};
+pub use stats::{KeyOutcome, KeyStats, StoreOp};
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::budget::Clock;
+use crate::config::{IdempotencyConfig, OnStoreError};
+use redis::{Found, RedisKeys};
+
+/// One request's hold on a key: this process's instance id and a sequence number, 32
+/// characters (what the Redis scripts compare).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Token(pub [u8; 32]);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({})", String::from_utf8_lossy(&self.0))
+    }
+}
+
+/// Where a flight stands; retries waiting on it wait for `Answered` or `Released`.
+#[derive(Debug, Clone)]
+pub enum FlightState {
+    /// Being read or admitted: a retry is told 409.
+    Claimed,
+    /// Its records are with Kafka: a retry with this fingerprint waits for their outcome.
+    Pending(Fingerprint),
+    /// The final answer (also in the store, or about to be).
+    Answered(Fingerprint, StoredAnswer),
+    /// Given up with nothing stored (nothing written): a retry is processed afresh.
+    Released,
+}
+
+#[derive(Debug)]
+struct Flight {
+    token: Token,
+    state: Mutex<FlightState>,
+    /// Wakes the retries waiting on this flight when its state changes.
+    changed: Notify,
+    /// Cluster mode: the store said the key is this flight's. Until then the renewer leaves
+    /// it alone (renewing re-creates a lapsed claim, and must not race the first claim).
+    held: std::sync::atomic::AtomicBool,
+}
+
+impl Flight {
+    fn new(token: Token, held: bool) -> Self {
+        Self {
+            token,
+            state: Mutex::new(FlightState::Claimed),
+            changed: Notify::new(),
+            held: std::sync::atomic::AtomicBool::new(held),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FlightState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, state: FlightState) {
+        *self.state() = state;
+        self.changed.notify_waiters();
+    }
+}
+
+/// A retry waiting on another request's flight (on this replica).
+#[derive(Debug)]
+pub struct Waiter(Arc<Flight>);
+
+impl Waiter {
+    /// The flight's end: `Answered` or `Released`.
+    pub async fn settled(&self) -> FlightState {
+        loop {
+            let notified = self.0.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let state = self.0.state();
+                if matches!(*state, FlightState::Answered(..) | FlightState::Released) {
+                    return state.clone();
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What a request with a key is to do.
+#[derive(Debug)]
+pub enum Begin {
+    /// The key is this request's: process it and settle the claim.
+    Fresh(Claim),
+    /// Another request with the key is being read or admitted: 409.
+    InUse,
+    /// Another request's records are pending on this replica: compare fingerprints, then wait.
+    Attach(Fingerprint, Waiter),
+    /// Another replica's request is pending: compare fingerprints, then wait for its answer.
+    Remote(Fingerprint),
+    /// The answer stored for the key: compare fingerprints, then replay it.
+    Stored(Fingerprint, StoredAnswer),
+    /// The store did not answer (`[idempotency] on_store_error` decides).
+    Unavailable(String),
+}
+
+/// Renewals in flight at once (cluster mode).
+const RENEW_AT_ONCE: usize = 64;
+
+/// Claims whose release failed that are tried again at once, at most (cluster mode; the rest
+/// lapse after claim_ttl_ms).
+const MAX_UNCLAIMING: usize = 4096;
+
+/// One of the releases being tried again, counted while it lives.
+struct Unclaiming<'a>(&'a AtomicUsize);
+
+impl Drop for Unclaiming<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Settings the pipeline reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub on_store_error: OnStoreError,
+    /// How long an answer is kept.
+    pub ttl: Duration,
+    /// Cluster mode: how long a claim outlives a holder that stops renewing it.
+    pub claim_ttl: Duration,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Memory(MemoryStore),
+    Redis(RedisKeys),
+}
+
+#[derive(Debug)]
+pub struct Idempotency {
+    flights: Mutex<HashMap<KeyDigest, Arc<Flight>>>,
+    backend: Backend,
+    pub settings: Settings,
+    pub stats: KeyStats,
+    /// 24 hex characters, random per process.
+    instance: [u8; 24],
+    next: AtomicU32,
+    /// Releases being tried again (at most [`MAX_UNCLAIMING`]).
+    unclaiming: AtomicUsize,
+    /// Notified whenever a flight ends (shutdown waits for the pending ones).
+    landed: Notify,
+}
+
+impl Idempotency {
+    /// A single replica's: answers kept in memory on `clock`.
+    pub fn in_memory(config: &IdempotencyConfig, clock: Arc<dyn Clock>) -> Self {
+        let bounds = MemoryBounds {
+            ttl_ns: config.ttl_s.saturating_mul(1_000_000_000),
+            max_entries: config.max_entries,
+            max_bytes: config.max_bytes,
+        };
+        Self::with(config, Backend::Memory(MemoryStore::new(bounds, clock)))
+    }
+
+    /// Cluster mode's: claims and answers in the Redis at `url`.
+    pub fn in_redis(
+        config: &IdempotencyConfig,
+        url: &str,
+        prefix: &str,
+        connect_timeout: Duration,
+    ) -> Result<Self, ::redis::RedisError> {
+        let keys = RedisKeys::new(
+            url,
+            prefix,
+            connect_timeout,
+            Duration::from_millis(config.command_timeout_ms),
+        )?;
+        Ok(Self::with(config, Backend::Redis(keys)))
+    }
+
+    fn with(config: &IdempotencyConfig, backend: Backend) -> Self {
+        let mut random = [0u8; 12];
+        let _ = getrandom::fill(&mut random);
+        let mut instance = [0u8; 24];
+        instance.copy_from_slice(hex::encode(random).as_bytes());
+        Self {
+            flights: Mutex::new(HashMap::new()),
+            backend,
+            settings: Settings {
+                on_store_error: config.on_store_error,
+                ttl: Duration::from_secs(config.ttl_s),
+                claim_ttl: Duration::from_millis(config.claim_ttl_ms),
+            },
+            stats: KeyStats::default(),
+            instance,
+            next: AtomicU32::new(0),
+            unclaiming: AtomicUsize::new(0),
+            landed: Notify::new(),
+        }
+    }
+
+    fn token(&self) -> Token {
+        let mut t = [0u8; 32];
+        t[..24].copy_from_slice(&self.instance);
+        let n = self.next.fetch_add(1, Relaxed);
+        // Eight hex digits, written in place (no string per request).
+        for (i, d) in t[24..].iter_mut().enumerate() {
+            let nibble = (n >> (28 - 4 * i)) & 0xf;
+            *d = b"0123456789abcdef"[nibble as usize];
+        }
+        Token(t)
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<KeyDigest, Arc<Flight>>> {
+        self.flights
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The memory store, on a single replica (its counts and bounds are metrics).
+    pub fn memory(&self) -> Option<&MemoryStore> {
+        match &self.backend {
+            Backend::Memory(m) => Some(m),
+            Backend::Redis(_) => None,
+        }
+    }
+
+    pub fn is_clustered(&self) -> bool {
+        matches!(self.backend, Backend::Redis(_))
+    }
+
+    /// Keys this process is working on now.
+    pub fn in_flight(&self) -> usize {
+        self.flights().len()
+    }
+
+    /// What a request with `key` is to do. A fresh claim is this process's flight before the
+    /// store is asked, so a second request here waits on it instead of asking Redis too.
+    pub async fn begin(self: &Arc<Self>, key: KeyDigest) -> Begin {
+        let claim = {
+            let mut flights = self.flights();
+            if let Some(flight) = flights.get(&key) {
+                return match &*flight.state() {
+                    FlightState::Pending(fp) => Begin::Attach(*fp, Waiter(flight.clone())),
+                    FlightState::Answered(fp, answer) => Begin::Stored(*fp, answer.clone()),
+                    FlightState::Claimed | FlightState::Released => Begin::InUse,
+                };
+            }
+            if let Backend::Memory(store) = &self.backend {
+                if let Some((fp, answer)) = store.get(&key) {
+                    return Begin::Stored(fp, answer);
+                }
+            }
+            let flight = Arc::new(Flight::new(self.token(), !self.is_clustered()));
+            flights.insert(key, flight.clone());
+            Claim {
+                owner: self.clone(),
+                key,
+                flight,
+                sent: false,
+                settled: false,
+            }
+        };
+        let Backend::Redis(redis) = &self.backend else {
+            return Begin::Fresh(claim);
+        };
+        let token = claim.flight.token;
+        match redis.claim(&key, &token, self.settings.claim_ttl).await {
+            Ok(None) => {
+                claim.flight.held.store(true, Relaxed);
+                Begin::Fresh(claim)
+            }
+            // Its own token: the claim is this request's (nothing else writes it before the
+            // claim is held; kept apart so a second write of the same claim stays harmless).
+            Ok(Some(Found::Claimed(t))) if t == token => {
+                claim.flight.held.store(true, Relaxed);
+                Begin::Fresh(claim)
+            }
+            Ok(Some(found)) => {
+                claim.forget();
+                match found {
+                    // claim.lua takes a given-up key as free: never found here.
+                    Found::Claimed(_) | Found::Released => Begin::InUse,
+                    Found::Pending(_, fp) => Begin::Remote(fp),
+                    Found::Answered(fp, answer) => Begin::Stored(fp, answer),
+                }
+            }
+            Err(e) => {
+                claim.forget();
+                self.stats.store_error(StoreOp::Claim);
+                // A claim that timed out may still run once Redis answers again (a paused or
+                // slow Redis queues it): given up behind it on the same connection, or it would
+                // hold the key — every retry 409 — until claim_ttl.
+                if e.may_have_run() {
+                    let me = self.clone();
+                    tokio::spawn(async move { me.unclaim(key, token).await });
+                }
+                Begin::Unavailable(e.to_string())
+            }
+        }
+    }
+
+    /// Cluster mode: what another replica's request left under `key` (`None`: nothing, it
+    /// gave the key up).
+    pub async fn read(&self, key: &KeyDigest) -> Result<Option<FlightState>, String> {
+        let Backend::Redis(redis) = &self.backend else {
+            return Ok(None);
+        };
+        match redis.read(key).await {
+            Ok(None | Some(Found::Released)) => Ok(None),
+            Ok(Some(Found::Claimed(_))) => Ok(Some(FlightState::Claimed)),
+            Ok(Some(Found::Pending(_, fp))) => Ok(Some(FlightState::Pending(fp))),
+            Ok(Some(Found::Answered(fp, a))) => Ok(Some(FlightState::Answered(fp, a))),
+            Err(e) => {
+                self.stats.store_error(StoreOp::Read);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn land(&self, key: &KeyDigest, flight: &Arc<Flight>) {
+        let mut flights = self.flights();
+        if flights.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
+            flights.remove(key);
+        }
+        drop(flights);
+        self.landed.notify_waiters();
+    }
+
+    /// Cluster mode: connects to Redis, then renews this process's claims every quarter of
+    /// `claim_ttl` (and keeps trying to connect while Redis is away). `None` on a single
+    /// replica.
+    pub fn start(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        if !self.is_clustered() {
+            return None;
+        }
+        let me = self.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.settings.claim_ttl / 4);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut warned = false;
+            loop {
+                tick.tick().await;
+                let Backend::Redis(redis) = &me.backend else {
+                    return;
+                };
+                if let Err(e) = redis.connect().await {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(error = %e, "idempotency: Redis unreachable; requests \
+                            with an Idempotency-Key follow [idempotency] on_store_error");
+                    }
+                    continue;
+                }
+                me.renew().await;
+            }
+        }))
+    }
+
+    /// Connects to Redis now (cluster mode), so the first keyed requests need not wait for
+    /// the renewer.
+    pub async fn connect(&self) -> Result<(), String> {
+        match &self.backend {
+            Backend::Redis(redis) => redis.connect().await.map_err(|e| e.to_string()),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// One renewal of every claim this process holds, up to [`RENEW_AT_ONCE`] calls at a
+    /// time on the multiplexed connection (one slow answer does not hold the others up).
+    async fn renew(self: &Arc<Self>) {
+        let held: Vec<(KeyDigest, Token, Option<Fingerprint>)> = self
+            .flights()
+            .iter()
+            .filter(|(_, f)| f.held.load(Relaxed))
+            .filter_map(|(k, f)| match &*f.state() {
+                FlightState::Claimed => Some((*k, f.token, None)),
+                FlightState::Pending(fp) => Some((*k, f.token, Some(*fp))),
+                // Being stored, or given up: nothing to renew.
+                FlightState::Answered(..) | FlightState::Released => None,
+            })
+            .collect();
+        for chunk in held.chunks(RENEW_AT_ONCE) {
+            let mut calls = tokio::task::JoinSet::new();
+            for &(key, token, pending) in chunk {
+                let me = self.clone();
+                calls.spawn(async move {
+                    let Backend::Redis(redis) = &me.backend else {
+                        return;
+                    };
+                    match redis
+                        .renew(&key, &token, pending, me.settings.claim_ttl)
+                        .await
+                    {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            // Another request took the key after this one's claim lapsed
+                            // (Redis away longer than claim_ttl): nothing to do but say so.
+                            me.stats.store_error(StoreOp::Renew);
+                            tracing::warn!(
+                                "idempotency: a claim lapsed and was taken by another \
+                                 request; a retry of it may have been processed twice"
+                            );
+                        }
+                        Err(_) => me.stats.store_error(StoreOp::Renew),
+                    }
+                });
+            }
+            while calls.join_next().await.is_some() {}
+        }
+    }
+
+    /// Cluster mode: gives up the claim `token` holds on `key` (if it holds it: a key another
+    /// request holds, or an answer, is left alone). Tried once, then, while Redis fails, again
+    /// on a task of its own until the claim would have lapsed anyway: a claim left behind
+    /// answers the key's retries 409 until then.
+    async fn unclaim(self: &Arc<Self>, key: KeyDigest, token: Token) {
+        let Backend::Redis(redis) = &self.backend else {
+            return;
+        };
+        if redis
+            .release(&key, &token, self.settings.claim_ttl)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        self.stats.store_error(StoreOp::Release);
+        // Bounded: a Redis that stays away would otherwise gather a task per keyed request.
+        if self.unclaiming.fetch_add(1, Relaxed) >= MAX_UNCLAIMING {
+            self.unclaiming.fetch_sub(1, Relaxed);
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _done = Unclaiming(&me.unclaiming);
+            let Backend::Redis(redis) = &me.backend else {
+                return;
+            };
+            let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;
+            let mut wait = Duration::from_millis(50);
+            while tokio::time::Instant::now() + wait < give_up {
+                tokio::time::sleep(wait).await;
+                if redis
+                    .release(&key, &token, me.settings.claim_ttl)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        });
+    }
+
+    /// Waits until no flight is left (shutdown: pending requests store their answers once
+    /// the producer's flush has given them their outcome), or until `deadline`.
+    pub async fn landed(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.landed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.in_flight() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.in_flight() == 0;
+            }
+        }
+    }
+}
+
+/// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
+/// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
+/// records were sent that is a release; after, the claim is left to lapse (the records may
+/// be written: never free the key for a second write).
+#[derive(Debug)]
+pub struct Claim {
+    owner: Arc<Idempotency>,
+    key: KeyDigest,
+    flight: Arc<Flight>,
+    sent: bool,
+    settled: bool,
+}
+
+impl Claim {
+    /// The request's records are with Kafka: from now on a retry with this fingerprint waits
+    /// for them, and the key is never given up while they may be written.
+    pub fn pending(&mut self, fingerprint: Fingerprint) {
+        self.sent = true;
+        self.flight.set(FlightState::Pending(fingerprint));
+    }
+
+    /// Stores the final answer, then tells whoever waits. In cluster mode the write runs on
+    /// a task of its own, so a request dropped meanwhile (its client gone) still stores it.
+    pub async fn finish(mut self, fingerprint: Fingerprint, answer: StoredAnswer) {
+        self.settled = true;
+        let owner = self.owner.clone();
+        let (key, flight) = (self.key, self.flight.clone());
+        match &owner.backend {
+            Backend::Memory(store) => {
+                // Stored and landed under the flights' lock, so `begin` finds the flight or
+                // the answer, never neither.
+                let (waiting, stored) = {
+                    let mut flights = owner.flights();
+                    if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+                        flights.remove(&key);
+                    }
+                    // Retries attached to this flight each hold it (besides this claim and
+                    // `flight`); no new one can attach now. Only for them is the answer copied.
+                    let waiting = (Arc::strong_count(&flight) > 2).then(|| answer.clone());
+                    (waiting, store.put(key, fingerprint, answer))
+                };
+                if !stored {
+                    owner.stats.store_error(StoreOp::TooLarge);
+                }
+                flight.set(match waiting {
+                    Some(answer) => FlightState::Answered(fingerprint, answer),
+                    None => FlightState::Released,
+                });
+                owner.landed.notify_waiters();
+            }
+            Backend::Redis(_) => {
+                flight.set(FlightState::Answered(fingerprint, answer.clone()));
+                let task = tokio::spawn(async move {
+                    let Backend::Redis(redis) = &owner.backend else {
+                        return;
+                    };
+                    let ttl = owner.settings.ttl;
+                    // Retried while the claim is renewed (the flight stays until then), so a
+                    // short Redis outage costs a late write, not a second one.
+                    let mut wait = Duration::from_millis(50);
+                    let give_up = tokio::time::Instant::now() + owner.settings.claim_ttl;
+                    loop {
+                        let token = flight.token;
+                        match redis.answer(&key, &token, fingerprint, &answer, ttl).await {
+                            Ok(true) => break,
+                            Ok(false) => {
+                                // The claim lapsed (Redis away longer than claim_ttl) and
+                                // another request holds the key now.
+                                owner.stats.store_error(StoreOp::Store);
+                                tracing::warn!(
+                                    "idempotency: an answer was not stored: the key's claim                                      lapsed and another request holds it; a retry of it may                                      have been processed twice"
+                                );
+                                break;
+                            }
+                            Err(e) => {
+                                owner.stats.store_error(StoreOp::Store);
+                                if tokio::time::Instant::now() + wait > give_up {
+                                    tracing::warn!(error = %e, "idempotency: an answer could \
+                                        not be stored in Redis; a retry may be processed again");
+                                    break;
+                                }
+                                tokio::time::sleep(wait).await;
+                                wait = (wait * 2).min(Duration::from_secs(1));
+                            }
+                        }
+                    }
+                    owner.land(&key, &flight);
+                });
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Gives the key up: nothing is stored, and the next request with it is processed.
+    pub async fn release(mut self) {
+        self.settled = true;
+        self.flight.set(FlightState::Released);
+        let owner = self.owner.clone();
+        owner.land(&self.key, &self.flight);
+        owner.unclaim(self.key, self.flight.token).await;
+    }
+
+    /// The store said the key is not this request's: forget the local flight only.
+    fn forget(mut self) {
+        self.settled = true;
+        self.flight.set(FlightState::Released);
+        self.owner.land(&self.key, &self.flight);
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.flight.set(FlightState::Released);
+        self.owner.land(&self.key, &self.flight);
+        if self.sent {
+            // The records may be written and no answer will be stored here: in cluster mode
+            // the claim lapses after claim_ttl (retries get 409 until then).
+            tracing::warn!("idempotency: a request with a key ended before its answer was stored");
+            return;
+        }
+        if let (Backend::Redis(_), Ok(runtime)) =
+            (&self.owner.backend, tokio::runtime::Handle::try_current())
+        {
+            let owner = self.owner.clone();
+            let (key, token) = (self.key, self.flight.token);
+            runtime.spawn(async move { owner.unclaim(key, token).await });
+        }
+    }
+}
