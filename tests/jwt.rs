@@ -352,6 +352,18 @@ async fn with_the_jwks_server_down_cached_keys_keep_working() {
         "{body}"
     );
     assert!(headers.contains_key("retry-after"));
+    // Confluent's shape: its own code, not the Idempotency-Key store's 50303.
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(rsa.sign_as("rsa-3", &claims(&gw, "orders-svc")))
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":1}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 503);
+    let body: Value = v2.json().await.expect("json");
+    assert_eq!(body["error_code"], 50304, "{body}");
     gw.shutdown().await;
 }
 
