@@ -50,6 +50,10 @@ tenant_settings_props = {
     **budget_props,
     "max_buffer_share": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
     "priority": {"type": ["string", "null"], "enum": ["critical", "standard", "batch", None], "description": "who is refused first under the adaptive limit: batch, then standard; critical keeps a reserved share"},
+    "jwt_claims": {"type": "array", "maxItems": 100, "uniqueItems": True, "description": "JWTs this tenant accepts: an issuer of [[auth.jwt]] (another issuer is 422) and the value of its tenant_claim; each belongs to one tenant at most (422)",
+                   "items": {"type": "object", "required": ["issuer", "value"], "additionalProperties": False, "properties": {
+                       "issuer": {"type": "string", "minLength": 1, "maxLength": 512}, "value": {"type": "string", "minLength": 1, "maxLength": 512}}}},
+    "cert_names": {"type": "array", "maxItems": 100, "uniqueItems": True, "items": {"type": "string", "minLength": 1, "maxLength": 512}, "description": "client-certificate names this tenant accepts (the kind [auth.client_cert] name picks: SAN URI, SAN DNS or CN); each belongs to one tenant at most"},
 }
 schemas = {
     "Error": {
@@ -91,7 +95,8 @@ schemas = {
     "TenantPatch": {
         "type": "object", "additionalProperties": False,
         "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
-        "properties": {**tenant_settings_props, **budget_view_props},
+        "properties": {**tenant_settings_props, **budget_view_props,
+                       **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["jwt_claims", "cert_names"]}},
         "dependentRequired": dependent, **small_bytes_rate,
     },
     "Tenant": {
@@ -228,8 +233,8 @@ paths = {
             "200": jres("every record acknowledged by Kafka; offsets in record order", {"type": "object", "required": ["offsets"], "properties": {"offsets": {"type": "array", "items": ref("RecordResult")}}}, {**RL_HEADERS, **REPLAYED}),
             "202": jres("every record handed to the producer (?async=true)", {"type": "object", "required": ["accepted"], "properties": {"accepted": {"type": "integer", "minimum": 1}}}, {**RL_HEADERS, **REPLAYED}),
             "400": err("malformed_body, invalid_topic: the detail names the record (and line); invalid_idempotency_key: the Idempotency-Key header is sent twice, empty, longer than 255 characters or not visible ASCII"),
-            "401": err("unauthorized: missing or unknown API key"),
-            "403": err("forbidden_topic: the topic is outside the tenant's patterns"),
+            "401": {**err("unauthorized: missing or unknown API key; token_expired, token_not_yet_valid, token_audience, token_issuer, token_algorithm, token_key_unknown, token_signature, token_claims, token_malformed: a JWT that does not verify; certificate_expired"), "headers": {"WWW-Authenticate": {"description": "Bearer error=\"invalid_token\" for a JWT that does not verify", "schema": {"type": "string"}}}},
+            "403": err("forbidden_topic: the topic is outside the tenant's patterns (or the token's topics claim); unknown_tenant: a valid JWT or client certificate that belongs to no tenant"),
             "404": err("unknown_topic: the topic does not exist in Kafka; unknown_partition: a record names a partition the topic does not have"),
             "408": err("body_timeout"),
             "413": err("body_too_large, too_many_records, record_too_large, exceeds_burst"),
@@ -238,7 +243,7 @@ paths = {
             "422": err("idempotency_key_reused: the Idempotency-Key was used for another request"),
             "429": {**err("rate_limited: reason and retry_after_ms say what ran out and when to come back"), "headers": {**RETRY, **RL_HEADERS}},
             "502": {**err("delivery_failed: Kafka refused some records (per-record results in offsets)"), "headers": REPLAYED},
-            "503": err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written)"),
+            "503": {**err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written); jwks_unavailable: the token names a key the gateway does not hold and its issuer's JWKS cannot be fetched"), "headers": RETRY},
         },
     }},
     "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
@@ -339,7 +344,7 @@ spec = {
     "servers": [{"url": "http://127.0.0.1:8080", "description": "produce listener"}, {"url": "http://127.0.0.1:9090", "description": "admin listener"}],
     "components": {
         "securitySchemes": {
-            "apiKey": {"type": "http", "scheme": "bearer", "description": "A tenant's API key"},
+            "apiKey": {"type": "http", "scheme": "bearer", "description": "A tenant's API key, or a JWT from an issuer of [[auth.jwt]] (RS256, ES256, EdDSA), or none with a verified client certificate (mTLS)"},
             "adminToken": {"type": "http", "scheme": "bearer", "description": "An admin token from the variable named by [admin] token_env"},
         },
         "schemas": schemas,
@@ -421,9 +426,9 @@ def v2_op(extra_params, summary):
         }},
         "responses": {
             "200": {"description": "every record answered by Kafka; a record it refused carries its error code", "headers": {**RL_HEADERS, **REPLAYED}, "content": {V2M: {"schema": ref("V2Answer")}}},
-            "400": cerr("malformed JSON (40001); a malformed Idempotency-Key (40002)", V2M), "401": cerr("no or unknown key (40101)", V2M),
+            "400": cerr("malformed JSON (40001); a malformed Idempotency-Key (40002)", V2M), "401": cerr("no or unknown key, or a JWT that does not verify (40101; the message starts with floodgate's code, e.g. token_expired:)", V2M),
             "409": cerr("another request with this Idempotency-Key is still being read or admitted (40901)", V2M, RETRY),
-            "403": cerr("topic outside the tenant's patterns (40301)", V2M),
+            "403": cerr("topic outside the tenant's patterns (40301), or a valid token or certificate of no tenant (40302)", V2M),
             "404": cerr("unknown topic (40401) or partition (40402)", V2M),
             "406": {"description": "the Accept header allows none of application/vnd.kafka.v2+json, application/vnd.kafka+json, application/json"},
             "408": cerr("the body did not arrive in time", V2M),
@@ -431,18 +436,19 @@ def v2_op(extra_params, summary):
             "415": cerr("not the binary or json embedded format (schema formats need a Schema Registry)", V2M),
             "422": cerr("no records, or a record with an unknown or wrong field (42206); the Idempotency-Key was used for another request (42207)", V2M),
             "429": cerr("over budget (42901): Retry-After, retry_after_ms and the RateLimit fields say when to come back", V2M, {**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), or the Idempotency-Key store did not answer (50303)", V2M),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)", V2M),
         }}}
 paths = spec["paths"]
 paths["/topics/{topic}"] = v2_op([], "Produce (Confluent REST Proxy v2)")
 paths["/topics/{topic}/partitions/{partition}"] = v2_op([{"name": "partition", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 2147483647}}], "Produce to a partition (Confluent REST Proxy v2); a record's own partition wins")
 cid = {"name": "cluster_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "not checked unless [compat] check_cluster_id is set (as in Confluent Platform)"}
-common_v3 = {"401": cerr("no or unknown key (40101)"), "429": cerr("too many failed authentications from this address (42901)", headers=RETRY)}
+common_v3 = {"401": cerr("no or unknown key, or a JWT that does not verify (40101; the message starts with floodgate's code)"), "429": cerr("too many failed authentications from this address (42901)", headers=RETRY)}
+auth_v3 = {"403": cerr("a valid token or certificate of no tenant (40302)"), "503": cerr("the token's issuer keys cannot be fetched (50304), or shutting down (50301)")}
 for prefix in ["/v3", "/kafka/v3"]:
     paths[f"{prefix}/clusters"] = {"get": {"summary": "The cluster this gateway produces to (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
-        "responses": {"200": jres("the cluster list", ref("V3ClusterList")), **common_v3}}}
+        "responses": {"200": jres("the cluster list", ref("V3ClusterList")), **auth_v3, **common_v3}}}
     paths[f"{prefix}/clusters/{{cluster_id}}"] = {"get": {"summary": "One cluster (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
-        "parameters": [cid], "responses": {"200": jres("the cluster", ref("V3Cluster")), "404": cerr("another cluster id (40401)"), **common_v3}}}
+        "parameters": [cid], "responses": {"200": jres("the cluster", ref("V3Cluster")), "404": cerr("another cluster id (40401)"), **auth_v3, **common_v3}}}
     paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records"] = {"post": {
         "summary": "Produce records (Confluent REST Proxy v3): one JSON object per record, concatenated, optionally as a chunked stream; one delivery report per record, in order, each followed by \\r\\n",
         "security": [{"apiKey": []}, {"basicKey": []}], "parameters": [cid, topic_param, {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}, "description": "not taken on a stream (400, 40002): a stream's records are answered one by one, so there is no one answer to replay; send the records as records:batch"}],
@@ -450,13 +456,13 @@ for prefix in ["/v3", "/kafka/v3"]:
         "responses": {
             "200": {"description": "the stream started: one report per record, in order (a record refused inside the stream gets its own error_code, 429 with retry_after_ms when over budget)", "headers": RL_HEADERS, "content": {"application/json": {"schema": ref("V3Report")}}},
             "400": cerr("the topic name is not a Kafka topic name, or the first bytes are not a record (40001); an Idempotency-Key was sent (40002)"),
-            "403": cerr("topic outside the tenant's patterns (40301)"), "404": cerr("unknown topic (40401) or cluster (40401)"),
+            "403": cerr("topic outside the tenant's patterns (40301), or a valid token or certificate of no tenant (40302)"), "404": cerr("unknown topic (40401) or cluster (40401)"),
             "408": cerr("the first record did not arrive in time"),
             "413": cerr("the declared body, or the first record, is larger than allowed"),
             "422": cerr("the first record is not a valid record (42206)"),
             "415": cerr("not application/json"),
             "429": cerr("refused before any record was read (42901): Retry-After, retry_after_ms and the RateLimit fields", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka's metadata cannot be read (50302), or shutting down (50301)"),
+            "503": cerr("Kafka's metadata cannot be read (50302), shutting down (50301), or the token's issuer keys cannot be fetched (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
     paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records:batch"] = {"post": {
@@ -465,13 +471,13 @@ for prefix in ["/v3", "/kafka/v3"]:
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V3BatchBody"), "example": {"entries": [{"id": "1", "value": {"type": "JSON", "data": 1}}]}}}},
         "responses": {
             "207": {"description": "every entry answered", "headers": {**RL_HEADERS, **REPLAYED}, "content": {"application/json": {"schema": ref("V3BatchAnswer")}}},
-            "400": cerr("malformed JSON, or not a Kafka topic name (40001); a malformed Idempotency-Key (40002)"), "403": cerr("topic outside the tenant's patterns (40301)"),
+            "400": cerr("malformed JSON, or not a Kafka topic name (40001); a malformed Idempotency-Key (40002)"), "403": cerr("topic outside the tenant's patterns (40301), or a valid token or certificate of no tenant (40302)"),
             "409": cerr("another request with this Idempotency-Key is still being read or admitted (40901)", headers=RETRY),
             "404": cerr("unknown topic (40401) or partition (40402)"), "408": cerr("the body did not arrive in time"),
             "413": cerr("too large (41301) or over a burst (41302)"), "415": cerr("not application/json"),
             "422": cerr("ids or entry count break the batch rules (42208), an invalid entry (42206), or the Idempotency-Key was used for another request (42207)"),
             "429": cerr("over budget (42901)", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), or the Idempotency-Key store did not answer (50303)"),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
 spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}

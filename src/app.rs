@@ -91,6 +91,8 @@ pub enum BuildError {
     Join(#[from] crate::cluster::JoinError),
     #[error("metrics.token_env: {0}")]
     MetricsToken(String),
+    #[error(transparent)]
+    Auth(#[from] crate::credential::AuthBuildError),
 }
 
 impl AppState {
@@ -160,6 +162,10 @@ impl AppState {
         )
         .unwrap_or_default();
         let tenants = registry.tenants().clone();
+        let auth = Arc::new(crate::credential::Authenticator::new(
+            &config.auth,
+            clock.clone(),
+        )?);
         let cluster = match &config.cluster.redis_url {
             Some(url) => {
                 let store = RedisStore::new(
@@ -268,9 +274,11 @@ impl AppState {
                         &config.metrics,
                     ),
                 },
-            ),
+            )
+            .with_collector(Box::new(crate::metrics::auth::AuthCollector(auth.clone()))),
             ingest: Arc::new(Ingest {
                 tenants,
+                auth,
                 admission,
                 catalog,
                 producer,

@@ -65,6 +65,9 @@ pub struct Config {
     /// The `/metrics` exposition: per-tenant cardinality, access.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// Credentials besides API keys: JWT issuers, client-certificate names.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// Tenants known at start-up.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -123,6 +126,14 @@ pub struct ServerConfig {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM private key for `tls_cert_file`.
     pub tls_key_file: Option<PathBuf>,
+    /// PEM certificates of the CAs whose client certificates the produce listener verifies
+    /// (mTLS): a verified certificate names its tenant (`[auth.client_cert]`). Needs
+    /// `tls_cert_file`. The admin listener never asks for client certificates.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// With `tls_client_ca_file`: refuse connections without a client certificate in the
+    /// handshake (true, the default), or accept them and authenticate their requests by API
+    /// key or JWT (false). A certificate that is presented is always verified.
+    pub require_client_cert: bool,
 }
 
 impl Default for ServerConfig {
@@ -145,6 +156,8 @@ impl Default for ServerConfig {
             shutdown_timeout_ms: 30_000,
             tls_cert_file: None,
             tls_key_file: None,
+            tls_client_ca_file: None,
+            require_client_cert: true,
         }
     }
 }
@@ -672,6 +685,12 @@ impl Config {
                 "tls_cert_file and tls_key_file are set together or not at all",
             ));
         }
+        if s.tls_client_ca_file.is_some() && s.tls_cert_file.is_none() {
+            problems.push(ConfigProblem::new(
+                "server.tls_client_ca_file",
+                "client certificates need TLS: set tls_cert_file and tls_key_file too",
+            ));
+        }
         if s.max_header_bytes < 8192 && s.max_header_bytes > 0 {
             problems.push(ConfigProblem::new(
                 "server.max_header_bytes",
@@ -711,8 +730,17 @@ impl Config {
             problems.push(p);
         }
         problems.extend(librdkafka::problems(&self.kafka.producer));
+        problems.extend(self.auth.problems());
         for (i, t) in self.tenants.iter().enumerate() {
             problems.extend(t.problems(&format!("tenants[{i}]")));
+            for (j, claim) in t.jwt_claims.iter().enumerate() {
+                if !self.auth.has_issuer(&claim.issuer) {
+                    problems.push(ConfigProblem::new(
+                        format!("tenants[{i}].jwt_claims[{j}].issuer"),
+                        "is not an issuer of [[auth.jwt]]",
+                    ));
+                }
+            }
         }
         problems.extend(cross_tenant_problems(
             self.tenants
@@ -755,6 +783,7 @@ impl Config {
     }
 }
 
+mod auth;
 mod cluster;
 mod guards;
 mod idempotency;
@@ -764,11 +793,15 @@ mod load;
 mod split;
 mod tenant;
 
+pub use auth::{
+    jwks_url_problem, AuthConfig, CertName, ClientCertConfig, JwtIssuerConfig, ALGORITHMS,
+    MAX_NAME_BYTES,
+};
 pub use cluster::ClusterConfig;
 pub use guards::{AdaptiveConfig, LagGuardConfig};
 pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
-pub use tenant::{cross_tenant_problems, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
+pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 
 #[cfg(test)]
 mod tests;

@@ -52,6 +52,11 @@ impl ApiKeyHash {
         Self(Sha256::digest(key.as_bytes()).into())
     }
 
+    /// A digest already computed (the SHA-256 of the presented key).
+    pub fn from_bytes(digest: [u8; 32]) -> Self {
+        Self(digest)
+    }
+
     /// Parses 64 lowercase hex digits.
     pub fn from_hex(text: &str) -> Option<Self> {
         if text.len() != 64 || text.bytes().any(|b| b.is_ascii_uppercase()) {

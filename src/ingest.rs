@@ -40,9 +40,9 @@ use crate::body_budget::{BodyBudget, BodyHold, Cut};
 use crate::buffer::BufferLease;
 use crate::cluster::Cluster;
 use crate::config::RequestBounds;
+use crate::credential::{Authenticator, Caller, Identity};
 use crate::failure_guard::FailureGuard;
 use crate::idempotency::{Fingerprinter, Idempotency, IdempotencyKey, StoredAnswer};
-use crate::identity::ApiKeyHash;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter, KafkaProducer, TopicCatalog, TopicInfo};
 use crate::outcome::{ApiError, Produced};
@@ -110,8 +110,9 @@ impl Respond for OwnShapes {
 pub struct ProduceRequest<'a> {
     /// Which API the request came through (counted per tenant).
     pub api: Api,
-    /// The client's address, when known: failed authentications are limited per address.
-    pub peer: Option<std::net::IpAddr>,
+    /// The client's address, when known (failed authentications are limited per address), and
+    /// its verified client certificate.
+    pub peer: Caller,
     pub headers: &'a HeaderMap,
     /// The request's path (part of a keyed request's fingerprint: topic, partition, cluster).
     pub path: &'a str,
@@ -147,6 +148,8 @@ impl From<ApiError> for Answer {
 pub struct Ingest {
     /// Who is who (swapped whole by registry changes).
     pub tenants: Arc<Tenants>,
+    /// Credentials to identities: API keys, JWTs, client certificates.
+    pub auth: Arc<Authenticator>,
     /// Budgets and buffer.
     pub admission: Arc<Admission>,
     /// Which topics exist (also the readiness latch).
@@ -206,10 +209,11 @@ impl Ingest {
         format: Result<BodyFormat<'_>, ApiError>,
     ) -> (Option<Arc<Tenant>>, Response) {
         let respond = request.respond;
-        let tenant = match self.authenticate(request.peer, request.headers) {
-            Ok(t) => t,
+        let who = match self.identify(&request.peer, request.headers).await {
+            Ok(who) => who,
             Err(e) => return (None, respond.respond(Err(e))),
         };
+        let tenant = who.tenant.clone();
         // One span per request: tenant, topic, record count and outcome; never keys or
         // payloads, and the topic only once it is known to be a legal name.
         let span = tracing::info_span!(
@@ -219,10 +223,14 @@ impl Ingest {
             records = tracing::field::Empty,
         );
         let api = request.api;
-        let answer = self
-            .produce_for(&tenant, request, format)
-            .instrument(span.clone())
-            .await;
+        let answer = match credential_allows(&who, request.topic) {
+            Err(e) => Answer::Outcome(Err(e)),
+            Ok(()) => {
+                self.produce_for(&tenant, request, format)
+                    .instrument(span.clone())
+                    .await
+            }
+        };
         let response = match answer {
             Answer::Outcome(outcome) => {
                 tenant.stats().count_api(api, outcome.is_ok());
@@ -317,46 +325,35 @@ impl Ingest {
         Ok(batch)
     }
 
-    /// The tenant whose API key the request carries (`Authorization: Bearer <key>`). A valid
-    /// key is never refused for its address's failed authentications; a failing request is
-    /// counted against the client's address (behind trusted proxies, the address they
-    /// forwarded for) and answered 401 while that address is within its allowance, 429 beyond.
-    pub fn authenticate(
+    /// The tenant the request's credential belongs to (see [`Ingest::identify`]).
+    pub async fn authenticate(
         &self,
-        peer: Option<std::net::IpAddr>,
+        peer: Caller,
         headers: &HeaderMap,
     ) -> Result<Arc<Tenant>, ApiError> {
-        self.authenticate_key(peer, headers)
-            .map(|(tenant, _)| tenant)
+        self.identify(&peer, headers).await.map(|who| who.tenant)
     }
 
-    /// [`Ingest::authenticate`], and the digest of the key that authenticated: what a
-    /// long-lived request (a stream) re-checks against later registry changes.
-    pub fn authenticate_key(
-        &self,
-        peer: Option<std::net::IpAddr>,
-        headers: &HeaderMap,
-    ) -> Result<(Arc<Tenant>, ApiKeyHash), ApiError> {
-        let found = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(presented_key)
-            .filter(|key| well_formed(key))
-            .map(|key| ApiKeyHash::of_key(&key))
-            .and_then(|digest| {
-                let tenant = self.tenants.load().by_digest(&digest).cloned()?;
-                Some((tenant, digest))
-            });
-        if let Some(found) = found {
-            return Ok(found);
-        }
-        let Some(client) = peer.map(|p| self.proxies.client(p, headers)) else {
-            return Err(ApiError::Unauthorized);
+    /// Who the request is: its API key, JWT or client certificate, as
+    /// [`Authenticator::identify`] decides. A valid credential is never refused for its
+    /// address's failed authentications; a failing request from an address with too many
+    /// recent failures is answered 429 instead of 401/403, and every failure is counted
+    /// against the client's address (behind trusted proxies, the address they forwarded for):
+    /// decided and counted in one step, so concurrent failures cannot slip past the count.
+    pub async fn identify(&self, peer: &Caller, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let failure = match self.auth.identify(&self.tenants, peer, headers).await {
+            Ok(who) => return Ok(who),
+            Err(e) if !e.is_failure() => return Err(ApiError::Auth(e)),
+            Err(crate::credential::AuthError::Unauthorized) => ApiError::Unauthorized,
+            Err(e) => ApiError::Auth(e),
+        };
+        let Some(client) = peer.ip.map(|p| self.proxies.client(p, headers)) else {
+            return Err(failure);
         };
         // Decided and counted in one step, so concurrent failures cannot slip past the count.
         match self.failures.fail(client) {
             Some(wait) => Err(ApiError::AuthFailures(wait)),
-            None => Err(ApiError::Unauthorized),
+            None => Err(failure),
         }
     }
 
@@ -700,33 +697,15 @@ fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     ApiError::RateLimited(refusal)
 }
 
-/// The API key in an `Authorization` value: `Bearer KEY`, or `Basic base64(USER:KEY)` for
-/// clients that only speak Basic (Confluent Cloud's, for one); the user name is not checked.
-fn presented_key(value: &str) -> Option<std::borrow::Cow<'_, str>> {
-    let (scheme, rest) = value.split_once(' ')?;
-    if scheme.eq_ignore_ascii_case("bearer") {
-        // Borrowed: no copy of the key per request.
-        return Some(std::borrow::Cow::Borrowed(rest.trim()));
+/// A credential's own limits on the topic (a JWT's topics claim), checked right after
+/// authentication; a name that is not a legal topic is left to the topic step to report.
+fn credential_allows(who: &Identity, name: &str) -> Result<(), ApiError> {
+    match Topic::parse(name) {
+        Ok(topic) if !who.credential_allows(&topic) => {
+            Err(ApiError::ForbiddenTopic(topic.as_str().to_string()))
+        }
+        _ => Ok(()),
     }
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
-    }
-    use base64::Engine as _;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    let (_user, key) = text.split_once(':')?;
-    Some(std::borrow::Cow::Owned(key.to_string()))
-}
-
-/// Longest API key that is hashed: a key is tens of characters; a header of kilobytes is not a
-/// key, and hashing it for every request of a flood would cost the gateway for nothing.
-const MAX_KEY_BYTES: usize = 512;
-
-/// Whether a presented key could be one (non-empty, not absurdly long).
-fn well_formed(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_BYTES
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<u64> {

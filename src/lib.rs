@@ -43,6 +43,7 @@ pub mod budget;
 pub mod buffer;
 pub mod cluster;
 pub mod config;
+pub mod credential;
 pub mod dev;
 pub mod failure_guard;
 pub mod forwarded;
@@ -206,9 +207,26 @@ pub async fn run(
     if let Some(path) = options.config_path {
         tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
     }
-    let tls = match (&config.server.tls_cert_file, &config.server.tls_key_file) {
-        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
-        _ => None,
+    // Issuers' JWKS are fetched now and kept fresh.
+    tasks.0.extend(state.ingest.auth.start());
+    // Client certificates are asked for on the produce listener only.
+    let (tls, admin_tls) = match (&config.server.tls_cert_file, &config.server.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let client =
+                config
+                    .server
+                    .tls_client_ca_file
+                    .as_deref()
+                    .map(|ca_file| tls::ClientAuth {
+                        ca_file,
+                        required: config.server.require_client_cert,
+                    });
+            (
+                Some(tls::acceptor(cert, key, client)?),
+                Some(tls::acceptor(cert, key, None)?),
+            )
+        }
+        _ => (None, None),
     };
     let bounds = ConnectionBounds {
         max_connections: config.server.max_connections,
@@ -238,7 +256,10 @@ pub async fn run(
     let admin = tokio::spawn(server::serve(
         listeners.admin,
         admin::router(state.clone()),
-        bounds,
+        ConnectionBounds {
+            tls: admin_tls,
+            ..bounds
+        },
         stopped(stop_rx),
         shutdown_timeout,
     ));

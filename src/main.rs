@@ -86,6 +86,11 @@ fn main() -> ExitCode {
                         missing.push(format!("metrics.token_env: {e}"));
                     }
                 }
+                // Every [[auth.jwt]] jwks_file read and parsed as start-up would.
+                let clock = std::sync::Arc::new(floodgate::budget::MonotonicClock::new());
+                if let Err(e) = floodgate::credential::Authenticator::new(&config.auth, clock) {
+                    missing.push(e.to_string());
+                }
                 if missing.is_empty() {
                     println!("{}: ok", cli.config.display());
                     ExitCode::SUCCESS

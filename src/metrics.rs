@@ -33,6 +33,7 @@ use crate::kafka::{KafkaMetrics, KafkaStats};
 use crate::lag_agent::LagAgent;
 use crate::tenant::Tenants;
 
+pub mod auth;
 mod idempotency;
 mod lag;
 mod registry;
@@ -128,6 +129,15 @@ impl Metrics {
             http_seconds,
             kafka,
         }
+    }
+
+    /// Adds a collector read at every scrape (the authenticator's series).
+    pub fn with_collector(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        self.registry.register_collector(collector);
+        self
     }
 
     /// The exposition in OpenMetrics text, which Prometheus asks for when it scrapes.

@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::body::BodyError;
+use crate::credential::AuthError;
 use crate::kafka::{Batch, FailureKind};
 use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 use crate::registry::ChangeError;
@@ -58,6 +59,9 @@ pub enum ApiError {
     StreamTooLong(u64),
     /// The key an open stream was authenticated with was revoked, or its tenant deleted.
     CredentialRevoked,
+    /// A JWT or client certificate that does not authenticate (401), is valid but belongs to
+    /// no tenant (403), or whose issuer's keys cannot be fetched (503).
+    Auth(AuthError),
     KafkaUnavailable(String),
     /// A malformed `Idempotency-Key`, or one sent where it cannot be honoured (the detail
     /// names the header).
@@ -157,6 +161,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unauthorized | Self::CredentialRevoked => "unauthorized",
+            Self::Auth(e) => e.code(),
             Self::InvalidTopic(_) => "invalid_topic",
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
@@ -193,6 +198,9 @@ impl ApiError {
             Self::Unauthorized | Self::AdminUnauthorized(_) | Self::CredentialRevoked => {
                 StatusCode::UNAUTHORIZED
             }
+            Self::Auth(AuthError::UnknownTenant(_)) => StatusCode::FORBIDDEN,
+            Self::Auth(AuthError::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth(_) => StatusCode::UNAUTHORIZED,
             Self::TenantNotFound(_) | Self::KeyNotFound(_) | Self::GuardNotFound(_) => {
                 StatusCode::NOT_FOUND
             }
@@ -234,6 +242,30 @@ impl ApiError {
             | Self::EntryId(d)
             | Self::UnknownPartition(d) => d.clone(),
             Self::NoRecords => "the request has no records".into(),
+            Self::Auth(e) => match e {
+                AuthError::Unauthorized => {
+                    "missing or unknown API key (send Authorization: Bearer <key>)".into()
+                }
+                AuthError::Token(p) => p.detail(),
+                AuthError::CertificateExpired => "the client certificate has expired".into(),
+                AuthError::UnknownTenant(method) => format!(
+                    "the {} is valid but belongs to no tenant here (list it in a tenant's {}, or \
+                     map it in [auth])",
+                    match method {
+                        crate::credential::Method::ClientCert => "client certificate",
+                        _ => "token",
+                    },
+                    match method {
+                        crate::credential::Method::ClientCert => "cert_names",
+                        _ => "jwt_claims",
+                    }
+                ),
+                AuthError::KeysUnavailable => {
+                    "the token's issuer keys (JWKS) could not be fetched \
+                                               to check it; retry shortly"
+                        .into()
+                }
+            },
             Self::CredentialRevoked => "the API key this stream was opened with was revoked, or \
                                         its tenant deleted, while it was open"
                 .into(),
@@ -259,7 +291,10 @@ impl ApiError {
                 "Idempotency-Key: the key store did not answer ({d}); nothing was written: \
                  retry with the same key"
             ),
-            Self::ForbiddenTopic(t) => format!("this API key may not write to topic {t:?}"),
+            Self::ForbiddenTopic(t) => format!(
+                "this credential may not write to topic {t:?} (outside its tenant's patterns, \
+                 or its token's topics claim)"
+            ),
             Self::InternalTopic(t) => format!(
                 "topic {t:?} is internal (Kafka's, floodgate's registry, or listed in [kafka] \
                  internal_topics): no API key may write it"
@@ -426,11 +461,26 @@ impl IntoResponse for ApiError {
         }
         if matches!(
             self,
-            Self::Unauthorized | Self::AdminUnauthorized(_) | Self::CredentialRevoked
+            Self::Unauthorized
+                | Self::AdminUnauthorized(_)
+                | Self::CredentialRevoked
+                | Self::Auth(AuthError::Unauthorized | AuthError::CertificateExpired)
         ) {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Self::Auth(AuthError::Token(_)) = &self {
+            // RFC 6750 §3: a bad token is `invalid_token`; the detail stays in the body.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer error=\"invalid_token\""),
+            );
+        }
+        if let Self::Auth(AuthError::KeysUnavailable) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

@@ -26,7 +26,8 @@
 //! Shutdown is graceful: stop accepting, ask every connection to finish (HTTP/1 closes after the
 //! request in flight, HTTP/2 sends GOAWAY), wait for them up to the drain time.
 //!
-//! A foundation module: it serves any axum router and imports nothing of floodgate's.
+//! A foundation module: it serves any axum router and imports nothing of floodgate's but
+//! `tls` (a verified client certificate's names travel with each request as an extension).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -166,7 +167,9 @@ async fn serve_connection(
                 Some(b"h2") => Protocol::Http2,
                 _ => Protocol::Http1,
             };
-            drive(tls, protocol, peer, router, bounds, opened, stop).await;
+            // Read once per connection; each request carries it (an Arc) as an extension.
+            let cert = crate::tls::client_certificate(tls.get_ref().1);
+            drive(tls, protocol, peer, cert, router, bounds, opened, stop).await;
         }
         None => {
             let Ok(Ok((protocol, prefix))) =
@@ -179,7 +182,7 @@ async fn serve_connection(
                 at: 0,
                 inner: stream,
             };
-            drive(io, protocol, peer, router, bounds, opened, stop).await;
+            drive(io, protocol, peer, None, router, bounds, opened, stop).await;
         }
     }
 }
@@ -333,10 +336,12 @@ impl Drop for InFlight {
 
 /// Serves one connection in the protocol it speaks, closing it gracefully when it idles too
 /// long or the server shuts down.
+#[allow(clippy::too_many_arguments)]
 async fn drive<I>(
     io: I,
     protocol: Protocol,
     peer: SocketAddr,
+    cert: Option<Arc<crate::tls::ClientCertificate>>,
     router: Router,
     bounds: &ConnectionBounds,
     opened: Instant,
@@ -360,6 +365,10 @@ async fn drive<I>(
         let mut request = request.map(axum::body::Body::new);
         // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
         request.extensions_mut().insert(ConnectInfo(peer));
+        // The verified client certificate's names (mTLS), for the pipeline's authenticate.
+        if let Some(cert) = &cert {
+            request.extensions_mut().insert(cert.clone());
+        }
         async move {
             let response = router.oneshot(request).await;
             response.map(|r| in_flight_until_sent(r, guard, &activity))

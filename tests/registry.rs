@@ -3,6 +3,8 @@
 //! cluster (the broker taken down and brought back).
 
 mod common;
+#[path = "support/idp.rs"]
+mod idp;
 
 use std::time::{Duration, Instant};
 
@@ -938,4 +940,78 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
     let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
     assert!(!out.status.success(), "an existing file is not overwritten");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The JWT claims and certificate names a tenant accepts are registry state like its keys: set
+/// on one replica through the admin API, a token mapped by them works on another (issue #32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
+    let ed = idp::Signer::ed("ed-1");
+    let jwks = idp::JwksServer::start(idp::jwks(&[&ed])).await;
+    let broker = tansu();
+    let topic = unique_topic("test.registry-jwt");
+    create_topic(&broker, &topic, 1).await;
+    let registry = unique_topic("_fg_registry");
+    let issuer = "https://idp.test/shared";
+    let with_jwt = |mut cfg: Config| {
+        cfg.auth.jwt = vec![floodgate::config::JwtIssuerConfig {
+            issuer: issuer.into(),
+            audiences: vec!["floodgate".into()],
+            jwks_url: Some(jwks.url()),
+            jwks_file: None,
+            algorithms: vec!["EdDSA".into()],
+            leeway_s: 30,
+            refresh_s: 300,
+            min_refetch_s: 30,
+            fetch_timeout_ms: 2_000,
+            tenant_claim: "client_id".into(),
+            map: Some(Default::default()), // listed claims only
+            topics_claim: None,
+        }];
+        cfg
+    };
+    let a = Gateway::start(with_jwt(shared(&broker, &registry))).await;
+    let b = Gateway::start(with_jwt(shared(&broker, &registry))).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let token = ed.sign(
+        &json!({"iss": issuer, "aud": "floodgate", "client_id": "orders-svc",
+                                "nbf": now, "exp": now + 600}),
+    );
+    assert_eq!(
+        produce_status(&b, &topic, &token).await,
+        403,
+        "no tenant lists it yet"
+    );
+    let (s, body) = admin(
+        &a,
+        Method::PUT,
+        "/admin/tenants/orders",
+        Some(json!({"topics": ["test.*"],
+                    "jwt_claims": [{"issuer": issuer, "value": "orders-svc"}]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    until_status(&b, &topic, &token, 202, Duration::from_secs(5)).await;
+    let (s, view) = admin(&b, Method::GET, "/admin/tenants/orders", None, T).await;
+    assert_eq!(s, 200, "{view}");
+    assert_eq!(view["jwt_claims"][0]["value"], "orders-svc", "{view}");
+    // Removed on B: refused on A.
+    let (s, body) = admin(
+        &b,
+        Method::PATCH,
+        "/admin/tenants/orders",
+        Some(json!({"jwt_claims": null})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    until_status(&a, &topic, &token, 403, Duration::from_secs(5)).await;
+    a.shutdown().await;
+    b.shutdown().await;
 }

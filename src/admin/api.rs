@@ -117,6 +117,12 @@ struct TenantBody {
     max_buffer_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<crate::config::Priority>,
+    /// JWTs this tenant accepts (issuer and tenant-claim value): registry state like keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    jwt_claims: Vec<crate::config::JwtClaim>,
+    /// Client-certificate names this tenant accepts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    cert_names: Vec<String>,
 }
 
 impl TenantBody {
@@ -130,6 +136,8 @@ impl TenantBody {
             bytes_burst: c.bytes_burst,
             max_buffer_share: c.max_buffer_share,
             priority: c.priority,
+            jwt_claims: c.jwt_claims.clone(),
+            cert_names: c.cert_names.clone(),
         }
     }
 
@@ -144,6 +152,8 @@ impl TenantBody {
             bytes_burst: self.bytes_burst,
             max_buffer_share: self.max_buffer_share,
             priority: self.priority,
+            jwt_claims: self.jwt_claims,
+            cert_names: self.cert_names,
         }
     }
 }
@@ -471,7 +481,7 @@ pub async fn patch_tenant(
 fn checked_patch(
     mut patch: serde_json::Map<String, Value>,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    const FIELDS: [&str; 7] = [
+    const FIELDS: [&str; 9] = [
         "topics",
         "records_per_sec",
         "records_burst",
@@ -479,6 +489,8 @@ fn checked_patch(
         "bytes_burst",
         "max_buffer_share",
         "priority",
+        "jwt_claims",
+        "cert_names",
     ];
     if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::InvalidField {

@@ -1,12 +1,32 @@
 //! Time as the budgets see it: nanoseconds since an arbitrary start, never going backwards.
 //! Production uses the monotonic clock; tests step a [`ManualClock`] instead of sleeping.
+//!
+//! Credentials with an expiry (a JWT's `exp` and `nbf`, a certificate's notAfter) are judged by
+//! the wall clock, [`Clock::unix_ns`]: the system's in production (so a corrected system clock
+//! is followed), and the manual clock's start plus its steps in tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Nanoseconds since this clock's start.
     fn now_ns(&self) -> u64;
+
+    /// Nanoseconds since the Unix epoch (the wall clock; may go backwards in production).
+    fn unix_ns(&self) -> u64 {
+        system_unix_ns()
+    }
+
+    /// Seconds since the Unix epoch.
+    fn unix_s(&self) -> u64 {
+        self.unix_ns() / 1_000_000_000
+    }
+}
+
+fn system_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The process's monotonic clock.
@@ -35,15 +55,20 @@ impl Clock for MonotonicClock {
     }
 }
 
-/// A clock that moves only when told to.
-#[derive(Debug, Default)]
+/// A clock that moves only when told to. Its wall clock starts at the system's time when it
+/// is made and moves with its steps.
+#[derive(Debug)]
 pub struct ManualClock {
     now: AtomicU64,
+    unix_start_ns: AtomicU64,
 }
 
 impl ManualClock {
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            now: AtomicU64::new(0),
+            unix_start_ns: AtomicU64::new(system_unix_ns()),
+        }
     }
 
     pub fn advance_ms(&self, ms: u64) {
@@ -55,8 +80,20 @@ impl ManualClock {
     }
 }
 
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Clock for ManualClock {
     fn now_ns(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
+    }
+
+    fn unix_ns(&self) -> u64 {
+        self.unix_start_ns
+            .load(Ordering::SeqCst)
+            .saturating_add(self.now_ns())
     }
 }

@@ -56,7 +56,30 @@ pub struct TenantConfig {
     /// then `standard` (the default); `critical` keeps a reserved share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// JWT bearer tokens this tenant accepts: an issuer of `[[auth.jwt]]` and the value of that
+    /// issuer's `tenant_claim` (`{ issuer = "https://idp.example.com", value = "orders-svc" }`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jwt_claims: Vec<JwtClaim>,
+    /// Client-certificate names this tenant accepts (the kind `[auth.client_cert] name` picks:
+    /// a SAN URI such as a SPIFFE id, a SAN DNS name, or the subject CN).
+    #[serde(
+        default,
+        deserialize_with = "exact_strings",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub cert_names: Vec<String>,
 }
+
+/// A JWT a tenant accepts: its issuer and the value of the issuer's tenant claim.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(deny_unknown_fields)]
+pub struct JwtClaim {
+    pub issuer: String,
+    pub value: String,
+}
+
+/// Most JWT claims and certificate names one tenant lists.
+pub const MAX_CREDENTIAL_NAMES: usize = 100;
 
 /// A list of strings without the spare room a growing vector keeps: a tenant's keys and
 /// patterns are one or two strings each, and four slots each would be 12 MB at 100,000 tenants.
@@ -135,6 +158,7 @@ impl TenantConfig {
                 Some(_) => {}
             }
         }
+        problems.extend(self.credential_problems(at));
         problems.extend(topic_pattern_problems(at, &self.topics));
         if let Err(mut p) = self.spec() {
             p.key = p.key.replacen(&format!("tenants[{}]", self.id), at, 1);
@@ -152,6 +176,62 @@ impl TenantConfig {
     }
 }
 
+impl TenantConfig {
+    fn credential_problems(&self, at: &str) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let name = |v: &str| {
+            if v.is_empty() || v.len() > super::MAX_NAME_BYTES || v.chars().any(char::is_control) {
+                Some(format!(
+                    "must be 1 to {} bytes without control characters",
+                    super::MAX_NAME_BYTES
+                ))
+            } else {
+                None
+            }
+        };
+        for (list, len) in [
+            ("jwt_claims", self.jwt_claims.len()),
+            ("cert_names", self.cert_names.len()),
+        ] {
+            if len > MAX_CREDENTIAL_NAMES {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.{list}"),
+                    format!("at most {MAX_CREDENTIAL_NAMES} entries"),
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in self.jwt_claims.iter().enumerate() {
+            for (field, v) in [("issuer", &c.issuer), ("value", &c.value)] {
+                if let Some(p) = name(v) {
+                    problems.push(ConfigProblem::new(
+                        format!("{at}.jwt_claims[{i}].{field}"),
+                        p,
+                    ));
+                }
+            }
+            if !seen.insert(c) {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.jwt_claims[{i}]"),
+                    "is listed twice",
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, n) in self.cert_names.iter().enumerate() {
+            if let Some(p) = name(n) {
+                problems.push(ConfigProblem::new(format!("{at}.cert_names[{i}]"), p));
+            } else if !seen.insert(n) {
+                problems.push(ConfigProblem::new(
+                    format!("{at}.cert_names[{i}]"),
+                    "is listed twice",
+                ));
+            }
+        }
+        problems
+    }
+}
+
 /// Problems that span tenants: a tenant id used twice, and a key digest held by two tenants
 /// (which of them a request authenticates as would be a guess). `tenants` yields each
 /// tenant with the key prefix its problems are reported under.
@@ -161,7 +241,28 @@ pub fn cross_tenant_problems<'a>(
     let mut problems = Vec::new();
     let mut ids = std::collections::HashSet::new();
     let mut owners: std::collections::HashMap<ApiKeyHash, &str> = Default::default();
+    let mut claims: std::collections::HashMap<&JwtClaim, &str> = Default::default();
+    let mut certs: std::collections::HashMap<&str, &str> = Default::default();
     for (at, t) in tenants {
+        // Like a key, a token or certificate name belongs to one tenant at most.
+        for (i, c) in t.jwt_claims.iter().enumerate() {
+            match claims.insert(c, t.id.as_str()) {
+                Some(owner) if owner != t.id => problems.push(ConfigProblem::new(
+                    format!("{at}.jwt_claims[{i}]"),
+                    format!("this claim already belongs to tenant {owner:?}"),
+                )),
+                _ => {}
+            }
+        }
+        for (i, n) in t.cert_names.iter().enumerate() {
+            match certs.insert(n.as_str(), t.id.as_str()) {
+                Some(owner) if owner != t.id => problems.push(ConfigProblem::new(
+                    format!("{at}.cert_names[{i}]"),
+                    format!("this certificate name already belongs to tenant {owner:?}"),
+                )),
+                _ => {}
+            }
+        }
         if !ids.insert(t.id.as_str()) {
             problems.push(ConfigProblem::new(
                 format!("{at}.id"),

@@ -354,6 +354,66 @@ fn a_bytes_burst_smaller_than_one_records_overhead_is_refused_naming_the_field()
 }
 
 #[test]
+fn auth_problems_name_the_issuer_and_field() {
+    let text = r#"
+[server]
+tls_client_ca_file = "/etc/floodgate/mesh-ca.pem"
+[auth]
+jwks_max_bytes = 10
+[auth.client_cert]
+name = "cn"
+map = { "" = "acme" }
+[[auth.jwt]]
+issuer = "https://idp.example.com"
+audiences = []
+jwks_url = "http://idp.example.com/jwks"
+algorithms = ["RS256", "HS256", "none", "RS256"]
+min_refetch_s = 0
+[[auth.jwt]]
+issuer = "https://idp.example.com"
+audiences = ["floodgate"]
+jwks_url = "https://idp.example.com/jwks"
+jwks_file = "/etc/jwks.json"
+map = { "orders-svc" = "no spaces allowed" }
+[[tenants]]
+id = "acme"
+topics = ["*"]
+jwt_claims = [{ issuer = "https://elsewhere", value = "x" }]
+cert_names = ["a", "a"]
+"#;
+    let keys: Vec<String> = problems(text).into_iter().map(|p| p.key).collect();
+    assert_eq!(
+        keys,
+        vec![
+            "server.tls_client_ca_file",
+            "auth.jwks_max_bytes",
+            "auth.jwt[0].audiences",
+            "auth.jwt[0].jwks_url",
+            "auth.jwt[0].algorithms[1]",
+            "auth.jwt[0].algorithms[2]",
+            "auth.jwt[0].algorithms[3]",
+            "auth.jwt[0].min_refetch_s",
+            "auth.jwt[1].issuer",
+            "auth.jwt[1].jwks_url",
+            "auth.jwt[1].map.\"orders-svc\"",
+            "auth.client_cert.map.\"\"",
+            "tenants[0].cert_names[1]",
+            "tenants[0].jwt_claims[0].issuer",
+        ]
+    );
+    // A valid section is accepted, loopback http included.
+    let ok = r#"
+[[auth.jwt]]
+issuer = "https://idp.example.com"
+audiences = ["floodgate"]
+jwks_url = "http://127.0.0.1:8081/jwks"
+tenant_claim = "azp"
+map = { "orders-svc" = "acme" }
+"#;
+    assert_eq!(problems(ok), vec![]);
+}
+
+#[test]
 fn the_idempotency_store_must_hold_the_largest_answer_a_request_may_have() {
     let p = problems("[idempotency]\nmax_bytes = 1048576\n");
     assert_eq!(p.len(), 1, "{p:?}");

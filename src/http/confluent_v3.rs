@@ -99,6 +99,7 @@ pub async fn list_clusters(State(app): State<Arc<AppState>>, request: Request) -
     if let Err(e) = app
         .ingest
         .authenticate(super::v1::peer(&parts), &parts.headers)
+        .await
     {
         return error(&e);
     }
@@ -128,6 +129,7 @@ pub async fn get_cluster(
     if let Err(e) = app
         .ingest
         .authenticate(super::v1::peer(&parts), &parts.headers)
+        .await
     {
         return error(&e);
     }
@@ -143,7 +145,7 @@ pub async fn get_cluster(
 
 /// The answer to a request naming another cluster, when the operator asked for the check —
 /// given only to an authenticated client (the 404 names the cluster this gateway serves).
-fn other_cluster(
+async fn other_cluster(
     app: &AppState,
     parts: &axum::http::request::Parts,
     requested: &str,
@@ -155,6 +157,7 @@ fn other_cluster(
     if let Err(e) = app
         .ingest
         .authenticate(super::v1::peer(parts), &parts.headers)
+        .await
     {
         return Some(error(&e));
     }
@@ -243,7 +246,7 @@ pub async fn produce_batch(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    if let Some(response) = other_cluster(&app, &parts, &cluster) {
+    if let Some(response) = other_cluster(&app, &parts, &cluster).await {
         return response;
     }
     let parser = V3Record::batch();

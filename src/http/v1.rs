@@ -38,7 +38,7 @@ pub async fn produce(
         Ok(Path(t)) => t.as_str(),
         Err(e) => {
             // Authentication still comes first: an unauthenticated client learns nothing.
-            if let Err(e) = app.ingest.authenticate(peer(&parts), &parts.headers) {
+            if let Err(e) = app.ingest.authenticate(peer(&parts), &parts.headers).await {
                 return e.into_response();
             }
             return ApiError::InvalidTopic(e.body_text()).into_response();
@@ -77,12 +77,18 @@ pub async fn produce(
     response
 }
 
-/// The client's address, as the connection loop recorded it.
-pub fn peer(parts: &axum::http::request::Parts) -> Option<std::net::IpAddr> {
-    parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip())
+/// The client's address and verified client certificate, as the connection loop recorded them.
+pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
+    crate::credential::Caller {
+        ip: parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip()),
+        cert: parts
+            .extensions
+            .get::<Arc<crate::tls::ClientCertificate>>()
+            .cloned(),
+    }
 }
 
 /// `?async=true` answers 202 once records are handed to the producer.

@@ -44,7 +44,8 @@ use super::{refused, Api, Ingest};
 use crate::body::{Decoder, Framing, RecordArena, RecordNotes};
 use crate::body_budget::{BodyHold, Cut};
 use crate::buffer::BufferLease;
-use crate::identity::{ApiKeyHash, Topic};
+use crate::credential::{AuthError, Identity};
+use crate::identity::Topic;
 use crate::kafka::{Batch, Outcome, TopicInfo};
 use crate::outcome::ApiError;
 use crate::record::{Charge, Record};
@@ -91,7 +92,7 @@ const REFUSAL_DETAIL_MAX: usize = 96;
 /// A stream request as the pipeline sees it.
 pub struct StreamRequest<'a> {
     pub api: Api,
-    pub peer: Option<std::net::IpAddr>,
+    pub peer: crate::credential::Caller,
     pub headers: &'a HeaderMap,
     /// The topic as the URL named it, already percent-decoded.
     pub topic: &'a str,
@@ -369,12 +370,16 @@ impl Ingest {
         request: StreamRequest<'_>,
         parser: Result<P, ApiError>,
     ) -> (Option<Arc<Tenant>>, Result<Reports<P::Note>, ApiError>) {
-        let (tenant, digest) = match self.authenticate_key(request.peer, request.headers) {
-            Ok(found) => found,
+        let who = match self.identify(&request.peer, request.headers).await {
+            Ok(who) => who,
             Err(e) => return (None, Err(e)),
         };
+        let tenant = who.tenant.clone();
         let api = request.api;
-        let opened = self.open_for(&tenant, digest, request, parser).await;
+        let opened = match super::credential_allows(&who, request.topic) {
+            Err(e) => Err(e),
+            Ok(()) => self.open_for(&tenant, who, request, parser).await,
+        };
         tenant.stats().count_api(api, opened.is_ok());
         (Some(tenant), opened)
     }
@@ -382,7 +387,7 @@ impl Ingest {
     async fn open_for<P: RecordNotes + 'static>(
         self: &Arc<Self>,
         tenant: &Arc<Tenant>,
-        digest: ApiKeyHash,
+        who: Identity,
         request: StreamRequest<'_>,
         parser: Result<P, ApiError>,
     ) -> Result<Reports<P::Note>, ApiError> {
@@ -415,7 +420,7 @@ impl Ingest {
         let mut pump = Pump {
             ingest: self.clone(),
             tenant: tenant.clone(),
-            digest,
+            who,
             topic,
             generation: self.tenants.generation(),
             checked: Instant::now(),
@@ -483,8 +488,9 @@ async fn first_data(body: &mut Body, idle: Duration) -> Result<Bytes, ApiError> 
 struct Pump<P: RecordNotes> {
     ingest: Arc<Ingest>,
     tenant: Arc<Tenant>,
-    /// The key the stream was opened with, checked again on registry changes.
-    digest: ApiKeyHash,
+    /// The credential the stream was opened with, checked again on registry changes and as
+    /// time passes (a JWT's `exp`, a certificate's notAfter end the stream's authority).
+    who: Identity,
     topic: Topic,
     /// The registry generation last checked, and when.
     generation: u64,
@@ -569,8 +575,8 @@ impl<P: RecordNotes + 'static> Pump<P> {
         }
     }
 
-    /// The key still belongs to this tenant and the topic is still the tenant's, checked on
-    /// every registry change and at least once a second.
+    /// The credential still belongs to this tenant and is still valid, and the topic is still
+    /// the tenant's, checked on every registry change and at least once a second.
     fn recheck(&mut self) -> Result<(), ApiError> {
         let generation = self.ingest.tenants.generation();
         if generation == self.generation && self.checked.elapsed() < RECHECK {
@@ -579,11 +585,15 @@ impl<P: RecordNotes + 'static> Pump<P> {
         self.generation = generation;
         self.checked = Instant::now();
         let registry = self.ingest.tenants.load();
-        match registry.by_digest(&self.digest) {
-            Some(t) if Arc::ptr_eq(t, &self.tenant) => {}
-            _ => return Err(ApiError::CredentialRevoked),
+        match self.ingest.auth.still_valid(&registry, &self.who) {
+            Ok(()) => {}
+            // A revoked key, a remapped token or certificate: as before, "revoked".
+            Err(AuthError::Unauthorized | AuthError::UnknownTenant(_)) => {
+                return Err(ApiError::CredentialRevoked)
+            }
+            Err(e) => return Err(ApiError::Auth(e)),
         }
-        if !self.tenant.may_write(&self.topic) {
+        if !self.who.may_write(&self.topic) {
             return Err(ApiError::ForbiddenTopic(self.topic.as_str().to_string()));
         }
         Ok(())

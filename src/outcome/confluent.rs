@@ -23,6 +23,11 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::Unauthorized | E::AdminUnauthorized(_) | E::CredentialRevoked => {
             (StatusCode::UNAUTHORIZED, 40101)
         }
+        E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
+        E::Auth(crate::credential::AuthError::KeysUnavailable) => {
+            (StatusCode::SERVICE_UNAVAILABLE, 50304)
+        }
+        E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
         E::UnknownTopic(_)
         | E::NotFound
@@ -56,7 +61,12 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
 /// An error in Confluent's envelope, as `media_type`.
 pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
     let (status, code) = status_and_code(e);
-    error_with(status, code, e.detail(), retry_after(e), media_type)
+    let message = match e {
+        // Confluent's envelope has one number for every 401: floodgate's own code says which.
+        ApiError::Auth(a) => format!("{}: {}", a.code(), e.detail()),
+        _ => e.detail(),
+    };
+    error_with(status, code, message, retry_after(e), media_type)
 }
 
 /// An error envelope with an explicit status and code (for conditions only Confluent's shapes

@@ -24,6 +24,11 @@ use crate::identity::{ApiKeyHash, TenantId};
 #[derive(Debug, Default)]
 pub struct Registry {
     by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
+    /// Tenants by the JWTs they accept: issuer, then the value of its tenant claim (two levels,
+    /// so a lookup borrows the token's strings instead of building a key).
+    by_jwt: HashMap<Box<str>, HashMap<Box<str>, Arc<Tenant>>>,
+    /// Tenants by the client-certificate names they accept.
+    by_cert: HashMap<Box<str>, Arc<Tenant>>,
     by_id: BTreeMap<TenantId, Arc<Tenant>>,
     /// Deleted tenants whose state still matters, and until when (clock nanoseconds).
     departed: HashMap<TenantId, (Arc<Tenant>, u64)>,
@@ -40,14 +45,22 @@ pub struct RegistryPlan(Vec<Planned>);
 /// One tenant of a plan.
 #[derive(Debug)]
 enum Planned {
-    /// New or changed settings (id, settings, key digests).
-    Parsed(String, TenantSettings, Vec<ApiKeyHash>),
-    /// A live tenant whose configuration did not change, and its key digests.
-    Same(Arc<Tenant>, Vec<ApiKeyHash>),
+    /// New or changed settings (id, settings, credentials).
+    Parsed(String, TenantSettings, Credentials),
+    /// A live tenant whose configuration did not change, and its credentials.
+    Same(Arc<Tenant>, Credentials),
 }
 
-/// A tenant's key digests, checked.
-fn key_digests(config: &TenantConfig) -> Result<Vec<ApiKeyHash>, ConfigProblem> {
+/// What a tenant accepts: key digests, JWT claims, certificate names.
+#[derive(Debug)]
+struct Credentials {
+    keys: Vec<ApiKeyHash>,
+    jwt: Vec<crate::config::JwtClaim>,
+    certs: Vec<String>,
+}
+
+/// A tenant's credentials, its key digests checked.
+fn credentials(config: &TenantConfig) -> Result<Credentials, ConfigProblem> {
     let mut keys = Vec::with_capacity(config.api_key_sha256.len());
     for (i, h) in config.api_key_sha256.iter().enumerate() {
         keys.push(ApiKeyHash::from_hex(h).ok_or_else(|| {
@@ -57,7 +70,11 @@ fn key_digests(config: &TenantConfig) -> Result<Vec<ApiKeyHash>, ConfigProblem> 
             )
         })?);
     }
-    Ok(keys)
+    Ok(Credentials {
+        keys,
+        jwt: config.jwt_claims.clone(),
+        certs: config.cert_names.clone(),
+    })
 }
 
 impl Registry {
@@ -75,7 +92,7 @@ impl Registry {
             planned.push(Planned::Parsed(
                 config.id.clone(),
                 settings,
-                key_digests(config)?,
+                credentials(config)?,
             ));
         }
         Ok(RegistryPlan(planned))
@@ -88,14 +105,14 @@ impl Registry {
     pub fn plan_next(&self, configs: &[Arc<TenantConfig>]) -> Result<RegistryPlan, ConfigProblem> {
         let mut planned = Vec::with_capacity(configs.len());
         for config in configs {
-            let keys = key_digests(config)?;
+            let creds = credentials(config)?;
             match self.by_id.get(&TenantId::new(&config.id)) {
                 Some(tenant) if tenant.built_from(config) => {
-                    planned.push(Planned::Same(tenant.clone(), keys));
+                    planned.push(Planned::Same(tenant.clone(), creds));
                 }
                 _ => {
                     let settings = TenantSettings::parse(config)?.from_source(config.clone());
-                    planned.push(Planned::Parsed(config.id.clone(), settings, keys));
+                    planned.push(Planned::Parsed(config.id.clone(), settings, creds));
                 }
             }
         }
@@ -109,6 +126,16 @@ impl Registry {
     /// The tenant a key digest belongs to.
     pub fn by_digest(&self, digest: &ApiKeyHash) -> Option<&Arc<Tenant>> {
         self.by_key.get(digest)
+    }
+
+    /// The tenant that accepts JWTs of `issuer` whose tenant claim is `value`.
+    pub fn by_jwt(&self, issuer: &str, value: &str) -> Option<&Arc<Tenant>> {
+        self.by_jwt.get(issuer)?.get(value)
+    }
+
+    /// The tenant that accepts client certificates named `name`.
+    pub fn by_cert(&self, name: &str) -> Option<&Arc<Tenant>> {
+        self.by_cert.get(name)
     }
 
     pub fn get(&self, id: &str) -> Option<&Arc<Tenant>> {
@@ -145,9 +172,9 @@ impl RegistryPlan {
     pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
         let mut registry = Registry::default();
         for planned in self.0 {
-            let (tenant, keys) = match planned {
-                Planned::Same(tenant, keys) => (tenant, keys),
-                Planned::Parsed(id, settings, keys) => {
+            let (tenant, creds) = match planned {
+                Planned::Same(tenant, creds) => (tenant, creds),
+                Planned::Parsed(id, settings, creds) => {
                     let returning = previous
                         .departed
                         .get(&TenantId::new(&id))
@@ -159,11 +186,24 @@ impl RegistryPlan {
                         }
                         None => Arc::new(Tenant::new(&id, &settings)),
                     };
-                    (tenant, keys)
+                    (tenant, creds)
                 }
             };
+            let Credentials { keys, jwt, certs } = creds;
             for key in keys {
                 registry.by_key.insert(key, tenant.clone());
+            }
+            for claim in jwt {
+                registry
+                    .by_jwt
+                    .entry(claim.issuer.into_boxed_str())
+                    .or_default()
+                    .insert(claim.value.into_boxed_str(), tenant.clone());
+            }
+            for name in certs {
+                registry
+                    .by_cert
+                    .insert(name.into_boxed_str(), tenant.clone());
             }
             registry.by_id.insert(tenant.id.clone(), tenant);
         }

@@ -36,7 +36,7 @@ pub async fn produce_records(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    if let Some(response) = other_cluster(&app, &parts, &cluster) {
+    if let Some(response) = other_cluster(&app, &parts, &cluster).await {
         return response;
     }
     let parser = if is_json(&parts.headers) {

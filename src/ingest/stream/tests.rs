@@ -73,7 +73,7 @@ async fn open(
     let headers = headers(key);
     let request = StreamRequest {
         api: Api::V3,
-        peer: None,
+        peer: Default::default(),
         headers: &headers,
         topic: TOPIC,
         body: Body::new(Chunks(rx)),
@@ -136,7 +136,7 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
     let headers = headers("std-key");
     let request = crate::ingest::ProduceRequest {
         api: Api::V1,
-        peer: None,
+        peer: Default::default(),
         headers: &headers,
         path: "/v1/topics/test.stream/records",
         topic: TOPIC,

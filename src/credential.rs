@@ -1,0 +1,698 @@
+//! Who a request is: the one seam where a credential — an API key, a JWT bearer token or a
+//! verified client certificate — becomes an [`Identity`] (a tenant, and what the credential
+//! allows). The pipeline's authenticate step calls [`Authenticator::identify`] for every wire
+//! format, so budgets, topic patterns, the auth-failure limiter, metrics and the status page see
+//! the same tenant whatever the credential.
+//!
+//! Which credential counts: the `Authorization` header when there is one (`Bearer <API key>`,
+//! `Basic base64(user:<API key>)`, or `Bearer <JWT>`), otherwise the connection's verified
+//! client certificate. A bearer value is looked up as an API key first (one SHA-256, the same
+//! digest the token cache is keyed by), then read as a JWT if it has a JWT's shape and issuers
+//! are configured.
+//!
+//! A token or certificate that is valid but belongs to no tenant is answered **403
+//! `unknown_tenant`**, not 401: the credential was proven, so asking for another one (what a
+//! 401 challenge means, RFC 6750 §3.1) would not help; the operator must map it. It still counts
+//! as a failed authentication for the address's limit.
+//!
+//! Tokens are never logged or echoed; errors name the problem only.
+//!
+//! Layer: decisions and state. Imports tenants, configuration and the foundations (`tls`'s
+//! client certificate, `identity`, the budget clock).
+
+pub mod cache;
+pub mod jwks;
+pub mod jwt;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap};
+use sha2::Digest as _;
+
+use crate::budget::Clock;
+use crate::config::{AuthConfig, CertName, JwtIssuerConfig};
+use crate::identity::{ApiKeyHash, Topic, TopicPatterns};
+use crate::tenant::{Registry, Tenant, Tenants};
+use crate::tls::ClientCertificate;
+
+use cache::{Cached, TokenCache};
+use jwks::{Fetched, KeySource, Lookup, SourceSettings};
+
+/// Who is calling, as the connection knows it.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The peer's address (failed authentications are limited per address).
+    pub ip: Option<IpAddr>,
+    /// The connection's verified client certificate (mTLS).
+    pub cert: Option<Arc<ClientCertificate>>,
+}
+
+/// How a request authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    ApiKey,
+    Jwt,
+    ClientCert,
+    /// No credential at all.
+    None,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [
+        Method::ApiKey,
+        Method::Jwt,
+        Method::ClientCert,
+        Method::None,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::ApiKey => "api_key",
+            Method::Jwt => "jwt",
+            Method::ClientCert => "client_cert",
+            Method::None => "none",
+        }
+    }
+}
+
+/// A verified token, as remembered between its requests.
+#[derive(Debug)]
+pub struct VerifiedToken {
+    /// Index of the issuer in `[[auth.jwt]]`.
+    issuer: usize,
+    /// The tenant claim's value.
+    subject: Box<str>,
+    /// Unix second from which the token is no longer accepted (`exp` + leeway).
+    until_s: u64,
+    /// The token's own topic patterns (its topics claim), if any: they only narrow.
+    topics: Option<TopicPatterns>,
+}
+
+/// The credential a request authenticated with: what a long-lived request (a stream) checks
+/// again later.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    ApiKey(ApiKeyHash),
+    Jwt(Arc<VerifiedToken>),
+    Certificate(Arc<ClientCertificate>),
+}
+
+impl Credential {
+    pub fn method(&self) -> Method {
+        match self {
+            Credential::ApiKey(_) => Method::ApiKey,
+            Credential::Jwt(_) => Method::Jwt,
+            Credential::Certificate(_) => Method::ClientCert,
+        }
+    }
+}
+
+/// An authenticated request: its tenant and its credential.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub tenant: Arc<Tenant>,
+    pub credential: Credential,
+}
+
+impl Identity {
+    /// Whether the credential's own limits allow this topic (a token's topics claim); the
+    /// tenant's patterns are checked by the pipeline as for every request.
+    pub fn credential_allows(&self, topic: &Topic) -> bool {
+        match &self.credential {
+            Credential::Jwt(t) => t.topics.as_ref().is_none_or(|p| p.allows(topic)),
+            _ => true,
+        }
+    }
+
+    /// Tenant patterns and credential limits together.
+    pub fn may_write(&self, topic: &Topic) -> bool {
+        self.tenant.may_write(topic) && self.credential_allows(topic)
+    }
+}
+
+/// What is wrong with a JWT. Each has a stable code (`token_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenProblem {
+    Malformed(String),
+    /// `none`, HMAC, anything not accepted, or not the algorithm of the key it names.
+    Algorithm(String),
+    /// No issuer of `[[auth.jwt]]` has this `iss`.
+    Issuer,
+    Audience,
+    Expired,
+    NotYetValid,
+    /// No key of the issuer has the token's `kid` (after the refetch the throttle allowed).
+    UnknownKey(String),
+    Signature,
+    Claims(String),
+}
+
+impl TokenProblem {
+    pub fn code(&self) -> &'static str {
+        match self {
+            TokenProblem::Malformed(_) => "token_malformed",
+            TokenProblem::Algorithm(_) => "token_algorithm",
+            TokenProblem::Issuer => "token_issuer",
+            TokenProblem::Audience => "token_audience",
+            TokenProblem::Expired => "token_expired",
+            TokenProblem::NotYetValid => "token_not_yet_valid",
+            TokenProblem::UnknownKey(_) => "token_key_unknown",
+            TokenProblem::Signature => "token_signature",
+            TokenProblem::Claims(_) => "token_claims",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            TokenProblem::Malformed(d) => format!("the bearer token is not a valid JWT: {d}"),
+            TokenProblem::Algorithm(d) | TokenProblem::Claims(d) | TokenProblem::UnknownKey(d) => {
+                d.clone()
+            }
+            TokenProblem::Issuer => {
+                "the token's issuer (iss) is not one this gateway trusts".into()
+            }
+            TokenProblem::Audience => {
+                "the token's audience (aud) names none of the issuer's audiences".into()
+            }
+            TokenProblem::Expired => "the token has expired (exp)".into(),
+            TokenProblem::NotYetValid => "the token is not valid yet (nbf)".into(),
+            TokenProblem::Signature => {
+                "the token's signature does not verify with the issuer's key".into()
+            }
+        }
+    }
+}
+
+/// Why a request is not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthError {
+    /// No credential, or an API key no tenant has: 401 `unauthorized`.
+    Unauthorized,
+    /// A bad JWT: 401 with the problem's code.
+    Token(TokenProblem),
+    /// The client certificate expired while its connection was open: 401.
+    CertificateExpired,
+    /// A valid token or certificate that belongs to no tenant: 403 `unknown_tenant`.
+    UnknownTenant(Method),
+    /// The issuer's keys could not be fetched, so a possibly valid token cannot be checked:
+    /// 503 `jwks_unavailable` (not counted as the client's failure).
+    KeysUnavailable,
+}
+
+impl AuthError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AuthError::Unauthorized => "unauthorized",
+            AuthError::Token(p) => p.code(),
+            AuthError::CertificateExpired => "certificate_expired",
+            AuthError::UnknownTenant(_) => "unknown_tenant",
+            AuthError::KeysUnavailable => "jwks_unavailable",
+        }
+    }
+
+    /// Whether this counts against the address's failed-authentication allowance.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, AuthError::KeysUnavailable)
+    }
+}
+
+/// One issuer, ready to verify.
+#[derive(Debug)]
+struct Issuer {
+    config: JwtIssuerConfig,
+    keys: Arc<KeySource>,
+}
+
+/// Authentications by method and outcome code, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct AuthCounts {
+    counts: parking_lot::Mutex<HashMap<(Method, &'static str), u64>>,
+}
+
+impl AuthCounts {
+    fn count(&self, method: Method, outcome: &'static str) {
+        *self.counts.lock().entry((method, outcome)).or_default() += 1;
+    }
+
+    /// Every (method, outcome, count) seen so far.
+    pub fn snapshot(&self) -> Vec<(Method, &'static str, u64)> {
+        let mut out: Vec<_> = self
+            .counts
+            .lock()
+            .iter()
+            .map(|((m, o), n)| (*m, *o, *n))
+            .collect();
+        out.sort_by_key(|(m, o, _)| (m.as_str(), *o));
+        out
+    }
+}
+
+/// A token's cache entry: the verification, and the tenant it resolved to under a registry
+/// generation (resolved again when the registry changes).
+#[derive(Debug)]
+struct TokenEntry {
+    token: Arc<VerifiedToken>,
+    /// The issuer's key-set generation it was verified under.
+    keys_generation: u64,
+    generation: u64,
+    tenant: Option<Arc<Tenant>>,
+}
+
+/// Turns credentials into identities.
+#[derive(Debug)]
+pub struct Authenticator {
+    issuers: Vec<Issuer>,
+    by_issuer: HashMap<String, usize>,
+    cache: TokenCache<TokenEntry>,
+    cert_name: CertName,
+    cert_map: Option<HashMap<String, String>>,
+    clock: Arc<dyn Clock>,
+    pub counts: AuthCounts,
+    /// Signature verifications made (cache misses that got that far).
+    pub verifications: AtomicU64,
+}
+
+/// Why the authenticator could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("auth.jwt[{index}]: {detail}")]
+pub struct AuthBuildError {
+    pub index: usize,
+    pub detail: String,
+}
+
+impl Authenticator {
+    /// From `[auth]` (already validated). JWKS files are read here; URLs are fetched by
+    /// [`Authenticator::start`] and on demand.
+    pub fn new(config: &AuthConfig, clock: Arc<dyn Clock>) -> Result<Self, AuthBuildError> {
+        let mut issuers = Vec::with_capacity(config.jwt.len());
+        let mut by_issuer = HashMap::new();
+        for (index, jwt) in config.jwt.iter().enumerate() {
+            let settings = SourceSettings {
+                allowed: jwt
+                    .algorithms
+                    .iter()
+                    .filter_map(|a| match a.as_str() {
+                        "RS256" => Some(jsonwebtoken::Algorithm::RS256),
+                        "ES256" => Some(jsonwebtoken::Algorithm::ES256),
+                        "EdDSA" => Some(jsonwebtoken::Algorithm::EdDSA),
+                        _ => None,
+                    })
+                    .collect(),
+                min_refetch: Duration::from_secs(jwt.min_refetch_s),
+                refresh: Duration::from_secs(jwt.refresh_s),
+                fetch_timeout: Duration::from_millis(jwt.fetch_timeout_ms),
+                max_bytes: config.jwks_max_bytes,
+            };
+            let error = |detail: String| AuthBuildError { index, detail };
+            let keys = match (&jwt.jwks_url, &jwt.jwks_file) {
+                (Some(url), _) => {
+                    KeySource::from_url(url, settings, clock.clone()).map_err(error)?
+                }
+                (None, Some(path)) => {
+                    let bytes = std::fs::read(path)
+                        .map_err(|e| error(format!("jwks_file {}: {e}", path.display())))?;
+                    if bytes.len() > config.jwks_max_bytes {
+                        return Err(error(format!(
+                            "jwks_file {} is larger than auth.jwks_max_bytes",
+                            path.display()
+                        )));
+                    }
+                    KeySource::from_document(&bytes, settings, clock.clone())
+                        .map_err(|e| error(format!("jwks_file {}: {e}", path.display())))?
+                }
+                (None, None) => return Err(error("no jwks_url or jwks_file".into())),
+            };
+            by_issuer.insert(jwt.issuer.clone(), index);
+            issuers.push(Issuer {
+                config: jwt.clone(),
+                keys: Arc::new(keys),
+            });
+        }
+        Ok(Self {
+            issuers,
+            by_issuer,
+            cache: TokenCache::new(config.jwt_cache_entries),
+            cert_name: config.client_cert.name,
+            cert_map: config
+                .client_cert
+                .map
+                .as_ref()
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            clock,
+            counts: AuthCounts::default(),
+            verifications: AtomicU64::new(0),
+        })
+    }
+
+    /// Starts keeping every remote JWKS fresh (one task per issuer, aborted with the handles).
+    pub fn start(&self) -> Vec<tokio::task::AbortHandle> {
+        self.issuers
+            .iter()
+            .filter(|i| i.keys.is_remote())
+            .map(|i| tokio::spawn(i.keys.clone().refresh_forever()).abort_handle())
+            .collect()
+    }
+
+    /// The key source of issuer `index` (tests and metrics).
+    pub fn key_source(&self, index: usize) -> Option<&Arc<KeySource>> {
+        self.issuers.get(index).map(|i| &i.keys)
+    }
+
+    /// The configured issuers' `iss` values, in `[[auth.jwt]]` order.
+    pub fn issuer_names(&self) -> Vec<String> {
+        self.issuers
+            .iter()
+            .map(|i| i.config.issuer.clone())
+            .collect()
+    }
+
+    /// Verified tokens remembered now.
+    pub fn cached_tokens(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The identity of a request, from its `Authorization` header or its client certificate.
+    /// Counts the outcome by method.
+    pub async fn identify(
+        &self,
+        tenants: &Tenants,
+        caller: &Caller,
+        headers: &HeaderMap,
+    ) -> Result<Identity, AuthError> {
+        let (method, result) = self.identify_uncounted(tenants, caller, headers).await;
+        self.counts.count(
+            method,
+            match &result {
+                Ok(_) => "ok",
+                Err(e) => e.code(),
+            },
+        );
+        result
+    }
+
+    async fn identify_uncounted(
+        &self,
+        tenants: &Tenants,
+        caller: &Caller,
+        headers: &HeaderMap,
+    ) -> (Method, Result<Identity, AuthError>) {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return match &caller.cert {
+                Some(cert) => (Method::ClientCert, self.by_certificate(tenants, cert)),
+                None => (Method::None, Err(AuthError::Unauthorized)),
+            };
+        };
+        let Some((bearer, presented)) = value.to_str().ok().and_then(presented_key) else {
+            return (Method::ApiKey, Err(AuthError::Unauthorized));
+        };
+        let as_key = !presented.is_empty() && presented.len() <= MAX_KEY_BYTES;
+        let as_jwt = bearer && !self.issuers.is_empty() && jwt::looks_like_jwt(&presented);
+        if !as_key && !as_jwt {
+            return (Method::ApiKey, Err(AuthError::Unauthorized));
+        }
+        // One digest for both: the key registry's and the token cache's.
+        let digest = sha256(&presented);
+        if as_key {
+            let key = ApiKeyHash::from_bytes(digest);
+            if let Some(tenant) = tenants.load().by_digest(&key) {
+                return (
+                    Method::ApiKey,
+                    Ok(Identity {
+                        tenant: tenant.clone(),
+                        credential: Credential::ApiKey(key),
+                    }),
+                );
+            }
+        }
+        if as_jwt {
+            return (
+                Method::Jwt,
+                self.by_token(tenants, &presented, digest).await,
+            );
+        }
+        (Method::ApiKey, Err(AuthError::Unauthorized))
+    }
+
+    /// A JWT: from the cache, or verified and remembered until its `exp`.
+    async fn by_token(
+        &self,
+        tenants: &Tenants,
+        token: &str,
+        digest: [u8; 32],
+    ) -> Result<Identity, AuthError> {
+        let now = self.clock.unix_s();
+        let generation = tenants.generation();
+        let hit = self.cache.with(&digest, now, |entry| {
+            let keys = self.issuers.get(entry.token.issuer)?.keys.generation();
+            if keys != entry.keys_generation {
+                // The issuer's keys changed since: verify again (the key may be gone).
+                return None;
+            }
+            if entry.generation != generation {
+                entry.tenant = self.resolve_token(&tenants.load(), &entry.token);
+                entry.generation = generation;
+            }
+            Some((entry.token.clone(), entry.tenant.clone()))
+        });
+        let (token, tenant) = match hit {
+            Cached::Live(Some(found)) => found,
+            Cached::Expired => return Err(AuthError::Token(TokenProblem::Expired)),
+            Cached::Live(None) | Cached::Missing => {
+                let (verified, keys_generation) = self.verify(token, now).await?;
+                let verified = Arc::new(verified);
+                let tenant = self.resolve_token(&tenants.load(), &verified);
+                self.cache.insert(
+                    digest,
+                    TokenEntry {
+                        token: verified.clone(),
+                        keys_generation,
+                        generation,
+                        tenant: tenant.clone(),
+                    },
+                    verified.until_s,
+                    now,
+                );
+                (verified, tenant)
+            }
+        };
+        let tenant = tenant.ok_or(AuthError::UnknownTenant(Method::Jwt))?;
+        Ok(Identity {
+            tenant,
+            credential: Credential::Jwt(token),
+        })
+    }
+
+    /// Verifies a token not seen before: every check that needs no key first, then the key
+    /// (refetching the issuer's set once for an unknown `kid`, as the throttle allows), then
+    /// the signature.
+    /// Returns the token and the issuer's key-set generation it was verified under.
+    async fn verify(&self, token: &str, now: u64) -> Result<(VerifiedToken, u64), AuthError> {
+        let bad = AuthError::Token;
+        let parsed = jwt::parse(token).map_err(bad)?;
+        let index = parsed
+            .claims
+            .get("iss")
+            .and_then(|i| i.as_str())
+            .and_then(|i| self.by_issuer.get(i).copied())
+            .ok_or(AuthError::Token(TokenProblem::Issuer))?;
+        let issuer = &self.issuers[index];
+        let config = &issuer.config;
+        if !config
+            .algorithms
+            .iter()
+            .any(|a| *a == format!("{:?}", parsed.alg))
+        {
+            return Err(bad(TokenProblem::Algorithm(
+                "the token's alg is not one this issuer's tokens may use (its algorithms)".into(),
+            )));
+        }
+        let checked = jwt::check_claims(
+            &parsed.claims,
+            &jwt::ClaimRules {
+                audiences: &config.audiences,
+                leeway_s: config.leeway_s,
+                tenant_claim: &config.tenant_claim,
+                topics_claim: config.topics_claim.as_deref(),
+            },
+            now,
+        )
+        .map_err(bad)?;
+        // Read before the keys: a set stored after this is newer than the one verified with.
+        let mut keys_generation = issuer.keys.generation();
+        let mut keys = issuer.keys.keys();
+        // Only a kid the issuer does not have is worth a refetch: a known kid named with
+        // another algorithm (key confusion) is refused as it stands.
+        let known_kid = parsed.kid.as_deref().is_some_and(|kid| keys.has_kid(kid));
+        if !known_kid
+            && matches!(
+                keys.find(parsed.kid.as_deref(), parsed.alg),
+                Lookup::Unknown
+            )
+        {
+            let (fetched, _) = issuer.keys.fetch().await;
+            keys_generation = issuer.keys.generation();
+            keys = issuer.keys.keys();
+            if matches!(
+                keys.find(parsed.kid.as_deref(), parsed.alg),
+                Lookup::Unknown
+            ) && (matches!(fetched, Fetched::Failed(_))
+                || (fetched == Fetched::Throttled && issuer.keys.last_failed()))
+            {
+                return Err(AuthError::KeysUnavailable);
+            }
+        }
+        let key = match keys.find(parsed.kid.as_deref(), parsed.alg) {
+            Lookup::Found(key) => key,
+            Lookup::Ambiguous => {
+                return Err(bad(TokenProblem::UnknownKey(
+                    "the token names no key (kid) and the issuer has several for its alg".into(),
+                )))
+            }
+            Lookup::Unknown => {
+                let detail = match &parsed.kid {
+                    Some(kid) if keys.has_kid(kid) => {
+                        "the key the token names (kid) is for another algorithm than its alg"
+                    }
+                    Some(_) => "no key of the issuer has the token's kid",
+                    None => "the issuer has no key for the token's alg",
+                };
+                return Err(bad(TokenProblem::UnknownKey(detail.into())));
+            }
+        };
+        self.verifications.fetch_add(1, Ordering::Relaxed);
+        let valid = jsonwebtoken::crypto::verify(
+            parsed.signature,
+            parsed.signed.as_bytes(),
+            &key.key,
+            key.alg,
+        )
+        .unwrap_or(false);
+        if !valid {
+            return Err(bad(TokenProblem::Signature));
+        }
+        Ok((
+            VerifiedToken {
+                issuer: index,
+                subject: checked.subject.into_boxed_str(),
+                until_s: checked.exp.saturating_add(config.leeway_s),
+                topics: checked.topics,
+            },
+            keys_generation,
+        ))
+    }
+
+    /// The tenant a verified token belongs to under `registry`: the tenant listing it, else
+    /// the issuer's map, else (no map) the tenant whose id is the claim value.
+    fn resolve_token(&self, registry: &Registry, token: &VerifiedToken) -> Option<Arc<Tenant>> {
+        let issuer = &self.issuers.get(token.issuer)?.config;
+        registry
+            .by_jwt(&issuer.issuer, &token.subject)
+            .or_else(|| match &issuer.map {
+                Some(map) => registry.get(map.get(&*token.subject)?),
+                None => registry.get(&token.subject),
+            })
+            .cloned()
+    }
+
+    /// A client certificate's tenant: the first of its names (of the configured kind) that
+    /// belongs to one.
+    fn by_certificate(
+        &self,
+        tenants: &Tenants,
+        cert: &Arc<ClientCertificate>,
+    ) -> Result<Identity, AuthError> {
+        let registry = tenants.load();
+        let tenant = self.resolve_certificate(&registry, cert)?;
+        Ok(Identity {
+            tenant,
+            credential: Credential::Certificate(cert.clone()),
+        })
+    }
+
+    fn resolve_certificate(
+        &self,
+        registry: &Registry,
+        cert: &ClientCertificate,
+    ) -> Result<Arc<Tenant>, AuthError> {
+        if i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX) > cert.not_after_unix {
+            return Err(AuthError::CertificateExpired);
+        }
+        let names: &[String] = match self.cert_name {
+            CertName::SanUri => &cert.uris,
+            CertName::SanDns => &cert.dns,
+            CertName::Cn => cert.cn.as_slice(),
+        };
+        names
+            .iter()
+            .find_map(|name| {
+                registry.by_cert(name).or_else(|| match &self.cert_map {
+                    Some(map) => registry.get(map.get(name)?),
+                    None => registry.get(name),
+                })
+            })
+            .cloned()
+            .ok_or(AuthError::UnknownTenant(Method::ClientCert))
+    }
+
+    /// Whether an identity still holds under the registry now: the credential still belongs to
+    /// the same tenant and has not expired (an open stream asks on every registry change and
+    /// every second).
+    pub fn still_valid(&self, registry: &Registry, identity: &Identity) -> Result<(), AuthError> {
+        let same = |t: Option<&Arc<Tenant>>| t.is_some_and(|t| Arc::ptr_eq(t, &identity.tenant));
+        match &identity.credential {
+            Credential::ApiKey(digest) => same(registry.by_digest(digest))
+                .then_some(())
+                .ok_or(AuthError::Unauthorized),
+            Credential::Jwt(token) => {
+                if self.clock.unix_s() >= token.until_s {
+                    return Err(AuthError::Token(TokenProblem::Expired));
+                }
+                same(self.resolve_token(registry, token).as_ref())
+                    .then_some(())
+                    .ok_or(AuthError::UnknownTenant(Method::Jwt))
+            }
+            Credential::Certificate(cert) => {
+                let tenant = self.resolve_certificate(registry, cert)?;
+                same(Some(&tenant))
+                    .then_some(())
+                    .ok_or(AuthError::UnknownTenant(Method::ClientCert))
+            }
+        }
+    }
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+/// Longest API key that is looked up: a key is tens of characters; a header of kilobytes is not
+/// a key, and hashing it for every request of a flood would cost the gateway for nothing.
+const MAX_KEY_BYTES: usize = 512;
+
+/// The credential in an `Authorization` value, and whether it came as a bearer token: `Bearer
+/// VALUE`, or `Basic base64(USER:KEY)` for clients that only speak Basic (Confluent Cloud's, for
+/// one); the user name is not checked.
+fn presented_key(value: &str) -> Option<(bool, std::borrow::Cow<'_, str>)> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if scheme.eq_ignore_ascii_case("bearer") {
+        // Borrowed: no copy of the key per request.
+        return Some((true, std::borrow::Cow::Borrowed(rest.trim())));
+    }
+    if !scheme.eq_ignore_ascii_case("basic") || rest.len() > 4 * MAX_KEY_BYTES {
+        return None;
+    }
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, key) = text.split_once(':')?;
+    Some((false, std::borrow::Cow::Owned(key.to_string())))
+}
+
+#[cfg(test)]
+mod tests;

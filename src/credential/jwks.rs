@@ -1,0 +1,486 @@
+//! An issuer's signing keys (RFC 7517 JWK sets): parsed strictly, fetched with bounds, kept
+//! while the JWKS server is away, refreshed on a schedule, refetched for an unknown `kid` at most
+//! once per `min_refetch_s`.
+//!
+//! Each key is bound to the one algorithm its type allows when the set is read — RSA → RS256,
+//! EC P-256 → ES256, OKP Ed25519 → EdDSA — and a token's `alg` must equal it. So a token can
+//! never choose how a key is used (no RSA key used as an HMAC secret, no curve confusion), and
+//! HMAC keys (`kty: oct`), encryption keys (`use: enc`) and other curves are skipped, counted,
+//! never fatal: one odd key does not take an issuer's other keys down.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::Deserialize;
+
+use crate::budget::Clock;
+
+/// Most keys kept from one set (issuers publish a handful; the rest are ignored).
+pub const MAX_KEYS: usize = 64;
+/// Longest `kid` kept.
+const MAX_KID_BYTES: usize = 256;
+
+/// One verification key and the one algorithm it verifies.
+pub struct VerifyKey {
+    pub kid: Option<String>,
+    pub alg: Algorithm,
+    pub key: DecodingKey,
+}
+
+impl std::fmt::Debug for VerifyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyKey")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .finish()
+    }
+}
+
+/// The usable keys of one JWKS document.
+#[derive(Debug, Default)]
+pub struct KeySet {
+    pub keys: Vec<VerifyKey>,
+    /// Keys of the document that were skipped (unsupported type, curve or use, bad values).
+    pub skipped: usize,
+}
+
+/// What a token's header asks for: the key to verify it with.
+#[derive(Debug)]
+pub enum Lookup<'a> {
+    Found(&'a VerifyKey),
+    /// No key with this `kid` (or, without a `kid`, no key for the algorithm).
+    Unknown,
+    /// No `kid`, and several keys could verify: the token must say which.
+    Ambiguous,
+}
+
+impl KeySet {
+    pub fn find(&self, kid: Option<&str>, alg: Algorithm) -> Lookup<'_> {
+        match kid {
+            Some(kid) => self
+                .keys
+                .iter()
+                .find(|k| k.kid.as_deref() == Some(kid) && k.alg == alg)
+                .map_or(Lookup::Unknown, Lookup::Found),
+            None => {
+                let mut candidates = self.keys.iter().filter(|k| k.alg == alg);
+                match (candidates.next(), candidates.next()) {
+                    (None, _) => Lookup::Unknown,
+                    (Some(k), None) => Lookup::Found(k),
+                    (Some(_), Some(_)) => Lookup::Ambiguous,
+                }
+            }
+        }
+    }
+
+    pub fn has_kid(&self, kid: &str) -> bool {
+        self.keys.iter().any(|k| k.kid.as_deref() == Some(kid))
+    }
+}
+
+#[derive(Deserialize)]
+struct Document<'a> {
+    #[serde(borrow)]
+    keys: Vec<&'a serde_json::value::RawValue>,
+}
+
+/// The algorithm a key's type allows, if floodgate verifies it.
+fn algorithm_of(jwk: &Jwk) -> Option<Algorithm> {
+    match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+            Some(Algorithm::ES256)
+        }
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            Some(Algorithm::EdDSA)
+        }
+        // HMAC secrets, other curves: never.
+        _ => None,
+    }
+}
+
+/// Parses a JWKS document, keeping the keys for `allowed` algorithms.
+pub fn parse(bytes: &[u8], allowed: &[Algorithm]) -> Result<KeySet, String> {
+    let doc: Document<'_> = serde_json::from_slice(bytes)
+        .map_err(|e| format!("not a JWK set ({{\"keys\": [...]}}): {e}"))?;
+    let mut set = KeySet::default();
+    for raw in doc.keys {
+        let Some(key) = usable(raw.get(), allowed) else {
+            set.skipped += 1;
+            continue;
+        };
+        if set.keys.len() >= MAX_KEYS {
+            set.skipped += 1;
+            continue;
+        }
+        set.keys.push(key);
+    }
+    Ok(set)
+}
+
+fn usable(raw: &str, allowed: &[Algorithm]) -> Option<VerifyKey> {
+    let jwk: Jwk = serde_json::from_str(raw).ok()?;
+    if matches!(
+        jwk.common.public_key_use,
+        Some(PublicKeyUse::Encryption | PublicKeyUse::Other(_))
+    ) {
+        return None;
+    }
+    let alg = algorithm_of(&jwk)?;
+    if !allowed.contains(&alg) {
+        return None;
+    }
+    // A key that names its algorithm must name the one its type allows.
+    if let Some(named) = &jwk.common.key_algorithm {
+        if format!("{named:?}") != format!("{alg:?}") {
+            return None;
+        }
+    }
+    let kid = jwk.common.key_id.clone();
+    if kid.as_ref().is_some_and(|k| k.len() > MAX_KID_BYTES) {
+        return None;
+    }
+    let key = DecodingKey::from_jwk(&jwk).ok()?;
+    Some(VerifyKey { kid, alg, key })
+}
+
+/// How long until the next scheduled fetch: the answer's `Cache-Control: max-age` within
+/// `[min, max]`, or `max` without one.
+pub fn next_refresh(cache_control: Option<&str>, min: Duration, max: Duration) -> Duration {
+    let max_age = cache_control.and_then(|value| {
+        value.split(',').find_map(|directive| {
+            let (name, seconds) = directive.trim().split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("max-age") {
+                return None;
+            }
+            seconds.trim().trim_matches('"').parse::<u64>().ok()
+        })
+    });
+    match max_age {
+        Some(s) => Duration::from_secs(s).clamp(min, max),
+        None => max,
+    }
+}
+
+/// Where the keys come from.
+#[derive(Debug)]
+enum Origin {
+    Url {
+        url: String,
+        client: reqwest::Client,
+        max_bytes: usize,
+    },
+    /// Read once at start-up: never refetched.
+    File,
+}
+
+/// Why a refetch did not happen or did not help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// A new set was read.
+    Fresh,
+    /// Not now: the last fetch was less than `min_refetch_s` ago (or the keys come from a file).
+    Throttled,
+    /// The fetch failed; the keys held before stay.
+    Failed(String),
+}
+
+/// One issuer's keys, shared by every request.
+#[derive(Debug)]
+pub struct KeySource {
+    origin: Origin,
+    allowed: Vec<Algorithm>,
+    keys: ArcSwap<KeySet>,
+    /// Changes of the key set so far: a fetched document that differs from the last one (by
+    /// SHA-256) counts one. A token verified under an earlier generation is verified again
+    /// on its next request, so a key the issuer withdrew stops admitting its cached tokens.
+    generation: AtomicU64,
+    last_digest: parking_lot::Mutex<[u8; 32]>,
+    clock: Arc<dyn Clock>,
+    min_refetch: Duration,
+    refresh: Duration,
+    /// One fetch at a time; a request that waited for it uses its result.
+    fetching: tokio::sync::Mutex<()>,
+    /// Clock reading (ns) of the last fetch attempt, and whether any attempt was made.
+    last_attempt_ns: AtomicU64,
+    attempted: AtomicBool,
+    /// Whether the last attempt failed (an unknown `kid` then says the keys are unavailable,
+    /// not that the token is bad).
+    last_failed: AtomicBool,
+    /// Fetch attempts and failures, for metrics and tests.
+    pub fetches: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+/// What builds a key source.
+pub struct SourceSettings {
+    pub allowed: Vec<Algorithm>,
+    pub min_refetch: Duration,
+    pub refresh: Duration,
+    pub fetch_timeout: Duration,
+    pub max_bytes: usize,
+}
+
+impl KeySource {
+    /// Keys fetched from `url` (nothing is fetched until [`KeySource::fetch`] or a refetch).
+    pub fn from_url(
+        url: &str,
+        settings: SourceSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .timeout(settings.fetch_timeout)
+            .connect_timeout(settings.fetch_timeout)
+            // A JWKS URL is configured exactly: a redirect is a misconfiguration or an attack.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self::new(
+            Origin::Url {
+                url: url.to_string(),
+                client,
+                max_bytes: settings.max_bytes,
+            },
+            KeySet::default(),
+            settings,
+            clock,
+        ))
+    }
+
+    /// Keys read from a JWKS document once.
+    pub fn from_document(
+        bytes: &[u8],
+        settings: SourceSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        let set = parse(bytes, &settings.allowed)?;
+        Ok(Self::new(Origin::File, set, settings, clock))
+    }
+
+    fn new(origin: Origin, set: KeySet, s: SourceSettings, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            origin,
+            allowed: s.allowed,
+            keys: ArcSwap::from_pointee(set),
+            generation: AtomicU64::new(0),
+            last_digest: parking_lot::Mutex::new([0; 32]),
+            clock,
+            min_refetch: s.min_refetch,
+            refresh: s.refresh,
+            fetching: tokio::sync::Mutex::new(()),
+            last_attempt_ns: AtomicU64::new(0),
+            attempted: AtomicBool::new(false),
+            last_failed: AtomicBool::new(false),
+            fetches: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The key set's generation (see the field): read before looking a key up.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn keys(&self) -> arc_swap::Guard<Arc<KeySet>> {
+        self.keys.load()
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self.origin, Origin::Url { .. })
+    }
+
+    /// Whether the last fetch failed.
+    pub fn last_failed(&self) -> bool {
+        self.last_failed.load(Ordering::Acquire)
+    }
+
+    /// Whether a fetch may start now.
+    fn due(&self, now_ns: u64) -> bool {
+        !self.attempted.load(Ordering::Acquire)
+            || now_ns.saturating_sub(self.last_attempt_ns.load(Ordering::Acquire))
+                >= u64::try_from(self.min_refetch.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Fetches the set again unless a fetch was made less than `min_refetch_s` ago. Waits for
+    /// a fetch in progress instead of starting another (requests queue on one lock, each then
+    /// sees the throttle: a flood makes one fetch, not one each); the keys held stay if it fails.
+    /// Returns when the next scheduled refresh is due, with the outcome.
+    pub async fn fetch(&self) -> (Fetched, Duration) {
+        let Origin::Url {
+            url,
+            client,
+            max_bytes,
+        } = &self.origin
+        else {
+            return (Fetched::Throttled, self.refresh);
+        };
+        // A fetch in progress is waited for (its keys may be the ones wanted); when none is,
+        // the lock is free and this costs nothing. Whoever held it before us may have just
+        // fetched: then the throttle says no and the caller looks at the new keys.
+        let _one = self.fetching.lock().await;
+        let now = self.clock.now_ns();
+        if !self.due(now) {
+            return (Fetched::Throttled, self.min_refetch);
+        }
+        self.last_attempt_ns.store(now, Ordering::Release);
+        self.attempted.store(true, Ordering::Release);
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        match read(client, url, *max_bytes).await {
+            Ok((bytes, cache_control)) => match parse(&bytes, &self.allowed) {
+                // A set with no key floodgate can use (an empty list, every key of another
+                // type) is an IdP's fault or an attacker's answer, never a rotation: keeping
+                // the keys held beats refusing every producer until the next fetch.
+                Ok(set) if set.keys.is_empty() => self.failed(
+                    url,
+                    format!("the JWKS has no usable key ({} skipped)", set.skipped),
+                ),
+                Ok(set) => {
+                    use sha2::Digest as _;
+                    let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+                    let mut last = self.last_digest.lock();
+                    if *last != digest {
+                        self.keys.store(Arc::new(set));
+                        *last = digest;
+                        self.generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                    drop(last);
+                    self.last_failed.store(false, Ordering::Release);
+                    let next =
+                        next_refresh(cache_control.as_deref(), self.min_refetch, self.refresh);
+                    (Fetched::Fresh, next)
+                }
+                Err(e) => self.failed(url, e),
+            },
+            Err(e) => self.failed(url, e),
+        }
+    }
+
+    fn failed(&self, url: &str, error: String) -> (Fetched, Duration) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.last_failed.store(true, Ordering::Release);
+        tracing::warn!(%url, %error, "JWKS fetch failed; the keys held stay in use");
+        (Fetched::Failed(error), self.min_refetch)
+    }
+
+    /// Keeps the keys fresh: fetches now, then whenever the last answer says (within
+    /// `min_refetch_s`..`refresh_s`), until the task is aborted.
+    pub async fn refresh_forever(self: Arc<Self>) {
+        if !self.is_remote() {
+            return;
+        }
+        loop {
+            let (_, next) = self.fetch().await;
+            tokio::time::sleep(next).await;
+        }
+    }
+}
+
+/// GETs `url`: a 200 whose body is at most `max_bytes`, and its Cache-Control.
+async fn read(
+    client: &reqwest::Client,
+    url: &str,
+    max_bytes: usize,
+) -> Result<(Vec<u8>, Option<String>), String> {
+    let mut response = client
+        .get(url)
+        .header("accept", "application/json, application/jwk-set+json")
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(format!("answered {}", response.status().as_u16()));
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > max_bytes as u64)
+    {
+        return Err(format!("the JWKS is larger than {max_bytes} bytes"));
+    }
+    let cache_control = response
+        .headers()
+        .get(reqwest::header::CACHE_CONTROL)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("reading the body failed: {e}"))?
+    {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(format!("the JWKS is larger than {max_bytes} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, cache_control))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
+
+    #[test]
+    fn odd_keys_are_skipped_not_fatal() {
+        let doc = br#"{"keys":[
+            {"kty":"oct","k":"c2VjcmV0","kid":"hmac"},
+            {"kty":"EC","crv":"P-384","x":"AA","y":"AA","kid":"p384"},
+            {"kty":"RSA","n":"AQAB","e":"AQAB","use":"enc","kid":"enc"},
+            {"kty":"RSA","n":"AQAB","e":"AQAB","alg":"ES256","kid":"lies"},
+            {"kty":"what"},
+            42,
+            {"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","kid":"ed"}
+        ]}"#;
+        let set = parse(doc, &ALL).expect("a set");
+        assert_eq!(set.keys.len(), 1);
+        assert_eq!(set.skipped, 6);
+        assert!(matches!(
+            set.find(Some("ed"), Algorithm::EdDSA),
+            Lookup::Found(_)
+        ));
+        assert!(matches!(
+            set.find(Some("ed"), Algorithm::RS256),
+            Lookup::Unknown
+        ));
+        assert!(matches!(
+            set.find(Some("hmac"), Algorithm::EdDSA),
+            Lookup::Unknown
+        ));
+        assert!(matches!(set.find(None, Algorithm::EdDSA), Lookup::Found(_)));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for doc in [
+            &b""[..],
+            b"[]",
+            b"{\"keys\":{}}",
+            b"\xff\xfe",
+            b"{\"keys\":[",
+            b"null",
+        ] {
+            assert!(parse(doc, &ALL).is_err(), "{doc:?}");
+        }
+        // Not allowed by the issuer: skipped.
+        let doc = br#"{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}"#;
+        assert_eq!(parse(doc, &[Algorithm::RS256]).expect("set").keys.len(), 0);
+    }
+
+    #[test]
+    fn max_age_schedules_the_next_fetch_within_bounds() {
+        let (min, max) = (Duration::from_secs(30), Duration::from_secs(300));
+        assert_eq!(next_refresh(None, min, max), max);
+        assert_eq!(
+            next_refresh(Some("public, max-age=120"), min, max),
+            Duration::from_secs(120)
+        );
+        assert_eq!(next_refresh(Some("max-age=1"), min, max), min);
+        assert_eq!(next_refresh(Some("max-age=99999"), min, max), max);
+        assert_eq!(next_refresh(Some("no-cache, max-age=x"), min, max), max);
+    }
+}
