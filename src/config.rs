@@ -754,6 +754,12 @@ impl Config {
     /// What is valid but probably not meant: printed by `check-config` and logged at start-up,
     /// never refused.
     pub fn warnings(&self) -> Vec<ConfigProblem> {
+        let mut warnings = self.auth.warnings(self.server.tls_client_ca_file.is_some());
+        warnings.extend(self.proxy_warnings());
+        warnings
+    }
+
+    fn proxy_warnings(&self) -> Vec<ConfigProblem> {
         crate::forwarded::trusts_everyone(&self.server.trusted_proxies)
             .into_iter()
             .map(|i| {

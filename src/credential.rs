@@ -90,6 +90,10 @@ pub struct VerifiedToken {
     until_s: u64,
     /// The token's own topic patterns (its topics claim), if any: they only narrow.
     topics: Option<TopicPatterns>,
+    /// The key it was verified with ([`jwks::VerifyKey::id`]) and the issuer's key-set
+    /// generation then: an open stream asks whether the key is still held when the set changed.
+    key_id: [u8; 32],
+    keys_generation: u64,
 }
 
 /// The credential a request authenticated with: what a long-lived request (a stream) checks
@@ -465,17 +469,26 @@ impl Authenticator {
                 let (verified, keys_generation) = self.verify(token, now).await?;
                 let verified = Arc::new(verified);
                 let tenant = self.resolve_token(&tenants.load(), &verified);
-                self.cache.insert(
-                    digest,
-                    TokenEntry {
-                        token: verified.clone(),
-                        keys_generation,
-                        generation,
-                        tenant: tenant.clone(),
-                    },
-                    verified.until_s,
-                    now,
-                );
+                // A token whose topics claim compiles to more than MAX_CACHED_TOPICS_BYTES is
+                // verified on every request instead: the cache's bound is in entries, and one
+                // such entry could hold hundreds of kilobytes.
+                let cacheable = verified
+                    .topics
+                    .as_ref()
+                    .is_none_or(|t| t.footprint() <= MAX_CACHED_TOPICS_BYTES);
+                if cacheable {
+                    self.cache.insert(
+                        digest,
+                        TokenEntry {
+                            token: verified.clone(),
+                            keys_generation,
+                            generation,
+                            tenant: tenant.clone(),
+                        },
+                        verified.until_s,
+                        now,
+                    );
+                }
                 (verified, tenant)
             }
         };
@@ -580,6 +593,8 @@ impl Authenticator {
                 subject: checked.subject.into_boxed_str(),
                 until_s: checked.exp.saturating_add(config.leeway_s),
                 topics: checked.topics,
+                key_id: key.id,
+                keys_generation,
             },
             keys_generation,
         ))
@@ -641,6 +656,15 @@ impl Authenticator {
     /// Whether an identity still holds under the registry now: the credential still belongs to
     /// the same tenant and has not expired (an open stream asks on every registry change and
     /// every second).
+    /// Changes of every issuer's key set so far: what a holder of a long-lived credential (an
+    /// open stream) compares to see in one load whether a key may have been withdrawn.
+    pub fn keys_generation(&self) -> u64 {
+        self.issuers
+            .iter()
+            .map(|i| i.keys.generation())
+            .fold(0, u64::wrapping_add)
+    }
+
     pub fn still_valid(&self, registry: &Registry, identity: &Identity) -> Result<(), AuthError> {
         let same = |t: Option<&Arc<Tenant>>| t.is_some_and(|t| Arc::ptr_eq(t, &identity.tenant));
         match &identity.credential {
@@ -650,6 +674,17 @@ impl Authenticator {
             Credential::Jwt(token) => {
                 if self.clock.unix_s() >= token.until_s {
                     return Err(AuthError::Token(TokenProblem::Expired));
+                }
+                // The issuer withdrew the key that signed it (a leaked key): the stream ends as
+                // a new request with the token would be refused.
+                let withdrawn = self.issuers.get(token.issuer).is_some_and(|issuer| {
+                    issuer.keys.generation() != token.keys_generation
+                        && !issuer.keys.holds(&token.key_id)
+                });
+                if withdrawn {
+                    return Err(AuthError::Token(TokenProblem::UnknownKey(
+                        "the key that signed the token was withdrawn by its issuer".into(),
+                    )));
                 }
                 same(self.resolve_token(registry, token).as_ref())
                     .then_some(())
@@ -668,6 +703,10 @@ impl Authenticator {
 fn sha256(text: &str) -> [u8; 32] {
     sha2::Sha256::digest(text.as_bytes()).into()
 }
+
+/// Most bytes a cached token's compiled topics claim may hold (see `footprint`): bounds the
+/// token cache at `jwt_cache_entries` × (a few hundred bytes + this).
+const MAX_CACHED_TOPICS_BYTES: usize = 1024;
 
 /// Longest API key that is looked up: a key is tens of characters; a header of kilobytes is not
 /// a key, and hashing it for every request of a flood would cost the gateway for nothing.

@@ -170,6 +170,19 @@ impl TopicPatterns {
     pub fn allows(&self, topic: &Topic) -> bool {
         self.0.iter().any(|p| p.matches(topic.as_str()))
     }
+
+    /// About how many bytes the compiled patterns hold: a name or prefix is its text, a glob
+    /// about 40 bytes a character (`glob` keeps one token per character beside the text).
+    pub fn footprint(&self) -> usize {
+        const GLOB_BYTES_PER_CHAR: usize = 40;
+        self.0
+            .iter()
+            .map(|p| match p {
+                TopicPattern::Exact(t) | TopicPattern::Prefix(t) => 16 + t.len(),
+                TopicPattern::Glob(g) => 16 + g.as_str().len() * GLOB_BYTES_PER_CHAR,
+            })
+            .sum()
+    }
 }
 
 /// Topics no tenant may write, whatever its patterns: Kafka's own (`__consumer_offsets`,

@@ -91,6 +91,20 @@ fn main() -> ExitCode {
                 if let Err(e) = floodgate::credential::Authenticator::new(&config.auth, clock) {
                     missing.push(e.to_string());
                 }
+                // The TLS files read as start-up reads them (certificate, key, client CA).
+                if let (Some(cert), Some(key)) =
+                    (&config.server.tls_cert_file, &config.server.tls_key_file)
+                {
+                    let client = config.server.tls_client_ca_file.as_deref().map(|ca_file| {
+                        floodgate::tls::ClientAuth {
+                            ca_file,
+                            required: config.server.require_client_cert,
+                        }
+                    });
+                    if let Err(e) = floodgate::tls::acceptor(cert, key, client) {
+                        missing.push(format!("server.tls: {e}"));
+                    }
+                }
                 if missing.is_empty() {
                     println!("{}: ok", cli.config.display());
                     ExitCode::SUCCESS

@@ -266,8 +266,10 @@ impl ApiError {
                         .into()
                 }
             },
-            Self::CredentialRevoked => "the API key this stream was opened with was revoked, or \
-                                        its tenant deleted, while it was open"
+            Self::CredentialRevoked => "the credential this stream was opened with (API key, \
+                                        token or certificate) no longer names its tenant: \
+                                        revoked, remapped, or the tenant deleted while it was \
+                                        open"
                 .into(),
             Self::StreamIdle(ms) => {
                 format!("no record arrived within the stream's idle time ({ms} ms)")

@@ -741,6 +741,39 @@ jwt_claims = [{{ issuer = "{ISSUER}", value = "billing-svc" }}]
         err.contains("auth.jwt[0]") && err.contains("jwks_file") && err.contains("not a JWK set"),
         "{err}"
     );
+    // A file floodgate can use no key of (never refetched: every token would be refused).
+    let (ok, err) = run(
+        config("EdDSA"),
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"k"}]}"#,
+    );
+    assert!(!ok);
+    assert!(err.contains("has no usable key"), "{err}");
+    // Valid, but an issuer without a map lets any claim value name a tenant: said, not refused.
+    let unmapped = config("EdDSA").replace("map = { \"orders-svc\" = \"acme\" }\n", "");
+    let (ok, err) = run(unmapped, &good);
+    assert!(ok, "{err}");
+    assert!(err.contains("warning: auth.jwt[0].map"), "{err}");
+    // The TLS files are read as start-up reads them: a client CA file without a certificate.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not a certificate").expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let (cert_file, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).expect("cert");
+    std::fs::write(&key_file, key.serialize_pem()).expect("key");
+    let tls = format!(
+        "{}[server]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_client_ca_file = \"{}\"\n",
+        config("EdDSA"),
+        cert_file.display(),
+        key_file.display(),
+        ca.display()
+    );
+    let (ok, err) = run(tls, &good);
+    assert!(!ok, "a CA file with no certificate");
+    assert!(err.contains("server.tls"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -844,5 +877,162 @@ async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes(
         status, 200,
         "a valid token is never refused for its address: {body}"
     );
+    gw.shutdown().await;
+}
+
+/// A fetch slower than `min_refetch_s` (a hanging JWKS server) is waited for once by the
+/// requests that queued behind it: they use its outcome rather than each fetching again in
+/// turn (which made the last of a queue of N wait N timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_behind_a_slow_fetch_use_its_outcome_instead_of_fetching_in_turn() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.slow-fetch";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.auth.jwt[0].fetch_timeout_ms = 2_000;
+    })
+    .await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    idp.hang(true);
+    gw.advance_ms(60_000);
+    let before = idp.fetches();
+    let started = std::time::Instant::now();
+    let send = |i: usize| {
+        let token = rsa.sign_as(&format!("queued-{i}"), &claims(&gw, "orders-svc"));
+        let url = gw.url(topic);
+        tokio::spawn(async move {
+            post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                .await
+                .0
+        })
+    };
+    let first = send(0);
+    while idp.fetches() == before {
+        tokio::task::yield_now().await;
+    }
+    // The fetch is under way; the throttle's interval passes while it hangs, and ten more
+    // requests with unknown kids queue behind it.
+    gw.advance_ms(60_000);
+    let queued: Vec<_> = (1..=10).map(send).collect();
+    assert_eq!(first.await.expect("task"), 503);
+    for q in queued {
+        assert_eq!(q.await.expect("task"), 503);
+    }
+    assert_eq!(idp.fetches(), before + 1, "one fetch for the whole queue");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}: one fetch timeout (2 s), not one per request",
+        started.elapsed()
+    );
+    gw.shutdown().await;
+}
+
+/// An open v3 stream whose token's key the issuer withdraws ends, as a new request with the
+/// token would be refused; nothing sent after is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_key_ends_an_open_stream_opened_with_its_token() {
+    use common::v3::{open_stream_with, read_head, write_chunk, ReportReader};
+    let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.stream-withdrawn";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = old.sign(&claims(&gw, "orders-svc"));
+    let record =
+        |i: usize| format!("{{\"value\":{{\"type\":\"JSON\",\"data\":{i}}}}}").into_bytes();
+    let (mut stream, mut reader) = open_stream_with(
+        gw.addr,
+        &format!("/v3/clusters/c/topics/{topic}/records"),
+        &token,
+    );
+    write_chunk(&mut stream, &record(0)).expect("write");
+    let (first, reader) = tokio::task::spawn_blocking(move || {
+        assert_eq!(read_head(&mut reader), 200);
+        let mut reports = ReportReader::new(reader);
+        (reports.next(), reports)
+    })
+    .await
+    .expect("reader");
+    assert_eq!(
+        first.as_ref().map(|r| r["error_code"].clone()),
+        Some(json!(200))
+    );
+    // The issuer withdraws the key and the gateway reads the new set.
+    idp.set(idp::jwks(&[&new]));
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let rest = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
+        let _ = write_chunk(&mut stream, &record(1));
+        let mut rest = Vec::new();
+        while let Some(r) = reader.next() {
+            rest.push(r);
+        }
+        rest
+    })
+    .await
+    .expect("reader");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["error_code"], 401, "{rest:?}");
+    gw.shutdown().await;
+}
+
+/// The token cache is bounded in entries; a token whose topics claim compiles to more than a
+/// kilobyte (globs cost ~40 bytes a character) is verified on each request instead of kept,
+/// so a flood of such tokens holds no memory. An ordinary token is verified once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.huge-claim";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let scrape = || async {
+        client()
+            .get(gw.admin_url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    };
+    let series = |m: &str, name: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {m}"))
+    };
+    let mut small = claims(&gw, "orders-svc");
+    small["topics"] = json!(["test.jwt.*"]);
+    let mut huge = claims(&gw, "orders-svc");
+    let globs: Vec<String> = (0..20)
+        .map(|i| format!("test.jwt.{i}{}", "?".repeat(60)))
+        .chain(["test.jwt.*".to_string()])
+        .collect();
+    huge["topics"] = json!(globs);
+    let (small, huge) = (rsa.sign(&small), rsa.sign(&huge));
+    let before = series(&scrape().await, "floodgate_jwt_verifications_total");
+    for _ in 0..3 {
+        assert_eq!(post(&gw, topic, &small).await.0, 200);
+        assert_eq!(post(&gw, topic, &huge).await.0, 200);
+    }
+    let m = scrape().await;
+    assert_eq!(
+        series(&m, "floodgate_jwt_verifications_total") - before,
+        4.0,
+        "the small token once, the huge one each time"
+    );
+    assert_eq!(series(&m, "floodgate_jwt_cache_entries"), 1.0);
     gw.shutdown().await;
 }

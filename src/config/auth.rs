@@ -239,6 +239,36 @@ impl AuthConfig {
     pub fn has_issuer(&self, issuer: &str) -> bool {
         self.jwt.iter().any(|j| j.issuer == issuer)
     }
+
+    /// Valid but probably not meant: an issuer (or the client certificates) without a `map`
+    /// takes any claim value (certificate name) no tenant lists as a tenant id, so whoever can
+    /// shape that value at the IdP or the CA (a `sub`, a username, a SAN) names any tenant.
+    /// `client_certs`: whether the listener verifies client certificates.
+    pub fn warnings(&self, client_certs: bool) -> Vec<ConfigProblem> {
+        let mut out: Vec<ConfigProblem> = self
+            .jwt
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.map.is_none())
+            .map(|(i, j)| {
+                ConfigProblem::new(
+                    format!("auth.jwt[{i}].map"),
+                    format!(
+                        "is not set: a {:?} value no tenant lists in jwt_claims is taken as a                          tenant id, so a token naming any tenant's id acts as that tenant; set a                          map (or list every claim in the tenants' jwt_claims) unless {:?}                          values are under your control",
+                        j.tenant_claim, j.issuer
+                    ),
+                )
+            })
+            .collect();
+        if self.client_cert.map.is_none() && client_certs {
+            out.push(ConfigProblem::new(
+                "auth.client_cert.map",
+                "is not set: a certificate name no tenant lists in cert_names is taken as a \
+                 tenant id, so a certificate naming any tenant's id acts as that tenant",
+            ));
+        }
+        out
+    }
 }
 
 impl JwtIssuerConfig {

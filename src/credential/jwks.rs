@@ -29,6 +29,9 @@ pub struct VerifyKey {
     pub kid: Option<String>,
     pub alg: Algorithm,
     pub key: DecodingKey,
+    /// SHA-256 of the key's parameters (its type, curve and public values): tells whether a
+    /// later set still holds the very key a token was verified with, whatever its `kid`.
+    pub id: [u8; 32],
 }
 
 impl std::fmt::Debug for VerifyKey {
@@ -145,7 +148,12 @@ fn usable(raw: &str, allowed: &[Algorithm]) -> Option<VerifyKey> {
         return None;
     }
     let key = DecodingKey::from_jwk(&jwk).ok()?;
-    Some(VerifyKey { kid, alg, key })
+    let id = {
+        use sha2::Digest as _;
+        let params = serde_json::to_vec(&jwk.algorithm).ok()?;
+        sha2::Sha256::digest(&params).into()
+    };
+    Some(VerifyKey { kid, alg, key, id })
 }
 
 /// How long until the next scheduled fetch: the answer's `Cache-Control: max-age` within
@@ -213,6 +221,9 @@ pub struct KeySource {
     last_failed: AtomicBool,
     /// Fetch attempts and failures, for metrics and tests.
     pub fetches: AtomicU64,
+    /// Fetches ended (bumped before the lock is let go): a request that waited for the lock
+    /// sees whether one ended meanwhile.
+    finished: AtomicU64,
     pub failures: AtomicU64,
 }
 
@@ -258,6 +269,14 @@ impl KeySource {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
         let set = parse(bytes, &settings.allowed)?;
+        // Never refetched: a file with no key floodgate can use would refuse every token of
+        // its issuer for as long as the process runs.
+        if set.keys.is_empty() {
+            return Err(format!(
+                "has no usable key ({} skipped: HMAC secrets, other curves or algorithms than the issuer's)",
+                set.skipped
+            ));
+        }
         Ok(Self::new(Origin::File, set, settings, clock))
     }
 
@@ -273,6 +292,7 @@ impl KeySource {
             refresh: s.refresh,
             fetching: tokio::sync::Mutex::new(()),
             last_attempt_ns: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             attempted: AtomicBool::new(false),
             last_failed: AtomicBool::new(false),
             fetches: AtomicU64::new(0),
@@ -291,6 +311,11 @@ impl KeySource {
 
     pub fn is_remote(&self) -> bool {
         matches!(self.origin, Origin::Url { .. })
+    }
+
+    /// Whether the keys held now include the one with this id (see [`VerifyKey::id`]).
+    pub fn holds(&self, id: &[u8; 32]) -> bool {
+        self.keys.load().keys.iter().any(|k| &k.id == id)
     }
 
     /// Whether the last fetch failed.
@@ -321,15 +346,31 @@ impl KeySource {
         // A fetch in progress is waited for (its keys may be the ones wanted); when none is,
         // the lock is free and this costs nothing. Whoever held it before us may have just
         // fetched: then the throttle says no and the caller looks at the new keys.
+        let before = self.finished.load(Ordering::Acquire);
         let _one = self.fetching.lock().await;
         let now = self.clock.now_ns();
-        if !self.due(now) {
+        // A fetch that ended while this one waited is this one's answer, due or not: a fetch
+        // slower than `min_refetch_s` (a hanging server) would otherwise make every waiter
+        // fetch again in turn, and the last of a queue wait one timeout per request before it.
+        if self.finished.load(Ordering::Acquire) != before || !self.due(now) {
             return (Fetched::Throttled, self.min_refetch);
         }
         self.last_attempt_ns.store(now, Ordering::Release);
         self.attempted.store(true, Ordering::Release);
         self.fetches.fetch_add(1, Ordering::Relaxed);
-        match read(client, url, *max_bytes).await {
+        let outcome = self.fetch_now(client, url, *max_bytes).await;
+        self.finished.fetch_add(1, Ordering::Release);
+        outcome
+    }
+
+    /// One fetch, under the `fetching` lock.
+    async fn fetch_now(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        max_bytes: usize,
+    ) -> (Fetched, Duration) {
+        match read(client, url, max_bytes).await {
             Ok((bytes, cache_control)) => match parse(&bytes, &self.allowed) {
                 // A set with no key floodgate can use (an empty list, every key of another
                 // type) is an IdP's fault or an attacker's answer, never a rotation: keeping

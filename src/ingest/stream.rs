@@ -422,7 +422,7 @@ impl Ingest {
             tenant: tenant.clone(),
             who,
             topic,
-            generation: self.tenants.generation(),
+            generation: (self.tenants.generation(), self.auth.keys_generation()),
             checked: Instant::now(),
             decoder,
             queue,
@@ -492,8 +492,8 @@ struct Pump<P: RecordNotes> {
     /// time passes (a JWT's `exp`, a certificate's notAfter end the stream's authority).
     who: Identity,
     topic: Topic,
-    /// The registry generation last checked, and when.
-    generation: u64,
+    /// The registry's and the token issuers' key sets' generations last checked, and when.
+    generation: (u64, u64),
     checked: Instant,
     decoder: Decoder<P>,
     queue: mpsc::Sender<Queued<P::Note>>,
@@ -578,7 +578,10 @@ impl<P: RecordNotes + 'static> Pump<P> {
     /// The credential still belongs to this tenant and is still valid, and the topic is still
     /// the tenant's, checked on every registry change and at least once a second.
     fn recheck(&mut self) -> Result<(), ApiError> {
-        let generation = self.ingest.tenants.generation();
+        let generation = (
+            self.ingest.tenants.generation(),
+            self.ingest.auth.keys_generation(),
+        );
         if generation == self.generation && self.checked.elapsed() < RECHECK {
             return Ok(());
         }
