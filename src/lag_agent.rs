@@ -358,6 +358,7 @@ impl LagAgent {
                     class: state.priority,
                     weight,
                     offered: rate,
+                    claiming: false,
                 });
             }
         }
