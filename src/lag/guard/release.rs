@@ -18,10 +18,10 @@
 //!   given, so this speaks while it is busy) and the lag would drain within
 //!   `release_fraction × max_recovery_s` at that demand; or
 //! - the cap has admitted all that was offered for a whole `rate_window_s`, the lag stayed
-//!   caught up with room, and it is not growing: the lag's trend since the cap stopped binding
-//!   (a least-squares slope, with two standard errors either side) neither surely grows fast
-//!   enough to leave "caught up" within [`GROWTH_HORIZON_S`] nor may grow fast enough to leave
-//!   it within `max_recovery_s / release_fraction`. A consumer just below demand makes the lag
+//!   caught up with room, and it is not growing: at P − C it would stay caught up for at least
+//!   `max_recovery_s / release_fraction`, and the lag's trend since the cap stopped binding (a
+//!   least-squares slope less two standard errors) does not surely grow fast enough to leave
+//!   "caught up" within [`GROWTH_HORIZON_S`]. A consumer just below demand makes the lag
 //!   grow slowly but surely: releasing it would only defer the next cap, so it stays capped.
 //!
 //! So a consumer slower than demand is capped once and stays capped — producers get about
@@ -192,10 +192,9 @@ pub fn blocker(g: &LagGuardConfig, n: &Now) -> Option<Blocker> {
     if n.unbound_s < g.rate_window_s {
         return Some(Blocker::Settling);
     }
-    // Without a trend yet, P − C over the window says how fast the lag may grow.
-    let (low, high) = n
-        .growth
-        .unwrap_or((f64::NEG_INFINITY, n.producer - n.consumer));
+    // P − C over the window says how fast the lag grows; the trend since the cap stopped
+    // binding says whether it surely grows at all (a noisy lag proves nothing either way).
+    let surely = n.growth.map_or(f64::NEG_INFINITY, |(low, _)| low);
     let room = (allowance - n.lag as f64).max(0.0);
     let stays_s = |growth: f64| {
         if growth > 0.0 {
@@ -204,7 +203,7 @@ pub fn blocker(g: &LagGuardConfig, n: &Now) -> Option<Blocker> {
             f64::INFINITY
         }
     };
-    (stays_s(low) < GROWTH_HORIZON_S || stays_s(high) < g.max_recovery_s / f)
+    (stays_s(surely) < GROWTH_HORIZON_S || stays_s(n.producer - n.consumer) < g.max_recovery_s / f)
         .then_some(Blocker::Growing)
 }
 
