@@ -226,6 +226,11 @@ fn an_idle_guard_that_cannot_read_is_released_at_once() {
     let (mut g, _) = script();
     assert_eq!(g.unreadable(5 * S, "broker down".into()), Phase::Released);
     assert_eq!(g.last_error.as_deref(), Some("broker down"));
+    // The review of #29: it held no cap, so it did not wait hold_s to let one go — it says so
+    // (before: "unreadable for over 10 s" one second after start-up).
+    assert!(g.reason().contains("no cap in force"), "{}", g.reason());
+    assert_eq!(g.unreadable(16 * S, "broker down".into()), Phase::Released);
+    assert!(g.reason().contains("for over 10 s"), "{}", g.reason());
 }
 
 /// The pressure scenario's guard: 30 s acceptable, rates over 5 s.
@@ -512,6 +517,7 @@ fn a_consumer_just_below_demand_is_capped_once_in_an_hour() {
         );
         // Producers get about what the consumer reads.
         let mean = admitted as f64 / 3_600.0;
+        eprintln!("max_recovery_s {max_recovery_s}, consumer {speed}/s: {activations} activation(s) in 1 h, admitted {mean:.0}/s");
         assert!(
             mean >= 0.95 * speed as f64,
             "{max_recovery_s} s, {speed}/s: {mean}"
