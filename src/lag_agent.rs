@@ -46,6 +46,9 @@ pub struct GuardStatus {
     pub phase: Phase,
     pub lag: u64,
     pub by_topic: Vec<(String, u64)>,
+    /// Partitions with a rate (read twice in the window), and partitions in the last reading
+    /// without an end or committed offset.
+    pub partitions: (usize, usize),
     pub consumer_rate: f64,
     pub producer_rate: f64,
     /// What floodgate's producers offer to the guarded topics (all replicas), records/s.
@@ -108,6 +111,7 @@ impl Slot {
             phase: self.guard.phase(),
             lag: self.guard.lag(),
             by_topic: self.by_topic.clone(),
+            partitions: self.guard.partitions(),
             consumer_rate: self.guard.consumer_rate(),
             producer_rate: self.guard.producer_rate(),
             offered_rate: self.guard.offered_rate(),
