@@ -10,7 +10,7 @@
 //! every few seconds keeps a share between them. A tenant the limit refused in the last
 //! [`CLAIM_NS`] claims its configured rate (see `adaptive::allocation`): a client that honours
 //! `Retry-After` sends only what it is told it may, so what it sends is no measure of what it
-//! wants.
+//! wants. The claim ends at the first interval it sends in without being refused.
 //!
 //! In cluster mode the limit is this replica's own: it protects the brokers this replica
 //! talks to, on top of the shared budgets.
@@ -355,8 +355,13 @@ impl AdaptiveAgent {
                 if !demand.is_finite() || demand < FORGOTTEN {
                     demand = 0.0;
                 }
+                // A claim stands while the tenant waits as told; once it sends and is not refused,
+                // what it sends is what it wants again, and its share follows that (a claimed
+                // share it does not use would be refused to the others for nothing).
                 let claim_until_ns = if refusals > before.refused {
                     now.saturating_add(CLAIM_NS)
+                } else if offered > 0.0 {
+                    0
                 } else {
                     before.claim_until_ns
                 };
