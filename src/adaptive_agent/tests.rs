@@ -177,9 +177,16 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
     // be refused to greedy for nothing).
     second(30, 1);
     let limit = agent.stats.limit_records.load(Relaxed);
-    assert!(share("polite") as f64 >= 0.45 * limit as f64, "{}", share("polite"));
+    assert!(
+        share("polite") as f64 >= 0.45 * limit as f64,
+        "{}",
+        share("polite")
+    );
     second(20, 0);
     let polite_share = share("polite");
-    assert!((20..=40).contains(&polite_share), "{polite_share} of {limit}");
+    assert!(
+        (20..=40).contains(&polite_share),
+        "{polite_share} of {limit}"
+    );
     assert!(share("greedy") > 2 * polite_share, "{}", share("greedy"));
 }
