@@ -5,12 +5,12 @@
 //! While the limit is at its ceiling the plan is inactive and the configured budgets alone
 //! decide.
 //!
-//! A tenant's demand is what it offered (admitted or refused), remembered: the highest rate of
-//! recent intervals, halving every [`DEMAND_HALF_LIFE_S`] — so a tenant that sends a request
-//! every few seconds keeps a share between them. A tenant the limit refused in the last
-//! [`CLAIM_NS`] claims its configured rate (see `adaptive::allocation`): a client that honours
-//! `Retry-After` sends only what it is told it may, so what it sends is no measure of what it
-//! wants. The claim ends at the first interval it sends in without being refused.
+//! A tenant's demand is what it offered (admitted or refused) over the interval; over an
+//! interval it offered nothing in, what it offered last, halving every [`DEMAND_HALF_LIFE_S`]
+//! — so a tenant that sends a request every few seconds, or waits out a `Retry-After`, keeps a
+//! share between its requests. A refused request counts its records as offered. A refusal
+//! names the wait at the share the tenant's class would give it (`Share::claimed`), no sooner
+//! than the next plan, so a client that honours it comes back while its demand is remembered.
 //!
 //! In cluster mode the limit is this replica's own: it protects the brokers this replica
 //! talks to, on top of the shared budgets.
@@ -39,12 +39,8 @@ pub use stats::AdaptiveStats;
 /// Seconds of a tenant's share its adaptive bucket holds.
 const BURST_SECS: u64 = 2;
 
-/// A tenant's remembered demand halves over this many seconds without a higher one.
+/// A tenant's remembered demand halves over this many seconds of sending nothing.
 pub const DEMAND_HALF_LIFE_S: f64 = 5.0;
-
-/// A tenant refused by the adaptive limit claims its configured rate for this long after (ns):
-/// twice the longest wait a refusal names (`admission::MAX_ADAPTIVE_WAIT`).
-pub const CLAIM_NS: u64 = 2 * crate::admission::MAX_ADAPTIVE_WAIT.as_nanos() as u64;
 
 /// A remembered demand below this (per second) is forgotten.
 const FORGOTTEN: f64 = 1e-3;
@@ -52,14 +48,11 @@ const FORGOTTEN: f64 = 1e-3;
 /// One tenant as the last tick saw it.
 #[derive(Debug, Default, Clone)]
 struct Seen {
-    /// Offered records and bytes, ever; adaptive refusals, ever.
+    /// Offered records and bytes, ever.
     records: u64,
     bytes: u64,
-    refused: u64,
     /// Remembered demand, per second, in the dimension the ceiling counts first.
     demand: f64,
-    /// Claiming until then (ns; 0: not claiming).
-    claim_until_ns: u64,
 }
 
 /// Counters as they were at the last tick.
@@ -333,8 +326,7 @@ impl AdaptiveAgent {
         drop(controller);
 
         // Demand per tenant, in the dimension the ceiling counts first: the rate offered over
-        // the interval, or the remembered one decayed if that is higher; and whether the limit
-        // refused it lately.
+        // the interval, or the remembered one decayed over an interval it sent nothing in.
         let by_records = ceiling_r.is_some();
         let decay = 0.5f64.powf(secs / DEMAND_HALF_LIFE_S);
         let mut tenants = HashMap::with_capacity(seen_now.len());
@@ -342,7 +334,7 @@ impl AdaptiveAgent {
             .tenants()
             .map(|t| {
                 let id = t.id.as_str().to_string();
-                let (r, b, refusals) = seen_now.get(&id).copied().unwrap_or_default();
+                let (r, b, _) = seen_now.get(&id).copied().unwrap_or_default();
                 // Not seen at the last tick: its counters started since (all they hold is new).
                 let before = previous.tenants.get(&id).cloned().unwrap_or_default();
                 let (now_n, then_n) = if by_records {
@@ -351,21 +343,18 @@ impl AdaptiveAgent {
                     (b, before.bytes)
                 };
                 let offered = now_n.saturating_sub(then_n) as f64 / secs;
-                let mut demand = offered.max(before.demand * decay);
+                // Measured while it sends; remembered (decaying) only over intervals it sends nothing
+                // in — a client waiting out a Retry-After, or sending every few seconds. (The
+                // highest of recent intervals, kept while it sends, held a busy tenant's share
+                // at its peak and shrank the others': tests/adaptive.rs.)
+                let mut demand = if offered > 0.0 {
+                    offered
+                } else {
+                    before.demand * decay
+                };
                 if !demand.is_finite() || demand < FORGOTTEN {
                     demand = 0.0;
                 }
-                // A claim stands while the tenant waits as told; once it sends and is not refused,
-                // what it sends is what it wants again, and its share follows that (a claimed
-                // share it does not use would be refused to the others for nothing).
-                let claim_until_ns = if refusals > before.refused {
-                    now.saturating_add(CLAIM_NS)
-                } else if offered > 0.0 {
-                    0
-                } else {
-                    before.claim_until_ns
-                };
-                let claiming = claim_until_ns > now;
                 let spec = t.spec();
                 let weight = if by_records { spec.records } else { spec.bytes }
                     .map_or(ceiling_r.or(ceiling_b).unwrap_or(1) as f64, |s| {
@@ -377,9 +366,7 @@ impl AdaptiveAgent {
                         Seen {
                             records: r,
                             bytes: b,
-                            refused: refusals,
                             demand,
-                            claim_until_ns: if claiming { claim_until_ns } else { 0 },
                         },
                     );
                 }
@@ -388,7 +375,12 @@ impl AdaptiveAgent {
                     class: t.priority(),
                     weight,
                     offered: demand,
-                    claiming,
+                    // No claims from the agent: a claimed share the tenant does not use is
+                    // refused to the others (tests/adaptive.rs: a critical tenant refused once
+                    // held its whole weight and starved standard). The remembered demand — a
+                    // refused request counts its records — and a wait no longer than the next
+                    // plan give a client that honours Retry-After its share back instead.
+                    claiming: false,
                 }
             })
             .collect();
