@@ -22,9 +22,9 @@ pub struct Share {
     pub class: Priority,
     /// Its share as a budget: what admission enforces.
     pub spec: BudgetSpec,
-    /// What it gets once a refusal makes it claim (its weight's part of its class), per
-    /// second in each dimension the ceiling counts: a refusal names the wait against this,
-    /// since the next plan gives it that much.
+    /// Its weight's part of its class (what it would get asking for its configured rate), per
+    /// second in each dimension the ceiling counts: a refusal names the wait against this (an
+    /// optimistic one, at least the time to the next plan).
     pub claimed: (Option<u64>, Option<u64>),
 }
 

@@ -26,8 +26,8 @@ use crate::tenant::Tenant;
 
 mod guards;
 
-/// The longest wait an adaptive refusal names: the limit is decided again every interval and a
-/// refused tenant's claim is remembered for twice this (`adaptive_agent::CLAIM_NS`).
+/// The longest wait an adaptive refusal names: the limit is decided again every interval, and
+/// a tenant's demand is remembered (halving every 5 s) while it waits.
 pub const MAX_ADAPTIVE_WAIT: Duration = Duration::from_secs(5);
 
 fn tenant_reason(s: Shortfall) -> Reason {
@@ -198,11 +198,11 @@ impl Admission {
     }
 
     /// The wait an adaptive refusal names. The share it was refused by may be far below what
-    /// the tenant gets at the next plan — a refusal makes it claim its weight's part of its
-    /// class — so the wait is the one at that rate (but not before the next plan: the share
-    /// cannot change sooner), never more than the share's own wait, and at most
-    /// [`MAX_ADAPTIVE_WAIT`]: the agent remembers a refused tenant's claim for twice that,
-    /// so a client that honours the wait comes back while it stands.
+    /// the tenant's class would give it (its weight's part, `Share::claimed`) — a share that
+    /// follows demand is small for a tenant that just started or waited — so the wait is the
+    /// one at that rate (but not before the next plan: the share cannot change sooner), never
+    /// more than the share's own wait, and at most [`MAX_ADAPTIVE_WAIT`], so a client that
+    /// honours it comes back while its demand is remembered.
     fn adaptive_wait(
         &self,
         tenant: &Tenant,

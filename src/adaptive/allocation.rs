@@ -3,11 +3,11 @@
 //! is refused first — and within a class by the tenants' configured rates, each capped at what
 //! it asks for, the rest going to the others (water-filling), not first come first served.
 //!
-//! What a tenant "asks for" is its demand as the agent remembers it (see `adaptive_agent`),
-//! except that a tenant the limit refused lately is *claiming*: it asks for its configured rate
-//! (the most it could ever use), so within its class its share follows its weight. A client
-//! that honours `Retry-After` sends only what it was told it may, so its measured demand says
-//! nothing of what it wants; being refused says it wants more than it had.
+//! What a tenant "asks for" is its demand as the agent remembers it (see `adaptive_agent`).
+//! A tenant may also be marked *claiming* — it then asks for its configured rate, so within its
+//! class its share follows its weight; the agent does not use this (a claimed share a tenant
+//! does not use is refused to the others), and [`Allocation::claimed`] says what such a share
+//! would be, for the wait a refusal names.
 
 use std::collections::HashMap;
 
