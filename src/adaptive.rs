@@ -16,6 +16,18 @@ use arc_swap::ArcSwap;
 use crate::budget::BudgetSpec;
 use crate::config::Priority;
 
+/// One tenant's part of the adaptive limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    pub class: Priority,
+    /// Its share as a budget: what admission enforces.
+    pub spec: BudgetSpec,
+    /// Its weight's part of its class (what it would get asking for its configured rate), per
+    /// second in each dimension the ceiling counts: a refusal names the wait against this (an
+    /// optimistic one, at least the time to the next plan).
+    pub claimed: (Option<u64>, Option<u64>),
+}
+
 /// What admission enforces now: per tenant, its share of the adaptive limit as a budget.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -23,7 +35,9 @@ pub struct Plan {
     pub active: bool,
     /// Changes with every plan, so a tenant's bucket knows to follow.
     pub epoch: u64,
-    pub shares: HashMap<String, (Priority, BudgetSpec)>,
+    /// When the next plan is due (the agent's clock, ns): a share cannot change before.
+    pub next_ns: u64,
+    pub shares: HashMap<String, Share>,
 }
 
 /// The current plan, swapped whole by the agent, read lock-free by admission.

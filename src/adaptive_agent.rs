@@ -1,8 +1,16 @@
 //! The adaptive limit's agent: every `[adaptive] interval_ms` it reads Kafka's signals (the
-//! delivery p99 of the interval, the brokers' throttle time, the buffer's fill), lets the
-//! controller move the limit, and publishes a plan sharing the limit among tenants by priority
-//! class and configured rate, from each tenant's demand over the interval. While the limit is
-//! at its ceiling the plan is inactive and the configured budgets alone decide.
+//! delivery p99 of the interval, how long records have waited with no delivery at all, the
+//! brokers' throttle time, the buffer's fill), lets the controller move the limit, and
+//! publishes a plan sharing the limit among tenants by priority class and configured rate.
+//! While the limit is at its ceiling the plan is inactive and the configured budgets alone
+//! decide.
+//!
+//! A tenant's demand is what it offered (admitted or refused) over the interval; over an
+//! interval it offered nothing in, what it offered last, halving every [`DEMAND_HALF_LIFE_S`]
+//! — so a tenant that sends a request every few seconds, or waits out a `Retry-After`, keeps a
+//! share between its requests. A refused request counts its records as offered. A refusal
+//! names the wait at the share the tenant's class would give it (`Share::claimed`), no sooner
+//! than the next plan, so a client that honours it comes back while its demand is remembered.
 //!
 //! In cluster mode the limit is this replica's own: it protects the brokers this replica
 //! talks to, on top of the shared budgets.
@@ -15,9 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::adaptive::allocation::{allocate, Demand};
+use crate::adaptive::allocation::{share, Demand};
 use crate::adaptive::controller::{Controller, Move, Signals};
-use crate::adaptive::{Plan, PlanCell};
+use crate::adaptive::{Plan, PlanCell, Share};
 use crate::admission::Admission;
 use crate::budget::{BudgetSpec, Clock, RateSpec};
 use crate::config::AdaptiveConfig;
@@ -31,15 +39,36 @@ pub use stats::AdaptiveStats;
 /// Seconds of a tenant's share its adaptive bucket holds.
 const BURST_SECS: u64 = 2;
 
+/// A tenant's remembered demand halves over this many seconds of sending nothing.
+pub const DEMAND_HALF_LIFE_S: f64 = 5.0;
+
+/// A remembered demand below this (per second) is forgotten.
+const FORGOTTEN: f64 = 1e-3;
+
+/// One tenant as the last tick saw it.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// Offered records and bytes, ever.
+    records: u64,
+    bytes: u64,
+    /// Remembered demand, per second, in the dimension the ceiling counts first.
+    demand: f64,
+}
+
 /// Counters as they were at the last tick.
 #[derive(Debug, Default)]
 struct Previous {
     at_ns: u64,
     delivery: [u64; LATENCY_BUCKETS],
-    offered: HashMap<String, (u64, u64)>,
+    tenants: HashMap<String, Seen>,
     admitted_records: u64,
     admitted_bytes: u64,
     refused: u64,
+    /// Since when records have been waiting (held in the buffer at every tick since), and the
+    /// last tick whose interval delivered something: how long nothing was delivered while
+    /// records waited is a lower bound on the age of the oldest record in flight.
+    waiting_since_ns: Option<u64>,
+    delivered_at_ns: u64,
 }
 
 #[derive(Debug)]
@@ -54,6 +83,9 @@ pub struct AdaptiveAgent {
     kafka: KafkaMetrics,
     clock: Arc<dyn Clock>,
     epoch: AtomicU64,
+    /// Bumped by every settings change: the loop waiting for the next tick wakes and re-reads
+    /// the interval (a long one put back to a short one takes effect at once).
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// The p99 of the observations between two bucket snapshots, in ms.
@@ -99,8 +131,10 @@ impl AdaptiveAgent {
             kafka,
             clock,
             epoch: AtomicU64::new(0),
+            changed: tokio::sync::watch::Sender::new(0),
         };
         AdaptiveStats::set_f64(&agent.stats.limit_ratio, 1.0);
+        AdaptiveStats::set_f64(&agent.stats.p99_ms, f64::NAN);
         agent.stats.stand(
             &agent
                 .controller
@@ -128,6 +162,7 @@ impl AdaptiveAgent {
             self.plan.store(Plan {
                 active: false,
                 epoch: self.epoch.fetch_add(1, Relaxed) + 1,
+                next_ns: 0,
                 shares: HashMap::new(),
             });
             AdaptiveStats::set_f64(&self.stats.limit_ratio, 1.0);
@@ -135,6 +170,22 @@ impl AdaptiveAgent {
             controller.set_settings(settings.clone());
         }
         self.settings.store(Arc::new(settings));
+        drop(controller);
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// How long the loop waits for the next tick after one at `last_ns` (0: due now), at the
+    /// interval in force now.
+    fn wait_ns(&self, last_ns: u64) -> u64 {
+        let every = self
+            .settings
+            .load()
+            .interval_ms
+            .max(1)
+            .saturating_mul(1_000_000);
+        last_ns
+            .saturating_add(every)
+            .saturating_sub(self.clock.now_ns())
     }
 
     /// The ceiling now: the global budget's rates where set, else the section's own.
@@ -152,15 +203,30 @@ impl AdaptiveAgent {
         )
     }
 
-    /// Runs until the process ends.
+    /// Runs until the process ends: a tick every `interval_ms`, the wait re-read whenever the
+    /// settings change (not slept out at the interval read before it).
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let agent = self.clone();
+        let mut changed = self.changed.subscribe();
         tokio::spawn(async move {
+            let mut last = agent.clock.now_ns();
             loop {
-                let every = Duration::from_millis(agent.settings.load().interval_ms.max(1));
-                tokio::time::sleep(every).await;
-                if agent.settings.load().enabled {
-                    agent.tick();
+                let wait = agent.wait_ns(last);
+                if wait == 0 {
+                    last = agent.clock.now_ns();
+                    if agent.settings.load().enabled {
+                        agent.tick();
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_nanos(wait)) => {}
+                    // A change: wait again at the new interval, from the same last tick.
+                    r = changed.changed() => {
+                        if r.is_err() {
+                            tokio::time::sleep(Duration::from_nanos(wait)).await;
+                        }
+                    }
                 }
             }
         })
@@ -172,22 +238,24 @@ impl AdaptiveAgent {
         let now = self.clock.now_ns();
         let registry = self.tenants.load();
         let delivery = self.kafka.delivery_counts.counts();
-        let mut offered = HashMap::new();
+        let mut seen_now: HashMap<String, (u64, u64, u64)> = HashMap::new();
         let (mut admitted_records, mut admitted_bytes, mut refused) = (0u64, 0u64, 0u64);
         for t in registry.tenants() {
             let Some(stats) = t.stats_if_any() else {
                 continue; // never offered anything
             };
-            offered.insert(
+            let adaptive_refusals = stats.rejected_count(Reason::Adaptive);
+            seen_now.insert(
                 t.id.as_str().to_string(),
                 (
                     stats.offered_records.load(Relaxed),
                     stats.offered_bytes.load(Relaxed),
+                    adaptive_refusals,
                 ),
             );
             admitted_records += stats.admitted_records.load(Relaxed);
             admitted_bytes += stats.admitted_bytes.load(Relaxed);
-            refused += stats.rejected_count(Reason::Adaptive);
+            refused += adaptive_refusals;
         }
         let mut previous = self
             .previous
@@ -196,6 +264,30 @@ impl AdaptiveAgent {
         let secs = (now.saturating_sub(previous.at_ns) as f64 / 1e9).max(1e-3);
         let (deliveries, p99) = p99_ms(&delivery, &previous.delivery);
         let (ceiling_r, ceiling_b) = self.ceiling(&settings);
+        let buffer = &self.admission.buffer;
+        let (held_bytes, held_records) = buffer.held();
+        let fill = (held_bytes as f64 / buffer.max_bytes().max(1) as f64)
+            .max(held_records as f64 / buffer.max_records().max(1) as f64);
+        // Records waiting at this tick and every one since `waiting_since`, and nothing
+        // delivered since `delivered_at`: the oldest of them has waited at least this long.
+        if deliveries > 0 {
+            previous.delivered_at_ns = now;
+        }
+        let waiting = held_records > 0 || held_bytes > 0;
+        let stalled_ms = match (waiting, previous.waiting_since_ns) {
+            (false, _) => {
+                previous.waiting_since_ns = None;
+                0.0
+            }
+            (true, None) => {
+                previous.waiting_since_ns = Some(now);
+                0.0
+            }
+            (true, Some(since)) => {
+                let from = since.max(previous.delivered_at_ns);
+                now.saturating_sub(from) as f64 / 1e6
+            }
+        };
         let mut controller = self
             .controller
             .lock()
@@ -206,10 +298,6 @@ impl AdaptiveAgent {
                 admitted.saturating_sub(before) as f64 / secs / (c as f64 * limit).max(1.0)
             })
         };
-        let buffer = &self.admission.buffer;
-        let (held_bytes, held_records) = buffer.held();
-        let fill = (held_bytes as f64 / buffer.max_bytes().max(1) as f64)
-            .max(held_records as f64 / buffer.max_records().max(1) as f64);
         let throttle = self
             .kafka
             .latest()
@@ -223,6 +311,7 @@ impl AdaptiveAgent {
             delivery_p99_ms: p99,
             throttle_ms: throttle,
             buffer_fill: fill,
+            stalled_ms,
             limit_used: used(admitted_records, previous.admitted_records, ceiling_r).max(used(
                 admitted_bytes,
                 previous.admitted_bytes,
@@ -236,77 +325,124 @@ impl AdaptiveAgent {
         self.stats.stand(&controller, ceiling_r);
         drop(controller);
 
-        // Demand per tenant over the interval, in the dimension the ceiling counts first.
+        // Demand per tenant, in the dimension the ceiling counts first: the rate offered over
+        // the interval, or the remembered one decayed over an interval it sent nothing in.
         let by_records = ceiling_r.is_some();
+        let decay = 0.5f64.powf(secs / DEMAND_HALF_LIFE_S);
+        let mut tenants = HashMap::with_capacity(seen_now.len());
         let demands: Vec<Demand> = registry
             .tenants()
             .map(|t| {
                 let id = t.id.as_str().to_string();
-                let (r, b) = offered.get(&id).copied().unwrap_or_default();
-                let (pr, pb) = previous.offered.get(&id).copied().unwrap_or((r, b));
-                let (now_n, then_n) = if by_records { (r, pr) } else { (b, pb) };
+                let (r, b, _) = seen_now.get(&id).copied().unwrap_or_default();
+                // Not seen at the last tick: its counters started since (all they hold is new).
+                let before = previous.tenants.get(&id).cloned().unwrap_or_default();
+                let (now_n, then_n) = if by_records {
+                    (r, before.records)
+                } else {
+                    (b, before.bytes)
+                };
+                let offered = now_n.saturating_sub(then_n) as f64 / secs;
+                // Measured while it sends; remembered (decaying) only over intervals it sends nothing
+                // in — a client waiting out a Retry-After, or sending every few seconds. (The
+                // highest of recent intervals, kept while it sends, held a busy tenant's share
+                // at its peak and shrank the others': tests/adaptive.rs.)
+                let mut demand = if offered > 0.0 {
+                    offered
+                } else {
+                    before.demand * decay
+                };
+                if !demand.is_finite() || demand < FORGOTTEN {
+                    demand = 0.0;
+                }
                 let spec = t.spec();
                 let weight = if by_records { spec.records } else { spec.bytes }
                     .map_or(ceiling_r.or(ceiling_b).unwrap_or(1) as f64, |s| {
                         s.per_sec as f64
                     });
+                if seen_now.contains_key(&id) {
+                    tenants.insert(
+                        id.clone(),
+                        Seen {
+                            records: r,
+                            bytes: b,
+                            demand,
+                        },
+                    );
+                }
                 Demand {
                     id,
                     class: t.priority(),
                     weight,
-                    offered: now_n.saturating_sub(then_n) as f64 / secs,
+                    offered: demand,
+                    // No claims from the agent: a claimed share the tenant does not use is
+                    // refused to the others (tests/adaptive.rs: a critical tenant refused once
+                    // held its whole weight and starved standard). The remembered demand — a
+                    // refused request counts its records — and a wait no longer than the next
+                    // plan give a client that honours Retry-After its share back instead.
+                    claiming: false,
                 }
             })
             .collect();
         let primary = if by_records { ceiling_r } else { ceiling_b }.unwrap_or(0) as f64 * limit;
-        let rates = allocate(primary, settings.critical_reserve, &demands);
+        let allocation = share(primary, settings.critical_reserve, &demands);
         let mut class_rate = [0.0f64; 3];
+        let per_sec = |ceiling: Option<u64>, fraction: f64| {
+            ceiling.map(|c| ((c as f64 * limit * fraction) as u64).max(1))
+        };
         let shares = demands
             .iter()
             .map(|d| {
-                let rate = rates.get(&d.id).copied().unwrap_or(0.0);
+                let rate = allocation.rates.get(&d.id).copied().unwrap_or(0.0);
                 class_rate[d.class as usize] += rate;
-                let fraction = if primary > 0.0 { rate / primary } else { 0.0 };
+                let fraction = |rate: f64| {
+                    if primary > 0.0 && rate.is_finite() {
+                        (rate / primary).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                };
+                let own = fraction(rate);
                 let dim = |ceiling: Option<u64>| {
-                    ceiling.map(|c| {
-                        let per_sec = ((c as f64 * limit * fraction) as u64).max(1);
-                        RateSpec {
-                            per_sec,
-                            burst: per_sec.saturating_mul(BURST_SECS).max(1),
-                        }
+                    per_sec(ceiling, own).map(|per_sec| RateSpec {
+                        per_sec,
+                        burst: per_sec.saturating_mul(BURST_SECS).max(1),
                     })
                 };
+                let present = d.claiming || d.offered > 0.0;
+                let claimed = fraction(allocation.claimed(d.class, d.weight, present)).max(own);
                 (
                     d.id.clone(),
-                    (
-                        d.class,
-                        BudgetSpec {
+                    Share {
+                        class: d.class,
+                        spec: BudgetSpec {
                             records: dim(ceiling_r),
                             bytes: dim(ceiling_b),
                         },
-                    ),
+                        claimed: (per_sec(ceiling_r, claimed), per_sec(ceiling_b, claimed)),
+                    },
                 )
             })
             .collect();
         self.plan.store(Plan {
             active: settings.enabled && limit < 1.0,
             epoch: self.epoch.fetch_add(1, Relaxed) + 1,
+            next_ns: now.saturating_add(settings.interval_ms.saturating_mul(1_000_000)),
             shares,
         });
-        *previous = Previous {
-            at_ns: now,
-            delivery,
-            offered,
-            admitted_records,
-            admitted_bytes,
-            refused,
-        };
+        previous.at_ns = now;
+        previous.delivery = delivery;
+        previous.tenants = tenants;
+        previous.admitted_records = admitted_records;
+        previous.admitted_bytes = admitted_bytes;
+        previous.refused = refused;
         drop(previous);
 
         let s = &self.stats;
         AdaptiveStats::set_f64(&s.limit_ratio, limit);
         AdaptiveStats::set_f64(&s.target_ms, target.unwrap_or(0.0));
-        AdaptiveStats::set_f64(&s.p99_ms, p99.unwrap_or(0.0));
+        AdaptiveStats::set_f64(&s.p99_ms, p99.unwrap_or(f64::NAN));
+        AdaptiveStats::set_f64(&s.stalled_ms, stalled_ms);
         s.throttle_ms
             .store(u64::try_from(throttle).unwrap_or(0), Relaxed);
         s.limit_records
@@ -335,6 +471,7 @@ impl AdaptiveAgent {
                 tracing::info!(
                     limit = format!("{:.0}%", limit * 100.0),
                     recover_to = format!("{:.0}%", s.recover_to() * 100.0),
+                    learned = s.level_learned(),
                     "adaptive limit recovering: Kafka is healthy again"
                 );
             }
@@ -351,3 +488,6 @@ impl AdaptiveAgent {
         decision
     }
 }
+
+#[cfg(test)]
+mod tests;

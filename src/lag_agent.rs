@@ -19,17 +19,15 @@ use crate::adaptive::allocation::{allocate, Demand};
 use crate::budget::Clock;
 use crate::config::LagGuardConfig;
 use crate::identity::{Topic, TopicPatterns};
-use crate::lag::guard::{Blocker, CapBasis, Guard, Phase, Reading};
+use crate::lag::guard::{Blocker, CapBasis, Guard, PartitionOffsets, Phase, Reading};
 use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
 use crate::tenant::Tenants;
 
-/// One reading of a guard's partitions, with the lag per topic (for the metrics).
+/// One reading of a guard's partitions: each partition's end and committed offsets, as
+/// Kafka answered them (the guard takes rates per partition, over the ones read twice).
 #[derive(Debug, Clone, Default)]
 pub struct OffsetReading {
-    pub end: u64,
-    pub committed: u64,
-    pub lag: u64,
-    pub by_topic: Vec<(String, u64)>,
+    pub partitions: Vec<PartitionOffsets>,
 }
 
 /// Where offsets come from: Kafka in production ([`KafkaOffsets`]). Blocking.
@@ -48,6 +46,9 @@ pub struct GuardStatus {
     pub phase: Phase,
     pub lag: u64,
     pub by_topic: Vec<(String, u64)>,
+    /// Partitions with a rate (read twice in the window), and partitions in the last reading
+    /// without an end or committed offset.
+    pub partitions: (usize, usize),
     pub consumer_rate: f64,
     pub producer_rate: f64,
     /// What floodgate's producers offer to the guarded topics (all replicas), records/s.
@@ -110,6 +111,7 @@ impl Slot {
             phase: self.guard.phase(),
             lag: self.guard.lag(),
             by_topic: self.by_topic.clone(),
+            partitions: self.guard.partitions(),
             consumer_rate: self.guard.consumer_rate(),
             producer_rate: self.guard.producer_rate(),
             offered_rate: self.guard.offered_rate(),
@@ -283,15 +285,14 @@ impl LagAgent {
         let demands = self.demands(slot, if since == 0 { 0.0 } else { secs });
         let phase = match reading {
             Ok(r) => {
-                slot.by_topic = r.by_topic;
-                slot.guard.read(Reading {
+                let phase = slot.guard.read(Reading {
                     at_ns: at,
-                    end: r.end,
-                    committed: r.committed,
-                    lag: r.lag,
+                    partitions: r.partitions,
                     offered: slot.offered_total,
                     replicas: members,
-                })
+                });
+                slot.by_topic = slot.guard.lag_by_topic().to_vec();
+                phase
             }
             Err(e) => {
                 if was != Phase::Holding && was != Phase::Released {
@@ -358,6 +359,7 @@ impl LagAgent {
                     class: state.priority,
                     weight,
                     offered: rate,
+                    claiming: false,
                 });
             }
         }
@@ -493,34 +495,36 @@ impl OffsetSource for KafkaOffsets {
         let ends = consumer
             .offsets_for_times(ends, timeout)
             .map_err(|e| format!("end offsets: {e}"))?;
-        let end_of: HashMap<(String, i32), i64> = ends
+        // A partition whose end offset came back with an error (or none) is read without one:
+        // the guard keeps its earlier readings and takes no rate from this one.
+        let end_of: HashMap<(String, i32), u64> = ends
             .elements()
             .iter()
             .filter_map(|e| match e.offset() {
                 Offset::Offset(o) if e.error().is_ok() => {
-                    Some(((e.topic().to_string(), e.partition()), o))
+                    Some(((e.topic().to_string(), e.partition()), o.max(0) as u64))
                 }
                 _ => None,
             })
             .collect();
         let mut out = OffsetReading::default();
-        let mut by_topic: HashMap<String, u64> = HashMap::new();
         let mut with_commit = 0;
         for e in committed.elements() {
-            let Offset::Offset(c) = e.offset() else {
-                // No committed offset for this partition: nothing to measure there.
-                continue;
+            let committed = match e.offset() {
+                Offset::Offset(c) if e.error().is_ok() => Some(c.max(0) as u64),
+                // No committed offset for this partition (or an error for it).
+                _ => None,
             };
-            let Some(&end) = end_of.get(&(e.topic().to_string(), e.partition())) else {
-                continue;
-            };
-            with_commit += 1;
-            let (c, end) = (c.max(0) as u64, end.max(0) as u64);
-            let lag = end.saturating_sub(c);
-            out.end += end;
-            out.committed += c.min(end);
-            out.lag += lag;
-            *by_topic.entry(e.topic().to_string()).or_default() += lag;
+            let end = end_of.get(&(e.topic().to_string(), e.partition())).copied();
+            if committed.is_some() && end.is_some() {
+                with_commit += 1;
+            }
+            out.partitions.push(PartitionOffsets::new(
+                e.topic(),
+                e.partition(),
+                end,
+                committed,
+            ));
         }
         // Lists go before their client can (a list outliving its consumer can hang the drop).
         drop(committed);
@@ -531,9 +535,6 @@ impl OffsetSource for KafkaOffsets {
                 guard.group
             ));
         }
-        let mut by_topic: Vec<_> = by_topic.into_iter().collect();
-        by_topic.sort();
-        out.by_topic = by_topic;
         Ok(out)
     }
 }

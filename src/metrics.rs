@@ -581,10 +581,23 @@ impl LiveCollector {
         family(
             encoder,
             "adaptive_delivery_p99",
-            "Delivery p99 over the controller's last interval",
+            "Delivery p99 over the controller's last interval (0 when it delivered none to \
+             measure: see floodgate_adaptive_stalled_seconds)",
             Some(&Unit::Seconds),
             G,
-            &[(Vec::new(), ConstGauge::new(s.p99_ms() / 1000.0))],
+            &[(
+                Vec::new(),
+                ConstGauge::new(s.p99_ms().unwrap_or(0.0) / 1000.0),
+            )],
+        )?;
+        family(
+            encoder,
+            "adaptive_stalled",
+            "How long records had waited with no delivery at all at the controller's last \
+             interval (0: something was delivered, or nothing waits)",
+            Some(&Unit::Seconds),
+            G,
+            &[(Vec::new(), ConstGauge::new(s.stalled_ms() / 1000.0))],
         )?;
         let mut changes: Vec<_> = Cause::ALL
             .iter()

@@ -1,16 +1,21 @@
 //! The controller: a state machine over a clock the caller steps. The limit is a fraction of
 //! the ceiling (1.0 = the configured budget).
 //!
-//! - **Cut**: on pressure — delivery p99 above the target, the broker throttling, the buffer
+//! - **Cut**: on pressure — delivery p99 above the target, records waiting longer than the
+//!   target with no delivery at all (a stalled broker), the broker throttling, the buffer
 //!   filling — the limit is multiplied by `decrease_factor`, never below the floor, at most
 //!   once per decrease cool-down (a cut needs time to show in the signals). Pressure after the
 //!   limit has grown again cuts at once: the fault is back, or the growth caused it.
 //! - **Recover**: the *recovery level* is the highest share of the ceiling Kafka carried over a
-//!   whole interval at healthy latency. Below it, every healthy interval multiplies the limit
-//!   by `recovery_factor` (slow start), used or not: the broker has shown it takes that much,
-//!   so holding producers below it refuses them for nothing. Pressure that returns while the
-//!   limit grows lowers the level to the limit before that growth (the broker takes less than
-//!   it did), so a lasting loss of capacity costs one overshoot, not a sawtooth of them.
+//!   whole interval at healthy latency — the ceiling itself while nothing was carried yet (a
+//!   fault present from start-up). Below it, every healthy interval multiplies the limit by
+//!   `recovery_factor` (slow start), used or not: the broker has shown it takes that much, so
+//!   holding producers below it refuses them for nothing. Pressure that returns while the
+//!   limit grows toward the level marks the limit it reached as *suspect* but keeps the level
+//!   (one flap of the fault says nothing of the broker's capacity); pressure that returns
+//!   again before the limit has been healthy at the suspect level lowers the level to the
+//!   limit before that growth (the broker takes less than it did). So a flapping fault costs
+//!   no recovery time, and a lasting loss of capacity costs two overshoots, not a sawtooth.
 //! - **Probe**: at or above the level, the limit grows by `increase_step` only when it was
 //!   reached (or refused someone), at most once per increase cool-down: what the broker takes
 //!   there is unknown.
@@ -30,6 +35,10 @@ pub struct Signals {
     pub throttle_ms: i64,
     /// Buffer occupancy, 0 to 1.
     pub buffer_fill: f64,
+    /// How long records have waited with no delivery at all, ms (0 when something was
+    /// delivered in the interval or nothing waits): a lower bound on the age of the oldest
+    /// record in flight, the one latency signal a stalled broker still gives.
+    pub stalled_ms: f64,
     /// Admitted rate ÷ the current limit's rate (1.0: the limit was used up).
     pub limit_used: f64,
     /// Requests refused by the adaptive limit in the interval.
@@ -42,16 +51,19 @@ pub enum Cause {
     Latency,
     Throttle,
     Buffer,
+    /// No delivery for longer than the target while records wait.
+    Stall,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 3] = [Cause::Latency, Cause::Throttle, Cause::Buffer];
+    pub const ALL: [Cause; 4] = [Cause::Latency, Cause::Throttle, Cause::Buffer, Cause::Stall];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Latency => "latency",
             Cause::Throttle => "throttle",
             Cause::Buffer => "buffer",
+            Cause::Stall => "stall",
         }
     }
 }
@@ -90,8 +102,15 @@ pub struct Controller {
     /// decrease cool-down: pressure in that time is the broker refusing the growth.
     grown_from: Option<f64>,
     /// The highest share of the ceiling Kafka carried over a whole healthy interval (lowered
-    /// when growing toward it brought pressure back); `None` until one was seen.
+    /// when growing toward it brought pressure back twice); `None` until one was seen — then
+    /// slow start aims at the ceiling.
     recover_to: Option<f64>,
+    /// The limit a growth toward the recovery level reached when pressure came back, until the
+    /// limit has carried that much at healthy latency: pressure during growth once more lowers
+    /// the level.
+    suspect: Option<f64>,
+    /// The latest stall seen (ms), for the reason.
+    stalled_ms: f64,
     /// Whether the latest growth was a probe above the recovery level.
     probed: bool,
     /// The wait between probes: the increase cool-down, doubled by every probe that brought
@@ -113,6 +132,8 @@ impl Controller {
             last_change_ns: None,
             grown_from: None,
             recover_to: None,
+            suspect: None,
+            stalled_ms: 0.0,
             probed: false,
             probe_wait_ms: settings.increase_cooldown_ms,
             pressure: None,
@@ -142,20 +163,37 @@ impl Controller {
     }
 
     /// The level healthy signals bring the limit back to by slow start (fraction of the
-    /// ceiling); `None` until Kafka was seen healthy over a whole interval.
-    pub fn recover_to(&self) -> Option<f64> {
-        self.recover_to
+    /// ceiling): what Kafka carried at healthy latency, or the ceiling while nothing was.
+    pub fn recover_to(&self) -> f64 {
+        self.recover_to.unwrap_or(1.0)
+    }
+
+    /// Whether the recovery level was learned (carried at healthy latency), not assumed.
+    pub fn level_learned(&self) -> bool {
+        self.recover_to.is_some()
+    }
+
+    /// The limit at which growth last brought pressure back, while unconfirmed.
+    pub fn suspect(&self) -> Option<f64> {
+        self.suspect
     }
 
     /// Seconds of healthy signals that bring the limit to the recovery level (an upper bound:
     /// each step grows by at least `recovery_factor`); 0 at or above it.
-    pub fn time_to_recover_s(&self) -> Option<f64> {
-        let level = self.recover_to?;
+    pub fn time_to_recover_s(&self) -> f64 {
+        let level = self.recover_to();
         if self.limit >= level {
-            return Some(0.0);
+            return 0.0;
         }
         let steps = ((level / self.limit).ln() / self.settings.recovery_factor.ln()).ceil();
-        Some(steps.clamp(0.0, 1e6) * self.settings.interval_ms as f64 / 1000.0)
+        steps.clamp(0.0, 1e6) * self.settings.interval_ms as f64 / 1000.0
+    }
+
+    /// The wait with no delivery above which a stall is pressure: the target, or while none is
+    /// known yet (no baseline), what it would be over a baseline at `min_target_ms`.
+    pub fn stall_after_ms(&self) -> f64 {
+        self.target_ms()
+            .unwrap_or(self.settings.min_target_ms as f64 * self.settings.baseline_factor)
     }
 
     /// Delivery p99 above which Kafka counts as slow; `None` while it is still unknown
@@ -188,10 +226,18 @@ impl Controller {
             });
         }
         let target = self.target_ms();
+        let stalled = s.stalled_ms.is_finite() && s.stalled_ms > self.stall_after_ms();
+        self.stalled_ms = if s.stalled_ms.is_finite() {
+            s.stalled_ms.max(0.0)
+        } else {
+            0.0
+        };
         let cause = if s.throttle_ms > 0 {
             Some(Cause::Throttle)
         } else if matches!((p99, target), (Some(p), Some(t)) if p > t) {
             Some(Cause::Latency)
+        } else if stalled {
+            Some(Cause::Stall)
         } else if s.buffer_fill > self.settings.buffer_pressure {
             Some(Cause::Buffer)
         } else {
@@ -232,8 +278,9 @@ impl Controller {
         decision
     }
 
-    /// A whole healthy interval: what it carried raises the recovery level, and a growth that
-    /// has stayed healthy for a decrease cool-down is settled.
+    /// A whole healthy interval: what it carried raises the recovery level (and clears a
+    /// suspect level it reached), and a growth that has stayed healthy for a decrease
+    /// cool-down is settled.
     fn carried(&mut self, now_ns: u64, used: f64) {
         // What was admitted, not what was refused: a refusal may be one tenant's share running
         // out while the limit as a whole was not used.
@@ -242,8 +289,14 @@ impl Controller {
         } else {
             (used * self.limit).min(self.limit)
         };
-        if carried.is_finite() && carried > 0.0 {
+        // With nothing learned, a limit below the ceiling is one a fault cut (at start-up):
+        // what it carries is no level to stop at, and slow start aims at the ceiling.
+        let learn = self.recover_to.is_some() || self.limit >= 1.0;
+        if learn && carried.is_finite() && carried > 0.0 {
             self.recover_to = Some(self.recover_to.map_or(carried, |r| r.max(carried)));
+        }
+        if self.suspect.is_some_and(|s| self.limit >= s) {
+            self.suspect = None;
         }
         let settle_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
         if self.grown_from.is_some() && self.since(self.last_change_ns, now_ns) >= settle_ns {
@@ -263,9 +316,17 @@ impl Controller {
             return Move::Hold("cooldown");
         }
         if let Some(from) = self.grown_from.take() {
-            // The broker does not take what the limit grew to: recovery stops below it.
-            self.recover_to = Some(self.recover_to.map_or(from, |r| r.min(from)));
-            if self.probed {
+            if !self.probed {
+                // Growth toward the recovery level brought pressure back. Once is the fault
+                // flapping (the level stays); again before the limit was healthy at the
+                // suspect level, the broker takes less than it did: recovery stops below it.
+                if self.suspect.is_some() {
+                    self.recover_to = Some(self.recover_to.map_or(from, |r| r.min(from)));
+                    self.suspect = None;
+                } else {
+                    self.suspect = Some(self.limit);
+                }
+            } else {
                 let most = self
                     .settings
                     .increase_cooldown_ms
@@ -288,7 +349,8 @@ impl Controller {
             return Move::Hold("dead_band");
         }
         let cooldown_ns = self.probe_wait_ms.saturating_mul(1_000_000);
-        let (to, decision) = match self.recover_to.filter(|level| from < *level) {
+        let level = Some(self.recover_to()).filter(|level| from < *level);
+        let (to, decision) = match level {
             // Once per interval, no cool-down: each level below the recovery level is measured
             // for a whole interval before the next, and pressure cuts at once.
             Some(level) => (
@@ -342,8 +404,25 @@ impl Controller {
             Cause::Latency => format!("delivery p99 is above {target}"),
             Cause::Throttle => "the broker throttles".to_string(),
             Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
+            Cause::Stall => format!(
+                "nothing was delivered for {:.0} ms while records wait (over {:.0} ms)",
+                self.stalled_ms,
+                self.stall_after_ms()
+            ),
         };
-        let level = self.recover_to.map_or_else(|| "–".to_string(), pct);
+        let level = pct(self.recover_to());
+        let carried = if self.level_learned() {
+            format!("{level}, what it last carried at healthy latency")
+        } else {
+            "the ceiling (nothing carried at healthy latency yet)".to_string()
+        };
+        let suspect = self.suspect.map_or_else(String::new, |v| {
+            format!(
+                "; pressure came back once at {}: again before it is healthy there lowers the \
+                 level",
+                pct(v)
+            )
+        });
         if self.phase() == "ceiling" {
             return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
                 .into();
@@ -372,10 +451,10 @@ impl Controller {
             ),
             (Move::Recover, _) => format!(
                 "Kafka is healthy (p99 under {healthy}): growing x{} per {} ms interval back to \
-                 {level}, what it last carried at healthy latency; there in {:.1} s",
+                 {carried}; there in {:.1} s{suspect}",
                 s.recovery_factor,
                 s.interval_ms,
-                self.time_to_recover_s().unwrap_or(0.0)
+                self.time_to_recover_s()
             ),
             (Move::Hold("not_reached"), None) => format!(
                 "Kafka is healthy; producers use less than the limit, so it probes no higher \

@@ -1,7 +1,7 @@
 //! What the adaptive agent shows of itself to the metrics, the admin API and the status page:
 //! plain cells written by the agent's tick, read without locking the controller.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::adaptive::controller::{Cause, Controller};
@@ -14,21 +14,26 @@ pub struct AdaptiveStats {
     pub(super) limit_ratio: AtomicU64,
     /// f64 bits: ms; 0 while unknown.
     pub(super) target_ms: AtomicU64,
+    /// f64 bits: ms; NaN when the last interval measured none.
     pub(super) p99_ms: AtomicU64,
+    /// f64 bits: how long records had waited with no delivery at the last interval, ms.
+    pub(super) stalled_ms: AtomicU64,
     pub throttle_ms: AtomicU64,
     /// Records/s and bytes/s the limit allows now (0: not limited in that dimension).
     pub limit_records: AtomicU64,
     pub limit_bytes: AtomicU64,
-    pub(super) decreases: [AtomicU64; 3],
+    pub(super) decreases: [AtomicU64; Cause::ALL.len()],
     /// Additive steps above the recovery level (probing).
     pub increases: AtomicU64,
     /// Slow-start steps back toward the recovery level.
     pub recoveries: AtomicU64,
-    /// f64 bits: the recovery level (fraction of the ceiling); 0 while none is known.
+    /// f64 bits: the recovery level (fraction of the ceiling): learned, or the ceiling.
     pub(super) recover_to: AtomicU64,
+    /// Whether it was learned (carried at healthy latency) rather than assumed.
+    pub(super) level_learned: AtomicBool,
     /// f64 bits: seconds of healthy signals to reach it.
     pub(super) time_to_recover_s: AtomicU64,
-    /// The recovery level in records/s (0: unknown, or no records ceiling).
+    /// The recovery level in records/s (0: no records ceiling).
     pub recover_to_records: AtomicU64,
     /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
     pub(super) class_rate: [AtomicU64; 3],
@@ -54,8 +59,17 @@ impl AdaptiveStats {
         Self::get_f64(&self.target_ms)
     }
 
-    pub fn p99_ms(&self) -> f64 {
-        Self::get_f64(&self.p99_ms)
+    /// The delivery p99 of the last interval, if it measured one.
+    pub fn p99_ms(&self) -> Option<f64> {
+        Some(Self::get_f64(&self.p99_ms)).filter(|v| v.is_finite())
+    }
+
+    pub fn stalled_ms(&self) -> f64 {
+        Self::get_f64(&self.stalled_ms)
+    }
+
+    pub fn level_learned(&self) -> bool {
+        self.level_learned.load(Relaxed)
     }
 
     pub fn decreases(&self, cause: Cause) -> u64 {
@@ -92,7 +106,7 @@ impl AdaptiveStats {
     }
 
     pub(super) fn stand(&self, controller: &Controller, ceiling_records: Option<u64>) {
-        let level = controller.recover_to().unwrap_or(0.0);
+        let level = controller.recover_to();
         self.recover_to_records.store(
             ceiling_records.map_or(0, |c| (c as f64 * level).round() as u64),
             Relaxed,
@@ -102,10 +116,9 @@ impl AdaptiveStats {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             (controller.phase(), controller.reason());
-        Self::set_f64(&self.recover_to, controller.recover_to().unwrap_or(0.0));
-        Self::set_f64(
-            &self.time_to_recover_s,
-            controller.time_to_recover_s().unwrap_or(0.0),
-        );
+        Self::set_f64(&self.recover_to, level);
+        self.level_learned
+            .store(controller.level_learned(), Relaxed);
+        Self::set_f64(&self.time_to_recover_s, controller.time_to_recover_s());
     }
 }

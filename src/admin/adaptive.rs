@@ -37,11 +37,15 @@ pub(super) fn view(app: &AppState) -> Value {
         "limit_records_per_sec": limit_records,
         "limit_bytes_per_sec": s.limit_bytes.load(Relaxed),
         "target_delivery_ms": s.target_ms(),
+        // Null when the last interval delivered too little to measure (a stalled broker):
+        // then `stalled_ms` says how long records have waited with no delivery.
         "delivery_p99_ms": s.p99_ms(),
+        "stalled_ms": s.stalled_ms(),
         "last_move": s.last_move(),
         "phase": phase,
         "reason": reason,
         "recovery_level_ratio": level,
+        "recovery_level_learned": s.level_learned(),
         "recovery_level_records_per_sec": (level_records > 0).then_some(level_records),
         "time_to_recovery_level_s": level.map(|_| s.time_to_recover_s()),
         "dead_band_ms": target.map(|t| json!({

@@ -26,6 +26,9 @@ pub(super) fn view(s: &GuardStatus) -> Value {
         "phase": s.phase.as_str(),
         "lag_records": s.lag,
         "lag_by_topic": s.by_topic.iter().map(|(t, l)| json!({"topic": t, "lag_records": l})).collect::<Vec<_>>(),
+        // Rates are per partition, over the ones read twice in the window.
+        "partitions_measured": s.partitions.0,
+        "partitions_unread": s.partitions.1,
         "consumer_rate": s.consumer_rate,
         "producer_rate": s.producer_rate,
         "recovery_s": recovery,

@@ -247,7 +247,7 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
 
 #[test]
 fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
-    use crate::adaptive::{Plan, PlanCell};
+    use crate::adaptive::{Plan, PlanCell, Share};
     use crate::config::Priority;
     let clock = Arc::new(ManualClock::new());
     let cell = Arc::new(PlanCell::default());
@@ -265,7 +265,16 @@ fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
     let plan = |epoch| Plan {
         active: true,
         epoch,
-        shares: [("a".to_string(), (Priority::Standard, share))].into(),
+        next_ns: 0,
+        shares: [(
+            "a".to_string(),
+            Share {
+                class: Priority::Standard,
+                spec: share,
+                claimed: (Some(1_200), None),
+            },
+        )]
+        .into(),
     };
     // Requests of 10 records at 300/s for 10 s; a new plan (same share) every 250 ms.
     let mut admitted = 0;
@@ -286,4 +295,65 @@ fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
         (12_000..=14_400 + 10).contains(&admitted),
         "admitted {admitted}"
     );
+}
+
+/// The review of #29: a tenant whose demand fell to nothing (it honoured a long Retry-After)
+/// had a share of 1 record/s, so a 30-record request was told to wait 30 s — and, waiting,
+/// never showed the demand that would give it a share back. Now the wait is the one at what
+/// the next plan gives it once it claims (its weight's part of its class), no sooner than
+/// that plan and never more than `MAX_ADAPTIVE_WAIT`.
+#[test]
+fn an_adaptive_refusal_names_the_wait_to_the_next_plan_not_the_starved_share() {
+    use crate::adaptive::{Plan, PlanCell, Share};
+    use crate::config::Priority;
+    use crate::refusal::{Denial, Reason};
+    let clock = Arc::new(ManualClock::new());
+    let cell = Arc::new(PlanCell::default());
+    let admission = Admission::new(
+        clock.clone(),
+        Arc::new(GlobalBudget::new(BudgetSpec::default())),
+        Arc::new(Buffer::new(1 << 30, 1 << 24)),
+    )
+    .adaptive(cell.clone());
+    let t = tenant("polite", None, None, 1.0);
+    let starved = BudgetSpec {
+        records: rate(1, 30),
+        bytes: None,
+    };
+    let plan = |epoch, claimed: Option<u64>, next_ns| Plan {
+        active: true,
+        epoch,
+        next_ns,
+        shares: [(
+            "polite".to_string(),
+            Share {
+                class: Priority::Standard,
+                spec: starved,
+                claimed: (claimed, None),
+            },
+        )]
+        .into(),
+    };
+    let wait = |admission: &Admission| {
+        let Err(Denial::Refused(r)) = admission.check(&t, Charge::new(30, 300)) else {
+            panic!("refused by its share");
+        };
+        assert_eq!(r.reason, Reason::Adaptive);
+        r.retry_after
+    };
+    clock.advance_ns(1_000_000_000);
+    let now = clock.now_ns();
+    cell.store(plan(1, Some(500), now + 500_000_000));
+    // Its share's burst goes on one request: the next waits 30 s at 1 record/s.
+    assert!(admission.check(&t, Charge::new(30, 300)).is_ok());
+    assert!(admission.admit(&t, Charge::new(30, 300)).0.is_ok());
+    // The next plan is due in 500 ms and gives it 500/s: 30 records take 60 ms, but the share
+    // cannot change before the plan.
+    assert_eq!(wait(&admission), Duration::from_millis(500));
+    // Due at once: the wait at the claimed rate.
+    cell.store(plan(2, Some(500), now));
+    assert_eq!(wait(&admission), Duration::from_millis(60));
+    // Nothing more to claim (its class has nothing left): the share's own wait, at most 5 s.
+    cell.store(plan(3, Some(1), now));
+    assert_eq!(wait(&admission), crate::admission::MAX_ADAPTIVE_WAIT);
 }

@@ -11,30 +11,76 @@
 //! the demand producers offer is shown to fit, so a consumer slower than demand is capped
 //! once and for as long as it is slower — no surge per drain cycle.
 //!
+//! Rates are per partition: each partition's C and P are its own offsets' growth across the
+//! readings of the window that carried both its end and committed offsets, and the guard's
+//! rates are their sums. A partition that appears (a new topic matching, a group that starts
+//! committing), disappears (a deleted topic, expired group offsets, an error for it in one
+//! answer) or goes back (an offset reset, a recreated topic) contributes nothing to the rates
+//! until it has two readings again — never a difference between sums over different sets of
+//! partitions. L counts the partitions that have a rate.
+//!
 //! When offsets cannot be read, the last cap holds for `hold_s`, then the guard lets go.
 
 pub mod release;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 pub use release::{Blocker, CapBasis};
 
 use crate::config::LagGuardConfig;
 
-/// One reading of the guarded partitions, summed over the partitions that have a committed
-/// offset for the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One partition's offsets in one reading; either may be missing (an error in that part of
+/// the answer, no commit by the group yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// The log-end offset.
+    pub end: Option<u64>,
+    /// The group's committed offset.
+    pub committed: Option<u64>,
+}
+
+impl PartitionOffsets {
+    pub fn new(topic: &str, partition: i32, end: Option<u64>, committed: Option<u64>) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+            end,
+            committed,
+        }
+    }
+}
+
+/// One reading of the guarded partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reading {
     pub at_ns: u64,
-    /// Σ end offsets (log end) of those partitions.
-    pub end: u64,
-    /// Σ committed offsets of the group.
-    pub committed: u64,
-    /// Σ max(end − committed, 0) per partition.
-    pub lag: u64,
+    pub partitions: Vec<PartitionOffsets>,
     /// Records floodgate's tenants offered to the guarded topics on this replica, ever
     /// (admitted or refused): the demand a release would let through.
     pub offered: u64,
     /// Replicas offering alike (cluster mode): this one's demand times this is the whole.
     pub replicas: u32,
+}
+
+impl Reading {
+    /// A reading of one partition ("t", 0) with both offsets: what most tests need.
+    pub fn one(at_ns: u64, end: u64, committed: u64, offered: u64) -> Self {
+        Self {
+            at_ns,
+            partitions: vec![PartitionOffsets::new("t", 0, Some(end), Some(committed))],
+            offered,
+            replicas: 1,
+        }
+    }
+}
+
+/// One partition's readings over the window: (at, end, committed).
+#[derive(Debug, Clone, Default)]
+struct Track {
+    samples: VecDeque<(u64, u64, u64)>,
 }
 
 /// Why the guard is where it is; exported as a label.
@@ -78,9 +124,19 @@ const MIN_DRAIN: f64 = 1e-3;
 #[derive(Debug, Clone)]
 pub struct Guard {
     config: LagGuardConfig,
-    /// Readings over the last `rate_window_s` (and the one just before): rates are taken
-    /// across the window, so consumers that commit every few seconds still show a steady C.
-    history: std::collections::VecDeque<Reading>,
+    /// Per partition, its readings over the last `rate_window_s` (and the one just before):
+    /// rates are taken across the window, so consumers that commit every few seconds still
+    /// show a steady C.
+    partitions: HashMap<(Arc<str>, i32), Track>,
+    /// (at, offered) over the same window, for D.
+    offered: VecDeque<(u64, u64)>,
+    /// When the last reading was taken.
+    last_at_ns: Option<u64>,
+    /// Partitions with a rate at the last reading, and ones in it without both offsets.
+    measured: usize,
+    unmeasured: usize,
+    /// The lag per topic over the partitions with a rate.
+    by_topic: Vec<(String, u64)>,
     /// When the committed offsets last moved forward.
     progress_ns: u64,
     consumer_rate: Option<f64>,
@@ -93,11 +149,15 @@ pub struct Guard {
     cap: f64,
     basis: CapBasis,
     blocker: Option<Blocker>,
-    /// Since when the cap in force has admitted all that was offered (none while it binds).
+    /// Since when the cap in force has admitted all that was offered (none while it binds),
+    /// and the lag's trend since then.
     unbound_since_ns: Option<u64>,
+    trend: release::Trend,
     phase: Phase,
-    /// When reads started failing (none while they succeed).
+    /// When reads started failing (none while they succeed), and for how long they had at
+    /// the last failure.
     failing_since_ns: Option<u64>,
+    failing_s: f64,
     /// The last read error, for the log and the admin API.
     pub last_error: Option<String>,
 }
@@ -106,7 +166,12 @@ impl Guard {
     pub fn new(config: LagGuardConfig) -> Self {
         Self {
             config,
-            history: std::collections::VecDeque::new(),
+            partitions: HashMap::new(),
+            offered: VecDeque::new(),
+            last_at_ns: None,
+            measured: 0,
+            unmeasured: 0,
+            by_topic: Vec::new(),
             progress_ns: 0,
             consumer_rate: None,
             producer_rate: None,
@@ -118,8 +183,10 @@ impl Guard {
             basis: CapBasis::Drain,
             blocker: None,
             unbound_since_ns: None,
+            trend: release::Trend::default(),
             phase: Phase::Starting,
             failing_since_ns: None,
+            failing_s: 0.0,
             last_error: None,
         }
     }
@@ -162,6 +229,17 @@ impl Guard {
         self.offered_rate.unwrap_or(0.0)
     }
 
+    /// The lag per topic, over the partitions with a rate.
+    pub fn lag_by_topic(&self) -> &[(String, u64)] {
+        &self.by_topic
+    }
+
+    /// Partitions with a rate at the last reading, and partitions in it that lacked an end or
+    /// committed offset (an error for them, or no commit yet).
+    pub fn partitions(&self) -> (usize, usize) {
+        (self.measured, self.unmeasured)
+    }
+
     /// What set the cap, while capping.
     pub fn basis(&self) -> Option<CapBasis> {
         self.capped.then_some(self.basis)
@@ -176,54 +254,113 @@ impl Guard {
     pub fn read(&mut self, r: Reading) -> Phase {
         self.failing_since_ns = None;
         self.last_error = None;
-        self.lag = r.lag;
-        let previous = self.history.back().copied();
-        if previous.is_none_or(|p| r.committed > p.committed) {
-            self.progress_ns = r.at_ns;
-        }
-        if previous.is_some_and(|p| r.at_ns <= p.at_ns) {
+        if self.last_at_ns.is_some_and(|p| r.at_ns <= p) {
             return self.phase;
         }
-        self.history.push_back(r);
+        let first_reading = self.last_at_ns.is_none();
+        self.last_at_ns = Some(r.at_ns);
         let window_ns = (self.config.rate_window_s * 1e9) as u64;
-        while self.history.len() > 2 && r.at_ns - self.history[1].at_ns >= window_ns {
-            self.history.pop_front();
+        let mut progressed = first_reading;
+        self.unmeasured = 0;
+        for p in r.partitions {
+            let (Some(end), Some(committed)) = (p.end, p.committed) else {
+                // Its last readings stay: one answer missing it changes no rate.
+                self.unmeasured += 1;
+                continue;
+            };
+            // Committing consumers may be ahead of a wrong watermark: count no more than the end.
+            let committed = committed.min(end);
+            let track = self.partitions.entry((p.topic, p.partition)).or_default();
+            if let Some(&(_, e, c)) = track.samples.back() {
+                if end < e || committed < c {
+                    // Reset, recreated: its rate starts afresh from here.
+                    track.samples.clear();
+                } else if committed > c {
+                    progressed = true;
+                }
+            }
+            track.samples.push_back((r.at_ns, end, committed));
         }
-        let Some(&first) = self.history.front().filter(|_| self.history.len() >= 2) else {
+        // Trim every partition to the window; forget one not read for a whole window.
+        self.partitions.retain(|_, t| {
+            while t.samples.len() > 2 && r.at_ns - t.samples[1].0 >= window_ns {
+                t.samples.pop_front();
+            }
+            t.samples
+                .back()
+                .is_some_and(|(at, ..)| r.at_ns - at <= window_ns)
+        });
+        self.offered.push_back((r.at_ns, r.offered));
+        while self.offered.len() > 2 && r.at_ns - self.offered[1].0 >= window_ns {
+            self.offered.pop_front();
+        }
+        if progressed {
+            self.progress_ns = r.at_ns;
+        }
+        // Rates: each partition's own, over its readings; the lag of those partitions.
+        let (mut c, mut p, mut lag, mut measured) = (0.0f64, 0.0f64, 0u64, 0usize);
+        let mut by_topic: HashMap<&str, u64> = HashMap::new();
+        for ((topic, _), t) in &self.partitions {
+            let (Some(&(t0, e0, c0)), Some(&(t1, e1, c1))) = (t.samples.front(), t.samples.back())
+            else {
+                continue;
+            };
+            if t1 <= t0 {
+                continue;
+            }
+            let secs = (t1 - t0) as f64 / 1e9;
+            c += (c1 - c0) as f64 / secs;
+            p += (e1 - e0) as f64 / secs;
+            let l = e1 - c1;
+            lag = lag.saturating_add(l);
+            *by_topic.entry(topic).or_default() += l;
+            measured += 1;
+        }
+        let mut topics: Vec<(String, u64)> = by_topic
+            .into_iter()
+            .map(|(t, l)| (t.to_string(), l))
+            .collect();
+        topics.sort();
+        self.by_topic = topics;
+        self.measured = measured;
+        if measured == 0 {
+            // Nothing has two readings yet: no rates, no decision (a cap in force stays).
             self.phase = if self.capped {
                 Phase::Capping
             } else {
                 Phase::Starting
             };
             return self.phase;
+        }
+        self.lag = lag;
+        let d = match (self.offered.front(), self.offered.back()) {
+            (Some(&(t0, o0)), Some(&(t1, o1))) if t1 > t0 => {
+                o1.saturating_sub(o0) as f64 / ((t1 - t0) as f64 / 1e9)
+                    * f64::from(r.replicas.max(1))
+            }
+            _ => 0.0,
         };
-        let secs = (r.at_ns - first.at_ns) as f64 / 1e9;
-        // Offsets that go back (a reset group, a recreated topic) carry no rate: count 0.
-        let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
-        let stopped = r.lag > 0
+        let stopped = lag > 0
             && r.at_ns.saturating_sub(self.progress_ns) as f64 / 1e9 >= self.config.stopped_after_s;
-        let c = if stopped {
-            0.0
-        } else {
-            rate(r.committed, first.committed)
-        };
-        let p = rate(r.end, first.end);
-        let d = rate(r.offered, first.offered) * f64::from(r.replicas.max(1));
+        let c = if stopped { 0.0 } else { c };
         self.consumer_rate = Some(c);
         self.producer_rate = Some(p);
         self.offered_rate = Some(d);
-        self.recovery_s = recovery_s(r.lag, c, p, self.config.caught_up_s);
-        let over_lag = |m: u64| r.lag as f64 > m as f64;
+        self.recovery_s = recovery_s(lag, c, p, self.config.caught_up_s);
+        let over_lag = |m: u64| lag as f64 > m as f64;
         let trigger = self.recovery_s > self.config.max_recovery_s
             || self.config.max_lag_records.is_some_and(over_lag);
         let prev = self.capped.then_some(self.cap);
         if prev.is_some_and(|cap| d <= cap) {
-            self.unbound_since_ns.get_or_insert(r.at_ns);
+            let since = *self.unbound_since_ns.get_or_insert(r.at_ns);
+            self.trend
+                .add(r.at_ns.saturating_sub(since) as f64 / 1e9, lag as f64);
         } else {
             self.unbound_since_ns = None;
+            self.trend = release::Trend::default();
         }
         let now = release::Now {
-            lag: r.lag,
+            lag,
             consumer: c,
             producer: p,
             offered: d,
@@ -231,6 +368,7 @@ impl Guard {
             unbound_s: self
                 .unbound_since_ns
                 .map_or(0.0, |t| r.at_ns.saturating_sub(t) as f64 / 1e9),
+            growth: self.trend.bounds(),
         };
         let blocker = release::blocker(&self.config, &now);
         self.capped = if self.capped {
@@ -243,6 +381,7 @@ impl Guard {
             (self.cap, self.basis) = release::cap(&self.config, &now);
         } else {
             self.unbound_since_ns = None;
+            self.trend = release::Trend::default();
         }
         self.phase = if self.capped {
             Phase::Capping
@@ -257,10 +396,17 @@ impl Guard {
     pub fn unreadable(&mut self, now_ns: u64, error: String) -> Phase {
         let since = *self.failing_since_ns.get_or_insert(now_ns);
         self.last_error = Some(error);
-        self.history.clear();
+        self.partitions.clear();
+        self.offered.clear();
+        self.last_at_ns = None;
+        self.measured = 0;
+        self.by_topic.clear();
         self.consumer_rate = None;
         self.producer_rate = None;
+        self.unbound_since_ns = None;
+        self.trend = release::Trend::default();
         let held = now_ns.saturating_sub(since) as f64 / 1e9;
+        self.failing_s = held;
         if held >= self.config.hold_s {
             self.capped = false;
         }
@@ -296,6 +442,13 @@ impl Guard {
             Phase::Holding => format!(
                 "offsets unreadable: the last cap is kept for at most {} s",
                 g.hold_s
+            ),
+            // Not capping when reads began to fail (at start-up, a group with no commits yet):
+            // nothing was held, nothing let go.
+            Phase::Released if self.failing_s < g.hold_s => format!(
+                "offsets unreadable for {:.0} s: no cap in force, producers follow the static \
+                 budgets (a cap would be kept for {} s)",
+                self.failing_s, g.hold_s
             ),
             Phase::Released => format!(
                 "offsets unreadable for over {} s: no cap, producers follow the static budgets",
@@ -347,9 +500,15 @@ impl Guard {
                         g.rate_window_s
                     ),
                     Some(Blocker::Growing) => format!(
-                        "; at the offered {d:.0}/s the lag grows: it would fall behind again \
-                         within {}",
-                        secs(g.max_recovery_s / f)
+                        "; at the offered {d:.0}/s the lag grows{}: released, it would fall \
+                         behind again (so the cap stays)",
+                        self.trend
+                            .bounds()
+                            .map_or_else(String::new, |(low, high)| format!(
+                                " by {:.1} to {:.1}/s",
+                                low.max(0.0),
+                                high.max(0.0)
+                            ))
                     ),
                     None => String::new(),
                 };

@@ -22,10 +22,12 @@ impl Default for Scripted {
 impl Scripted {
     fn set(&self, end: u64, committed: u64) {
         *self.0.lock().expect("not poisoned") = Ok(OffsetReading {
-            end,
-            committed,
-            lag: end - committed,
-            by_topic: vec![("orders".into(), end - committed)],
+            partitions: vec![PartitionOffsets::new(
+                "orders",
+                0,
+                Some(end),
+                Some(committed),
+            )],
         });
     }
     fn fail(&self, why: &str) {

@@ -129,10 +129,15 @@ function render(s) {
         (a.limit_records_per_sec > 0 ? ` · ${fmt(a.limit_records_per_sec, 0)} rec/s` : "")],
       ["phase", a.phase],
       ["why", a.reason],
+      // A stalled broker delivers nothing to measure: how long records have waited instead.
+      ["delivery p99", a.delivery_p99_ms === null || a.delivery_p99_ms === undefined
+        ? (a.stalled_ms > 0 ? `none delivered for ${fmt(a.stalled_ms, 0)} ms` : "–")
+        : `${fmt(a.delivery_p99_ms)} ms`],
       // What Kafka last carried at healthy latency: healthy signals bring the limit back there.
       ["recovers to", a.recovery_level_ratio === null ? "–"
         : (a.recovery_level_records_per_sec === null ? "" : `${fmt(a.recovery_level_records_per_sec, 0)} rec/s, `) +
           `${fmt(a.recovery_level_ratio * 100, 2)}% of the ceiling` +
+          (a.recovery_level_learned === false ? " (nothing carried at healthy latency yet)" : "") +
           (a.time_to_recovery_level_s > 0 ? ` · in ${fmt(a.time_to_recovery_level_s)} s of healthy signals` : " · there")],
     ]);
 

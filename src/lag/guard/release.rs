@@ -14,12 +14,15 @@
 //!
 //! The cap lifts when lifting it changes nothing for the lag, shown one of two ways:
 //! - the consumers read the demand with the guard's headroom (P plus what the cap holds back,
-//!   D − cap, times headroom ≤ C; a caught-up consumer's C is only what it is given, so this
-//!   speaks while it is busy) and the lag would drain within `release_fraction ×
-//!   max_recovery_s` at that demand; or
+//!   D − cap, and at least D, times headroom ≤ C; a caught-up consumer's C is only what it is
+//!   given, so this speaks while it is busy) and the lag would drain within
+//!   `release_fraction × max_recovery_s` at that demand; or
 //! - the cap has admitted all that was offered for a whole `rate_window_s`, the lag stayed
-//!   caught up with room, and at the rate it grew over the window it would stay caught up for
-//!   at least `max_recovery_s / release_fraction`.
+//!   caught up with room, and it is not growing: at P − C it would stay caught up for at least
+//!   `max_recovery_s / release_fraction`, and the lag's trend since the cap stopped binding (a
+//!   least-squares slope less two standard errors) does not surely grow fast enough to leave
+//!   "caught up" within [`GROWTH_HORIZON_S`]. A consumer just below demand makes the lag
+//!   grow slowly but surely: releasing it would only defer the next cap, so it stays capped.
 //!
 //! So a consumer slower than demand is capped once and stays capped — producers get about
 //! what it reads — and one that becomes fast enough is released once, for good.
@@ -28,6 +31,52 @@ use crate::config::LagGuardConfig;
 
 /// Each reading while caught up with room, the cap may rise this much (×).
 pub const PROBE_STEP: f64 = 1.25;
+
+/// A lag that surely grows (its trend's lower bound) and would leave "caught up" within this
+/// many seconds keeps the cap: the consumers are slower than demand, however slightly.
+pub const GROWTH_HORIZON_S: f64 = 86_400.0;
+
+/// The lag's trend over the time the cap has admitted all that was offered: a least-squares
+/// line through (seconds, lag), kept with centred sums (no precision lost to large lags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trend {
+    n: f64,
+    mean_t: f64,
+    mean_lag: f64,
+    /// Σ (t − t̄)², Σ (t − t̄)(lag − lag̅), Σ (lag − lag̅)².
+    stt: f64,
+    stl: f64,
+    sll: f64,
+}
+
+impl Trend {
+    pub fn add(&mut self, t: f64, lag: f64) {
+        if !t.is_finite() || !lag.is_finite() {
+            return;
+        }
+        self.n += 1.0;
+        let dt = t - self.mean_t;
+        let dl = lag - self.mean_lag;
+        self.mean_t += dt / self.n;
+        self.mean_lag += dl / self.n;
+        self.stt += dt * (t - self.mean_t);
+        self.stl += dt * (lag - self.mean_lag);
+        self.sll += dl * (lag - self.mean_lag);
+    }
+
+    /// The lag's growth, records/s, as (lower, upper): the slope less and plus two standard
+    /// errors; `None` with fewer than three readings.
+    pub fn bounds(&self) -> Option<(f64, f64)> {
+        if self.n < 3.0 || self.stt <= 0.0 {
+            return None;
+        }
+        let slope = self.stl / self.stt;
+        let residual = (self.sll - slope * self.stl).max(0.0) / (self.n - 2.0);
+        let se = (residual / self.stt).sqrt();
+        let (low, high) = (slope - 2.0 * se, slope + 2.0 * se);
+        (low.is_finite() && high.is_finite()).then_some((low, high))
+    }
+}
 
 /// What set the cap in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +148,8 @@ pub struct Now {
     pub cap: Option<f64>,
     /// Seconds the cap in force has admitted all that was offered.
     pub unbound_s: f64,
+    /// The lag's growth over that time, records/s (lower, upper bound; see [`Trend`]).
+    pub growth: Option<(f64, f64)>,
 }
 
 impl Now {
@@ -122,8 +173,10 @@ pub fn blocker(g: &LagGuardConfig, n: &Now) -> Option<Blocker> {
     // Lifting the cap adds what it holds back to the log's growth (which includes producers
     // floodgate does not see). Busy consumers show what they read: if that demand fits with
     // headroom and the lag drains in time at it, lift.
+    // P and C are rates over the window: P after a cap that rose during it is less than the
+    // cap now lets through, so the demand is at least what floodgate's producers offer.
     let held_back = n.cap.map_or(0.0, |cap| (n.offered - cap).max(0.0));
-    let demand = n.producer + held_back;
+    let demand = (n.producer + held_back).max(n.offered);
     let drains =
         super::recovery_s(n.lag, n.consumer, demand, g.caught_up_s) <= f * g.max_recovery_s;
     if demand * g.headroom <= n.consumer && drains {
@@ -139,13 +192,19 @@ pub fn blocker(g: &LagGuardConfig, n: &Now) -> Option<Blocker> {
     if n.unbound_s < g.rate_window_s {
         return Some(Blocker::Settling);
     }
-    let growth = n.producer - n.consumer;
-    let stays_s = if growth > 0.0 {
-        (allowance - n.lag as f64) / growth
-    } else {
-        f64::INFINITY
+    // P − C over the window says how fast the lag grows; the trend since the cap stopped
+    // binding says whether it surely grows at all (a noisy lag proves nothing either way).
+    let surely = n.growth.map_or(f64::NEG_INFINITY, |(low, _)| low);
+    let room = (allowance - n.lag as f64).max(0.0);
+    let stays_s = |growth: f64| {
+        if growth > 0.0 {
+            room / growth
+        } else {
+            f64::INFINITY
+        }
     };
-    (stays_s < g.max_recovery_s / f).then_some(Blocker::Growing)
+    (stays_s(surely) < GROWTH_HORIZON_S || stays_s(n.producer - n.consumer) < g.max_recovery_s / f)
+        .then_some(Blocker::Growing)
 }
 
 /// The cap while capping, and what set it.
