@@ -211,7 +211,10 @@ impl Ingest {
         let respond = request.respond;
         let who = match self.identify(&request.peer, request.headers).await {
             Ok(who) => who,
-            Err(e) => return (None, respond.respond(Err(e))),
+            Err(e) => {
+                drain_if_small(declared_length(request.headers), request.body).await;
+                return (None, respond.respond(Err(e)));
+            }
         };
         let tenant = who.tenant.clone();
         // One span per request: tenant, topic, record count and outcome; never keys or
@@ -224,7 +227,10 @@ impl Ingest {
         );
         let api = request.api;
         let answer = match credential_allows(&who, request.topic) {
-            Err(e) => Answer::Outcome(Err(e)),
+            Err(e) => {
+                drain_if_small(declared_length(request.headers), request.body).await;
+                Answer::Outcome(Err(e))
+            }
             Ok(()) => {
                 self.produce_for(&tenant, request, format)
                     .instrument(span.clone())
@@ -269,15 +275,15 @@ impl Ingest {
     ) -> Answer {
         let topic = match self.topic(tenant, request.topic) {
             Ok(t) => t,
-            Err(e) => return e.into(),
+            Err(e) => return refused_unread(e, request).await,
         };
         tracing::Span::current().record("topic", topic.as_str());
         let format = match format {
             Ok(f) => f,
-            Err(e) => return e.into(),
+            Err(e) => return refused_unread(e, request).await,
         };
         match IdempotencyKey::from_headers(request.headers) {
-            Err(detail) => ApiError::IdempotencyKey(detail).into(),
+            Err(detail) => refused_unread(ApiError::IdempotencyKey(detail), request).await,
             Ok(Some(key)) => {
                 self.produce_keyed(tenant, &topic, request, format, key)
                     .await
@@ -743,12 +749,24 @@ fn linger(mut body: Body) {
     });
 }
 
+/// A refusal decided before the body is read (credential, topic, format, key): the body is
+/// drained if small, as after the early check, then the refusal answered.
+async fn refused_unread(e: ApiError, request: ProduceRequest<'_>) -> Answer {
+    drain_if_small(declared_length(request.headers), request.body).await;
+    e.into()
+}
+
 /// An HTTP/1.1 connection whose request body was not read cannot carry another request, so an
 /// early refusal would cost the client a new connection (and a TLS handshake) for every
-/// refusal. A small body that has already arrived — the common case — is read and dropped; a
+/// refusal. On HTTP/2 a request body dropped unread resets its stream, and the reset can
+/// overtake the answer (curl: "stream error in the HTTP/2 framing layer", no status at all). A small body that has already arrived — the common case — is read and dropped; a
 /// large or slow one is not waited for, and its connection closes.
 async fn drain_if_small(declared: Option<u64>, body: Body) {
-    if declared.is_some_and(|n| n <= DRAIN_MAX_BYTES) {
-        let _ = tokio::time::timeout(DRAIN_WAIT, body.collect()).await;
+    if declared.is_some_and(|n| n > DRAIN_MAX_BYTES) {
+        return;
     }
+    // Undeclared (chunked, or an HTTP/2 body without content-length): read while it stays
+    // small, as a declared small one is.
+    let limited = http_body_util::Limited::new(body, DRAIN_MAX_BYTES as usize);
+    let _ = tokio::time::timeout(DRAIN_WAIT, limited.collect()).await;
 }

@@ -194,3 +194,46 @@ async fn refused_requests_never_reach_kafka() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].value.as_deref(), Some(&br#""the only one""#[..]));
 }
+
+/// Over HTTP/2 a refusal decided before the body is read (a bad key, a topic the tenant may
+/// not write) reaches the client with its status and JSON: the small body is read first, so
+/// the stream is not reset under the answer (it was, every time, for curl and h2 clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_refusal_before_the_body_arrives_whole() {
+    let (_cluster, gw) = gateway_on_mock("test.h2refuse", Time::Real, |_| {}).await;
+    let tcp = tokio::net::TcpStream::connect(gw.addr)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let body = bytes::Bytes::from_static(br#"{"records":[{"value":1}]}"#);
+    for (key, topic, status, code) in [
+        ("wrong-key-0123456789", "test.h2refuse", 401, "unauthorized"),
+        (KEY, "elsewhere.x", 403, "forbidden_topic"),
+    ] {
+        for _ in 0..5 {
+            let mut client = client.clone().ready().await.expect("ready");
+            let request =
+                axum::http::Request::post(format!("http://{}/v1/topics/{topic}/records", gw.addr))
+                    .header("authorization", format!("Bearer {key}"))
+                    .header("content-type", "application/json")
+                    .header("content-length", body.len().to_string())
+                    .body(())
+                    .expect("request");
+            let (response, mut send) = client.send_request(request, false).expect("send");
+            send.send_data(body.clone(), true).expect("body");
+            let response = response.await.expect("an answer, not a reset stream");
+            assert_eq!(response.status().as_u16(), status);
+            let mut body = response.into_body();
+            let mut text = Vec::new();
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.expect("the answer's body, not a reset");
+                let _ = body.flow_control().release_capacity(chunk.len());
+                text.extend_from_slice(&chunk);
+            }
+            let json: serde_json::Value = serde_json::from_slice(&text).expect("JSON");
+            assert_eq!(json["error"], code, "{json}");
+        }
+    }
+    gw.shutdown().await;
+}
