@@ -45,6 +45,9 @@ small_bytes_rate = {
     "then": {"required": ["bytes_burst"]},
 }
 topic_pattern = "^[a-zA-Z0-9._*?-]{1,249}$"
+# A claim value or certificate name: 1 to 512 bytes (UTF-8) without control characters (Unicode
+# Cc). JSON Schema counts characters: a longer one in bytes is 422 naming the field.
+credential_name = {"type": "string", "minLength": 1, "maxLength": 512, "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"}
 tenant_settings_props = {
     "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
     **budget_props,
@@ -52,8 +55,8 @@ tenant_settings_props = {
     "priority": {"type": ["string", "null"], "enum": ["critical", "standard", "batch", None], "description": "who is refused first under the adaptive limit: batch, then standard; critical keeps a reserved share"},
     "jwt_claims": {"type": "array", "maxItems": 100, "uniqueItems": True, "description": "JWTs this tenant accepts: an issuer of [[auth.jwt]] (another issuer is 422) and the value of its tenant_claim; each belongs to one tenant at most (422)",
                    "items": {"type": "object", "required": ["issuer", "value"], "additionalProperties": False, "properties": {
-                       "issuer": {"type": "string", "minLength": 1, "maxLength": 512}, "value": {"type": "string", "minLength": 1, "maxLength": 512}}}},
-    "cert_names": {"type": "array", "maxItems": 100, "uniqueItems": True, "items": {"type": "string", "minLength": 1, "maxLength": 512}, "description": "client-certificate names this tenant accepts (the kind [auth.client_cert] name picks: SAN URI, SAN DNS or CN); each belongs to one tenant at most"},
+                       "issuer": credential_name, "value": credential_name}}},
+    "cert_names": {"type": "array", "maxItems": 100, "uniqueItems": True, "items": credential_name, "description": "client-certificate names this tenant accepts (the kind [auth.client_cert] name picks: SAN URI, SAN DNS or CN); each belongs to one tenant at most"},
 }
 schemas = {
     "Error": {
@@ -97,7 +100,8 @@ schemas = {
         "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
         "properties": {**tenant_settings_props, **budget_view_props,
                        **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["jwt_claims", "cert_names"]}},
-        "dependentRequired": dependent, **small_bytes_rate,
+        # No rule on a small bytes_per_sec here: a patch keeps the tenant's bytes_burst.
+        "dependentRequired": dependent,
     },
     "Tenant": {
         "type": "object", "required": ["id", "version", "topics", "keys", "live"],
@@ -455,7 +459,7 @@ for prefix in ["/v3", "/kafka/v3"]:
         "parameters": [cid], "responses": {"200": jres("the cluster", ref("V3Cluster")), "404": cerr("another cluster id (40401)"), **auth_v3, **common_v3}}}
     paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records"] = {"post": {
         "summary": "Produce records (Confluent REST Proxy v3): one JSON object per record, concatenated, optionally as a chunked stream; one delivery report per record, in order, each followed by \\r\\n",
-        "security": [{"apiKey": []}, {"basicKey": []}], "parameters": [cid, topic_param, {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}, "description": "not taken on a stream (400, 40002): a stream's records are answered one by one, so there is no one answer to replay; send the records as records:batch"}],
+        "security": [{"apiKey": []}, {"basicKey": []}], "parameters": [cid, topic_param],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V3Record"), "example": {"value": {"type": "JSON", "data": {"hello": "world"}}}}}},
         "responses": {
             "200": {"description": "the stream started: one report per record, in order (a record refused inside the stream gets its own error_code, 429 with retry_after_ms when over budget)", "headers": RL_HEADERS, "content": {"application/json": {"schema": ref("V3Report")}}},
