@@ -218,9 +218,18 @@ impl RegistryState {
             }
             problems.extend(t.problems(&at));
         }
+        // The tenants this change touched go last, so that a key, claim or name two tenants
+        // hold is reported at the changed one, naming the one that held it before.
+        let changed = |id: &String, t: &Arc<TenantConfig>| {
+            !before
+                .and_then(|b| b.tenants.get(id))
+                .is_some_and(|b| Arc::ptr_eq(b, t))
+        };
+        let (touched, kept): (Vec<_>, Vec<_>) =
+            self.tenants.iter().partition(|(id, t)| changed(id, t));
         problems.extend(cross_tenant_problems(
-            self.tenants
-                .iter()
+            kept.into_iter()
+                .chain(touched)
                 .map(|(id, t)| (format!("tenants[{id}]"), &**t)),
         ));
         problems
@@ -262,6 +271,25 @@ mod tests {
                 .map(|t| (t.id.clone(), Arc::new(t.clone())))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_clash_is_reported_at_the_changed_tenant_naming_the_one_that_held_it() {
+        let mut beta = tenant("beta", &["b"], 1);
+        beta.cert_names = vec!["spiffe://mesh/orders".into()];
+        let current = start(&[tenant("acme", &["a"], 1), beta]);
+        let mut next = current.clone();
+        let mut acme = (*next.tenants["acme"]).clone();
+        acme.cert_names = vec!["spiffe://mesh/orders".into()];
+        next.tenants.insert("acme".into(), Arc::new(acme));
+        let problems = next.problems_since(Some(&current));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].key, "tenants[acme].cert_names[0]");
+        assert!(
+            problems[0].message.contains("\"beta\""),
+            "{}",
+            problems[0].message
+        );
     }
 
     fn start(tenants: &[TenantConfig]) -> RegistryState {
