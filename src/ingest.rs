@@ -227,10 +227,7 @@ impl Ingest {
         );
         let api = request.api;
         let answer = match credential_allows(&who, request.topic) {
-            Err(e) => {
-                drain_if_small(declared_length(request.headers), request.body).await;
-                Answer::Outcome(Err(e))
-            }
+            Err(e) => refused_unread(e, request).await,
             Ok(()) => {
                 self.produce_for(&tenant, request, format)
                     .instrument(span.clone())

@@ -57,6 +57,27 @@ async fn post(gw: &Gateway, topic: &str, token: &str) -> (u16, reqwest::header::
     .await
 }
 
+/// The gateway's `/metrics` text.
+async fn scrape(gw: &Gateway) -> String {
+    client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The value of the unlabelled series `name` in a scrape.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+}
+
 async fn admitted_requests(gw: &Gateway, tenant: &str) -> u64 {
     let body: Value = client()
         .get(gw.admin_url(&format!("/admin/tenants/{tenant}")))
@@ -114,14 +135,7 @@ async fn valid_tokens_of_each_algorithm_are_admitted_and_charged_to_the_mapped_t
     let records = read_back(&cluster.bootstrap_servers(), topic, 1, 5);
     assert_eq!(records.len(), 5);
 
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = scrape(&gw).await;
     assert!(
         metrics.contains(r#"floodgate_authentications_total{method="jwt",outcome="ok"} 5"#),
         "{metrics}"
@@ -378,17 +392,7 @@ async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
         let (status, _, body) = post(&gw, topic, &token).await;
         assert_eq!(status, 200, "{body}");
     }
-    let scrape = || async {
-        client()
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
-    };
-    assert!(scrape()
+    assert!(scrape(&gw)
         .await
         .contains("floodgate_jwt_verifications_total 1\n"));
     // exp is 600 s away, leeway 30 s: accepted at 629 s, refused from 630 s, from the cache.
@@ -400,7 +404,7 @@ async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
         (status, body["error"].as_str()),
         (401, Some("token_expired"))
     );
-    assert!(scrape()
+    assert!(scrape(&gw)
         .await
         .contains("floodgate_jwt_verifications_total 1\n"));
     gw.shutdown().await;
@@ -600,14 +604,7 @@ async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_hel
             .0,
         200
     );
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = scrape(&gw).await;
     assert!(
         metrics.contains(&format!(
             "floodgate_jwks_fetches_total{{issuer=\"{ISSUER}\",outcome=\"failed\"}} 6"
@@ -816,26 +813,11 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
         .0,
         401
     );
-    let scrape = || async {
-        client()
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
-    };
-    let verifications = |m: &str| {
-        m.lines()
-            .find_map(|l| l.strip_prefix("floodgate_jwt_verifications_total "))
-            .and_then(|n| n.parse::<u64>().ok())
-            .expect("series")
-    };
-    let before = verifications(&scrape().await);
+    let verifications = |m: &str| sample(m, "floodgate_jwt_verifications_total") as u64;
+    let before = verifications(&scrape(&gw).await);
     assert_eq!(post(&gw, topic, &steady).await.0, 200);
     assert_eq!(
-        verifications(&scrape().await),
+        verifications(&scrape(&gw).await),
         before,
         "no verification again"
     );
@@ -997,22 +979,6 @@ async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
     let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.huge-claim";
     let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let scrape = || async {
-        client()
-            .get(gw.admin_url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
-    };
-    let series = |m: &str, name: &str| {
-        m.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|n| n.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("{name} in {m}"))
-    };
     let mut small = claims(&gw, "orders-svc");
     small["topics"] = json!(["test.jwt.*"]);
     let mut huge = claims(&gw, "orders-svc");
@@ -1022,17 +988,17 @@ async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
         .collect();
     huge["topics"] = json!(globs);
     let (small, huge) = (rsa.sign(&small), rsa.sign(&huge));
-    let before = series(&scrape().await, "floodgate_jwt_verifications_total");
+    let before = sample(&scrape(&gw).await, "floodgate_jwt_verifications_total");
     for _ in 0..3 {
         assert_eq!(post(&gw, topic, &small).await.0, 200);
         assert_eq!(post(&gw, topic, &huge).await.0, 200);
     }
-    let m = scrape().await;
+    let m = scrape(&gw).await;
     assert_eq!(
-        series(&m, "floodgate_jwt_verifications_total") - before,
+        sample(&m, "floodgate_jwt_verifications_total") - before,
         4.0,
         "the small token once, the huge one each time"
     );
-    assert_eq!(series(&m, "floodgate_jwt_cache_entries"), 1.0);
+    assert_eq!(sample(&m, "floodgate_jwt_cache_entries"), 1.0);
     gw.shutdown().await;
 }
