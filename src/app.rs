@@ -93,6 +93,8 @@ pub enum BuildError {
     MetricsToken(String),
     #[error(transparent)]
     Auth(#[from] crate::credential::AuthBuildError),
+    #[error("schema_registry: {0}")]
+    Schemas(String),
 }
 
 impl AppState {
@@ -250,6 +252,10 @@ impl AppState {
                 Some(crate::access::scrape_token_from_env(name).map_err(BuildError::MetricsToken)?)
             }
         };
+        let schemas = Arc::new(
+            crate::schema::Schemas::new(&config.schema_registry, &config.schemas)
+                .map_err(BuildError::Schemas)?,
+        );
         Ok(Self {
             metrics_token,
             status: status.clone(),
@@ -275,7 +281,10 @@ impl AppState {
                     ),
                 },
             )
-            .with_collector(Box::new(crate::metrics::auth::AuthCollector(auth.clone()))),
+            .with_collector(Box::new(crate::metrics::auth::AuthCollector(auth.clone())))
+            .with_collector(Box::new(crate::metrics::schemas::SchemaCollector(
+                schemas.clone(),
+            ))),
             ingest: Arc::new(Ingest {
                 tenants,
                 auth,
@@ -297,6 +306,7 @@ impl AppState {
                 },
                 draining: tokio::sync::watch::channel(false).0,
                 idempotency,
+                schemas,
                 internal: crate::identity::InternalTopics::new(
                     &config.cluster.registry_topic,
                     &config.kafka.internal_topics,

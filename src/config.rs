@@ -68,6 +68,12 @@ pub struct Config {
     /// Credentials besides API keys: JWT issuers, client-certificate names.
     #[serde(default)]
     pub auth: AuthConfig,
+    /// The Confluent Schema Registry schemas are resolved with.
+    #[serde(default)]
+    pub schema_registry: SchemaRegistryConfig,
+    /// Data contracts: what the record values of some topics must be.
+    #[serde(default)]
+    pub schemas: Vec<ContractConfig>,
     /// Tenants known at start-up.
     #[serde(default)]
     pub tenants: Vec<TenantConfig>,
@@ -663,6 +669,7 @@ impl Config {
             ));
         }
         problems.extend(self.adaptive.problems(&self.global));
+        problems.extend(self.schema_registry.problems(&self.schemas));
         if self.lag_guards.len() > MAX_LAG_GUARDS {
             problems.push(ConfigProblem::new(
                 "lag_guards",
@@ -795,6 +802,7 @@ mod guards;
 mod idempotency;
 mod kafka;
 pub mod librdkafka;
+mod schemas;
 mod load;
 mod split;
 mod tenant;
@@ -807,6 +815,7 @@ pub use cluster::ClusterConfig;
 pub use guards::{AdaptiveConfig, LagGuardConfig};
 pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
+pub use schemas::{ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig};
 pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //!
 //! authenticate → topic (parse, may the tenant write it) → the `Idempotency-Key`, if any
 //! ([`idempotent`]: replay, wait for the original, or claim the key) → early check (before the
-//! body is read) → read and decode the body (the wire format's [`Decode`]) → topic metadata →
-//! admit → send → settle. Each step is a method over typed values; [`Ingest::produce`] runs
+//! body is read) → read and decode the body (the wire format's [`BodyFormat`]) → schemas
+//! ([`contracts`]: keys and values in their schemas, or refused naming the field) → topic
+//! metadata → admit → send → settle. Each step is a method over typed values; [`Ingest::produce`] runs
 //! them in order. A wire format is an adapter at the edge: it picks a decoder for the request's
 //! content type and hands in its [`Respond`], the encoder of the [`Produced`] or [`ApiError`]
 //! the pipeline reaches; adding a format means adding an adapter and its routes, never
@@ -20,6 +21,7 @@
 //! Layer: pipeline. Imports admission, tenants, Kafka, idempotency and the outcome room; never
 //! HTTP routing or response shapes (those are the adapters' [`Respond`]).
 
+mod contracts;
 mod idempotent;
 pub mod stream;
 #[cfg(test)]
@@ -49,6 +51,7 @@ use crate::outcome::{ApiError, Produced};
 use crate::record::{Charge, Record};
 use crate::refusal::{Denial, Reason, Refusal};
 pub use crate::tenant::Api;
+pub use contracts::{failure_error, RecordSchemas};
 use crate::tenant::{Tenant, TenantStats, Tenants};
 
 /// A wire format's body: how its records are framed, and what one record looks like.
@@ -59,6 +62,8 @@ pub struct BodyFormat<'a> {
     /// The most records one request may carry, when the format's own limit is lower than
     /// `[limits] max_records_per_request` (a Confluent batch).
     pub max_records: Option<usize>,
+    /// What the records' keys and values want of the schema step, when the format says.
+    pub schemas: Option<&'a dyn RecordSchemas>,
 }
 
 /// When a produce request is answered.
@@ -179,6 +184,8 @@ pub struct Ingest {
     pub draining: tokio::sync::watch::Sender<bool>,
     /// `Idempotency-Key`: flights and stored answers.
     pub idempotency: Arc<Idempotency>,
+    /// Schemas and the topics' data contracts.
+    pub schemas: Arc<crate::schema::Schemas>,
 }
 
 /// Retry hint for a request whose leased tokens were taken by others while it waited.
@@ -314,8 +321,11 @@ impl Ingest {
             drain_if_small(declared, body).await;
             return Err(e);
         }
-        let (arena, hold) = self
+        let (arena, mut hold) = self
             .read_records(tenant, topic, body, declared, format, print)
+            .await?;
+        let arena = self
+            .apply_schemas(tenant, topic, arena, &mut hold, format.schemas)
             .await?;
         let records = arena.records();
         tracing::Span::current().record("records", records.len());

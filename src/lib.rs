@@ -61,6 +61,7 @@ pub mod record;
 pub mod refusal;
 pub mod registry;
 pub mod reload;
+pub mod schema;
 pub mod server;
 pub mod status;
 pub mod telemetry;

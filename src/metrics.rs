@@ -37,6 +37,7 @@ pub mod auth;
 mod idempotency;
 mod lag;
 mod registry;
+pub mod schemas;
 pub mod tenants;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

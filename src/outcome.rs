@@ -73,6 +73,15 @@ pub enum ApiError {
     IdempotencyKeyReused,
     /// The key store did not answer (`[idempotency] on_store_error = "refuse"`).
     IdempotencyUnavailable(String),
+    /// A record's key or value does not fit its schema (the detail names the record and the
+    /// field by JSON pointer).
+    SchemaViolation(String),
+    /// A schema id, subject or version the registry does not have.
+    SchemaNotFound(String),
+    /// A schema that does not compile, or is not of the format the record said.
+    SchemaInvalid(String),
+    /// The Schema Registry did not answer and the schema is not cached.
+    SchemaRegistryUnavailable(String),
     ShuttingDown,
     NotFound,
     /// Admin API: no or wrong admin token (or no token configured).
@@ -181,6 +190,10 @@ impl ApiError {
             Self::IdempotencyKeyInUse(_) => "idempotency_key_in_use",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::IdempotencyUnavailable(_) => "idempotency_unavailable",
+            Self::SchemaViolation(_) => "schema_violation",
+            Self::SchemaNotFound(_) => "schema_not_found",
+            Self::SchemaInvalid(_) => "schema_invalid",
+            Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
             Self::AdminUnauthorized(_) => "unauthorized",
@@ -228,6 +241,10 @@ impl ApiError {
                 StatusCode::REQUEST_TIMEOUT
             }
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::SchemaViolation(_) | Self::SchemaNotFound(_) | Self::SchemaInvalid(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Self::SchemaRegistryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -277,8 +294,14 @@ impl ApiError {
             Self::StreamTooLong(ms) => {
                 format!("the stream reached its longest time ({ms} ms); open a new one")
             }
-            Self::RecordTooLarge(d) | Self::KafkaUnavailable(d) | Self::IdempotencyKey(d) => {
-                d.clone()
+            Self::RecordTooLarge(d)
+            | Self::KafkaUnavailable(d)
+            | Self::IdempotencyKey(d)
+            | Self::SchemaViolation(d)
+            | Self::SchemaNotFound(d)
+            | Self::SchemaInvalid(d) => d.clone(),
+            Self::SchemaRegistryUnavailable(d) => {
+                format!("{d}; nothing was written: retry shortly")
             }
             Self::IdempotencyKeyInUse(wait) => format!(
                 "Idempotency-Key: another request with this key is still being read or \
@@ -479,7 +502,7 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer error=\"invalid_token\""),
             );
         }
-        if let Self::Auth(AuthError::KeysUnavailable) = &self {
+        if let Self::Auth(AuthError::KeysUnavailable) | Self::SchemaRegistryUnavailable(_) = &self {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -20,6 +20,7 @@ use super::v1::whole;
 use super::{ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
+use crate::schema;
 
 /// Standard base64 with padding; unused trailing bits are ignored (as `/v1` does).
 const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
@@ -164,12 +165,15 @@ impl ParseRecord for V2Record {
     }
 }
 
-/// The embedded types a v3 key or value may have.
+/// The types a v3 key or value may have: embedded, or written in a schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataType {
     Binary,
     Json,
     String,
+    Avro,
+    JsonSchema,
+    Protobuf,
 }
 
 impl DataType {
@@ -178,6 +182,9 @@ impl DataType {
             Self::Binary => "BINARY",
             Self::Json => "JSON",
             Self::String => "STRING",
+            Self::Avro => "AVRO",
+            Self::JsonSchema => "JSONSCHEMA",
+            Self::Protobuf => "PROTOBUF",
         }
     }
 }
@@ -189,17 +196,17 @@ struct WireData<'a> {
     data_type: Option<String>,
     #[serde(borrow, default)]
     data: Option<&'a RawValue>,
-    // Schema fields: present only to say why they cannot be served.
+    // Schema fields (kafka-rest's, and those kafka-rest refuses beside a type).
     #[serde(default)]
-    subject: Option<serde::de::IgnoredAny>,
+    subject: Option<String>,
     #[serde(default)]
-    subject_name_strategy: Option<serde::de::IgnoredAny>,
+    subject_name_strategy: Option<String>,
     #[serde(default)]
-    schema_id: Option<serde::de::IgnoredAny>,
+    schema_id: Option<u32>,
     #[serde(default)]
-    schema_version: Option<serde::de::IgnoredAny>,
+    schema_version: Option<i32>,
     #[serde(default)]
-    schema: Option<serde::de::IgnoredAny>,
+    schema: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -240,13 +247,19 @@ fn present_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
     String::deserialize(d).map(Some)
 }
 
-/// A key or value's type as sent, and its bytes.
-type TypedBytes<'a> = (Option<DataType>, Option<Cow<'a, [u8]>>);
+/// A key or value's type as sent, its bytes, and the schema it wants (its bytes are then the
+/// data's JSON text, for the pipeline's schema step to write in the schema).
+type TypedBytes<'a> = (Option<DataType>, Option<Cow<'a, [u8]>>, Option<schema::Use>);
 
-/// A key or value of a v3 record, as it was sent and as bytes.
-fn v3_data<'a>(field: &str, data: Option<WireData<'a>>) -> Result<TypedBytes<'a>, RecordError> {
+/// A key or value of a v3 record, as it was sent and as bytes. `registry`: whether the
+/// gateway has a Schema Registry (without one, schema types and fields are refused here).
+fn v3_data<'a>(
+    field: &str,
+    data: Option<WireData<'a>>,
+    registry: bool,
+) -> Result<TypedBytes<'a>, RecordError> {
     let Some(data) = data else {
-        return Ok((None, None));
+        return Ok((None, None, None));
     };
     let schema_fields = data.subject.is_some()
         || data.subject_name_strategy.is_some()
@@ -257,26 +270,36 @@ fn v3_data<'a>(field: &str, data: Option<WireData<'a>>) -> Result<TypedBytes<'a>
         Some("BINARY") => DataType::Binary,
         Some("JSON") => DataType::Json,
         Some("STRING") => DataType::String,
-        Some(t @ ("AVRO" | "JSONSCHEMA" | "PROTOBUF")) => {
+        Some(t @ ("AVRO" | "JSONSCHEMA" | "PROTOBUF")) if !registry => {
             return Err(RecordError::Invalid(format!(
-                "{field}: type {t} needs a Schema Registry, which floodgate does not serve; send BINARY, JSON or STRING"
+                "{field}: type {t} needs a Schema Registry, which this gateway has not configured ([schema_registry] url); send BINARY, JSON or STRING"
             )))
+        }
+        Some(t @ ("AVRO" | "JSONSCHEMA" | "PROTOBUF")) => {
+            let format = match t {
+                "AVRO" => schema::Format::Avro,
+                "JSONSCHEMA" => schema::Format::Json,
+                _ => schema::Format::Protobuf,
+            };
+            return schema_data(field, data, Some(format));
         }
         Some(other) => {
             return Err(RecordError::Invalid(format!(
-                "{field}: unknown type {other:?}; send BINARY, JSON or STRING"
+                "{field}: unknown type {other:?}; send BINARY, JSON, STRING, AVRO, JSONSCHEMA or PROTOBUF"
             )))
         }
-        None if schema_fields => {
+        None if !registry && schema_fields => {
             return Err(RecordError::Invalid(format!(
-                "{field}: schema fields need a Schema Registry, which floodgate does not serve; send a type of BINARY, JSON or STRING"
+                "{field}: schema fields need a Schema Registry, which this gateway has not configured ([schema_registry] url); send a type of BINARY, JSON or STRING"
             )))
         }
-        None => {
+        None if !registry => {
             return Err(RecordError::Invalid(format!(
-                "{field}: a type is required (BINARY, JSON or STRING); floodgate has no Schema Registry to look one up"
+                "{field}: a type is required (BINARY, JSON or STRING); without a type the latest schema of the subject is meant, and this gateway has no Schema Registry configured"
             )))
         }
+        // No type: the schema the fields name, or the subject's latest (as kafka-rest).
+        None => return schema_data(field, data, None),
     };
     if schema_fields {
         return Err(RecordError::Invalid(format!(
@@ -285,11 +308,11 @@ fn v3_data<'a>(field: &str, data: Option<WireData<'a>>) -> Result<TypedBytes<'a>
         )));
     }
     let Some(raw) = data.data.filter(|r| r.get() != "null") else {
-        return Ok((Some(data_type), None));
+        return Ok((Some(data_type), None, None));
     };
     let bytes = match data_type {
         DataType::Json => Cow::Borrowed(raw.get().as_bytes()),
-        DataType::Binary | DataType::String => {
+        _ => {
             let text: Cow<'a, str> = serde_json::from_str(raw.get()).map_err(|_| {
                 RecordError::Invalid(format!(
                     "{field}: data must be a string for type {}",
@@ -303,7 +326,71 @@ fn v3_data<'a>(field: &str, data: Option<WireData<'a>>) -> Result<TypedBytes<'a>
             }
         }
     };
-    Ok((Some(data_type), Some(bytes)))
+    Ok((Some(data_type), Some(bytes), None))
+}
+
+/// A key or value written in a schema: which one, from the fields, and the data's JSON text.
+fn schema_data<'a>(
+    field: &str,
+    data: WireData<'a>,
+    format: Option<schema::Format>,
+) -> Result<TypedBytes<'a>, RecordError> {
+    let strategy = match data.subject_name_strategy.as_deref() {
+        None => schema::Strategy::TopicName,
+        Some(s) => schema::Strategy::parse(s).ok_or_else(|| {
+            RecordError::Invalid(format!(
+                "{field}: subject_name_strategy {s:?} is not TOPIC_NAME, RECORD_NAME or TOPIC_RECORD_NAME"
+            ))
+        })?,
+    };
+    let named = [
+        data.schema.is_some(),
+        data.schema_id.is_some(),
+        data.schema_version.is_some(),
+    ];
+    if named.iter().filter(|n| **n).count() > 1 {
+        return Err(RecordError::Invalid(format!(
+            "{field}: name the schema once: schema, schema_id or schema_version"
+        )));
+    }
+    if data.subject.is_some() && data.subject_name_strategy.is_some() {
+        return Err(RecordError::Invalid(format!(
+            "{field}: subject and subject_name_strategy cannot both be given"
+        )));
+    }
+    let source = match (data.schema, data.schema_id, data.schema_version) {
+        (Some(text), _, _) => {
+            let Some(format) = format else {
+                return Err(RecordError::Invalid(format!(
+                    "{field}: a raw schema needs its type (AVRO, JSONSCHEMA or PROTOBUF)"
+                )));
+            };
+            schema::Source::Raw(format, text)
+        }
+        (None, Some(id), _) => schema::Source::Id(id),
+        (None, None, Some(v)) if v < 1 => {
+            return Err(RecordError::Invalid(format!(
+                "{field}: schema_version {v} is not a version (1 or more)"
+            )))
+        }
+        (None, None, version) => schema::Source::Version(version),
+    };
+    let wanted = schema::Use {
+        source,
+        subject: data.subject,
+        strategy,
+        format,
+    };
+    let bytes = data
+        .data
+        .filter(|r| r.get() != "null")
+        .map(|raw| Cow::Borrowed(raw.get().as_bytes()));
+    let data_type = format.map(|f| match f {
+        schema::Format::Avro => DataType::Avro,
+        schema::Format::Json => DataType::JsonSchema,
+        schema::Format::Protobuf => DataType::Protobuf,
+    });
+    Ok((data_type, bytes, Some(wanted)))
 }
 
 /// Milliseconds since the epoch of an RFC 3339 (ISO-8601) timestamp.
@@ -333,15 +420,35 @@ pub struct V3Types {
 pub struct V3Record {
     /// Batch entries carry an `id`; stream records must not.
     pub batch: bool,
+    /// Whether the gateway has a Schema Registry: without one, schema types are refused here.
+    pub registry: bool,
     seen: Mutex<Vec<(Option<String>, V3Types)>>,
+    /// What each record's key and value want of the schema step, in record order.
+    wanted: Mutex<Vec<schema::Wanted>>,
 }
 
 impl V3Record {
     pub fn batch() -> Self {
         Self {
             batch: true,
-            seen: Mutex::default(),
+            ..Self::default()
         }
+    }
+
+    /// With (or without) a Schema Registry to resolve schema types.
+    pub fn with_registry(mut self, registry: bool) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// What the records parsed since the last call want of the schema step, in order.
+    pub fn take_wanted(&self) -> Vec<schema::Wanted> {
+        std::mem::take(
+            &mut *self
+                .wanted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// A batch entry's id: 1 to 80 of `0-9 A-Z a-z _ -`, not used before in the batch.
@@ -409,8 +516,8 @@ impl ParseRecord for V3Record {
                 "partition_id {p} is negative"
             )));
         }
-        let (key_type, key) = v3_data("key", wire.key)?;
-        let (value_type, value) = v3_data("value", wire.value)?;
+        let (key_type, key, key_schema) = v3_data("key", wire.key, self.registry)?;
+        let (value_type, value, value_schema) = v3_data("value", wire.value, self.registry)?;
         let mut headers = Vec::with_capacity(wire.headers.len());
         for h in wire.headers {
             let value = match h.value {
@@ -428,6 +535,13 @@ impl ParseRecord for V3Record {
             timestamp_ms: wire.timestamp.as_deref().map(timestamp_ms).transpose()?,
         };
         check_sizes(&record, bounds)?;
+        self.wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(schema::Wanted {
+                key: key_schema,
+                value: value_schema,
+            });
         self.seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

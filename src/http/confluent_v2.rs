@@ -136,6 +136,7 @@ async fn produce_to(
         framing: Framing::Envelope("records"),
         record: p,
         max_records: None,
+        schemas: None,
     });
     let request = ProduceRequest {
         api: Api::V2,

@@ -249,13 +249,14 @@ pub async fn produce_batch(
     if let Some(response) = other_cluster(&app, &parts, &cluster).await {
         return response;
     }
-    let parser = V3Record::batch();
+    let parser = V3Record::batch().with_registry(app.ingest.schemas.has_registry());
     let max = app.compat.batch_max_entries;
     let format = if is_json(&parts.headers) {
         Ok(BodyFormat {
             framing: Framing::Envelope("entries"),
             record: &parser,
             max_records: Some(max),
+            schemas: Some(&parser),
         })
     } else {
         Err(ApiError::UnsupportedMediaType(
@@ -283,4 +284,11 @@ pub async fn produce_batch(
         ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
+}
+
+/// The schema step reads what each v3 record's key and value want from the parser.
+impl crate::ingest::RecordSchemas for V3Record {
+    fn take_wanted(&self) -> Vec<crate::schema::Wanted> {
+        V3Record::take_wanted(self)
+    }
 }

@@ -25,6 +25,7 @@ fn body_format(format: Format) -> BodyFormat<'static> {
         framing: format.framing(),
         record: &V1Record,
         max_records: None,
+        schemas: None,
     }
 }
 

@@ -40,7 +40,7 @@ use http_body_util::BodyExt as _;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::{refused, Api, Ingest};
+use super::{refused, Api, Ingest, RecordSchemas};
 use crate::body::{Decoder, Framing, RecordArena, RecordNotes};
 use crate::body_budget::{BodyHold, Cut};
 use crate::buffer::BufferLease;
@@ -365,7 +365,7 @@ impl Ingest {
     /// Opens a stream: the checks every produce request gets before its body, then the first
     /// piece of the body (an error there is the whole request's answer). Returns the tenant
     /// once authenticated and the stream's reports; the stream runs on its own task.
-    pub async fn open_stream<P: RecordNotes + 'static>(
+    pub async fn open_stream<P: RecordNotes + RecordSchemas + 'static>(
         self: &Arc<Self>,
         request: StreamRequest<'_>,
         parser: Result<P, ApiError>,
@@ -384,7 +384,7 @@ impl Ingest {
         (Some(tenant), opened)
     }
 
-    async fn open_for<P: RecordNotes + 'static>(
+    async fn open_for<P: RecordNotes + RecordSchemas + 'static>(
         self: &Arc<Self>,
         tenant: &Arc<Tenant>,
         who: Identity,
@@ -432,6 +432,7 @@ impl Ingest {
             last_data: Instant::now(),
             draining: self.draining.subscribe(),
             rest: Bytes::new(),
+            numbered: 0,
         };
         let mut body = request.body;
         // The first data decides whether there is a stream at all: bytes that are not a record
@@ -485,7 +486,7 @@ async fn first_data(body: &mut Body, idle: Duration) -> Result<Bytes, ApiError> 
 }
 
 /// Reads a stream, admits and sends its records, and queues their reports.
-struct Pump<P: RecordNotes> {
+struct Pump<P: RecordNotes + RecordSchemas> {
     ingest: Arc<Ingest>,
     tenant: Arc<Tenant>,
     /// The credential the stream was opened with, checked again on registry changes and as
@@ -506,12 +507,14 @@ struct Pump<P: RecordNotes> {
     draining: watch::Receiver<bool>,
     /// What has arrived and is not decoded yet.
     rest: Bytes,
+    /// Records of the stream taken to admission so far (a record's number in errors).
+    numbered: usize,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
 type Stopped = Option<ApiError>;
 
-impl<P: RecordNotes + 'static> Pump<P> {
+impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     async fn run(mut self, mut body: Body) {
         let end = self.pump(&mut body).await;
         let Some(error) = end else {
@@ -689,7 +692,9 @@ impl<P: RecordNotes + 'static> Pump<P> {
         }
         let arena = self.decoder.take_decoded();
         let notes = self.decoder.parser().take_notes();
-        let (batch, fates) = self.admit(&arena).await;
+        let wanted = self.decoder.parser().take_wanted();
+        let (batch, fates) = self.admit(&arena, &wanted).await;
+        self.numbered += notes.len();
         let mut queued = 0u64;
         let mut last: Option<Arc<ApiError>> = None;
         let mut entries = Vec::with_capacity(fates.len());
@@ -736,12 +741,27 @@ impl<P: RecordNotes + 'static> Pump<P> {
     }
 
     /// Each record's fate: its index in the batch sent, or why it was refused.
-    async fn admit(&self, arena: &RecordArena) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
+    async fn admit(
+        &self,
+        arena: &RecordArena,
+        wanted: &[crate::schema::Wanted],
+    ) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
         let records = arena.records();
         if records.is_empty() {
             return (None, Vec::new());
         }
         let ingest = &self.ingest;
+        // The schema step, record by record: a record that does not fit is refused alone.
+        let mut converted: Vec<Option<Result<Record<'static>, ApiError>>> = Vec::new();
+        if ingest.schemas.applies(&self.topic, wanted) {
+            for (i, r) in records.iter().enumerate() {
+                let number = self.numbered + i;
+                let c = ingest
+                    .convert_record(&self.tenant, &self.topic, number, r, wanted.get(i))
+                    .await;
+                converted.push(Some(c.map(|c| c.record)));
+            }
+        }
         let partitions = match ingest.catalog.lookup(self.topic.as_str()).await {
             Ok(TopicInfo::Exists { partitions }) => Ok(partitions),
             Ok(TopicInfo::Missing) => Err(ApiError::UnknownTopic(self.topic.as_str().into())),
@@ -753,7 +773,16 @@ impl<P: RecordNotes + 'static> Pump<P> {
         // Redis nothing per record.
         let mut leases = 1;
         if let Some(cluster) = &ingest.cluster {
-            let group = arena.charge();
+            let group = if converted.is_empty() {
+                arena.charge()
+            } else {
+                let mut charge = Charge::default();
+                for c in converted.iter().flatten().flatten() {
+                    charge.records += 1;
+                    charge.bytes += c.size();
+                }
+                charge
+            };
             let need = ingest
                 .admission
                 .lease_need(&self.tenant, Some(&self.topic), group);
@@ -766,17 +795,25 @@ impl<P: RecordNotes + 'static> Pump<P> {
         let mut lease: Option<BufferLease> = None;
         let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
         let mut fates = Vec::with_capacity(records.len());
-        for record in records {
-            let fate = match &partitions {
-                Err(e) => Err(e.clone()),
-                Ok(n) => match record.partition.filter(|p| *p as u32 >= *n) {
+        for (i, record) in records.into_iter().enumerate() {
+            let record = match converted.get_mut(i).and_then(Option::take) {
+                None => Ok(record),
+                Some(c) => c,
+            };
+            let fate = match (&partitions, record) {
+                (_, Err(e)) => Err(e),
+                (Err(e), _) => Err(e.clone()),
+                (Ok(n), Ok(record)) => match record.partition.filter(|p| *p as u32 >= *n) {
                     Some(p) => Err(ApiError::UnknownPartition(format!(
                         "partition {p} does not exist (the topic has {n})"
                     ))),
-                    None => self.admit_one(&record, &mut leases).await,
+                    None => match self.admit_one(&record, &mut leases).await {
+                        Ok(taken) => Ok((taken, record)),
+                        Err(e) => Err(e),
+                    },
                 },
             };
-            fates.push(fate.map(|taken| {
+            fates.push(fate.map(|(taken, record)| {
                 match lease.as_mut() {
                     None => lease = Some(taken),
                     // Same buffer, same tenant: always absorbed; were it not, its space is

@@ -55,6 +55,11 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::IdempotencyKey(_) => (StatusCode::BAD_REQUEST, 40002),
         E::IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, 42207),
         E::IdempotencyUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50303),
+        // kafka-rest's 42203 is its JSON-to-schema conversion failure.
+        E::SchemaViolation(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42203),
+        E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
+        E::SchemaInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
 
@@ -198,6 +203,7 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
         ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
+        ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }
 }

@@ -40,7 +40,7 @@ pub async fn produce_records(
         return response;
     }
     let parser = if is_json(&parts.headers) {
-        Ok(V3Record::default())
+        Ok(V3Record::default().with_registry(app.ingest.schemas.has_registry()))
     } else {
         Err(ApiError::UnsupportedMediaType(
             "send records as application/json (concatenated JSON objects)".into(),

@@ -148,6 +148,7 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
         framing: Framing::Envelope("records"),
         record: &crate::body::v1::V1Record,
         max_records: None,
+        schemas: None,
     };
     let (_, produced) = app.ingest.produce(request, Ok(format)).await;
     assert_eq!(produced.status(), axum::http::StatusCode::ACCEPTED);

@@ -1,0 +1,173 @@
+//! The schema step of the pipeline: after a body is decoded and before anything is admitted,
+//! every record's key and value are written in the schema they want (or the topic's contract
+//! asks for), or the request is refused naming the record and the field — so nothing of a
+//! refused request is charged or written. A format that reports records one by one (Confluent's
+//! `records:batch`) takes a failed record into its answer instead, and the rest go on.
+
+use std::borrow::Cow;
+
+use crate::body::RecordArena;
+use crate::body_budget::BodyHold;
+use crate::identity::Topic;
+use crate::outcome::ApiError;
+use crate::record::Record;
+use crate::schema::{Failure, SchemaError, Wanted};
+use crate::tenant::Tenant;
+
+use super::Ingest;
+
+/// The new arena is held in steps of at least this much.
+const STEP: u64 = 64 * 1024;
+
+/// What a wire format knows of its records' schemas: the adapter's parser implements it.
+pub trait RecordSchemas: Send + Sync {
+    /// What each decoded record's key and value want, in record order (taken: a second call
+    /// gives the records decoded since).
+    fn take_wanted(&self) -> Vec<Wanted>;
+
+    /// The schema ids the request's keys and values were written with (v2's answer names
+    /// them); called once, after every record converted.
+    fn used_ids(&self, key: Option<u32>, value: Option<u32>) {
+        let _ = (key, value);
+    }
+
+    /// A record (by its index among the decoded records) that could not be converted: a
+    /// format that answers records one by one takes the failure into its answer and says
+    /// `true`; the record is then left out and the others go on. By default the whole
+    /// request fails.
+    fn fail_record(&self, index: usize, error: &ApiError) -> bool {
+        let _ = (index, error);
+        false
+    }
+}
+
+/// The client's error for record `index`'s failure.
+pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
+    let detail = format!("record {index}: {}", failure.detail());
+    match &failure.error {
+        SchemaError::Violation(_) => ApiError::SchemaViolation(detail),
+        SchemaError::NotFound(_) | SchemaError::NoRegistry => ApiError::SchemaNotFound(detail),
+        SchemaError::Invalid(_) => ApiError::SchemaInvalid(detail),
+        SchemaError::Unavailable(_) => ApiError::SchemaRegistryUnavailable(detail),
+    }
+}
+
+impl Ingest {
+    /// The records in their schemas' wire format (a new arena, held against the body budget
+    /// while both exist), or the request's refusal. Records that want no schema on a topic
+    /// without a contract pass untouched, and a request with none costs nothing here.
+    pub async fn apply_schemas(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        arena: RecordArena,
+        hold: &mut BodyHold,
+        notes: Option<&dyn RecordSchemas>,
+    ) -> Result<RecordArena, ApiError> {
+        let wanted = notes.map(|n| n.take_wanted()).unwrap_or_default();
+        if !self.schemas.applies(topic, &wanted) {
+            return Ok(arena);
+        }
+        let records = arena.records();
+        let mut out = RecordArena::default();
+        let before = hold.bytes();
+        let mut grown = 0u64;
+        let (mut key_id, mut value_id) = (None, None);
+        for (i, r) in records.iter().enumerate() {
+            let converted = match self.convert_record(tenant, topic, i, r, wanted.get(i)).await {
+                Ok(c) => c,
+                Err(error) => {
+                    if notes.is_some_and(|n| n.fail_record(i, &error)) {
+                        continue;
+                    }
+                    return Err(error);
+                }
+            };
+            key_id = key_id.or(converted.key_id);
+            value_id = value_id.or(converted.value_id);
+            out.push(&converted.record);
+            // Held as it grows, not after: the new arena never outgrows the body budget.
+            let held = out.held() as u64;
+            if held > grown {
+                let step = (held - grown).max(STEP);
+                if !hold.grow(step) {
+                    return Err(self.busy(tenant));
+                }
+                grown += step;
+            }
+        }
+        if let Some(n) = notes {
+            n.used_ids(key_id, value_id);
+        }
+        drop(records);
+        drop(arena);
+        // The old arena is gone: what is held is what the body needed or the new arena, the
+        // larger.
+        let _ = hold.resize(before.max(out.held() as u64));
+        Ok(out)
+    }
+
+    /// Record `index` in its schemas, or its error (counted when the data did not fit).
+    pub async fn convert_record(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        index: usize,
+        r: &Record<'_>,
+        wanted: Option<&Wanted>,
+    ) -> Result<ConvertedRecord, ApiError> {
+        let converted = self
+            .schemas
+            .convert(topic, r.key.as_deref(), r.value.as_deref(), wanted)
+            .await;
+        let c = match converted {
+            Ok(c) => c,
+            Err(failure) => {
+                if matches!(failure.error, SchemaError::Violation(_)) {
+                    self.schemas.count_violation(tenant.id.as_str(), topic);
+                }
+                return Err(failure_error(index, &failure));
+            }
+        };
+        // A schema's defaults can make a small JSON value large: what a record becomes is
+        // bounded like what it was sent as.
+        let too_large = |side: &str, n: usize, limit: usize| {
+            ApiError::RecordTooLarge(format!(
+                "record {index}: the {side} is {n} bytes in its schema; the limit is {limit}"
+            ))
+        };
+        if let Some(n) = c.key.as_ref().map(Vec::len) {
+            if n > self.bounds.max_key_bytes {
+                return Err(too_large("key", n, self.bounds.max_key_bytes));
+            }
+        }
+        if let Some(n) = c.value.as_ref().map(Vec::len) {
+            if n > self.bounds.max_value_bytes {
+                return Err(too_large("value", n, self.bounds.max_value_bytes));
+            }
+        }
+        let owned = |b: Option<&[u8]>| b.map(|b| Cow::Owned(b.to_vec()));
+        Ok(ConvertedRecord {
+            key_id: c.key_id,
+            value_id: c.value_id,
+            record: Record {
+                key: c.key.map(Cow::Owned).or_else(|| owned(r.key.as_deref())),
+                value: c.value.map(Cow::Owned).or_else(|| owned(r.value.as_deref())),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (Cow::Owned(k.to_string()), Cow::Owned(v.to_vec())))
+                    .collect(),
+                partition: r.partition,
+                timestamp_ms: r.timestamp_ms,
+            },
+        })
+    }
+}
+
+/// A record in its schemas, and the schema ids it was written with.
+pub struct ConvertedRecord {
+    pub record: Record<'static>,
+    pub key_id: Option<u32>,
+    pub value_id: Option<u32>,
+}

@@ -1,0 +1,675 @@
+//! Data contracts at the gate: record keys and values checked against, and written in, the
+//! schemas of a Confluent Schema Registry, before anything reaches Kafka.
+//!
+//! A wire format says what schema a record's key or value wants ([`Wanted`]: a raw schema, a
+//! schema id, a subject's version, or the latest of the subject) and hands the data in as its
+//! JSON text; a topic's `[[schemas]]` contract covers values that want nothing of their own.
+//! [`Schemas::convert`] resolves each schema (cached, bounded, one registry call per miss) and
+//! writes the data in Confluent's wire format (byte 0, the 4-byte schema id, the payload), or
+//! says which field of which record does not fit. The pipeline calls it once per request,
+//! after the body is decoded and before anything is admitted, so a refused record costs no
+//! budget and nothing of its request is written.
+//!
+//! Codecs: [`avro`] (our walk over apache-avro's parsed schema), [`json`] (jsonschema),
+//! [`protobuf`] (protox + prost-reflect); [`registry`] is the REST client.
+//!
+//! Layer: domain. Imports configuration and the record type; the pipeline imports it.
+
+pub mod avro;
+pub mod json;
+mod pointer;
+pub mod protobuf;
+pub mod registry;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::config::{ContractConfig, ContractMode, SchemaRegistryConfig};
+use crate::identity::{Topic, TopicPatterns};
+use registry::{CallError, RegistryClient};
+
+pub use crate::config::SchemaFormat as Format;
+
+/// Where and why a value does not fit its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// JSON pointer into the value (`""` for the value itself).
+    pub pointer: String,
+    pub message: String,
+}
+
+/// A record's key or value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Key,
+    Value,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Key => "key",
+            Self::Value => "value",
+        }
+    }
+}
+
+/// How the subject of a schema is named when the record does not name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// `<topic>-key` / `<topic>-value`.
+    #[default]
+    TopicName,
+    /// The schema's record name (Avro full name, Protobuf message, JSON Schema title).
+    RecordName,
+    /// `<topic>-<record name>`.
+    TopicRecordName,
+}
+
+impl Strategy {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "TOPIC_NAME" => Some(Self::TopicName),
+            "RECORD_NAME" => Some(Self::RecordName),
+            "TOPIC_RECORD_NAME" => Some(Self::TopicRecordName),
+            _ => None,
+        }
+    }
+}
+
+/// Which schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The schema's text, in this format: looked up under its subject, registered if absent.
+    Raw(Format, String),
+    /// A registered schema id.
+    Id(u32),
+    /// A version of the subject; `None` is the latest.
+    Version(Option<i32>),
+}
+
+/// The schema a key or value wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Use {
+    pub source: Source,
+    /// The subject, when the record names it.
+    pub subject: Option<String>,
+    pub strategy: Strategy,
+    /// The format the record expects the schema to be, when it says (a v3 `type`, a v2
+    /// content type).
+    pub format: Option<Format>,
+}
+
+/// What one record's key and value want; `None`: written as sent (or by the topic's
+/// contract, for a value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    pub key: Option<Use>,
+    pub value: Option<Use>,
+}
+
+/// Why a record could not be written in its schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaError {
+    /// The data does not fit the schema (422 `schema_violation`).
+    Violation(Mismatch),
+    /// No such schema, subject or version (422 `schema_not_found`).
+    NotFound(String),
+    /// The schema itself is not valid, or not of the format the record said (422
+    /// `schema_invalid`).
+    Invalid(String),
+    /// The registry did not answer and the schema is not cached (503).
+    Unavailable(String),
+    /// No `[schema_registry]` is configured (422 `schema_not_found`, saying so).
+    NoRegistry,
+}
+
+/// A record's failure: which side, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub side: Side,
+    pub error: SchemaError,
+}
+
+impl Failure {
+    /// The detail a client reads: `value /address/zip: expected a string, found a number`.
+    pub fn detail(&self) -> String {
+        let side = self.side.as_str();
+        match &self.error {
+            SchemaError::Violation(m) if m.pointer.is_empty() => format!("{side}: {}", m.message),
+            SchemaError::Violation(m) => format!("{side} {}: {}", m.pointer, m.message),
+            SchemaError::NotFound(d) | SchemaError::Invalid(d) | SchemaError::Unavailable(d) => {
+                format!("{side}: {d}")
+            }
+            SchemaError::NoRegistry => format!(
+                "{side}: schemas need a Schema Registry, and this gateway has none configured ([schema_registry] url)"
+            ),
+        }
+    }
+}
+
+enum Codec {
+    Avro(avro::AvroSchema),
+    Json(json::JsonSchema),
+    Protobuf(protobuf::ProtobufSchema),
+}
+
+impl std::fmt::Debug for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Avro(_) => "Avro",
+            Self::Json(_) => "Json",
+            Self::Protobuf(_) => "Protobuf",
+        })
+    }
+}
+
+/// A schema ready to use: its id and its codec.
+#[derive(Debug)]
+pub struct Compiled {
+    pub id: u32,
+    pub format: Format,
+    codec: Codec,
+    /// Bytes of schema text it was compiled from (what the cache counts).
+    text_len: usize,
+}
+
+fn compile(format: Format, text: &str) -> Result<Codec, String> {
+    Ok(match format {
+        Format::Avro => Codec::Avro(avro::AvroSchema::parse(text)?),
+        Format::Json => Codec::Json(json::JsonSchema::parse(text)?),
+        Format::Protobuf => Codec::Protobuf(protobuf::ProtobufSchema::parse(text)?),
+    })
+}
+
+fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Avro => "AVRO",
+        Format::Json => "JSONSCHEMA",
+        Format::Protobuf => "PROTOBUF",
+    }
+}
+
+impl Codec {
+    fn record_name(&self) -> Option<&str> {
+        match self {
+            Self::Avro(s) => s.record_name.as_deref(),
+            Self::Json(s) => s.record_name.as_deref(),
+            Self::Protobuf(s) => s.record_name.as_deref(),
+        }
+    }
+}
+
+impl Compiled {
+    /// `data` (JSON text) in Confluent's wire format under this schema.
+    pub fn encode(&self, data: &[u8]) -> Result<Vec<u8>, Mismatch> {
+        let payload = match &self.codec {
+            Codec::Protobuf(p) => p.encode(data)?,
+            Codec::Avro(a) => a.encode(&parse_json(data)?)?,
+            Codec::Json(j) => {
+                j.check(&parse_json(data)?)?;
+                data.to_vec()
+            }
+        };
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.push(0);
+        out.extend_from_slice(&self.id.to_be_bytes());
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
+    pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
+        match &self.codec {
+            Codec::Json(j) => j.check(&parse_json(data)?),
+            // A contract's validate mode is for JSON Schema only (the configuration says so);
+            // any other codec encodes to check.
+            _ => self.encode(data).map(drop),
+        }
+    }
+}
+
+fn parse_json(data: &[u8]) -> Result<serde_json::Value, Mismatch> {
+    serde_json::from_slice(data).map_err(|e| Mismatch {
+        pointer: String::new(),
+        message: format!("is not JSON: {e}"),
+    })
+}
+
+/// Compiled schemas by id, and what names resolve to which id, within the configured bounds.
+/// Eviction is oldest-first (a schema in use is simply compiled again after a miss).
+#[derive(Default)]
+struct Cache {
+    by_id: HashMap<u32, Arc<Compiled>>,
+    order: VecDeque<u32>,
+    bytes: usize,
+    /// (subject, schema text) → id, for raw schemas.
+    raw: HashMap<(String, String), u32>,
+    raw_order: VecDeque<(String, String)>,
+    raw_bytes: usize,
+    /// (subject, version or latest) → id and when it was asked.
+    versions: HashMap<(String, Option<i32>), (u32, Instant)>,
+    versions_order: VecDeque<(String, Option<i32>)>,
+    /// Ids the registry said do not exist, and when: asked again after [`MISSING_TTL`].
+    missing: HashMap<u32, Instant>,
+}
+
+/// How long "no such schema id" is remembered: a client repeating unknown ids costs the
+/// registry one call per id per this long.
+const MISSING_TTL: Duration = Duration::from_secs(5);
+
+/// Schemas from the registry, with their bounds, and the topics' contracts.
+pub struct Schemas {
+    client: Option<RegistryClient>,
+    config: SchemaRegistryConfig,
+    cache: Mutex<Cache>,
+    calls: tokio::sync::Semaphore,
+    contracts: Vec<(TopicPatterns, ContractConfig)>,
+    /// Values refused for not fitting a schema, per tenant and topic.
+    violations: Mutex<HashMap<(Arc<str>, Arc<str>), u64>>,
+}
+
+impl std::fmt::Debug for Schemas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schemas")
+            .field("registry", &self.config.url)
+            .field("contracts", &self.contracts.len())
+            .finish()
+    }
+}
+
+/// Most (tenant, topic) pairs counted one by one; further violations count under topic
+/// `_other` for their tenant.
+const MAX_VIOLATION_SERIES: usize = 1_000;
+
+/// What one record became: its key and value in their schemas' wire format (`None`: as sent),
+/// and the ids used.
+#[derive(Debug, Default)]
+pub struct Converted {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub key_id: Option<u32>,
+    pub value_id: Option<u32>,
+}
+
+impl Schemas {
+    pub fn new(config: &SchemaRegistryConfig, contracts: &[ContractConfig]) -> Result<Self, String> {
+        let client = match &config.url {
+            Some(url) => Some(RegistryClient::new(
+                url,
+                Duration::from_millis(config.timeout_ms),
+                config.credentials(),
+            )?),
+            None => None,
+        };
+        let contracts = contracts
+            .iter()
+            .map(|c| {
+                TopicPatterns::parse(&c.topics)
+                    .map(|p| (p, c.clone()))
+                    .map_err(|(i, e)| format!("schemas: topics[{i}]: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            client,
+            config: config.clone(),
+            cache: Mutex::default(),
+            calls: tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1)),
+            contracts,
+            violations: Mutex::default(),
+        })
+    }
+
+    /// Whether a Schema Registry is configured (schema formats are served).
+    pub fn has_registry(&self) -> bool {
+        self.client.is_some()
+    }
+
+    fn contract(&self, topic: &Topic) -> Option<&ContractConfig> {
+        self.contracts
+            .iter()
+            .find(|(p, _)| p.allows(topic))
+            .map(|(_, c)| c)
+    }
+
+    /// Whether anything of the request needs this step.
+    pub fn applies(&self, topic: &Topic, wanted: &[Wanted]) -> bool {
+        self.contract(topic).is_some()
+            || wanted.iter().any(|w| w.key.is_some() || w.value.is_some())
+    }
+
+    /// One record's key and value in their schemas (`key`/`value`: the JSON text as sent;
+    /// `None` is a Kafka null, written as null).
+    pub async fn convert(
+        &self,
+        topic: &Topic,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        wanted: Option<&Wanted>,
+    ) -> Result<Converted, Failure> {
+        let mut out = Converted::default();
+        if let (Some(data), Some(u)) = (key, wanted.and_then(|w| w.key.as_ref())) {
+            let schema = self.resolve(topic, Side::Key, u).await.map_err(|error| Failure {
+                side: Side::Key,
+                error,
+            })?;
+            out.key = Some(encode(&schema, data, Side::Key)?);
+            out.key_id = Some(schema.id);
+        }
+        let own = wanted.and_then(|w| w.value.as_ref());
+        match (value, own) {
+            (Some(data), Some(u)) => {
+                let schema = self.resolve(topic, Side::Value, u).await.map_err(|error| Failure {
+                    side: Side::Value,
+                    error,
+                })?;
+                out.value = Some(encode(&schema, data, Side::Value)?);
+                out.value_id = Some(schema.id);
+            }
+            (Some(data), None) => {
+                if let Some(contract) = self.contract(topic) {
+                    let u = Use {
+                        source: Source::Version(None),
+                        subject: contract.subject.clone(),
+                        strategy: Strategy::TopicName,
+                        format: Some(contract.format),
+                    };
+                    let schema = self.resolve(topic, Side::Value, &u).await.map_err(|error| {
+                        Failure {
+                            side: Side::Value,
+                            error,
+                        }
+                    })?;
+                    match contract.mode {
+                        ContractMode::Validate => schema.check(data).map_err(|m| Failure {
+                            side: Side::Value,
+                            error: SchemaError::Violation(m),
+                        })?,
+                        ContractMode::Serialize => {
+                            out.value = Some(encode(&schema, data, Side::Value)?);
+                        }
+                    }
+                    out.value_id = Some(schema.id);
+                }
+            }
+            (None, _) => {}
+        }
+        Ok(out)
+    }
+
+    /// Counts a record refused for its schema.
+    pub fn count_violation(&self, tenant: &str, topic: &Topic) {
+        let mut counts = self.violations.lock();
+        let key: (Arc<str>, Arc<str>) = (tenant.into(), topic.as_str().into());
+        if let Some(n) = counts.get_mut(&key) {
+            *n += 1;
+            return;
+        }
+        let key = if counts.len() < MAX_VIOLATION_SERIES {
+            key
+        } else {
+            (key.0, "_other".into())
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+
+    /// The violation counts, for the metrics.
+    pub fn violations(&self) -> Vec<(Arc<str>, Arc<str>, u64)> {
+        self.violations
+            .lock()
+            .iter()
+            .map(|((t, p), n)| (t.clone(), p.clone(), *n))
+            .collect()
+    }
+
+    /// The schema a key or value wants.
+    pub async fn resolve(&self, topic: &Topic, side: Side, u: &Use) -> Result<Arc<Compiled>, SchemaError> {
+        let Some(client) = &self.client else {
+            return Err(SchemaError::NoRegistry);
+        };
+        let schema = match &u.source {
+            Source::Id(id) => self.by_id(client, *id).await?,
+            Source::Raw(format, text) => self.raw(client, topic, side, u, *format, text).await?,
+            Source::Version(version) => {
+                let subject = match (&u.subject, u.strategy) {
+                    (Some(s), _) => s.clone(),
+                    (None, Strategy::TopicName) => format!("{}-{}", topic.as_str(), side.as_str()),
+                    (None, _) => {
+                        return Err(SchemaError::NotFound(
+                            "RECORD_NAME and TOPIC_RECORD_NAME need the schema (or a subject) to name the record".into(),
+                        ))
+                    }
+                };
+                self.version(client, &subject, *version).await?
+            }
+        };
+        if let Some(expected) = u.format.filter(|f| *f != schema.format) {
+            return Err(SchemaError::Invalid(format!(
+                "schema {} is {}, not {}",
+                schema.id,
+                format_name(schema.format),
+                format_name(expected)
+            )));
+        }
+        Ok(schema)
+    }
+
+    async fn call<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        let timeout = Duration::from_millis(self.config.timeout_ms);
+        // Waiting for a call slot counts against the same timeout as the call.
+        let started = tokio::time::Instant::now();
+        let permit = tokio::time::timeout(timeout, self.calls.acquire())
+            .await
+            .map_err(|_| CallError::Unavailable("the Schema Registry is busy: too many calls in flight".into()))?
+            .map_err(|_| CallError::Unavailable("closed".into()))?;
+        let left = timeout.saturating_sub(started.elapsed());
+        let answer = tokio::time::timeout(left.max(Duration::from_millis(1)), f)
+            .await
+            .unwrap_or_else(|_| Err(CallError::Unavailable("the Schema Registry did not answer in time".into())));
+        drop(permit);
+        answer
+    }
+
+    async fn by_id(&self, client: &RegistryClient, id: u32) -> Result<Arc<Compiled>, SchemaError> {
+        {
+            let cache = self.cache.lock();
+            if let Some(s) = cache.by_id.get(&id) {
+                return Ok(s.clone());
+            }
+            if cache.missing.get(&id).is_some_and(|at| at.elapsed() < MISSING_TTL) {
+                return Err(SchemaError::NotFound(format!("schema id {id} is not in the Schema Registry")));
+            }
+        }
+        let registered = match self.call(client.by_id(id)).await {
+            Ok(r) => r,
+            Err(CallError::NotFound(_)) => {
+                let mut cache = self.cache.lock();
+                if cache.missing.len() >= self.config.cache_entries {
+                    cache.missing.retain(|_, at| at.elapsed() < MISSING_TTL);
+                }
+                if cache.missing.len() < self.config.cache_entries {
+                    cache.missing.insert(id, Instant::now());
+                }
+                return Err(SchemaError::NotFound(format!("schema id {id} is not in the Schema Registry")));
+            }
+            Err(e) => return Err(call_error(e)),
+        };
+        self.compiled(id, registered.format, &registered.schema)
+    }
+
+    /// Compiles a schema the registry gave (or takes the cached one) and keeps it.
+    fn compiled(&self, id: u32, format: Format, text: &str) -> Result<Arc<Compiled>, SchemaError> {
+        if let Some(s) = self.cache.lock().by_id.get(&id) {
+            return Ok(s.clone());
+        }
+        let codec = compile(format, text).map_err(|e| {
+            SchemaError::Invalid(format!("schema {id} ({}) does not compile: {e}", format_name(format)))
+        })?;
+        let compiled = Arc::new(Compiled {
+            id,
+            format,
+            codec,
+            text_len: text.len(),
+        });
+        self.keep(compiled.clone());
+        Ok(compiled)
+    }
+
+    fn keep(&self, compiled: Arc<Compiled>) {
+        let mut cache = self.cache.lock();
+        if cache.by_id.contains_key(&compiled.id) {
+            return;
+        }
+        cache.bytes += compiled.text_len;
+        cache.order.push_back(compiled.id);
+        cache.by_id.insert(compiled.id, compiled);
+        while cache.by_id.len() > self.config.cache_entries || cache.bytes > self.config.cache_bytes {
+            let Some(old) = cache.order.pop_front() else { break };
+            if let Some(s) = cache.by_id.remove(&old) {
+                cache.bytes -= s.text_len;
+            }
+        }
+    }
+
+    async fn version(
+        &self,
+        client: &RegistryClient,
+        subject: &str,
+        version: Option<i32>,
+    ) -> Result<Arc<Compiled>, SchemaError> {
+        let key = (subject.to_string(), version);
+        let ttl = Duration::from_millis(self.config.latest_ttl_ms);
+        let known = self.cache.lock().versions.get(&key).copied();
+        if let Some((id, at)) = known {
+            // A numbered version never changes; "latest" is trusted for the TTL.
+            if version.is_some() || at.elapsed() < ttl {
+                if let Some(s) = self.cache.lock().by_id.get(&id) {
+                    return Ok(s.clone());
+                }
+            }
+        }
+        let answer = self.call(client.version(subject, version)).await;
+        let registered = match answer {
+            Ok(r) => r,
+            Err(CallError::NotFound(m)) => {
+                return Err(SchemaError::NotFound(format!(
+                    "subject {subject:?} has no {}: {m}",
+                    version.map_or_else(|| "schema".to_string(), |v| format!("version {v}"))
+                )))
+            }
+            Err(e) => {
+                // The registry is down: the last answer for "latest" is better than none.
+                if let Some((id, _)) = known {
+                    if let Some(s) = self.cache.lock().by_id.get(&id) {
+                        return Ok(s.clone());
+                    }
+                }
+                return Err(call_error(e));
+            }
+        };
+        let compiled = self.compiled(registered.id, registered.format, &registered.schema)?;
+        let mut cache = self.cache.lock();
+        if cache.versions.insert(key.clone(), (registered.id, Instant::now())).is_none() {
+            cache.versions_order.push_back(key);
+            while cache.versions.len() > self.config.cache_entries {
+                let Some(old) = cache.versions_order.pop_front() else { break };
+                cache.versions.remove(&old);
+            }
+        }
+        Ok(compiled)
+    }
+
+    async fn raw(
+        &self,
+        client: &RegistryClient,
+        topic: &Topic,
+        side: Side,
+        u: &Use,
+        format: Format,
+        text: &str,
+    ) -> Result<Arc<Compiled>, SchemaError> {
+        // Compiled before anything is asked: a malformed schema never reaches the registry.
+        let codec = compile(format, text).map_err(|e| {
+            SchemaError::Invalid(format!("the {} schema does not compile: {e}", format_name(format)))
+        })?;
+        let subject = match (&u.subject, u.strategy) {
+            (Some(s), _) => s.clone(),
+            (None, Strategy::TopicName) => format!("{}-{}", topic.as_str(), side.as_str()),
+            (None, strategy) => {
+                let Some(name) = codec.record_name() else {
+                    return Err(SchemaError::Invalid(
+                        "the schema has no record name for RECORD_NAME or TOPIC_RECORD_NAME".into(),
+                    ));
+                };
+                if strategy == Strategy::RecordName {
+                    name.to_string()
+                } else {
+                    format!("{}-{name}", topic.as_str())
+                }
+            }
+        };
+        let key = (subject, text.to_string());
+        let cached = self.cache.lock().raw.get(&key).copied();
+        if let Some(id) = cached {
+            if let Some(s) = self.cache.lock().by_id.get(&id) {
+                return Ok(s.clone());
+            }
+            let compiled = Arc::new(Compiled { id, format, codec, text_len: text.len() });
+            self.keep(compiled.clone());
+            return Ok(compiled);
+        }
+        let subject = &key.0;
+        let id = match self.call(client.lookup(subject, format, text)).await.map_err(call_error)? {
+            Some(id) => id,
+            None if self.config.auto_register => self
+                .call(client.register(subject, format, text))
+                .await
+                .map_err(|e| match e {
+                    CallError::Refused(m) => SchemaError::Invalid(format!(
+                        "the Schema Registry refused to register the schema under {subject:?}: {m}"
+                    )),
+                    e => call_error(e),
+                })?,
+            None => {
+                return Err(SchemaError::NotFound(format!(
+                    "the schema is not registered under subject {subject:?}, and [schema_registry] auto_register is off"
+                )))
+            }
+        };
+        let compiled = Arc::new(Compiled { id, format, codec, text_len: text.len() });
+        self.keep(compiled.clone());
+        let mut cache = self.cache.lock();
+        cache.raw_bytes += key.1.len();
+        cache.raw_order.push_back(key.clone());
+        cache.raw.insert(key, id);
+        while cache.raw.len() > self.config.cache_entries || cache.raw_bytes > self.config.cache_bytes {
+            let Some(old) = cache.raw_order.pop_front() else { break };
+            if cache.raw.remove(&old).is_some() {
+                cache.raw_bytes -= old.1.len();
+            }
+        }
+        Ok(compiled)
+    }
+}
+
+fn encode(schema: &Compiled, data: &[u8], side: Side) -> Result<Vec<u8>, Failure> {
+    schema.encode(data).map_err(|m| Failure {
+        side,
+        error: SchemaError::Violation(m),
+    })
+}
+
+fn call_error(e: CallError) -> SchemaError {
+    match e {
+        CallError::NotFound(m) => SchemaError::NotFound(m),
+        CallError::Refused(m) => SchemaError::Invalid(format!("the Schema Registry refused: {m}")),
+        CallError::Unavailable(m) => SchemaError::Unavailable(m),
+    }
+}
+

@@ -1,0 +1,469 @@
+//! JSON to Avro binary, walking the schema: each value is checked against its schema where it
+//! stands, so an error names the field by its JSON pointer, and the datum is written in the
+//! same pass (no intermediate value tree).
+//!
+//! The JSON is Avro's JSON encoding, as Confluent's REST Proxy takes it: a union value is
+//! `{"<branch>": value}` (or `null`); bytes and fixed are strings of code points 0–255. A bare
+//! union value is taken too when exactly one branch accepts it, which is what most producers
+//! mean. apache-avro parses the schema (names, namespaces, logical types); the encoding is the
+//! specification's and small enough to own.
+
+use std::collections::HashMap;
+
+use apache_avro::schema::{Name, Namespace, RecordSchema, Schema, UnionSchema};
+use serde_json::Value;
+
+use super::pointer::Pointer;
+use super::Mismatch;
+
+/// A parsed Avro schema with every named type it defines, for references.
+#[derive(Debug)]
+pub struct AvroSchema {
+    root: Schema,
+    names: HashMap<Name, Schema>,
+    /// The full name of the top-level named type, if it is one (RECORD_NAME strategy).
+    pub record_name: Option<String>,
+}
+
+/// Deepest nesting followed through a schema: a recursive schema meeting a deeply nested value
+/// must not exhaust the stack (the body decoder already bounds JSON depth; this bounds the walk).
+const MAX_DEPTH: usize = 160;
+
+impl AvroSchema {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let root = Schema::parse_str(text).map_err(|e| e.to_string())?;
+        let names = apache_avro::schema::ResolvedSchema::try_from(&root)
+            .map_err(|e| e.to_string())?
+            .get_names()
+            .iter()
+            .map(|(n, s)| (n.clone(), (*s).clone()))
+            .collect();
+        let record_name = match &root {
+            Schema::Record(r) => Some(r.name.fullname(None)),
+            Schema::Enum(e) => Some(e.name.fullname(None)),
+            Schema::Fixed(f) => Some(f.name.fullname(None)),
+            _ => None,
+        };
+        Ok(Self {
+            root,
+            names,
+            record_name,
+        })
+    }
+
+    /// The Avro binary datum of `value`, or where and why it does not fit the schema.
+    pub fn encode(&self, value: &Value) -> Result<Vec<u8>, Mismatch> {
+        let mut out = Vec::with_capacity(64);
+        let mut at = Pointer::default();
+        Walk {
+            names: &self.names,
+            out: &mut out,
+        }
+        .value(&self.root, value, &mut at, &None, 0)?;
+        Ok(out)
+    }
+}
+
+struct Walk<'s, 'o> {
+    names: &'s HashMap<Name, Schema>,
+    out: &'o mut Vec<u8>,
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn mismatch(at: &Pointer, message: String) -> Mismatch {
+    Mismatch {
+        pointer: at.to_string(),
+        message,
+    }
+}
+
+fn expected(at: &Pointer, what: &str, found: &Value) -> Mismatch {
+    mismatch(at, format!("expected {what}, found {}", kind(found)))
+}
+
+impl Walk<'_, '_> {
+    fn long(&mut self, n: i64) {
+        let mut z = ((n << 1) ^ (n >> 63)) as u64;
+        while z >= 0x80 {
+            self.out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+        self.out.push(z as u8);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.long(b.len() as i64);
+        self.out.extend_from_slice(b);
+    }
+
+    fn value(
+        &mut self,
+        schema: &Schema,
+        v: &Value,
+        at: &mut Pointer,
+        ns: &Namespace,
+        depth: usize,
+    ) -> Result<(), Mismatch> {
+        if depth > MAX_DEPTH {
+            return Err(mismatch(at, "nested too deeply for the schema".into()));
+        }
+        match schema {
+            Schema::Null => match v {
+                Value::Null => Ok(()),
+                _ => Err(expected(at, "null", v)),
+            },
+            Schema::Boolean => match v {
+                Value::Bool(b) => {
+                    self.out.push(u8::from(*b));
+                    Ok(())
+                }
+                _ => Err(expected(at, "a boolean", v)),
+            },
+            Schema::Int | Schema::Date | Schema::TimeMillis => {
+                let n = integer(v, at)?;
+                let n = i32::try_from(n)
+                    .map_err(|_| mismatch(at, format!("{n} is out of range for an Avro int")))?;
+                self.long(i64::from(n));
+                Ok(())
+            }
+            Schema::Long
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => {
+                let n = integer(v, at)?;
+                self.long(n);
+                Ok(())
+            }
+            Schema::Float => {
+                let f = number(v, at)?;
+                self.out.extend_from_slice(&(f as f32).to_le_bytes());
+                Ok(())
+            }
+            Schema::Double => {
+                let f = number(v, at)?;
+                self.out.extend_from_slice(&f.to_le_bytes());
+                Ok(())
+            }
+            Schema::String | Schema::Uuid => match v {
+                Value::String(s) => {
+                    self.bytes(s.as_bytes());
+                    Ok(())
+                }
+                _ => Err(expected(at, "a string", v)),
+            },
+            Schema::Bytes | Schema::BigDecimal => {
+                let b = latin1(v, at)?;
+                self.bytes(&b);
+                Ok(())
+            }
+            Schema::Decimal(d) => self.value(&d.inner, v, at, ns, depth + 1),
+            Schema::Fixed(f) => {
+                let b = latin1(v, at)?;
+                if b.len() != f.size {
+                    return Err(mismatch(
+                        at,
+                        format!("expected {} bytes (fixed {}), found {}", f.size, f.name.name, b.len()),
+                    ));
+                }
+                self.out.extend_from_slice(&b);
+                Ok(())
+            }
+            Schema::Duration => {
+                let b = latin1(v, at)?;
+                if b.len() != 12 {
+                    return Err(mismatch(at, format!("expected 12 bytes (duration), found {}", b.len())));
+                }
+                self.out.extend_from_slice(&b);
+                Ok(())
+            }
+            Schema::Enum(e) => {
+                let Value::String(s) = v else {
+                    return Err(expected(at, "an enum symbol (a string)", v));
+                };
+                let Some(i) = e.symbols.iter().position(|sym| sym == s) else {
+                    return Err(mismatch(
+                        at,
+                        format!("{s:?} is not a symbol of enum {} ({})", e.name.name, e.symbols.join(", ")),
+                    ));
+                };
+                self.long(i as i64);
+                Ok(())
+            }
+            Schema::Array(a) => {
+                let Value::Array(items) = v else {
+                    return Err(expected(at, "an array", v));
+                };
+                if !items.is_empty() {
+                    self.long(items.len() as i64);
+                    for (i, item) in items.iter().enumerate() {
+                        at.push_index(i);
+                        self.value(&a.items, item, at, ns, depth + 1)?;
+                        at.pop();
+                    }
+                }
+                self.long(0);
+                Ok(())
+            }
+            Schema::Map(m) => {
+                let Value::Object(entries) = v else {
+                    return Err(expected(at, "an object (an Avro map)", v));
+                };
+                if !entries.is_empty() {
+                    self.long(entries.len() as i64);
+                    for (k, item) in entries {
+                        self.bytes(k.as_bytes());
+                        at.push(k);
+                        self.value(&m.types, item, at, ns, depth + 1)?;
+                        at.pop();
+                    }
+                }
+                self.long(0);
+                Ok(())
+            }
+            Schema::Union(u) => self.union(u, v, at, ns, depth),
+            Schema::Record(r) => self.record(r, v, at, depth),
+            Schema::Ref { name } => {
+                let full = name.fully_qualified_name(ns);
+                let Some(target) = self.names.get(&full).or_else(|| self.names.get(name)) else {
+                    return Err(mismatch(at, format!("the schema names an unknown type {}", name.name)));
+                };
+                self.value(target, v, at, ns, depth + 1)
+            }
+        }
+    }
+
+    fn record(
+        &mut self,
+        r: &RecordSchema,
+        v: &Value,
+        at: &mut Pointer,
+        depth: usize,
+    ) -> Result<(), Mismatch> {
+        let Value::Object(fields) = v else {
+            return Err(expected(at, &format!("an object (record {})", r.name.name), v));
+        };
+        if let Some(extra) = fields.keys().find(|k| !r.lookup.contains_key(k.as_str())) {
+            at.push(extra);
+            return Err(mismatch(
+                at,
+                format!("record {} has no field {extra:?}", r.name.name),
+            ));
+        }
+        let ns = r.name.namespace.clone();
+        for field in &r.fields {
+            at.push(&field.name);
+            match fields.get(&field.name) {
+                Some(value) => self.value(&field.schema, value, at, &ns, depth + 1)?,
+                None => match &field.default {
+                    Some(default) => self.value(&field.schema, default, at, &ns, depth + 1)?,
+                    None => return Err(mismatch(at, "a required field is missing".into())),
+                },
+            }
+            at.pop();
+        }
+        Ok(())
+    }
+
+    fn union(
+        &mut self,
+        u: &UnionSchema,
+        v: &Value,
+        at: &mut Pointer,
+        ns: &Namespace,
+        depth: usize,
+    ) -> Result<(), Mismatch> {
+        let branches = u.variants();
+        if v.is_null() {
+            if let Some(i) = branches.iter().position(|b| matches!(b, Schema::Null)) {
+                self.long(i as i64);
+                return Ok(());
+            }
+            return Err(mismatch(at, "null is not a branch of the union".into()));
+        }
+        // Avro's JSON encoding: {"<branch name>": value}.
+        if let Value::Object(o) = v {
+            if o.len() == 1 {
+                if let Some((name, inner)) = o.iter().next() {
+                    if let Some(i) = branches.iter().position(|b| branch_name(b, ns) == *name) {
+                        self.long(i as i64);
+                        at.push(name);
+                        self.value(&branches[i], inner, at, ns, depth + 1)?;
+                        at.pop();
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        // A bare value: the one branch that takes it.
+        let start = self.out.len();
+        let mut fits = None;
+        for (i, b) in branches.iter().enumerate() {
+            if matches!(b, Schema::Null) {
+                continue;
+            }
+            let mut probe = Vec::new();
+            let mut walk = Walk {
+                names: self.names,
+                out: &mut probe,
+            };
+            if walk.value(b, v, &mut at.clone(), ns, depth + 1).is_ok() {
+                if fits.is_some() {
+                    return Err(mismatch(
+                        at,
+                        "the value fits more than one branch of the union; name it as {\"<type>\": value}".into(),
+                    ));
+                }
+                fits = Some((i, probe));
+            }
+        }
+        let Some((i, probe)) = fits else {
+            let names: Vec<String> = branches.iter().map(|b| branch_name(b, ns)).collect();
+            return Err(mismatch(
+                at,
+                format!("{} fits no branch of the union ({})", kind(v), names.join(", ")),
+            ));
+        };
+        self.out.truncate(start);
+        self.long(i as i64);
+        self.out.extend_from_slice(&probe);
+        Ok(())
+    }
+}
+
+/// A union branch's name in Avro's JSON encoding: the type name, or a named type's full name.
+fn branch_name(schema: &Schema, ns: &Namespace) -> String {
+    match schema {
+        Schema::Null => "null".into(),
+        Schema::Boolean => "boolean".into(),
+        Schema::Int | Schema::Date | Schema::TimeMillis => "int".into(),
+        Schema::Long
+        | Schema::TimeMicros
+        | Schema::TimestampMillis
+        | Schema::TimestampMicros
+        | Schema::TimestampNanos
+        | Schema::LocalTimestampMillis
+        | Schema::LocalTimestampMicros
+        | Schema::LocalTimestampNanos => "long".into(),
+        Schema::Float => "float".into(),
+        Schema::Double => "double".into(),
+        Schema::Bytes | Schema::BigDecimal => "bytes".into(),
+        Schema::String | Schema::Uuid => "string".into(),
+        Schema::Array(_) => "array".into(),
+        Schema::Map(_) => "map".into(),
+        Schema::Record(r) => r.name.fullname(ns.clone()),
+        Schema::Enum(e) => e.name.fullname(ns.clone()),
+        Schema::Fixed(f) => f.name.fullname(ns.clone()),
+        Schema::Decimal(d) => branch_name(&d.inner, ns),
+        Schema::Duration => "fixed".into(),
+        Schema::Ref { name } => name.fullname(ns.clone()),
+        Schema::Union(_) => "union".into(),
+    }
+}
+
+fn integer(v: &Value, at: &Pointer) -> Result<i64, Mismatch> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| mismatch(at, format!("expected an integer, found {n}"))),
+        _ => Err(expected(at, "an integer", v)),
+    }
+}
+
+fn number(v: &Value, at: &Pointer) -> Result<f64, Mismatch> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| mismatch(at, format!("{n} is not a number Avro can hold"))),
+        _ => Err(expected(at, "a number", v)),
+    }
+}
+
+/// Avro's JSON encoding of bytes: a string whose code points 0–255 are the bytes.
+fn latin1(v: &Value, at: &Pointer) -> Result<Vec<u8>, Mismatch> {
+    let Value::String(s) = v else {
+        return Err(expected(at, "a string of bytes (code points 0-255)", v));
+    };
+    s.chars()
+        .map(|c| u8::try_from(u32::from(c)))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| mismatch(at, "bytes are code points 0-255 (Avro's JSON encoding)".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const USER: &str = r#"{"type":"record","name":"User","namespace":"t","fields":[
+        {"name":"name","type":"string"},
+        {"name":"age","type":"int"},
+        {"name":"email","type":["null","string"],"default":null},
+        {"name":"tags","type":{"type":"array","items":"string"},"default":[]}]}"#;
+
+    #[test]
+    fn encodes_as_apache_avro_does() {
+        let s = AvroSchema::parse(USER).expect("schema");
+        let v = json!({"name":"ann","age":42,"email":{"string":"a@x"},"tags":["a","b"]});
+        let ours = s.encode(&v).expect("valid");
+        let theirs = {
+            use apache_avro::types::Value as A;
+            let record = A::Record(vec![
+                ("name".into(), A::String("ann".into())),
+                ("age".into(), A::Int(42)),
+                ("email".into(), A::Union(1, Box::new(A::String("a@x".into())))),
+                (
+                    "tags".into(),
+                    A::Array(vec![A::String("a".into()), A::String("b".into())]),
+                ),
+            ]);
+            apache_avro::to_avro_datum(&s.root, record).expect("theirs")
+        };
+        assert_eq!(ours, theirs);
+        // A bare union value and a defaulted field give the same bytes.
+        let bare = s.encode(&json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}));
+        assert_eq!(bare.expect("bare"), theirs);
+        assert_eq!(s.record_name.as_deref(), Some("t.User"));
+    }
+
+    #[test]
+    fn mismatches_name_the_field() {
+        let s = AvroSchema::parse(USER).expect("schema");
+        let e = |v: Value| s.encode(&v).expect_err("invalid");
+        let m = e(json!({"name":"ann","age":"42"}));
+        assert_eq!(m.pointer, "/age");
+        assert!(m.message.contains("expected an integer, found a string"), "{}", m.message);
+        assert_eq!(e(json!({"age":1})).pointer, "/name");
+        assert_eq!(e(json!({"name":"a","age":1,"colour":"red"})).pointer, "/colour");
+        assert_eq!(e(json!({"name":"a","age":1,"tags":["x",3]})).pointer, "/tags/1");
+        assert_eq!(e(json!({"name":"a","age":1,"email":5})).pointer, "/email");
+        assert_eq!(e(json!({"name":"a","age":3_000_000_000_i64})).pointer, "/age");
+    }
+
+    #[test]
+    fn recursive_schemas_are_bounded() {
+        let s = AvroSchema::parse(
+            r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
+        )
+        .expect("schema");
+        assert!(s.encode(&json!({"next":{"Node":{"next":null}}})).is_ok());
+        let mut deep = json!({"next": null});
+        for _ in 0..200 {
+            deep = json!({ "next": deep });
+        }
+        assert!(s.encode(&deep).is_err(), "bounded, not a stack overflow");
+    }
+}
