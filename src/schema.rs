@@ -204,6 +204,17 @@ impl Codec {
 }
 
 impl Compiled {
+    /// A schema compiled from its text, as if the registry had given it this id (the
+    /// benchmarks and tests use it; the gateway compiles what the registry answers).
+    pub fn new(id: u32, format: Format, text: &str) -> Result<Self, String> {
+        Ok(Self {
+            id,
+            format,
+            codec: compile(format, text)?,
+            text_len: text.len(),
+        })
+    }
+
     /// `data` (JSON text) in Confluent's wire format under this schema.
     pub fn encode(&self, data: &[u8]) -> Result<Vec<u8>, Mismatch> {
         let payload = match &self.codec {

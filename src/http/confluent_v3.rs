@@ -288,7 +288,7 @@ pub async fn produce_batch(
 
 /// The schema step reads what each v3 record's key and value want from the parser.
 impl crate::ingest::RecordSchemas for V3Record {
-    fn take_wanted(&self) -> Vec<crate::schema::Wanted> {
-        V3Record::take_wanted(self)
+    fn take_wanted(&self, _records: usize) -> Result<Vec<crate::schema::Wanted>, ApiError> {
+        Ok(V3Record::take_wanted(self))
     }
 }

@@ -21,9 +21,10 @@ const STEP: u64 = 64 * 1024;
 
 /// What a wire format knows of its records' schemas: the adapter's parser implements it.
 pub trait RecordSchemas: Send + Sync {
-    /// What each decoded record's key and value want, in record order (taken: a second call
-    /// gives the records decoded since).
-    fn take_wanted(&self) -> Vec<Wanted>;
+    /// What each of the `records` decoded records' key and value want, in record order
+    /// (taken: a second call gives the records decoded since), or why the request cannot say
+    /// (a v2 body with keys and no key schema).
+    fn take_wanted(&self, records: usize) -> Result<Vec<Wanted>, ApiError>;
 
     /// The schema ids the request's keys and values were written with (v2's answer names
     /// them); called once, after every record converted.
@@ -64,7 +65,10 @@ impl Ingest {
         hold: &mut BodyHold,
         notes: Option<&dyn RecordSchemas>,
     ) -> Result<RecordArena, ApiError> {
-        let wanted = notes.map(|n| n.take_wanted()).unwrap_or_default();
+        let wanted = match notes {
+            Some(n) => n.take_wanted(arena.len())?,
+            None => Vec::new(),
+        };
         if !self.schemas.applies(topic, &wanted) {
             return Ok(arena);
         }

@@ -692,7 +692,12 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         }
         let arena = self.decoder.take_decoded();
         let notes = self.decoder.parser().take_notes();
-        let wanted = self.decoder.parser().take_wanted();
+        // A stream's parser names each record's schema itself (it cannot refuse the lot).
+        let wanted = self
+            .decoder
+            .parser()
+            .take_wanted(notes.len())
+            .unwrap_or_default();
         let (batch, fates) = self.admit(&arena, &wanted).await;
         self.numbered += notes.len();
         let mut queued = 0u64;
