@@ -320,6 +320,11 @@ impl Ingest {
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
         self.check_topic(topic, &records).await?;
+        if records.is_empty() {
+            // Every entry failed and the format reports them one by one (a batch): nothing is
+            // admitted or sent, and the answer lists each failure.
+            return Ok(Arc::new(Batch::empty(tenant.stats().clone())));
+        }
         let lease = self.admit(tenant, topic, arena.charge()).await?;
         let batch = self.send(tenant, topic, &records, lease);
         drop(records);
@@ -674,6 +679,32 @@ impl Ingest {
         }
         view
     }
+}
+
+/// Fails decoded records after decoding, each with its error (a step after decoding found
+/// them invalid): `failed` holds indices into `arena` (records in body order). Where the wire
+/// format reports entries one by one (Confluent's `records:batch`), each is noted as a failed
+/// entry — its answer gives the error's status and detail — and the records left are
+/// returned, to be admitted and sent; otherwise the first error refuses the whole request.
+pub fn fail_records(
+    format: &BodyFormat<'_>,
+    arena: RecordArena,
+    failed: Vec<(usize, ApiError)>,
+) -> Result<RecordArena, ApiError> {
+    if failed.is_empty() {
+        return Ok(arena);
+    }
+    let mut indices = Vec::with_capacity(failed.len());
+    for (index, error) in failed {
+        if !format
+            .record
+            .fail_record(index, error.status().as_u16(), error.detail())
+        {
+            return Err(error);
+        }
+        indices.push(index);
+    }
+    Ok(arena.without(&indices))
 }
 
 /// Some record could not even be handed to the producer: an async request waits for the

@@ -348,12 +348,9 @@ fn every_cut_of_a_body_decodes_alike() {
 fn v2_json_keys_and_values_nest_no_deeper_than_the_bound() {
     use confluent::{V2Format, V2Record};
     let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
-    let parser = V2Record {
-        format: V2Format::Json,
-        default_partition: None,
-    };
+    let parser = V2Record::new(V2Format::Json, None);
     let decode = |body: &str| {
-        let mut decoder = Decoder::new(Framing::Envelope("records"), parser, &limits());
+        let mut decoder = Decoder::new(Framing::Envelope("records"), &parser, &limits());
         decoder.push(body.as_bytes())?;
         decoder.finish().map(owned)
     };

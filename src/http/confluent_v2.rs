@@ -1,9 +1,19 @@
 //! Confluent REST Proxy v2 produce, as an adapter on the ingest pipeline:
 //! `POST /topics/{topic}` and `POST /topics/{topic}/partitions/{partition}`, bodies
 //! `{"records": [{"key", "value", "partition"}]}` in the binary (base64) or json embedded
-//! format, answers in v2's shape. Budgets, the buffer and the early check apply exactly as on
-//! `/v1`; a 429 carries `Retry-After` and the RateLimit fields, which Confluent's proxy never
-//! sends.
+//! format (the schema fields `key_schema`, `key_schema_id`, `value_schema`,
+//! `value_schema_id` may stand beside `records`), answers in v2's shape. Budgets, the buffer
+//! and the early check apply exactly as on `/v1`; a 429 carries `Retry-After` and the
+//! RateLimit fields, which Confluent's proxy never sends. An empty `records` list is 422, as
+//! kafka-rest answers it (its `records` must not be empty).
+//!
+//! **REST Proxy v1's content types** (`application/vnd.kafka.v1+json`, `.binary.v1+json`,
+//! `.json.v1+json`) are served here too, answered in v1's media type: kafka-rest's v1 produce
+//! took the same body and gave the same answer (`{"offsets": [{"partition", "offset",
+//! "error_code", "error"}], "key_schema_id", "value_schema_id"}`, embedded format binary when
+//! none is named), so serving them costs nothing and lets old clients (kafka-rest's own Node
+//! client sends `application/vnd.kafka.binary.v1+json`) switch unchanged. v1's Avro
+//! (`.avro.v1+json`) is refused with a 415 naming its v2 equivalent.
 
 use std::sync::Arc;
 
@@ -12,18 +22,31 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::AppState;
-use crate::body::confluent::{V2Format, V2Record};
-use crate::body::Framing;
+use crate::body::confluent::{V2Format, V2Record, V2_FRAMING};
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
-use crate::outcome::confluent::{error_response, not_acceptable, v2_produced, V2_MEDIA_TYPE};
+use crate::outcome::confluent::{
+    error_response, error_with, not_acceptable, v2_produced, V1_MEDIA_TYPE, V2_MEDIA_TYPE,
+};
 use crate::outcome::{ApiError, Produced};
 use crate::ratelimit_headers;
 
 pub const TOPIC: &str = "/topics/{topic}";
 pub const PARTITION: &str = "/topics/{topic}/partitions/{partition}";
 
-/// The embedded format a `Content-Type` asks for, or why floodgate cannot take it.
-fn embedded_format(headers: &HeaderMap) -> Result<V2Format, ApiError> {
+/// What this route takes, for 415 details.
+const SEND: &str =
+    "send application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json";
+
+/// The REST Proxy API version a request's content type names: its answer is written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// The embedded format (and API version) a `Content-Type` asks for, or why floodgate cannot
+/// take it; every 415 detail names what to send instead.
+fn embedded_format(headers: &HeaderMap) -> Result<(V2Format, Version), ApiError> {
     let value = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -35,15 +58,26 @@ fn embedded_format(headers: &HeaderMap) -> Result<V2Format, ApiError> {
         .trim()
         .to_ascii_lowercase();
     match essence.as_str() {
-        "application/vnd.kafka.binary.v2+json" => Ok(V2Format::Binary),
-        "application/vnd.kafka.json.v2+json" => Ok(V2Format::Json),
+        "application/vnd.kafka.binary.v2+json" => Ok((V2Format::Binary, Version::V2)),
+        "application/vnd.kafka.json.v2+json" => Ok((V2Format::Json, Version::V2)),
+        // v1 with no embedded format meant binary.
+        "application/vnd.kafka.v1+json" | "application/vnd.kafka.binary.v1+json" => {
+            Ok((V2Format::Binary, Version::V1))
+        }
+        "application/vnd.kafka.json.v1+json" => Ok((V2Format::Json, Version::V1)),
+        "application/vnd.kafka.avro.v1+json" => Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type {essence} (REST Proxy v1's Avro) is not served: send the same body as \
+             application/vnd.kafka.avro.v2+json; records without a schema as \
+             application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json"
+        ))),
         "application/vnd.kafka.avro.v2+json"
         | "application/vnd.kafka.jsonschema.v2+json"
         | "application/vnd.kafka.protobuf.v2+json" => Err(ApiError::UnsupportedMediaType(format!(
-            "{value} needs a Schema Registry, which floodgate does not serve; send application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json"
+            "Content-Type {essence} needs a Schema Registry, which this gateway does not serve; {SEND}"
         ))),
         _ => Err(ApiError::UnsupportedMediaType(format!(
-            "{value:?}; send application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json"
+            "Content-Type {value:?} is not accepted on this Confluent v2 route; {SEND} \
+             (REST Proxy v1's application/vnd.kafka[.binary|.json].v1+json are taken too)"
         ))),
     }
 }
@@ -66,6 +100,7 @@ fn accepts_answer(headers: &HeaderMap) -> bool {
                 "*/*"
                     | "application/*"
                     | "application/vnd.kafka.v2+json"
+                    | "application/vnd.kafka.v1+json"
                     | "application/vnd.kafka+json"
                     | "application/json"
             ) {
@@ -76,20 +111,31 @@ fn accepts_answer(headers: &HeaderMap) -> bool {
     !any
 }
 
-/// v2's answers: Confluent's shapes.
-struct V2Answers;
+/// v2's answers (and v1's, the same shapes in v1's media type): Confluent's shapes.
+#[derive(Clone, Copy)]
+struct V2Answers {
+    media_type: &'static str,
+}
 
 impl Respond for V2Answers {
     fn respond(&self, outcome: Result<Produced, ApiError>) -> Response {
         match outcome {
-            Ok(Produced::Settled(batch)) => v2_produced(&batch),
+            Ok(Produced::Settled(batch)) => v2_produced(&batch, self.media_type),
             Ok(Produced::Accepted { .. }) => StatusCode::ACCEPTED.into_response(),
-            Err(e) => error_response(&e, V2_MEDIA_TYPE),
+            // kafka-rest validates `records` as not empty: a constraint violation, 422.
+            Err(ApiError::NoRecords) => error_with(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                422,
+                "records must not be empty: send at least one record in \"records\"".into(),
+                None,
+                self.media_type,
+            ),
+            Err(e) => error_response(&e, self.media_type),
         }
     }
 
     fn detach(&self) -> Arc<dyn Respond> {
-        Arc::new(V2Answers)
+        Arc::new(*self)
     }
 }
 
@@ -128,12 +174,16 @@ async fn produce_to(
     if !accepts_answer(&parts.headers) {
         return not_acceptable();
     }
-    let parser = embedded_format(&parts.headers).map(|format| V2Record {
-        format,
-        default_partition: partition,
-    });
+    let wire = embedded_format(&parts.headers);
+    let respond = V2Answers {
+        media_type: match wire {
+            Ok((_, Version::V1)) => V1_MEDIA_TYPE,
+            _ => V2_MEDIA_TYPE,
+        },
+    };
+    let parser = wire.map(|(format, _)| V2Record::new(format, partition));
     let format = parser.as_ref().map(|p| BodyFormat {
-        framing: Framing::Envelope("records"),
+        framing: V2_FRAMING,
         record: p,
         max_records: None,
     });
@@ -145,7 +195,7 @@ async fn produce_to(
         topic: &topic,
         ack: Ack::Kafka,
         body,
-        respond: &V2Answers,
+        respond: &respond,
     };
     let (tenant, mut response) = app
         .ingest

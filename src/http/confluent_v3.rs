@@ -23,8 +23,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::app::AppState;
-use crate::body::confluent::V3Record;
-use crate::body::confluent::V3Types;
+use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
 use crate::outcome::confluent::{
@@ -164,6 +163,17 @@ async fn other_cluster(
     Some(unknown_cluster(requested, &id))
 }
 
+/// A v3 route's 415: the content type sent, and what this route takes instead.
+fn not_json(headers: &HeaderMap, send: &str) -> ApiError {
+    let sent = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    ApiError::UnsupportedMediaType(format!(
+        "Content-Type {sent:?} is not accepted on this Confluent v3 route; {send}"
+    ))
+}
+
 fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -203,7 +213,7 @@ impl Respond for BatchAnswers<'_> {
 
 /// The same, owning the entries' ids: answers once Kafka has, after the request has gone.
 struct DetachedBatchAnswers {
-    seen: Vec<(Option<String>, V3Types)>,
+    seen: Vec<V3Entry>,
     cluster: String,
     topic: String,
     max: usize,
@@ -229,7 +239,7 @@ fn batch_response(
     cluster: &str,
     topic: &str,
     max: usize,
-    seen: &[(Option<String>, V3Types)],
+    seen: &[V3Entry],
 ) -> Response {
     match outcome {
         Ok(Produced::Settled(batch)) => v3_batch_answer(cluster, topic, &batch, seen),
@@ -258,8 +268,9 @@ pub async fn produce_batch(
             max_records: Some(max),
         })
     } else {
-        Err(ApiError::UnsupportedMediaType(
-            "send the batch as application/json".into(),
+        Err(not_json(
+            &parts.headers,
+            "send the batch as application/json",
         ))
     };
     let respond = BatchAnswers {
