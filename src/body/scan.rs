@@ -624,10 +624,16 @@ mod tests {
         quick: bool,
         out: Vec<String>,
         taken_whole: usize,
+        side: Vec<(String, String)>,
     }
 
     impl Sink for Collect {
         type Error = ();
+        fn side_field(&mut self, name: &'static str, raw: &[u8]) -> Result<(), ()> {
+            self.side
+                .push((name.to_string(), String::from_utf8_lossy(raw).into_owned()));
+            Ok(())
+        }
         fn record(&mut self, text: &[u8], _line: usize) -> Result<(), ()> {
             self.out.push(String::from_utf8_lossy(text).into_owned());
             Ok(())
@@ -749,5 +755,89 @@ mod tests {
         let mut s = Scanner::new(Framing::Envelope("records"), 10);
         s.push(br#"{"rec"#, &mut sink).expect("push");
         assert_eq!(s.tail, br#"rec"#, "an unfinished field name is kept");
+    }
+
+    const SIDE: Framing = Framing::EnvelopeSide {
+        records: "records",
+        side: &["key_schema", "value_schema_id"],
+    };
+
+    #[test]
+    fn side_fields_are_handed_whole_before_or_after_the_records_at_any_split() {
+        let body = r#"{"key_schema": "{\"type\": \"string\", \"q\": \"\\\"}\"}", "records": [{"value":1}], "value_schema_id" :-12e3 }"#;
+        for split in 0..body.len() {
+            let (a, b) = body.split_at(split);
+            for quick in [false, true] {
+                let mut sink = Collect {
+                    quick,
+                    ..Collect::default()
+                };
+                let got = scan_with(&mut sink, SIDE, &[a, b]).expect("valid");
+                assert_eq!(got, vec![r#"{"value":1}"#], "split at {split}");
+                assert_eq!(
+                    sink.side,
+                    vec![
+                        (
+                            "key_schema".to_string(),
+                            r#""{\"type\": \"string\", \"q\": \"\\\"}\"}""#.to_string()
+                        ),
+                        ("value_schema_id".to_string(), "-12e3".to_string()),
+                    ],
+                    "split at {split}"
+                );
+            }
+        }
+        let mut sink = Collect::default();
+        scan_with(
+            &mut sink,
+            SIDE,
+            &[r#"{"value_schema_id":null,"records":[{}]}"#],
+        )
+        .expect("null");
+        assert_eq!(sink.side, vec![("value_schema_id".into(), "null".into())]);
+    }
+
+    #[test]
+    fn side_fields_are_bounded_typed_and_named() {
+        let e = |body: &str| match scan_with(&mut Collect::default(), SIDE, &[body]) {
+            Err(ScanError::Structure(m)) => m,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert!(e(r#"{"key_schema":{"type":"string"},"records":[{}]}"#)
+            .contains("must be a string, a number or null"));
+        assert!(e(r#"{"key_schema":[1],"records":[{}]}"#).contains("must be a string"));
+        assert!(e(r#"{"key_schema":true,"records":[{}]}"#).contains("must be a string"));
+        assert!(e(r#"{"key_schema":"a","key_schema":"b","records":[{}]}"#).contains("twice"));
+        assert!(e(r#"{"key_schema":"a"}"#).contains("missing field `records`"));
+        assert!(e(r#"{"colour":1,"records":[{}]}"#).contains("beside it only key_schema"));
+        assert!(e(r#"{"key_schema" 1,"records":[{}]}"#).contains("expected ':'"));
+        assert!(e(r#"{"key_schema":"a" "records":[{}]}"#).contains("expected '}'"));
+        assert!(e(r#"{"records":[{}],"key_schema":"a"#).contains("ends before"));
+        // Only the records framing's own field is known to a plain envelope.
+        assert!(matches!(
+            records(Framing::Envelope("records"), &[r#"{"key_schema":"a","records":[{}]}"#]),
+            Err(ScanError::Structure(m)) if m.contains("unknown field \"key_schema\"")
+        ));
+        // A side value longer than the limit is refused while it arrives, in any chunking.
+        let long = format!(r#"{{"key_schema":"{}","records":[{{}}]}}"#, "x".repeat(100));
+        for chunk in [1, 7, 1000] {
+            let mut s = Scanner::new(SIDE, 10).with_side_limit(50);
+            let mut sink = Collect::default();
+            let mut out = Ok(());
+            for piece in long.as_bytes().chunks(chunk) {
+                out = s.push(piece, &mut sink);
+                if out.is_err() {
+                    break;
+                }
+                assert!(s.held() <= 50 + chunk, "the tail stays bounded");
+            }
+            assert_eq!(
+                out,
+                Err(Stop::Scan(ScanError::Structure(
+                    "field \"key_schema\" is longer than 50 bytes".into()
+                ))),
+                "chunks of {chunk}"
+            );
+        }
     }
 }
