@@ -652,7 +652,11 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
         "{text}"
     );
     let refusals = [
-        (v2.clone(), "text/plain", "application/vnd.kafka.binary.v2+json"),
+        (
+            v2.clone(),
+            "text/plain",
+            "application/vnd.kafka.binary.v2+json",
+        ),
         (
             v2.clone(),
             "application/vnd.kafka.protobuf.v2+json",
@@ -677,9 +681,13 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
             .unwrap_or_default()
             .to_string();
         assert!(message.contains(names), "{message}");
-        assert!(message.contains(content_type), "names what was sent: {message}");
         assert!(
-            !message.contains("application/x-ndjson or") && !message.contains("use application/json"),
+            message.contains(content_type),
+            "names what was sent: {message}"
+        );
+        assert!(
+            !message.contains("application/x-ndjson or")
+                && !message.contains("use application/json"),
             "no /v1 advice: {message}"
         );
     }

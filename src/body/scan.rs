@@ -343,7 +343,11 @@ impl Scanner {
             return Ok(true);
         };
         let raw = data.get(start..end).unwrap_or_default();
-        if !string && !(raw == b"null" || raw.first().is_some_and(|c| *c == b'-' || c.is_ascii_digit())) {
+        let bare_ok = raw == b"null"
+            || raw
+                .first()
+                .is_some_and(|c| *c == b'-' || c.is_ascii_digit());
+        if !string && !bare_ok {
             return Err(Stop::Scan(ScanError::Structure(format!(
                 "field \"{name}\" must be a string, a number or null"
             ))));

@@ -416,9 +416,15 @@ fn a_batch_notes_failed_entries_and_decodes_the_others() {
         assert_eq!(failed.len(), 4, "{failed:?}");
         assert_eq!(
             failed[0],
-            (1, 400, "record 1: value: data must be a string for type BINARY")
+            (
+                1,
+                400,
+                "record 1: value: data must be a string for type BINARY"
+            )
         );
-        assert!(failed[1].2.starts_with("record 2: value.data is not valid base64"));
+        assert!(failed[1]
+            .2
+            .starts_with("record 2: value.data is not valid base64"));
         assert!(failed[2].2.contains("unknown type \"AVROX\""));
         assert!(failed[3].2.contains("unknown field `colour`"), "{failed:?}");
         assert!(seen.iter().all(|e| e.decoded == e.failed.is_none()));
@@ -430,7 +436,10 @@ fn a_batch_whose_every_entry_failed_decodes_to_no_records_and_ids_still_rule() {
     use confluent::V3Record;
     let parser = V3Record::batch();
     let all_bad = r#"{"entries":[{"id":"x","value":{"type":"BINARY","data":1}}]}"#;
-    assert_eq!(batch_decode(&parser, all_bad, 1000).expect("noted").len(), 0);
+    assert_eq!(
+        batch_decode(&parser, all_bad, 1000).expect("noted").len(),
+        0
+    );
     assert_eq!(parser.take_seen().len(), 1);
     // An empty batch is still no records at all.
     assert_eq!(
@@ -545,12 +554,18 @@ fn v2_side_fields_reach_the_parser() {
         "{e:?}"
     );
     let e = decode(r#"{"value_schema":"\x","records":[{}]}"#, &limits()).expect_err("escape");
-    assert!(matches!(&e, BodyError::Malformed(m) if m.contains("value_schema")), "{e:?}");
+    assert!(
+        matches!(&e, BodyError::Malformed(m) if m.contains("value_schema")),
+        "{e:?}"
+    );
     let small = RequestBounds {
         max_value_bytes: 16,
         ..limits()
     };
-    let long = format!(r#"{{"value_schema":"{}","records":[{{}}]}}"#, "x".repeat(40));
+    let long = format!(
+        r#"{{"value_schema":"{}","records":[{{}}]}}"#,
+        "x".repeat(40)
+    );
     assert_eq!(
         decode(&long, &small).expect_err("long"),
         BodyError::Malformed("field \"value_schema\" is longer than 16 bytes".into())
