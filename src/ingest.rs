@@ -10,6 +10,11 @@
 //! touching this module. The pipeline decides when an outcome is final and calls the encoder
 //! then, so a keyed request's answer is stored exactly as it was sent.
 //!
+//! A wire format that reports entries one by one (Confluent's `records:batch`) may decode a
+//! body to fewer records than it has entries (the failed ones noted by its parser); a step
+//! after decoding fails more with [`fail_records`]. Only the records left are admitted (whole)
+//! and sent; when none is left, nothing is admitted and the answer lists the failures.
+//!
 //! The order is the design: everything that can refuse a request without reading its body
 //! runs first, so a refused client costs a few hundred nanoseconds and no memory, and a client
 //! announcing a large body hears 429 before it uploads.

@@ -7,8 +7,12 @@
 //! record, in order, each followed by `\r\n`. The pipeline's stream ([`crate::ingest::stream`])
 //! does everything else: admission per record, bounds, re-checks, lifetime.
 //!
-//! **Batch** (`records:batch`) is admitted whole, like a `/v1` request, and answered 207 with
-//! successes and failures in request order.
+//! **Batch** (`records:batch`) is answered 207 with successes and failures in request order.
+//! An entry that does not decode is a failure of its own (the parser notes it; see
+//! [`crate::body::ParseRecord::skip_failed`]) and the others are written; the entries written
+//! are admitted whole, like a `/v1` request. A later pipeline step may fail more entries by
+//! record index ([`crate::ingest::fail_records`]); the answer merges every note with Kafka's
+//! outcomes by entry position.
 //!
 //! An adapter: it decodes the URL and the framing and encodes answers; statuses and bodies
 //! come from `outcome::confluent`.
