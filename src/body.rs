@@ -13,6 +13,14 @@
 //! Every error names the record (and, for NDJSON, the line) it is about. Nothing here panics on
 //! any input; the fuzz target holds us to that.
 //!
+//! A wire format whose answer reports records one by one (Confluent's `records:batch`) may
+//! take a record that fails to decode as a failed entry instead of failing the body
+//! ([`ParseRecord::skip_failed`]): the parser notes it, the arena never holds it, and the body
+//! goes on. A later pipeline step may fail more of the decoded records the same way
+//! ([`ParseRecord::fail_record`], and [`RecordArena::without`] to drop them before they are
+//! sent). An envelope's side fields ([`Framing::EnvelopeSide`]) go to
+//! [`ParseRecord::side_field`].
+//!
 //! Layer: wire decoding. Imports only configuration bounds and the record type; the HTTP
 //! adapters pick a framing and a record parser, and nothing here knows about tenants, budgets
 //! or Kafka.
@@ -138,6 +146,36 @@ pub trait ParseRecord: Send + Sync {
         let _ = (text, bounds, arena);
         None
     }
+
+    /// The complete record object `text` failed to decode with `error`. A format that reports
+    /// records one by one (a batch) notes it as a failed entry and answers `Ok(true)`: the body
+    /// goes on without it, and the answer reports it in its place. `Ok(false)` (the default)
+    /// fails the whole body with `error`; `Err(other)` fails it with `other` (a failed entry
+    /// whose id breaks the batch's rules).
+    fn skip_failed(&self, text: &[u8], error: &RecordError) -> Result<bool, RecordError> {
+        let _ = (text, error);
+        Ok(false)
+    }
+
+    /// Fails decoded record `record_index` (its index in the arena the body decoded to, which
+    /// holds the records in body order, failed entries left out) after decoding: a later step
+    /// (such as schema validation) found it invalid. `status` is the HTTP-style code the answer
+    /// gives the entry (400, 422) and `message` names what is wrong. `true` when the format
+    /// reports the entry as failed and writes the others (the caller must then not send the
+    /// record: see [`RecordArena::without`]); `false` (the default) when it cannot, and the
+    /// whole request must be refused instead.
+    fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
+        let _ = (record_index, status, message);
+        false
+    }
+
+    /// A side field of the envelope ([`Framing::EnvelopeSide`]) and its value's JSON text (a
+    /// string with its quotes and escapes, a number or `null`, at most `max_value_bytes`). By
+    /// default refused, as an unknown field would be.
+    fn side_field(&self, name: &str, raw_json: &[u8]) -> Result<(), RecordError> {
+        let _ = raw_json;
+        Err(RecordError::Invalid(format!("unknown field {name:?}")))
+    }
 }
 
 impl<T: ParseRecord + ?Sized> ParseRecord for &T {
@@ -159,6 +197,15 @@ impl<T: ParseRecord + ?Sized> ParseRecord for &T {
         arena: &mut RecordArena,
     ) -> Option<usize> {
         (**self).decode_prefix(text, bounds, arena)
+    }
+    fn skip_failed(&self, text: &[u8], error: &RecordError) -> Result<bool, RecordError> {
+        (**self).skip_failed(text, error)
+    }
+    fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
+        (**self).fail_record(record_index, status, message)
+    }
+    fn side_field(&self, name: &str, raw_json: &[u8]) -> Result<(), RecordError> {
+        (**self).side_field(name, raw_json)
     }
 }
 
@@ -185,8 +232,11 @@ pub struct Decoder<P> {
     parser: P,
     arena: RecordArena,
     bounds: RequestBounds,
-    /// Records decoded in all, including any already taken (they name errors by index).
+    /// Records decoded in all, including any already taken and any failed entries (they name
+    /// errors by index: their position in the body).
     total: usize,
+    /// Failed entries the parser took in place of failing the body.
+    skipped: usize,
     /// Whether the request-level record limit applies (not to a stream of records).
     limited: bool,
     /// A stream's bound on one record's text, enforced while the record arrives.
@@ -197,11 +247,13 @@ impl<P: ParseRecord> Decoder<P> {
     pub fn new(framing: Framing, parser: P, bounds: &RequestBounds) -> Self {
         Self {
             // The record object is one level; its value may nest MAX_VALUE_DEPTH more.
-            scanner: Scanner::new(framing, MAX_VALUE_DEPTH + 1),
+            scanner: Scanner::new(framing, MAX_VALUE_DEPTH + 1)
+                .with_side_limit(bounds.max_value_bytes),
             parser,
             arena: RecordArena::default(),
             bounds: bounds.clone(),
             total: 0,
+            skipped: 0,
             limited: true,
             max_record_text: None,
         }
@@ -286,14 +338,21 @@ impl<P: ParseRecord> Decoder<P> {
         Ok(self.charge())
     }
 
-    /// The body has ended: the decoded records, at least one, or the error.
+    /// The body has ended: the decoded records, or the error. A body with no record at all is
+    /// [`BodyError::NoRecords`]; one whose every entry failed (and was noted by the parser, see
+    /// [`ParseRecord::skip_failed`]) decodes to an empty arena.
     pub fn finish(mut self) -> Result<RecordArena, BodyError> {
         let (scanner, mut take) = self.split();
         scanner.finish(&mut take).map_err(|e| take.stopped(e))?;
-        if self.arena.is_empty() {
+        if self.arena.is_empty() && self.skipped == 0 {
             return Err(BodyError::NoRecords);
         }
         Ok(self.arena)
+    }
+
+    /// Entries that failed and were noted by the parser instead of failing the body.
+    pub fn skipped(&self) -> usize {
+        self.skipped
     }
 
     fn split(&mut self) -> (&mut Scanner, Take<'_, P>) {
@@ -303,6 +362,7 @@ impl<P: ParseRecord> Decoder<P> {
             arena: &mut self.arena,
             bounds: &self.bounds,
             total: &mut self.total,
+            skipped: &mut self.skipped,
             limit: self.limited.then_some(self.bounds.max_records_per_request),
             lines,
             max_text: self.max_record_text,
@@ -319,6 +379,8 @@ struct Take<'d, P> {
     bounds: &'d RequestBounds,
     /// Records decoded in all, including any already taken (they name errors by index).
     total: &'d mut usize,
+    /// Failed entries noted by the parser.
+    skipped: &'d mut usize,
     /// The request-level record limit, if it applies.
     limit: Option<usize>,
     lines: bool,
@@ -342,6 +404,17 @@ impl<P: ParseRecord> Take<'_, P> {
             format!("line {line} (record {index})")
         } else {
             format!("record {index}")
+        }
+    }
+
+    /// A record's error, naming the record.
+    fn named(&self, line: usize, e: RecordError) -> BodyError {
+        let at = self.at(line);
+        match e {
+            RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
+            RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
+            RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
+            RecordError::EntryId(m) => BodyError::EntryId(format!("{at}: {m}")),
         }
     }
 
@@ -375,21 +448,32 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
                 self.at(line)
             )));
         }
-        match self.parser.decode(text, self.bounds, self.arena) {
+        let e = match self.parser.decode(text, self.bounds, self.arena) {
             Ok(()) => {
                 *self.total += 1;
-                Ok(())
+                return Ok(());
             }
-            Err(e) => {
-                let at = self.at(line);
-                Err(match e {
-                    RecordError::Syntax(m) => BodyError::Malformed(format!("{at}: {m}")),
-                    RecordError::Invalid(m) => BodyError::Invalid(format!("{at}: {m}")),
-                    RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("{at}: {m}")),
-                    RecordError::EntryId(m) => BodyError::EntryId(format!("{at}: {m}")),
-                })
+            Err(e) => match self.parser.skip_failed(text, &e) {
+                Ok(true) => {
+                    *self.total += 1;
+                    *self.skipped += 1;
+                    return Ok(());
+                }
+                Ok(false) => e,
+                Err(other) => other,
+            },
+        };
+        Err(self.named(line, e))
+    }
+
+    fn side_field(&mut self, name: &'static str, raw: &[u8]) -> Result<(), BodyError> {
+        self.parser.side_field(name, raw).map_err(|e| match e {
+            RecordError::Syntax(m) => BodyError::Malformed(format!("field {name:?}: {m}")),
+            RecordError::TooLarge(m) => BodyError::RecordTooLarge(format!("field {name:?}: {m}")),
+            RecordError::Invalid(m) | RecordError::EntryId(m) => {
+                BodyError::Invalid(format!("field {name:?}: {m}"))
             }
-        }
+        })
     }
 
     fn record_at(&mut self, rest: &[u8], _line: usize) -> Result<Option<usize>, BodyError> {

@@ -11,6 +11,11 @@
 //! touching this module. The pipeline decides when an outcome is final and calls the encoder
 //! then, so a keyed request's answer is stored exactly as it was sent.
 //!
+//! A wire format that reports entries one by one (Confluent's `records:batch`) may decode a
+//! body to fewer records than it has entries (the failed ones noted by its parser); a step
+//! after decoding fails more through the parser's [`crate::body::ParseRecord::fail_record`] (the schema step does). Only the records left are admitted (whole)
+//! and sent; when none is left, nothing is admitted and the answer lists the failures.
+//!
 //! The order is the design: everything that can refuse a request without reading its body
 //! runs first, so a refused client costs a few hundred nanoseconds and no memory, and a client
 //! announcing a large body hears 429 before it uploads.
@@ -325,11 +330,16 @@ impl Ingest {
             .read_records(tenant, topic, body, declared, format, print)
             .await?;
         let arena = self
-            .apply_schemas(tenant, topic, arena, &mut hold, format.schemas)
+            .apply_schemas(tenant, topic, arena, &mut hold, &format)
             .await?;
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
         self.check_topic(topic, &records).await?;
+        if records.is_empty() {
+            // Every entry failed and the format reports them one by one (a batch): nothing is
+            // admitted or sent, and the answer lists each failure.
+            return Ok(Arc::new(Batch::empty(tenant.stats().clone())));
+        }
         let lease = self.admit(tenant, topic, arena.charge()).await?;
         let batch = self.send(tenant, topic, &records, lease);
         drop(records);

@@ -464,3 +464,232 @@ async fn a_stream_whose_reports_are_not_read_is_not_read_either() {
     );
     gw.shutdown().await;
 }
+
+/// Confluent's `records:batch` answers an entry that cannot be produced in `failures` (207)
+/// and writes the others: Confluent's batch example with its second entry's BINARY `data` a
+/// number instead of base64 text. Before, the whole batch was refused 422 and nothing written.
+/// A keyed retry replays the same 207; a batch whose every entry failed writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
+    let topic = unique_topic("test.v3f");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = Gateway::start(config(&tansu())).await;
+    let url = format!(
+        "http://{}/v3/clusters/c/topics/{topic}/records:batch",
+        gw.addr
+    );
+    let batch = json!({"entries": [
+        {"id": "1", "value": {"type": "JSON", "data": {"foo": "bar"}}},
+        {"id": "2", "value": {"type": "BINARY", "data": 12}},
+        {"id": "3", "value": {"type": "STRING", "data": "three"}},
+        {"id": "4", "key": {"type": "BINARY", "data": "not base64!"}, "value": {"type": "STRING", "data": "x"}},
+        {"id": "5", "value": {"type": "AVROX", "data": 1}},
+    ]})
+    .to_string();
+    let send = |key: Option<&'static str>| {
+        let (url, batch) = (url.clone(), batch.clone());
+        async move {
+            let mut r = client()
+                .post(url)
+                .bearer_auth(KEY)
+                .header("content-type", "application/json")
+                .body(batch);
+            if let Some(key) = key {
+                r = r.header("idempotency-key", key);
+            }
+            let response = r.send().await.expect("request");
+            let status = response.status().as_u16();
+            let replayed = response.headers().contains_key("idempotent-replayed");
+            (status, replayed, response.text().await.expect("body"))
+        }
+    };
+    let (s, replayed, text) = send(Some("batch-f-1")).await;
+    assert_eq!((s, replayed), (207, false), "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("json");
+    let ids = |list: &str| -> Vec<String> {
+        answer[list]
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|e| e["id"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(ids("successes"), ["1", "3"]);
+    assert_eq!(ids("failures"), ["2", "4", "5"]);
+    let failures = answer["failures"].as_array().expect("failures");
+    assert!(failures.iter().all(|f| f["error_code"] == 400), "{text}");
+    assert_eq!(
+        failures[0]["message"],
+        "record 1: value: data must be a string for type BINARY"
+    );
+    assert!(failures[1]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("record 3: key.data is not valid base64")));
+    assert!(answer["successes"][1]["offset"].is_i64(), "{text}");
+    // The same key again: the answer as it was sent, not written twice.
+    let (s, replayed, again) = send(Some("batch-f-1")).await;
+    assert_eq!((s, replayed, again.as_str()), (207, true, text.as_str()));
+    // Every entry failed: 207, all of them in failures, nothing written.
+    let none = json!({"entries": [
+        {"id": "a", "value": {"type": "BINARY", "data": 1}},
+        {"id": "b", "value": {"type": "BINARY", "data": "%%%"}},
+    ]});
+    let (s, _, text) = post(url.clone(), "application/json", None, none.to_string()).await;
+    assert_eq!(s, 207, "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(answer["successes"], json!([]));
+    assert_eq!(answer["failures"].as_array().map(Vec::len), Some(2));
+    // Id rules still apply to the whole batch, as kafka-rest checks them first.
+    let twice = json!({"entries": [
+        {"id": "x", "value": {"type": "BINARY", "data": 1}},
+        {"id": "x", "value": {"type": "JSON", "data": 2}},
+    ]});
+    let (s, _, text) = post(url.clone(), "application/json", None, twice.to_string()).await;
+    assert_eq!(s, 422, "{text}");
+    assert!(text.contains("42208"), "{text}");
+
+    let got = read(&topic, 1, 2).await;
+    let values: Vec<&[u8]> = got
+        .iter()
+        .map(|c| c.value.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(values, vec![&br#"{"foo":"bar"}"#[..], b"three"], "{got:?}");
+    gw.shutdown().await;
+}
+
+/// kafka-rest validates a v2 body's `records` as not empty: 422 (error_code 422), where
+/// floodgate answered 400/40001; `/v1`'s answer to an empty list does not change. REST Proxy
+/// v1's content types (kafka-rest's Node client sends them) are served with v1's answer;
+/// v1 Avro is refused naming what to send; every Confluent 415 names its own content types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_empty_records_v1_content_types_and_per_api_415s() {
+    let topic = unique_topic("test.v2e");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = Gateway::start(config(&tansu())).await;
+    let base = format!("http://{}", gw.addr);
+    let v2 = format!("{base}/topics/{topic}");
+    for content_type in [
+        "application/vnd.kafka.binary.v2+json",
+        "application/vnd.kafka.json.v2+json",
+    ] {
+        let (s, h, text) = post(v2.clone(), content_type, None, r#"{"records":[]}"#.into()).await;
+        assert_eq!(s, 422, "{text}");
+        assert_eq!(h["content-type"], "application/vnd.kafka.v2+json");
+        let answer: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(answer["error_code"], 422, "{text}");
+        assert!(answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("records must not be empty")));
+    }
+    let (s, _, text) = post(
+        format!("{base}/v1/topics/{topic}/records"),
+        "application/json",
+        None,
+        r#"{"records":[]}"#.into(),
+    )
+    .await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.contains("\"error\":\"malformed_body\""), "{text}");
+
+    // v1, as kafka-rest's v1 API reference's example (binary, then json embedded).
+    let (s, h, text) = post(
+        v2.clone(),
+        "application/vnd.kafka.binary.v1+json",
+        Some("application/vnd.kafka.v1+json, application/vnd.kafka+json, application/json"),
+        json!({"records": [{"key": "a2V5", "value": "dmFsdWU="}, {"value": "dmFsdWU="}]})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(h["content-type"], "application/vnd.kafka.v1+json");
+    let answer: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(answer["offsets"].as_array().map(Vec::len), Some(2));
+    assert_eq!(answer["offsets"][0]["partition"], 0);
+    assert!(answer["offsets"][1]["offset"].is_i64());
+    assert_eq!(answer["offsets"][0]["error_code"], Value::Null);
+    assert_eq!(answer["key_schema_id"], Value::Null);
+    let (s, _, text) = post(
+        format!("{v2}/partitions/0"),
+        "application/vnd.kafka.json.v1+json",
+        None,
+        r#"{"records":[{"value":{"v":1}}]}"#.into(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    // No embedded format named: v1 meant binary.
+    let (s, _, text) = post(
+        v2.clone(),
+        "application/vnd.kafka.v1+json",
+        None,
+        r#"{"records":[{"value":"Yg=="}]}"#.into(),
+    )
+    .await;
+    assert_eq!(s, 200, "{text}");
+    let got = read(&topic, 1, 4).await;
+    let values: Vec<&[u8]> = got
+        .iter()
+        .map(|c| c.value.as_deref().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        values,
+        vec![&b"value"[..], b"value", br#"{"v":1}"#, b"b"],
+        "{got:?}"
+    );
+    assert_eq!(got[0].key.as_deref(), Some(&b"key"[..]));
+
+    // 415s: each names what its own route takes, none gives /v1's advice.
+    let one = r#"{"records":[{"value":"YQ=="}]}"#.to_string();
+    let (s, _, text) = post(
+        v2.clone(),
+        "application/vnd.kafka.avro.v1+json",
+        None,
+        one.clone(),
+    )
+    .await;
+    assert_eq!(s, 415, "{text}");
+    assert!(
+        text.contains("application/vnd.kafka.avro.v2+json") && text.contains("41501"),
+        "{text}"
+    );
+    let refusals = [
+        (
+            v2.clone(),
+            "text/plain",
+            "application/vnd.kafka.binary.v2+json",
+        ),
+        (
+            v2.clone(),
+            "application/vnd.kafka.protobuf.v2+json",
+            "application/vnd.kafka.json.v2+json",
+        ),
+        (
+            format!("{base}/v3/clusters/c/topics/{topic}/records:batch"),
+            "text/plain",
+            "send the batch as application/json",
+        ),
+        (
+            format!("{base}/v3/clusters/c/topics/{topic}/records"),
+            "application/x-ndjson",
+            "send records as application/json",
+        ),
+    ];
+    for (url, content_type, names) in refusals {
+        let (s, _, text) = post(url.clone(), content_type, None, one.clone()).await;
+        assert_eq!(s, 415, "{url} {content_type}: {text}");
+        let message = serde_json::from_str::<Value>(&text).expect("json")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(message.contains(names), "{message}");
+        assert!(
+            message.contains(content_type),
+            "names what was sent: {message}"
+        );
+        assert!(
+            !message.contains("application/x-ndjson or")
+                && !message.contains("use application/json"),
+            "no /v1 advice: {message}"
+        );
+    }
+    gw.shutdown().await;
+}

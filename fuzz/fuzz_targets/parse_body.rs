@@ -1,7 +1,10 @@
 #![no_main]
-//! Any bytes, either format: the parser answers Ok or Err, never panics, never loops.
+//! Any bytes, every framing: the decoder answers Ok or Err, never panics, never loops — `/v1`'s
+//! two formats, Confluent v2's envelope with its side fields, and a v3 batch that notes failed
+//! entries instead of failing.
 
-use floodgate::body::{parse, Format};
+use floodgate::body::confluent::{V2Format, V2Record, V3Record, V2_FRAMING};
+use floodgate::body::{parse, Decoder, Format, Framing};
 use floodgate::config::RequestBounds;
 use libfuzzer_sys::fuzz_target;
 
@@ -14,4 +17,19 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    // Cut in two, so values left open at a chunk's end are followed too.
+    let cut = data.first().map_or(0, |b| usize::from(*b)).min(data.len());
+    let (a, b) = data.split_at(cut);
+    let v2 = V2Record::new(V2Format::Json, None);
+    let mut decoder = Decoder::new(V2_FRAMING, &v2, &limits);
+    if decoder.push(a).and_then(|_| decoder.push(b)).is_ok() {
+        let _ = decoder.finish();
+    }
+    let _ = v2.take_side();
+    let v3 = V3Record::batch();
+    let mut decoder = Decoder::new(Framing::Envelope("entries"), &v3, &limits);
+    if decoder.push(a).and_then(|_| decoder.push(b)).is_ok() {
+        let _ = decoder.finish();
+    }
+    let _ = v3.take_seen();
 });

@@ -106,6 +106,24 @@ impl RecordArena {
             .saturating_add(headers.saturating_mul(2 * header))
     }
 
+    /// The same records without those at the indices in `failed`, in order: what is sent once
+    /// a later step has failed some of them (see [`crate::body::ParseRecord::fail_record`]).
+    pub fn without(&self, failed: &[usize]) -> RecordArena {
+        let mut drop = vec![false; self.records.len()];
+        for i in failed {
+            if let Some(d) = drop.get_mut(*i) {
+                *d = true;
+            }
+        }
+        let mut out = RecordArena::default();
+        for (record, dropped) in self.records().iter().zip(drop) {
+            if !dropped {
+                out.push(record);
+            }
+        }
+        out
+    }
+
     /// The records, borrowing from the arena.
     pub fn records(&self) -> Vec<Record<'_>> {
         let slice = |r: &Range<usize>| self.bytes.get(r.clone()).unwrap_or_default();

@@ -1,13 +1,19 @@
 //! Confluent REST Proxy record shapes, so existing producers can switch by changing a URL.
 //!
-//! - v2 (`application/vnd.kafka.binary.v2+json` / `.json.v2+json`): `{"key", "value",
-//!   "partition"}` inside `{"records": [...]}`; binary keys and values are base64, JSON ones are
-//!   any JSON, written as their text byte for byte (as `/v1` does).
+//! - v2 (`application/vnd.kafka.binary.v2+json` / `.json.v2+json`, and their v1 names):
+//!   `{"key", "value", "partition"}` inside `{"records": [...]}`; binary keys and values are
+//!   base64, JSON ones are any JSON, written as their text byte for byte (as `/v1` does). The
+//!   envelope's schema fields (`key_schema`, `key_schema_id`, `value_schema`,
+//!   `value_schema_id`) are taken beside `records` and kept as sent ([`V2Record::take_side`]).
 //! - v3: `{"partition_id", "headers": [{"name", "value"}], "key": {"type", "data"},
 //!   "value": {"type", "data"}, "timestamp"}`, one object per record (concatenated for a
 //!   stream), or with an `"id"` inside `{"entries": [...]}` for a batch. Types are `BINARY`
 //!   (base64), `JSON` (any JSON, written as its text) and `STRING` (UTF-8); schema types and
-//!   schema fields need a Schema Registry, which floodgate does not serve.
+//!   schema fields need a Schema Registry, which floodgate does not serve. In a batch, an entry
+//!   that does not decode (a wrong type, bad base64, an unknown field, too large) is noted as a
+//!   failed entry and the others are decoded (as Confluent answers: 207, that entry in
+//!   `failures`); an entry id that breaks the batch's rules (missing, malformed, used twice)
+//!   fails the whole batch, as kafka-rest checks ids before it produces any entry.
 
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -17,7 +23,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::v1::whole;
-use super::{ParseRecord, RecordArena, RecordError};
+use super::{Framing, ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
 use crate::schema;
@@ -77,14 +83,43 @@ fn check_sizes(record: &Record<'_>, bounds: &RequestBounds) -> Result<(), Record
 pub enum V2Format {
     Binary,
     Json,
+    /// `avro`, `jsonschema` or `protobuf`: keys and values are JSON, written in the schema
+    /// the body's side fields name (the pipeline's schema step).
+    Schema(schema::Format),
+}
+
+/// The side fields a v2 body may carry beside `records`.
+pub const V2_SIDE_FIELDS: [&str; 4] = [
+    "key_schema",
+    "key_schema_id",
+    "value_schema",
+    "value_schema_id",
+];
+
+/// v2's body: `{"records": [...]}` with its schema fields beside the records.
+pub const V2_FRAMING: Framing = Framing::EnvelopeSide {
+    records: "records",
+    side: &V2_SIDE_FIELDS,
+};
+
+/// A v2 body's schema fields, each as its JSON text exactly as sent (`"{\"type\": ...}"` with
+/// its quotes and escapes, `42`, or `null`); `None` when the field was not sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct V2Side {
+    pub key_schema: Option<String>,
+    pub key_schema_id: Option<String>,
+    pub value_schema: Option<String>,
+    pub value_schema_id: Option<String>,
 }
 
 /// A v2 record; `default_partition` comes from the URL (`/topics/T/partitions/P`), and a
-/// record's own `partition` overrides it, as in Confluent.
-#[derive(Debug, Clone, Copy)]
+/// record's own `partition` overrides it, as in Confluent. Keeps the body's side fields
+/// ([`V2Record::take_side`]).
+#[derive(Debug)]
 pub struct V2Record {
     pub format: V2Format,
     pub default_partition: Option<i32>,
+    side: Mutex<V2Side>,
 }
 
 #[derive(Deserialize)]
@@ -99,6 +134,24 @@ struct WireV2<'a> {
 }
 
 impl V2Record {
+    pub fn new(format: V2Format, default_partition: Option<i32>) -> Self {
+        Self {
+            format,
+            default_partition,
+            side: Mutex::default(),
+        }
+    }
+
+    /// The body's schema fields seen so far (all of them once the body is decoded), moved out.
+    pub fn take_side(&self) -> V2Side {
+        std::mem::take(
+            &mut *self
+                .side
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
     /// A key or value as bytes: base64 text for binary, the JSON text for json; `null` is a
     /// Kafka null either way.
     fn bytes<'a>(
@@ -110,7 +163,7 @@ impl V2Record {
             return Ok(None);
         };
         match self.format {
-            V2Format::Json => Ok(Some(Cow::Borrowed(raw.get().as_bytes()))),
+            V2Format::Json | V2Format::Schema(_) => Ok(Some(Cow::Borrowed(raw.get().as_bytes()))),
             V2Format::Binary => {
                 let text: Cow<'a, str> = serde_json::from_str(raw.get()).map_err(|_| {
                     RecordError::Invalid(format!(
@@ -147,6 +200,28 @@ impl ParseRecord for V2Record {
     fn parse<'a>(&self, text: &'a [u8], bounds: &RequestBounds) -> Result<Record<'a>, RecordError> {
         let wire: WireV2<'a> = serde_json::from_slice(text).map_err(serde_error)?;
         self.record(wire, bounds)
+    }
+
+    /// Keeps a schema field's JSON text (checked to be JSON; what it means is for the schema
+    /// step to decide).
+    fn side_field(&self, name: &str, raw_json: &[u8]) -> Result<(), RecordError> {
+        serde_json::from_slice::<serde::de::IgnoredAny>(raw_json).map_err(serde_error)?;
+        let text = std::str::from_utf8(raw_json)
+            .map_err(|_| RecordError::Invalid("is not UTF-8".into()))?
+            .to_string();
+        let mut side = self
+            .side
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slot = match name {
+            "key_schema" => &mut side.key_schema,
+            "key_schema_id" => &mut side.key_schema_id,
+            "value_schema" => &mut side.value_schema,
+            "value_schema_id" => &mut side.value_schema_id,
+            _ => return Err(RecordError::Invalid(format!("unknown field {name:?}"))),
+        };
+        *slot = Some(text);
+        Ok(())
     }
 
     fn decode_prefix(
@@ -414,17 +489,38 @@ pub struct V3Types {
     pub value_size: usize,
 }
 
-/// v3 records. Remembers, in order, each record's types and (for a batch) its id, which the
-/// answer repeats.
+/// One entry of a v3 body as the parser saw it, in body order: its id (batch entries), its
+/// types and sizes, and why it is not written, if it is not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct V3Entry {
+    pub id: Option<String>,
+    pub types: V3Types,
+    /// Decoded into a record: it has an index among the decoded records (see
+    /// [`ParseRecord::fail_record`]).
+    pub decoded: bool,
+    /// Not written: the status the answer gives the entry (400, 413, 422) and the message.
+    pub failed: Option<(u16, String)>,
+}
+
+/// v3 records. Remembers, in order, each entry's types and (for a batch) its id, which the
+/// answer repeats, and which batch entries failed (at decoding, or later through
+/// [`ParseRecord::fail_record`]).
 #[derive(Debug, Default)]
 pub struct V3Record {
     /// Batch entries carry an `id`; stream records must not.
     pub batch: bool,
     /// Whether the gateway has a Schema Registry: without one, schema types are refused here.
     pub registry: bool,
-    seen: Mutex<Vec<(Option<String>, V3Types)>>,
-    /// What each record's key and value want of the schema step, in record order.
+    seen: Mutex<Vec<V3Entry>>,
+    /// What each decoded record's key and value want of the schema step, in record order.
     wanted: Mutex<Vec<schema::Wanted>>,
+}
+
+/// Just a batch entry's id, read from an entry that failed to decode.
+#[derive(Deserialize)]
+struct EntryIdOnly {
+    #[serde(default)]
+    id: Option<serde_json::Value>,
 }
 
 impl V3Record {
@@ -463,7 +559,7 @@ impl V3Record {
             .seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if seen.iter().any(|(other, _)| other.as_deref() == Some(id)) {
+        if seen.iter().any(|other| other.id.as_deref() == Some(id)) {
             return Err(RecordError::EntryId(format!(
                 "entry id {id:?} is used twice"
             )));
@@ -471,14 +567,15 @@ impl V3Record {
         Ok(())
     }
 
-    /// The ids and types of the records parsed since the last call, in order.
-    pub fn take_seen(&self) -> Vec<(Option<String>, V3Types)> {
-        std::mem::take(
-            &mut *self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<V3Entry>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The entries seen since the last call, in body order (failed ones included).
+    pub fn take_seen(&self) -> Vec<V3Entry> {
+        std::mem::take(&mut *self.lock())
     }
 }
 
@@ -489,7 +586,7 @@ impl super::RecordNotes for V3Record {
     fn take_notes(&self) -> Vec<V3Types> {
         self.take_seen()
             .into_iter()
-            .map(|(_, types)| types)
+            .map(|entry| entry.types)
             .collect()
     }
 }
@@ -542,19 +639,70 @@ impl ParseRecord for V3Record {
                 key: key_schema,
                 value: value_schema,
             });
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((
-                wire.id,
-                V3Types {
-                    key: key_type,
-                    value: value_type,
-                    key_size: record.key.as_ref().map_or(0, |k| k.len()),
-                    value_size: record.value.as_ref().map_or(0, |v| v.len()),
-                },
-            ));
+        self.lock().push(V3Entry {
+            id: wire.id,
+            types: V3Types {
+                key: key_type,
+                value: value_type,
+                key_size: record.key.as_ref().map_or(0, |k| k.len()),
+                value_size: record.value.as_ref().map_or(0, |v| v.len()),
+            },
+            decoded: true,
+            failed: None,
+        });
         Ok(record)
+    }
+
+    /// A batch entry that is valid JSON but not a valid record (400), or too large (413), is a
+    /// failed entry, named by its id; one whose id is missing or breaks the batch's rules fails
+    /// the batch (kafka-rest checks ids before producing anything). Not JSON: the whole body.
+    fn skip_failed(&self, text: &[u8], error: &RecordError) -> Result<bool, RecordError> {
+        let (status, message) = match error {
+            _ if !self.batch => return Ok(false),
+            RecordError::Invalid(m) => (400, m),
+            RecordError::TooLarge(m) => (413, m),
+            RecordError::Syntax(_) | RecordError::EntryId(_) => return Ok(false),
+        };
+        let Ok(entry) = serde_json::from_slice::<EntryIdOnly>(text) else {
+            return Ok(false);
+        };
+        let id = match entry.id {
+            None => {
+                return Err(RecordError::EntryId(
+                    "entry id is missing; every batch entry has one".into(),
+                ))
+            }
+            Some(serde_json::Value::String(id)) => id,
+            Some(other) => {
+                return Err(RecordError::EntryId(format!(
+                    "entry id {other} must be a string"
+                )))
+            }
+        };
+        self.check_id(&id)?;
+        let mut seen = self.lock();
+        let position = seen.len();
+        seen.push(V3Entry {
+            id: Some(id),
+            types: V3Types::default(),
+            decoded: false,
+            failed: Some((status, format!("record {position}: {message}"))),
+        });
+        Ok(true)
+    }
+
+    fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
+        if !self.batch {
+            return false;
+        }
+        let mut seen = self.lock();
+        let Some(entry) = seen.iter_mut().filter(|e| e.decoded).nth(record_index) else {
+            return false;
+        };
+        if entry.failed.is_none() {
+            entry.failed = Some((status, message));
+        }
+        true
     }
 }
 
@@ -568,10 +716,7 @@ mod tests {
 
     #[test]
     fn v2_binary_and_json_records() {
-        let bin = V2Record {
-            format: V2Format::Binary,
-            default_partition: Some(2),
-        };
+        let bin = V2Record::new(V2Format::Binary, Some(2));
         let r = bin
             .parse(br#"{"key":"a2V5","value":"dmFsdWU="}"#, &bounds())
             .expect("binary");
@@ -580,10 +725,7 @@ mod tests {
             (Some(&b"key"[..]), Some(&b"value"[..]))
         );
         assert_eq!(r.partition, Some(2), "the URL's partition");
-        let json = V2Record {
-            format: V2Format::Json,
-            default_partition: Some(2),
-        };
+        let json = V2Record::new(V2Format::Json, Some(2));
         let r = json
             .parse(br#"{"value":{"b": 1.50},"partition":0}"#, &bounds())
             .expect("json");
@@ -616,15 +758,17 @@ mod tests {
         assert_eq!(r.timestamp_ms, Some(1_796_036_400_250));
         assert_eq!(
             p.take_seen(),
-            vec![(
-                None,
-                V3Types {
+            vec![V3Entry {
+                id: None,
+                types: V3Types {
                     key: Some(DataType::String),
                     value: Some(DataType::Json),
                     key_size: 3,
                     value_size: 12,
-                }
-            )]
+                },
+                decoded: true,
+                failed: None,
+            }]
         );
     }
 

@@ -9,23 +9,54 @@
 //! parsing — until its end, with its nesting bounded as it arrives.
 //!
 //! Three framings: the envelope `{"KEY": [record, record, ...]}` (floodgate's `/v1` JSON and
-//! Confluent's v2 body), one record per line (NDJSON), and records one after another with only
-//! white space between them (Confluent's v3 stream).
+//! Confluent's v3 batch), optionally with named side fields beside the records (Confluent's v2
+//! body: `key_schema`, `value_schema_id`, ... before or after `records`), one record per line
+//! (NDJSON), and records one after another with only white space between them (Confluent's v3
+//! stream).
+//!
+//! A side field's value is a JSON string, number or `null`, nothing else; it is scanned
+//! (escapes included) as it arrives, kept in the tail while unfinished, bounded by
+//! [`Scanner::with_side_limit`], and handed whole, as its JSON text, to [`Sink::side_field`].
 
 /// How records are laid out in a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
     /// `{"<key>": [ {...}, {...} ]}` and nothing else.
     Envelope(&'static str),
+    /// `{"<records>": [ {...} ], "<side>": value, ...}`: the envelope, with any of the `side`
+    /// fields beside the records (each at most once, in any order, before or after them). A
+    /// side value is a JSON string, number or `null`; other fields are refused.
+    EnvelopeSide {
+        records: &'static str,
+        side: &'static [&'static str],
+    },
     /// One record object per line; blank lines are skipped.
     Lines,
     /// Record objects one after another, white space between them.
     Concatenated,
 }
 
+impl Framing {
+    /// The envelope's records field and its side fields, if the framing is an envelope.
+    pub fn envelope(self) -> Option<(&'static str, &'static [&'static str])> {
+        match self {
+            Self::Envelope(records) => Some((records, &[])),
+            Self::EnvelopeSide { records, side } => Some((records, side)),
+            Self::Lines | Self::Concatenated => None,
+        }
+    }
+}
+
 /// What a [`Scanner`] hands each record to, in body order, as soon as it is complete.
 pub trait Sink {
     type Error;
+
+    /// A side field of the envelope ([`Framing::EnvelopeSide`]) and its whole value as JSON
+    /// text: a string (quotes and escapes as sent), a number or `null`. Ignored by default.
+    fn side_field(&mut self, name: &'static str, raw: &[u8]) -> Result<(), Self::Error> {
+        let _ = (name, raw);
+        Ok(())
+    }
 
     /// A complete record: `text` is all of it; `line` is the 1-based body line it starts on
     /// (counted for one-record-per-line bodies, whose errors name it).
@@ -69,8 +100,24 @@ enum State {
     Open,
     /// Envelope: before a field name.
     Key,
-    /// Envelope: after the records array: `}` or `,` and another field.
+    /// Envelope: after a field's value (the records array or a side value): `}` or `,` and
+    /// another field.
     AfterArray,
+    /// Envelope: after a side field's name (its index in the side list): `:`.
+    SideColon {
+        field: usize,
+    },
+    /// Envelope: after a side field's `:`, before its value.
+    SideOpen {
+        field: usize,
+    },
+    /// Envelope: inside a side field's value, from this offset: a string, or a bare number or
+    /// `null` (which ends at the first byte that cannot be part of one).
+    SideValue {
+        start: usize,
+        field: usize,
+        string: bool,
+    },
     /// Envelope: inside a field name, from this offset.
     KeyText {
         start: usize,
@@ -114,13 +161,20 @@ pub struct Scanner {
     /// Whether anything but white space has arrived (an empty body gets its own error).
     started: bool,
     max_depth: usize,
+    /// Side fields seen so far (bit per index in the side list; each may appear once).
+    sides_seen: u64,
+    /// The longest side value accepted, in bytes of JSON text.
+    max_side: usize,
 }
+
+/// The longest side value a scanner accepts unless told otherwise.
+pub const DEFAULT_SIDE_LIMIT: usize = 64 * 1024;
 
 impl Scanner {
     /// `max_depth` bounds the nesting inside one record (objects and arrays).
     pub fn new(framing: Framing, max_depth: usize) -> Self {
         let state = match framing {
-            Framing::Envelope(_) => State::Open,
+            Framing::Envelope(_) | Framing::EnvelopeSide { .. } => State::Open,
             Framing::Lines | Framing::Concatenated => State::Between,
         };
         Self {
@@ -135,7 +189,16 @@ impl Scanner {
             records_seen: false,
             started: false,
             max_depth,
+            sides_seen: 0,
+            max_side: DEFAULT_SIDE_LIMIT,
         }
+    }
+
+    /// Bounds a side field's value to `max` bytes of JSON text (it is held in the tail while it
+    /// arrives); a longer one is refused as soon as it is.
+    pub fn with_side_limit(mut self, max: usize) -> Self {
+        self.max_side = max;
+        self
     }
 
     pub fn framing(&self) -> Framing {
@@ -179,7 +242,10 @@ impl Scanner {
             tail.drain(..keep);
         }
         self.at -= keep.min(self.at);
-        if let State::Record { start, .. } | State::KeyText { start } = &mut self.state {
+        if let State::Record { start, .. }
+        | State::KeyText { start }
+        | State::SideValue { start, .. } = &mut self.state
+        {
             *start -= keep.min(*start);
         }
         self.tail = tail;
@@ -189,7 +255,9 @@ impl Scanner {
     /// The first byte still needed after a scan.
     fn keep_from(&self) -> usize {
         match self.state {
-            State::Record { start, .. } | State::KeyText { start } => start,
+            State::Record { start, .. }
+            | State::KeyText { start }
+            | State::SideValue { start, .. } => start,
             _ => self.at,
         }
     }
@@ -221,10 +289,72 @@ impl Scanner {
     }
 
     fn describe(&self) -> String {
-        match self.framing {
-            Framing::Envelope(key) => format!("{{\"{key}\": [...]}} object"),
-            Framing::Lines | Framing::Concatenated => "record".into(),
+        match self.framing.envelope() {
+            Some((key, _)) => format!("{{\"{key}\": [...]}} object"),
+            None => "record".into(),
         }
+    }
+
+    /// The name of side field `field` (indices come from the side list itself).
+    fn side_name(&self, field: usize) -> &'static str {
+        self.framing
+            .envelope()
+            .and_then(|(_, side)| side.get(field).copied())
+            .unwrap_or_default()
+    }
+
+    /// One byte of a side value that started at `start`. `Ok(true)` when the byte was taken
+    /// (part of the value, or the string's closing quote); `Ok(false)` when a bare value ended
+    /// before it and the byte is still to be read as structure.
+    fn side_byte<S: Sink>(
+        &mut self,
+        data: &[u8],
+        b: u8,
+        i: usize,
+        (start, field, string): (usize, usize, bool),
+        sink: &mut S,
+    ) -> Result<bool, Stop<S::Error>> {
+        let name = self.side_name(field);
+        if i.saturating_sub(start) >= self.max_side {
+            return Err(Stop::Scan(ScanError::Structure(format!(
+                "field \"{name}\" is longer than {} bytes",
+                self.max_side
+            ))));
+        }
+        let end = if string {
+            match (self.escaped, b) {
+                (true, _) => {
+                    self.escaped = false;
+                    None
+                }
+                (false, b'\\') => {
+                    self.escaped = true;
+                    None
+                }
+                (false, b'"') => Some(i + 1),
+                _ => None,
+            }
+        } else if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.') {
+            None
+        } else {
+            Some(i)
+        };
+        let Some(end) = end else {
+            return Ok(true);
+        };
+        let raw = data.get(start..end).unwrap_or_default();
+        let bare_ok = raw == b"null"
+            || raw
+                .first()
+                .is_some_and(|c| *c == b'-' || c.is_ascii_digit());
+        if !string && !bare_ok {
+            return Err(Stop::Scan(ScanError::Structure(format!(
+                "field \"{name}\" must be a string, a number or null"
+            ))));
+        }
+        self.state = State::AfterArray;
+        sink.side_field(name, raw).map_err(Stop::Sink)?;
+        Ok(string)
     }
 
     fn scan<S: Sink>(&mut self, data: &[u8], sink: &mut S) -> Result<(), Stop<S::Error>> {
@@ -241,6 +371,16 @@ impl Scanner {
             if let State::KeyText { start } = self.state {
                 self.key_byte(data, b, i, start).map_err(Stop::Scan)?;
                 continue;
+            }
+            if let State::SideValue {
+                start,
+                field,
+                string,
+            } = self.state
+            {
+                if self.side_byte(data, b, i, (start, field, string), sink)? {
+                    continue;
+                }
             }
             if b.is_ascii_whitespace() {
                 continue;
@@ -268,7 +408,7 @@ impl Scanner {
 
     fn after_record(&self) -> State {
         match self.framing {
-            Framing::Envelope(_) => State::CommaOrClose,
+            Framing::Envelope(_) | Framing::EnvelopeSide { .. } => State::CommaOrClose,
             Framing::Lines | Framing::Concatenated => State::Between,
         }
     }
@@ -352,13 +492,29 @@ impl Scanner {
             (true, _) => self.escaped = false,
             (false, b'\\') => self.escaped = true,
             (false, b'"') => {
-                let Framing::Envelope(expected) = self.framing else {
+                let Some((expected, side)) = self.framing.envelope() else {
                     return Err(ScanError::Structure("unexpected field name".into()));
                 };
                 let name = String::from_utf8_lossy(data.get(start..i).unwrap_or_default());
+                if let Some(field) = side.iter().position(|s| *s == name) {
+                    let bit = 1u64.checked_shl(field as u32).unwrap_or(0);
+                    if self.sides_seen & bit != 0 {
+                        return Err(ScanError::Structure(format!(
+                            "field {name:?} appears twice"
+                        )));
+                    }
+                    self.sides_seen |= bit;
+                    self.state = State::SideColon { field };
+                    return Ok(());
+                }
                 if name != expected {
+                    let also = if side.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (beside it only {})", side.join(", "))
+                    };
                     return Err(ScanError::Structure(format!(
-                        "unknown field {name:?}; the body is {{\"{expected}\": [...]}}"
+                        "unknown field {name:?}; the body is {{\"{expected}\": [...]}}{also}"
                     )));
                 }
                 if self.records_seen {
@@ -386,13 +542,40 @@ impl Scanner {
             (State::Open, _) => return unexpected(&format!("the {}", self.describe())),
             (State::Key, b'"') => self.state = State::KeyText { start: i + 1 },
             (State::Key, b'}') if !self.records_seen => {
-                let Framing::Envelope(key) = self.framing else {
+                let Some((key, _)) = self.framing.envelope() else {
                     return unexpected("a field");
                 };
                 return Err(ScanError::Structure(format!("missing field `{key}`")));
             }
             (State::Key, _) => return unexpected("a field name"),
+            (State::AfterArray, b'}') if !self.records_seen => {
+                let (key, _) = self.framing.envelope().unwrap_or_default();
+                return Err(ScanError::Structure(format!("missing field `{key}`")));
+            }
             (State::AfterArray, b'}') => self.state = State::Done,
+            (State::SideColon { field }, b':') => self.state = State::SideOpen { field },
+            (State::SideColon { .. }, _) => return unexpected("':'"),
+            (State::SideOpen { field }, b'"') => {
+                self.escaped = false;
+                self.state = State::SideValue {
+                    start: i,
+                    field,
+                    string: true,
+                };
+            }
+            (State::SideOpen { field }, b'-' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z') => {
+                self.state = State::SideValue {
+                    start: i,
+                    field,
+                    string: false,
+                };
+            }
+            (State::SideOpen { field }, _) => {
+                return Err(ScanError::Structure(format!(
+                    "field \"{}\" must be a string, a number or null",
+                    self.side_name(field)
+                )));
+            }
             (State::AfterArray, b',') => self.state = State::Key,
             (State::AfterArray, _) => return unexpected("'}'"),
             (State::Colon, b':') => self.state = State::ArrayOpen,
@@ -428,7 +611,7 @@ impl Scanner {
                     "trailing characters after the body".into(),
                 ));
             }
-            (State::KeyText { .. } | State::Record { .. }, _) => {}
+            (State::KeyText { .. } | State::Record { .. } | State::SideValue { .. }, _) => {}
         }
         Ok(())
     }
@@ -445,10 +628,16 @@ mod tests {
         quick: bool,
         out: Vec<String>,
         taken_whole: usize,
+        side: Vec<(String, String)>,
     }
 
     impl Sink for Collect {
         type Error = ();
+        fn side_field(&mut self, name: &'static str, raw: &[u8]) -> Result<(), ()> {
+            self.side
+                .push((name.to_string(), String::from_utf8_lossy(raw).into_owned()));
+            Ok(())
+        }
         fn record(&mut self, text: &[u8], _line: usize) -> Result<(), ()> {
             self.out.push(String::from_utf8_lossy(text).into_owned());
             Ok(())
@@ -570,5 +759,89 @@ mod tests {
         let mut s = Scanner::new(Framing::Envelope("records"), 10);
         s.push(br#"{"rec"#, &mut sink).expect("push");
         assert_eq!(s.tail, br#"rec"#, "an unfinished field name is kept");
+    }
+
+    const SIDE: Framing = Framing::EnvelopeSide {
+        records: "records",
+        side: &["key_schema", "value_schema_id"],
+    };
+
+    #[test]
+    fn side_fields_are_handed_whole_before_or_after_the_records_at_any_split() {
+        let body = r#"{"key_schema": "{\"type\": \"string\", \"q\": \"\\\"}\"}", "records": [{"value":1}], "value_schema_id" :-12e3 }"#;
+        for split in 0..body.len() {
+            let (a, b) = body.split_at(split);
+            for quick in [false, true] {
+                let mut sink = Collect {
+                    quick,
+                    ..Collect::default()
+                };
+                let got = scan_with(&mut sink, SIDE, &[a, b]).expect("valid");
+                assert_eq!(got, vec![r#"{"value":1}"#], "split at {split}");
+                assert_eq!(
+                    sink.side,
+                    vec![
+                        (
+                            "key_schema".to_string(),
+                            r#""{\"type\": \"string\", \"q\": \"\\\"}\"}""#.to_string()
+                        ),
+                        ("value_schema_id".to_string(), "-12e3".to_string()),
+                    ],
+                    "split at {split}"
+                );
+            }
+        }
+        let mut sink = Collect::default();
+        scan_with(
+            &mut sink,
+            SIDE,
+            &[r#"{"value_schema_id":null,"records":[{}]}"#],
+        )
+        .expect("null");
+        assert_eq!(sink.side, vec![("value_schema_id".into(), "null".into())]);
+    }
+
+    #[test]
+    fn side_fields_are_bounded_typed_and_named() {
+        let e = |body: &str| match scan_with(&mut Collect::default(), SIDE, &[body]) {
+            Err(ScanError::Structure(m)) => m,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert!(e(r#"{"key_schema":{"type":"string"},"records":[{}]}"#)
+            .contains("must be a string, a number or null"));
+        assert!(e(r#"{"key_schema":[1],"records":[{}]}"#).contains("must be a string"));
+        assert!(e(r#"{"key_schema":true,"records":[{}]}"#).contains("must be a string"));
+        assert!(e(r#"{"key_schema":"a","key_schema":"b","records":[{}]}"#).contains("twice"));
+        assert!(e(r#"{"key_schema":"a"}"#).contains("missing field `records`"));
+        assert!(e(r#"{"colour":1,"records":[{}]}"#).contains("beside it only key_schema"));
+        assert!(e(r#"{"key_schema" 1,"records":[{}]}"#).contains("expected ':'"));
+        assert!(e(r#"{"key_schema":"a" "records":[{}]}"#).contains("expected '}'"));
+        assert!(e(r#"{"records":[{}],"key_schema":"a"#).contains("ends before"));
+        // Only the records framing's own field is known to a plain envelope.
+        assert!(matches!(
+            records(Framing::Envelope("records"), &[r#"{"key_schema":"a","records":[{}]}"#]),
+            Err(ScanError::Structure(m)) if m.contains("unknown field \"key_schema\"")
+        ));
+        // A side value longer than the limit is refused while it arrives, in any chunking.
+        let long = format!(r#"{{"key_schema":"{}","records":[{{}}]}}"#, "x".repeat(100));
+        for chunk in [1, 7, 1000] {
+            let mut s = Scanner::new(SIDE, 10).with_side_limit(50);
+            let mut sink = Collect::default();
+            let mut out = Ok(());
+            for piece in long.as_bytes().chunks(chunk) {
+                out = s.push(piece, &mut sink);
+                if out.is_err() {
+                    break;
+                }
+                assert!(s.held() <= 50 + chunk, "the tail stays bounded");
+            }
+            assert_eq!(
+                out,
+                Err(Stop::Scan(ScanError::Structure(
+                    "field \"key_schema\" is longer than 50 bytes".into()
+                ))),
+                "chunks of {chunk}"
+            );
+        }
     }
 }

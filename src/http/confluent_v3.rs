@@ -7,8 +7,12 @@
 //! record, in order, each followed by `\r\n`. The pipeline's stream ([`crate::ingest::stream`])
 //! does everything else: admission per record, bounds, re-checks, lifetime.
 //!
-//! **Batch** (`records:batch`) is admitted whole, like a `/v1` request, and answered 207 with
-//! successes and failures in request order.
+//! **Batch** (`records:batch`) is answered 207 with successes and failures in request order.
+//! An entry that does not decode is a failure of its own (the parser notes it; see
+//! [`crate::body::ParseRecord::skip_failed`]) and the others are written; the entries written
+//! are admitted whole, like a `/v1` request. A later pipeline step may fail more entries by
+//! record index ([`crate::body::ParseRecord::fail_record`], which the schema step calls); the answer merges every note with Kafka's
+//! outcomes by entry position.
 //!
 //! An adapter: it decodes the URL and the framing and encodes answers; statuses and bodies
 //! come from `outcome::confluent`.
@@ -23,8 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 use crate::app::AppState;
-use crate::body::confluent::V3Record;
-use crate::body::confluent::V3Types;
+use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
 use crate::outcome::confluent::{
@@ -164,6 +167,17 @@ async fn other_cluster(
     Some(unknown_cluster(requested, &id))
 }
 
+/// A v3 route's 415: the content type sent, and what this route takes instead.
+fn not_json(headers: &HeaderMap, send: &str) -> ApiError {
+    let sent = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    ApiError::UnsupportedMediaType(format!(
+        "Content-Type {sent:?} is not accepted on this Confluent v3 route; {send}"
+    ))
+}
+
 fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -203,7 +217,7 @@ impl Respond for BatchAnswers<'_> {
 
 /// The same, owning the entries' ids: answers once Kafka has, after the request has gone.
 struct DetachedBatchAnswers {
-    seen: Vec<(Option<String>, V3Types)>,
+    seen: Vec<V3Entry>,
     cluster: String,
     topic: String,
     max: usize,
@@ -229,7 +243,7 @@ fn batch_response(
     cluster: &str,
     topic: &str,
     max: usize,
-    seen: &[(Option<String>, V3Types)],
+    seen: &[V3Entry],
 ) -> Response {
     match outcome {
         Ok(Produced::Settled(batch)) => v3_batch_answer(cluster, topic, &batch, seen),
@@ -259,8 +273,9 @@ pub async fn produce_batch(
             schemas: Some(&parser),
         })
     } else {
-        Err(ApiError::UnsupportedMediaType(
-            "send the batch as application/json".into(),
+        Err(not_json(
+            &parts.headers,
+            "send the batch as application/json",
         ))
     };
     let respond = BatchAnswers {
@@ -288,7 +303,10 @@ pub async fn produce_batch(
 
 /// The schema step reads what each v3 record's key and value want from the parser.
 impl crate::ingest::RecordSchemas for V3Record {
-    fn take_wanted(&self, _records: usize) -> Result<Vec<crate::schema::Wanted>, ApiError> {
+    fn take_wanted(
+        &self,
+        _records: &[crate::record::Record<'_>],
+    ) -> Result<Vec<crate::schema::Wanted>, ApiError> {
         Ok(V3Record::take_wanted(self))
     }
 }

@@ -2,7 +2,8 @@
 //! every record's key and value are written in the schema they want (or the topic's contract
 //! asks for), or the request is refused naming the record and the field — so nothing of a
 //! refused request is charged or written. A format that reports records one by one (Confluent's
-//! `records:batch`) takes a failed record into its answer instead, and the rest go on.
+//! `records:batch`) takes a failed record into its answer instead
+//! ([`crate::body::ParseRecord::fail_record`]), and the rest go on.
 
 use std::borrow::Cow;
 
@@ -14,31 +15,22 @@ use crate::record::Record;
 use crate::schema::{Failure, SchemaError, Wanted};
 use crate::tenant::Tenant;
 
-use super::Ingest;
+use super::{BodyFormat, Ingest};
 
 /// The new arena is held in steps of at least this much.
 const STEP: u64 = 64 * 1024;
 
 /// What a wire format knows of its records' schemas: the adapter's parser implements it.
 pub trait RecordSchemas: Send + Sync {
-    /// What each of the `records` decoded records' key and value want, in record order
-    /// (taken: a second call gives the records decoded since), or why the request cannot say
-    /// (a v2 body with keys and no key schema).
-    fn take_wanted(&self, records: usize) -> Result<Vec<Wanted>, ApiError>;
+    /// What each of the decoded `records`' key and value want, in record order (taken: a
+    /// second call gives the records decoded since), or why the request cannot say (a v2 body
+    /// with keys and no key schema).
+    fn take_wanted(&self, records: &[Record<'_>]) -> Result<Vec<Wanted>, ApiError>;
 
     /// The schema ids the request's keys and values were written with (v2's answer names
     /// them); called once, after every record converted.
     fn used_ids(&self, key: Option<u32>, value: Option<u32>) {
         let _ = (key, value);
-    }
-
-    /// A record (by its index among the decoded records) that could not be converted: a
-    /// format that answers records one by one takes the failure into its answer and says
-    /// `true`; the record is then left out and the others go on. By default the whole
-    /// request fails.
-    fn fail_record(&self, index: usize, error: &ApiError) -> bool {
-        let _ = (index, error);
-        false
     }
 }
 
@@ -63,16 +55,18 @@ impl Ingest {
         topic: &Topic,
         arena: RecordArena,
         hold: &mut BodyHold,
-        notes: Option<&dyn RecordSchemas>,
+        format: &BodyFormat<'_>,
     ) -> Result<RecordArena, ApiError> {
+        let notes = format.schemas;
+        let records = arena.records();
         let wanted = match notes {
-            Some(n) => n.take_wanted(arena.len())?,
+            Some(n) => n.take_wanted(&records)?,
             None => Vec::new(),
         };
         if !self.schemas.applies(topic, &wanted) {
+            drop(records);
             return Ok(arena);
         }
-        let records = arena.records();
         let mut out = RecordArena::default();
         let before = hold.bytes();
         let mut grown = 0u64;
@@ -81,7 +75,9 @@ impl Ingest {
             let converted = match self.convert_record(tenant, topic, i, r, wanted.get(i)).await {
                 Ok(c) => c,
                 Err(error) => {
-                    if notes.is_some_and(|n| n.fail_record(i, &error)) {
+                    // A batch reports the record in its place and writes the others.
+                    let status = error.status().as_u16();
+                    if format.record.fail_record(i, status, error.detail()) {
                         continue;
                     }
                     return Err(error);

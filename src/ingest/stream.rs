@@ -696,7 +696,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let wanted = self
             .decoder
             .parser()
-            .take_wanted(notes.len())
+            .take_wanted(&arena.records())
             .unwrap_or_default();
         let (batch, fates) = self.admit(&arena, &wanted).await;
         self.numbered += notes.len();

@@ -127,6 +127,19 @@ impl Batch {
         }
     }
 
+    /// A batch of no records, complete already: a request whose every entry failed before it
+    /// could be sent (its answer reports each failure), so nothing was admitted or leased.
+    pub fn empty(failures: std::sync::Arc<dyn FailureCounter>) -> Self {
+        Self {
+            outcomes: Vec::new(),
+            remaining: AtomicUsize::new(0),
+            done: Notify::new(),
+            enqueued_at: Instant::now(),
+            lease: Mutex::new(None),
+            failures,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.outcomes.len()
     }

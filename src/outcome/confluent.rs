@@ -9,12 +9,14 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::ApiError;
-use crate::body::confluent::V3Types;
+use crate::body::confluent::V3Entry;
 use crate::kafka::{Batch, DeliveryFailure, FailureKind, Outcome};
 use crate::refusal::{wait_ms, wait_secs};
 
 /// v2's response media type.
 pub const V2_MEDIA_TYPE: &str = "application/vnd.kafka.v2+json";
+/// REST Proxy v1's response media type (v1 content types are served on the v2 routes).
+pub const V1_MEDIA_TYPE: &str = "application/vnd.kafka.v1+json";
 
 /// Confluent's status and error code for an outcome.
 pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
@@ -69,6 +71,8 @@ pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
     let message = match e {
         // Confluent's envelope has one number for every 401: floodgate's own code says which.
         ApiError::Auth(a) => format!("{}: {}", a.code(), e.detail()),
+        // Each Confluent adapter names its own content types (the shared detail is /v1's).
+        ApiError::UnsupportedMediaType(detail) => detail.clone(),
         _ => e.detail(),
     };
     error_with(status, code, message, retry_after(e), media_type)
@@ -149,15 +153,22 @@ pub fn v3_batch_error(e: &ApiError, max: usize) -> Response {
 }
 
 /// v3 `records:batch`: 207 with successes and failures in request order, each naming its
-/// entry id.
-pub fn v3_batch_answer(
-    cluster: &str,
-    topic: &str,
-    batch: &Batch,
-    seen: &[(Option<String>, V3Types)],
-) -> Response {
+/// entry id. `seen` lists every entry in request order; the batch holds the outcomes of the
+/// entries that were sent (decoded and not failed), in the same order: an entry noted as
+/// failed (at decoding, or later by [`crate::body::ParseRecord::fail_record`]) takes its
+/// failure from its note, every other entry the next outcome.
+pub fn v3_batch_answer(cluster: &str, topic: &str, batch: &Batch, seen: &[V3Entry]) -> Response {
     let (mut successes, mut failures) = (Vec::new(), Vec::new());
-    for (outcome, (id, types)) in batch.outcomes().zip(seen) {
+    let mut outcomes = batch.outcomes();
+    for entry in seen {
+        let id = entry.id.as_deref().unwrap_or_default();
+        if let Some((status, message)) = &entry.failed {
+            let mut report = V3Report::failed(u32::from(*status), message.clone());
+            report.id = Some(id);
+            failures.push(report);
+            continue;
+        }
+        let types = entry.types;
         let described = |t: Option<crate::body::confluent::DataType>, size: usize| {
             t.map(|t| Described {
                 data_type: t.as_str(),
@@ -167,11 +178,11 @@ pub fn v3_batch_answer(
         let mut report = v3_report(
             cluster,
             topic,
-            outcome,
+            outcomes.next().flatten(),
             described(types.key, types.key_size),
             described(types.value, types.value_size),
         );
-        report.id = Some(id.as_deref().unwrap_or_default());
+        report.id = Some(id);
         if report.written() {
             report.error_code = None;
             successes.push(report);
@@ -233,8 +244,14 @@ struct V2Answer<'a> {
 
 /// v2's answer to a settled produce: 200, one entry per record in request order; a record
 /// Kafka did not take carries its error code (as Confluent does, with HTTP 200). Written with
-/// typed structs: building a JSON map per record showed up first in the profile.
-pub fn v2_produced(batch: &Batch) -> Response {
+/// typed structs: building a JSON map per record showed up first in the profile. v1's answer
+/// had the same shape: `media_type` says which version it is written as.
+/// `ids`: the key and value schema ids the records were written with (schema formats).
+pub fn v2_produced(
+    batch: &Batch,
+    media_type: &'static str,
+    ids: (Option<u32>, Option<u32>),
+) -> Response {
     let offsets = batch
         .outcomes()
         .map(|o| match o {
@@ -260,15 +277,14 @@ pub fn v2_produced(batch: &Batch) -> Response {
         .collect();
     let body = serde_json::to_vec(&V2Answer {
         offsets,
-        key_schema_id: None,
-        value_schema_id: None,
+        key_schema_id: ids.0,
+        value_schema_id: ids.1,
     })
     .unwrap_or_default();
     let mut response = (StatusCode::OK, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(V2_MEDIA_TYPE),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(media_type));
     response
 }
 

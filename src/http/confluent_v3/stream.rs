@@ -22,7 +22,6 @@ use crate::body::confluent::{DataType, V3Record, V3Types};
 use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;
 use crate::outcome::confluent::{v3_refusal, v3_report, Described};
-use crate::outcome::ApiError;
 use crate::ratelimit_headers;
 
 /// Settled reports are written together up to this much (held by the stream), so a chunk of
@@ -42,8 +41,9 @@ pub async fn produce_records(
     let parser = if is_json(&parts.headers) {
         Ok(V3Record::default().with_registry(app.ingest.schemas.has_registry()))
     } else {
-        Err(ApiError::UnsupportedMediaType(
-            "send records as application/json (concatenated JSON objects)".into(),
+        Err(super::not_json(
+            &parts.headers,
+            "send records as application/json (concatenated JSON objects)",
         ))
     };
     let request = StreamRequest {
