@@ -185,7 +185,10 @@ impl SchemaRegistry {
             .route("/schemas/ids/{id}/schema", get(raw_schema_by_id))
             .route("/schemas/ids/{id}/versions", get(versions_of_id))
             .route("/schemas/ids/{id}/subjects", get(subjects_of_id))
-            .route("/schemas/types", get(|| async { ok(json!(["JSON", "PROTOBUF", "AVRO"])) }))
+            .route(
+                "/schemas/types",
+                get(|| async { ok(json!(["JSON", "PROTOBUF", "AVRO"])) }),
+            )
             .route("/subjects", get(subjects))
             .route("/subjects/{subject}", post(lookup))
             .route(
@@ -193,7 +196,10 @@ impl SchemaRegistry {
                 post(register).get(subject_versions),
             )
             .route("/subjects/{subject}/versions/{version}", get(version))
-            .route("/subjects/{subject}/versions/{version}/schema", get(version_schema))
+            .route(
+                "/subjects/{subject}/versions/{version}/schema",
+                get(version_schema),
+            )
             // Confluent's newer serdes ask for the subjects associated with a topic first and,
             // finding none, use TopicNameStrategy: none here.
             .route(
@@ -268,7 +274,13 @@ impl SchemaRegistry {
 
     /// Calls of this kind received so far (whatever they were answered).
     pub fn calls(&self, kind: Call) -> u64 {
-        *self.shared.calls.lock().expect("calls").get(&kind).unwrap_or(&0)
+        *self
+            .shared
+            .calls
+            .lock()
+            .expect("calls")
+            .get(&kind)
+            .unwrap_or(&0)
     }
 
     pub fn total_calls(&self) -> u64 {
@@ -349,7 +361,11 @@ async fn faults(State(shared): State<Arc<Shared>>, request: Request, next: Next)
         tokio::time::sleep(delay).await;
     }
     if shared.dropping.load(Ordering::SeqCst) {
-        let mut r = error(StatusCode::INTERNAL_SERVER_ERROR, 50001, "Registry going away");
+        let mut r = error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            50001,
+            "Registry going away",
+        );
         r.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return r;
@@ -483,8 +499,8 @@ async fn subjects(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 /// The body of a lookup or a registration: schema text and type.
-fn posted_schema(body: &Bytes) -> Result<(SchemaType, String), Response> {
-    let bad = |m: &str| error(StatusCode::UNPROCESSABLE_ENTITY, 42201, m);
+fn posted_schema(body: &Bytes) -> Result<(SchemaType, String), Box<Response>> {
+    let bad = |m: &str| Box::new(error(StatusCode::UNPROCESSABLE_ENTITY, 42201, m));
     let value: Value =
         serde_json::from_slice(body).map_err(|e| bad(&format!("Invalid schema body: {e}")))?;
     let text = value["schema"]
@@ -492,7 +508,10 @@ fn posted_schema(body: &Bytes) -> Result<(SchemaType, String), Response> {
         .ok_or_else(|| bad("Invalid schema: no \"schema\" string"))?;
     let kind = SchemaType::parse(value["schemaType"].as_str())
         .ok_or_else(|| bad("Invalid schema: unknown schemaType"))?;
-    if value["references"].as_array().is_some_and(|r| !r.is_empty()) {
+    if value["references"]
+        .as_array()
+        .is_some_and(|r| !r.is_empty())
+    {
         return Err(bad("Invalid schema: references are not supported here"));
     }
     Ok((kind, text.trim().to_string()))
@@ -512,7 +531,7 @@ async fn lookup(
 ) -> Response {
     let (kind, text) = match posted_schema(&body) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let data = shared.data.lock().expect("data");
     let Some(ids) = data.subjects.get(&subject) else {
@@ -525,7 +544,13 @@ async fn lookup(
     match found {
         Some((at, id)) => {
             let stored = data.get(*id).expect("stored");
-            ok(version_body(&subject, at + 1, *id, stored, stored.text.clone()))
+            ok(version_body(
+                &subject,
+                at + 1,
+                *id,
+                stored,
+                stored.text.clone(),
+            ))
         }
         None => schema_not_found(),
     }
@@ -538,7 +563,7 @@ async fn register(
 ) -> Response {
     let (kind, text) = match posted_schema(&body) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let Err(e) = check(kind, &text) {
         return error(
@@ -567,26 +592,30 @@ async fn subject_versions(
 }
 
 /// The subject's version (`latest` or -1 for the newest): position, id, schema.
-fn find_version(data: &Data, subject: &str, version: &str) -> Result<(usize, u32, Stored), Response> {
+fn find_version(
+    data: &Data,
+    subject: &str,
+    version: &str,
+) -> Result<(usize, u32, Stored), Box<Response>> {
     let ids = data
         .subjects
         .get(subject)
-        .ok_or_else(|| subject_not_found(subject))?;
+        .ok_or_else(|| Box::new(subject_not_found(subject)))?;
     let not_found = || {
-        error(
+        Box::new(error(
             StatusCode::NOT_FOUND,
             40402,
             &format!("Version {version} not found."),
-        )
+        ))
     };
     let at = match version {
         "latest" | "-1" => ids.len(),
         v => v.parse::<usize>().map_err(|_| {
-            error(
+            Box::new(error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 42202,
                 &format!("The specified version '{v}' is not a valid version id."),
-            )
+            ))
         })?,
     };
     if at == 0 || at > ids.len() {
@@ -611,7 +640,7 @@ async fn version(
             Ok(text) => ok(version_body(&subject, at, id, &stored, text)),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, 50001, &e),
         },
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -622,7 +651,7 @@ async fn version_schema(
     let data = shared.data.lock().expect("data");
     match find_version(&data, &subject, &version) {
         Ok((_, _, stored)) => (StatusCode::OK, stored.text).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -630,7 +659,11 @@ async fn config() -> Response {
     ok(json!({"compatibilityLevel": "BACKWARD"}))
 }
 
-async fn unknown(State(shared): State<Arc<Shared>>, method: Method, uri: axum::http::Uri) -> Response {
+async fn unknown(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: axum::http::Uri,
+) -> Response {
     let call = format!("{method} {uri}");
     eprintln!("test schema registry: no route for {call}");
     shared.unknown.lock().expect("unknown").push(call);
