@@ -538,6 +538,15 @@ async fn v3_raw_schemas_avro_jsonschema_protobuf() {
             assert_eq!(s, 200, "{kind}: {report}");
             assert_eq!(report["error_code"], 200, "{kind}: {report}");
             assert_eq!(report["value"]["type"], kind, "{kind}: {report}");
+            // kafka-rest also reports the subject and the schema id and version used.
+            if let Some(id) = report["value"]["schema_id"].as_u64() {
+                let ids = registry.versions(&format!("{topic}-value"));
+                assert_eq!(
+                    ids.first().map(|i| u64::from(*i)),
+                    Some(id),
+                    "{kind}: {report}"
+                );
+            }
         }
         let ids = registry.versions(&format!("{topic}-value"));
         assert_eq!(
@@ -1097,4 +1106,158 @@ async fn slow_registry_is_bounded_by_its_timeout() {
     );
     assert_empty(&topic, "registry too slow").await;
     gw.shutdown().await;
+}
+
+/// The test registry answers the gateway's four calls in Confluent's shapes and codes, and its
+/// faults do what the fault tests rely on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_registry_speaks_confluents_rest_api() {
+    let mut registry = SchemaRegistry::start().await;
+    let base = registry.url();
+    let http = client();
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut r = http.request(method, format!("{base}{path}"));
+        if let Some(body) = body {
+            r = r
+                .header("content-type", common::schema_registry::CONTENT_TYPE)
+                .body(body.to_string());
+        }
+        async move {
+            let response = r.send().await.expect("registry call");
+            let status = response.status().as_u16();
+            assert_eq!(
+                response.headers()["content-type"],
+                common::schema_registry::CONTENT_TYPE
+            );
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    use reqwest::Method;
+    let avro = json!({"schema": AVRO_ORDER});
+    let proto = json!({"schema": PROTO_ORDER, "schemaType": "PROTOBUF"});
+
+    // Lookup before anything: subject not found; register; lookup finds it.
+    let (s, a) = call(Method::POST, "/subjects/a-value", Some(avro.clone())).await;
+    assert_eq!((s, &a["error_code"]), (404, &json!(40401)), "{a}");
+    let (s, a) = call(
+        Method::POST,
+        "/subjects/a-value/versions",
+        Some(avro.clone()),
+    )
+    .await;
+    assert_eq!((s, &a), (200, &json!({"id": 1})));
+    let (s, a) = call(Method::POST, "/subjects/a-value", Some(avro.clone())).await;
+    assert_eq!(s, 200, "{a}");
+    assert_eq!(
+        a,
+        json!({"subject": "a-value", "id": 1, "version": 1, "schema": AVRO_ORDER})
+    );
+    // Another schema under that subject is not found by lookup (40403) until registered.
+    let (s, a) = call(Method::POST, "/subjects/a-value", Some(proto.clone())).await;
+    assert_eq!((s, &a["error_code"]), (404, &json!(40403)), "{a}");
+    // The same text again: the same id; under another subject: the same id too.
+    let (_, a) = call(
+        Method::POST,
+        "/subjects/a-value/versions",
+        Some(avro.clone()),
+    )
+    .await;
+    assert_eq!(a, json!({"id": 1}));
+    let (_, a) = call(
+        Method::POST,
+        "/subjects/b-value/versions",
+        Some(avro.clone()),
+    )
+    .await;
+    assert_eq!(a, json!({"id": 1}));
+    let (_, a) = call(
+        Method::POST,
+        "/subjects/a-value/versions",
+        Some(proto.clone()),
+    )
+    .await;
+    assert_eq!(a, json!({"id": 2}));
+    // Malformed schemas are refused as Confluent does (42201).
+    let (s, a) = call(
+        Method::POST,
+        "/subjects/a-value/versions",
+        Some(json!({"schema": "message {", "schemaType": "PROTOBUF"})),
+    )
+    .await;
+    assert_eq!((s, &a["error_code"]), (422, &json!(42201)), "{a}");
+
+    // By id: schemaType omitted for Avro; Protobuf as text, or compiled when serialized.
+    let (s, a) = call(Method::GET, "/schemas/ids/1?subject=a-value", None).await;
+    assert_eq!((s, &a), (200, &json!({"schema": AVRO_ORDER})));
+    let (_, a) = call(Method::GET, "/schemas/ids/2", None).await;
+    assert_eq!(
+        a,
+        json!({"schema": PROTO_ORDER.trim(), "schemaType": "PROTOBUF"})
+    );
+    let (_, a) = call(Method::GET, "/schemas/ids/2?format=serialized", None).await;
+    use base64::Engine as _;
+    let compiled = base64::engine::general_purpose::STANDARD
+        .decode(a["schema"].as_str().expect("base64"))
+        .expect("base64");
+    assert_eq!(
+        compiled,
+        common::schema_registry::compile_proto(PROTO_ORDER).expect("compiles")
+    );
+    let (s, a) = call(Method::GET, "/schemas/ids/77", None).await;
+    assert_eq!((s, &a["error_code"]), (404, &json!(40403)), "{a}");
+    let (_, a) = call(Method::GET, "/schemas/ids/1/versions", None).await;
+    assert_eq!(
+        a,
+        json!([{"subject": "a-value", "version": 1}, {"subject": "b-value", "version": 1}])
+    );
+
+    // Versions: by number and latest; unknown version 40402, unknown subject 40401.
+    let (_, a) = call(Method::GET, "/subjects/a-value/versions/latest", None).await;
+    assert_eq!(
+        a,
+        json!({"subject": "a-value", "id": 2, "version": 2, "schema": PROTO_ORDER.trim(), "schemaType": "PROTOBUF"})
+    );
+    let (_, a) = call(Method::GET, "/subjects/a-value/versions/1", None).await;
+    assert_eq!(a["id"], 1);
+    let (s, a) = call(Method::GET, "/subjects/a-value/versions/3", None).await;
+    assert_eq!((s, &a["error_code"]), (404, &json!(40402)), "{a}");
+    let (s, a) = call(Method::GET, "/subjects/zzz/versions/latest", None).await;
+    assert_eq!((s, &a["error_code"]), (404, &json!(40401)), "{a}");
+    assert!(registry.calls(Call::Lookup) >= 3);
+    assert!(registry.calls(Call::Register) >= 5);
+    assert!(registry.calls(Call::SchemaById) >= 5);
+    assert!(registry.calls(Call::SubjectVersion) >= 4);
+    assert!(registry.unknown_calls().is_empty());
+
+    // Faults: 500s; a delay; dropped connections; stopped.
+    registry.set_down(true);
+    let (s, a) = call(Method::GET, "/schemas/ids/1", None).await;
+    assert_eq!((s, &a["error_code"]), (500, &json!(50001)), "{a}");
+    registry.set_down(false);
+    registry.set_delay(Duration::from_millis(300));
+    let started = Instant::now();
+    let (s, _) = call(Method::GET, "/schemas/ids/1", None).await;
+    assert_eq!(s, 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    registry.set_delay(Duration::ZERO);
+    registry.set_dropping(true);
+    let fresh = reqwest::Client::new();
+    assert!(
+        fresh
+            .get(format!("{base}/schemas/ids/1"))
+            .send()
+            .await
+            .is_err(),
+        "a new connection is closed at once"
+    );
+    registry.set_dropping(false);
+    registry.stop().await;
+    assert!(
+        reqwest::Client::new()
+            .get(format!("{base}/schemas/ids/1"))
+            .send()
+            .await
+            .is_err(),
+        "stopped: connection refused"
+    );
 }
