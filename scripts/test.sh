@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs Tansu if missing, starts it and a Redis on loopback, runs
 # every test against them (and librdkafka's in-process mock cluster for fault injection),
-# stops them.
+# stops them. The schema tests' venv (Confluent's Python serdes) is made or reused first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +29,9 @@ export FLOODGATE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 export FLOODGATE_TEST_BROKER="127.0.0.1:$PORT"
 export FLOODGATE_TEST_BROKER_PID
 FLOODGATE_TEST_BROKER_PID=$(cat "$DIR/tansu.pid")
+
+# Confluent's Python serdes read the schema tests' records back (tests/schemas.rs).
+export FLOODGATE_SCHEMA_VENV=${FLOODGATE_SCHEMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/schema-venv}
+scripts/schema-venv.sh "$FLOODGATE_SCHEMA_VENV"
 
 cargo test --lib --bins --tests "$@"

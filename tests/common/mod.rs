@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod faults;
+pub mod schema_registry;
 pub mod v3;
 
 use std::net::SocketAddr;
