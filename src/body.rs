@@ -287,6 +287,11 @@ impl<P: ParseRecord> Decoder<P> {
         scanner.finish(&mut take).map_err(|e| take.stopped(e))
     }
 
+    /// The records decoded and not taken yet, left in place.
+    pub fn pending(&self) -> &RecordArena {
+        &self.arena
+    }
+
     /// Records decoded and not taken yet.
     pub fn decoded(&self) -> usize {
         self.arena.len()

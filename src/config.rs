@@ -802,8 +802,8 @@ mod guards;
 mod idempotency;
 mod kafka;
 pub mod librdkafka;
-mod schemas;
 mod load;
+mod schemas;
 mod split;
 mod tenant;
 

@@ -56,8 +56,8 @@ use crate::outcome::{ApiError, Produced};
 use crate::record::{Charge, Record};
 use crate::refusal::{Denial, Reason, Refusal};
 pub use crate::tenant::Api;
-pub use contracts::{failure_error, RecordSchemas};
 use crate::tenant::{Tenant, TenantStats, Tenants};
+pub use contracts::{failure_error, RecordSchemas};
 
 /// A wire format's body: how its records are framed, and what one record looks like.
 #[derive(Clone, Copy)]

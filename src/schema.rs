@@ -280,7 +280,7 @@ pub struct Schemas {
     calls: tokio::sync::Semaphore,
     contracts: Vec<(TopicPatterns, ContractConfig)>,
     /// Values refused for not fitting a schema, per tenant and topic.
-    violations: Mutex<HashMap<(Arc<str>, Arc<str>), u64>>,
+    violations: Mutex<HashMap<Series, u64>>,
 }
 
 impl std::fmt::Debug for Schemas {
@@ -291,6 +291,9 @@ impl std::fmt::Debug for Schemas {
             .finish()
     }
 }
+
+/// A violation series: tenant and topic.
+type Series = (Arc<str>, Arc<str>);
 
 /// Most (tenant, topic) pairs counted one by one; further violations count under topic
 /// `_other` for their tenant.
@@ -307,7 +310,10 @@ pub struct Converted {
 }
 
 impl Schemas {
-    pub fn new(config: &SchemaRegistryConfig, contracts: &[ContractConfig]) -> Result<Self, String> {
+    pub fn new(
+        config: &SchemaRegistryConfig,
+        contracts: &[ContractConfig],
+    ) -> Result<Self, String> {
         let client = match &config.url {
             Some(url) => Some(RegistryClient::new(
                 url,
@@ -363,20 +369,26 @@ impl Schemas {
     ) -> Result<Converted, Failure> {
         let mut out = Converted::default();
         if let (Some(data), Some(u)) = (key, wanted.and_then(|w| w.key.as_ref())) {
-            let schema = self.resolve(topic, Side::Key, u).await.map_err(|error| Failure {
-                side: Side::Key,
-                error,
-            })?;
+            let schema = self
+                .resolve(topic, Side::Key, u)
+                .await
+                .map_err(|error| Failure {
+                    side: Side::Key,
+                    error,
+                })?;
             out.key = Some(encode(&schema, data, Side::Key)?);
             out.key_id = Some(schema.id);
         }
         let own = wanted.and_then(|w| w.value.as_ref());
         match (value, own) {
             (Some(data), Some(u)) => {
-                let schema = self.resolve(topic, Side::Value, u).await.map_err(|error| Failure {
-                    side: Side::Value,
-                    error,
-                })?;
+                let schema =
+                    self.resolve(topic, Side::Value, u)
+                        .await
+                        .map_err(|error| Failure {
+                            side: Side::Value,
+                            error,
+                        })?;
                 out.value = Some(encode(&schema, data, Side::Value)?);
                 out.value_id = Some(schema.id);
             }
@@ -388,12 +400,13 @@ impl Schemas {
                         strategy: Strategy::TopicName,
                         format: Some(contract.format),
                     };
-                    let schema = self.resolve(topic, Side::Value, &u).await.map_err(|error| {
-                        Failure {
+                    let schema = self
+                        .resolve(topic, Side::Value, &u)
+                        .await
+                        .map_err(|error| Failure {
                             side: Side::Value,
                             error,
-                        }
-                    })?;
+                        })?;
                     match contract.mode {
                         ContractMode::Validate => schema.check(data).map_err(|m| Failure {
                             side: Side::Value,
@@ -414,7 +427,7 @@ impl Schemas {
     /// Counts a record refused for its schema.
     pub fn count_violation(&self, tenant: &str, topic: &Topic) {
         let mut counts = self.violations.lock();
-        let key: (Arc<str>, Arc<str>) = (tenant.into(), topic.as_str().into());
+        let key: Series = (tenant.into(), topic.as_str().into());
         if let Some(n) = counts.get_mut(&key) {
             *n += 1;
             return;
@@ -437,7 +450,12 @@ impl Schemas {
     }
 
     /// The schema a key or value wants.
-    pub async fn resolve(&self, topic: &Topic, side: Side, u: &Use) -> Result<Arc<Compiled>, SchemaError> {
+    pub async fn resolve(
+        &self,
+        topic: &Topic,
+        side: Side,
+        u: &Use,
+    ) -> Result<Arc<Compiled>, SchemaError> {
         let Some(client) = &self.client else {
             return Err(SchemaError::NoRegistry);
         };
@@ -477,12 +495,20 @@ impl Schemas {
         let started = tokio::time::Instant::now();
         let permit = tokio::time::timeout(timeout, self.calls.acquire())
             .await
-            .map_err(|_| CallError::Unavailable("the Schema Registry is busy: too many calls in flight".into()))?
+            .map_err(|_| {
+                CallError::Unavailable(
+                    "the Schema Registry is busy: too many calls in flight".into(),
+                )
+            })?
             .map_err(|_| CallError::Unavailable("closed".into()))?;
         let left = timeout.saturating_sub(started.elapsed());
         let answer = tokio::time::timeout(left.max(Duration::from_millis(1)), f)
             .await
-            .unwrap_or_else(|_| Err(CallError::Unavailable("the Schema Registry did not answer in time".into())));
+            .unwrap_or_else(|_| {
+                Err(CallError::Unavailable(
+                    "the Schema Registry did not answer in time".into(),
+                ))
+            });
         drop(permit);
         answer
     }
@@ -493,8 +519,14 @@ impl Schemas {
             if let Some(s) = cache.by_id.get(&id) {
                 return Ok(s.clone());
             }
-            if cache.missing.get(&id).is_some_and(|at| at.elapsed() < MISSING_TTL) {
-                return Err(SchemaError::NotFound(format!("schema id {id} is not in the Schema Registry")));
+            if cache
+                .missing
+                .get(&id)
+                .is_some_and(|at| at.elapsed() < MISSING_TTL)
+            {
+                return Err(SchemaError::NotFound(format!(
+                    "schema id {id} is not in the Schema Registry"
+                )));
             }
         }
         let registered = match self.call(client.by_id(id)).await {
@@ -507,7 +539,9 @@ impl Schemas {
                 if cache.missing.len() < self.config.cache_entries {
                     cache.missing.insert(id, Instant::now());
                 }
-                return Err(SchemaError::NotFound(format!("schema id {id} is not in the Schema Registry")));
+                return Err(SchemaError::NotFound(format!(
+                    "schema id {id} is not in the Schema Registry"
+                )));
             }
             Err(e) => return Err(call_error(e)),
         };
@@ -520,7 +554,10 @@ impl Schemas {
             return Ok(s.clone());
         }
         let codec = compile(format, text).map_err(|e| {
-            SchemaError::Invalid(format!("schema {id} ({}) does not compile: {e}", format_name(format)))
+            SchemaError::Invalid(format!(
+                "schema {id} ({}) does not compile: {e}",
+                format_name(format)
+            ))
         })?;
         let compiled = Arc::new(Compiled {
             id,
@@ -540,8 +577,11 @@ impl Schemas {
         cache.bytes += compiled.text_len;
         cache.order.push_back(compiled.id);
         cache.by_id.insert(compiled.id, compiled);
-        while cache.by_id.len() > self.config.cache_entries || cache.bytes > self.config.cache_bytes {
-            let Some(old) = cache.order.pop_front() else { break };
+        while cache.by_id.len() > self.config.cache_entries || cache.bytes > self.config.cache_bytes
+        {
+            let Some(old) = cache.order.pop_front() else {
+                break;
+            };
             if let Some(s) = cache.by_id.remove(&old) {
                 cache.bytes -= s.text_len;
             }
@@ -586,10 +626,16 @@ impl Schemas {
         };
         let compiled = self.compiled(registered.id, registered.format, &registered.schema)?;
         let mut cache = self.cache.lock();
-        if cache.versions.insert(key.clone(), (registered.id, Instant::now())).is_none() {
+        if cache
+            .versions
+            .insert(key.clone(), (registered.id, Instant::now()))
+            .is_none()
+        {
             cache.versions_order.push_back(key);
             while cache.versions.len() > self.config.cache_entries {
-                let Some(old) = cache.versions_order.pop_front() else { break };
+                let Some(old) = cache.versions_order.pop_front() else {
+                    break;
+                };
                 cache.versions.remove(&old);
             }
         }
@@ -607,7 +653,10 @@ impl Schemas {
     ) -> Result<Arc<Compiled>, SchemaError> {
         // Compiled before anything is asked: a malformed schema never reaches the registry.
         let codec = compile(format, text).map_err(|e| {
-            SchemaError::Invalid(format!("the {} schema does not compile: {e}", format_name(format)))
+            SchemaError::Invalid(format!(
+                "the {} schema does not compile: {e}",
+                format_name(format)
+            ))
         })?;
         let subject = match (&u.subject, u.strategy) {
             (Some(s), _) => s.clone(),
@@ -631,7 +680,12 @@ impl Schemas {
             if let Some(s) = self.cache.lock().by_id.get(&id) {
                 return Ok(s.clone());
             }
-            let compiled = Arc::new(Compiled { id, format, codec, text_len: text.len() });
+            let compiled = Arc::new(Compiled {
+                id,
+                format,
+                codec,
+                text_len: text.len(),
+            });
             self.keep(compiled.clone());
             return Ok(compiled);
         }
@@ -653,14 +707,23 @@ impl Schemas {
                 )))
             }
         };
-        let compiled = Arc::new(Compiled { id, format, codec, text_len: text.len() });
+        let compiled = Arc::new(Compiled {
+            id,
+            format,
+            codec,
+            text_len: text.len(),
+        });
         self.keep(compiled.clone());
         let mut cache = self.cache.lock();
         cache.raw_bytes += key.1.len();
         cache.raw_order.push_back(key.clone());
         cache.raw.insert(key, id);
-        while cache.raw.len() > self.config.cache_entries || cache.raw_bytes > self.config.cache_bytes {
-            let Some(old) = cache.raw_order.pop_front() else { break };
+        while cache.raw.len() > self.config.cache_entries
+            || cache.raw_bytes > self.config.cache_bytes
+        {
+            let Some(old) = cache.raw_order.pop_front() else {
+                break;
+            };
             if cache.raw.remove(&old).is_some() {
                 cache.raw_bytes -= old.1.len();
             }
@@ -683,4 +746,3 @@ fn call_error(e: CallError) -> SchemaError {
         CallError::Unavailable(m) => SchemaError::Unavailable(m),
     }
 }
-

@@ -547,6 +547,15 @@ impl V3Record {
         )
     }
 
+    /// What decoded record `index` (since the last take) wants, left in place.
+    pub fn wanted_at(&self, index: usize) -> Option<schema::Wanted> {
+        self.wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(index)
+            .cloned()
+    }
+
     /// A batch entry's id: 1 to 80 of `0-9 A-Z a-z _ -`, not used before in the batch.
     fn check_id(&self, id: &str) -> Result<(), RecordError> {
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-');

@@ -26,19 +26,20 @@ use parking_lot::Mutex;
 
 use crate::body::confluent::{V2Format, V2Record, V2Side, V2_FRAMING};
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
-use crate::record::Record;
-use crate::schema;
 use crate::outcome::confluent::{
     error_response, error_with, not_acceptable, v2_produced, V1_MEDIA_TYPE, V2_MEDIA_TYPE,
 };
 use crate::outcome::{ApiError, Produced};
 use crate::ratelimit_headers;
+use crate::record::Record;
+use crate::schema;
 
 pub const TOPIC: &str = "/topics/{topic}";
 pub const PARTITION: &str = "/topics/{topic}/partitions/{partition}";
 
 /// What this route takes, for 415 details.
-const SEND: &str = "send application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json \
+const SEND: &str =
+    "send application/vnd.kafka.binary.v2+json or application/vnd.kafka.json.v2+json \
      (and, with a Schema Registry, application/vnd.kafka.avro.v2+json, .jsonschema.v2+json or \
      .protobuf.v2+json)";
 
@@ -182,15 +183,18 @@ fn side_use(
 ) -> Result<Option<schema::Use>, ApiError> {
     let source = match (id.filter(|t| *t != "null"), raw.filter(|t| *t != "null")) {
         (Some(id), _) => schema::Source::Id(serde_json::from_str::<u32>(id).map_err(|_| {
-            ApiError::InvalidRecord(format!("{field}_schema_id must be a schema id (a whole number), not {id}"))
+            ApiError::InvalidRecord(format!(
+                "{field}_schema_id must be a schema id (a whole number), not {id}"
+            ))
         })?),
-        (None, Some(text)) => {
-            schema::Source::Raw(format, serde_json::from_str::<String>(text).map_err(|_| {
+        (None, Some(text)) => schema::Source::Raw(
+            format,
+            serde_json::from_str::<String>(text).map_err(|_| {
                 ApiError::InvalidRecord(format!(
                     "{field}_schema must be the schema as a JSON string"
                 ))
-            })?)
-        }
+            })?,
+        ),
         (None, None) => return Ok(None),
     };
     Ok(Some(schema::Use {
@@ -214,7 +218,12 @@ impl RecordSchemas for V2Schemas<'_> {
             }
             return Ok(Vec::new());
         };
-        let key = side_use(format, side.key_schema.as_deref(), side.key_schema_id.as_deref(), "key")?;
+        let key = side_use(
+            format,
+            side.key_schema.as_deref(),
+            side.key_schema_id.as_deref(),
+            "key",
+        )?;
         let value = side_use(
             format,
             side.value_schema.as_deref(),

@@ -309,4 +309,8 @@ impl crate::ingest::RecordSchemas for V3Record {
     ) -> Result<Vec<crate::schema::Wanted>, ApiError> {
         Ok(V3Record::take_wanted(self))
     }
+
+    fn wanted_at(&self, index: usize) -> Option<crate::schema::Wanted> {
+        V3Record::wanted_at(self, index)
+    }
 }

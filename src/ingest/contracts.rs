@@ -27,6 +27,13 @@ pub trait RecordSchemas: Send + Sync {
     /// with keys and no key schema).
     fn take_wanted(&self, records: &[Record<'_>]) -> Result<Vec<Wanted>, ApiError>;
 
+    /// What decoded record `index` wants, left in place (a stream's single record is checked
+    /// before the stream is answered).
+    fn wanted_at(&self, index: usize) -> Option<Wanted> {
+        let _ = index;
+        None
+    }
+
     /// The schema ids the request's keys and values were written with (v2's answer names
     /// them); called once, after every record converted.
     fn used_ids(&self, key: Option<u32>, value: Option<u32>) {
@@ -72,7 +79,10 @@ impl Ingest {
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
         for (i, r) in records.iter().enumerate() {
-            let converted = match self.convert_record(tenant, topic, i, r, wanted.get(i)).await {
+            let converted = match self
+                .convert_record(tenant, topic, i, r, wanted.get(i))
+                .await
+            {
                 Ok(c) => c,
                 Err(error) => {
                     // A batch reports the record in its place and writes the others.
@@ -152,7 +162,10 @@ impl Ingest {
             value_id: c.value_id,
             record: Record {
                 key: c.key.map(Cow::Owned).or_else(|| owned(r.key.as_deref())),
-                value: c.value.map(Cow::Owned).or_else(|| owned(r.value.as_deref())),
+                value: c
+                    .value
+                    .map(Cow::Owned)
+                    .or_else(|| owned(r.value.as_deref())),
                 headers: r
                     .headers
                     .iter()

@@ -453,6 +453,20 @@ impl Ingest {
         {
             return Err(ApiError::NoRecords);
         }
+        // One whole record, not a stream: its schema is checked now, so a record that does
+        // not fit is answered with its status, as a record that does not decode is.
+        if pump.decoder.decoded() == 1
+            && !pump.decoder.in_record()
+            && axum::body::HttpBody::is_end_stream(&body)
+        {
+            let wanted = pump.decoder.parser().wanted_at(0);
+            if self.schemas.applies(&pump.topic, wanted.as_slice()) {
+                if let Some(record) = pump.decoder.pending().records().first() {
+                    self.convert_record(tenant, &pump.topic, 0, record, wanted.as_ref())
+                        .await?;
+                }
+            }
+        }
         tokio::spawn(pump.run(body));
         Ok(Reports {
             queue: reports,

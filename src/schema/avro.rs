@@ -176,7 +176,12 @@ impl Walk<'_, '_> {
                 if b.len() != f.size {
                     return Err(mismatch(
                         at,
-                        format!("expected {} bytes (fixed {}), found {}", f.size, f.name.name, b.len()),
+                        format!(
+                            "expected {} bytes (fixed {}), found {}",
+                            f.size,
+                            f.name.name,
+                            b.len()
+                        ),
                     ));
                 }
                 self.out.extend_from_slice(&b);
@@ -185,7 +190,10 @@ impl Walk<'_, '_> {
             Schema::Duration => {
                 let b = latin1(v, at)?;
                 if b.len() != 12 {
-                    return Err(mismatch(at, format!("expected 12 bytes (duration), found {}", b.len())));
+                    return Err(mismatch(
+                        at,
+                        format!("expected 12 bytes (duration), found {}", b.len()),
+                    ));
                 }
                 self.out.extend_from_slice(&b);
                 Ok(())
@@ -197,7 +205,11 @@ impl Walk<'_, '_> {
                 let Some(i) = e.symbols.iter().position(|sym| sym == s) else {
                     return Err(mismatch(
                         at,
-                        format!("{s:?} is not a symbol of enum {} ({})", e.name.name, e.symbols.join(", ")),
+                        format!(
+                            "{s:?} is not a symbol of enum {} ({})",
+                            e.name.name,
+                            e.symbols.join(", ")
+                        ),
                     ));
                 };
                 self.long(i as i64);
@@ -239,7 +251,10 @@ impl Walk<'_, '_> {
             Schema::Ref { name } => {
                 let full = name.fully_qualified_name(ns);
                 let Some(target) = self.names.get(&full).or_else(|| self.names.get(name)) else {
-                    return Err(mismatch(at, format!("the schema names an unknown type {}", name.name)));
+                    return Err(mismatch(
+                        at,
+                        format!("the schema names an unknown type {}", name.name),
+                    ));
                 };
                 self.value(target, v, at, ns, depth + 1)
             }
@@ -254,7 +269,11 @@ impl Walk<'_, '_> {
         depth: usize,
     ) -> Result<(), Mismatch> {
         let Value::Object(fields) = v else {
-            return Err(expected(at, &format!("an object (record {})", r.name.name), v));
+            return Err(expected(
+                at,
+                &format!("an object (record {})", r.name.name),
+                v,
+            ));
         };
         if let Some(extra) = fields.keys().find(|k| !r.lookup.contains_key(k.as_str())) {
             at.push(extra);
@@ -334,7 +353,11 @@ impl Walk<'_, '_> {
             let names: Vec<String> = branches.iter().map(|b| branch_name(b, ns)).collect();
             return Err(mismatch(
                 at,
-                format!("{} fits no branch of the union ({})", kind(v), names.join(", ")),
+                format!(
+                    "{} fits no branch of the union ({})",
+                    kind(v),
+                    names.join(", ")
+                ),
             ));
         };
         self.out.truncate(start);
@@ -400,7 +423,12 @@ fn latin1(v: &Value, at: &Pointer) -> Result<Vec<u8>, Mismatch> {
     s.chars()
         .map(|c| u8::try_from(u32::from(c)))
         .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| mismatch(at, "bytes are code points 0-255 (Avro's JSON encoding)".into()))
+        .map_err(|_| {
+            mismatch(
+                at,
+                "bytes are code points 0-255 (Avro's JSON encoding)".into(),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -424,7 +452,10 @@ mod tests {
             let record = A::Record(vec![
                 ("name".into(), A::String("ann".into())),
                 ("age".into(), A::Int(42)),
-                ("email".into(), A::Union(1, Box::new(A::String("a@x".into())))),
+                (
+                    "email".into(),
+                    A::Union(1, Box::new(A::String("a@x".into()))),
+                ),
                 (
                     "tags".into(),
                     A::Array(vec![A::String("a".into()), A::String("b".into())]),
@@ -445,12 +476,25 @@ mod tests {
         let e = |v: Value| s.encode(&v).expect_err("invalid");
         let m = e(json!({"name":"ann","age":"42"}));
         assert_eq!(m.pointer, "/age");
-        assert!(m.message.contains("expected an integer, found a string"), "{}", m.message);
+        assert!(
+            m.message.contains("expected an integer, found a string"),
+            "{}",
+            m.message
+        );
         assert_eq!(e(json!({"age":1})).pointer, "/name");
-        assert_eq!(e(json!({"name":"a","age":1,"colour":"red"})).pointer, "/colour");
-        assert_eq!(e(json!({"name":"a","age":1,"tags":["x",3]})).pointer, "/tags/1");
+        assert_eq!(
+            e(json!({"name":"a","age":1,"colour":"red"})).pointer,
+            "/colour"
+        );
+        assert_eq!(
+            e(json!({"name":"a","age":1,"tags":["x",3]})).pointer,
+            "/tags/1"
+        );
         assert_eq!(e(json!({"name":"a","age":1,"email":5})).pointer, "/email");
-        assert_eq!(e(json!({"name":"a","age":3_000_000_000_i64})).pointer, "/age");
+        assert_eq!(
+            e(json!({"name":"a","age":3_000_000_000_i64})).pointer,
+            "/age"
+        );
     }
 
     #[test]

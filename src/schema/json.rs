@@ -16,8 +16,7 @@ pub struct JsonSchema {
 
 impl JsonSchema {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let schema: Value =
-            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let schema: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
         let record_name = schema
             .get("title")
@@ -55,14 +54,22 @@ mod tests {
         )
         .expect("schema");
         assert!(s.check(&json!({"id": 1, "lines": [{"sku": "a"}]})).is_ok());
-        assert_eq!(s.check(&json!({"id": "1"})).expect_err("type").pointer, "/id");
         assert_eq!(
-            s.check(&json!({"id": 1, "lines": [{"sku": 3}]})).expect_err("nested").pointer,
+            s.check(&json!({"id": "1"})).expect_err("type").pointer,
+            "/id"
+        );
+        assert_eq!(
+            s.check(&json!({"id": 1, "lines": [{"sku": 3}]}))
+                .expect_err("nested")
+                .pointer,
             "/lines/0/sku"
         );
         let missing = s.check(&json!({})).expect_err("required");
         assert!(missing.message.contains("id"), "{}", missing.message);
-        assert!(s.check(&json!({"id": 1, "colour": "red"})).is_err(), "additionalProperties");
+        assert!(
+            s.check(&json!({"id": 1, "colour": "red"})).is_err(),
+            "additionalProperties"
+        );
         assert_eq!(s.record_name.as_deref(), Some("Order"));
     }
 

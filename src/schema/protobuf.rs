@@ -68,12 +68,10 @@ impl ProtobufSchema {
         required(&message, &mut at)?;
         let mut out = Vec::with_capacity(message.encoded_len() + 1);
         out.push(0);
-        message
-            .encode(&mut out)
-            .map_err(|e| Mismatch {
-                pointer: String::new(),
-                message: e.to_string(),
-            })?;
+        message.encode(&mut out).map_err(|e| Mismatch {
+            pointer: String::new(),
+            message: e.to_string(),
+        })?;
         Ok(out)
     }
 }
@@ -82,14 +80,19 @@ impl ProtobufSchema {
 /// be written and fail every consumer's parse.
 fn required(message: &DynamicMessage, at: &mut Pointer) -> Result<(), Mismatch> {
     for field in message.descriptor().fields() {
-        if field.cardinality() == prost_reflect::Cardinality::Required && !message.has_field(&field) {
+        if field.cardinality() == prost_reflect::Cardinality::Required && !message.has_field(&field)
+        {
             at.push(field.json_name());
             return Err(Mismatch {
                 pointer: at.to_string(),
                 message: "a required field is missing".into(),
             });
         }
-        if field.kind().as_message().is_some() && !field.is_list() && !field.is_map() && message.has_field(&field) {
+        if field.kind().as_message().is_some()
+            && !field.is_list()
+            && !field.is_map()
+            && message.has_field(&field)
+        {
             if let Some(inner) = message.get_field(&field).as_message() {
                 at.push(field.json_name());
                 required(inner, at)?;
@@ -107,7 +110,6 @@ fn strip_position(message: &str) -> String {
         .to_string()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,18 +122,27 @@ mod tests {
     fn encodes_the_first_message_with_its_index() {
         let s = ProtobufSchema::parse(ORDER).expect("schema");
         assert_eq!(s.record_name.as_deref(), Some("shop.Order"));
-        let bytes = s.encode(br#"{"id":"7","sku":"a","lines":[{"sku":"b","qty":2}]}"#).expect("valid");
+        let bytes = s
+            .encode(br#"{"id":"7","sku":"a","lines":[{"sku":"b","qty":2}]}"#)
+            .expect("valid");
         assert_eq!(bytes[0], 0, "message index of the first message");
         let back = DynamicMessage::decode(s.message.clone(), &bytes[1..]).expect("decodes");
-        assert_eq!(back.get_field_by_name("id").and_then(|v| v.as_i64()), Some(7));
+        assert_eq!(
+            back.get_field_by_name("id").and_then(|v| v.as_i64()),
+            Some(7)
+        );
     }
 
     #[test]
     fn mismatches_name_the_field() {
         let s = ProtobufSchema::parse(ORDER).expect("schema");
-        let e = s.encode(br#"{"id":1,"lines":[{"qty":"many"}]}"#).expect_err("bad qty");
+        let e = s
+            .encode(br#"{"id":1,"lines":[{"qty":"many"}]}"#)
+            .expect_err("bad qty");
         assert_eq!(e.pointer, "/lines/0/qty", "{}", e.message);
-        let e = s.encode(br#"{"id":1,"colour":"red"}"#).expect_err("unknown field");
+        let e = s
+            .encode(br#"{"id":1,"colour":"red"}"#)
+            .expect_err("unknown field");
         assert!(e.message.contains("colour"), "{}", e.message);
         assert!(ProtobufSchema::parse("message {").is_err());
         assert!(ProtobufSchema::parse(r#"syntax = "proto3"; import "other.proto";"#).is_err());
@@ -146,6 +157,11 @@ mod tests {
         .expect("schema");
         assert!(s.encode(br#"{"name":"a"}"#).is_ok());
         assert_eq!(s.encode(br#"{}"#).expect_err("missing").pointer, "/name");
-        assert_eq!(s.encode(br#"{"name":"a","n":{}}"#).expect_err("nested").pointer, "/n/x");
+        assert_eq!(
+            s.encode(br#"{"name":"a","n":{}}"#)
+                .expect_err("nested")
+                .pointer,
+            "/n/x"
+        );
     }
 }

@@ -106,7 +106,10 @@ impl RegistryClient {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<(reqwest::StatusCode, Vec<u8>), CallError> {
-        let request = request.header("accept", "application/vnd.schemaregistry.v1+json, application/json");
+        let request = request.header(
+            "accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
         let request = match &self.auth {
             Some((user, password)) => request.basic_auth(user, Some(password)),
             None => request,
@@ -151,13 +154,19 @@ impl RegistryClient {
                 .unwrap_or_else(|| format!("status {}", status.as_u16()));
             let code = e.and_then(|e| e.error_code).unwrap_or(0);
             // 40401 subject, 40402 version, 40403 schema not found; a 404 without a code too.
-            return Err(if status == reqwest::StatusCode::NOT_FOUND || (40400..40500).contains(&code) {
-                CallError::NotFound(message)
-            } else if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-                CallError::Unavailable(format!("the Schema Registry refused floodgate's credentials: {message}"))
-            } else {
-                CallError::Refused(message)
-            });
+            return Err(
+                if status == reqwest::StatusCode::NOT_FOUND || (40400..40500).contains(&code) {
+                    CallError::NotFound(message)
+                } else if status == reqwest::StatusCode::UNAUTHORIZED
+                    || status == reqwest::StatusCode::FORBIDDEN
+                {
+                    CallError::Unavailable(format!(
+                        "the Schema Registry refused floodgate's credentials: {message}"
+                    ))
+                } else {
+                    CallError::Refused(message)
+                },
+            );
         }
         Ok((status, body))
     }
@@ -165,7 +174,10 @@ impl RegistryClient {
     /// `GET /schemas/ids/{id}`.
     pub async fn by_id(&self, id: u32) -> Result<Registered, CallError> {
         let (_, body) = self
-            .call(self.http.get(self.url(&["schemas", "ids", &id.to_string()])))
+            .call(
+                self.http
+                    .get(self.url(&["schemas", "ids", &id.to_string()])),
+            )
             .await?;
         let answer: SchemaAnswer = parse(&body)?;
         Ok(Registered {
@@ -183,7 +195,10 @@ impl RegistryClient {
     ) -> Result<Registered, CallError> {
         let v = version.map_or_else(|| "latest".to_string(), |v| v.to_string());
         let (_, body) = self
-            .call(self.http.get(self.url(&["subjects", subject, "versions", &v])))
+            .call(
+                self.http
+                    .get(self.url(&["subjects", subject, "versions", &v])),
+            )
             .await?;
         let answer: SchemaAnswer = parse(&body)?;
         let id = answer
@@ -246,9 +261,8 @@ fn body(format: Format, schema: &str) -> serde_json::Value {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, CallError> {
-    serde_json::from_slice(body).map_err(|e| {
-        CallError::Unavailable(format!("the registry's answer is not the API's: {e}"))
-    })
+    serde_json::from_slice(body)
+        .map_err(|e| CallError::Unavailable(format!("the registry's answer is not the API's: {e}")))
 }
 
 fn unavailable(e: &reqwest::Error) -> String {
