@@ -17,7 +17,7 @@
 //!    and [`lag`] (lag guards: offsets in, a cap on producers out).
 //! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
 //!    decoder), [`kafka`] (settings, the shared producer, delivery reports, topic catalog,
-//!    Kafka statistics).
+//!    Kafka statistics), [`schema`] (Schema Registry schemas and the topics' data contracts).
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
 //!    [`registry`] (the registry's declarative state, its changes, audit and persistence),
 //!    [`idempotency`] (`Idempotency-Key`: the keys in flight, stored answers in memory or

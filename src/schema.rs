@@ -299,6 +299,33 @@ type Series = (Arc<str>, Arc<str>);
 /// `_other` for their tenant.
 const MAX_VIOLATION_SERIES: usize = 1_000;
 
+/// Registry calls one request may cause: a request naming many schemas the gateway has not
+/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
+/// request into thousands of registry calls.
+#[derive(Debug)]
+pub struct Lookups(u32);
+
+/// Registry calls a request (or a stream's piece) may cause.
+pub const LOOKUPS_PER_REQUEST: u32 = 16;
+
+impl Lookups {
+    pub fn per_request() -> Self {
+        Self(LOOKUPS_PER_REQUEST)
+    }
+
+    fn take(&mut self) -> Result<(), SchemaError> {
+        match self.0.checked_sub(1) {
+            Some(left) => {
+                self.0 = left;
+                Ok(())
+            }
+            None => Err(SchemaError::Invalid(format!(
+                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
+            ))),
+        }
+    }
+}
+
 /// What one record became: its key and value in their schemas' wire format (`None`: as sent),
 /// and the ids used.
 #[derive(Debug, Default)]
@@ -366,11 +393,12 @@ impl Schemas {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         wanted: Option<&Wanted>,
+        lookups: &mut Lookups,
     ) -> Result<Converted, Failure> {
         let mut out = Converted::default();
         if let (Some(data), Some(u)) = (key, wanted.and_then(|w| w.key.as_ref())) {
             let schema = self
-                .resolve(topic, Side::Key, u)
+                .resolve(topic, Side::Key, u, lookups)
                 .await
                 .map_err(|error| Failure {
                     side: Side::Key,
@@ -383,7 +411,7 @@ impl Schemas {
         match (value, own) {
             (Some(data), Some(u)) => {
                 let schema =
-                    self.resolve(topic, Side::Value, u)
+                    self.resolve(topic, Side::Value, u, lookups)
                         .await
                         .map_err(|error| Failure {
                             side: Side::Value,
@@ -401,7 +429,7 @@ impl Schemas {
                         format: Some(contract.format),
                     };
                     let schema = self
-                        .resolve(topic, Side::Value, &u)
+                        .resolve(topic, Side::Value, &u, lookups)
                         .await
                         .map_err(|error| Failure {
                             side: Side::Value,
@@ -455,13 +483,17 @@ impl Schemas {
         topic: &Topic,
         side: Side,
         u: &Use,
+        lookups: &mut Lookups,
     ) -> Result<Arc<Compiled>, SchemaError> {
         let Some(client) = &self.client else {
             return Err(SchemaError::NoRegistry);
         };
         let schema = match &u.source {
-            Source::Id(id) => self.by_id(client, *id).await?,
-            Source::Raw(format, text) => self.raw(client, topic, side, u, *format, text).await?,
+            Source::Id(id) => self.by_id(client, *id, lookups).await?,
+            Source::Raw(format, text) => {
+                self.raw(client, topic, side, u, *format, text, lookups)
+                    .await?
+            }
             Source::Version(version) => {
                 let subject = match (&u.subject, u.strategy) {
                     (Some(s), _) => s.clone(),
@@ -472,7 +504,7 @@ impl Schemas {
                         ))
                     }
                 };
-                self.version(client, &subject, *version).await?
+                self.version(client, &subject, *version, lookups).await?
             }
         };
         if let Some(expected) = u.format.filter(|f| *f != schema.format) {
@@ -513,7 +545,12 @@ impl Schemas {
         answer
     }
 
-    async fn by_id(&self, client: &RegistryClient, id: u32) -> Result<Arc<Compiled>, SchemaError> {
+    async fn by_id(
+        &self,
+        client: &RegistryClient,
+        id: u32,
+        lookups: &mut Lookups,
+    ) -> Result<Arc<Compiled>, SchemaError> {
         {
             let cache = self.cache.lock();
             if let Some(s) = cache.by_id.get(&id) {
@@ -529,6 +566,7 @@ impl Schemas {
                 )));
             }
         }
+        lookups.take()?;
         let registered = match self.call(client.by_id(id)).await {
             Ok(r) => r,
             Err(CallError::NotFound(_)) => {
@@ -593,6 +631,7 @@ impl Schemas {
         client: &RegistryClient,
         subject: &str,
         version: Option<i32>,
+        lookups: &mut Lookups,
     ) -> Result<Arc<Compiled>, SchemaError> {
         let key = (subject.to_string(), version);
         let ttl = Duration::from_millis(self.config.latest_ttl_ms);
@@ -605,6 +644,7 @@ impl Schemas {
                 }
             }
         }
+        lookups.take()?;
         let answer = self.call(client.version(subject, version)).await;
         let registered = match answer {
             Ok(r) => r,
@@ -642,6 +682,7 @@ impl Schemas {
         Ok(compiled)
     }
 
+    #[allow(clippy::too_many_arguments)] // the record's schema, its topic and side, the budget
     async fn raw(
         &self,
         client: &RegistryClient,
@@ -650,7 +691,25 @@ impl Schemas {
         u: &Use,
         format: Format,
         text: &str,
+        lookups: &mut Lookups,
     ) -> Result<Arc<Compiled>, SchemaError> {
+        // What names the subject, with the text: a repeated raw schema (every record of a batch
+        // carries it) is found without compiling it again.
+        let scope = match (&u.subject, u.strategy) {
+            (Some(s), _) => format!("s:{s}"),
+            (None, Strategy::TopicName) => format!("t:{}-{}", topic.as_str(), side.as_str()),
+            (None, Strategy::RecordName) => format!("r:{}", side.as_str()),
+            (None, Strategy::TopicRecordName) => format!("tr:{}", topic.as_str()),
+        };
+        let cached = self
+            .cache
+            .lock()
+            .raw
+            .get(&(scope.clone(), text.to_string()))
+            .copied();
+        if let Some(s) = cached.and_then(|id| self.cache.lock().by_id.get(&id).cloned()) {
+            return Ok(s);
+        }
         // Compiled before anything is asked: a malformed schema never reaches the registry.
         let codec = compile(format, text).map_err(|e| {
             SchemaError::Invalid(format!(
@@ -674,12 +733,7 @@ impl Schemas {
                 }
             }
         };
-        let key = (subject, text.to_string());
-        let cached = self.cache.lock().raw.get(&key).copied();
         if let Some(id) = cached {
-            if let Some(s) = self.cache.lock().by_id.get(&id) {
-                return Ok(s.clone());
-            }
             let compiled = Arc::new(Compiled {
                 id,
                 format,
@@ -689,10 +743,17 @@ impl Schemas {
             self.keep(compiled.clone());
             return Ok(compiled);
         }
-        let subject = &key.0;
+        let key = (scope, text.to_string());
+        let subject = &subject;
+        // A lookup and perhaps a registration: two of the request's calls.
+        lookups.take()?;
+        lookups.take()?;
         let id = match self.call(client.lookup(subject, format, text)).await.map_err(call_error)? {
             Some(id) => id,
-            None if self.config.auto_register => self
+            // A tenant registers only under its topic's own subjects (`<topic>-...`): a subject
+            // any topic may use (RECORD_NAME's, or one named outright) is another team's to
+            // evolve, so there it is looked up only.
+            None if self.config.auto_register && subject.starts_with(&format!("{}-", topic.as_str())) => self
                 .call(client.register(subject, format, text))
                 .await
                 .map_err(|e| match e {
@@ -701,6 +762,12 @@ impl Schemas {
                     )),
                     e => call_error(e),
                 })?,
+            None if self.config.auto_register => {
+                return Err(SchemaError::NotFound(format!(
+                    "the schema is not registered under subject {subject:?}; floodgate registers schemas only under the topic's own subjects ({}-...)",
+                    topic.as_str()
+                )))
+            }
             None => {
                 return Err(SchemaError::NotFound(format!(
                     "the schema is not registered under subject {subject:?}, and [schema_registry] auto_register is off"

@@ -1359,3 +1359,169 @@ async fn test_registry_speaks_confluents_rest_api() {
         "stopped: connection refused"
     );
 }
+
+/// Confluent's API reference examples for v2 Avro produce, replayed as published: a primitive
+/// value schema with records on two partitions, then a key and value schema pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluents_published_v2_avro_examples() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.v2-published");
+    create_topic(&tansu(), &topic, 2).await;
+    let gw = gateway(&registry, 2000, "").await;
+
+    let body = json!({
+        "value_schema": "{\"name\":\"int\",\"type\": \"int\"}",
+        "records": [{"value": 12}, {"value": 24, "partition": 1}]
+    });
+    let (s, _, answer) = v2(&gw, &topic, "avro", &body).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(answer["key_schema_id"], Value::Null, "{answer}");
+    let value_id = registry.versions(&format!("{topic}-value"));
+    assert_eq!(answer["value_schema_id"], value_id[0], "{answer}");
+    assert_eq!(answer["offsets"][1]["partition"], 1, "{answer}");
+
+    let topic2 = unique_topic("test.v2-published-kv");
+    create_topic(&tansu(), &topic2, 2).await;
+    let body = json!({
+        "key_schema": "{\"name\":\"user_id\"  ,\"type\": \"int\"   }",
+        "value_schema": "{\"type\": \"record\", \"name\": \"User\", \"fields\": [{\"name\": \"name\", \"type\": \"string\"}]}",
+        "records": [
+            {"key": 1, "value": {"name": "testUser"}},
+            {"key": 2, "value": {"name": "testUser2"}, "partition": 1}
+        ]
+    });
+    let (s, _, answer) = v2(&gw, &topic2, "avro", &body).await;
+    assert_eq!(s, 200, "{answer}");
+    assert!(answer["key_schema_id"].is_u64(), "{answer}");
+    assert!(answer["value_schema_id"].is_u64(), "{answer}");
+
+    let mut values: Vec<Value> = decoded(&topic, &registry.url(), "avro", "value", 2)
+        .await
+        .iter()
+        .map(|r| r["value"].clone())
+        .collect();
+    values.sort_by_key(|v| v.as_i64());
+    assert_eq!(values, vec![json!(12), json!(24)]);
+    let mut pairs: Vec<(Value, Value)> = decoded(&topic2, &registry.url(), "avro", "both", 2)
+        .await
+        .iter()
+        .map(|r| (r["key"].clone(), r["value"].clone()))
+        .collect();
+    pairs.sort_by_key(|(k, _)| k.as_i64());
+    assert_eq!(
+        pairs,
+        vec![
+            (json!(1), json!({"name": "testUser"})),
+            (json!(2), json!({"name": "testUser2"}))
+        ]
+    );
+}
+
+/// A tenant registers schemas only under its topic's own subjects: a raw schema for a subject
+/// named outright (another team's) is looked up, never registered; under `<topic>-value` it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_schemas_are_registered_only_under_the_topics_own_subjects() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.subjects");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, 2000, "").await;
+    let record = |subject: Option<&str>| {
+        let mut value = json!({"type": "AVRO", "schema": AVRO_ORDER,
+                               "data": {"id": 1, "item": "a", "note": null}});
+        if let Some(s) = subject {
+            value["subject"] = json!(s);
+        }
+        json!({ "value": value })
+    };
+    let (s, _, answer) = v3(&gw, &topic, &record(Some("payments.settled-value"))).await;
+    assert_confluent_422(
+        s,
+        &answer,
+        &["payments.settled-value", "registers"],
+        "foreign subject",
+    );
+    assert!(
+        registry.versions("payments.settled-value").is_empty(),
+        "nothing registered there"
+    );
+    assert_eq!(registry.calls(Call::Register), 0);
+    assert_empty(&topic, "a refused foreign subject").await;
+
+    let (s, _, answer) = v3(&gw, &topic, &record(Some(&format!("{topic}-orders")))).await;
+    assert_eq!(s, 200, "{answer}");
+    let (s, _, answer) = v3(&gw, &topic, &record(None)).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(registry.versions(&format!("{topic}-value")).len(), 1);
+    gw.shutdown().await;
+}
+
+/// One request cannot turn into many registry calls: a batch whose every entry carries a
+/// different raw schema gets its first 8 written and the rest refused per entry, and a batch
+/// repeating one raw schema costs one lookup and one registration however many entries carry
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_calls_per_request_are_bounded() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.lookups");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, 2000, "").await;
+    let url = format!(
+        "http://{}/v3/clusters/any-id/topics/{topic}/records:batch",
+        gw.addr
+    );
+    let schema = |i: usize| {
+        format!(r#"{{"type":"record","name":"R{i}","fields":[{{"name":"n","type":"int"}}]}}"#)
+    };
+    // Confluent's batch limit is 10 entries: 10 new raw schemas would be 20 calls.
+    let entries: Vec<Value> = (0..10)
+        .map(|i| json!({"id": format!("e{i}"), "value": {"type": "AVRO", "schema": schema(i), "data": {"n": i}}}))
+        .collect();
+    let (s, _, text) = post_text(
+        url.clone(),
+        "application/json",
+        json!({"entries": entries}).to_string(),
+    )
+    .await;
+    assert_eq!(s, 207, "{text}");
+    let answer = parse(&text);
+    let ok = answer["successes"].as_array().map_or(0, Vec::len);
+    let failed = answer["failures"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        (ok, failed),
+        (8, 2),
+        "8 new raw schemas in one request, 2 refused: {answer}"
+    );
+    assert!(
+        detail(&answer["failures"][0]).contains("smaller requests"),
+        "{answer}"
+    );
+    assert!(
+        registry.total_calls() <= 16,
+        "{} registry calls for one request",
+        registry.total_calls()
+    );
+
+    let before = registry.total_calls();
+    let same: Vec<Value> = (0..10)
+        .map(|i| json!({"id": format!("s{i}"), "value": {"type": "AVRO", "schema": AVRO_ORDER, "data": {"id": i, "item": "x", "note": null}}}))
+        .collect();
+    let (s, _, text) = post_text(
+        url,
+        "application/json",
+        json!({"entries": same}).to_string(),
+    )
+    .await;
+    assert_eq!(s, 207, "{text}");
+    let answer = parse(&text);
+    assert_eq!(
+        answer["successes"].as_array().map_or(0, Vec::len),
+        10,
+        "{answer}"
+    );
+    assert_eq!(
+        registry.total_calls() - before,
+        2,
+        "one lookup, one registration"
+    );
+    gw.shutdown().await;
+}

@@ -4,12 +4,17 @@
 //!   `{"key", "value", "partition"}` inside `{"records": [...]}`; binary keys and values are
 //!   base64, JSON ones are any JSON, written as their text byte for byte (as `/v1` does). The
 //!   envelope's schema fields (`key_schema`, `key_schema_id`, `value_schema`,
-//!   `value_schema_id`) are taken beside `records` and kept as sent ([`V2Record::take_side`]).
+//!   `value_schema_id`) are taken beside `records` and kept as sent ([`V2Record::take_side`]);
+//!   with `.avro.`, `.jsonschema.` or `.protobuf.` keys and values are JSON, kept as their text
+//!   for the pipeline's schema step.
 //! - v3: `{"partition_id", "headers": [{"name", "value"}], "key": {"type", "data"},
 //!   "value": {"type", "data"}, "timestamp"}`, one object per record (concatenated for a
 //!   stream), or with an `"id"` inside `{"entries": [...]}` for a batch. Types are `BINARY`
-//!   (base64), `JSON` (any JSON, written as its text) and `STRING` (UTF-8); schema types and
-//!   schema fields need a Schema Registry, which floodgate does not serve. In a batch, an entry
+//!   (base64), `JSON` (any JSON, written as its text) and `STRING` (UTF-8); with a Schema
+//!   Registry also `AVRO`, `JSONSCHEMA`, `PROTOBUF` and the schema fields (`schema`,
+//!   `schema_id`, `schema_version`, `subject`, `subject_name_strategy`), or no type at all (the
+//!   subject's latest schema): the data's JSON text is kept and what it wants noted
+//!   ([`V3Record::take_wanted`]) for the pipeline's schema step. In a batch, an entry
 //!   that does not decode (a wrong type, bad base64, an unknown field, too large) is noted as a
 //!   failed entry and the others are decoded (as Confluent answers: 207, that entry in
 //!   `failures`); an entry id that breaks the batch's rules (missing, malformed, used twice)

@@ -12,7 +12,7 @@ use crate::body_budget::BodyHold;
 use crate::identity::Topic;
 use crate::outcome::ApiError;
 use crate::record::Record;
-use crate::schema::{Failure, SchemaError, Wanted};
+use crate::schema::{Failure, Lookups, SchemaError, Wanted};
 use crate::tenant::Tenant;
 
 use super::{BodyFormat, Ingest};
@@ -78,9 +78,10 @@ impl Ingest {
         let before = hold.bytes();
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
+        let mut lookups = Lookups::per_request();
         for (i, r) in records.iter().enumerate() {
             let converted = match self
-                .convert_record(tenant, topic, i, r, wanted.get(i))
+                .convert_record(tenant, topic, i, r, wanted.get(i), &mut lookups)
                 .await
             {
                 Ok(c) => c,
@@ -125,10 +126,11 @@ impl Ingest {
         index: usize,
         r: &Record<'_>,
         wanted: Option<&Wanted>,
+        lookups: &mut Lookups,
     ) -> Result<ConvertedRecord, ApiError> {
         let converted = self
             .schemas
-            .convert(topic, r.key.as_deref(), r.value.as_deref(), wanted)
+            .convert(topic, r.key.as_deref(), r.value.as_deref(), wanted, lookups)
             .await;
         let c = match converted {
             Ok(c) => c,

@@ -462,8 +462,16 @@ impl Ingest {
             let wanted = pump.decoder.parser().wanted_at(0);
             if self.schemas.applies(&pump.topic, wanted.as_slice()) {
                 if let Some(record) = pump.decoder.pending().records().first() {
-                    self.convert_record(tenant, &pump.topic, 0, record, wanted.as_ref())
-                        .await?;
+                    let mut lookups = crate::schema::Lookups::per_request();
+                    self.convert_record(
+                        tenant,
+                        &pump.topic,
+                        0,
+                        record,
+                        wanted.as_ref(),
+                        &mut lookups,
+                    )
+                    .await?;
                 }
             }
         }
@@ -773,10 +781,18 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         // The schema step, record by record: a record that does not fit is refused alone.
         let mut converted: Vec<Option<Result<Record<'static>, ApiError>>> = Vec::new();
         if ingest.schemas.applies(&self.topic, wanted) {
+            let mut lookups = crate::schema::Lookups::per_request();
             for (i, r) in records.iter().enumerate() {
                 let number = self.numbered + i;
                 let c = ingest
-                    .convert_record(&self.tenant, &self.topic, number, r, wanted.get(i))
+                    .convert_record(
+                        &self.tenant,
+                        &self.topic,
+                        number,
+                        r,
+                        wanted.get(i),
+                        &mut lookups,
+                    )
                     .await;
                 converted.push(Some(c.map(|c| c.record)));
             }
