@@ -60,21 +60,21 @@ fn bench(c: &mut Criterion) {
     group.bench_function("json schema serialize", |b| {
         b.iter(|| {
             for r in &records {
-                black_box(json.encode(black_box(r)).expect("valid"));
+                black_box(json.encode(black_box(r), 1 << 20).expect("valid"));
             }
         })
     });
     group.bench_function("avro serialize", |b| {
         b.iter(|| {
             for r in &records {
-                black_box(avro.encode(black_box(r)).expect("valid"));
+                black_box(avro.encode(black_box(r), 1 << 20).expect("valid"));
             }
         })
     });
     group.bench_function("protobuf serialize", |b| {
         b.iter(|| {
             for r in &records {
-                black_box(proto.encode(black_box(r)).expect("valid"));
+                black_box(proto.encode(black_box(r), 1 << 20).expect("valid"));
             }
         })
     });

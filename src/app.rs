@@ -253,8 +253,12 @@ impl AppState {
             }
         };
         let schemas = Arc::new(
-            crate::schema::Schemas::new(&config.schema_registry, &config.schemas)
-                .map_err(BuildError::Schemas)?,
+            crate::schema::Schemas::new(
+                &config.schema_registry,
+                &config.schemas,
+                (config.limits.max_key_bytes, config.limits.max_value_bytes),
+            )
+            .map_err(BuildError::Schemas)?,
         );
         Ok(Self {
             metrics_token,

@@ -815,7 +815,9 @@ pub use cluster::ClusterConfig;
 pub use guards::{AdaptiveConfig, LagGuardConfig};
 pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
-pub use schemas::{ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig};
+pub use schemas::{
+    check_subject, ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig,
+};
 pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 
 #[cfg(test)]

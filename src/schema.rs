@@ -83,8 +83,9 @@ impl Strategy {
 /// Which schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// The schema's text, in this format: looked up under its subject, registered if absent.
-    Raw(Format, String),
+    /// The schema's text, in this format: looked up under its subject, registered if absent
+    /// (shared: every record of a v2 request names the same one).
+    Raw(Format, Arc<str>),
     /// A registered schema id.
     Id(u32),
     /// A version of the subject; `None` is the latest.
@@ -177,6 +178,58 @@ pub struct Compiled {
     text_len: usize,
 }
 
+/// Deepest bracket nesting (`{`, `[`, `(`) a schema's text may have: the parsers and
+/// validators recurse on it (a Protobuf option value nested 1,500 deep overflows a worker's
+/// stack), and no real schema comes near.
+pub const MAX_SCHEMA_NESTING: usize = 64;
+/// Most `$ref`s a JSON Schema may hold (a long reference chain is recursion too).
+pub const MAX_SCHEMA_REFS: usize = 1_000;
+
+/// Whether a schema's text is within the shape bounds every parser is safe with: its size,
+/// its bracket nesting outside string literals, and (JSON Schema) its references.
+fn within_bounds(format: Format, text: &str, max_bytes: usize) -> Result<(), String> {
+    if text.len() > max_bytes {
+        return Err(format!(
+            "the schema is {} bytes; at most {max_bytes} ([schema_registry] max_schema_bytes)",
+            text.len()
+        ));
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for &b in text.as_bytes() {
+        if let Some(q) = quote {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                _ if b == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => quote = Some(b'"'),
+            // Protobuf strings may be single-quoted too; JSON has no such strings.
+            b'\'' if format == Format::Protobuf => quote = Some(b'\''),
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_SCHEMA_NESTING {
+        return Err(format!(
+            "the schema nests {deepest} deep; at most {MAX_SCHEMA_NESTING}"
+        ));
+    }
+    if format == Format::Json && text.matches("\"$ref\"").count() > MAX_SCHEMA_REFS {
+        return Err(format!("the schema has more than {MAX_SCHEMA_REFS} $refs"));
+    }
+    Ok(())
+}
+
 fn compile(format: Format, text: &str) -> Result<Codec, String> {
     Ok(match format {
         Format::Avro => Codec::Avro(avro::AvroSchema::parse(text)?),
@@ -207,6 +260,7 @@ impl Compiled {
     /// A schema compiled from its text, as if the registry had given it this id (the
     /// benchmarks and tests use it; the gateway compiles what the registry answers).
     pub fn new(id: u32, format: Format, text: &str) -> Result<Self, String> {
+        within_bounds(format, text, usize::MAX)?;
         Ok(Self {
             id,
             format,
@@ -215,11 +269,12 @@ impl Compiled {
         })
     }
 
-    /// `data` (JSON text) in Confluent's wire format under this schema.
-    pub fn encode(&self, data: &[u8]) -> Result<Vec<u8>, Mismatch> {
+    /// `data` (JSON text) in Confluent's wire format under this schema, the payload at most
+    /// `limit` bytes (Avro's defaults can make a small value large).
+    pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
         let payload = match &self.codec {
             Codec::Protobuf(p) => p.encode(data)?,
-            Codec::Avro(a) => a.encode(&parse_json(data)?)?,
+            Codec::Avro(a) => a.encode(&parse_json(data)?, limit)?,
             Codec::Json(j) => {
                 j.check(&parse_json(data)?)?;
                 data.to_vec()
@@ -232,13 +287,20 @@ impl Compiled {
         Ok(out)
     }
 
+    /// About what the compiled schema takes in memory: parsed schemas and validators are
+    /// many times their text (measured up to ~30x for wide Avro records), so the cache counts
+    /// 16x the text and a fixed part.
+    fn footprint(&self) -> usize {
+        self.text_len.saturating_mul(16).saturating_add(1024)
+    }
+
     /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
     pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
         match &self.codec {
             Codec::Json(j) => j.check(&parse_json(data)?),
             // A contract's validate mode is for JSON Schema only (the configuration says so);
             // any other codec encodes to check.
-            _ => self.encode(data).map(drop),
+            _ => self.encode(data, usize::MAX).map(drop),
         }
     }
 }
@@ -257,15 +319,27 @@ struct Cache {
     by_id: HashMap<u32, Arc<Compiled>>,
     order: VecDeque<u32>,
     bytes: usize,
-    /// (subject, schema text) → id, for raw schemas.
-    raw: HashMap<(String, String), u32>,
-    raw_order: VecDeque<(String, String)>,
-    raw_bytes: usize,
+    /// (what names the subject, SHA-256 of the schema text) → id, for raw schemas.
+    raw: HashMap<RawKey, u32>,
+    raw_order: VecDeque<RawKey>,
     /// (subject, version or latest) → id and when it was asked.
     versions: HashMap<(String, Option<i32>), (u32, Instant)>,
     versions_order: VecDeque<(String, Option<i32>)>,
     /// Ids the registry said do not exist, and when: asked again after [`MISSING_TTL`].
     missing: HashMap<u32, Instant>,
+}
+
+/// Schemas compiled at once (each on a blocking thread: a large one takes tens of
+/// milliseconds, which must not stall the request threads).
+const MAX_COMPILING: usize = 2;
+
+/// A raw schema's cache key: the scope its subject comes from, and its text's digest (the
+/// text itself is not kept twice).
+type RawKey = (String, [u8; 32]);
+
+fn raw_key(scope: String, text: &str) -> RawKey {
+    use sha2::Digest as _;
+    (scope, sha2::Sha256::digest(text.as_bytes()).into())
 }
 
 /// How long "no such schema id" is remembered: a client repeating unknown ids costs the
@@ -275,6 +349,12 @@ const MISSING_TTL: Duration = Duration::from_secs(5);
 /// Schemas from the registry, with their bounds, and the topics' contracts.
 pub struct Schemas {
     client: Option<RegistryClient>,
+    /// The most bytes a key and a value may take in their schema (`[limits]`).
+    limits: (usize, usize),
+    /// Schemas compiled at once, off the request threads.
+    compiling: tokio::sync::Semaphore,
+    /// Subjects any topic may name (beside its own `<topic>-...`).
+    open_subjects: Vec<glob::Pattern>,
     config: SchemaRegistryConfig,
     cache: Mutex<Cache>,
     calls: tokio::sync::Semaphore,
@@ -313,6 +393,11 @@ impl Lookups {
         Self(LOOKUPS_PER_REQUEST)
     }
 
+    /// No calls left.
+    pub fn none() -> Self {
+        Self(0)
+    }
+
     fn take(&mut self) -> Result<(), SchemaError> {
         match self.0.checked_sub(1) {
             Some(left) => {
@@ -337,9 +422,11 @@ pub struct Converted {
 }
 
 impl Schemas {
+    /// `limits`: the most bytes a key and a value may take once in their schema.
     pub fn new(
         config: &SchemaRegistryConfig,
         contracts: &[ContractConfig],
+        limits: (usize, usize),
     ) -> Result<Self, String> {
         let client = match &config.url {
             Some(url) => Some(RegistryClient::new(
@@ -357,8 +444,17 @@ impl Schemas {
                     .map_err(|(i, e)| format!("schemas: topics[{i}]: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let open_subjects = config
+            .open_subjects
+            .iter()
+            .enumerate()
+            .map(|(i, p)| glob::Pattern::new(p).map_err(|e| format!("open_subjects[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             client,
+            limits,
+            compiling: tokio::sync::Semaphore::new(MAX_COMPILING),
+            open_subjects,
             config: config.clone(),
             cache: Mutex::default(),
             calls: tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1)),
@@ -404,7 +500,7 @@ impl Schemas {
                     side: Side::Key,
                     error,
                 })?;
-            out.key = Some(encode(&schema, data, Side::Key)?);
+            out.key = Some(encode(&schema, data, Side::Key, self.limits.0)?);
             out.key_id = Some(schema.id);
         }
         let own = wanted.and_then(|w| w.value.as_ref());
@@ -417,19 +513,39 @@ impl Schemas {
                             side: Side::Value,
                             error,
                         })?;
-                out.value = Some(encode(&schema, data, Side::Value)?);
+                // A value naming its own schema on a contracted topic is held to the
+                // contract too: the schema must be the contract's (any other id, registered
+                // anywhere, would be a way around it).
+                if let Some(contract) = self.contract(topic) {
+                    let required = self
+                        .contract_schema(topic, contract, lookups)
+                        .await
+                        .map_err(|error| Failure {
+                            side: Side::Value,
+                            error,
+                        })?;
+                    if required.id != schema.id {
+                        return Err(Failure {
+                            side: Side::Value,
+                            error: SchemaError::Violation(Mismatch {
+                                pointer: String::new(),
+                                message: format!(
+                                    "topic {:?} has a data contract: values are written in schema {} (the latest of its subject), not {}",
+                                    topic.as_str(),
+                                    required.id,
+                                    schema.id
+                                ),
+                            }),
+                        });
+                    }
+                }
+                out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
                 out.value_id = Some(schema.id);
             }
             (Some(data), None) => {
                 if let Some(contract) = self.contract(topic) {
-                    let u = Use {
-                        source: Source::Version(None),
-                        subject: contract.subject.clone(),
-                        strategy: Strategy::TopicName,
-                        format: Some(contract.format),
-                    };
                     let schema = self
-                        .resolve(topic, Side::Value, &u, lookups)
+                        .contract_schema(topic, contract, lookups)
                         .await
                         .map_err(|error| Failure {
                             side: Side::Value,
@@ -441,7 +557,7 @@ impl Schemas {
                             error: SchemaError::Violation(m),
                         })?,
                         ContractMode::Serialize => {
-                            out.value = Some(encode(&schema, data, Side::Value)?);
+                            out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
                         }
                     }
                     out.value_id = Some(schema.id);
@@ -450,6 +566,22 @@ impl Schemas {
             (None, _) => {}
         }
         Ok(out)
+    }
+
+    /// The schema a topic's contract holds its values to: the latest of its subject.
+    async fn contract_schema(
+        &self,
+        topic: &Topic,
+        contract: &ContractConfig,
+        lookups: &mut Lookups,
+    ) -> Result<Arc<Compiled>, SchemaError> {
+        let u = Use {
+            source: Source::Version(None),
+            subject: contract.subject.clone(),
+            strategy: Strategy::TopicName,
+            format: Some(contract.format),
+        };
+        self.resolve_as(topic, Side::Value, &u, lookups, true).await
     }
 
     /// Counts a record refused for its schema.
@@ -485,6 +617,19 @@ impl Schemas {
         u: &Use,
         lookups: &mut Lookups,
     ) -> Result<Arc<Compiled>, SchemaError> {
+        self.resolve_as(topic, side, u, lookups, false).await
+    }
+
+    /// [`Schemas::resolve`]; `operator`: the use comes from the configuration (a contract's
+    /// subject), not from a record, so any subject may be read.
+    async fn resolve_as(
+        &self,
+        topic: &Topic,
+        side: Side,
+        u: &Use,
+        lookups: &mut Lookups,
+        operator: bool,
+    ) -> Result<Arc<Compiled>, SchemaError> {
         let Some(client) = &self.client else {
             return Err(SchemaError::NoRegistry);
         };
@@ -504,6 +649,9 @@ impl Schemas {
                         ))
                     }
                 };
+                if !operator {
+                    self.may_name(topic, &subject)?;
+                }
                 self.version(client, &subject, *version, lookups).await?
             }
         };
@@ -516,6 +664,37 @@ impl Schemas {
             )));
         }
         Ok(schema)
+    }
+
+    /// Whether a record of `topic` may name `subject`: the topic's own (`<topic>-...`) or an
+    /// open subject (`[schema_registry] open_subjects`). Another team's subject is neither
+    /// read (its schema's fields would show in errors) nor evolved from here.
+    fn may_name(&self, topic: &Topic, subject: &str) -> Result<(), SchemaError> {
+        crate::config::check_subject(subject).map_err(SchemaError::Invalid)?;
+        let own = subject
+            .strip_prefix(topic.as_str())
+            .is_some_and(|rest| rest.starts_with('-'));
+        if own || self.open_subjects.iter().any(|p| p.matches(subject)) {
+            return Ok(());
+        }
+        Err(SchemaError::NotFound(format!(
+            "subject {subject:?} is not one of topic {:?}'s own ({0}-...) nor an open subject ([schema_registry] open_subjects)",
+            topic.as_str()
+        )))
+    }
+
+    /// Whether a raw schema may be registered under `subject` from a record of `topic`: only
+    /// under the topic's own subjects, and never under the subject of a `[[schemas]]` contract
+    /// (a writer must not replace the contract it is held to).
+    fn may_register(&self, topic: &Topic, subject: &str) -> bool {
+        let own = subject
+            .strip_prefix(topic.as_str())
+            .is_some_and(|rest| rest.starts_with('-'));
+        let contracted = self.contracts.iter().any(|(patterns, c)| match &c.subject {
+            Some(s) => s == subject,
+            None => patterns.allows(topic) && subject == format!("{}-value", topic.as_str()),
+        });
+        own && !contracted
     }
 
     async fn call<T>(
@@ -584,14 +763,35 @@ impl Schemas {
             Err(e) => return Err(call_error(e)),
         };
         self.compiled(id, registered.format, &registered.schema)
+            .await
+    }
+
+    /// Compiles a schema's text within the shape bounds, on a blocking thread, at most
+    /// [`MAX_COMPILING`] at once.
+    async fn compile_bounded(&self, format: Format, text: &str) -> Result<Codec, String> {
+        within_bounds(format, text, self.config.max_schema_bytes)?;
+        let _permit = self
+            .compiling
+            .acquire()
+            .await
+            .map_err(|_| "closed".to_string())?;
+        let text = text.to_string();
+        tokio::task::spawn_blocking(move || compile(format, &text))
+            .await
+            .map_err(|_| "the schema could not be compiled".to_string())?
     }
 
     /// Compiles a schema the registry gave (or takes the cached one) and keeps it.
-    fn compiled(&self, id: u32, format: Format, text: &str) -> Result<Arc<Compiled>, SchemaError> {
+    async fn compiled(
+        &self,
+        id: u32,
+        format: Format,
+        text: &str,
+    ) -> Result<Arc<Compiled>, SchemaError> {
         if let Some(s) = self.cache.lock().by_id.get(&id) {
             return Ok(s.clone());
         }
-        let codec = compile(format, text).map_err(|e| {
+        let codec = self.compile_bounded(format, text).await.map_err(|e| {
             SchemaError::Invalid(format!(
                 "schema {id} ({}) does not compile: {e}",
                 format_name(format)
@@ -612,7 +812,7 @@ impl Schemas {
         if cache.by_id.contains_key(&compiled.id) {
             return;
         }
-        cache.bytes += compiled.text_len;
+        cache.bytes += compiled.footprint();
         cache.order.push_back(compiled.id);
         cache.by_id.insert(compiled.id, compiled);
         while cache.by_id.len() > self.config.cache_entries || cache.bytes > self.config.cache_bytes
@@ -621,7 +821,7 @@ impl Schemas {
                 break;
             };
             if let Some(s) = cache.by_id.remove(&old) {
-                cache.bytes -= s.text_len;
+                cache.bytes -= s.footprint();
             }
         }
     }
@@ -664,7 +864,9 @@ impl Schemas {
                 return Err(call_error(e));
             }
         };
-        let compiled = self.compiled(registered.id, registered.format, &registered.schema)?;
+        let compiled = self
+            .compiled(registered.id, registered.format, &registered.schema)
+            .await?;
         let mut cache = self.cache.lock();
         if cache
             .versions
@@ -701,17 +903,13 @@ impl Schemas {
             (None, Strategy::RecordName) => format!("r:{}", side.as_str()),
             (None, Strategy::TopicRecordName) => format!("tr:{}", topic.as_str()),
         };
-        let cached = self
-            .cache
-            .lock()
-            .raw
-            .get(&(scope.clone(), text.to_string()))
-            .copied();
+        let key = raw_key(scope, text);
+        let cached = self.cache.lock().raw.get(&key).copied();
         if let Some(s) = cached.and_then(|id| self.cache.lock().by_id.get(&id).cloned()) {
             return Ok(s);
         }
         // Compiled before anything is asked: a malformed schema never reaches the registry.
-        let codec = compile(format, text).map_err(|e| {
+        let codec = self.compile_bounded(format, text).await.map_err(|e| {
             SchemaError::Invalid(format!(
                 "the {} schema does not compile: {e}",
                 format_name(format)
@@ -733,6 +931,7 @@ impl Schemas {
                 }
             }
         };
+        self.may_name(topic, &subject)?;
         if let Some(id) = cached {
             let compiled = Arc::new(Compiled {
                 id,
@@ -743,7 +942,6 @@ impl Schemas {
             self.keep(compiled.clone());
             return Ok(compiled);
         }
-        let key = (scope, text.to_string());
         let subject = &subject;
         // A lookup and perhaps a registration: two of the request's calls.
         lookups.take()?;
@@ -753,7 +951,7 @@ impl Schemas {
             // A tenant registers only under its topic's own subjects (`<topic>-...`): a subject
             // any topic may use (RECORD_NAME's, or one named outright) is another team's to
             // evolve, so there it is looked up only.
-            None if self.config.auto_register && subject.starts_with(&format!("{}-", topic.as_str())) => self
+            None if self.config.auto_register && self.may_register(topic, subject) => self
                 .call(client.register(subject, format, text))
                 .await
                 .map_err(|e| match e {
@@ -764,7 +962,7 @@ impl Schemas {
                 })?,
             None if self.config.auto_register => {
                 return Err(SchemaError::NotFound(format!(
-                    "the schema is not registered under subject {subject:?}; floodgate registers schemas only under the topic's own subjects ({}-...)",
+                    "the schema is not registered under subject {subject:?}; floodgate registers schemas only under the topic's own subjects ({}-...), never under a [[schemas]] contract's",
                     topic.as_str()
                 )))
             }
@@ -782,25 +980,21 @@ impl Schemas {
         });
         self.keep(compiled.clone());
         let mut cache = self.cache.lock();
-        cache.raw_bytes += key.1.len();
-        cache.raw_order.push_back(key.clone());
-        cache.raw.insert(key, id);
-        while cache.raw.len() > self.config.cache_entries
-            || cache.raw_bytes > self.config.cache_bytes
-        {
+        if cache.raw.insert(key.clone(), id).is_none() {
+            cache.raw_order.push_back(key);
+        }
+        while cache.raw.len() > self.config.cache_entries {
             let Some(old) = cache.raw_order.pop_front() else {
                 break;
             };
-            if cache.raw.remove(&old).is_some() {
-                cache.raw_bytes -= old.1.len();
-            }
+            cache.raw.remove(&old);
         }
         Ok(compiled)
     }
 }
 
-fn encode(schema: &Compiled, data: &[u8], side: Side) -> Result<Vec<u8>, Failure> {
-    schema.encode(data).map_err(|m| Failure {
+fn encode(schema: &Compiled, data: &[u8], side: Side, limit: usize) -> Result<Vec<u8>, Failure> {
+    schema.encode(data, limit).map_err(|m| Failure {
         side,
         error: SchemaError::Violation(m),
     })
@@ -811,5 +1005,47 @@ fn call_error(e: CallError) -> SchemaError {
         CallError::NotFound(m) => SchemaError::NotFound(m),
         CallError::Refused(m) => SchemaError::Invalid(format!("the Schema Registry refused: {m}")),
         CallError::Unavailable(m) => SchemaError::Unavailable(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_shapes_that_would_overflow_a_parser_are_refused_before_it_runs() {
+        // A Protobuf option value nested 1,500 deep (9 KB) overflowed a worker's stack.
+        let deep = format!(
+            "syntax = \"proto2\"; import \"google/protobuf/descriptor.proto\";\n\
+             message M {{ optional M a = 1; }}\n\
+             extend google.protobuf.FileOptions {{ optional M foo = 50000; }}\n\
+             option (foo) = {}{};",
+            "{ a ".repeat(1500),
+            "}".repeat(1500)
+        );
+        let e = within_bounds(Format::Protobuf, &deep, 1 << 20).expect_err("too deep");
+        assert!(e.contains("nests"), "{e}");
+        assert!(Compiled::new(1, Format::Protobuf, &deep).is_err());
+        // A 20,000-long $ref chain overflowed the JSON Schema validator.
+        let defs: Vec<String> = (0..20_000)
+            .map(|i| format!("\"a{i}\":{{\"$ref\":\"#/$defs/a{}\"}}", i + 1))
+            .collect();
+        let chain = format!(
+            "{{\"$ref\":\"#/$defs/a0\",\"$defs\":{{{}}}}}",
+            defs.join(",")
+        );
+        let e = within_bounds(Format::Json, &chain, 1 << 20).expect_err("too many refs");
+        assert!(e.contains("$refs"), "{e}");
+        let e = within_bounds(Format::Avro, &"x".repeat(2048), 1024).expect_err("too large");
+        assert!(e.contains("max_schema_bytes"), "{e}");
+        // Brackets inside strings do not count.
+        let quoted = format!("{{\"type\":\"string\",\"doc\":\"{}\"}}", "{[(".repeat(100));
+        assert!(within_bounds(Format::Avro, &quoted, 1 << 20).is_ok());
+        assert!(within_bounds(
+            Format::Protobuf,
+            "message M { string s = 1 [default = '{{{{']; }",
+            1 << 20
+        )
+        .is_ok());
     }
 }

@@ -1437,7 +1437,7 @@ async fn raw_schemas_are_registered_only_under_the_topics_own_subjects() {
     assert_confluent_422(
         s,
         &answer,
-        &["payments.settled-value", "registers"],
+        &["payments.settled-value", "own"],
         "foreign subject",
     );
     assert!(
@@ -1523,5 +1523,42 @@ async fn registry_calls_per_request_are_bounded() {
         2,
         "one lookup, one registration"
     );
+    gw.shutdown().await;
+}
+
+/// A writer of a topic under a `[[schemas]]` contract cannot replace the contract it is held
+/// to: a raw schema for the contract's subject is looked up, never registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contracts_subject_is_never_registered_from_a_record() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.guarded");
+    create_topic(&tansu(), &topic, 1).await;
+    let subject = format!("{topic}-value");
+    registry.register(&subject, SchemaType::Json, JSON_ORDER);
+    let contract =
+        format!("[[schemas]]\ntopics = [\"{topic}\"]\nformat = \"json\"\nmode = \"validate\"\n");
+    let gw = gateway(&registry, 2000, &contract).await;
+    let lax = r#"{"title":"anything"}"#;
+    let record = json!({"value": {"type": "JSONSCHEMA", "schema": lax, "data": {"free": true}}});
+    let (s, _, answer) = v3(&gw, &topic, &record).await;
+    assert_confluent_422(s, &answer, &[&subject, "contract"], "contract subject");
+    assert_eq!(
+        registry.versions(&subject).len(),
+        1,
+        "the contract's schema is still the only one"
+    );
+    assert_empty(&topic, "a record trying to replace its contract").await;
+
+    // Nor can it name a lax schema registered elsewhere by id.
+    let lax_id = registry.register("elsewhere-value", SchemaType::Json, lax);
+    let record = json!({"value": {"schema_id": lax_id, "data": {"free": true}}});
+    let (s, _, answer) = v3(&gw, &topic, &record).await;
+    assert_confluent_422(s, &answer, &["data contract"], "another schema id");
+    assert_empty(&topic, "a record naming another schema").await;
+    // The contract's own id is taken.
+    let own_id = registry.versions(&subject)[0];
+    let record = json!({"value": {"schema_id": own_id, "data": {"id": 1, "item": "a"}}});
+    let (s, _, answer) = v3(&gw, &topic, &record).await;
+    assert_eq!(s, 200, "{answer}");
     gw.shutdown().await;
 }

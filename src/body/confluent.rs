@@ -445,7 +445,7 @@ fn schema_data<'a>(
                     "{field}: a raw schema needs its type (AVRO, JSONSCHEMA or PROTOBUF)"
                 )));
             };
-            schema::Source::Raw(format, text)
+            schema::Source::Raw(format, text.into())
         }
         (None, Some(id), _) => schema::Source::Id(id),
         (None, None, Some(v)) if v < 1 => {
@@ -710,8 +710,19 @@ impl ParseRecord for V3Record {
             return false;
         }
         let mut seen = self.lock();
-        let Some(entry) = seen.iter_mut().filter(|e| e.decoded).nth(record_index) else {
+        let Some((position, entry)) = seen
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| e.decoded)
+            .nth(record_index)
+        else {
             return false;
+        };
+        // The pipeline names a record by its index among the decoded ones; the batch's
+        // answer names it by its place in the body, as its decoding failures do.
+        let message = match message.strip_prefix(&format!("record {record_index}:")) {
+            Some(rest) => format!("record {position}:{rest}"),
+            None => message,
         };
         if entry.failed.is_none() {
             entry.failed = Some((status, message));

@@ -15,8 +15,14 @@ pub struct SchemaRegistryConfig {
     pub timeout_ms: u64,
     /// Most compiled schemas kept in memory (also the most subject lookups remembered).
     pub cache_entries: usize,
-    /// Most bytes of schema text the kept schemas may add up to.
+    /// Most bytes the kept schemas may add up to, each counted as its estimated compiled size
+    /// (16 times its text, plus 1 KiB).
     pub cache_bytes: usize,
+    /// Largest schema text compiled, from a record or from the registry.
+    pub max_schema_bytes: usize,
+    /// Subjects (glob patterns) a record may name outright or by `RECORD_NAME`, besides its
+    /// topic's own `<topic>-...`: shared subjects every team may read and evolve.
+    pub open_subjects: Vec<String>,
     /// How long "the latest version of a subject" is trusted before it is asked again, in
     /// milliseconds. While the registry is down the last answer keeps being used.
     pub latest_ttl_ms: u64,
@@ -37,7 +43,9 @@ impl Default for SchemaRegistryConfig {
             url: None,
             timeout_ms: 2_000,
             cache_entries: 1_000,
-            cache_bytes: 16 * 1024 * 1024,
+            cache_bytes: 64 * 1024 * 1024,
+            max_schema_bytes: 256 * 1024,
+            open_subjects: Vec::new(),
             latest_ttl_ms: 30_000,
             auto_register: true,
             username_env: None,
@@ -80,6 +88,22 @@ pub struct ContractConfig {
     pub subject: Option<String>,
 }
 
+/// Whether a subject name can be used in the registry's paths: 1 to 255 characters, no
+/// control characters, not a dot segment (`.` and `..` would change the path a URL resolves
+/// to).
+pub fn check_subject(subject: &str) -> Result<(), String> {
+    if subject.is_empty() || subject.len() > 255 {
+        return Err("a subject is 1 to 255 characters".into());
+    }
+    if subject.chars().any(char::is_control) {
+        return Err("a subject has no control characters".into());
+    }
+    if subject == "." || subject == ".." {
+        return Err(format!("{subject:?} is not a subject"));
+    }
+    Ok(())
+}
+
 /// Most contracts in a configuration.
 pub const MAX_CONTRACTS: usize = 1_000;
 
@@ -112,6 +136,20 @@ impl SchemaRegistryConfig {
                 "schema_registry.cache_entries",
                 "cache_entries and cache_bytes must be at least 1",
             ));
+        }
+        if !(1024..=16 * 1024 * 1024).contains(&self.max_schema_bytes) {
+            problems.push(ConfigProblem::new(
+                "schema_registry.max_schema_bytes",
+                "must be 1024 to 16777216",
+            ));
+        }
+        for (i, p) in self.open_subjects.iter().enumerate() {
+            if let Err(e) = glob::Pattern::new(p) {
+                problems.push(ConfigProblem::new(
+                    format!("schema_registry.open_subjects[{i}]"),
+                    e.to_string(),
+                ));
+            }
         }
         if self.max_concurrent_calls == 0 {
             problems.push(ConfigProblem::new(
@@ -154,11 +192,8 @@ impl SchemaRegistryConfig {
                 ));
             }
             if let Some(s) = &c.subject {
-                if s.is_empty() || s.len() > 255 || s.chars().any(char::is_control) {
-                    problems.push(ConfigProblem::new(
-                        format!("{at}.subject"),
-                        "must be 1 to 255 characters, no control characters",
-                    ));
+                if let Err(e) = check_subject(s) {
+                    problems.push(ConfigProblem::new(format!("{at}.subject"), e));
                 }
             }
         }

@@ -189,11 +189,13 @@ fn side_use(
         })?),
         (None, Some(text)) => schema::Source::Raw(
             format,
-            serde_json::from_str::<String>(text).map_err(|_| {
-                ApiError::InvalidRecord(format!(
-                    "{field}_schema must be the schema as a JSON string"
-                ))
-            })?,
+            serde_json::from_str::<String>(text)
+                .map_err(|_| {
+                    ApiError::InvalidRecord(format!(
+                        "{field}_schema must be the schema as a JSON string"
+                    ))
+                })?
+                .into(),
         ),
         (None, None) => return Ok(None),
     };

@@ -214,6 +214,11 @@ impl Memory {
         true
     }
 
+    /// The decoder's part as last set (the decoded records being admitted included).
+    fn decoding(&self) -> u64 {
+        self.lock().decoding
+    }
+
     /// A queued report was taken off the queue.
     fn unqueue(&self, bytes: u64) {
         let mut held = self.lock();
@@ -433,6 +438,7 @@ impl Ingest {
             draining: self.draining.subscribe(),
             rest: Bytes::new(),
             numbered: 0,
+            lookups: crate::schema::Lookups::per_request(),
         };
         let mut body = request.body;
         // The first data decides whether there is a stream at all: bytes that are not a record
@@ -531,6 +537,9 @@ struct Pump<P: RecordNotes + RecordSchemas> {
     rest: Bytes,
     /// Records of the stream taken to admission so far (a record's number in errors).
     numbered: usize,
+    /// Registry calls the stream may still cause (a stream naming ever new schemas is
+    /// refused past them, record by record).
+    lookups: crate::schema::Lookups,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
@@ -720,7 +729,9 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             .parser()
             .take_wanted(&arena.records())
             .unwrap_or_default();
-        let (batch, fates) = self.admit(&arena, &wanted).await;
+        let mut lookups = std::mem::replace(&mut self.lookups, crate::schema::Lookups::none());
+        let (batch, fates) = self.admit(&arena, &wanted, &mut lookups).await;
+        self.lookups = lookups;
         self.numbered += notes.len();
         let mut queued = 0u64;
         let mut last: Option<Arc<ApiError>> = None;
@@ -772,6 +783,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         &self,
         arena: &RecordArena,
         wanted: &[crate::schema::Wanted],
+        lookups: &mut crate::schema::Lookups,
     ) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
         let records = arena.records();
         if records.is_empty() {
@@ -781,19 +793,27 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         // The schema step, record by record: a record that does not fit is refused alone.
         let mut converted: Vec<Option<Result<Record<'static>, ApiError>>> = Vec::new();
         if ingest.schemas.applies(&self.topic, wanted) {
-            let mut lookups = crate::schema::Lookups::per_request();
+            // What the records become is held against the stream's share of the body budget
+            // while they wait to be sent, on top of the records decoded.
+            let base = usize::try_from(self.memory.decoding()).unwrap_or(usize::MAX);
+            let mut extra = 0usize;
             for (i, r) in records.iter().enumerate() {
                 let number = self.numbered + i;
                 let c = ingest
-                    .convert_record(
-                        &self.tenant,
-                        &self.topic,
-                        number,
-                        r,
-                        wanted.get(i),
-                        &mut lookups,
-                    )
+                    .convert_record(&self.tenant, &self.topic, number, r, wanted.get(i), lookups)
                     .await;
+                let c = c.and_then(|c| {
+                    let size = usize::try_from(c.record.size()).unwrap_or(usize::MAX);
+                    if self
+                        .memory
+                        .set(base.saturating_add(extra).saturating_add(size), 0)
+                    {
+                        extra += size;
+                        Ok(c)
+                    } else {
+                        Err(self.busy())
+                    }
+                });
                 converted.push(Some(c.map(|c| c.record)));
             }
         }

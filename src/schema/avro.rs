@@ -51,15 +51,21 @@ impl AvroSchema {
         })
     }
 
-    /// The Avro binary datum of `value`, or where and why it does not fit the schema.
-    pub fn encode(&self, value: &Value) -> Result<Vec<u8>, Mismatch> {
+    /// The Avro binary datum of `value`, at most `limit` bytes, or where and why it does not
+    /// fit the schema (or the limit: a schema's defaults can make a small JSON value large, so
+    /// the walk stops as soon as the datum passes the limit, before it is built).
+    pub fn encode(&self, value: &Value, limit: usize) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::with_capacity(64);
         let mut at = Pointer::default();
         Walk {
             names: &self.names,
             out: &mut out,
+            limit,
         }
         .value(&self.root, value, &mut at, &None, 0)?;
+        if out.len() > limit {
+            return Err(too_large(&Pointer::default(), limit));
+        }
         Ok(out)
     }
 }
@@ -67,6 +73,15 @@ impl AvroSchema {
 struct Walk<'s, 'o> {
     names: &'s HashMap<Name, Schema>,
     out: &'o mut Vec<u8>,
+    /// The most bytes the datum may take.
+    limit: usize,
+}
+
+fn too_large(at: &Pointer, limit: usize) -> Mismatch {
+    mismatch(
+        at,
+        format!("the value is larger than {limit} bytes in its schema (its defaults included)"),
+    )
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -116,6 +131,11 @@ impl Walk<'_, '_> {
     ) -> Result<(), Mismatch> {
         if depth > MAX_DEPTH {
             return Err(mismatch(at, "nested too deeply for the schema".into()));
+        }
+        // Every value writes at most its own bytes before the next check: the datum never
+        // grows far past the limit.
+        if self.out.len() > self.limit {
+            return Err(too_large(at, self.limit));
         }
         match schema {
             Schema::Null => match v {
@@ -327,43 +347,81 @@ impl Walk<'_, '_> {
                 }
             }
         }
-        // A bare value: the one branch that takes it.
-        let start = self.out.len();
-        let mut fits = None;
-        for (i, b) in branches.iter().enumerate() {
-            if matches!(b, Schema::Null) {
-                continue;
+        // A bare value: the one branch its JSON kind can be, chosen without trying branches
+        // (a trial per branch is exponential in nesting).
+        let candidates: Vec<usize> = branches
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| self.kind_fits(b, v, ns))
+            .map(|(i, _)| i)
+            .collect();
+        let i = match candidates.as_slice() {
+            [i] => *i,
+            [] => {
+                let names: Vec<String> = branches.iter().map(|b| branch_name(b, ns)).collect();
+                return Err(mismatch(
+                    at,
+                    format!("{} fits no branch of the union ({})", kind(v), names.join(", ")),
+                ));
             }
-            let mut probe = Vec::new();
-            let mut walk = Walk {
-                names: self.names,
-                out: &mut probe,
-            };
-            if walk.value(b, v, &mut at.clone(), ns, depth + 1).is_ok() {
-                if fits.is_some() {
-                    return Err(mismatch(
-                        at,
-                        "the value fits more than one branch of the union; name it as {\"<type>\": value}".into(),
-                    ));
-                }
-                fits = Some((i, probe));
+            _ => {
+                return Err(mismatch(
+                    at,
+                    "the value could be more than one branch of the union; name it as {\"<type>\": value}".into(),
+                ))
             }
-        }
-        let Some((i, probe)) = fits else {
-            let names: Vec<String> = branches.iter().map(|b| branch_name(b, ns)).collect();
-            return Err(mismatch(
-                at,
-                format!(
-                    "{} fits no branch of the union ({})",
-                    kind(v),
-                    names.join(", ")
-                ),
-            ));
         };
-        self.out.truncate(start);
         self.long(i as i64);
-        self.out.extend_from_slice(&probe);
-        Ok(())
+        self.value(&branches[i], v, at, ns, depth + 1)
+    }
+
+    /// Whether `v`'s JSON kind is one `schema` takes (no deeper look, except an enum's
+    /// symbol and a fixed's length).
+    fn kind_fits(&self, schema: &Schema, v: &Value, ns: &Namespace) -> bool {
+        match (schema, v) {
+            (Schema::Null, Value::Null) | (Schema::Boolean, Value::Bool(_)) => true,
+            (Schema::Int | Schema::Date | Schema::TimeMillis, Value::Number(n)) => {
+                n.as_i64().is_some_and(|n| i32::try_from(n).is_ok())
+            }
+            (
+                Schema::Long
+                | Schema::TimeMicros
+                | Schema::TimestampMillis
+                | Schema::TimestampMicros
+                | Schema::TimestampNanos
+                | Schema::LocalTimestampMillis
+                | Schema::LocalTimestampMicros
+                | Schema::LocalTimestampNanos,
+                Value::Number(n),
+            ) => n.as_i64().is_some(),
+            (Schema::Float | Schema::Double, Value::Number(_)) => true,
+            (
+                Schema::String | Schema::Uuid | Schema::Bytes | Schema::BigDecimal,
+                Value::String(_),
+            ) => true,
+            (Schema::Enum(e), Value::String(s)) => e.symbols.iter().any(|sym| sym == s),
+            (Schema::Fixed(f), Value::String(s)) => s.chars().count() == f.size,
+            (Schema::Duration, Value::String(s)) => s.chars().count() == 12,
+            (Schema::Decimal(d), _) => self.kind_fits(&d.inner, v, ns),
+            (Schema::Array(_), Value::Array(_)) => true,
+            (Schema::Map(_) | Schema::Record(_), Value::Object(_)) => true,
+            (Schema::Ref { name }, _) => {
+                let full = name.fully_qualified_name(ns);
+                match self.names.get(&full).or_else(|| self.names.get(name)) {
+                    // A named type's kind needs no walk: records are objects, enums and fixed
+                    // are strings (checked above once resolved).
+                    Some(Schema::Record(_)) => v.is_object(),
+                    Some(Schema::Enum(e)) => v
+                        .as_str()
+                        .is_some_and(|s| e.symbols.iter().any(|sym| sym == s)),
+                    Some(Schema::Fixed(f)) => {
+                        v.as_str().is_some_and(|s| s.chars().count() == f.size)
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        }
     }
 }
 
@@ -436,6 +494,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const LIMIT: usize = 1 << 20;
+
     const USER: &str = r#"{"type":"record","name":"User","namespace":"t","fields":[
         {"name":"name","type":"string"},
         {"name":"age","type":"int"},
@@ -446,7 +506,7 @@ mod tests {
     fn encodes_as_apache_avro_does() {
         let s = AvroSchema::parse(USER).expect("schema");
         let v = json!({"name":"ann","age":42,"email":{"string":"a@x"},"tags":["a","b"]});
-        let ours = s.encode(&v).expect("valid");
+        let ours = s.encode(&v, LIMIT).expect("valid");
         let theirs = {
             use apache_avro::types::Value as A;
             let record = A::Record(vec![
@@ -465,7 +525,10 @@ mod tests {
         };
         assert_eq!(ours, theirs);
         // A bare union value and a defaulted field give the same bytes.
-        let bare = s.encode(&json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}));
+        let bare = s.encode(
+            &json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}),
+            LIMIT,
+        );
         assert_eq!(bare.expect("bare"), theirs);
         assert_eq!(s.record_name.as_deref(), Some("t.User"));
     }
@@ -473,7 +536,7 @@ mod tests {
     #[test]
     fn mismatches_name_the_field() {
         let s = AvroSchema::parse(USER).expect("schema");
-        let e = |v: Value| s.encode(&v).expect_err("invalid");
+        let e = |v: Value| s.encode(&v, LIMIT).expect_err("invalid");
         let m = e(json!({"name":"ann","age":"42"}));
         assert_eq!(m.pointer, "/age");
         assert!(
@@ -503,11 +566,76 @@ mod tests {
             r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
         )
         .expect("schema");
-        assert!(s.encode(&json!({"next":{"Node":{"next":null}}})).is_ok());
+        assert!(s
+            .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT)
+            .is_ok());
         let mut deep = json!({"next": null});
         for _ in 0..200 {
             deep = json!({ "next": deep });
         }
-        assert!(s.encode(&deep).is_err(), "bounded, not a stack overflow");
+        assert!(
+            s.encode(&deep, LIMIT).is_err(),
+            "bounded, not a stack overflow"
+        );
+    }
+
+    #[test]
+    fn defaults_cannot_expand_past_the_limit() {
+        // Each level holds ten of the level below by default: `{}` is 100 bytes at level 0
+        // and 1 MB at level 4; the walk stops at the limit.
+        let mut schema = format!(
+            r#"{{"type":"record","name":"L0","fields":[{{"name":"s","type":"string","default":"{}"}}]}}"#,
+            "x".repeat(100)
+        );
+        for level in 1..=4 {
+            let below = level - 1;
+            let mut fields = vec![format!(r#"{{"name":"f0","type":{schema},"default":{{}}}}"#)];
+            fields.extend(
+                (1..10).map(|i| format!(r#"{{"name":"f{i}","type":"L{below}","default":{{}}}}"#)),
+            );
+            schema = format!(
+                r#"{{"type":"record","name":"L{level}","fields":[{}]}}"#,
+                fields.join(",")
+            );
+        }
+        let s = AvroSchema::parse(&schema).expect("schema");
+        assert!(
+            schema.len() < 4096,
+            "a small schema: {} bytes",
+            schema.len()
+        );
+        let e = s.encode(&json!({}), 64 * 1024).expect_err("too large");
+        assert!(
+            e.message.contains("larger than 65536 bytes"),
+            "{}",
+            e.message
+        );
+        assert!(
+            s.encode(&json!({}), 2 << 20).is_ok(),
+            "within a larger limit"
+        );
+    }
+
+    #[test]
+    fn a_bare_union_value_is_chosen_by_its_kind_without_trying_branches() {
+        let s = AvroSchema::parse(
+            r#"{"type":"record","name":"N","fields":[{"name":"n","type":["null","N",
+                {"type":"record","name":"M","fields":[{"name":"n","type":["null","N","M"]}]}]}]}"#,
+        )
+        .expect("schema");
+        // Two record branches: a bare object is ambiguous, refused at once however deep.
+        let mut deep = json!({"n": null});
+        for _ in 0..60 {
+            deep = json!({ "n": deep });
+        }
+        let e = s.encode(&deep, LIMIT).expect_err("ambiguous");
+        assert!(e.message.contains("more than one branch"), "{}", e.message);
+        assert!(s.encode(&json!({"n": {"N": {"n": null}}}), LIMIT).is_ok());
+        let u = AvroSchema::parse(r#"["null","int","string"]"#).expect("union");
+        assert_eq!(u.encode(&json!(5), LIMIT).expect("int"), vec![2, 10]);
+        assert_eq!(
+            u.encode(&json!("a"), LIMIT).expect("string"),
+            vec![4, 2, b'a']
+        );
     }
 }
