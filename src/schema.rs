@@ -153,7 +153,7 @@ impl Failure {
 }
 
 enum Codec {
-    Avro(avro::AvroSchema),
+    Avro(Box<avro::AvroSchema>),
     Json(json::JsonSchema),
     Protobuf(protobuf::ProtobufSchema),
 }
@@ -232,7 +232,7 @@ fn within_bounds(format: Format, text: &str, max_bytes: usize) -> Result<(), Str
 
 fn compile(format: Format, text: &str) -> Result<Codec, String> {
     Ok(match format {
-        Format::Avro => Codec::Avro(avro::AvroSchema::parse(text)?),
+        Format::Avro => Codec::Avro(Box::new(avro::AvroSchema::parse(text)?)),
         Format::Json => Codec::Json(json::JsonSchema::parse(text)?),
         Format::Protobuf => Codec::Protobuf(protobuf::ProtobufSchema::parse(text)?),
     })
