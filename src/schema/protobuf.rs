@@ -66,8 +66,9 @@ impl ProtobufSchema {
                 })?;
         let mut at = Pointer::default();
         required(&message, &mut at)?;
-        let mut out = Vec::with_capacity(message.encoded_len() + 1);
-        out.push(0);
+        // `encode` sizes the message once to check the buffer; sizing it for the capacity too
+        // cost another 10% of the whole conversion (perf: `encoded_len` was the top symbol).
+        let mut out = vec![0u8];
         message.encode(&mut out).map_err(|e| Mismatch {
             pointer: String::new(),
             message: e.to_string(),
