@@ -274,7 +274,10 @@ impl Compiled {
     pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
         let payload = match &self.codec {
             Codec::Protobuf(p) => p.encode(data)?,
-            Codec::Avro(a) => a.encode(&parse_json(data)?, limit)?,
+            // Steps: a few per byte of the value as sent, and room for a schema's defaults.
+            Codec::Avro(a) => {
+                a.encode(&parse_json(data)?, limit, 16 * data.len() as u64 + 16_384)?
+            }
             Codec::Json(j) => {
                 j.check(&parse_json(data)?)?;
                 data.to_vec()
@@ -288,10 +291,17 @@ impl Compiled {
     }
 
     /// About what the compiled schema takes in memory: parsed schemas and validators are
-    /// many times their text (measured up to ~30x for wide Avro records), so the cache counts
-    /// 16x the text and a fixed part.
+    /// many times their text, so the cache counts a multiple of the text by format and a
+    /// fixed part.
     fn footprint(&self) -> usize {
-        self.text_len.saturating_mul(16).saturating_add(1024)
+        // Measured by the review: a Protobuf descriptor pool is ~150x its text, a JSON Schema
+        // validator ~25x, an Avro schema ~16x.
+        let factor = match self.format {
+            Format::Avro => 16,
+            Format::Json => 32,
+            Format::Protobuf => 160,
+        };
+        self.text_len.saturating_mul(factor).saturating_add(1024)
     }
 
     /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
@@ -671,10 +681,7 @@ impl Schemas {
     /// read (its schema's fields would show in errors) nor evolved from here.
     fn may_name(&self, topic: &Topic, subject: &str) -> Result<(), SchemaError> {
         crate::config::check_subject(subject).map_err(SchemaError::Invalid)?;
-        let own = subject
-            .strip_prefix(topic.as_str())
-            .is_some_and(|rest| rest.starts_with('-'));
-        if own || self.open_subjects.iter().any(|p| p.matches(subject)) {
+        if own_subject(topic, subject) || self.open_subjects.iter().any(|p| p.matches(subject)) {
             return Ok(());
         }
         Err(SchemaError::NotFound(format!(
@@ -687,14 +694,16 @@ impl Schemas {
     /// under the topic's own subjects, and never under the subject of a `[[schemas]]` contract
     /// (a writer must not replace the contract it is held to).
     fn may_register(&self, topic: &Topic, subject: &str) -> bool {
-        let own = subject
-            .strip_prefix(topic.as_str())
-            .is_some_and(|rest| rest.starts_with('-'));
+        // Whichever topic writes: a contract's subject is its explicit one, or `S-value` for
+        // every topic S its patterns cover.
         let contracted = self.contracts.iter().any(|(patterns, c)| match &c.subject {
             Some(s) => s == subject,
-            None => patterns.allows(topic) && subject == format!("{}-value", topic.as_str()),
+            None => subject
+                .strip_suffix("-value")
+                .and_then(|t| Topic::parse(t).ok())
+                .is_some_and(|t| patterns.allows(&t)),
         });
-        own && !contracted
+        own_subject(topic, subject) && !contracted
     }
 
     async fn call<T>(
@@ -993,6 +1002,15 @@ impl Schemas {
     }
 }
 
+/// A topic's own subjects: `<topic>-key`, `<topic>-value` and `<topic>-<record name>`, where
+/// the rest has no `-` — so topic `orders` never owns `orders-eu-value`, topic `orders-eu`'s.
+fn own_subject(topic: &Topic, subject: &str) -> bool {
+    subject
+        .strip_prefix(topic.as_str())
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('-'))
+}
+
 fn encode(schema: &Compiled, data: &[u8], side: Side, limit: usize) -> Result<Vec<u8>, Failure> {
     schema.encode(data, limit).map_err(|m| Failure {
         side,
@@ -1047,5 +1065,45 @@ mod tests {
             1 << 20
         )
         .is_ok());
+    }
+
+    #[test]
+    fn a_topic_owns_only_its_own_subjects_and_never_a_contracts() {
+        let topic = |t: &str| Topic::parse(t).expect("topic");
+        assert!(own_subject(&topic("orders"), "orders-value"));
+        assert!(own_subject(&topic("orders"), "orders-key"));
+        assert!(own_subject(&topic("orders"), "orders-shop.Order"));
+        assert!(
+            !own_subject(&topic("orders"), "orders-eu-value"),
+            "topic orders-eu's"
+        );
+        assert!(!own_subject(&topic("orders"), "orders-"));
+        assert!(!own_subject(&topic("orders"), "ordersx-value"));
+        let contract = ContractConfig {
+            topics: vec!["orders-eu".into()],
+            format: Format::Json,
+            mode: ContractMode::Validate,
+            subject: None,
+        };
+        let config = SchemaRegistryConfig {
+            url: Some("http://127.0.0.1:9".into()),
+            ..SchemaRegistryConfig::default()
+        };
+        let schemas = Schemas::new(&config, &[contract], (1024, 1024)).expect("schemas");
+        assert!(schemas.may_register(&topic("orders"), "orders-value"));
+        assert!(
+            !schemas.may_register(&topic("orders-eu"), "orders-eu-value"),
+            "the contract's"
+        );
+        assert!(
+            !schemas.may_register(&topic("orders"), "orders-eu-value"),
+            "not orders' own"
+        );
+        assert!(schemas
+            .may_name(&topic("orders"), "orders-eu-value")
+            .is_err());
+        assert!(schemas
+            .may_name(&topic("orders"), "orders-value/../x")
+            .is_err());
     }
 }

@@ -16,7 +16,7 @@ pub struct SchemaRegistryConfig {
     /// Most compiled schemas kept in memory (also the most subject lookups remembered).
     pub cache_entries: usize,
     /// Most bytes the kept schemas may add up to, each counted as its estimated compiled size
-    /// (16 times its text, plus 1 KiB).
+    /// (its text times 16 for Avro, 32 for JSON Schema, 160 for Protobuf, plus 1 KiB).
     pub cache_bytes: usize,
     /// Largest schema text compiled, from a record or from the registry.
     pub max_schema_bytes: usize,
@@ -97,6 +97,16 @@ pub fn check_subject(subject: &str) -> Result<(), String> {
     }
     if subject.chars().any(char::is_control) {
         return Err("a subject has no control characters".into());
+    }
+    // Path and query characters a registry or a proxy before it might decode and route by,
+    // and the bidirectional controls that make a name read as another.
+    let unsafe_char = |c: char| {
+        matches!(c, '/' | '\\' | '?' | '#' | '%')
+            || ('\u{202A}'..='\u{202E}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if let Some(c) = subject.chars().find(|c| unsafe_char(*c)) {
+        return Err(format!("a subject has no {c:?}"));
     }
     if subject == "." || subject == ".." {
         return Err(format!("{subject:?} is not a subject"));

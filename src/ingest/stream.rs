@@ -79,6 +79,8 @@ const FIXED: u64 = (REPORT_WINDOW + REPORT_COALESCE + REPORT_LINE_MAX + LAST_REP
 /// Most body bytes decoded in one step: what is reserved before a step is about this times the
 /// worst case of records per byte, so the step is kept small.
 const PIECE_MAX: usize = 1024;
+/// How often a stream's registry calls are given back.
+const LOOKUPS_REFILL: Duration = Duration::from_secs(60);
 /// How often an open stream checks its key and topic when no registry change came first.
 const RECHECK: Duration = Duration::from_secs(1);
 /// After a stream ends early, how long and how much of the rest of its body is read and
@@ -439,6 +441,7 @@ impl Ingest {
             rest: Bytes::new(),
             numbered: 0,
             lookups: crate::schema::Lookups::per_request(),
+            lookups_since: Instant::now(),
         };
         let mut body = request.body;
         // The first data decides whether there is a stream at all: bytes that are not a record
@@ -540,6 +543,8 @@ struct Pump<P: RecordNotes + RecordSchemas> {
     /// Registry calls the stream may still cause (a stream naming ever new schemas is
     /// refused past them, record by record).
     lookups: crate::schema::Lookups,
+    /// When the stream's registry calls were last given back.
+    lookups_since: Instant,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
@@ -729,6 +734,12 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             .parser()
             .take_wanted(&arena.records())
             .unwrap_or_default();
+        // The stream's registry calls come back once a minute: a long stream re-reads a
+        // subject's latest schema as it is refreshed, a flood of new schemas stays bounded.
+        if self.lookups_since.elapsed() >= LOOKUPS_REFILL {
+            self.lookups = crate::schema::Lookups::per_request();
+            self.lookups_since = Instant::now();
+        }
         let mut lookups = std::mem::replace(&mut self.lookups, crate::schema::Lookups::none());
         let (batch, fates) = self.admit(&arena, &wanted, &mut lookups).await;
         self.lookups = lookups;

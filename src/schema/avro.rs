@@ -63,7 +63,11 @@ impl AvroSchema {
     /// The Avro binary datum of `value`, at most `limit` bytes, or where and why it does not
     /// fit the schema (or the limit: a schema's defaults can make a small JSON value large, so
     /// the walk stops as soon as the datum passes the limit, before it is built).
-    pub fn encode(&self, value: &Value, limit: usize) -> Result<Vec<u8>, Mismatch> {
+    ///
+    /// The walk also takes at most `steps` steps (a value or default visited is one): items
+    /// that write nothing (nulls, empty records) do not grow the datum, but visiting millions
+    /// of them from a schema's defaults would still be unbounded work.
+    pub fn encode(&self, value: &Value, limit: usize, steps: u64) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::with_capacity(64);
         let mut at = Pointer::default();
         Walk {
@@ -71,6 +75,7 @@ impl AvroSchema {
             defaults: &self.defaults,
             out: &mut out,
             limit,
+            steps,
         }
         .value(&self.root, value, &mut at, &None, 0)?;
         if out.len() > limit {
@@ -86,6 +91,8 @@ struct Walk<'s, 'o> {
     out: &'o mut Vec<u8>,
     /// The most bytes the datum may take.
     limit: usize,
+    /// Steps left.
+    steps: u64,
 }
 
 fn too_large(at: &Pointer, limit: usize) -> Mismatch {
@@ -148,6 +155,14 @@ impl Walk<'_, '_> {
         if self.out.len() > self.limit {
             return Err(too_large(at, self.limit));
         }
+        let Some(left) = self.steps.checked_sub(1) else {
+            return Err(mismatch(
+                at,
+                "the value takes too many steps to write in its schema (its defaults included)"
+                    .into(),
+            ));
+        };
+        self.steps = left;
         match schema {
             Schema::Null => match v {
                 Value::Null => Ok(()),
@@ -575,6 +590,7 @@ mod tests {
     use serde_json::json;
 
     const LIMIT: usize = 1 << 20;
+    const STEPS: u64 = 1 << 20;
 
     const USER: &str = r#"{"type":"record","name":"User","namespace":"t","fields":[
         {"name":"name","type":"string"},
@@ -586,7 +602,7 @@ mod tests {
     fn encodes_as_apache_avro_does() {
         let s = AvroSchema::parse(USER).expect("schema");
         let v = json!({"name":"ann","age":42,"email":{"string":"a@x"},"tags":["a","b"]});
-        let ours = s.encode(&v, LIMIT).expect("valid");
+        let ours = s.encode(&v, LIMIT, STEPS).expect("valid");
         let theirs = {
             use apache_avro::types::Value as A;
             let record = A::Record(vec![
@@ -606,7 +622,7 @@ mod tests {
         assert_eq!(ours, theirs);
         // Defaulted fields give the bytes of their defaults.
         let defaulted = s
-            .encode(&json!({"name":"ann","age":42}), LIMIT)
+            .encode(&json!({"name":"ann","age":42}), LIMIT, STEPS)
             .expect("defaults");
         let expected = {
             use apache_avro::types::Value as A;
@@ -623,6 +639,7 @@ mod tests {
         let bare = s.encode(
             &json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}),
             LIMIT,
+            STEPS,
         );
         assert_eq!(bare.expect("bare"), theirs);
         assert_eq!(s.record_name.as_deref(), Some("t.User"));
@@ -631,7 +648,7 @@ mod tests {
     #[test]
     fn mismatches_name_the_field() {
         let s = AvroSchema::parse(USER).expect("schema");
-        let e = |v: Value| s.encode(&v, LIMIT).expect_err("invalid");
+        let e = |v: Value| s.encode(&v, LIMIT, STEPS).expect_err("invalid");
         let m = e(json!({"name":"ann","age":"42"}));
         assert_eq!(m.pointer, "/age");
         assert!(
@@ -662,14 +679,14 @@ mod tests {
         )
         .expect("schema");
         assert!(s
-            .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT)
+            .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT, STEPS)
             .is_ok());
         let mut deep = json!({"next": null});
         for _ in 0..200 {
             deep = json!({ "next": deep });
         }
         assert!(
-            s.encode(&deep, LIMIT).is_err(),
+            s.encode(&deep, LIMIT, STEPS).is_err(),
             "bounded, not a stack overflow"
         );
     }
@@ -701,7 +718,9 @@ mod tests {
             "a small schema: {} bytes",
             schema.len()
         );
-        let e = s.encode(&json!({}), 64 * 1024).expect_err("too large");
+        let e = s
+            .encode(&json!({}), 64 * 1024, STEPS)
+            .expect_err("too large");
         assert!(
             e.message.contains("larger than 65536 bytes"),
             "{}",
@@ -713,7 +732,7 @@ mod tests {
         )
         .expect("schema");
         assert_eq!(
-            small.encode(&json!({}), 64).expect("default"),
+            small.encode(&json!({}), 64, STEPS).expect("default"),
             vec![2, b'd']
         );
     }
@@ -730,14 +749,41 @@ mod tests {
         for _ in 0..60 {
             deep = json!({ "n": deep });
         }
-        let e = s.encode(&deep, LIMIT).expect_err("ambiguous");
+        let e = s.encode(&deep, LIMIT, STEPS).expect_err("ambiguous");
         assert!(e.message.contains("more than one branch"), "{}", e.message);
-        assert!(s.encode(&json!({"n": {"N": {"n": null}}}), LIMIT).is_ok());
+        assert!(s
+            .encode(&json!({"n": {"N": {"n": null}}}), LIMIT, STEPS)
+            .is_ok());
         let u = AvroSchema::parse(r#"["null","int","string"]"#).expect("union");
-        assert_eq!(u.encode(&json!(5), LIMIT).expect("int"), vec![2, 10]);
+        assert_eq!(u.encode(&json!(5), LIMIT, STEPS).expect("int"), vec![2, 10]);
         assert_eq!(
-            u.encode(&json!("a"), LIMIT).expect("string"),
+            u.encode(&json!("a"), LIMIT, STEPS).expect("string"),
             vec![4, 2, b'a']
         );
+    }
+
+    #[test]
+    fn defaults_that_write_nothing_are_bounded_in_steps() {
+        // 40,000 nulls by default, ten of those records per level: nothing grows the datum.
+        let mut schema = format!(
+            r#"{{"type":"record","name":"L0","fields":[{{"name":"n","type":{{"type":"array","items":"null"}},"default":[{}]}}]}}"#,
+            vec!["null"; 40_000].join(",")
+        );
+        for level in 1..=3 {
+            let below = level - 1;
+            let mut fields = vec![format!(r#"{{"name":"f0","type":{schema},"default":{{}}}}"#)];
+            fields.extend(
+                (1..10).map(|i| format!(r#"{{"name":"f{i}","type":"L{below}","default":{{}}}}"#)),
+            );
+            schema = format!(
+                r#"{{"type":"record","name":"L{level}","fields":[{}]}}"#,
+                fields.join(",")
+            );
+        }
+        let s = AvroSchema::parse(&schema).expect("schema");
+        let e = s
+            .encode(&json!({}), LIMIT, 100_000)
+            .expect_err("too many steps");
+        assert!(e.message.contains("too many steps"), "{}", e.message);
     }
 }
