@@ -31,11 +31,24 @@ pub enum CallError {
     Unavailable(String),
 }
 
-#[derive(Debug)]
 pub struct RegistryClient {
     http: reqwest::Client,
     base: reqwest::Url,
     auth: Option<(String, String)>,
+}
+
+/// The registry's address without its credentials: a log line or panic message never shows
+/// the password.
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut base = self.base.clone();
+        let _ = base.set_password(None);
+        let _ = base.set_username("");
+        f.debug_struct("RegistryClient")
+            .field("base", &base.as_str())
+            .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 #[derive(Deserialize)]

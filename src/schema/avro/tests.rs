@@ -1,0 +1,201 @@
+//! The Avro walk against apache-avro's own encoder, and its bounds.
+use super::*;
+use serde_json::json;
+
+const LIMIT: usize = 1 << 20;
+const STEPS: u64 = 1 << 20;
+
+const USER: &str = r#"{"type":"record","name":"User","namespace":"t","fields":[
+    {"name":"name","type":"string"},
+    {"name":"age","type":"int"},
+    {"name":"email","type":["null","string"],"default":null},
+    {"name":"tags","type":{"type":"array","items":"string"},"default":[]}]}"#;
+
+#[test]
+fn encodes_as_apache_avro_does() {
+    let s = AvroSchema::parse(USER).expect("schema");
+    let v = json!({"name":"ann","age":42,"email":{"string":"a@x"},"tags":["a","b"]});
+    let ours = s.encode(&v, LIMIT, STEPS).expect("valid");
+    let theirs = {
+        use apache_avro::types::Value as A;
+        let record = A::Record(vec![
+            ("name".into(), A::String("ann".into())),
+            ("age".into(), A::Int(42)),
+            (
+                "email".into(),
+                A::Union(1, Box::new(A::String("a@x".into()))),
+            ),
+            (
+                "tags".into(),
+                A::Array(vec![A::String("a".into()), A::String("b".into())]),
+            ),
+        ]);
+        apache_avro::to_avro_datum(&s.root, record).expect("theirs")
+    };
+    assert_eq!(ours, theirs);
+    // Defaulted fields give the bytes of their defaults.
+    let defaulted = s
+        .encode(&json!({"name":"ann","age":42}), LIMIT, STEPS)
+        .expect("defaults");
+    let expected = {
+        use apache_avro::types::Value as A;
+        let record = A::Record(vec![
+            ("name".into(), A::String("ann".into())),
+            ("age".into(), A::Int(42)),
+            ("email".into(), A::Union(0, Box::new(A::Null))),
+            ("tags".into(), A::Array(vec![])),
+        ]);
+        apache_avro::to_avro_datum(&s.root, record).expect("theirs")
+    };
+    assert_eq!(defaulted, expected);
+    // A bare union value gives the same bytes as the named branch.
+    let bare = s.encode(
+        &json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}),
+        LIMIT,
+        STEPS,
+    );
+    assert_eq!(bare.expect("bare"), theirs);
+    assert_eq!(s.record_name.as_deref(), Some("t.User"));
+}
+
+#[test]
+fn mismatches_name_the_field() {
+    let s = AvroSchema::parse(USER).expect("schema");
+    let e = |v: Value| s.encode(&v, LIMIT, STEPS).expect_err("invalid");
+    let m = e(json!({"name":"ann","age":"42"}));
+    assert_eq!(m.pointer, "/age");
+    assert!(
+        m.message.contains("expected an integer, found a string"),
+        "{}",
+        m.message
+    );
+    assert_eq!(e(json!({"age":1})).pointer, "/name");
+    assert_eq!(
+        e(json!({"name":"a","age":1,"colour":"red"})).pointer,
+        "/colour"
+    );
+    assert_eq!(
+        e(json!({"name":"a","age":1,"tags":["x",3]})).pointer,
+        "/tags/1"
+    );
+    assert_eq!(e(json!({"name":"a","age":1,"email":5})).pointer, "/email");
+    assert_eq!(
+        e(json!({"name":"a","age":3_000_000_000_i64})).pointer,
+        "/age"
+    );
+}
+
+#[test]
+fn recursive_schemas_are_bounded() {
+    let s = AvroSchema::parse(
+        r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#,
+    )
+    .expect("schema");
+    assert!(s
+        .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT, STEPS)
+        .is_ok());
+    let mut deep = json!({"next": null});
+    for _ in 0..200 {
+        deep = json!({ "next": deep });
+    }
+    assert!(
+        s.encode(&deep, LIMIT, STEPS).is_err(),
+        "bounded, not a stack overflow"
+    );
+}
+
+#[test]
+fn defaults_cannot_expand_past_the_limit() {
+    // Each level holds ten of the level below by default: `{}` is 100 bytes at level 0
+    // and 10 GB at level 8, from a 5 KB schema. Parsing it does not expand the defaults
+    // (apache-avro's own check of them would, for minutes and gigabytes), and the walk
+    // stops at the limit.
+    let mut schema = format!(
+        r#"{{"type":"record","name":"L0","fields":[{{"name":"s","type":"string","default":"{}"}}]}}"#,
+        "x".repeat(100)
+    );
+    for level in 1..=8 {
+        let below = level - 1;
+        let mut fields = vec![format!(r#"{{"name":"f0","type":{schema},"default":{{}}}}"#)];
+        fields.extend(
+            (1..10).map(|i| format!(r#"{{"name":"f{i}","type":"L{below}","default":{{}}}}"#)),
+        );
+        schema = format!(
+            r#"{{"type":"record","name":"L{level}","fields":[{}]}}"#,
+            fields.join(",")
+        );
+    }
+    let s = AvroSchema::parse(&schema).expect("schema");
+    assert!(
+        schema.len() < 4096,
+        "a small schema: {} bytes",
+        schema.len()
+    );
+    let e = s
+        .encode(&json!({}), 64 * 1024, STEPS)
+        .expect_err("too large");
+    assert!(
+        e.message.contains("larger than 65536 bytes"),
+        "{}",
+        e.message
+    );
+    // A value that fills the defaults in itself is within the limit.
+    let small = AvroSchema::parse(
+        r#"{"type":"record","name":"R","fields":[{"name":"s","type":"string","default":"d"}]}"#,
+    )
+    .expect("schema");
+    assert_eq!(
+        small.encode(&json!({}), 64, STEPS).expect("default"),
+        vec![2, b'd']
+    );
+}
+
+#[test]
+fn a_bare_union_value_is_chosen_by_its_kind_without_trying_branches() {
+    let s = AvroSchema::parse(
+        r#"{"type":"record","name":"N","fields":[{"name":"n","type":["null","N",
+            {"type":"record","name":"M","fields":[{"name":"n","type":["null","N","M"]}]}]}]}"#,
+    )
+    .expect("schema");
+    // Two record branches: a bare object is ambiguous, refused at once however deep.
+    let mut deep = json!({"n": null});
+    for _ in 0..60 {
+        deep = json!({ "n": deep });
+    }
+    let e = s.encode(&deep, LIMIT, STEPS).expect_err("ambiguous");
+    assert!(e.message.contains("more than one branch"), "{}", e.message);
+    assert!(s
+        .encode(&json!({"n": {"N": {"n": null}}}), LIMIT, STEPS)
+        .is_ok());
+    let u = AvroSchema::parse(r#"["null","int","string"]"#).expect("union");
+    assert_eq!(u.encode(&json!(5), LIMIT, STEPS).expect("int"), vec![2, 10]);
+    assert_eq!(
+        u.encode(&json!("a"), LIMIT, STEPS).expect("string"),
+        vec![4, 2, b'a']
+    );
+}
+
+#[test]
+fn defaults_that_write_nothing_are_bounded_in_steps() {
+    // 40,000 nulls by default, ten of those records per level: nothing grows the datum.
+    let mut schema = format!(
+        r#"{{"type":"record","name":"L0","fields":[{{"name":"n","type":{{"type":"array","items":"null"}},"default":[{}]}}]}}"#,
+        vec!["null"; 40_000].join(",")
+    );
+    for level in 1..=3 {
+        let below = level - 1;
+        let mut fields = vec![format!(r#"{{"name":"f0","type":{schema},"default":{{}}}}"#)];
+        fields.extend(
+            (1..10).map(|i| format!(r#"{{"name":"f{i}","type":"L{below}","default":{{}}}}"#)),
+        );
+        schema = format!(
+            r#"{{"type":"record","name":"L{level}","fields":[{}]}}"#,
+            fields.join(",")
+        );
+    }
+    let s = AvroSchema::parse(&schema).expect("schema");
+    let e = s
+        .encode(&json!({}), LIMIT, 100_000)
+        .expect_err("too many steps");
+    assert!(e.message.contains("too many steps"), "{}", e.message);
+}

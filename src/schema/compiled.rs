@@ -1,0 +1,174 @@
+//! A schema ready to use: its codec compiled within the shape bounds every parser is safe
+//! with, and what it writes (Confluent's wire format) or why a value does not fit.
+
+use super::{avro, json, protobuf, Format, Mismatch};
+
+pub(super) enum Codec {
+    Avro(Box<avro::AvroSchema>),
+    Json(json::JsonSchema),
+    Protobuf(protobuf::ProtobufSchema),
+}
+
+impl std::fmt::Debug for Codec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Avro(_) => "Avro",
+            Self::Json(_) => "Json",
+            Self::Protobuf(_) => "Protobuf",
+        })
+    }
+}
+
+/// A schema ready to use: its id and its codec.
+#[derive(Debug)]
+pub struct Compiled {
+    pub id: u32,
+    pub format: Format,
+    pub(super) codec: Codec,
+    /// Bytes of schema text it was compiled from (what the cache counts).
+    pub(super) text_len: usize,
+}
+
+/// Deepest bracket nesting (`{`, `[`, `(`) a schema's text may have: the parsers and
+/// validators recurse on it (a Protobuf option value nested 1,500 deep overflows a worker's
+/// stack), and no real schema comes near.
+pub const MAX_SCHEMA_NESTING: usize = 64;
+/// Most `$ref`s a JSON Schema may hold (a long reference chain is recursion too).
+pub const MAX_SCHEMA_REFS: usize = 1_000;
+
+/// Whether a schema's text is within the shape bounds every parser is safe with: its size,
+/// its bracket nesting outside string literals, and (JSON Schema) its references.
+pub(super) fn within_bounds(format: Format, text: &str, max_bytes: usize) -> Result<(), String> {
+    if text.len() > max_bytes {
+        return Err(format!(
+            "the schema is {} bytes; at most {max_bytes} ([schema_registry] max_schema_bytes)",
+            text.len()
+        ));
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for &b in text.as_bytes() {
+        if let Some(q) = quote {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                _ if b == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => quote = Some(b'"'),
+            // Protobuf strings may be single-quoted too; JSON has no such strings.
+            b'\'' if format == Format::Protobuf => quote = Some(b'\''),
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_SCHEMA_NESTING {
+        return Err(format!(
+            "the schema nests {deepest} deep; at most {MAX_SCHEMA_NESTING}"
+        ));
+    }
+    if format == Format::Json && text.matches("\"$ref\"").count() > MAX_SCHEMA_REFS {
+        return Err(format!("the schema has more than {MAX_SCHEMA_REFS} $refs"));
+    }
+    Ok(())
+}
+
+pub(super) fn compile(format: Format, text: &str) -> Result<Codec, String> {
+    Ok(match format {
+        Format::Avro => Codec::Avro(Box::new(avro::AvroSchema::parse(text)?)),
+        Format::Json => Codec::Json(json::JsonSchema::parse(text)?),
+        Format::Protobuf => Codec::Protobuf(protobuf::ProtobufSchema::parse(text)?),
+    })
+}
+
+pub(super) fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Avro => "AVRO",
+        Format::Json => "JSONSCHEMA",
+        Format::Protobuf => "PROTOBUF",
+    }
+}
+
+impl Codec {
+    pub(super) fn record_name(&self) -> Option<&str> {
+        match self {
+            Self::Avro(s) => s.record_name.as_deref(),
+            Self::Json(s) => s.record_name.as_deref(),
+            Self::Protobuf(s) => s.record_name.as_deref(),
+        }
+    }
+}
+
+impl Compiled {
+    /// A schema compiled from its text, as if the registry had given it this id (the
+    /// benchmarks and tests use it; the gateway compiles what the registry answers).
+    pub fn new(id: u32, format: Format, text: &str) -> Result<Self, String> {
+        within_bounds(format, text, usize::MAX)?;
+        Ok(Self {
+            id,
+            format,
+            codec: compile(format, text)?,
+            text_len: text.len(),
+        })
+    }
+
+    /// `data` (JSON text) in Confluent's wire format under this schema, the payload at most
+    /// `limit` bytes (Avro's defaults can make a small value large).
+    pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
+        let payload = match &self.codec {
+            Codec::Protobuf(p) => p.encode(data)?,
+            // Steps: a few per byte of the value as sent, and room for a schema's defaults.
+            Codec::Avro(a) => {
+                a.encode(&parse_json(data)?, limit, 16 * data.len() as u64 + 16_384)?
+            }
+            Codec::Json(j) => {
+                j.check(&parse_json(data)?)?;
+                data.to_vec()
+            }
+        };
+        let mut out = Vec::with_capacity(5 + payload.len());
+        out.push(0);
+        out.extend_from_slice(&self.id.to_be_bytes());
+        out.extend_from_slice(&payload);
+        Ok(out)
+    }
+
+    /// About what the compiled schema takes in memory: parsed schemas and validators are
+    /// many times their text, so the cache counts a multiple of the text by format and a
+    /// fixed part.
+    pub(super) fn footprint(&self) -> usize {
+        // Measured by the review: a Protobuf descriptor pool is ~150x its text, a JSON Schema
+        // validator ~25x, an Avro schema ~16x.
+        let factor = match self.format {
+            Format::Avro => 16,
+            Format::Json => 32,
+            Format::Protobuf => 160,
+        };
+        self.text_len.saturating_mul(factor).saturating_add(1024)
+    }
+
+    /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
+    pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
+        match &self.codec {
+            Codec::Json(j) => j.check(&parse_json(data)?),
+            // A contract's validate mode is for JSON Schema only (the configuration says so);
+            // any other codec encodes to check.
+            _ => self.encode(data, usize::MAX).map(drop),
+        }
+    }
+}
+
+fn parse_json(data: &[u8]) -> Result<serde_json::Value, Mismatch> {
+    serde_json::from_slice(data).map_err(|e| Mismatch {
+        pointer: String::new(),
+        message: format!("is not JSON: {e}"),
+    })
+}
