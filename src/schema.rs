@@ -349,7 +349,19 @@ impl Schemas {
                         });
                     }
                 }
-                out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
+                // A validate contract keeps the JSON as sent, even when the record names the
+                // contract's schema itself.
+                let validate_only = self
+                    .contract(topic)
+                    .is_some_and(|c| c.mode == ContractMode::Validate);
+                if validate_only {
+                    schema.check(data).map_err(|m| Failure {
+                        side: Side::Value,
+                        error: SchemaError::Violation(m),
+                    })?;
+                } else {
+                    out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
+                }
                 out.value_id = Some(schema.id);
             }
             (Some(data), None) => {

@@ -26,6 +26,8 @@ pub struct AvroSchema {
     /// expands a record default's own defaults recursively (a 4.5 KB schema took 10 s and
     /// 1.5 GB); our walk uses them, bounded by the datum's limit.
     defaults: HashMap<(String, String), Value>,
+    /// Each enum's symbols by name, so a symbol is found without a search.
+    enums: HashMap<Name, HashMap<String, usize>>,
     /// The full name of the top-level named type, if it is one (RECORD_NAME strategy).
     pub record_name: Option<String>,
 }
@@ -40,7 +42,7 @@ impl AvroSchema {
         let mut defaults = HashMap::new();
         take_defaults(&mut json, None, &mut defaults, 0);
         let root = Schema::parse(&json).map_err(|e| e.to_string())?;
-        let names = apache_avro::schema::ResolvedSchema::try_from(&root)
+        let names: HashMap<Name, Schema> = apache_avro::schema::ResolvedSchema::try_from(&root)
             .map_err(|e| e.to_string())?
             .get_names()
             .iter()
@@ -52,10 +54,25 @@ impl AvroSchema {
             Schema::Fixed(f) => Some(f.name.fullname(None)),
             _ => None,
         };
+        let enums = names
+            .iter()
+            .filter_map(|(name, schema)| match schema {
+                Schema::Enum(e) => Some((
+                    name.clone(),
+                    e.symbols
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| (s.clone(), i))
+                        .collect(),
+                )),
+                _ => None,
+            })
+            .collect();
         Ok(Self {
             root,
             names,
             defaults,
+            enums,
             record_name,
         })
     }
@@ -73,6 +90,7 @@ impl AvroSchema {
         Walk {
             names: &self.names,
             defaults: &self.defaults,
+            enums: &self.enums,
             out: &mut out,
             limit,
             steps,
@@ -88,6 +106,7 @@ impl AvroSchema {
 struct Walk<'s, 'o> {
     names: &'s HashMap<Name, Schema>,
     defaults: &'s HashMap<(String, String), Value>,
+    enums: &'s HashMap<Name, HashMap<String, usize>>,
     out: &'o mut Vec<u8>,
     /// The most bytes the datum may take.
     limit: usize,
@@ -125,6 +144,22 @@ fn expected(at: &Pointer, what: &str, found: &Value) -> Mismatch {
 }
 
 impl Walk<'_, '_> {
+    /// Takes `n` steps from the budget: a value visited is one, a search through a large
+    /// enum or union costs in proportion (their names are compared one by one).
+    fn charge(&mut self, n: u64, at: &Pointer) -> Result<(), Mismatch> {
+        match self.steps.checked_sub(n) {
+            Some(left) => {
+                self.steps = left;
+                Ok(())
+            }
+            None => Err(mismatch(
+                at,
+                "the value takes too many steps to write in its schema (its defaults included)"
+                    .into(),
+            )),
+        }
+    }
+
     fn long(&mut self, n: i64) {
         let mut z = ((n << 1) ^ (n >> 63)) as u64;
         while z >= 0x80 {
@@ -155,14 +190,7 @@ impl Walk<'_, '_> {
         if self.out.len() > self.limit {
             return Err(too_large(at, self.limit));
         }
-        let Some(left) = self.steps.checked_sub(1) else {
-            return Err(mismatch(
-                at,
-                "the value takes too many steps to write in its schema (its defaults included)"
-                    .into(),
-            ));
-        };
-        self.steps = left;
+        self.charge(1, at)?;
         match schema {
             Schema::Null => match v {
                 Value::Null => Ok(()),
@@ -248,7 +276,14 @@ impl Walk<'_, '_> {
                 let Value::String(s) = v else {
                     return Err(expected(at, "an enum symbol (a string)", v));
                 };
-                let Some(i) = e.symbols.iter().position(|sym| sym == s) else {
+                let i = match self.enums.get(&e.name).and_then(|m| m.get(s.as_str())) {
+                    Some(i) => Some(*i),
+                    None => {
+                        self.charge(e.symbols.len() as u64 / 8, at)?;
+                        e.symbols.iter().position(|sym| sym == s)
+                    }
+                };
+                let Some(i) = i else {
                     return Err(mismatch(
                         at,
                         format!(
@@ -339,7 +374,18 @@ impl Walk<'_, '_> {
             match fields.get(&field.name) {
                 Some(value) => self.value(&field.schema, value, at, &ns, depth + 1)?,
                 None => match default() {
-                    Some(default) => self.value(&field.schema, default, at, &ns, depth + 1)?,
+                    // A union's default is its first branch's value (the specification's rule),
+                    // never a branch named or guessed.
+                    Some(default) => match &field.schema {
+                        Schema::Union(u) => match u.variants().first() {
+                            Some(first) => {
+                                self.long(0);
+                                self.value(first, default, at, &ns, depth + 1)?;
+                            }
+                            None => return Err(mismatch(at, "an empty union has no value".into())),
+                        },
+                        schema => self.value(schema, default, at, &ns, depth + 1)?,
+                    },
                     None => return Err(mismatch(at, "a required field is missing".into())),
                 },
             }
@@ -357,6 +403,8 @@ impl Walk<'_, '_> {
         depth: usize,
     ) -> Result<(), Mismatch> {
         let branches = u.variants();
+        // Branches are matched by name or kind one by one.
+        self.charge(branches.len() as u64, at)?;
         if v.is_null() {
             if let Some(i) = branches.iter().position(|b| matches!(b, Schema::Null)) {
                 self.long(i as i64);
@@ -406,6 +454,13 @@ impl Walk<'_, '_> {
         self.value(&branches[i], v, at, ns, depth + 1)
     }
 
+    fn has_symbol(&self, e: &apache_avro::schema::EnumSchema, s: &str) -> bool {
+        match self.enums.get(&e.name) {
+            Some(m) => m.contains_key(s),
+            None => e.symbols.iter().any(|sym| sym == s),
+        }
+    }
+
     /// Whether `v`'s JSON kind is one `schema` takes (no deeper look, except an enum's
     /// symbol and a fixed's length).
     fn kind_fits(&self, schema: &Schema, v: &Value, ns: &Namespace) -> bool {
@@ -430,7 +485,7 @@ impl Walk<'_, '_> {
                 Schema::String | Schema::Uuid | Schema::Bytes | Schema::BigDecimal,
                 Value::String(_),
             ) => true,
-            (Schema::Enum(e), Value::String(s)) => e.symbols.iter().any(|sym| sym == s),
+            (Schema::Enum(e), Value::String(s)) => self.has_symbol(e, s),
             (Schema::Fixed(f), Value::String(s)) => s.chars().count() == f.size,
             (Schema::Duration, Value::String(s)) => s.chars().count() == 12,
             (Schema::Decimal(d), _) => self.kind_fits(&d.inner, v, ns),
@@ -442,9 +497,7 @@ impl Walk<'_, '_> {
                     // A named type's kind needs no walk: records are objects, enums and fixed
                     // are strings (checked above once resolved).
                     Some(Schema::Record(_)) => v.is_object(),
-                    Some(Schema::Enum(e)) => v
-                        .as_str()
-                        .is_some_and(|s| e.symbols.iter().any(|sym| sym == s)),
+                    Some(Schema::Enum(e)) => v.as_str().is_some_and(|s| self.has_symbol(e, s)),
                     Some(Schema::Fixed(f)) => {
                         v.as_str().is_some_and(|s| s.chars().count() == f.size)
                     }
@@ -483,7 +536,10 @@ fn take_defaults(
             let mut full = None;
             if named {
                 if let Some(name) = o.get("name").and_then(Value::as_str) {
-                    let f = if name.contains('.') {
+                    // A leading dot names the null namespace: apache-avro drops it.
+                    let f = if let Some(bare) = name.strip_prefix('.') {
+                        bare.to_string()
+                    } else if name.contains('.') {
                         name.to_string()
                     } else {
                         match o.get("namespace").and_then(Value::as_str).or(namespace) {

@@ -66,6 +66,12 @@ pub(super) fn within_bounds(format: Format, text: &str, max_bytes: usize) -> Res
                 depth += 1;
                 deepest = deepest.max(depth);
             }
+            // Protobuf's text format nests option values in `< >` as well as `{ }`.
+            b'<' if format == Format::Protobuf => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'>' if format == Format::Protobuf => depth = depth.saturating_sub(1),
             b'}' | b']' | b')' => depth = depth.saturating_sub(1),
             _ => {}
         }

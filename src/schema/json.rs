@@ -57,11 +57,18 @@ pub const MAX_EXPANSION: u64 = 100_000;
 /// Steps the expansion count itself may take.
 const MAX_ANALYSIS_STEPS: u64 = 1_000_000;
 
-/// Refuses a schema whose validation could branch exponentially: the subschemas one check
-/// can visit, with each local `$ref` counted as its target's subschemas (memoised), must stay
-/// under [`MAX_EXPANSION`]; and a recursive schema (a `$ref` cycle) may not recurse through
-/// two branches of one `anyOf` / `oneOf` / `allOf`, which doubles the work at every level of
-/// the data.
+/// Refuses a schema whose validation could branch exponentially, or whose references
+/// floodgate does not follow the way the validator does:
+/// - only local JSON-pointer references (`"$ref": "#"` or `"#/..."`, no `%` escapes) are
+///   taken; `$anchor`, `$dynamicRef`, `$recursiveRef`, a nested `$id` (which rebases
+///   references) are refused;
+/// - the subschemas one check can visit — every object and array under any keyword, each
+///   `$ref` counted as its target's (memoised) — stay under [`MAX_EXPANSION`];
+/// - a recursive schema (a `$ref` cycle) may reach its cycle through at most one subschema
+///   of any node that applies to the same value (`allOf`/`anyOf`/`oneOf`, `not`, `if`/`then`/
+///   `else`, a sibling `$ref`, `items` with `contains`, ...): two would check every level of
+///   the data twice. Subschemas that apply to different parts of the value (two entries of
+///   `properties`, of `prefixItems`) may both recurse: a tree.
 fn expansion_within_bounds(schema: &Value) -> Result<(), String> {
     let mut walk = Expansion {
         root: schema,
@@ -69,7 +76,7 @@ fn expansion_within_bounds(schema: &Value) -> Result<(), String> {
         stack: Vec::new(),
         steps: 0,
     };
-    let (cost, _) = walk.cost(schema)?;
+    let (cost, _) = walk.cost(schema, true)?;
     if cost > MAX_EXPANSION {
         return Err(format!(
             "the schema can make {cost} subschema checks per value (more than {MAX_EXPANSION}): its $refs branch too widely"
@@ -87,72 +94,84 @@ struct Expansion<'a> {
     steps: u64,
 }
 
-/// The keywords whose values are subschemas, and whether they hold one, a list or a map.
-const ONE: [&str; 9] = [
-    "additionalProperties",
-    "items",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-    "unevaluatedItems",
+/// Keywords whose entries each apply to a different part of the value: their recursive
+/// entries count as one.
+const DISJOINT: [&str; 3] = ["properties", "prefixItems", "dependentRequired"];
+/// Keywords that change how references resolve, which this analysis does not follow.
+const UNFOLLOWED: [&str; 5] = [
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$recursiveRef",
+    "$recursiveAnchor",
 ];
-const LIST: [&str; 4] = ["anyOf", "oneOf", "allOf", "prefixItems"];
-const MAP: [&str; 3] = ["properties", "patternProperties", "dependentSchemas"];
 
 impl Expansion<'_> {
-    /// The node's cost, and whether it reaches a `$ref` cycle.
-    fn cost(&mut self, node: &Value) -> Result<(u64, bool), String> {
+    /// The node's cost, and whether it reaches a `$ref` cycle. `root`: the document itself
+    /// (the one place an `$id` is taken).
+    fn cost(&mut self, node: &Value, root: bool) -> Result<(u64, bool), String> {
         self.steps += 1;
         if self.steps > MAX_ANALYSIS_STEPS {
             return Err("the schema's references are too intricate to bound".into());
         }
-        let Value::Object(o) = node else {
-            return Ok((1, false));
-        };
-        let mut total = 1u64;
-        let mut cyclic = false;
-        let add = |(c, cy): (u64, bool), total: &mut u64, cyclic: &mut bool| {
-            *total = total.saturating_add(c);
-            *cyclic |= cy;
-        };
-        if let Some(target) = o.get("$ref").and_then(Value::as_str) {
-            add(self.reference(target)?, &mut total, &mut cyclic);
-        }
-        for key in ONE {
-            match o.get(key) {
-                Some(v @ Value::Object(_)) => add(self.cost(v)?, &mut total, &mut cyclic),
-                Some(Value::Array(items)) if key == "items" => {
-                    for v in items {
-                        add(self.cost(v)?, &mut total, &mut cyclic);
+        let (mut total, mut cyclic, mut recursive) = (1u64, false, 0usize);
+        match node {
+            Value::Array(items) => {
+                for v in items {
+                    let (c, cy) = self.cost(v, false)?;
+                    total = total.saturating_add(c);
+                    recursive += usize::from(cy);
+                    cyclic |= cy;
+                }
+            }
+            Value::Object(o) => {
+                for key in UNFOLLOWED {
+                    if o.contains_key(key) {
+                        return Err(format!(
+                            "{key} is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")"
+                        ));
                     }
                 }
-                _ => {}
-            }
-        }
-        for key in LIST {
-            if let Some(Value::Array(branches)) = o.get(key) {
-                let mut recursive = 0;
-                for v in branches {
-                    let (c, cy) = self.cost(v)?;
+                if !root && o.contains_key("$id") {
+                    return Err("a nested $id is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")".into());
+                }
+                for (key, v) in o {
+                    let (c, cy) = match (key.as_str(), v) {
+                        ("$ref", Value::String(target)) => self.reference(target)?,
+                        // Data, not schemas: never validated as subschemas.
+                        ("enum" | "const" | "examples" | "default" | "required", _) => (1, false),
+                        (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
+                            let (mut sum, mut any) = (1u64, false);
+                            for e in entries.values() {
+                                let (c, cy) = self.cost(e, false)?;
+                                sum = sum.saturating_add(c);
+                                any |= cy;
+                            }
+                            (sum, any)
+                        }
+                        (k, Value::Array(entries)) if DISJOINT.contains(&k) => {
+                            let (mut sum, mut any) = (1u64, false);
+                            for e in entries {
+                                let (c, cy) = self.cost(e, false)?;
+                                sum = sum.saturating_add(c);
+                                any |= cy;
+                            }
+                            (sum, any)
+                        }
+                        (_, v @ (Value::Object(_) | Value::Array(_))) => self.cost(v, false)?,
+                        _ => (1, false),
+                    };
+                    total = total.saturating_add(c);
                     recursive += usize::from(cy);
-                    add((c, cy), &mut total, &mut cyclic);
-                }
-                if recursive >= 2 {
-                    return Err(format!(
-                        "the schema recurses through {recursive} branches of one {key}: its checks double at every level of a value"
-                    ));
+                    cyclic |= cy;
                 }
             }
+            _ => return Ok((1, false)),
         }
-        for key in MAP {
-            if let Some(Value::Object(m)) = o.get(key) {
-                for v in m.values() {
-                    add(self.cost(v)?, &mut total, &mut cyclic);
-                }
-            }
+        if recursive >= 2 {
+            return Err(format!(
+                "the schema recurses through {recursive} subschemas that check the same value: its checks double at every level of a value"
+            ));
         }
         if total > MAX_EXPANSION {
             return Err(format!(
@@ -163,9 +182,13 @@ impl Expansion<'_> {
     }
 
     fn reference(&mut self, target: &str) -> Result<(u64, bool), String> {
-        // Only local references resolve (the validator has no resolvers for others).
-        let Some(pointer) = target.strip_prefix('#') else {
-            return Ok((1, false));
+        let pointer = match target.strip_prefix('#') {
+            Some(p) if (p.is_empty() || p.starts_with('/')) && !p.contains('%') => p,
+            _ => {
+                return Err(format!(
+                    "$ref {target:?} is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\", no % escapes)"
+                ))
+            }
         };
         if let Some(c) = self.memo.get(pointer) {
             return Ok((*c, false));
@@ -174,10 +197,10 @@ impl Expansion<'_> {
             return Ok((1, true));
         }
         let Some(node) = self.root.pointer(pointer) else {
-            return Ok((1, false));
+            return Err(format!("$ref {target:?} points at nothing in the schema"));
         };
         self.stack.push(pointer.to_string());
-        let result = self.cost(node);
+        let result = self.cost(node, pointer.is_empty());
         self.stack.pop();
         let (c, cyclic) = result?;
         // A target inside a cycle costs differently from each way in: not remembered.
@@ -248,7 +271,37 @@ mod tests {
         let doubling = json!({"anyOf": [{"type": "array", "items": {"$ref": "#"}},
                                         {"type": "array", "items": {"$ref": "#"}}]});
         let e = JsonSchema::parse(&doubling.to_string()).expect_err("doubling");
-        assert!(e.contains("branches of one anyOf"), "{e}");
+        assert!(e.contains("check the same value"), "{e}");
+        // The same through allOf beside anyOf, and through refs the analysis would not follow.
+        let two_keywords = json!({"$defs": {"n": {"type": ["array", "integer"], "items": {"$ref": "#"}}},
+                                  "allOf": [{"$ref": "#/$defs/n"}], "anyOf": [{"$ref": "#/$defs/n"}]});
+        assert!(
+            JsonSchema::parse(&two_keywords.to_string()).is_err(),
+            "allOf + anyOf"
+        );
+        for schema in [
+            json!({"$ref": "#a1", "$defs": {"a1": {"$anchor": "a1", "type": "integer"}}}),
+            json!({"$ref": "#/%24defs/a1", "$defs": {"a1": {"type": "integer"}}}),
+            json!({"$defs": {"a1": {"$id": "http://x.example/a1", "type": "integer"}}, "$ref": "http://x.example/a1"}),
+        ] {
+            assert!(JsonSchema::parse(&schema.to_string()).is_err(), "{schema}");
+        }
+        // A DAG hidden under a keyword an allow-list would not name is counted too.
+        let mut hidden = serde_json::Map::new();
+        for i in 0..23 {
+            let next = format!("#/dependencies/x/definitions/a{}", i + 1);
+            hidden.insert(
+                format!("a{i}"),
+                json!({"anyOf": [{"$ref": next}, {"$ref": next}]}),
+            );
+        }
+        hidden.insert("a23".into(), json!({"type": "integer"}));
+        let dependencies = json!({"$ref": "#/dependencies/x/definitions/a0",
+                                  "dependencies": {"x": {"definitions": hidden}}});
+        assert!(
+            JsonSchema::parse(&dependencies.to_string()).is_err(),
+            "hidden DAG"
+        );
         // A tree (recursion through one branch) and a shared definition used twice are fine.
         let tree = json!({"type": "object", "properties": {
             "children": {"type": "array", "items": {"$ref": "#"}},

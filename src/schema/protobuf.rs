@@ -53,6 +53,16 @@ impl ProtobufSchema {
     /// The message's bytes, with Confluent's message-index array for the first message (a
     /// single 0) in front, or where and why the JSON does not fit.
     pub fn encode(&self, text: &[u8]) -> Result<Vec<u8>, Mismatch> {
+        // Consumers' parsers refuse messages nested past 100 (upb's default limit): one
+        // written deeper would be unreadable. A message nests no deeper than its JSON.
+        if json_depth(text) > MAX_MESSAGE_DEPTH {
+            return Err(Mismatch {
+                pointer: String::new(),
+                message: format!(
+                    "nests deeper than {MAX_MESSAGE_DEPTH}, which Protobuf consumers refuse to read"
+                ),
+            });
+        }
         let mut de = serde_json::Deserializer::from_slice(text);
         let options = DeserializeOptions::new().deny_unknown_fields(true);
         let mut track = serde_path_to_error::Track::new();
@@ -102,6 +112,30 @@ fn required(message: &DynamicMessage, at: &mut Pointer) -> Result<(), Mismatch> 
         }
     }
     Ok(())
+}
+
+/// Deepest message nesting written.
+const MAX_MESSAGE_DEPTH: usize = 100;
+
+/// The deepest bracket nesting of JSON text, strings skipped.
+fn json_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        match (in_string, b) {
+            (true, _) if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (true, b'"') => in_string = false,
+            (true, _) => {}
+            (false, b'"') => in_string = true,
+            (false, b'{' | b'[') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, b'}' | b']') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn strip_position(message: &str) -> String {
@@ -164,5 +198,16 @@ mod tests {
                 .pointer,
             "/n/x"
         );
+    }
+
+    #[test]
+    fn messages_nested_past_what_consumers_read_are_refused() {
+        let s = ProtobufSchema::parse(r#"syntax = "proto3"; message M { M m = 4; int32 x = 1; }"#)
+            .expect("schema");
+        let nest = |n: usize| format!("{}{{\"x\":1}}{}", "{\"m\":".repeat(n), "}".repeat(n));
+        assert!(s.encode(nest(90).as_bytes()).is_ok());
+        let e = s.encode(nest(125).as_bytes()).expect_err("too deep");
+        assert!(e.message.contains("deeper than 100"), "{}", e.message);
+        assert_eq!(json_depth(br#"{"a":"{{{{","b":[1]}"#), 2, "strings skipped");
     }
 }

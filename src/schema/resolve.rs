@@ -31,6 +31,8 @@ pub(super) struct Cache {
 /// Schemas compiled at once (each on a blocking thread: a large one takes tens of
 /// milliseconds, which must not stall the request threads).
 pub(super) const MAX_COMPILING: usize = 2;
+/// Stack of a compiling thread.
+const COMPILE_STACK: usize = 256 * 1024 * 1024;
 
 /// A raw schema's cache key: the scope its subject comes from, and its text's digest (the
 /// text itself is not kept twice).
@@ -212,7 +214,17 @@ impl Schemas {
             .await
             .map_err(|_| "closed".to_string())?;
         let text = text.to_string();
-        tokio::task::spawn_blocking(move || compile(format, &text))
+        // A thread of its own with a large stack: the parsers recurse on the schema's shape,
+        // and a shape the bounds above did not foresee must not overflow a worker's 2 MiB.
+        let (done, result) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("schema-compile".into())
+            .stack_size(COMPILE_STACK)
+            .spawn(move || {
+                let _ = done.send(compile(format, &text));
+            })
+            .map_err(|e| format!("the schema could not be compiled: {e}"))?;
+        result
             .await
             .map_err(|_| "the schema could not be compiled".to_string())?
     }

@@ -199,3 +199,46 @@ fn defaults_that_write_nothing_are_bounded_in_steps() {
         .expect_err("too many steps");
     assert!(e.message.contains("too many steps"), "{}", e.message);
 }
+
+#[test]
+fn a_union_default_is_its_first_branch() {
+    let s = AvroSchema::parse(
+        r#"{"type":"record","name":"R","fields":[
+            {"name":"m","type":[{"type":"map","values":"string"},"string"],"default":{"string":"x"}},
+            {"name":"i","type":["int","long"],"default":1}]}"#,
+    )
+    .expect("schema");
+    // m: branch 0 (the map), one entry "string" -> "x"; i: branch 0 (int) 1.
+    let bytes = s.encode(&json!({}), LIMIT, STEPS).expect("defaults");
+    assert_eq!(
+        bytes,
+        vec![0, 2, 12, b's', b't', b'r', b'i', b'n', b'g', 2, b'x', 0, 0, 2]
+    );
+}
+
+#[test]
+fn a_record_named_with_a_leading_dot_keeps_its_defaults() {
+    let s = AvroSchema::parse(
+        r#"{"type":"record","name":"O","namespace":"n","fields":[{"name":"i","type":
+            {"type":"record","name":".I","fields":[{"name":"a","type":"int","default":7}]}}]}"#,
+    )
+    .expect("schema");
+    assert_eq!(
+        s.encode(&json!({"i": {}}), LIMIT, STEPS).expect("default"),
+        vec![14]
+    );
+}
+
+#[test]
+fn a_large_enum_is_looked_up_not_searched() {
+    let symbols: Vec<String> = (0..40_000).map(|i| format!("\"S{i}\"")).collect();
+    let s = AvroSchema::parse(&format!(
+        r#"{{"type":"array","items":{{"type":"enum","name":"E","symbols":[{}]}}}}"#,
+        symbols.join(",")
+    ))
+    .expect("schema");
+    // 1,000 lookups of the last symbol within a budget a linear search would spend 5,000
+    // times over.
+    let v = json!(vec!["S39999"; 1000]);
+    assert!(s.encode(&v, LIMIT, 10_000).is_ok());
+}
