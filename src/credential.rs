@@ -21,12 +21,14 @@
 //! client certificate, `identity`, the budget clock).
 
 pub mod cache;
+mod caller;
+mod error;
 pub mod jwks;
 pub mod jwt;
+mod token;
 
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,194 +37,16 @@ use sha2::Digest as _;
 
 use crate::budget::Clock;
 use crate::config::{AuthConfig, CertName, JwtIssuerConfig};
-use crate::identity::{ApiKeyHash, Topic, TopicPatterns};
+use crate::identity::ApiKeyHash;
 use crate::tenant::{Registry, Tenant, Tenants};
 use crate::tls::ClientCertificate;
 
-use cache::{Cached, TokenCache};
-use jwks::{Fetched, KeySource, Lookup, SourceSettings};
+use cache::TokenCache;
+use jwks::{KeySource, SourceSettings};
 
-/// Who is calling, as the connection knows it.
-#[derive(Debug, Clone, Default)]
-pub struct Caller {
-    /// The peer's address (failed authentications are limited per address).
-    pub ip: Option<IpAddr>,
-    /// The connection's verified client certificate (mTLS).
-    pub cert: Option<Arc<ClientCertificate>>,
-}
-
-/// How a request authenticated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    ApiKey,
-    Jwt,
-    ClientCert,
-    /// No credential at all.
-    None,
-}
-
-impl Method {
-    pub const ALL: [Method; 4] = [
-        Method::ApiKey,
-        Method::Jwt,
-        Method::ClientCert,
-        Method::None,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::ApiKey => "api_key",
-            Method::Jwt => "jwt",
-            Method::ClientCert => "client_cert",
-            Method::None => "none",
-        }
-    }
-}
-
-/// A verified token, as remembered between its requests.
-#[derive(Debug)]
-pub struct VerifiedToken {
-    /// Index of the issuer in `[[auth.jwt]]`.
-    issuer: usize,
-    /// The tenant claim's value.
-    subject: Box<str>,
-    /// Unix second from which the token is no longer accepted (`exp` + leeway).
-    until_s: u64,
-    /// The token's own topic patterns (its topics claim), if any: they only narrow.
-    topics: Option<TopicPatterns>,
-    /// The key it was verified with ([`jwks::VerifyKey::id`]) and the issuer's key-set
-    /// generation then: an open stream asks whether the key is still held when the set changed.
-    key_id: [u8; 32],
-    keys_generation: u64,
-}
-
-/// The credential a request authenticated with: what a long-lived request (a stream) checks
-/// again later.
-#[derive(Debug, Clone)]
-pub enum Credential {
-    ApiKey(ApiKeyHash),
-    Jwt(Arc<VerifiedToken>),
-    Certificate(Arc<ClientCertificate>),
-}
-
-impl Credential {
-    pub fn method(&self) -> Method {
-        match self {
-            Credential::ApiKey(_) => Method::ApiKey,
-            Credential::Jwt(_) => Method::Jwt,
-            Credential::Certificate(_) => Method::ClientCert,
-        }
-    }
-}
-
-/// An authenticated request: its tenant and its credential.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    pub tenant: Arc<Tenant>,
-    pub credential: Credential,
-}
-
-impl Identity {
-    /// Whether the credential's own limits allow this topic (a token's topics claim); the
-    /// tenant's patterns are checked by the pipeline as for every request.
-    pub fn credential_allows(&self, topic: &Topic) -> bool {
-        match &self.credential {
-            Credential::Jwt(t) => t.topics.as_ref().is_none_or(|p| p.allows(topic)),
-            _ => true,
-        }
-    }
-
-    /// Tenant patterns and credential limits together.
-    pub fn may_write(&self, topic: &Topic) -> bool {
-        self.tenant.may_write(topic) && self.credential_allows(topic)
-    }
-}
-
-/// What is wrong with a JWT. Each has a stable code (`token_*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenProblem {
-    Malformed(String),
-    /// `none`, HMAC, anything not accepted, or not the algorithm of the key it names.
-    Algorithm(String),
-    /// No issuer of `[[auth.jwt]]` has this `iss`.
-    Issuer,
-    Audience,
-    Expired,
-    NotYetValid,
-    /// No key of the issuer has the token's `kid` (after the refetch the throttle allowed).
-    UnknownKey(String),
-    Signature,
-    Claims(String),
-}
-
-impl TokenProblem {
-    pub fn code(&self) -> &'static str {
-        match self {
-            TokenProblem::Malformed(_) => "token_malformed",
-            TokenProblem::Algorithm(_) => "token_algorithm",
-            TokenProblem::Issuer => "token_issuer",
-            TokenProblem::Audience => "token_audience",
-            TokenProblem::Expired => "token_expired",
-            TokenProblem::NotYetValid => "token_not_yet_valid",
-            TokenProblem::UnknownKey(_) => "token_key_unknown",
-            TokenProblem::Signature => "token_signature",
-            TokenProblem::Claims(_) => "token_claims",
-        }
-    }
-
-    pub fn detail(&self) -> String {
-        match self {
-            TokenProblem::Malformed(d) => format!("the bearer token is not a valid JWT: {d}"),
-            TokenProblem::Algorithm(d) | TokenProblem::Claims(d) | TokenProblem::UnknownKey(d) => {
-                d.clone()
-            }
-            TokenProblem::Issuer => {
-                "the token's issuer (iss) is not one this gateway trusts".into()
-            }
-            TokenProblem::Audience => {
-                "the token's audience (aud) names none of the issuer's audiences".into()
-            }
-            TokenProblem::Expired => "the token has expired (exp)".into(),
-            TokenProblem::NotYetValid => "the token is not valid yet (nbf)".into(),
-            TokenProblem::Signature => {
-                "the token's signature does not verify with the issuer's key".into()
-            }
-        }
-    }
-}
-
-/// Why a request is not authenticated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuthError {
-    /// No credential, or an API key no tenant has: 401 `unauthorized`.
-    Unauthorized,
-    /// A bad JWT: 401 with the problem's code.
-    Token(TokenProblem),
-    /// The client certificate expired while its connection was open: 401.
-    CertificateExpired,
-    /// A valid token or certificate that belongs to no tenant: 403 `unknown_tenant`.
-    UnknownTenant(Method),
-    /// The issuer's keys could not be fetched, so a possibly valid token cannot be checked:
-    /// 503 `jwks_unavailable` (not counted as the client's failure).
-    KeysUnavailable,
-}
-
-impl AuthError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            AuthError::Unauthorized => "unauthorized",
-            AuthError::Token(p) => p.code(),
-            AuthError::CertificateExpired => "certificate_expired",
-            AuthError::UnknownTenant(_) => "unknown_tenant",
-            AuthError::KeysUnavailable => "jwks_unavailable",
-        }
-    }
-
-    /// Whether this counts against the address's failed-authentication allowance.
-    pub fn is_failure(&self) -> bool {
-        !matches!(self, AuthError::KeysUnavailable)
-    }
-}
+pub use caller::{Caller, Credential, Identity, Method, VerifiedToken};
+pub use error::{AuthError, TokenProblem};
+use token::TokenEntry;
 
 /// One issuer, ready to verify.
 #[derive(Debug)]
@@ -253,17 +77,6 @@ impl AuthCounts {
         out.sort_by_key(|(m, o, _)| (m.as_str(), *o));
         out
     }
-}
-
-/// A token's cache entry: the verification, and the tenant it resolved to under a registry
-/// generation (resolved again when the registry changes).
-#[derive(Debug)]
-struct TokenEntry {
-    token: Arc<VerifiedToken>,
-    /// The issuer's key-set generation it was verified under.
-    keys_generation: u64,
-    generation: u64,
-    tenant: Option<Arc<Tenant>>,
 }
 
 /// Turns credentials into identities.
@@ -441,178 +254,6 @@ impl Authenticator {
         (Method::ApiKey, Err(AuthError::Unauthorized))
     }
 
-    /// A JWT: from the cache, or verified and remembered until its `exp`.
-    async fn by_token(
-        &self,
-        tenants: &Tenants,
-        token: &str,
-        digest: [u8; 32],
-    ) -> Result<Identity, AuthError> {
-        let now = self.clock.unix_s();
-        let generation = tenants.generation();
-        let hit = self.cache.with(&digest, now, |entry| {
-            let keys = self.issuers.get(entry.token.issuer)?.keys.generation();
-            if keys != entry.keys_generation {
-                // The issuer's keys changed since: verify again (the key may be gone).
-                return None;
-            }
-            if entry.generation != generation {
-                entry.tenant = self.resolve_token(&tenants.load(), &entry.token);
-                entry.generation = generation;
-            }
-            Some((entry.token.clone(), entry.tenant.clone()))
-        });
-        let (token, tenant) = match hit {
-            Cached::Live(Some(found)) => found,
-            Cached::Expired => return Err(AuthError::Token(TokenProblem::Expired)),
-            Cached::Live(None) | Cached::Missing => {
-                let (verified, keys_generation) = self.verify(token, now).await?;
-                let verified = Arc::new(verified);
-                let tenant = self.resolve_token(&tenants.load(), &verified);
-                // A token whose topics claim compiles to more than MAX_CACHED_TOPICS_BYTES is
-                // verified on every request instead: the cache's bound is in entries, and one
-                // such entry could hold hundreds of kilobytes.
-                let cacheable = verified
-                    .topics
-                    .as_ref()
-                    .is_none_or(|t| t.footprint() <= MAX_CACHED_TOPICS_BYTES);
-                if cacheable {
-                    self.cache.insert(
-                        digest,
-                        TokenEntry {
-                            token: verified.clone(),
-                            keys_generation,
-                            generation,
-                            tenant: tenant.clone(),
-                        },
-                        verified.until_s,
-                        now,
-                    );
-                }
-                (verified, tenant)
-            }
-        };
-        let tenant = tenant.ok_or(AuthError::UnknownTenant(Method::Jwt))?;
-        Ok(Identity {
-            tenant,
-            credential: Credential::Jwt(token),
-        })
-    }
-
-    /// Verifies a token not seen before: every check that needs no key first, then the key
-    /// (refetching the issuer's set once for an unknown `kid`, as the throttle allows), then
-    /// the signature.
-    /// Returns the token and the issuer's key-set generation it was verified under.
-    async fn verify(&self, token: &str, now: u64) -> Result<(VerifiedToken, u64), AuthError> {
-        let bad = AuthError::Token;
-        let parsed = jwt::parse(token).map_err(bad)?;
-        let index = parsed
-            .claims
-            .get("iss")
-            .and_then(|i| i.as_str())
-            .and_then(|i| self.by_issuer.get(i).copied())
-            .ok_or(AuthError::Token(TokenProblem::Issuer))?;
-        let issuer = &self.issuers[index];
-        let config = &issuer.config;
-        if !config
-            .algorithms
-            .iter()
-            .any(|a| *a == format!("{:?}", parsed.alg))
-        {
-            return Err(bad(TokenProblem::Algorithm(
-                "the token's alg is not one this issuer's tokens may use (its algorithms)".into(),
-            )));
-        }
-        let checked = jwt::check_claims(
-            &parsed.claims,
-            &jwt::ClaimRules {
-                audiences: &config.audiences,
-                leeway_s: config.leeway_s,
-                tenant_claim: &config.tenant_claim,
-                topics_claim: config.topics_claim.as_deref(),
-            },
-            now,
-        )
-        .map_err(bad)?;
-        // Read before the keys: a set stored after this is newer than the one verified with.
-        let mut keys_generation = issuer.keys.generation();
-        let mut keys = issuer.keys.keys();
-        // Only a kid the issuer does not have is worth a refetch: a known kid named with
-        // another algorithm (key confusion) is refused as it stands.
-        let known_kid = parsed.kid.as_deref().is_some_and(|kid| keys.has_kid(kid));
-        if !known_kid
-            && matches!(
-                keys.find(parsed.kid.as_deref(), parsed.alg),
-                Lookup::Unknown
-            )
-        {
-            let (fetched, _) = issuer.keys.fetch().await;
-            keys_generation = issuer.keys.generation();
-            keys = issuer.keys.keys();
-            if matches!(
-                keys.find(parsed.kid.as_deref(), parsed.alg),
-                Lookup::Unknown
-            ) && (matches!(fetched, Fetched::Failed(_))
-                || (fetched == Fetched::Throttled && issuer.keys.last_failed()))
-            {
-                return Err(AuthError::KeysUnavailable);
-            }
-        }
-        let key = match keys.find(parsed.kid.as_deref(), parsed.alg) {
-            Lookup::Found(key) => key,
-            Lookup::Ambiguous => {
-                return Err(bad(TokenProblem::UnknownKey(
-                    "the token names no key (kid) and the issuer has several for its alg".into(),
-                )))
-            }
-            Lookup::Unknown => {
-                let detail = match &parsed.kid {
-                    Some(kid) if keys.has_kid(kid) => {
-                        "the key the token names (kid) is for another algorithm than its alg"
-                    }
-                    Some(_) => "no key of the issuer has the token's kid",
-                    None => "the issuer has no key for the token's alg",
-                };
-                return Err(bad(TokenProblem::UnknownKey(detail.into())));
-            }
-        };
-        self.verifications.fetch_add(1, Ordering::Relaxed);
-        let valid = jsonwebtoken::crypto::verify(
-            parsed.signature,
-            parsed.signed.as_bytes(),
-            &key.key,
-            key.alg,
-        )
-        .unwrap_or(false);
-        if !valid {
-            return Err(bad(TokenProblem::Signature));
-        }
-        Ok((
-            VerifiedToken {
-                issuer: index,
-                subject: checked.subject.into_boxed_str(),
-                until_s: checked.exp.saturating_add(config.leeway_s),
-                topics: checked.topics,
-                key_id: key.id,
-                keys_generation,
-            },
-            keys_generation,
-        ))
-    }
-
-    /// The tenant a verified token belongs to under `registry`: the tenant listing it, else
-    /// the issuer's map, else (no map) the tenant whose id is the claim value.
-    fn resolve_token(&self, registry: &Registry, token: &VerifiedToken) -> Option<Arc<Tenant>> {
-        let issuer = &self.issuers.get(token.issuer)?.config;
-        registry
-            .by_jwt(&issuer.issuer, &token.subject)
-            .or_else(|| match &issuer.map {
-                Some(map) => registry.get(map.get(&*token.subject)?),
-                None => registry.get(&token.subject),
-            })
-            .cloned()
-    }
-
     /// A client certificate's tenant: the first of its names (of the configured kind) that
     /// belongs to one.
     fn by_certificate(
@@ -703,10 +344,6 @@ impl Authenticator {
 fn sha256(text: &str) -> [u8; 32] {
     sha2::Sha256::digest(text.as_bytes()).into()
 }
-
-/// Most bytes a cached token's compiled topics claim may hold (see `footprint`): bounds the
-/// token cache at `jwt_cache_entries` × (a few hundred bytes + this).
-const MAX_CACHED_TOPICS_BYTES: usize = 1024;
 
 /// Longest API key that is looked up: a key is tens of characters; a header of kilobytes is not
 /// a key, and hashing it for every request of a flood would cost the gateway for nothing.

@@ -1,0 +1,88 @@
+//! Why a credential was not accepted, each with its stable code.
+
+use super::Method;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenProblem {
+    Malformed(String),
+    /// `none`, HMAC, anything not accepted, or not the algorithm of the key it names.
+    Algorithm(String),
+    /// No issuer of `[[auth.jwt]]` has this `iss`.
+    Issuer,
+    Audience,
+    Expired,
+    NotYetValid,
+    /// No key of the issuer has the token's `kid` (after the refetch the throttle allowed).
+    UnknownKey(String),
+    Signature,
+    Claims(String),
+}
+
+impl TokenProblem {
+    pub fn code(&self) -> &'static str {
+        match self {
+            TokenProblem::Malformed(_) => "token_malformed",
+            TokenProblem::Algorithm(_) => "token_algorithm",
+            TokenProblem::Issuer => "token_issuer",
+            TokenProblem::Audience => "token_audience",
+            TokenProblem::Expired => "token_expired",
+            TokenProblem::NotYetValid => "token_not_yet_valid",
+            TokenProblem::UnknownKey(_) => "token_key_unknown",
+            TokenProblem::Signature => "token_signature",
+            TokenProblem::Claims(_) => "token_claims",
+        }
+    }
+
+    pub fn detail(&self) -> String {
+        match self {
+            TokenProblem::Malformed(d) => format!("the bearer token is not a valid JWT: {d}"),
+            TokenProblem::Algorithm(d) | TokenProblem::Claims(d) | TokenProblem::UnknownKey(d) => {
+                d.clone()
+            }
+            TokenProblem::Issuer => {
+                "the token's issuer (iss) is not one this gateway trusts".into()
+            }
+            TokenProblem::Audience => {
+                "the token's audience (aud) names none of the issuer's audiences".into()
+            }
+            TokenProblem::Expired => "the token has expired (exp)".into(),
+            TokenProblem::NotYetValid => "the token is not valid yet (nbf)".into(),
+            TokenProblem::Signature => {
+                "the token's signature does not verify with the issuer's key".into()
+            }
+        }
+    }
+}
+
+/// Why a request is not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthError {
+    /// No credential, or an API key no tenant has: 401 `unauthorized`.
+    Unauthorized,
+    /// A bad JWT: 401 with the problem's code.
+    Token(TokenProblem),
+    /// The client certificate expired while its connection was open: 401.
+    CertificateExpired,
+    /// A valid token or certificate that belongs to no tenant: 403 `unknown_tenant`.
+    UnknownTenant(Method),
+    /// The issuer's keys could not be fetched, so a possibly valid token cannot be checked:
+    /// 503 `jwks_unavailable` (not counted as the client's failure).
+    KeysUnavailable,
+}
+
+impl AuthError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            AuthError::Unauthorized => "unauthorized",
+            AuthError::Token(p) => p.code(),
+            AuthError::CertificateExpired => "certificate_expired",
+            AuthError::UnknownTenant(_) => "unknown_tenant",
+            AuthError::KeysUnavailable => "jwks_unavailable",
+        }
+    }
+
+    /// Whether this counts against the address's failed-authentication allowance.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, AuthError::KeysUnavailable)
+    }
+}
