@@ -68,110 +68,94 @@ enum RegistryAction {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
-        Command::CheckConfig => match Config::load(&cli.config) {
-            Ok(config) => {
-                // Valid but probably not meant: said, not refused.
-                for w in config.warnings() {
-                    eprintln!("{}: warning: {w}", cli.config.display());
-                }
-                // What the environment must hold for this file, checked too (never printed).
-                let mut missing = Vec::new();
-                if config.cluster.shared_registry {
-                    if let Err(e) = floodgate::registry::registry_secrets(&config) {
-                        missing.push(format!("cluster.registry_secret_env: {e}"));
-                    }
-                }
-                if let Some(var) = &config.metrics.token_env {
-                    if let Err(e) = floodgate::access::scrape_token_from_env(var) {
-                        missing.push(format!("metrics.token_env: {e}"));
-                    }
-                }
-                // Every [[auth.jwt]] jwks_file read and parsed as start-up would.
-                let clock = std::sync::Arc::new(floodgate::budget::MonotonicClock::new());
-                if let Err(e) = floodgate::credential::Authenticator::new(&config.auth, clock) {
-                    missing.push(e.to_string());
-                }
-                // The TLS files read as start-up reads them (certificate, key, client CA).
-                if let (Some(cert), Some(key)) =
-                    (&config.server.tls_cert_file, &config.server.tls_key_file)
-                {
-                    let client = config.server.tls_client_ca_file.as_deref().map(|ca_file| {
-                        floodgate::tls::ClientAuth {
-                            ca_file,
-                            required: config.server.require_client_cert,
-                        }
-                    });
-                    if let Err(e) = floodgate::tls::acceptor(cert, key, client) {
-                        missing.push(format!("server.tls: {e}"));
-                    }
-                }
-                if missing.is_empty() {
-                    println!("{}: ok", cli.config.display());
-                    ExitCode::SUCCESS
-                } else {
-                    for e in missing {
-                        eprintln!("{}: {e}", cli.config.display());
-                    }
-                    ExitCode::from(EXIT_CONFIG)
-                }
-            }
-            Err(e) => {
-                for p in &e.problems {
-                    eprintln!("{}: {p}", cli.config.display());
-                }
-                ExitCode::from(EXIT_CONFIG)
-            }
+        Command::CheckConfig => match load(&cli.config) {
+            Ok(config) => check_config(&cli.config, &config),
+            Err(code) => code,
         },
-        Command::Run => match Config::load(&cli.config) {
+        Command::Run => match load(&cli.config) {
             Ok(config) => serve(config, None, Some(cli.config.clone())),
-            Err(e) => {
-                for p in &e.problems {
-                    eprintln!("{}: {p}", cli.config.display());
-                }
-                ExitCode::from(EXIT_CONFIG)
-            }
+            Err(code) => code,
         },
-        Command::Registry { action } => {
-            let config = match Config::load(&cli.config) {
-                Ok(c) => c,
-                Err(e) => {
-                    for p in &e.problems {
-                        eprintln!("{}: {p}", cli.config.display());
-                    }
-                    return ExitCode::from(EXIT_CONFIG);
-                }
-            };
-            registry_command(&config, action)
+        Command::Registry { action } => match load(&cli.config) {
+            Ok(config) => registry_command(&config, action),
+            Err(code) => code,
+        },
+        Command::Dev => dev_command(&cli.config),
+    }
+}
+
+/// The file read and validated, or its problems printed (one per line, naming the key) and
+/// the configuration exit code.
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        for p in &e.problems {
+            eprintln!("{}: {p}", path.display());
         }
-        Command::Dev => {
-            // The dev setup needs no file; use the given one only if it exists.
-            let mut config = if cli.config.exists() {
-                match Config::load(&cli.config) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        for p in &e.problems {
-                            eprintln!("{}: {p}", cli.config.display());
-                        }
-                        return ExitCode::from(EXIT_CONFIG);
-                    }
-                }
-            } else {
-                match Config::from_toml_with_env("", std::env::vars()) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        eprintln!("{e}");
-                        return ExitCode::from(EXIT_CONFIG);
-                    }
-                }
-            };
-            config.tenants.clear();
-            match dev::start(&mut config) {
-                Ok(broker) => serve(config, Some(broker), None),
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::FAILURE
-                }
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+/// `check-config`: the file, and what the environment must hold for it, checked as start-up
+/// would check them.
+fn check_config(path: &std::path::Path, config: &Config) -> ExitCode {
+    // Valid but probably not meant: said, not refused.
+    for w in config.warnings() {
+        eprintln!("{}: warning: {w}", path.display());
+    }
+    // What the environment must hold for this file, checked too (never printed).
+    let mut missing = Vec::new();
+    if config.cluster.shared_registry {
+        if let Err(e) = floodgate::registry::registry_secrets(config) {
+            missing.push(format!("cluster.registry_secret_env: {e}"));
+        }
+    }
+    if let Some(var) = &config.metrics.token_env {
+        if let Err(e) = floodgate::access::scrape_token_from_env(var) {
+            missing.push(format!("metrics.token_env: {e}"));
+        }
+    }
+    // Every [[auth.jwt]] jwks_file read and parsed as start-up would.
+    let clock = std::sync::Arc::new(floodgate::budget::MonotonicClock::new());
+    if let Err(e) = floodgate::credential::Authenticator::new(&config.auth, clock) {
+        missing.push(e.to_string());
+    }
+    // The TLS files read as start-up reads them (certificate, key, client CA).
+    if let Err(e) = floodgate::run::tls_acceptors(&config.server) {
+        missing.push(format!("server.tls: {e}"));
+    }
+    if missing.is_empty() {
+        println!("{}: ok", path.display());
+        ExitCode::SUCCESS
+    } else {
+        for e in missing {
+            eprintln!("{}: {e}", path.display());
+        }
+        ExitCode::from(EXIT_CONFIG)
+    }
+}
+
+/// `dev`: the embedded broker, and the file only if it exists.
+fn dev_command(path: &std::path::Path) -> ExitCode {
+    let mut config = if path.exists() {
+        match load(path) {
+            Ok(c) => c,
+            Err(code) => return code,
+        }
+    } else {
+        match Config::from_toml_with_env("", std::env::vars()) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(EXIT_CONFIG);
             }
+        }
+    };
+    config.tenants.clear();
+    match dev::start(&mut config) {
+        Ok(broker) => serve(config, Some(broker), None),
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
         }
     }
 }
