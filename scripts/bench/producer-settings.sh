@@ -7,14 +7,14 @@
 # core 1. Prints each run and the medians per variant.
 # Knobs: ROUNDS (2), SECS (8), RECORDS (500000), KAFKA_PORT (19792).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-2}
 SECS=${SECS:-8}
 RECORDS=${RECORDS:-500000}
 KAFKA_PORT=${KAFKA_PORT:-19792}
 PORT=18880
 ADMIN_PORT=18890
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
   cargo build --release --workspace --bins

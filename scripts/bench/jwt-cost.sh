@@ -5,14 +5,14 @@
 # Keys from a jwks_file; tokens signed with openssl. Knobs: ROUNDS (3), SECS (6), KAFKA
 # (an existing broker, 127.0.0.1:19292). Load generator on core 0, floodgate on core 1.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-6}
 KAFKA=${KAFKA:-127.0.0.1:19292}
 PORT=18641
 ADMIN_PORT=18642
-OUT=bench/out/jwt-cost
+OUT=scripts/bench/out/jwt-cost
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
   cargo build --release --workspace --bins

@@ -5,10 +5,10 @@
 #     stream and window bounds keep it flat however many streams try.
 #  2. Bad-key flood: N requests with a wrong API key over HTTP/1.1 (h2load --h1). Prints the
 #     CPU floodgate spent per request (utime+stime from /proc), and how they were answered.
-#   bench/edge.sh [BIN_DIR]        (default target/release; needs h2load: apt-get install nghttp2-client)
+#   scripts/bench/edge.sh [BIN_DIR]        (default target/release; needs h2load: apt-get install nghttp2-client)
 # Load generator on core 0, floodgate on core 1.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${1:-target/release}
 PORT=${EDGE_PORT:-18480}
 ADMIN_PORT=${EDGE_ADMIN_PORT:-18490}

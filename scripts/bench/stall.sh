@@ -5,17 +5,17 @@
 #     summary: while the broker is frozen the buffer fills, clients get 429 buffer_full, and RSS
 #     stays flat instead of growing with the backlog.
 #  2. Upload flood: 300 concurrent chunked uploads of 7 MiB from a tenant whose bytes burst is
-#     2 MiB (bench/upload_flood.py), against a 64 MiB buffer, while a well-behaved tenant sends
+#     2 MiB (scripts/bench/upload_flood.py), against a 64 MiB buffer, while a well-behaved tenant sends
 #     100 requests/s. Prints peak RSS, how the uploads were answered, and the other tenant's
 #     latency.
-#   bench/stall.sh [BIN_DIR]     (default target/release; cargo build --release --workspace --bins)
+#   scripts/bench/stall.sh [BIN_DIR]     (default target/release; cargo build --release --workspace --bins)
 # Extra environment for floodgate in phase 2: STALL_FLOOD_ENV (e.g. a body budget).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 KAFKA_PORT=19492
 PORT=18180
 ADMIN_PORT=18190
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 BIN=${1:-target/release}
 LOAD=target/release/floodgate-load
@@ -108,7 +108,7 @@ taskset -c 0 "$LOAD" run --url "http://127.0.0.1:$PORT" --topic bench.flood \
   --concurrency 16 --json "$OUT/flood-steady.json" 2>/dev/null > "$OUT/flood-steady.txt" &
 steady_pid=$!
 sleep 2
-taskset -c 0 python3 bench/upload_flood.py 127.0.0.1 "$PORT" "$FLOOD_KEY" bench.flood 300 $((7 * 1024 * 1024))
+taskset -c 0 python3 scripts/bench/upload_flood.py 127.0.0.1 "$PORT" "$FLOOD_KEY" bench.flood 300 $((7 * 1024 * 1024))
 wait "$steady_pid"
 cat "$OUT/flood-steady.txt"
 echo "peak RSS during the flood: $(awk '/VmHWM/{printf "%.1f MiB", $2/1024}' "/proc/$fg_pid/status")"

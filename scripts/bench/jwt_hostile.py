@@ -2,13 +2,13 @@
 """Hostile pass on a release floodgate with JWT issuers (issue #32): forged tokens, kid
 confusion, a JWKS server that hangs, drips, answers garbage or an endless body, a flood of
 unknown kids (the refetch must stay throttled), a token of tenant A on tenant B's topic.
-Signs with openssl (no PyJWT needed). Usage: bench/jwt_hostile.py (builds nothing; expects
+Signs with openssl (no PyJWT needed). Usage: scripts/bench/jwt_hostile.py (builds nothing; expects
 target/release/floodgate and a Kafka at $KAFKA, default 127.0.0.1:19292). Loopback only."""
 import base64, hashlib, http.server, json, os, socketserver, subprocess, sys, tempfile, threading, time
 import urllib.request, urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "target/release/floodgate")
 KAFKA = os.environ.get("KAFKA", "127.0.0.1:19292")
 PORT, ADMIN, IDP = 18632, 18633, 18634

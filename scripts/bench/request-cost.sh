@@ -12,15 +12,15 @@
 # Load generator on core 0; floodgate, the null handler and the broker on core 1.
 # Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19792).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-8}
 KAFKA_PORT=${KAFKA_PORT:-19792}
 PORT=18880
 ADMIN_PORT=18890
 NULL_PORT=18881
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
   cargo build --release --workspace --bins

@@ -7,13 +7,13 @@
 # Load generator on core 0; floodgate, the broker and Redis on core 1.
 # Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19492), REDIS_PORT (19679).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-8}
 KAFKA_PORT=${KAFKA_PORT:-19492}
 REDIS_PORT=${REDIS_PORT:-19679}
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
   cargo build --release --workspace --bins

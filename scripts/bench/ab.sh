@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # A/B of floodgate builds on the paths #16 measures, in interleaved rounds on one broker:
-#   bench/ab.sh NAME=BINARY [NAME=BINARY ...]
+#   scripts/bench/ab.sh NAME=BINARY [NAME=BINARY ...]
 # Per round and per build: single-record async (64 connections) and batched async (100 records
 # per request, 16 connections), SECS seconds each, with floodgate's CPU seconds from /proc; then
 # the do-nothing handler (the HTTP limit) and the direct librdkafka producer with floodgate's
 # settings (the Kafka limit) once per round, each with its CPU. Load generator on core 0;
-# floodgate, the null handler, the direct producer and the broker on core 1. Prints each run and the medians; JSON in bench/out/ab-*.json.
+# floodgate, the null handler, the direct producer and the broker on core 1. Prints each run and the medians; JSON in scripts/bench/out/ab-*.json.
 # Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19592).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-8}
 KAFKA_PORT=${KAFKA_PORT:-19592}
 PORT=18680
 ADMIN_PORT=18690
 NULL_PORT=18681
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 LOAD=(taskset -c 0 target/release/floodgate-load)
 [ -x target/release/floodgate-load ] || cargo build --release -p floodgate-load

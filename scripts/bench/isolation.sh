@@ -9,7 +9,7 @@
 # Load generator on core 0; floodgate and the broker on core 1.
 # Knobs: ROUNDS (3), SECS (10), QUIET_RATE (2000), FLOOD_RATE (20000), KAFKA_PORT (19692).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-10}
 QUIET_RATE=${QUIET_RATE:-2000}
@@ -17,7 +17,7 @@ FLOOD_RATE=${FLOOD_RATE:-20000}
 KAFKA_PORT=${KAFKA_PORT:-19692}
 PORT=18780
 ADMIN_PORT=18790
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
   cargo build --release --workspace --bins

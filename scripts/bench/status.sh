@@ -3,15 +3,15 @@
 # broker), single-record async requests from floodgate-load for SECS seconds, alternately with
 # no page open and with PAGES simulated pages (each asks GET /admin/status once a second, as
 # the page does), ROUNDS interleaved rounds; requests/s per run and the medians.
-#   bench/status.sh        (ROUNDS=3 SECS=5 PAGES=100)
+#   scripts/bench/status.sh        (ROUNDS=3 SECS=5 PAGES=100)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 PAGES=${PAGES:-100}
 PORT=18580
 ADMIN_PORT=18590
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] || cargo build --release --workspace --bins
 TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')

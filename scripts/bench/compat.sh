@@ -3,9 +3,9 @@
 # Confluent v2 (json embedded format) and Confluent v3 (records as concatenated objects, one
 # delivery report each), with 1 and 100 records of 200 bytes per request, against Tansu, in
 # interleaved rounds. Prints requests/s and records/s per run and the medians.
-#   bench/compat.sh [BIN_DIR]       (default target/release; ROUNDS=3 SECS=5)
+#   scripts/bench/compat.sh [BIN_DIR]       (default target/release; ROUNDS=3 SECS=5)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${1:-target/release}
 LOAD=target/release/floodgate-load
 ROUNDS=${ROUNDS:-3}
@@ -13,7 +13,7 @@ SECS=${SECS:-5}
 KAFKA_PORT=19592
 PORT=18580
 ADMIN_PORT=18590
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x "$LOAD" ] || cargo build --release --workspace --bins
 

@@ -5,13 +5,13 @@
 #   slow-consumer: a group reading 500 records/s of 3,000/s offered; lag guard off / on
 # Output: docs/slow-broker.{png,csv}, docs/slow-consumer.{png,csv}, a summary line per run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cargo build --release -p floodgate-load
 LOAD=target/release/floodgate-load
-mkdir -p bench/out
+mkdir -p scripts/bench/out
 echo "== slow broker (adaptive off / on)"
-"$LOAD" slow-broker --csv bench/out/slow-broker.csv --png docs/slow-broker.png 2>/dev/null
-cp bench/out/slow-broker.csv docs/slow-broker.csv
+"$LOAD" slow-broker --csv scripts/bench/out/slow-broker.csv --png docs/slow-broker.png 2>/dev/null
+cp scripts/bench/out/slow-broker.csv docs/slow-broker.csv
 echo "== slow consumer (lag guard off / on)"
-"$LOAD" slow-consumer --csv bench/out/slow-consumer.csv --png docs/slow-consumer.png 2>/dev/null
-cp bench/out/slow-consumer.csv docs/slow-consumer.csv
+"$LOAD" slow-consumer --csv scripts/bench/out/slow-consumer.csv --png docs/slow-consumer.png 2>/dev/null
+cp scripts/bench/out/slow-consumer.csv docs/slow-consumer.csv

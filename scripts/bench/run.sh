@@ -7,12 +7,12 @@
 #   then the burst-and-drain scenario (mock broker with added RTT) as CSV and PNG.
 # Load generator on core 0; floodgate, the broker, the direct producer and the null server on
 # core 1 (the machine has two cores).
-# Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png,
-# and the slow-broker / slow-consumer pairs (see bench/pressure.sh).
+# Output: a table on stdout, scripts/bench/out/*.json, scripts/bench/out/burst-drain.csv, docs/burst-drain.png,
+# and the slow-broker / slow-consumer pairs (see scripts/bench/pressure.sh).
 #
 # Knobs: RECORDS (direct run size), SIZE (value bytes), SECS (seconds per HTTP run).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 RECORDS=${RECORDS:-1000000}
 SIZE=${SIZE:-200}
@@ -21,7 +21,7 @@ KAFKA_PORT=${KAFKA_PORT:-19392}
 PORT=18080
 ADMIN_PORT=18090
 NULL_PORT=18081
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT" docs
 
 command -v taskset >/dev/null || { echo "taskset (util-linux) is required" >&2; exit 1; }
@@ -174,8 +174,8 @@ echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-refused-only.txt"
 kill -TERM "$fg_pid"
 wait "$fg_pid" || true
 
-echo "== (e) a refused flood beside a steady tenant (bench/isolation.sh)"
-bench/isolation.sh > /dev/null
+echo "== (e) a refused flood beside a steady tenant (scripts/bench/isolation.sh)"
+scripts/bench/isolation.sh > /dev/null
 
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
@@ -259,5 +259,5 @@ print(f"floodgate CPU per request, end to end (HTTP included): admitted single-r
       f"refused {refused_us:.1f} us ({100*refused_us/admitted_us:.0f}%)")
 PY
 echo
-echo "(e) a tenant refused at 20,000 requests/s beside a steady tenant (bench/isolation.sh):"
+echo "(e) a tenant refused at 20,000 requests/s beside a steady tenant (scripts/bench/isolation.sh):"
 tail -n 3 "$OUT/isolation-results.txt"

@@ -6,9 +6,9 @@
 #     Redis's own INFO counter);
 #  B. three replicas sharing one tenant (RATE records/s, burst = RATE), each offered a third of
 #     10 × RATE for SECS_B seconds: admitted total against the bound burst × 1.25 + rate × T.
-#   bench/cluster.sh [BIN_DIR]      (default target/release; ROUNDS=3 SECS=5 SECS_B=10 RATE=2000)
+#   scripts/bench/cluster.sh [BIN_DIR]      (default target/release; ROUNDS=3 SECS=5 SECS_B=10 RATE=2000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BIN=${1:-target/release}
 LOAD=target/release/floodgate-load
 ROUNDS=${ROUNDS:-3}
@@ -17,7 +17,7 @@ SECS_B=${SECS_B:-10}
 RATE=${RATE:-2000}
 KAFKA_PORT=19692
 REDIS_PORT=19479
-OUT=bench/out
+OUT=scripts/bench/out
 mkdir -p "$OUT"
 [ -x "$LOAD" ] || cargo build --release --workspace --bins
 
