@@ -6,12 +6,11 @@
 # Output: docs/slow-broker.{png,csv}, docs/slow-consumer.{png,csv}, a summary line per run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 cargo build --release -p floodgate-load
-LOAD=target/release/floodgate-load
-mkdir -p scripts/bench/out
 echo "== slow broker (adaptive off / on)"
-"$LOAD" slow-broker --csv scripts/bench/out/slow-broker.csv --png docs/slow-broker.png 2>/dev/null
-cp scripts/bench/out/slow-broker.csv docs/slow-broker.csv
+"$LOAD_BIN" slow-broker --csv "$OUT/slow-broker.csv" --png docs/slow-broker.png 2>/dev/null
+cp "$OUT/slow-broker.csv" docs/slow-broker.csv
 echo "== slow consumer (lag guard off / on)"
-"$LOAD" slow-consumer --csv scripts/bench/out/slow-consumer.csv --png docs/slow-consumer.png 2>/dev/null
-cp scripts/bench/out/slow-consumer.csv docs/slow-consumer.csv
+"$LOAD_BIN" slow-consumer --csv "$OUT/slow-consumer.csv" --png docs/slow-consumer.png 2>/dev/null
+cp "$OUT/slow-consumer.csv" docs/slow-consumer.csv

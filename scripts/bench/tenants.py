@@ -24,7 +24,8 @@ import tempfile
 import time
 import urllib.request
 
-BIN = os.environ.get("FLOODGATE_BIN", "target/release/floodgate")
+# tenants.sh sets FLOODGATE_BIN; else cargo's target directory, as lib.sh finds it.
+BIN = os.environ.get("FLOODGATE_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "floodgate")
 PRODUCE, ADMIN = 18680, 18690
 
 

@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
 PORT=19592
-[ -x "${FLOODGATE_BIN:-target/release/floodgate}" ] || cargo build --release --bin floodgate
+export FLOODGATE_BIN=${FLOODGATE_BIN:-$FLOODGATE}
+[ -x "$FLOODGATE_BIN" ] || cargo build --release --bin floodgate
 bench_tansu_start "$PORT"
 trap bench_tansu_stop EXIT
 wait_port "$PORT"
-tansu topic create events.demo --broker "tcp://127.0.0.1:$PORT" --partitions 3 >/dev/null
+bench_topics "127.0.0.1:$PORT" events.demo
 VENV=${UI_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/ui-venv}
 PY=python3
 if [ -x "$VENV/bin/python" ]; then PY="$VENV/bin/python"; fi
