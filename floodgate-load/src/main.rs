@@ -1,4 +1,4 @@
-//! `floodgate-load`: rehearse a burst against a floodgate, and the helpers of bench/run.sh.
+//! `floodgate-load`: rehearse a burst against a floodgate, and the helpers of scripts/bench/run.sh.
 //!
 //! - `run`: HTTP produce load per tenant (offered rate or open loop, burst profile, sync or
 //!   async), a progress line per second, a one-screen summary (`--json` for scripts).

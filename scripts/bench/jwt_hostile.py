@@ -2,19 +2,22 @@
 """Hostile pass on a release floodgate with JWT issuers (issue #32): forged tokens, kid
 confusion, a JWKS server that hangs, drips, answers garbage or an endless body, a flood of
 unknown kids (the refetch must stay throttled), a token of tenant A on tenant B's topic.
-Signs with openssl (no PyJWT needed). Usage: bench/jwt_hostile.py (builds nothing; expects
-target/release/floodgate and a Kafka at $KAFKA, default 127.0.0.1:19292). Loopback only."""
+Signs with openssl (no PyJWT needed). Usage: scripts/bench/jwt_hostile.py (builds nothing;
+expects $FLOODGATE_BIN, else ${CARGO_TARGET_DIR:-target}/release/floodgate, and a Kafka at
+$KAFKA, default 127.0.0.1:19292). Loopback only."""
 import base64, hashlib, http.server, json, os, socketserver, subprocess, sys, tempfile, threading, time
 import urllib.request, urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target/release/floodgate")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# cargo's target directory as cargo finds it (CARGO_TARGET_DIR, else ./target), as lib.sh does.
+TARGET = os.path.join(ROOT, os.environ.get("CARGO_TARGET_DIR", "target"))
+BIN = os.environ.get("FLOODGATE_BIN", os.path.join(TARGET, "release", "floodgate"))
 KAFKA = os.environ.get("KAFKA", "127.0.0.1:19292")
 PORT, ADMIN, IDP = 18632, 18633, 18634
 ISS, AUD = "https://idp.hostile.test", "floodgate"
 MIN_REFETCH = 2
-WORK = tempfile.mkdtemp(prefix="fg-jwt-hostile-", dir=os.path.join(ROOT, "target"))
+WORK = tempfile.mkdtemp(prefix="fg-jwt-hostile-", dir=TARGET)
 
 def b64(b): return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 

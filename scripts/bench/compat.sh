@@ -3,49 +3,28 @@
 # Confluent v2 (json embedded format) and Confluent v3 (records as concatenated objects, one
 # delivery report each), with 1 and 100 records of 200 bytes per request, against Tansu, in
 # interleaved rounds. Prints requests/s and records/s per run and the medians.
-#   bench/compat.sh [BIN_DIR]       (default target/release; ROUNDS=3 SECS=5)
+#   scripts/bench/compat.sh [BIN_DIR]       (default ${CARGO_TARGET_DIR:-target}/release; ROUNDS=3 SECS=5)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=${1:-target/release}
-LOAD=target/release/floodgate-load
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
+FLOODGATE=${1:-$BIN_DIR}/floodgate
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 KAFKA_PORT=19592
 PORT=18580
 ADMIN_PORT=18590
-OUT=bench/out
-mkdir -p "$OUT"
-[ -x "$LOAD" ] || cargo build --release --workspace --bins
+bench_build
 
-scripts/tansu.sh install
-TANSU_DIR=$(mktemp -d /tmp/floodgate-compat-tansu.XXXXXX)
-taskset -c 1 scripts/tansu.sh start "$KAFKA_PORT" "$TANSU_DIR"
-fg_pid=
-cleanup() {
-  [ -n "$fg_pid" ] && kill "$fg_pid" 2>/dev/null || true
-  scripts/tansu.sh stop "$TANSU_DIR"
-}
-trap cleanup EXIT
-tansu topic create bench.compat --broker "tcp://127.0.0.1:$KAFKA_PORT" --partitions 3 >/dev/null
+bench_tansu_start "$KAFKA_PORT"
+trap bench_cleanup EXIT
+bench_topics "127.0.0.1:$KAFKA_PORT" bench.compat
 
 KEY=compat-key
 {
-  echo "[server]"
-  echo "listen = \"127.0.0.1:$PORT\""
-  echo "admin_listen = \"127.0.0.1:$ADMIN_PORT\""
-  echo "[kafka]"
-  echo "bootstrap_servers = \"127.0.0.1:$KAFKA_PORT\""
-  echo "[log]"
-  echo "level = \"warn\""
-  echo "[[tenants]]"
-  echo "id = \"compat\""
-  echo "api_key_sha256 = [\"$(printf %s $KEY | sha256sum | cut -d' ' -f1)\"]"
-  echo "topics = [\"bench.*\"]"
-  echo "max_buffer_share = 1.0"
+  bench_config "$PORT" "$ADMIN_PORT" "127.0.0.1:$KAFKA_PORT"
+  bench_tenant compat "$KEY" "bench.*" "max_buffer_share = 1.0"
 } > "$OUT/compat.toml"
-taskset -c 1 "$BIN/floodgate" --config "$OUT/compat.toml" > "$OUT/floodgate-compat.log" 2>&1 &
-fg_pid=$!
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT) 2>/dev/null && break; sleep 0.1; done
+bench_floodgate "$OUT/compat.toml" "$OUT/floodgate-compat.log" "$ADMIN_PORT"
 sleep 2
 
 results="$OUT/compat-results.txt"
@@ -53,7 +32,7 @@ results="$OUT/compat-results.txt"
 for round in $(seq 1 "$ROUNDS"); do
   for rpr in 1 100; do
     for api in v1 v2 v3; do
-      taskset -c 0 "$LOAD" run --url "http://127.0.0.1:$PORT" --topic bench.compat --api "$api" \
+      "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.compat --api "$api" \
         --tenant "$KEY" --records-per-request "$rpr" --record-size 200 --duration-secs "$SECS" \
         --concurrency 64 --json "$OUT/compat-$api-$rpr.json" > /dev/null 2>&1
       python3 - "$OUT/compat-$api-$rpr.json" "$api" "$rpr" "$round" >> "$results" <<'PY'

@@ -8,10 +8,10 @@ tenant; then with the 100 first tenants busy (a request each), the scrape again;
 reload that changes one tenant (until the admin API shows the change); the same scrape with
 `per_tenant = "all"`; and, with a shared registry (`[cluster] shared_registry`), the time the
 first replica takes to seed the registry topic and be ready, and a second replica to catch up
-with it. Runs against the Kafka at $BOOTSTRAP (bench/tenants.sh starts Tansu). Prints one line
-per count and writes bench/out/tenants.json.
+with it. Runs against the Kafka at $BOOTSTRAP (scripts/bench/tenants.sh starts Tansu). Prints one line
+per count and writes scripts/bench/out/tenants.json.
 
-    bench/tenants.sh [1000 10000 100000]
+    scripts/bench/tenants.sh [1000 10000 100000]
 """
 import hashlib
 import json
@@ -24,7 +24,8 @@ import tempfile
 import time
 import urllib.request
 
-BIN = os.environ.get("FLOODGATE_BIN", "target/release/floodgate")
+# tenants.sh sets FLOODGATE_BIN; else cargo's target directory, as lib.sh finds it.
+BIN = os.environ.get("FLOODGATE_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "floodgate")
 PRODUCE, ADMIN = 18680, 18690
 
 
@@ -253,8 +254,8 @@ def main():
         r = measure(n)
         print(json.dumps(r), flush=True)
         results.append(r)
-    os.makedirs("bench/out", exist_ok=True)
-    with open("bench/out/tenants.json", "w") as f:
+    os.makedirs("scripts/bench/out", exist_ok=True)
+    with open("scripts/bench/out/tenants.json", "w") as f:
         json.dump(results, f, indent=1)
 
 

@@ -5,19 +5,17 @@
 # Keys from a jwks_file; tokens signed with openssl. Knobs: ROUNDS (3), SECS (6), KAFKA
 # (an existing broker, 127.0.0.1:19292). Load generator on core 0, floodgate on core 1.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/lib.sh
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-6}
 KAFKA=${KAFKA:-127.0.0.1:19292}
 PORT=18641
 ADMIN_PORT=18642
-OUT=bench/out/jwt-cost
+OUT=$OUT/jwt-cost
 mkdir -p "$OUT"
-[ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
-  cargo build --release --workspace --bins
-LOAD=(taskset -c 0 target/release/floodgate-load)
-tansu topic create bench32.cost --broker "tcp://$KAFKA" --partitions 3 >/dev/null 2>&1 || true
+bench_build
+bench_topics "$KAFKA" bench32.cost 2>/dev/null || true
 
 openssl genrsa -out "$OUT/rsa.pem" 2048 2>/dev/null
 openssl ecparam -name prime256v1 -genkey -noout -out "$OUT/ec.sec1" 2>/dev/null
@@ -46,36 +44,21 @@ for kid, alg, key in [("rsa", "RS256", "rsa.pem"), ("ec", "ES256", "ec.pem")]:
     open(f"{out}/{alg}.jwt", "w").write(signed + "." + b64(sig))
 PY
 
-cat > "$OUT/floodgate.toml" <<TOML
-[server]
-listen = "127.0.0.1:$PORT"
-admin_listen = "127.0.0.1:$ADMIN_PORT"
-[kafka]
-bootstrap_servers = "$KAFKA"
-[log]
-level = "warn"
-[[auth.jwt]]
-issuer = "https://idp.bench"
-audiences = ["floodgate"]
-jwks_file = "$PWD/$OUT/jwks.json"
-[[tenants]]
-id = "open"
-api_key_sha256 = ["$(digest open-key-0123456789)"]
-topics = ["bench32.*"]
-TOML
-taskset -c 1 target/release/floodgate --config "$OUT/floodgate.toml" > "$OUT/floodgate.log" 2>&1 &
-fg=$!
-trap 'kill $fg 2>/dev/null || true' EXIT
-wait_port "$ADMIN_PORT"
+{
+  bench_config "$PORT" "$ADMIN_PORT" "$KAFKA"
+  echo "[[auth.jwt]]"
+  echo "issuer = \"https://idp.bench\""
+  echo "audiences = [\"floodgate\"]"
+  echo "jwks_file = \"$PWD/$OUT/jwks.json\""
+  bench_tenant open open-key-0123456789 "bench32.*"
+} > "$OUT/floodgate.toml"
+trap bench_cleanup EXIT
+bench_floodgate "$OUT/floodgate.toml" "$OUT/floodgate.log" "$ADMIN_PORT"
 
 run() { # name, credential
-  local c0 c1
-  c0=$(cpu "$fg")
-  "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench32.cost --tenant "$2" \
-    --records-per-request 1 --record-size 200 --duration-secs "$SECS" --concurrency 64 --async \
-    --json "$OUT/$1.json" >/dev/null 2>&1
-  c1=$(cpu "$fg")
-  echo "$1 $c0 $c1" >> "$OUT/cpu.txt"
+  bench_cpu_run "$1" "$FG" "$OUT/cpu.txt" --url "http://127.0.0.1:$PORT" --topic bench32.cost \
+    --tenant "$2" --records-per-request 1 --record-size 200 --duration-secs "$SECS" \
+    --concurrency 64 --async --json "$OUT/$1.json"
 }
 : > "$OUT/cpu.txt"
 RS=$(cat "$OUT/RS256.jwt")
@@ -88,20 +71,15 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -E '^floodgate_(authentications_total|jwt_verifications_total)' > "$OUT/metrics.txt"
 python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/results.txt"
-import json, statistics, sys
+import statistics, sys
+sys.path.insert(0, "scripts/bench")
+from rounds import cpu_per_request
 out, rounds = sys.argv[1], int(sys.argv[2])
-cpu = {l.split()[0]: (float(l.split()[1]), float(l.split()[2])) for l in open(f"{out}/cpu.txt")}
 paths = ["key", "rs256", "es256"]
-us, rate = {p: [] for p in paths}, {p: [] for p in paths}
-for r in range(1, rounds + 1):
-    for p in paths:
-        d = json.load(open(f"{out}/{p}-{r}.json"))
-        t = d["tenants"][0]
-        done = t["offered_per_sec"] * d["duration_secs"]
-        c0, c1 = cpu[f"{p}-{r}"]
-        us[p].append((c1 - c0) / 100 / done * 1e6)
-        rate[p].append(t["offered_per_sec"])
-    print(f"round {r}: " + ", ".join(f"{p} {us[p][-1]:.2f} us ({rate[p][-1]:.0f} req/s)" for p in paths))
+us, tenants = cpu_per_request(f"{out}/cpu.txt", out + "/{}-{}.json", paths, rounds, "offered_per_sec")
+rate = {p: [t["offered_per_sec"] for t in tenants[p]] for p in paths}
+for r in range(rounds):
+    print(f"round {r + 1}: " + ", ".join(f"{p} {us[p][r]:.2f} us ({rate[p][r]:.0f} req/s)" for p in paths))
 med = statistics.median
 base = med(us["key"])
 print(f"medians of {rounds} interleaved rounds, floodgate CPU per admitted request:")

@@ -9,7 +9,8 @@
 # Load generator on core 0; floodgate and the broker on core 1.
 # Knobs: ROUNDS (3), SECS (10), QUIET_RATE (2000), FLOOD_RATE (20000), KAFKA_PORT (19692).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-10}
 QUIET_RATE=${QUIET_RATE:-2000}
@@ -17,53 +18,20 @@ FLOOD_RATE=${FLOOD_RATE:-20000}
 KAFKA_PORT=${KAFKA_PORT:-19692}
 PORT=18780
 ADMIN_PORT=18790
-OUT=bench/out
-mkdir -p "$OUT"
-[ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] ||
-  cargo build --release --workspace --bins
-LOAD=(taskset -c 0 target/release/floodgate-load)
+bench_build
 
-scripts/tansu.sh install >/dev/null
-TANSU_DIR=$(mktemp -d /tmp/floodgate-isolation-tansu.XXXXXX)
-taskset -c 1 scripts/tansu.sh start "$KAFKA_PORT" "$TANSU_DIR" >/dev/null
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  scripts/tansu.sh stop "$TANSU_DIR" >/dev/null
-}
-trap cleanup EXIT
-tansu topic create bench.iso --broker "tcp://127.0.0.1:$KAFKA_PORT" --partitions 3 >/dev/null
+bench_tansu_start "$KAFKA_PORT"
+trap bench_cleanup EXIT
+bench_topics "127.0.0.1:$KAFKA_PORT" bench.iso
 
 QUIET=quiet-key
 FLOOD=flood-key
-digest() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
-cat > "$OUT/isolation.toml" <<TOML
-[server]
-listen = "127.0.0.1:$PORT"
-admin_listen = "127.0.0.1:$ADMIN_PORT"
-[kafka]
-bootstrap_servers = "127.0.0.1:$KAFKA_PORT"
-[log]
-level = "warn"
-[[tenants]]
-id = "quiet"
-api_key_sha256 = ["$(digest $QUIET)"]
-topics = ["bench.*"]
-records_per_sec = 20000
-records_burst = 20000
-[[tenants]]
-id = "flood"
-api_key_sha256 = ["$(digest $FLOOD)"]
-topics = ["bench.*"]
-records_per_sec = 100
-records_burst = 100
-TOML
-wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; }
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-taskset -c 1 target/release/floodgate --config "$OUT/isolation.toml" > "$OUT/isolation.log" 2>&1 &
-fg=$!
-pids+=("$fg")
-wait_port "$ADMIN_PORT"
+{
+  bench_config "$PORT" "$ADMIN_PORT" "127.0.0.1:$KAFKA_PORT"
+  bench_tenant quiet "$QUIET" "bench.*" "records_per_sec = 20000" "records_burst = 20000"
+  bench_tenant flood "$FLOOD" "bench.*" "records_per_sec = 100" "records_burst = 100"
+} > "$OUT/isolation.toml"
+bench_floodgate "$OUT/isolation.toml" "$OUT/isolation.log" "$ADMIN_PORT"
 run() { # json name, tenants...
   local name=$1
   shift
@@ -76,11 +44,11 @@ run() { # json name, tenants...
 # Warm up (connections, metadata, the producer's first batches).
 run warmup "$QUIET@$QUIET_RATE"
 for r in $(seq 1 "$ROUNDS"); do
-  c0=$(cpu "$fg")
+  c0=$(cpu "$FG")
   run "alone-$r" "$QUIET@$QUIET_RATE"
-  c1=$(cpu "$fg")
+  c1=$(cpu "$FG")
   run "flood-$r" "$QUIET@$QUIET_RATE" "$FLOOD@$FLOOD_RATE"
-  c2=$(cpu "$fg")
+  c2=$(cpu "$FG")
   echo "$c0 $c1 $c2" > "$OUT/isolation-cpu-$r.txt"
 done
 python3 - "$OUT" "$ROUNDS" "$SECS" <<'PY' | tee "$OUT/isolation-results.txt"

@@ -6,72 +6,53 @@
 #     Redis's own INFO counter);
 #  B. three replicas sharing one tenant (RATE records/s, burst = RATE), each offered a third of
 #     10 × RATE for SECS_B seconds: admitted total against the bound burst × 1.25 + rate × T.
-#   bench/cluster.sh [BIN_DIR]      (default target/release; ROUNDS=3 SECS=5 SECS_B=10 RATE=2000)
+#   scripts/bench/cluster.sh [BIN_DIR]  (default ${CARGO_TARGET_DIR:-target}/release; ROUNDS=3 SECS=5
+#                                       SECS_B=10 RATE=2000 REDIS_PORT=19479)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=${1:-target/release}
-LOAD=target/release/floodgate-load
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
+FLOODGATE=${1:-$BIN_DIR}/floodgate
+PIN=() # the replicas and the broker float; only run A's load generator is pinned (core 0)
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 SECS_B=${SECS_B:-10}
 RATE=${RATE:-2000}
 KAFKA_PORT=19692
-REDIS_PORT=19479
-OUT=bench/out
-mkdir -p "$OUT"
-[ -x "$LOAD" ] || cargo build --release --workspace --bins
+REDIS_PORT=${REDIS_PORT:-19479}
+bench_build
 
-scripts/tansu.sh install
-TANSU_DIR=$(mktemp -d /tmp/floodgate-cluster-tansu.XXXXXX)
-scripts/tansu.sh start "$KAFKA_PORT" "$TANSU_DIR"
+bench_tansu_start "$KAFKA_PORT"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$OUT/redis.log" 2>&1 &
-redis_pid=$!
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  kill "$redis_pid" 2>/dev/null || true
-  scripts/tansu.sh stop "$TANSU_DIR"
-}
-trap cleanup EXIT
-tansu topic create bench.cluster --broker "tcp://127.0.0.1:$KAFKA_PORT" --partitions 3 >/dev/null
+PIDS+=("$!")
+trap bench_cleanup EXIT
+bench_topics "127.0.0.1:$KAFKA_PORT" bench.cluster
 KEY=cluster-bench-key
 
 # config NAME PORT ADMIN_PORT CLUSTER(0|1) RECORDS_PER_SEC
 config() {
   {
-    echo "[server]"
-    echo "listen = \"127.0.0.1:$2\""
-    echo "admin_listen = \"127.0.0.1:$3\""
-    echo "[kafka]"
-    echo "bootstrap_servers = \"127.0.0.1:$KAFKA_PORT\""
-    echo "[log]"
-    echo "level = \"warn\""
+    bench_config "$2" "$3" "127.0.0.1:$KAFKA_PORT"
     if [ "$4" = 1 ]; then
       echo "[cluster]"
       echo "redis_url = \"redis://127.0.0.1:$REDIS_PORT\""
       echo "key_prefix = \"bench-$1\""
       echo "replica_id = \"$1\""
     fi
-    echo "[[tenants]]"
-    echo "id = \"bench\""
-    echo "api_key_sha256 = [\"$(printf %s $KEY | sha256sum | cut -d' ' -f1)\"]"
-    echo "topics = [\"bench.*\"]"
-    echo "records_per_sec = $5"
-    echo "records_burst = $5"
-    echo "max_buffer_share = 1.0"
+    bench_tenant bench "$KEY" "bench.*" "records_per_sec = $5" "records_burst = $5" "max_buffer_share = 1.0"
   } > "$OUT/cluster-$1.toml"
 }
 
+replicas=()
 start() { # NAME ADMIN_PORT
-  "$BIN/floodgate" --config "$OUT/cluster-$1.toml" > "$OUT/floodgate-cluster-$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$2) 2>/dev/null && break; sleep 0.1; done
+  bench_floodgate "$OUT/cluster-$1.toml" "$OUT/floodgate-cluster-$1.log" "$2"
+  replicas+=("$FG")
   sleep 1
 }
 
 stop_all() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  pids=()
+  local p
+  for p in "${replicas[@]}"; do bench_stop "$p"; done
+  replicas=()
 }
 
 redis_commands() {
@@ -86,7 +67,7 @@ for round in $(seq 1 "$ROUNDS"); do
     config "a$mode" 18680 18690 "$mode" 1000000000
     start "a$mode" 18690
     before=$(redis_commands)
-    taskset -c 0 "$LOAD" run --url http://127.0.0.1:18680 --topic bench.cluster --async \
+    "${LOAD[@]}" run --url http://127.0.0.1:18680 --topic bench.cluster --async \
       --tenant "$KEY" --records-per-request 1 --record-size 200 --duration-secs "$SECS" \
       --concurrency 64 --json "$OUT/cluster-a$mode.json" > /dev/null 2>&1
     after=$(redis_commands)
@@ -123,10 +104,10 @@ for i in 1 2 3; do
   start "b$i" "$((18710 + i))"
 done
 for i in 1 2 3; do
-  "$LOAD" run --url "http://127.0.0.1:$((18700 + i))" --topic bench.cluster --async \
+  "$LOAD_BIN" run --url "http://127.0.0.1:$((18700 + i))" --topic bench.cluster --async \
     --tenant "$KEY@$per_replica" --records-per-request 1 --record-size 200 \
     --duration-secs "$SECS_B" --concurrency 64 --json "$OUT/cluster-b$i.json" > /dev/null 2>&1 &
-  loads[$i]=$!
+  loads[i]=$!
 done
 for i in 1 2 3; do wait "${loads[$i]}"; done
 stop_all

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """N concurrent chunked uploads of SIZE bytes each (NDJSON records of 1,000-byte values), for
-bench/stall.sh's upload-flood phase. Each upload sends 64 KiB chunks until the server answers or
+scripts/bench/stall.sh's upload-flood phase. Each upload sends 64 KiB chunks until the server answers or
 the body is complete, then reads the answer. Prints one line: how many uploads got which status,
 and how many bytes the clients managed to send in all."""
 

@@ -7,12 +7,13 @@
 #   then the burst-and-drain scenario (mock broker with added RTT) as CSV and PNG.
 # Load generator on core 0; floodgate, the broker, the direct producer and the null server on
 # core 1 (the machine has two cores).
-# Output: a table on stdout, bench/out/*.json, bench/out/burst-drain.csv, docs/burst-drain.png,
-# and the slow-broker / slow-consumer pairs (see bench/pressure.sh).
+# Output: a table on stdout, scripts/bench/out/*.json, scripts/bench/out/burst-drain.csv, docs/burst-drain.png,
+# and the slow-broker / slow-consumer pairs (see scripts/bench/pressure.sh).
 #
 # Knobs: RECORDS (direct run size), SIZE (value bytes), SECS (seconds per HTTP run).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 
 RECORDS=${RECORDS:-1000000}
 SIZE=${SIZE:-200}
@@ -21,65 +22,35 @@ KAFKA_PORT=${KAFKA_PORT:-19392}
 PORT=18080
 ADMIN_PORT=18090
 NULL_PORT=18081
-OUT=bench/out
-mkdir -p "$OUT" docs
+mkdir -p docs
 
 command -v taskset >/dev/null || { echo "taskset (util-linux) is required" >&2; exit 1; }
 [ -x /usr/bin/time ] || apt-get install -y -qq time
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || apt-get install -y -qq fonts-dejavu-core
 
 cargo build --release --workspace --bins
-BIN=target/release
-LOAD=(taskset -c 0 "$BIN/floodgate-load")
 
-scripts/tansu.sh install
-TANSU_DIR=$(mktemp -d /tmp/floodgate-bench-tansu.XXXXXX)
-taskset -c 1 scripts/tansu.sh start "$KAFKA_PORT" "$TANSU_DIR"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  scripts/tansu.sh stop "$TANSU_DIR"
-}
-trap cleanup EXIT
-for t in bench.direct bench.direct-paced bench.http; do
-  tansu topic create "$t" --broker "tcp://127.0.0.1:$KAFKA_PORT" --partitions 3 >/dev/null
-done
+bench_tansu_start "$KAFKA_PORT"
+trap bench_cleanup EXIT
+bench_topics "127.0.0.1:$KAFKA_PORT" bench.direct bench.direct-paced bench.http
 
 KEY=bench-key
-DIGEST=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-cat > "$OUT/floodgate.toml" <<EOF
-[server]
-listen = "127.0.0.1:$PORT"
-admin_listen = "127.0.0.1:$ADMIN_PORT"
-[kafka]
-bootstrap_servers = "127.0.0.1:$KAFKA_PORT"
-[log]
-level = "warn"
-[[tenants]]
-id = "bench"
-api_key_sha256 = ["$DIGEST"]
-topics = ["bench.*"]
-EOF
+{
+  bench_config "$PORT" "$ADMIN_PORT" "127.0.0.1:$KAFKA_PORT"
+  bench_tenant bench "$KEY" "bench.*"
+} > "$OUT/floodgate.toml"
 
 # The direct producer runs where floodgate will run (core 1, beside the broker), so both get the
 # same CPU for their Kafka client; only the HTTP load generator lives on core 0.
-DIRECT=(taskset -c 1 "$BIN/floodgate-load")
 direct() { # json name, extra args... (its CPU seconds, user and system, go to $OUT/NAME.time)
   local name=$1
   shift
-  /usr/bin/time -f "%U %S" -o "$OUT/$name.time" "${DIRECT[@]}" direct --bootstrap "127.0.0.1:$KAFKA_PORT" \
+  bench_direct "$OUT/$name.time" --bootstrap "127.0.0.1:$KAFKA_PORT" \
     --record-size "$SIZE" --config "$OUT/floodgate.toml" --json "$OUT/$name.json" "$@"
 }
-wait_port() { for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.1; done; }
 
-taskset -c 1 "$BIN/floodgate" --config "$OUT/floodgate.toml" > "$OUT/floodgate.log" 2>&1 &
-fg_pid=$!
-pids+=("$fg_pid")
-taskset -c 1 "$BIN/floodgate-load" null-server --listen "127.0.0.1:$NULL_PORT" 2>/dev/null &
-null_pid=$!
-pids+=("$null_pid")
-wait_port "$ADMIN_PORT"
-wait_port "$NULL_PORT"
+bench_floodgate "$OUT/floodgate.toml" "$OUT/floodgate.log" "$ADMIN_PORT"
+bench_null "$NULL_PORT"
 
 run() { # name, port, records per request, concurrency, extra args...
   local name=$1 port=$2 rpr=$3 conc=$4
@@ -88,8 +59,6 @@ run() { # name, port, records per request, concurrency, extra args...
     --records-per-request "$rpr" --record-size "$SIZE" --duration-secs "$SECS" \
     --concurrency "$conc" --json "$OUT/$name.json" "$@" 2>/dev/null
 }
-# CPU seconds (user + system) floodgate has used so far, from /proc (clock ticks of 1/100 s).
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # The host is shared and noisy: the runs that make the two throughput ratios are repeated,
 # interleaved, and the medians compared.
@@ -98,61 +67,39 @@ for i in $(seq 1 "$REPEAT"); do
   echo "== round $i/$REPEAT: (a) direct librdkafka, $RECORDS records of $SIZE B"
   direct "direct-$i" --topic bench.direct --records "$RECORDS"
   echo "== round $i/$REPEAT: (b) floodgate batched async, single-record async; (c) null handler, $SECS s each"
-  c0=$(cpu "$fg_pid")
+  c0=$(cpu "$FG")
   run "batched-async-$i" "$PORT" 100 16 --async
-  c1=$(cpu "$fg_pid")
+  c1=$(cpu "$FG")
   run "single-async-$i" "$PORT" 1 64 --async
-  c2=$(cpu "$fg_pid")
-  n0=$(cpu "$null_pid")
+  c2=$(cpu "$FG")
+  n0=$(cpu "$NULL")
   run "null-$i" "$NULL_PORT" 1 64
-  n1=$(cpu "$null_pid")
+  n1=$(cpu "$NULL")
   echo "$c0 $c1 $c2 $n0 $n1" > "$OUT/cpu-round-$i.txt"
   [ "$i" -eq 1 ] && echo "$c1 $c2" > "$OUT/cpu-single-async.txt"
 done
 echo "== (b) sync"
 run batched-sync "$PORT" 100 32
 run single-sync "$PORT" 1 64
-rps() { python3 -c "import json,sys;print(json.load(open('$OUT/$1.json'))['tenants'][0]['$2'])"; }
-half=$(python3 -c "print(round(float('$(rps single-sync admitted_per_sec)')/2))")
+half=$(python3 -c "print(round(float('$(json_tenant "$OUT/single-sync.json" admitted_per_sec)')/2))")
 echo "== sync latency at half of single-record sync capacity ($half requests/s)"
 "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic bench.http --tenant "$KEY@$half" \
   --records-per-request 1 --record-size "$SIZE" --duration-secs "$SECS" --concurrency 256 \
   --json "$OUT/half-sync.json" 2>/dev/null
 direct direct-paced --topic bench.direct-paced --records "$((half * SECS))" --rate "$half"
-rss_kb=$(awk '/VmHWM/{print $2}' "/proc/$fg_pid/status")
-kill -TERM "$fg_pid"
-wait "$fg_pid" || true
-kill "$null_pid"
+rss_kb=$(awk '/VmHWM/{print $2}' "/proc/$FG/status")
+bench_stop "$FG"
+bench_stop "$NULL"
 
 echo "== (d) budgets under overload: drift at 10x, isolation at 100x"
 NOISY=noisy-key
 QUIET=quiet-key
-digest() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
 {
-  echo "[server]"
-  echo "listen = \"127.0.0.1:$PORT\""
-  echo "admin_listen = \"127.0.0.1:$ADMIN_PORT\""
-  echo "[kafka]"
-  echo "bootstrap_servers = \"127.0.0.1:$KAFKA_PORT\""
-  echo "[log]"
-  echo "level = \"warn\""
-  echo "[[tenants]]"
-  echo "id = \"noisy\""
-  echo "api_key_sha256 = [\"$(digest $NOISY)\"]"
-  echo "topics = [\"bench.*\"]"
-  echo "records_per_sec = 100"
-  echo "records_burst = 100"
-  echo "[[tenants]]"
-  echo "id = \"quiet\""
-  echo "api_key_sha256 = [\"$(digest $QUIET)\"]"
-  echo "topics = [\"bench.*\"]"
-  echo "records_per_sec = 1000"
-  echo "records_burst = 1000"
+  bench_config "$PORT" "$ADMIN_PORT" "127.0.0.1:$KAFKA_PORT"
+  bench_tenant noisy "$NOISY" "bench.*" "records_per_sec = 100" "records_burst = 100"
+  bench_tenant quiet "$QUIET" "bench.*" "records_per_sec = 1000" "records_burst = 1000"
 } > "$OUT/budgets.toml"
-taskset -c 1 "$BIN/floodgate" --config "$OUT/budgets.toml" > "$OUT/floodgate-budgets.log" 2>&1 &
-fg_pid=$!
-pids+=("$fg_pid")
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$ADMIN_PORT) 2>/dev/null && break; sleep 0.1; done
+bench_floodgate "$OUT/budgets.toml" "$OUT/floodgate-budgets.log" "$ADMIN_PORT"
 budget_run() { # name, tenants...
   local name=$1
   shift
@@ -168,14 +115,13 @@ budget_run drift-10x "$NOISY@1000"
 sleep 1.2
 budget_run isolation-100x "$QUIET@100" "$NOISY@10000"
 sleep 1.2
-c0=$(cpu "$fg_pid")
+c0=$(cpu "$FG")
 budget_run refused-only "$NOISY@5000"
-echo "$c0 $(cpu "$fg_pid")" > "$OUT/cpu-refused-only.txt"
-kill -TERM "$fg_pid"
-wait "$fg_pid" || true
+echo "$c0 $(cpu "$FG")" > "$OUT/cpu-refused-only.txt"
+bench_stop "$FG"
 
-echo "== (e) a refused flood beside a steady tenant (bench/isolation.sh)"
-bench/isolation.sh > /dev/null
+echo "== (e) a refused flood beside a steady tenant (scripts/bench/isolation.sh)"
+scripts/bench/isolation.sh > /dev/null
 
 echo "== burst and drain (mock broker, 250 ms RTT)"
 "${LOAD[@]}" burst-drain --csv "$OUT/burst-drain.csv" --png docs/burst-drain.png 2>/dev/null
@@ -259,5 +205,5 @@ print(f"floodgate CPU per request, end to end (HTTP included): admitted single-r
       f"refused {refused_us:.1f} us ({100*refused_us/admitted_us:.0f}%)")
 PY
 echo
-echo "(e) a tenant refused at 20,000 requests/s beside a steady tenant (bench/isolation.sh):"
+echo "(e) a tenant refused at 20,000 requests/s beside a steady tenant (scripts/bench/isolation.sh):"
 tail -n 3 "$OUT/isolation-results.txt"

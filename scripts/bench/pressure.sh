@@ -5,13 +5,12 @@
 #   slow-consumer: a group reading 500 records/s of 3,000/s offered; lag guard off / on
 # Output: docs/slow-broker.{png,csv}, docs/slow-consumer.{png,csv}, a summary line per run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 cargo build --release -p floodgate-load
-LOAD=target/release/floodgate-load
-mkdir -p bench/out
 echo "== slow broker (adaptive off / on)"
-"$LOAD" slow-broker --csv bench/out/slow-broker.csv --png docs/slow-broker.png 2>/dev/null
-cp bench/out/slow-broker.csv docs/slow-broker.csv
+"$LOAD_BIN" slow-broker --csv "$OUT/slow-broker.csv" --png docs/slow-broker.png 2>/dev/null
+cp "$OUT/slow-broker.csv" docs/slow-broker.csv
 echo "== slow consumer (lag guard off / on)"
-"$LOAD" slow-consumer --csv bench/out/slow-consumer.csv --png docs/slow-consumer.png 2>/dev/null
-cp bench/out/slow-consumer.csv docs/slow-consumer.csv
+"$LOAD_BIN" slow-consumer --csv "$OUT/slow-consumer.csv" --png docs/slow-consumer.png 2>/dev/null
+cp "$OUT/slow-consumer.csv" docs/slow-consumer.csv

@@ -3,28 +3,22 @@
 # broker), single-record async requests from floodgate-load for SECS seconds, alternately with
 # no page open and with PAGES simulated pages (each asks GET /admin/status once a second, as
 # the page does), ROUNDS interleaved rounds; requests/s per run and the medians.
-#   bench/status.sh        (ROUNDS=3 SECS=5 PAGES=100)
+#   scripts/bench/status.sh        (ROUNDS=3 SECS=5 PAGES=100)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-5}
 PAGES=${PAGES:-100}
 PORT=18580
 ADMIN_PORT=18590
-OUT=bench/out
-mkdir -p "$OUT"
-[ -x target/release/floodgate ] && [ -x target/release/floodgate-load ] || cargo build --release --workspace --bins
+PIN=() # floodgate floats; the load generator is on core 0
+bench_build
 TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+trap bench_cleanup EXIT
 FLOODGATE_ADMIN_TOKEN="bench:$TOKEN" FLOODGATE__SERVER__LISTEN="127.0.0.1:$PORT" \
 FLOODGATE__SERVER__ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT" FLOODGATE__LOG__LEVEL=warn \
-  target/release/floodgate --config "$OUT/none.toml" dev > "$OUT/status-dev.log" 2>&1 &
-fg=$!
-trap 'kill $fg 2>/dev/null || true' EXIT
-KEY=""
-for _ in $(seq 1 200); do
-  KEY=$(sed -n 's/^  API key: //p' "$OUT/status-dev.log"); [ -n "$KEY" ] && break; sleep 0.05
-done
-[ -n "$KEY" ] || { cat "$OUT/status-dev.log"; exit 1; }
+  bench_dev "$OUT/status-dev.log"
 # The demo tenant's budget would cap the load: lift it, so the figures measure the gateway.
 curl -sf -X PATCH -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
   -d '{"records_per_sec":null,"bytes_per_sec":null}' "http://127.0.0.1:$ADMIN_PORT/admin/tenants/demo" > /dev/null
@@ -57,7 +51,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for mode in none pages; do
     poller=""
     if [ "$mode" = pages ]; then pages & poller=$!; sleep 1; fi
-    taskset -c 0 target/release/floodgate-load run --url "http://127.0.0.1:$PORT" --topic events.demo \
+    "${LOAD[@]}" run --url "http://127.0.0.1:$PORT" --topic events.demo \
       --async --tenant "$KEY" --records-per-request 1 --duration-secs "$SECS" --concurrency 64 \
       --json "$OUT/status-$mode.json" > /dev/null 2>&1
     [ -n "$poller" ] && wait "$poller"

@@ -5,11 +5,12 @@
 #     stream and window bounds keep it flat however many streams try.
 #  2. Bad-key flood: N requests with a wrong API key over HTTP/1.1 (h2load --h1). Prints the
 #     CPU floodgate spent per request (utime+stime from /proc), and how they were answered.
-#   bench/edge.sh [BIN_DIR]        (default target/release; needs h2load: apt-get install nghttp2-client)
+#   scripts/bench/edge.sh [BIN_DIR]        (default ${CARGO_TARGET_DIR:-target}/release; needs h2load: apt-get install nghttp2-client)
 # Load generator on core 0, floodgate on core 1.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=${1:-target/release}
+cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
+FLOODGATE=${1:-$BIN_DIR}/floodgate
 PORT=${EDGE_PORT:-18480}
 ADMIN_PORT=${EDGE_ADMIN_PORT:-18490}
 C=${EDGE_CONNECTIONS:-8}
@@ -18,27 +19,14 @@ FLOOD=${EDGE_FLOOD_REQUESTS:-100000}
 WORK=$(mktemp -d /tmp/floodgate-edge.XXXXXX)
 command -v h2load >/dev/null || { echo "h2load missing: apt-get install nghttp2-client" >&2; exit 1; }
 
-start() {
-  FLOODGATE__SERVER__LISTEN="127.0.0.1:$PORT" FLOODGATE__SERVER__ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT" \
-  FLOODGATE__LOG__LEVEL=error \
-    taskset -c 1 "$BIN/floodgate" --config "$WORK/none.toml" dev > "$WORK/out.log" 2>&1 &
-  FG=$!
-  KEY=""
-  for _ in $(seq 1 200); do
-    KEY=$(sed -n 's/^  API key: //p' "$WORK/out.log")
-    [ -n "$KEY" ] && break
-    sleep 0.05
-  done
-  [ -n "$KEY" ] || { cat "$WORK/out.log" >&2; exit 1; }
-}
-stop() { kill "$FG" 2>/dev/null || true; wait "$FG" 2>/dev/null || true; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-trap stop EXIT
+export FLOODGATE__SERVER__LISTEN="127.0.0.1:$PORT" FLOODGATE__SERVER__ADMIN_LISTEN="127.0.0.1:$ADMIN_PORT"
+export FLOODGATE__LOG__LEVEL=error
+trap bench_cleanup EXIT
 
 python3 -c "import json;print(json.dumps({'records':[{'value':'x'*(4*1024*1024-40)}]}))" > "$WORK/body.json"
 URL="http://127.0.0.1:$PORT/v1/topics/events.demo/records"
 
-start
+bench_dev "$WORK/out.log"
 idle=$(awk '/VmRSS/{printf "%.1f", $2/1024}' "/proc/$FG/status")
 taskset -c 0 h2load -c "$C" -m "$M" -n $((C * M)) -d "$WORK/body.json" \
   -H 'content-type: application/json' -H "authorization: Bearer $KEY" "$URL" > "$WORK/h2.txt" 2>&1 || true
@@ -46,14 +34,14 @@ peak=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$FG/status")
 codes=$(grep -E '^status codes' "$WORK/h2.txt" | sed 's/^status codes: //')
 reqs=$(grep -E '^requests:' "$WORK/h2.txt" | sed 's/^requests: //')
 echo "h2 upload flood ($reqs): $C connections x $M streams x 4 MiB bodies: RSS idle ${idle} MiB, peak ${peak} MiB; status codes: $codes"
-stop
+bench_stop "$FG"
 
-start
-before=$(cpu_ticks "$FG")
+bench_dev "$WORK/out.log"
+before=$(cpu "$FG")
 echo '{"records":[{"value":1}]}' > "$WORK/one.json"
 taskset -c 0 h2load --h1 -c 32 -n "$FLOOD" -H 'authorization: Bearer wrong-key-0123456789' \
   -H 'content-type: application/json' -d "$WORK/one.json" "$URL" > "$WORK/flood.txt" 2>&1 || true
-after=$(cpu_ticks "$FG")
+after=$(cpu "$FG")
 hz=$(getconf CLK_TCK)
 done_n=$(awk '/^requests:/{print $6}' "$WORK/flood.txt")
 codes=$(grep -E '^status codes' "$WORK/flood.txt" | sed 's/^status codes: //')
