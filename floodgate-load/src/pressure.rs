@@ -57,7 +57,7 @@ pub struct SlowBrokerArgs {
     /// 0: librdkafka's default (10,000: the slowed broker is then only latency-bound).
     #[arg(long, default_value_t = 100)]
     pub batch_records: u64,
-    #[arg(long, default_value = "bench/out/slow-broker.csv")]
+    #[arg(long, default_value = "scripts/bench/out/slow-broker.csv")]
     pub csv: PathBuf,
     #[arg(long, default_value = "docs/slow-broker.png")]
     pub png: PathBuf,
@@ -81,7 +81,7 @@ pub struct SlowConsumerArgs {
     /// The guard's max_recovery_s.
     #[arg(long, default_value_t = 30.0)]
     pub max_recovery_s: f64,
-    #[arg(long, default_value = "bench/out/slow-consumer.csv")]
+    #[arg(long, default_value = "scripts/bench/out/slow-consumer.csv")]
     pub csv: PathBuf,
     #[arg(long, default_value = "docs/slow-consumer.png")]
     pub png: PathBuf,

@@ -38,7 +38,7 @@ pub struct ScenarioArgs {
     /// The tenant's records/s budget (burst: twice that).
     #[arg(long, default_value_t = 3000)]
     pub tenant_records_per_sec: u64,
-    #[arg(long, default_value = "bench/out/burst-drain.csv")]
+    #[arg(long, default_value = "scripts/bench/out/burst-drain.csv")]
     pub csv: PathBuf,
     #[arg(long, default_value = "docs/burst-drain.png")]
     pub png: PathBuf,
