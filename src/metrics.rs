@@ -194,6 +194,3 @@ fn family<M: EncodeMetric>(
 fn gauge(v: u64) -> Vec<(Labels<'static>, ConstGauge<f64>)> {
     vec![(Vec::new(), ConstGauge::new(v as f64))]
 }
-
-#[cfg(test)]
-mod golden;
