@@ -1,6 +1,7 @@
 //! Authentication's series: requests by credential method and outcome (the outcome is the
 //! answer's code: `ok`, `unauthorized`, `token_expired`, `unknown_tenant`, ...), JWKS fetches per
-//! issuer, signature verifications and the verified-token cache.
+//! issuer, signature verifications and the verified-token cache; and the failed
+//! authentications each listener counted against their addresses.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -12,6 +13,34 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 
 use super::{family, Labels};
 use crate::credential::Authenticator;
+use crate::failure_guard::FailureGuard;
+
+/// Failed authentications, and requests refused because of them, on the produce and admin
+/// listeners (in that order).
+pub(super) fn encode_failures(
+    encoder: &mut DescriptorEncoder,
+    failures: &[Arc<FailureGuard>; 2],
+) -> Result<(), std::fmt::Error> {
+    let mut series = Vec::new();
+    for (listener, f) in ["produce", "admin"].into_iter().zip(failures) {
+        series.push((
+            vec![("listener", listener), ("outcome", "failed")],
+            ConstCounter::new(f.failed.load(Relaxed)),
+        ));
+        series.push((
+            vec![("listener", listener), ("outcome", "refused")],
+            ConstCounter::new(f.refused.load(Relaxed)),
+        ));
+    }
+    family(
+        encoder,
+        "auth_failures",
+        "Failing requests by listener: answered 401 and counted against their address's allowance (failed), or answered 429 because it was spent (refused)",
+        None,
+        C,
+        &series,
+    )
+}
 
 /// Reads the authenticator at scrape time.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use prometheus_client::registry::Unit;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{family, gauge};
-use crate::idempotency::{Idempotency, KeyOutcome, StoreOp};
+use crate::idempotency::{Idempotency, KeyOutcome, MemoryStore, StoreOp};
 
 pub(super) fn encode(
     encoder: &mut DescriptorEncoder,
@@ -72,9 +72,17 @@ pub(super) fn encode(
         C,
         &[(Vec::new(), ConstCounter::new(evictions))],
     )?;
-    let Some(memory) = keys.memory() else {
-        return Ok(());
-    };
+    match keys.memory() {
+        Some(memory) => encode_memory(encoder, memory),
+        None => Ok(()),
+    }
+}
+
+/// The single replica's store: answers and bytes held against their bounds, expirations.
+fn encode_memory(
+    encoder: &mut DescriptorEncoder,
+    memory: &MemoryStore,
+) -> Result<(), std::fmt::Error> {
     let (entries, bytes) = memory.held();
     let bounds = memory.bounds();
     family(

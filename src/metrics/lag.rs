@@ -10,28 +10,57 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 
 use super::{family, Labels};
 use crate::lag::guard::Phase;
-use crate::lag_agent::LagAgent;
+use crate::lag_agent::{GuardStatus, LagAgent};
 
 pub(super) fn encode(
     encoder: &mut DescriptorEncoder,
     agent: &LagAgent,
 ) -> Result<(), std::fmt::Error> {
     let statuses = agent.statuses();
-    let per_guard =
-        |f: &dyn Fn(&crate::lag_agent::GuardStatus) -> f64| -> Vec<(Labels<'_>, ConstGauge<f64>)> {
-            statuses
-                .iter()
-                .map(|s| {
-                    (
-                        vec![
-                            ("guard", s.config.name.as_str()),
-                            ("group", s.config.group.as_str()),
-                        ],
-                        ConstGauge::new(f(s)),
-                    )
-                })
-                .collect()
-        };
+    encode_readings(encoder, &statuses)?;
+    encode_caps(encoder, &statuses)
+}
+
+/// One gauge per guard, labelled by guard and group.
+fn per_guard(
+    statuses: &[GuardStatus],
+    f: impl Fn(&GuardStatus) -> f64,
+) -> Vec<(Labels<'_>, ConstGauge<f64>)> {
+    statuses
+        .iter()
+        .map(|s| {
+            (
+                vec![
+                    ("guard", s.config.name.as_str()),
+                    ("group", s.config.group.as_str()),
+                ],
+                ConstGauge::new(f(s)),
+            )
+        })
+        .collect()
+}
+
+/// One counter per guard, labelled by guard.
+fn per_guard_counter(
+    statuses: &[GuardStatus],
+    f: impl Fn(&GuardStatus) -> u64,
+) -> Vec<(Labels<'_>, ConstCounter)> {
+    statuses
+        .iter()
+        .map(|s| {
+            (
+                vec![("guard", s.config.name.as_str())],
+                ConstCounter::new(f(s)),
+            )
+        })
+        .collect()
+}
+
+/// What the guard read: the lag per topic, both rates, the recovery time against its bound.
+fn encode_readings(
+    encoder: &mut DescriptorEncoder,
+    statuses: &[GuardStatus],
+) -> Result<(), std::fmt::Error> {
     let lag: Vec<_> = statuses
         .iter()
         .flat_map(|s| {
@@ -61,7 +90,7 @@ pub(super) fn encode(
         "The guarded group's consumption rate C, records/s (smoothed)",
         None,
         G,
-        &per_guard(&|s| s.consumer_rate),
+        &per_guard(statuses, |s| s.consumer_rate),
     )?;
     family(
         encoder,
@@ -69,7 +98,7 @@ pub(super) fn encode(
         "The rate the guarded topics grow at, P, records/s (smoothed; every producer, not only floodgate)",
         None,
         G,
-        &per_guard(&|s| s.producer_rate),
+        &per_guard(statuses, |s| s.producer_rate),
     )?;
     family(
         encoder,
@@ -77,7 +106,7 @@ pub(super) fn encode(
         "Time to drain the lag at C - P (0: caught up, +Inf: not shrinking)",
         Some(&Unit::Seconds),
         G,
-        &per_guard(&|s| s.recovery_s),
+        &per_guard(statuses, |s| s.recovery_s),
     )?;
     family(
         encoder,
@@ -85,15 +114,23 @@ pub(super) fn encode(
         "The recovery time above which the guard caps producers",
         Some(&Unit::Seconds),
         G,
-        &per_guard(&|s| s.config.max_recovery_s),
-    )?;
+        &per_guard(statuses, |s| s.config.max_recovery_s),
+    )
+}
+
+/// What the guard does about it: whether it caps and at what, its phase, how often it
+/// started capping or let go.
+fn encode_caps(
+    encoder: &mut DescriptorEncoder,
+    statuses: &[GuardStatus],
+) -> Result<(), std::fmt::Error> {
     family(
         encoder,
         "lag_guard_capping",
         "1 while the guard caps producers of its topics",
         None,
         G,
-        &per_guard(&|s| if s.cap.is_some() { 1.0 } else { 0.0 }),
+        &per_guard(statuses, |s| if s.cap.is_some() { 1.0 } else { 0.0 }),
     )?;
     family(
         encoder,
@@ -101,7 +138,7 @@ pub(super) fn encode(
         "The cap on producers of the guarded topics over the whole cluster, records/s (0 when not capping)",
         None,
         G,
-        &per_guard(&|s| s.cap.unwrap_or(0.0)),
+        &per_guard(statuses, |s| s.cap.unwrap_or(0.0)),
     )?;
     let phases: Vec<_> = statuses
         .iter()
@@ -122,25 +159,13 @@ pub(super) fn encode(
         G,
         &phases,
     )?;
-    let counter =
-        |f: &dyn Fn(&crate::lag_agent::GuardStatus) -> u64| -> Vec<(Labels<'_>, ConstCounter)> {
-            statuses
-                .iter()
-                .map(|s| {
-                    (
-                        vec![("guard", s.config.name.as_str())],
-                        ConstCounter::new(f(s)),
-                    )
-                })
-                .collect()
-        };
     family(
         encoder,
         "lag_guard_activations",
         "Times the guard started capping producers",
         None,
         C,
-        &counter(&|s| s.activations),
+        &per_guard_counter(statuses, |s| s.activations),
     )?;
     family(
         encoder,
@@ -148,6 +173,6 @@ pub(super) fn encode(
         "Times the guard let go because offsets stayed unreadable past hold_s",
         None,
         C,
-        &counter(&|s| s.fail_opens),
+        &per_guard_counter(statuses, |s| s.fail_opens),
     )
 }

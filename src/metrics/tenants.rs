@@ -15,7 +15,7 @@
 //! but what it had counted while summed under `_other` stays there (a counter never goes
 //! down). A deleted tenant that comes back while still remembered has its counters back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +31,7 @@ use crate::config::{MetricsConfig, PerTenant};
 use crate::identity::TenantId;
 use crate::refusal::Reason;
 use crate::status::StatusBoard;
-use crate::tenant::{Api, Tenant, Tenants, Totals, TOTALS};
+use crate::tenant::{Api, Registry, Tenant, Tenants, Totals, TOTALS};
 
 /// The name the tenants without series of their own are summed under.
 pub const OTHER: &str = "_other";
@@ -141,13 +141,26 @@ impl TenantSeries {
 
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let registry = self.tenants.load();
+        let chosen = self.choose(&registry);
+        let shown = self.count(&registry, &chosen);
+        encode_counters(encoder, &shown)?;
+        self.encode_gauges(encoder, &shown)
+    }
+
+    /// The tenants with series of their own at this scrape.
+    fn choose(&self, registry: &Registry) -> HashSet<TenantId> {
         let everyone = registry.len() <= self.top;
-        let chosen: std::collections::HashSet<TenantId> = match self.mode {
+        match self.mode {
             PerTenant::All => registry.tenants().map(|t| t.id.clone()).collect(),
             PerTenant::Top if everyone => registry.tenants().map(|t| t.id.clone()).collect(),
             PerTenant::Top => self.status.busiest(self.top).into_iter().collect(),
             PerTenant::None => Default::default(),
-        };
+        }
+    }
+
+    /// Each chosen tenant's counts since it got series of its own, and what `_other` sums;
+    /// remembers the chosen tenants' baselines for the next scrape.
+    fn count<'a>(&self, registry: &'a Registry, chosen: &HashSet<TenantId>) -> Shown<'a> {
         let mut members = self
             .members
             .lock()
@@ -184,22 +197,24 @@ impl TenantSeries {
         let shown: Counts = std::array::from_fn(|i| own.iter().map(|(_, c)| c[i]).sum());
         let other: Counts = std::array::from_fn(|i| total[i].saturating_sub(shown[i]));
         let with_other = own.len() < registry.len() || self.mode == PerTenant::None;
-
-        let slots = counter_series();
-        for (f, (name, help, unit)) in FAMILIES.iter().enumerate() {
-            let mut series: Vec<(Labels<'_>, ConstCounter<u64>)> = Vec::new();
-            for (t, c) in &own {
-                push_series(&mut series, &slots, f, t.id.as_str(), c);
-            }
-            if with_other {
-                push_series(&mut series, &slots, f, OTHER, &other);
-            }
-            family(encoder, name, help, unit.as_ref(), C, &series)?;
+        Shown {
+            own,
+            other,
+            other_buffer,
+            with_other,
         }
+    }
 
+    /// The shown tenants' bucket levels, and what each holds in the buffer (`_other`'s
+    /// summed).
+    fn encode_gauges(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        shown: &Shown<'_>,
+    ) -> Result<(), std::fmt::Error> {
         let mut tokens = Vec::new();
         let mut held = Vec::new();
-        for (t, _) in &own {
+        for (t, _) in &shown.own {
             let id = t.id.as_str();
             let view = self.admission.view(t);
             for (bucket, v) in [
@@ -218,10 +233,10 @@ impl TenantSeries {
                 ConstGauge::new(t.usage.bytes.load(Relaxed) as f64),
             ));
         }
-        if with_other {
+        if shown.with_other {
             held.push((
                 vec![("tenant", OTHER)],
-                ConstGauge::new(other_buffer as f64),
+                ConstGauge::new(shown.other_buffer as f64),
             ));
         }
         family(
@@ -241,4 +256,32 @@ impl TenantSeries {
             &held,
         )
     }
+}
+
+/// What one scrape shows: the tenants with series of their own and their counts since they
+/// got them, and what `_other` sums (shown only when some tenant is summed there).
+struct Shown<'a> {
+    own: Vec<(&'a Arc<Tenant>, Counts)>,
+    other: Counts,
+    other_buffer: u64,
+    with_other: bool,
+}
+
+/// The counter families: each shown tenant's series, then `_other`'s.
+fn encode_counters(
+    encoder: &mut DescriptorEncoder,
+    shown: &Shown<'_>,
+) -> Result<(), std::fmt::Error> {
+    let slots = counter_series();
+    for (f, (name, help, unit)) in FAMILIES.iter().enumerate() {
+        let mut series: Vec<(Labels<'_>, ConstCounter<u64>)> = Vec::new();
+        for (t, c) in &shown.own {
+            push_series(&mut series, &slots, f, t.id.as_str(), c);
+        }
+        if shown.with_other {
+            push_series(&mut series, &slots, f, OTHER, &shown.other);
+        }
+        family(encoder, name, help, unit.as_ref(), C, &series)?;
+    }
+    Ok(())
 }
