@@ -4,7 +4,9 @@
 //! `Authenticator::identify` is the whole of what differs between the credentials; the rest of
 //! a request's path is the same for all of them.
 
-#[path = "../tests/support/idp.rs"]
+#[path = "../tests/it/common/idp.rs"]
+#[allow(dead_code)]
+// the JWT tests' identity provider: this bench signs tokens with it, nothing more
 mod idp;
 
 use std::hint::black_box;

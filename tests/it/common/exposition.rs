@@ -1,0 +1,37 @@
+//! Reading a gateway's `/metrics` (the Prometheus text exposition) in tests.
+
+use super::{client, Gateway};
+
+/// The admin listener's `/metrics`, as text.
+pub async fn scrape(gw: &Gateway) -> String {
+    client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The value of one sample (`series` written as in the exposition, labels included), 0 when
+/// absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// The value of the unlabelled series `name`, scraped now; `None` if the scrape fails or the
+/// series is absent.
+pub async fn metric(gw: &Gateway, name: &str) -> Option<f64> {
+    let text = reqwest::get(gw.admin_url("/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}

@@ -1,0 +1,500 @@
+//! Shared test harness: a gateway running in-process on loopback ports, a real Kafka-protocol
+//! broker (Tansu, started by scripts/test.sh) or librdkafka's mock cluster, and a consumer that
+//! reads records back by assigning partitions from offset 0.
+
+pub mod exposition;
+pub mod faults;
+pub mod idp;
+pub mod schema_registry;
+pub mod v3;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floodgate::access::AdminTokens;
+use floodgate::budget::{Clock, ManualClock, MonotonicClock};
+use floodgate::config::{Config, TenantConfig};
+use floodgate::identity::ApiKeyHash;
+use floodgate::{Listeners, ShutdownReport};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::mocking::MockCluster;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const KEY: &str = "test-key-acme";
+/// Admin tokens of every test gateway: id "ops".
+pub const ADMIN_TOKENS: &str = "ops:test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+/// The shared registry's secret of every test gateway (and of the `registry` commands the
+/// tests run, through this variable).
+pub const REGISTRY_SECRET: &str = "test-registry-secret-0123456789";
+pub const REGISTRY_SECRET_ENV: &str = "FLOODGATE_TEST_REGISTRY_SECRET";
+
+/// Held by the tests that measure rates and latency on the real clock (`mock::adaptive`,
+/// `mock::lag_guard`): a small machine runs one of them at a time. (scripts/test.sh also runs
+/// them after the rest of the suite, so nothing else shares the machine with them.)
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A loopback port nobody listens on (for a process the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A Redis key prefix of the test's own (and this process's).
+pub fn redis_prefix(test: &str) -> String {
+    format!("fgtest-{test}-{}", std::process::id())
+}
+
+/// The Redis started by scripts/test.sh (shared by tests: give each its own key prefix).
+pub fn redis_url() -> String {
+    std::env::var("FLOODGATE_TEST_REDIS").unwrap_or_else(|_| {
+        panic!("FLOODGATE_TEST_REDIS is not set: run the suite with scripts/test.sh, which starts Redis")
+    })
+}
+
+/// A Redis of the test's own, for tests that stop it: in memory, loopback, on a free port,
+/// killed (by its PID) when dropped.
+pub struct OwnRedis {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnRedis {
+    pub fn start() -> Self {
+        let mut own = Self {
+            port: free_port(),
+            child: None,
+        };
+        own.restart();
+        own
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port and waits until it answers.
+    pub fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install -y redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it (SIGKILL, by PID).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The Tansu broker started by scripts/test.sh.
+pub fn tansu() -> String {
+    std::env::var("FLOODGATE_TEST_BROKER").unwrap_or_else(|_| {
+        panic!("FLOODGATE_TEST_BROKER is not set: run the suite with scripts/test.sh, which starts Tansu")
+    })
+}
+
+/// Every record of `topic` on Tansu, read back as [`read_back`] does (off the runtime's threads).
+pub async fn read_tansu(topic: &str, partitions: i32, expected: usize) -> Vec<Consumed> {
+    let (b, t) = (tansu(), topic.to_string());
+    tokio::task::spawn_blocking(move || read_back(&b, &t, partitions, expected))
+        .await
+        .expect("reader")
+}
+
+/// A topic name no other test uses.
+pub fn unique_topic(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}.{}.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0)
+    )
+}
+
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<_> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create_topics");
+    for r in results {
+        r.expect("topic created");
+    }
+    // A created topic shows in the broker's metadata a moment later; the gateway (rightly)
+    // answers 404 until it does, so wait for it here.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let visible = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(2))
+            .map(|m| {
+                m.topics().iter().any(|t| {
+                    t.name() == topic
+                        && t.error().is_none()
+                        && t.partitions().len() == partitions as usize
+                })
+            })
+            .unwrap_or(false);
+        if visible {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "topic {topic} never appeared in metadata"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
+    TenantConfig {
+        id: id.into(),
+        api_key_sha256: vec![ApiKeyHash::of_key(key).to_hex()],
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        ..TenantConfig::default()
+    }
+}
+
+/// librdkafka's in-process mock cluster, for fault injection.
+pub type Cluster = MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+/// A one-broker mock cluster with these single-partition topics.
+pub fn mock_cluster(topics: &[&str]) -> Cluster {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    for topic in topics {
+        cluster.create_topic(topic, 1, 1).expect("topic");
+    }
+    cluster
+}
+
+/// Which clock a test gateway's budgets follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Time {
+    Real,
+    /// Stepped by the test ([`Gateway::advance_ms`]).
+    Manual,
+}
+
+/// The usual set-up: a mock cluster with `topic`, and a gateway on it with the tenant "acme"
+/// (key [`KEY`], topics `test.*`), after `edit` has adjusted the configuration.
+pub async fn gateway_on_mock(
+    topic: &str,
+    time: Time,
+    edit: impl FnOnce(&mut Config),
+) -> (Cluster, Gateway) {
+    let cluster = mock_cluster(&[topic]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    edit(&mut cfg);
+    let gw = match time {
+        Time::Real => Gateway::start(cfg).await,
+        Time::Manual => Gateway::start_manual(cfg).await,
+    };
+    (cluster, gw)
+}
+
+/// A configuration for tests: loopback listeners (bound by the harness), a tenant "acme"
+/// with key [`KEY`] allowed on `test.*`, small timeouts.
+pub fn config(bootstrap: &str) -> Config {
+    let mut c = Config::from_toml_with_env("", Vec::new()).expect("defaults are valid");
+    c.kafka.bootstrap_servers = bootstrap.to_string();
+    c.kafka.delivery_timeout_ms = 10_000;
+    c.server.shutdown_timeout_ms = 10_000;
+    c.tenants = vec![tenant("acme", KEY, &["test.*"])];
+    c
+}
+
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub clock: Option<Arc<ManualClock>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<ShutdownReport>>,
+}
+
+impl Gateway {
+    /// Starts a gateway on the monotonic clock.
+    pub async fn start(config: Config) -> Self {
+        Self::start_with(config, None).await
+    }
+
+    /// Starts a gateway with full options (admin tokens, config path for SIGHUP).
+    pub async fn start_options(config: Config, options: floodgate::RunOptions) -> Self {
+        Self::launch(config, options, None).await
+    }
+
+    /// Starts a gateway whose budgets follow a clock the test steps.
+    pub async fn start_manual(config: Config) -> Self {
+        Self::start_with(config, Some(Arc::new(ManualClock::new()))).await
+    }
+
+    /// Starts a cluster member: budgets and the shared buckets in Redis follow `clock`, which
+    /// the test steps (and may share between members).
+    pub async fn start_clustered(config: Config, clock: Arc<ManualClock>) -> Self {
+        let mut options = floodgate::RunOptions::new(clock.clone());
+        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+        options.cluster_clock = Some(clock.clone());
+        Self::launch(config, options, Some(clock)).await
+    }
+
+    async fn start_with(config: Config, manual: Option<Arc<ManualClock>>) -> Self {
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(MonotonicClock::new()),
+        };
+        let mut options = floodgate::RunOptions::new(clock);
+        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+        Self::launch(config, options, manual).await
+    }
+
+    async fn launch(
+        config: Config,
+        mut options: floodgate::RunOptions,
+        manual: Option<Arc<ManualClock>>,
+    ) -> Self {
+        if options.registry_secrets.is_none() {
+            options.registry_secrets =
+                Some(floodgate::registry::RegistrySecrets::parse(REGISTRY_SECRET).expect("secret"));
+        }
+        let listeners = Listeners {
+            produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+            admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        };
+        let addr = listeners.produce.local_addr().expect("addr");
+        let admin = listeners.admin.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            floodgate::run(config, listeners, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("gateway runs")
+        });
+        Self {
+            addr,
+            admin,
+            clock: manual,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    pub fn url(&self, topic: &str) -> String {
+        format!("http://{}/v1/topics/{topic}/records", self.addr)
+    }
+
+    pub fn advance_ms(&self, ms: u64) {
+        self.clock.as_ref().expect("manual clock").advance_ms(ms);
+    }
+
+    /// Stops the gateway as a killed process would: no drain, no goodbyes.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.stop.take();
+    }
+
+    /// Graceful shutdown; returns the run's report.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task
+            .take()
+            .expect("running")
+            .await
+            .expect("gateway task")
+    }
+}
+
+/// The test certificate and key (for localhost and 127.0.0.1) and the CA that signed them.
+pub const TLS_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+/// A TLS client that trusts the fixtures' CA and offers `alpn`.
+pub fn tls_connector(alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(format!("{TLS_FIXTURES}/ca.pem")).expect("ca") {
+        roots.add(cert.expect("cert")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
+
+/// POSTs a JSON body with the test key; returns status, headers and the JSON answer.
+pub async fn post_json(
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    post_raw(url, key, "application/json", body.to_string()).await
+}
+
+pub async fn post_raw(
+    url: &str,
+    key: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let response = client()
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("response is not JSON ({e}): {text}"));
+    (status, headers, json)
+}
+
+/// A record as read back from Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub timestamp: Option<i64>,
+}
+
+/// Reads every record of `topic` from offset 0 of each partition, stopping once `expected`
+/// records have arrived and nothing more comes for `idle` (or at the overall deadline).
+pub fn read_back(bootstrap: &str, topic: &str, partitions: i32, expected: usize) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("reader-{}", unique_topic("g")))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let idle = Duration::from_millis(1500);
+    let mut last = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                out.push(Consumed {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|h| {
+                            h.iter()
+                                .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: m.timestamp().to_millis(),
+                });
+                last = Instant::now();
+            }
+            Some(Err(e)) => panic!("consumer error: {e}"),
+            None => {
+                if out.len() >= expected && last.elapsed() > idle {
+                    break;
+                }
+            }
+        }
+    }
+    out.sort_by_key(|c| (c.partition, c.offset));
+    out
+}
+
+/// An admin call: method, path, optional JSON body, token.
+pub async fn admin(
+    gw: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+    token: Option<&str>,
+) -> (u16, serde_json::Value) {
+    let mut request = client().request(method, gw.admin_url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("admin request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let json = if text.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    };
+    (status, json)
+}

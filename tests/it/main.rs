@@ -1,0 +1,62 @@
+//! The integration tests, in one binary: each test binary links librdkafka and OpenSSL, which
+//! on a 2-core builder costs more than compiling the tests, so they share one link. Grouped by
+//! the real parts a test needs, so its path says what must be running (scripts/test.sh starts
+//! Tansu and Redis and exports their addresses):
+//!
+//! - `mock`: librdkafka's in-process mock cluster only (nothing to start);
+//! - `tansu`: the Tansu broker (`FLOODGATE_TEST_BROKER`), and the mock cluster for some;
+//! - `redis`: Redis (`FLOODGATE_TEST_REDIS`, or a redis-server of the test's own), with the
+//!   mock cluster or a Tansu of the test's own;
+//! - `standalone`: no broker at all.
+//!
+//! The tests share this process: a SIGHUP reaches every gateway started with a `config_path`
+//! (only `tansu::reload` starts one), and the rate and latency tests (`mock::adaptive`,
+//! `mock::lag_guard`) take [`common::ONE_AT_A_TIME`]; scripts/test.sh runs those two after the
+//! rest, so that they have the machine to themselves as they had in their own binaries.
+//! `tests/idempotency_memory.rs` stays a binary of its own: it measures the process's RSS.
+
+mod common;
+
+/// librdkafka's in-process mock cluster only.
+mod mock {
+    mod adaptive;
+    mod admin;
+    mod backpressure;
+    mod budgets;
+    mod hostile;
+    mod jwt;
+    mod lag_guard;
+    mod metadata;
+    mod metrics;
+    mod mtls;
+    mod reliability;
+    mod slow_clients;
+    mod status;
+    mod streams;
+    mod tls;
+    mod uploads;
+}
+
+/// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
+mod tansu {
+    mod confluent;
+    mod produce;
+    mod registry;
+    mod reload;
+    mod schemas;
+    mod shutdown;
+}
+
+/// Redis (scripts/test.sh's, or one of the test's own), with the mock cluster or a Tansu of
+/// the test's own.
+mod redis {
+    mod cluster;
+    mod dashboards;
+    mod idempotency;
+    mod idempotency_cluster;
+}
+
+/// No broker at all.
+mod standalone {
+    mod openapi;
+}

@@ -1,0 +1,527 @@
+//! The admin API: live tenant administration, key issuance and revocation, persistence across
+//! restarts, refusal of a corrupt state file, and every 401/422 path.
+
+use std::sync::Arc;
+
+use crate::common::*;
+use floodgate::budget::MonotonicClock;
+use rdkafka::mocking::MockCluster;
+use reqwest::Method;
+use serde_json::json;
+
+fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("test.admin", 1, 1).expect("topic");
+    cluster
+}
+
+fn one_record() -> serde_json::Value {
+    json!({"records":[{"value":1}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_call_needs_a_valid_token() {
+    let cluster = cluster();
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    for (method, path) in [
+        (Method::GET, "/admin/tenants"),
+        (Method::GET, "/admin/tenants/acme"),
+        (Method::PUT, "/admin/tenants/acme"),
+        (Method::PATCH, "/admin/tenants/acme"),
+        (Method::DELETE, "/admin/tenants/acme"),
+        (Method::POST, "/admin/tenants/acme/keys"),
+        (Method::DELETE, "/admin/tenants/acme/keys/0123"),
+        (Method::GET, "/admin/global"),
+        (Method::PUT, "/admin/global"),
+    ] {
+        for token in [None, Some("wrong"), Some(KEY)] {
+            let (s, a) = admin(&gw, method.clone(), path, Some(json!({})), token).await;
+            assert_eq!(
+                (s, a["error"].as_str()),
+                (401, Some("unauthorized")),
+                "{method} {path} {token:?}"
+            );
+        }
+    }
+    // The admin API is not served on the produce listener at all.
+    let r = client()
+        .get(format!("http://{}/admin/tenants", gw.addr))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 404);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_configured_token_the_admin_api_is_closed() {
+    let cluster = cluster();
+    let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+    options.admin_tokens = Some(floodgate::access::AdminTokens::parse("").expect("tokens"));
+    let gw = Gateway::start_options(config(&cluster.bootstrap_servers()), options).await;
+    let (s, a) = admin(&gw, Method::GET, "/admin/tenants", None, Some(ADMIN_TOKEN)).await;
+    assert_eq!(s, 401);
+    assert!(
+        a["detail"].as_str().unwrap_or("").contains("disabled"),
+        "{a}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_created_live_works_at_once_and_a_lowered_budget_applies_at_once() {
+    let cluster = cluster();
+    let gw = Gateway::start_manual(config(&cluster.bootstrap_servers())).await;
+    let t = Some(ADMIN_TOKEN);
+
+    let (s, a) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/tenants/beta",
+        Some(json!({"topics":["test.*"],"records_per_sec":100,"records_burst":100})),
+        t,
+    )
+    .await;
+    assert_eq!(s, 201, "{a}");
+    let (s, key) = admin(&gw, Method::POST, "/admin/tenants/beta/keys", None, t).await;
+    assert_eq!(s, 201, "{key}");
+    let api_key = key["api_key"]
+        .as_str()
+        .expect("key in the clear once")
+        .to_string();
+    let key_id = key["key_id"].as_str().expect("key id").to_string();
+    let url = gw.url("test.admin");
+    let (s, _, a) = post_json(&url, &api_key, &one_record()).await;
+    assert_eq!(s, 200, "{a}");
+
+    // The key is listed by id only.
+    let (s, view) = admin(&gw, Method::GET, "/admin/tenants/beta", None, t).await;
+    assert_eq!(s, 200);
+    assert_eq!(view["keys"], json!([{"key_id": key_id}]));
+    assert!(!view.to_string().contains(&api_key));
+    assert_eq!(view["live"]["tokens"]["records"], 99);
+    assert_eq!(view["live"]["admitted"]["records"], 1);
+
+    // Lower the rate to 1/s with burst 3: the bucket keeps its level, clamped to 3 — so the
+    // fourth request in the same instant is refused (no clock step in between).
+    let (s, a) = admin(
+        &gw,
+        Method::PATCH,
+        "/admin/tenants/beta",
+        Some(json!({"records_per_sec":1,"records_burst":3})),
+        t,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    assert_eq!(a["live"]["tokens"]["records"], 3);
+    for _ in 0..3 {
+        let (s, _, a) = post_json(&url, &api_key, &one_record()).await;
+        assert_eq!(s, 200, "{a}");
+    }
+    let (s, _, a) = post_json(&url, &api_key, &one_record()).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_records")),
+        "{a}"
+    );
+    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/beta", None, t).await;
+    assert_eq!(view["live"]["rejected"]["tenant_records"], 1);
+
+    // Raising it again does not refill the bucket either.
+    let (_, a) = admin(
+        &gw,
+        Method::PATCH,
+        "/admin/tenants/beta",
+        Some(json!({"records_per_sec":1000,"records_burst":1000})),
+        t,
+    )
+    .await;
+    assert_eq!(a["live"]["tokens"]["records"], 0);
+
+    // Revoke: the next request with that key is 401.
+    let (s, _) = admin(
+        &gw,
+        Method::DELETE,
+        &format!("/admin/tenants/beta/keys/{key_id}"),
+        None,
+        t,
+    )
+    .await;
+    assert_eq!(s, 204);
+    let (s, _, _) = post_json(&url, &api_key, &one_record()).await;
+    assert_eq!(s, 401);
+    let (s, a) = admin(
+        &gw,
+        Method::DELETE,
+        &format!("/admin/tenants/beta/keys/{key_id}"),
+        None,
+        t,
+    )
+    .await;
+    assert_eq!((s, a["error"].as_str()), (404, Some("key_not_found")));
+
+    // Delete a tenant: its key stops working.
+    let (s, _, _) = post_json(&url, KEY, &one_record()).await;
+    assert_eq!(s, 200);
+    let (s, _) = admin(&gw, Method::DELETE, "/admin/tenants/acme", None, t).await;
+    assert_eq!(s, 204);
+    let (s, _, _) = post_json(&url, KEY, &one_record()).await;
+    assert_eq!(s, 401);
+    let (s, a) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    assert_eq!((s, a["error"].as_str()), (404, Some("tenant_not_found")));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_values_are_422_naming_the_field() {
+    let cluster = cluster();
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    let t = Some(ADMIN_TOKEN);
+    let cases = [
+        (
+            json!({"topics":["a.*"],"records_per_sec":0}),
+            "records_per_sec",
+        ),
+        (
+            json!({"topics":["a.*"],"records_per_sec":-5}),
+            "records_per_sec",
+        ),
+        (
+            json!({"topics":["a.*"],"records_per_sec":10,"records_burst":0}),
+            "records_burst",
+        ),
+        (json!({"topics":["a.*"],"bytes_burst":10}), "bytes_burst"),
+        // Smaller than one record's overhead: could never admit anything.
+        (
+            json!({"topics":["a.*"],"bytes_per_sec":100,"bytes_burst":7}),
+            "bytes_burst",
+        ),
+        (json!({"topics":["a.*"],"bytes_per_sec":5}), "bytes_burst"),
+        (json!({"topics":["a[.*"]}), "topics[0]"),
+        (json!({"topics":[]}), "topics"),
+        (
+            json!({"topics":["a.*"],"max_buffer_share":1.5}),
+            "max_buffer_share",
+        ),
+        (json!({"topics":["a.*"],"colour":"red"}), "colour"),
+        (json!({"records_per_sec":5}), "topics"),
+    ];
+    for (body, field) in cases {
+        let (s, a) = admin(&gw, Method::PUT, "/admin/tenants/x", Some(body.clone()), t).await;
+        assert_eq!(
+            (s, a["error"].as_str()),
+            (422, Some("invalid_field")),
+            "{body}: {a}"
+        );
+        assert!(
+            a["field"].as_str().unwrap_or("").starts_with(field),
+            "{body}: {a}"
+        );
+    }
+    let (s, a) = admin(
+        &gw,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec":0})),
+        t,
+    )
+    .await;
+    assert_eq!(
+        (s, a["field"].as_str()),
+        (422, Some("records_per_sec")),
+        "{a}"
+    );
+    let (s, a) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/global",
+        Some(json!({"bytes_per_sec":0})),
+        t,
+    )
+    .await;
+    assert_eq!(
+        (s, a["field"].as_str()),
+        (422, Some("bytes_per_sec")),
+        "{a}"
+    );
+    let (s, a) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/global",
+        Some(json!({"bytes_per_sec":1000,"bytes_burst":4})),
+        t,
+    )
+    .await;
+    assert_eq!((s, a["field"].as_str()), (422, Some("bytes_burst")), "{a}");
+    assert!(
+        a["detail"].as_str().is_some_and(|d| d.contains("overhead")),
+        "{a}"
+    );
+    // Nothing invalid was applied.
+    let (s, a) = admin(&gw, Method::GET, "/admin/tenants", None, t).await;
+    assert_eq!(s, 200);
+    assert_eq!(a["tenants"].as_array().map(Vec::len), Some(1), "{a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_tenants_keys_and_budgets_are_as_they_were() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("tenants.state.json");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.admin.state_file = Some(state.clone());
+    let t = Some(ADMIN_TOKEN);
+
+    let gw = Gateway::start(cfg.clone()).await;
+    let (s, _) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/tenants/gamma",
+        Some(json!({"topics":["test.*"],"bytes_per_sec":5000,"bytes_burst":7000})),
+        t,
+    )
+    .await;
+    assert_eq!(s, 201);
+    let (_, key) = admin(&gw, Method::POST, "/admin/tenants/gamma/keys", None, t).await;
+    let api_key = key["api_key"].as_str().expect("key").to_string();
+    let (s, _) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/global",
+        Some(json!({"records_per_sec":777})),
+        t,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, _) = admin(&gw, Method::DELETE, "/admin/tenants/acme", None, t).await;
+    assert_eq!(s, 204);
+    gw.shutdown().await;
+
+    let gw = Gateway::start(cfg).await;
+    let (s, _, a) = post_json(&gw.url("test.admin"), &api_key, &one_record()).await;
+    assert_eq!(s, 200, "{a}");
+    let (s, _, _) = post_json(&gw.url("test.admin"), KEY, &one_record()).await;
+    assert_eq!(s, 401, "a tenant deleted through the API stays deleted");
+    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/gamma", None, t).await;
+    assert_eq!(
+        (view["bytes_per_sec"].as_u64(), view["bytes_burst"].as_u64()),
+        (Some(5000), Some(7000))
+    );
+    let (_, global) = admin(&gw, Method::GET, "/admin/global", None, t).await;
+    assert_eq!(global["records_per_sec"], 777);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_file_stops_start_up_with_file_and_position() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("broken.state.json");
+    std::fs::write(
+        &state,
+        "{\"version\": 1,\n \"tenants\": {\"a\": {\"id\": \"a\", \"topics\": [}}\n",
+    )
+    .expect("write");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.admin.state_file = Some(state.clone());
+    let listeners = floodgate::Listeners {
+        produce: tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+        admin: tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind"),
+    };
+    let options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+    let err = floodgate::run(cfg, listeners, options, async {})
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("broken.state.json") && text.contains("line 2"),
+        "{text}"
+    );
+    // It was not replaced.
+    assert!(std::fs::read_to_string(&state)
+        .expect("still there")
+        .contains("\"topics\": [}"));
+}
+
+/// With a state file, the configuration file still owns what it lists: a restart applies what
+/// changed in the file (a key removed, a tenant added) and keeps what the API did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_applies_file_edits_and_keeps_api_changes() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.admin.state_file = Some(dir.path().join("state/tenants.json"));
+    let t = Some(ADMIN_TOKEN);
+    let gw = Gateway::start(cfg.clone()).await;
+    let (s, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;
+    assert_eq!(s, 201);
+    let issued = key["api_key"].as_str().expect("key").to_string();
+    gw.shutdown().await;
+
+    // The operator removes acme's key from the file and adds a tenant.
+    cfg.tenants[0].api_key_sha256.clear();
+    cfg.tenants.push(tenant("fresh", "fresh-key", &["test.*"]));
+    let gw = Gateway::start(cfg).await;
+    let url = gw.url("test.admin");
+    let (s, _, _) = post_json(&url, KEY, &one_record()).await;
+    assert_eq!(s, 401, "a key removed from the file stops working");
+    let (s, _, a) = post_json(&url, &issued, &one_record()).await;
+    assert_eq!(s, 200, "the API-issued key stays: {a}");
+    let (s, _, a) = post_json(&url, "fresh-key", &one_record()).await;
+    assert_eq!(s, 200, "a tenant added to the file exists: {a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_save_changes_nothing() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state_dir = dir.path().join("state");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].records_per_sec = Some(100);
+    cfg.admin.state_file = Some(state_dir.join("tenants.json"));
+    let gw = Gateway::start(cfg).await;
+    let t = Some(ADMIN_TOKEN);
+    let (s, _) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    assert_eq!(s, 200);
+    // The state file's folder becomes unwritable: the next save fails.
+    std::fs::remove_dir_all(&state_dir).expect("remove");
+    std::fs::write(&state_dir, "not a folder").expect("block it");
+    let (s, a) = admin(
+        &gw,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec": 1, "records_burst": 1, "topics": ["nothing.*"]})),
+        t,
+    )
+    .await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (500, Some("state_not_saved")),
+        "{a}"
+    );
+    // Nothing of the change is in force: budget and topics are as before.
+    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    assert_eq!(view["records_per_sec"], 100, "{view}");
+    for _ in 0..3 {
+        let (s, _, a) = post_json(&gw.url("test.admin"), KEY, &one_record()).await;
+        assert_eq!(s, 200, "{a}");
+    }
+    gw.shutdown().await;
+}
+
+/// Paging through the tenants by cursor lists every tenant that exists throughout exactly
+/// once, while others are created and deleted between pages; a prefix narrows the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
+    let cluster = cluster();
+    let mut cfg = config(&cluster.bootstrap_servers());
+    for i in 0..200 {
+        cfg.tenants.push(tenant(
+            &format!("t{i:03}"),
+            &format!("key-{i}"),
+            &["test.*"],
+        ));
+    }
+    let gw = Gateway::start_manual(cfg).await;
+    let t = Some(ADMIN_TOKEN);
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    let mut deleted = Vec::new();
+    let mut page = 0;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/admin/tenants?limit=30&after={a}"),
+            None => "/admin/tenants?limit=30".into(),
+        };
+        let (s, body) = admin(&gw, Method::GET, &path, None, t).await;
+        assert_eq!(s, 200, "{body}");
+        let ids: Vec<String> = body["tenants"]
+            .as_array()
+            .expect("tenants")
+            .iter()
+            .filter_map(|v| v["id"].as_str().map(String::from))
+            .collect();
+        assert!(ids.len() <= 30);
+        seen.extend(ids);
+        // Between pages: one tenant already listed and one not yet listed go away, and new
+        // ones appear before and after the cursor.
+        page += 1;
+        for id in [
+            format!("t{:03}", page * 7),
+            format!("t{:03}", 199 - page * 5),
+        ] {
+            let (s, _) = admin(
+                &gw,
+                Method::DELETE,
+                &format!("/admin/tenants/{id}"),
+                None,
+                t,
+            )
+            .await;
+            if s == 204 {
+                deleted.push(id);
+            }
+        }
+        for id in [format!("a-new-{page}"), format!("z-new-{page}")] {
+            let (s, b) = admin(
+                &gw,
+                Method::PUT,
+                &format!("/admin/tenants/{id}"),
+                Some(json!({"topics": ["test.*"]})),
+                t,
+            )
+            .await;
+            assert_eq!(s, 201, "{b}");
+        }
+        match body["next"].as_str() {
+            Some(next) => after = Some(next.to_string()),
+            None => break,
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "no tenant twice");
+    for i in 0..200 {
+        let id = format!("t{i:03}");
+        if !deleted.contains(&id) {
+            assert!(seen.contains(&id), "{id} existed throughout and was listed");
+        }
+    }
+    let (s, body) = admin(
+        &gw,
+        Method::GET,
+        "/admin/tenants?prefix=t19&limit=1000",
+        None,
+        t,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let ids: Vec<&str> = body["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .filter_map(|v| v["id"].as_str())
+        .collect();
+    assert!(
+        !ids.is_empty() && ids.iter().all(|id| id.starts_with("t19")),
+        "{ids:?}"
+    );
+    assert_eq!(body["next"], serde_json::Value::Null);
+    for bad in ["limit=0", "limit=1001", "limit=x", "colour=red"] {
+        let (s, body) = admin(&gw, Method::GET, &format!("/admin/tenants?{bad}"), None, t).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (422, Some("invalid_field")),
+            "{bad}: {body}"
+        );
+    }
+    gw.shutdown().await;
+}

@@ -1,0 +1,584 @@
+//! Hostile clients: slow headers, slow bodies, too many connections, oversized headers, and
+//! topic names smuggled through URL encoding. Each gets a clear, bounded answer.
+
+use std::time::Duration;
+
+use crate::common::*;
+use rdkafka::mocking::MockCluster;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn cluster() -> Cluster {
+    let c = MockCluster::new(1).expect("mock");
+    c.create_topic("test.hostile", 1, 1).expect("topic");
+    c
+}
+
+/// Everything the server sends until it closes the connection (or `limit` passes).
+async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, read).await.ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.header_read_timeout_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(b"POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("write");
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await;
+    assert!(
+        answer.is_some(),
+        "the connection must be closed by the server"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_gets_408() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.body_read_timeout_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"records\""
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"error\":\"body_timeout\""), "{answer}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_wait_until_one_closes() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.max_connections = 2;
+    let gw = Gateway::start(cfg).await;
+    let idle1 = TcpStream::connect(gw.addr).await.expect("connect");
+    let _idle2 = TcpStream::connect(gw.addr).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(200)).await; // let the server accept both
+    let quick = reqwest::Client::builder()
+        .timeout(Duration::from_millis(700))
+        .build()
+        .expect("client");
+    let one = json!({"records":[{"value":1}]});
+    let third = quick
+        .post(gw.url("test.hostile"))
+        .bearer_auth(KEY)
+        .json(&one)
+        .send()
+        .await;
+    assert!(
+        third.is_err(),
+        "a third connection is not served while two are open"
+    );
+    drop(idle1);
+    let (s, _, a) = post_json(&gw.url("test.hostile"), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_are_refused() {
+    let c = cluster();
+    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nX-Junk: {}\r\n\r\n",
+        "a".repeat(200 * 1024)
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default();
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_names_are_checked_after_url_decoding() {
+    let c = cluster();
+    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
+    let one = json!({"records":[{"value":1}]});
+    let at = |raw: &str| format!("http://{}/v1/topics/{raw}/records", gw.addr);
+    // %2E is '.', so this is test.hostile, which the tenant may write.
+    let (s, _, a) = post_json(&at("test%2Ehostile"), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    let (s, _, a) = post_json(&at("other%2Etopic"), KEY, &one).await;
+    assert_eq!((s, a["error"].as_str()), (403, Some("forbidden_topic")));
+    let (s, _, a) = post_json(&at("test.%2E%2E%2Fsecret"), KEY, &one).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (400, Some("invalid_topic")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&at("test.%FF"), KEY, &one).await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (400, Some("invalid_topic")),
+        "{a}"
+    );
+    gw.shutdown().await;
+}
+
+/// Reads one HTTP/1.1 answer's head and body text (until the server closes or 5 s pass).
+async fn answer(stream: &mut TcpStream) -> String {
+    read_until_closed(stream, Duration::from_secs(5))
+        .await
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_in_flight_share_one_memory_budget() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.max_inflight_body_bytes = 10_000;
+    cfg.server.max_body_bytes = 10_000;
+    // The whole budget may go to this tenant (its share bounds it otherwise).
+    cfg.tenants[0].max_buffer_share = Some(1.0);
+    let gw = Gateway::start(cfg).await;
+    let head = |len: &str| {
+        format!(
+            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\n{len}Connection: close\r\n\r\n"
+        )
+    };
+    // A slow upload announces 8,000 bytes and holds them while it trickles.
+    let value = "x".repeat(8_000 - 26);
+    let body = format!(r#"{{"records":[{{"value":"{value}"}}]}}"#);
+    assert_eq!(body.len(), 8_000);
+    let mut slow = TcpStream::connect(gw.addr).await.expect("connect");
+    slow.write_all(head("Content-Length: 8000\r\n").as_bytes())
+        .await
+        .expect("write");
+    slow.write_all(&body.as_bytes()[..100])
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // Another body of 3,000 bytes does not fit beside it: refused at once, before it is sent.
+    let mut other = TcpStream::connect(gw.addr).await.expect("connect");
+    other
+        .write_all(head("Content-Length: 3000\r\n").as_bytes())
+        .await
+        .expect("write");
+    let text = answer(&mut other).await;
+    assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+    assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: "),
+        "{text}"
+    );
+
+    // A chunked upload is held chunk by chunk: its first chunk fits, the second does not.
+    let mut chunked = TcpStream::connect(gw.addr).await.expect("connect");
+    chunked
+        .write_all(head("Transfer-Encoding: chunked\r\n").as_bytes())
+        .await
+        .expect("write");
+    // (One record whose value is still arriving: valid so far, so only the budget can stop it.)
+    let opening = format!("{{\"records\":[{{\"value\":\"{}", "y".repeat(2000 - 22));
+    assert_eq!(opening.len(), 2000);
+    chunked
+        .write_all(format!("7d0\r\n{opening}\r\n").as_bytes())
+        .await
+        .expect("write");
+    let _ = chunked
+        .write_all(format!("7d0\r\n{}\r\n", "y".repeat(2000)).as_bytes())
+        .await;
+    let text = answer(&mut chunked).await;
+    assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+
+    // The slow upload finishes and is written; its hold is given back.
+    slow.write_all(&body.as_bytes()[100..])
+        .await
+        .expect("write");
+    let text = answer(&mut slow).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let (s, _, a) = post_json(
+        &gw.url("test.hostile"),
+        KEY,
+        &json!({"records":[{"value":"z".repeat(5000)}]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_keeps_failing_authentication_is_refused_but_its_valid_keys_are_not() {
+    let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 3;
+    })
+    .await;
+    let one = json!({"records":[{"value":1}]});
+    let url = gw.url("test.hostile");
+    for _ in 0..3 {
+        let (s, _, a) = post_json(&url, "wrong-key", &one).await;
+        assert_eq!((s, a["error"].as_str()), (401, Some("unauthorized")));
+    }
+    // The allowance is spent: from now on this address's failing requests are refused at
+    // once with 429 (and not counted), until it refills.
+    let (s, h, a) = post_json(&url, "wrong-key", &one).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{a}"
+    );
+    assert_eq!(h["retry-after"], "1");
+    assert!(
+        a["retry_after_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0 && ms <= 1000),
+        "{a}"
+    );
+    // A valid key from the same address (a neighbour behind the same NAT) is served.
+    let (s, _, a) = post_json(&url, KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    // The admin listener keeps its own accounting: a valid token is served, and the
+    // produce listener's failures do not count there.
+    let (s, a) = admin(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/tenants",
+        None,
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    let (s, a) = admin(
+        &gw,
+        reqwest::Method::GET,
+        "/admin/tenants",
+        None,
+        Some("nope"),
+    )
+    .await;
+    assert_eq!(s, 401, "{a}");
+    // Its allowance refills at one failure a second.
+    gw.advance_ms(1000);
+    let (s, _, a) = post_json(&url, "wrong-key", &one).await;
+    assert_eq!(s, 401, "{a}");
+    let metrics = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    for series in [
+        "floodgate_auth_failures_total{listener=\"produce\",outcome=\"failed\"} 4",
+        "floodgate_auth_failures_total{listener=\"produce\",outcome=\"refused\"} 1",
+        "floodgate_auth_failures_total{listener=\"admin\",outcome=\"failed\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} in {metrics}");
+    }
+    gw.shutdown().await;
+}
+
+/// Bad keys sent all at once from one address: each is decided and counted in one step, so
+/// exactly the allowance is answered 401 (a look at "is it refused?" before counting let
+/// concurrent failures slip between the two: 259 answered against 180 allowed), on both
+/// listeners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_bad_keys_from_one_address_get_exactly_the_allowance() {
+    const BURST: u32 = 20;
+    const SENT: usize = 200;
+    let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = BURST;
+    })
+    .await;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(SENT)
+        .build()
+        .expect("client");
+    let mut produce = tokio::task::JoinSet::new();
+    let mut admin_calls = tokio::task::JoinSet::new();
+    for i in 0..SENT {
+        let (client, url) = (http.clone(), gw.url("test.hostile"));
+        produce.spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(format!("wrong-key-{i}"))
+                .json(&json!({"records":[{"value":1}]}))
+                .send()
+                .await
+                .expect("sent");
+            r.status().as_u16()
+        });
+        let (client, url) = (http.clone(), gw.admin_url("/admin/tenants"));
+        admin_calls.spawn(async move {
+            let r = client
+                .get(url)
+                .bearer_auth(format!("wrong-token-{i}"))
+                .send()
+                .await
+                .expect("sent");
+            r.status().as_u16()
+        });
+    }
+    for (listener, mut set) in [("produce", produce), ("admin", admin_calls)] {
+        let (mut unauthorized, mut refused) = (0, 0);
+        while let Some(status) = set.join_next().await {
+            match status.expect("task") {
+                401 => unauthorized += 1,
+                429 => refused += 1,
+                other => panic!("{listener}: unexpected {other}"),
+            }
+        }
+        assert_eq!(
+            (unauthorized, refused),
+            (BURST as usize, SENT - BURST as usize),
+            "{listener}"
+        );
+    }
+    gw.shutdown().await;
+}
+
+/// Behind a trusted load balancer every request comes from its address: the client it
+/// forwarded for is the one penalised, and an untrusted peer's header is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_penalised() {
+    let (_cluster, gw) = gateway_on_mock("test.proxied", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 2;
+        cfg.server.trusted_proxies = vec!["127.0.0.0/8".into()];
+    })
+    .await;
+    let url = gw.url("test.proxied");
+    let one = json!({"records":[{"value":1}]});
+    let send = |key: &'static str, forwarded_for: &'static str| {
+        let (url, one) = (url.clone(), one.clone());
+        async move {
+            let r = client()
+                .post(&url)
+                .bearer_auth(key)
+                .header("x-forwarded-for", forwarded_for)
+                .json(&one)
+                .send()
+                .await
+                .expect("sent");
+            r.status().as_u16()
+        }
+    };
+    for _ in 0..2 {
+        assert_eq!(send("wrong-key", "203.0.113.1").await, 401);
+    }
+    assert_eq!(
+        send("wrong-key", "203.0.113.1").await,
+        429,
+        "the failing client"
+    );
+    assert_eq!(
+        send("wrong-key", "203.0.113.2").await,
+        401,
+        "another client"
+    );
+    // A client cannot choose its address: what it writes is left of what the proxy added.
+    assert_eq!(send("wrong-key", "1.1.1.1, 203.0.113.1").await, 429);
+
+    let (_cluster2, direct) = gateway_on_mock("test.direct", Time::Manual, |cfg| {
+        cfg.server.auth_failures_per_sec = 1;
+        cfg.server.auth_failures_burst = 2;
+    })
+    .await;
+    let url = direct.url("test.direct");
+    for i in 0..4 {
+        // No trusted proxy: the header changes nothing, the peer is counted.
+        let r = client()
+            .post(&url)
+            .bearer_auth("wrong-key")
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .json(&one)
+            .send()
+            .await
+            .expect("sent");
+        let expected = if i < 2 { 401 } else { 429 };
+        assert_eq!(r.status().as_u16(), expected, "request {i}");
+    }
+    gw.shutdown().await;
+    direct.shutdown().await;
+}
+
+/// A proxy that sets `X-Forwarded-For` passes a client's own `Forwarded` header through: only
+/// the header named by `[server] forwarded_header` is read, so the client cannot pick the
+/// address (and the fresh allowance of failures) it is counted under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cannot_pick_its_address_with_the_header_the_proxy_does_not_set() {
+    let send = |url: String, headers: Vec<(&'static str, String)>| async move {
+        let mut request = client().post(&url).bearer_auth("wrong-key");
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let r = request
+            .json(&json!({"records":[{"value":1}]}))
+            .send()
+            .await
+            .expect("sent");
+        r.status().as_u16()
+    };
+    for header in ["x-forwarded-for", "forwarded"] {
+        let (_cluster, gw) = gateway_on_mock("test.proxied", Time::Manual, |cfg| {
+            cfg.server.auth_failures_per_sec = 1;
+            cfg.server.auth_failures_burst = 2;
+            cfg.server.trusted_proxies = vec!["127.0.0.0/8".into()];
+            if header == "forwarded" {
+                cfg.server.forwarded_header = floodgate::forwarded::ForwardedHeader::Forwarded;
+            }
+        })
+        .await;
+        let url = gw.url("test.proxied");
+        // What the proxy says of the real client, in the header it sets.
+        let real = |n: u32| match header {
+            "forwarded" => ("forwarded", format!("for=203.0.113.{n}")),
+            _ => ("x-forwarded-for", format!("203.0.113.{n}")),
+        };
+        // What the client adds itself, in the header the proxy does not touch.
+        let forged = |n: u32| match header {
+            "forwarded" => ("x-forwarded-for", format!("198.51.100.{n}")),
+            _ => ("forwarded", format!("for=198.51.100.{n}")),
+        };
+        // Spend the real client's allowance (the clock stands still; how many it takes is
+        // another test's business).
+        let mut answers = Vec::new();
+        while answers.last() != Some(&429) && answers.len() < 10 {
+            answers.push(send(url.clone(), vec![real(1)]).await);
+        }
+        assert_eq!(answers.last(), Some(&429), "{header}: {answers:?}");
+        for n in 0..5 {
+            assert_eq!(
+                send(url.clone(), vec![forged(n), real(1)]).await,
+                429,
+                "{header}: the forged address {n} is not read"
+            );
+        }
+        gw.shutdown().await;
+    }
+}
+
+/// The registry topic (and Kafka's own, and the listed internal ones) cannot be written by any
+/// key, through any wire format — a tenant allowed `*` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_may_write_an_internal_topic_whatever_its_patterns() {
+    let internal = ["_floodgate_registry", "__consumer_offsets", "_schemas"];
+    let cluster = mock_cluster(&internal);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].topics = vec!["*".into()];
+    let gw = Gateway::start(cfg).await;
+    let base = format!("http://{}", gw.addr);
+    for topic in internal {
+        let (s, _, a) = post_json(&gw.url(topic), KEY, &json!({"records": [{"value": 1}]})).await;
+        assert_eq!(
+            (s, a["error"].as_str()),
+            (403, Some("forbidden_topic")),
+            "{topic}: {a}"
+        );
+        assert!(
+            a["detail"].as_str().unwrap_or("").contains("internal"),
+            "{a}"
+        );
+        let answers = [
+            (
+                format!("{base}/topics/{topic}"),
+                "application/vnd.kafka.json.v2+json",
+                json!({"records": [{"value": 1}]}).to_string(),
+            ),
+            (
+                format!("{base}/v3/clusters/c/topics/{topic}/records"),
+                "application/json",
+                json!({"value": {"type": "JSON", "data": 1}}).to_string(),
+            ),
+            (
+                format!("{base}/v3/clusters/c/topics/{topic}/records:batch"),
+                "application/json",
+                json!({"entries": [{"id": "a", "value": {"type": "JSON", "data": 1}}]}).to_string(),
+            ),
+        ];
+        for (url, content_type, body) in answers {
+            let r = client()
+                .post(&url)
+                .bearer_auth(KEY)
+                .header("content-type", content_type)
+                .body(body)
+                .send()
+                .await
+                .expect("sent");
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_default();
+            assert_eq!(status, 403, "{url}: {text}");
+            assert!(text.contains("40301"), "{url}: {text}");
+        }
+    }
+    gw.shutdown().await;
+    let b = cluster.bootstrap_servers();
+    let got = tokio::task::spawn_blocking(move || read_back(&b, "_floodgate_registry", 1, 0))
+        .await
+        .expect("reader");
+    assert!(
+        got.is_empty(),
+        "nothing reached the registry topic: {got:?}"
+    );
+}
+
+/// With `check_cluster_id`, a wrong cluster id is a 404 that names the cluster served — said
+/// only to a client that authenticated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_id_is_disclosed_only_after_authentication() {
+    let (_cluster, gw) = gateway_on_mock("test.cid", Time::Manual, |cfg| {
+        cfg.compat.cluster_id = Some("lkc-secret-id".into());
+        cfg.compat.check_cluster_id = true;
+    })
+    .await;
+    let base = format!("http://{}", gw.addr);
+    for path in [
+        "/v3/clusters/wrong/topics/test.cid/records",
+        "/v3/clusters/wrong/topics/test.cid/records:batch",
+    ] {
+        for (key, status) in [("nope", 401), (KEY, 404)] {
+            let r = client()
+                .post(format!("{base}{path}"))
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .expect("sent");
+            assert_eq!(r.status().as_u16(), status, "{path} with {key}");
+            let text = r.text().await.unwrap_or_default();
+            assert_eq!(
+                text.contains("lkc-secret-id"),
+                status == 404,
+                "{path}: {text}"
+            );
+        }
+    }
+    gw.shutdown().await;
+}

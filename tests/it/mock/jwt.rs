@@ -1,0 +1,989 @@
+//! JWT bearer tokens end to end, with real cryptography and real HTTP: keys generated here
+//! (RSA, EC P-256, Ed25519), their JWKS served by an HTTP server on loopback, tokens signed
+//! here, a gateway on librdkafka's mock cluster whose clock the test steps (exp, nbf, the
+//! refetch throttle and the cache's expiry follow it; nothing sleeps to wait).
+
+use crate::common::exposition::scrape;
+use crate::common::idp::{JwksServer, Signer};
+use crate::common::*;
+use floodgate::budget::Clock as _;
+use floodgate::config::{Config, JwtClaim, JwtIssuerConfig};
+use serde_json::{json, Value};
+
+const ISSUER: &str = "https://idp.test/realms/prod";
+const AUDIENCE: &str = "floodgate";
+
+fn issuer(url: &str) -> JwtIssuerConfig {
+    JwtIssuerConfig {
+        issuer: ISSUER.into(),
+        audiences: vec![AUDIENCE.into()],
+        jwks_url: Some(url.into()),
+        jwks_file: None,
+        algorithms: vec!["RS256".into(), "ES256".into(), "EdDSA".into()],
+        leeway_s: 30,
+        refresh_s: 300,
+        min_refetch_s: 60,
+        fetch_timeout_ms: 2_000,
+        tenant_claim: "client_id".into(),
+        // The IdP's client ids, mapped to tenants.
+        map: Some([("orders-svc".to_string(), "acme".to_string())].into()),
+        topics_claim: Some("topics".into()),
+    }
+}
+
+fn with_issuer(url: String) -> impl FnOnce(&mut Config) {
+    move |c: &mut Config| {
+        c.auth.jwt = vec![issuer(&url)];
+        c.tenants.push(tenant("other", "other-key", &["test.*"]));
+    }
+}
+
+/// Claims valid now on the gateway's clock for `client_id`, expiring in ten minutes.
+fn claims(gw: &Gateway, client_id: &str) -> Value {
+    let now = gw.clock.as_ref().expect("manual clock").unix_s();
+    json!({"iss": ISSUER, "aud": AUDIENCE, "client_id": client_id,
+           "iat": now, "nbf": now, "exp": now + 600})
+}
+
+async fn post(gw: &Gateway, topic: &str, token: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(
+        &gw.url(topic),
+        token,
+        &json!({"records": [{"value": {"n": 1}}]}),
+    )
+    .await
+}
+
+/// The value of the unlabelled series `name` in a scrape.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+}
+
+async fn admitted_requests(gw: &Gateway, tenant: &str) -> u64 {
+    let body: Value = client()
+        .get(gw.admin_url(&format!("/admin/tenants/{tenant}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("admin")
+        .json()
+        .await
+        .expect("json");
+    body["live"]["admitted"]["requests"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_tokens_of_each_algorithm_are_admitted_and_charged_to_the_mapped_tenant() {
+    let (rsa, ec, ed) = (Signer::rsa("rsa-1"), Signer::ec("ec-1"), Signer::ed("ed-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec, &ed])).await;
+    let topic = "test.jwt.valid";
+    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+
+    for signer in [&rsa, &ec, &ed] {
+        let token = signer.sign(&claims(&gw, "orders-svc"));
+        let (status, _, body) = post(&gw, topic, &token).await;
+        assert_eq!(status, 200, "{:?}: {body}", signer.alg);
+    }
+    // The same token on Confluent's v2 and v3 routes: one seam for every wire format.
+    let token = rsa.sign(&claims(&gw, "orders-svc"));
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(&token)
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":{"n":2}}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 200, "{:?}", v2.text().await);
+    let v3 = client()
+        .post(format!(
+            "http://{}/v3/clusters/lkc-floodgate/topics/{topic}/records",
+            gw.addr
+        ))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body(r#"{"value":{"type":"JSON","data":{"n":3}}}"#)
+        .send()
+        .await
+        .expect("v3");
+    let v3_status = v3.status();
+    let v3_body = v3.text().await.unwrap_or_default();
+    assert_eq!(v3_status, 200, "{v3_body}");
+    assert!(v3_body.contains("\"error_code\":200"), "{v3_body}");
+
+    assert_eq!(admitted_requests(&gw, "acme").await, 5);
+    assert_eq!(admitted_requests(&gw, "other").await, 0);
+    let records = read_back(&cluster.bootstrap_servers(), topic, 1, 5);
+    assert_eq!(records.len(), 5);
+
+    let metrics = scrape(&gw).await;
+    assert!(
+        metrics.contains(r#"floodgate_authentications_total{method="jwt",outcome="ok"} 5"#),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.bad";
+    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let valid = claims(&gw, "orders-svc");
+    let now = valid["iat"].as_u64().expect("now");
+    let with = |field: &str, value: Value| {
+        let mut c = valid.clone();
+        c[field] = value;
+        c
+    };
+    let attacker = Signer::rsa("rsa-1"); // same kid, another key
+    let pem = rsa.public_pem.clone().expect("pem");
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        // Past exp + leeway (30 s).
+        (
+            "expired",
+            rsa.sign(&with("exp", json!(now - 31))),
+            401,
+            "token_expired",
+        ),
+        (
+            "not yet valid",
+            rsa.sign(&with("nbf", json!(now + 31))),
+            401,
+            "token_not_yet_valid",
+        ),
+        (
+            "wrong audience",
+            rsa.sign(&with("aud", json!("someone-else"))),
+            401,
+            "token_audience",
+        ),
+        (
+            "wrong issuer",
+            rsa.sign(&with("iss", json!("https://evil.test"))),
+            401,
+            "token_issuer",
+        ),
+        (
+            "alg none",
+            idp::unsigned("rsa-1", &valid),
+            401,
+            "token_algorithm",
+        ),
+        (
+            "HS256 with the public key",
+            idp::hs256("rsa-1", pem.as_bytes(), &valid),
+            401,
+            "token_algorithm",
+        ),
+        (
+            "another key, same kid",
+            attacker.sign(&valid),
+            401,
+            "token_signature",
+        ),
+        (
+            "tampered payload",
+            idp::tampered(&rsa.sign(&valid), &with("client_id", json!("other"))),
+            401,
+            "token_signature",
+        ),
+        (
+            "no exp",
+            rsa.sign(&json!({"iss": ISSUER, "aud": AUDIENCE, "client_id": "orders-svc"})),
+            401,
+            "token_claims",
+        ),
+        (
+            "no tenant claim",
+            rsa.sign(&with("client_id", json!(null))),
+            401,
+            "token_claims",
+        ),
+        (
+            "unknown kid",
+            rsa.sign_as("rsa-9", &valid),
+            401,
+            "token_key_unknown",
+        ),
+        ("not a JWT", "a.b.c".to_string(), 401, "token_malformed"),
+        (
+            "valid, but no tenant",
+            rsa.sign(&with("client_id", json!("stranger"))),
+            403,
+            "unknown_tenant",
+        ),
+    ];
+    for (what, token, status, code) in &cases {
+        let (got, headers, body) = post(&gw, topic, token).await;
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (*status, Some(*code)),
+            "{what}: {body}"
+        );
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(!detail.is_empty(), "{what}: a detail names the problem");
+        assert!(
+            !detail.contains(token.as_str()),
+            "{what}: the token is never echoed"
+        );
+        if *status == 401 && code.starts_with("token_") {
+            assert_eq!(
+                headers["www-authenticate"], r#"Bearer error="invalid_token""#,
+                "{what}"
+            );
+        }
+    }
+    // Confluent's shapes say the same code in their message.
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(&cases[0].1)
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":1}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 401);
+    let body: Value = v2.json().await.expect("json");
+    assert_eq!(body["error_code"], 40101);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("token_expired:"),
+        "{body}"
+    );
+
+    // Nothing was written: the only record in the topic is the valid one sent last.
+    let (status, _, _) = post(&gw, topic, &rsa.sign(&valid)).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        read_back(&cluster.bootstrap_servers(), topic, 1, 1).len(),
+        1
+    );
+    assert_eq!(admitted_requests(&gw, "acme").await, 1);
+    assert_eq!(
+        admitted_requests(&gw, "other").await,
+        0,
+        "the tampered client_id got nothing"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_most_once_per_min_refetch(
+) {
+    let (old, new) = (Signer::ec("2026-01"), Signer::ed("2026-02"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.rotation";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (status, _, body) = post(&gw, topic, &old.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(idp.fetches(), 1, "the start-up fetch");
+
+    // The IdP rotates a new key in. Within min_refetch_s of the last fetch, a token with its
+    // kid is refused (no fetch); once the throttle allows, one refetch finds it.
+    idp.set(idp::jwks(&[&old, &new]));
+    let rotated = new.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &rotated).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown"))
+    );
+    assert_eq!(idp.fetches(), 1, "throttled");
+    gw.advance_ms(60_000);
+    let (status, _, body) = post(&gw, topic, &new.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(idp.fetches(), 2, "one refetch");
+
+    // A flood of tokens naming kids nobody has, concurrently: no refetch until min_refetch_s
+    // has passed, then exactly one more, however many arrive.
+    for round in 0..2 {
+        let floods: Vec<_> = (0..40)
+            .map(|i| {
+                let token = old.sign_as(&format!("bogus-{round}-{i}"), &claims(&gw, "orders-svc"));
+                let url = gw.url(topic);
+                tokio::spawn(async move {
+                    post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                        .await
+                        .0
+                })
+            })
+            .collect();
+        for f in floods {
+            assert_eq!(f.await.expect("task"), 401);
+        }
+        assert_eq!(idp.fetches(), 2 + round, "round {round}");
+        gw.advance_ms(60_000);
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_jwks_server_down_cached_keys_keep_working() {
+    let rsa = Signer::rsa("rsa-1");
+    let mut idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.down";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (status, _, _) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200);
+    idp.stop().await;
+    gw.advance_ms(120_000);
+    // A token never seen before (so verified now) with a key held from before the outage.
+    let fresh = rsa.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(status, 200, "{body}");
+    // A kid the held keys lack: the refetch fails, so the gateway cannot tell — 503, not 401.
+    let (status, headers, body) = post(
+        &gw,
+        topic,
+        &rsa.sign_as("rsa-2", &claims(&gw, "orders-svc")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
+    assert!(headers.contains_key("retry-after"));
+    // Confluent's shape: its own code, not the Idempotency-Key store's 50303.
+    let v2 = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(rsa.sign_as("rsa-3", &claims(&gw, "orders-svc")))
+        .header("content-type", "application/vnd.kafka.json.v2+json")
+        .body(r#"{"records":[{"value":1}]}"#)
+        .send()
+        .await
+        .expect("v2");
+    assert_eq!(v2.status(), 503);
+    let body: Value = v2.json().await.expect("json");
+    assert_eq!(body["error_code"], 50304, "{body}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
+    let ed = Signer::ed("ed-1");
+    let idp = JwksServer::start(idp::jwks(&[&ed])).await;
+    let topic = "test.jwt.cache";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = ed.sign(&claims(&gw, "orders-svc"));
+    for _ in 0..20 {
+        let (status, _, body) = post(&gw, topic, &token).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(scrape(&gw)
+        .await
+        .contains("floodgate_jwt_verifications_total 1\n"));
+    // exp is 600 s away, leeway 30 s: accepted at 629 s, refused from 630 s, from the cache.
+    gw.advance_ms(629_000);
+    assert_eq!(post(&gw, topic, &token).await.0, 200);
+    gw.advance_ms(1_000);
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_expired"))
+    );
+    assert!(scrape(&gw)
+        .await
+        .contains("floodgate_jwt_verifications_total 1\n"));
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topics_claim_only_narrows_the_tenants_patterns() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let cluster = mock_cluster(&["test.a", "test.b", "other.a"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    with_issuer(idp.url())(&mut cfg);
+    let gw = Gateway::start_manual(cfg).await;
+    let mut c = claims(&gw, "orders-svc");
+    c["topics"] = json!(["test.a", "other.*"]);
+    let token = rsa.sign(&c);
+    assert_eq!(post(&gw, "test.a", &token).await.0, 200);
+    // Outside the token's list, though the tenant may write it.
+    let (status, _, body) = post(&gw, "test.b", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic"))
+    );
+    // Inside the token's list, but not the tenant's: a token never widens.
+    let (status, _, body) = post(&gw, "other.a", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic"))
+    );
+    // Without the claim: the tenant's own patterns.
+    assert_eq!(
+        post(&gw, "test.b", &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
+    let ec = Signer::ec("ec-1");
+    let idp = JwksServer::start(idp::jwks(&[&ec])).await;
+    let topic = "test.jwt.registry";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = ec.sign(&claims(&gw, "billing-svc"));
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("unknown_tenant"))
+    );
+
+    // The admin API gives tenant "other" the claim: the same (cached) token now belongs to it.
+    let put = client()
+        .put(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"topics": ["test.*"],
+                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
+        .send()
+        .await
+        .expect("put");
+    assert!(put.status().is_success(), "{:?}", put.text().await);
+    let view: Value = client()
+        .get(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        view["jwt_claims"],
+        json!([JwtClaim {
+            issuer: ISSUER.into(),
+            value: "billing-svc".into()
+        }])
+    );
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(admitted_requests(&gw, "other").await, 1);
+
+    // Two tenants cannot hold the same claim.
+    let clash = client()
+        .put(gw.admin_url("/admin/tenants/acme"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"topics": ["test.*"],
+                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(clash.status(), 422, "{:?}", clash.text().await);
+
+    // A PATCH replaces the list like any field: the old client's token no longer belongs.
+    let patch = client()
+        .patch(gw.admin_url("/admin/tenants/other"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"jwt_claims": [{"issuer": ISSUER, "value": "billing-v2"}]}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(patch.status(), 200, "{:?}", patch.text().await);
+    let (status, _, body) = post(&gw, topic, &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("unknown_tenant"))
+    );
+    let v2 = ec.sign(&claims(&gw, "billing-v2"));
+    assert_eq!(post(&gw, topic, &v2).await.0, 200);
+    gw.shutdown().await;
+}
+
+/// Every fetch from here on needs a kid the gateway has not seen: a fresh token naming one.
+async fn refetch(gw: &Gateway, topic: &str, signer: &Signer, kid: &str) -> (u16, Value) {
+    gw.advance_ms(60_000);
+    let (status, _, body) = post(gw, topic, &signer.sign_as(kid, &claims(gw, "orders-svc"))).await;
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_held_keys() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.hostile-idp";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.auth.jwt[0].fetch_timeout_ms = 300;
+    })
+    .await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let held = idp.fetches();
+
+    let huge = format!(
+        r#"{{"keys":[],"pad":"{}"}}"#,
+        "x".repeat(2 * 256 * 1024) // twice auth.jwks_max_bytes
+    );
+    let answers = [
+        ("garbage", "<html>503 upstream</html>".to_string()),
+        ("not a set", r#"{"keys":{"kty":"RSA"}}"#.to_string()),
+        ("an empty set", r#"{"keys":[]}"#.to_string()),
+        (
+            "only keys floodgate never uses",
+            r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"rsa-1"}]}"#.to_string(),
+        ),
+        ("too large", huge),
+    ];
+    for (round, (what, answer)) in answers.into_iter().enumerate() {
+        idp.set(answer);
+        let (status, body) = refetch(&gw, topic, &rsa, &format!("new-{round}")).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (503, Some("jwks_unavailable")),
+            "{what}: {body}"
+        );
+        assert_eq!(idp.fetches(), held + 1 + round as u64, "{what}: one fetch");
+        // A token never seen before, signed with the key held from before: still verified.
+        let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+        assert_eq!(status, 200, "{what}: {body}");
+    }
+
+    // A server that accepts and never answers: one fetch, bounded by fetch_timeout_ms, which a
+    // burst of unknown kids waits for together (not one fetch each, not one timeout each).
+    idp.set(idp::jwks(&[&rsa]));
+    idp.hang(true);
+    let before = idp.fetches();
+    gw.advance_ms(60_000);
+    let started = std::time::Instant::now();
+    let burst: Vec<_> = (0..20)
+        .map(|i| {
+            let token = rsa.sign_as(&format!("hang-{i}"), &claims(&gw, "orders-svc"));
+            let url = gw.url(topic);
+            tokio::spawn(async move {
+                post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                    .await
+                    .0
+            })
+        })
+        .collect();
+    for b in burst {
+        assert_eq!(b.await.expect("task"), 503);
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(idp.fetches(), before + 1);
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let metrics = scrape(&gw).await;
+    assert!(
+        metrics.contains(&format!(
+            "floodgate_jwks_fetches_total{{issuer=\"{ISSUER}\",outcome=\"failed\"}} 6"
+        )),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_kid_named_with_another_alg_is_refused_without_a_refetch() {
+    let (rsa, ec) = (Signer::rsa("shared"), Signer::ec("ec-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec])).await;
+    let topic = "test.jwt.kid-confusion";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let fetches = idp.fetches();
+    gw.advance_ms(60_000);
+    // Signed with the EC key, naming the RSA key's kid.
+    let (status, _, body) = post(
+        &gw,
+        topic,
+        &ec.sign_as("shared", &claims(&gw, "orders-svc")),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("another algorithm"),
+        "{body}"
+    );
+    assert_eq!(
+        idp.fetches(),
+        fetches,
+        "a kid the issuer has is not refetched"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let cluster = mock_cluster(&["test.a", "billing.a"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.auth.jwt = vec![issuer(&idp.url())];
+    cfg.tenants
+        .push(tenant("billing", "billing-key", &["billing.*"]));
+    let gw = Gateway::start_manual(cfg).await;
+    let token = rsa.sign(&claims(&gw, "orders-svc")); // acme's: test.*
+    assert_eq!(post(&gw, "test.a", &token).await.0, 200);
+    let (status, _, body) = post(&gw, "billing.a", &token).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (403, Some("forbidden_topic")),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("credential") && !detail.contains("API key"),
+        "the detail fits a token too: {detail}"
+    );
+    // The billing tenant's own key can; the token's tenant is charged only for its own write.
+    assert_eq!(post(&gw, "billing.a", "billing-key").await.0, 200);
+    assert_eq!(admitted_requests(&gw, "billing").await, 1);
+    assert_eq!(admitted_requests(&gw, "acme").await, 1);
+    gw.shutdown().await;
+}
+
+/// `check-config` refuses what start-up would: a bad `[[auth.jwt]]` (named by issuer index and
+/// field) and a `jwks_file` that is not a JWK set, and accepts a worked example like the
+/// README's.
+#[test]
+fn check_config_validates_issuers_and_reads_their_jwks_files() {
+    let dir = tempfile::tempdir().expect("dir");
+    let jwks = dir.path().join("jwks.json");
+    let path = dir.path().join("floodgate.toml");
+    let run = |toml: String, jwks_text: &str| {
+        std::fs::write(&jwks, jwks_text).expect("jwks");
+        std::fs::write(&path, toml).expect("config");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+            .arg("--config")
+            .arg(&path)
+            .arg("check-config")
+            .output()
+            .expect("check-config");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let config = |alg: &str| {
+        format!(
+            r#"[kafka]
+bootstrap_servers = "127.0.0.1:9"
+[[auth.jwt]]
+issuer = "{ISSUER}"
+audiences = ["{AUDIENCE}"]
+jwks_file = "{}"
+algorithms = ["{alg}"]
+tenant_claim = "client_id"
+map = {{ "orders-svc" = "acme" }}
+[[tenants]]
+id = "acme"
+topics = ["orders.*"]
+jwt_claims = [{{ issuer = "{ISSUER}", value = "billing-svc" }}]
+"#,
+            jwks.display()
+        )
+    };
+    let good = idp::jwks(&[&Signer::ed("ed-1")]);
+    let (ok, err) = run(config("EdDSA"), &good);
+    assert!(ok, "{err}");
+    let (ok, err) = run(config("HS256"), &good);
+    assert!(!ok);
+    assert!(err.contains("auth.jwt[0].algorithms[0]"), "{err}");
+    let (ok, err) = run(config("EdDSA"), "<html>not keys</html>");
+    assert!(!ok);
+    assert!(
+        err.contains("auth.jwt[0]") && err.contains("jwks_file") && err.contains("not a JWK set"),
+        "{err}"
+    );
+    // A file floodgate can use no key of (never refetched: every token would be refused).
+    let (ok, err) = run(
+        config("EdDSA"),
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"k"}]}"#,
+    );
+    assert!(!ok);
+    assert!(err.contains("has no usable key"), "{err}");
+    // Valid, but an issuer without a map lets any claim value name a tenant: said, not refused.
+    let unmapped = config("EdDSA").replace("map = { \"orders-svc\" = \"acme\" }\n", "");
+    let (ok, err) = run(unmapped, &good);
+    assert!(ok, "{err}");
+    assert!(err.contains("warning: auth.jwt[0].map"), "{err}");
+    // The TLS files are read as start-up reads them: a client CA file without a certificate.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not a certificate").expect("ca");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let (cert_file, key_file) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_file, cert.pem()).expect("cert");
+    std::fs::write(&key_file, key.serialize_pem()).expect("key");
+    let tls = format!(
+        "{}[server]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\ntls_client_ca_file = \"{}\"\n",
+        config("EdDSA"),
+        cert_file.display(),
+        key_file.display(),
+        ca.display()
+    );
+    let (ok, err) = run(tls, &good);
+    assert!(!ok, "a CA file with no certificate");
+    assert!(err.contains("server.tls"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
+    let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.withdrawn";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let cached = old.sign(&claims(&gw, "orders-svc"));
+    for _ in 0..3 {
+        assert_eq!(post(&gw, topic, &cached).await.0, 200);
+    }
+    // The issuer withdraws the key (say it leaked) and publishes another; the gateway reads the
+    // new set (here through a token naming the new kid, after the throttle allows a refetch).
+    idp.set(idp::jwks(&[&new]));
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let (status, _, body) = post(&gw, topic, &cached).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "a cached token whose key is gone: {body}"
+    );
+    // The same document fetched again changes nothing: cached tokens stay cached.
+    let steady = new.sign(&claims(&gw, "orders-svc"));
+    assert_eq!(post(&gw, topic, &steady).await.0, 200);
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(
+            &gw,
+            topic,
+            &new.sign_as("nobody", &claims(&gw, "orders-svc"))
+        )
+        .await
+        .0,
+        401
+    );
+    let verifications = |m: &str| sample(m, "floodgate_jwt_verifications_total") as u64;
+    let before = verifications(&scrape(&gw).await);
+    assert_eq!(post(&gw, topic, &steady).await.0, 200);
+    assert_eq!(
+        verifications(&scrape(&gw).await),
+        before,
+        "no verification again"
+    );
+    gw.shutdown().await;
+}
+
+/// Bad tokens count against the address's failed-authentication allowance like bad keys (the
+/// same limiter), and a valid token from that address is still admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes() {
+    let (rsa, attacker) = (Signer::rsa("rsa-1"), Signer::rsa("rsa-1"));
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.limiter";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.server.auth_failures_per_sec = 1;
+        c.server.auth_failures_burst = 3;
+    })
+    .await;
+    let forged = attacker.sign(&claims(&gw, "orders-svc"));
+    for i in 0..3 {
+        let (status, _, body) = post(&gw, topic, &forged).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("token_signature")),
+            "failure {i}"
+        );
+    }
+    let (status, _, body) = post(&gw, topic, &forged).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (429, Some("rate_limited")),
+        "{body}"
+    );
+    assert_eq!(body["reason"], "auth_failures");
+    let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(
+        status, 200,
+        "a valid token is never refused for its address: {body}"
+    );
+    gw.shutdown().await;
+}
+
+/// A fetch slower than `min_refetch_s` (a hanging JWKS server) is waited for once by the
+/// requests that queued behind it: they use its outcome rather than each fetching again in
+/// turn (which made the last of a queue of N wait N timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_behind_a_slow_fetch_use_its_outcome_instead_of_fetching_in_turn() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.slow-fetch";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.auth.jwt[0].fetch_timeout_ms = 2_000;
+    })
+    .await;
+    assert_eq!(
+        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    idp.hang(true);
+    gw.advance_ms(60_000);
+    let before = idp.fetches();
+    let started = std::time::Instant::now();
+    let send = |i: usize| {
+        let token = rsa.sign_as(&format!("queued-{i}"), &claims(&gw, "orders-svc"));
+        let url = gw.url(topic);
+        tokio::spawn(async move {
+            post_json(&url, &token, &json!({"records": [{"value": 1}]}))
+                .await
+                .0
+        })
+    };
+    let first = send(0);
+    while idp.fetches() == before {
+        tokio::task::yield_now().await;
+    }
+    // The fetch is under way; the throttle's interval passes while it hangs, and ten more
+    // requests with unknown kids queue behind it.
+    gw.advance_ms(60_000);
+    let queued: Vec<_> = (1..=10).map(send).collect();
+    assert_eq!(first.await.expect("task"), 503);
+    for q in queued {
+        assert_eq!(q.await.expect("task"), 503);
+    }
+    assert_eq!(idp.fetches(), before + 1, "one fetch for the whole queue");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}: one fetch timeout (2 s), not one per request",
+        started.elapsed()
+    );
+    gw.shutdown().await;
+}
+
+/// An open v3 stream whose token's key the issuer withdraws ends, as a new request with the
+/// token would be refused; nothing sent after is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_key_ends_an_open_stream_opened_with_its_token() {
+    use crate::common::v3::{open_stream_with, read_head, write_chunk, ReportReader};
+    let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.stream-withdrawn";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let token = old.sign(&claims(&gw, "orders-svc"));
+    let record =
+        |i: usize| format!("{{\"value\":{{\"type\":\"JSON\",\"data\":{i}}}}}").into_bytes();
+    let (mut stream, mut reader) = open_stream_with(
+        gw.addr,
+        &format!("/v3/clusters/c/topics/{topic}/records"),
+        &token,
+    );
+    write_chunk(&mut stream, &record(0)).expect("write");
+    let (first, reader) = tokio::task::spawn_blocking(move || {
+        assert_eq!(read_head(&mut reader), 200);
+        let mut reports = ReportReader::new(reader);
+        (reports.next(), reports)
+    })
+    .await
+    .expect("reader");
+    assert_eq!(
+        first.as_ref().map(|r| r["error_code"].clone()),
+        Some(json!(200))
+    );
+    // The issuer withdraws the key and the gateway reads the new set.
+    idp.set(idp::jwks(&[&new]));
+    gw.advance_ms(60_000);
+    assert_eq!(
+        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
+            .await
+            .0,
+        200
+    );
+    let rest = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
+        let _ = write_chunk(&mut stream, &record(1));
+        let mut rest = Vec::new();
+        while let Some(r) = reader.next() {
+            rest.push(r);
+        }
+        rest
+    })
+    .await
+    .expect("reader");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["error_code"], 401, "{rest:?}");
+    gw.shutdown().await;
+}
+
+/// The token cache is bounded in entries; a token whose topics claim compiles to more than a
+/// kilobyte (globs cost ~40 bytes a character) is verified on each request instead of kept,
+/// so a flood of such tokens holds no memory. An ordinary token is verified once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.huge-claim";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let mut small = claims(&gw, "orders-svc");
+    small["topics"] = json!(["test.jwt.*"]);
+    let mut huge = claims(&gw, "orders-svc");
+    let globs: Vec<String> = (0..20)
+        .map(|i| format!("test.jwt.{i}{}", "?".repeat(60)))
+        .chain(["test.jwt.*".to_string()])
+        .collect();
+    huge["topics"] = json!(globs);
+    let (small, huge) = (rsa.sign(&small), rsa.sign(&huge));
+    let before = sample(&scrape(&gw).await, "floodgate_jwt_verifications_total");
+    for _ in 0..3 {
+        assert_eq!(post(&gw, topic, &small).await.0, 200);
+        assert_eq!(post(&gw, topic, &huge).await.0, 200);
+    }
+    let m = scrape(&gw).await;
+    assert_eq!(
+        sample(&m, "floodgate_jwt_verifications_total") - before,
+        4.0,
+        "the small token once, the huge one each time"
+    );
+    assert_eq!(sample(&m, "floodgate_jwt_cache_entries"), 1.0);
+    gw.shutdown().await;
+}

@@ -1,0 +1,179 @@
+//! Slow and idle clients cannot keep a connection slot: on both listeners, over HTTP/1, HTTP/2
+//! and TLS, a connection that says nothing, says too little, or idles between requests is
+//! closed on time, and its slot serves the next client.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const HEADER_MS: u64 = 300;
+const IDLE_MS: u64 = 600;
+/// Far more than either timeout: a connection still open then was never going to close.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+async fn gateway(tls: bool) -> (Cluster, Gateway) {
+    gateway_on_mock("test.slow", Time::Real, |cfg| {
+        cfg.server.max_connections = 2;
+        cfg.server.header_read_timeout_ms = HEADER_MS;
+        cfg.server.idle_timeout_ms = IDLE_MS;
+        if tls {
+            cfg.server.tls_cert_file = Some(format!("{TLS_FIXTURES}/cert.pem").into());
+            cfg.server.tls_key_file = Some(format!("{TLS_FIXTURES}/key.pem").into());
+        }
+    })
+    .await
+}
+
+/// How long until the server closed the connection (reading and dropping what it sent).
+async fn closed_after(stream: &mut (impl AsyncRead + Unpin), started: Instant) -> Duration {
+    let mut buf = [0u8; 4096];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .expect("the server closes the connection");
+    started.elapsed()
+}
+
+/// A request on a fresh plain connection gets an answer (a slot was free).
+async fn served(addr: SocketAddr, admin: bool) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = if admin {
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string()
+    } else {
+        let body = r#"{"records":[{"value":1}]}"#;
+        format!(
+            "POST /v1/topics/test.slow/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("answered while the slow clients were gone")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_one_byte_clients_lose_their_slots_on_both_listeners() {
+    let (_cluster, gw) = gateway(false).await;
+    for (addr, admin) in [(gw.addr, false), (gw.admin, true)] {
+        let started = Instant::now();
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        let mut one_byte = TcpStream::connect(addr).await.expect("connect");
+        one_byte.write_all(b"P").await.expect("write");
+        // Both slots are taken; each is given back within the header timeout.
+        let a = closed_after(&mut silent, started).await;
+        let b = closed_after(&mut one_byte, started).await;
+        assert!(a >= Duration::from_millis(HEADER_MS - 50), "{a:?}");
+        assert!(b < PATIENCE && a < PATIENCE);
+        served(addr, admin).await;
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let (_cluster, gw) = gateway(false).await;
+    for (addr, admin) in [(gw.addr, false), (gw.admin, true)] {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 1024];
+        let n = stream.read(&mut buf).await.expect("answer");
+        assert!(n > 0, "answered");
+        let answered = Instant::now();
+        let idle = closed_after(&mut stream, answered).await;
+        // HTTP/1 waits for the next request head at most the header timeout (hyper's timer
+        // runs while it waits), and never more than the idle timeout.
+        let limit = HEADER_MS.min(IDLE_MS);
+        assert!(
+            idle >= Duration::from_millis(limit - 50),
+            "kept open while it may idle: {idle:?}"
+        );
+        served(addr, admin).await;
+    }
+    gw.shutdown().await;
+}
+
+/// HTTP/2's connection preface and an empty SETTINGS frame, then nothing.
+const H2_HELLO: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_session_without_requests_is_closed() {
+    let (_cluster, gw) = gateway(false).await;
+    for (addr, admin) in [(gw.addr, false), (gw.admin, true)] {
+        let started = Instant::now();
+        let mut a = TcpStream::connect(addr).await.expect("connect");
+        let mut b = TcpStream::connect(addr).await.expect("connect");
+        a.write_all(H2_HELLO).await.expect("write");
+        b.write_all(&H2_HELLO[..10]).await.expect("half a preface");
+        closed_after(&mut a, started).await;
+        closed_after(&mut b, started).await;
+        served(addr, admin).await;
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_clients_that_stall_in_or_after_the_handshake_are_closed() {
+    let (_cluster, gw) = gateway(true).await;
+    for addr in [gw.addr, gw.admin] {
+        let started = Instant::now();
+        // No ClientHello at all.
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        closed_after(&mut silent, started).await;
+        // A finished handshake, HTTP/1.1 by ALPN, then no request.
+        let name = ServerName::try_from("localhost").expect("name");
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let started = Instant::now();
+        let mut h1 = tls_connector(&[b"http/1.1"])
+            .connect(name.clone(), tcp)
+            .await
+            .expect("handshake");
+        closed_after(&mut h1, started).await;
+        // HTTP/2 by ALPN, the preface, then no request.
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let started = Instant::now();
+        let mut h2 = tls_connector(&[b"h2"])
+            .connect(name.clone(), tcp)
+            .await
+            .expect("handshake");
+        h2.write_all(H2_HELLO).await.expect("write");
+        closed_after(&mut h2, started).await;
+        // The slots are back: a real request is served.
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut tls = tls_connector(&[b"http/1.1"])
+            .connect(name, tcp)
+            .await
+            .expect("handshake");
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(PATIENCE, tls.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        // /healthz exists on the admin listener; the produce listener answers a JSON 404.
+        assert!(
+            answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.1 404"),
+            "{answer}"
+        );
+    }
+    gw.shutdown().await;
+}

@@ -1,0 +1,391 @@
+//! Confluent v3 streams over real sockets, as a hostile or unlucky client meets them: an open
+//! stream stops the moment its key is revoked, its tenant deleted or its topic taken away; an
+//! active stream outlives the connection's idle timeout; a stream whose client stops reading
+//! is closed once its deadline passes. (Memory, demand and refusal counting are tested in
+//! process in `src/ingest/stream/tests.rs`.)
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::common::v3::{open_stream, read_head, write_chunk, ReportReader};
+use crate::common::*;
+use floodgate::identity::ApiKeyHash;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn record(i: usize) -> Vec<u8> {
+    json!({"value": {"type": "STRING", "data": format!("r{i}")}})
+        .to_string()
+        .into_bytes()
+}
+
+async fn written(cluster: &Cluster, topic: &str) -> Vec<String> {
+    let (b, t) = (cluster.bootstrap_servers(), topic.to_string());
+    tokio::task::spawn_blocking(move || read_back(&b, &t, 1, 1))
+        .await
+        .expect("reader")
+        .iter()
+        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
+}
+
+/// Opens a stream, has one record written, applies `change` through the admin API, and
+/// returns every later report (the stream must end by itself) and how long after the change
+/// the last one came. `write_after` sends one more record after the change.
+async fn stream_across_change(
+    topic: &str,
+    change: (Method, String, Option<Value>),
+    write_after: bool,
+) -> (Vec<Value>, Duration) {
+    let cluster = mock_cluster(&[topic]);
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    let (addr, path) = (gw.addr, format!("/v3/clusters/c/topics/{topic}/records"));
+    let (mut stream, mut reader) = open_stream(addr, &path);
+    write_chunk(&mut stream, &record(0)).expect("write");
+    let (first, reader) = tokio::task::spawn_blocking(move || {
+        assert_eq!(read_head(&mut reader), 200);
+        let mut reports = ReportReader::new(reader);
+        (reports.next(), reports)
+    })
+    .await
+    .expect("reader");
+    assert_eq!(
+        first.as_ref().map(|r| r["error_code"].clone()),
+        Some(json!(200))
+    );
+
+    let (method, path, body) = change;
+    let (s, answer) = admin(&gw, method, &path, body, Some(ADMIN_TOKEN)).await;
+    assert!(s < 300, "{s} {answer}");
+    let changed = Instant::now();
+    let rest = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
+        if write_after {
+            let _ = write_chunk(&mut stream, &record(1));
+        }
+        let mut rest = Vec::new();
+        while let Some(r) = reader.next() {
+            rest.push(r);
+        }
+        // Anything written after the end is never read.
+        let _ = write_chunk(&mut stream, &record(2));
+        (rest, changed.elapsed())
+    })
+    .await
+    .expect("reader");
+    assert_eq!(
+        written(&cluster, topic).await,
+        vec!["r0"],
+        "nothing after the change is written"
+    );
+    gw.shutdown().await;
+    rest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_key_ends_an_open_stream_within_a_second_even_when_it_is_idle() {
+    let key_id = ApiKeyHash::of_key(KEY).key_id();
+    let (rest, after) = stream_across_change(
+        "test.revoked",
+        (
+            Method::DELETE,
+            format!("/admin/tenants/acme/keys/{key_id}"),
+            None,
+        ),
+        false,
+    )
+    .await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["error_code"], 401, "{rest:?}");
+    assert!(
+        after < Duration::from_millis(2500),
+        "ended {after:?} after the change"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_tenant_ends_an_open_stream_and_its_next_record_is_not_written() {
+    let (rest, _) = stream_across_change(
+        "test.deleted",
+        (Method::DELETE, "/admin/tenants/acme".into(), None),
+        true,
+    )
+    .await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["error_code"], 401, "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_topic_pattern_ends_an_open_stream_with_403() {
+    let (rest, _) = stream_across_change(
+        "test.narrowed",
+        (
+            Method::PATCH,
+            "/admin/tenants/acme".into(),
+            Some(json!({"topics": ["elsewhere.*"]})),
+        ),
+        true,
+    )
+    .await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["error_code"], 403, "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_stream_outlives_three_connection_idle_timeouts() {
+    let (cluster, gw) = gateway_on_mock("test.long", Time::Real, |cfg| {
+        cfg.server.idle_timeout_ms = 400;
+        cfg.server.header_read_timeout_ms = 400;
+        cfg.compat.stream_idle_timeout_ms = 2_000;
+    })
+    .await;
+    let addr = gw.addr;
+    let started = Instant::now();
+    let reports = tokio::task::spawn_blocking(move || {
+        let (mut stream, mut reader) = open_stream(addr, "/v3/clusters/c/topics/test.long/records");
+        let writer = std::thread::spawn(move || {
+            for i in 0..12 {
+                write_chunk(&mut stream, &record(i)).expect("write");
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            stream.write_all(b"0\r\n\r\n").expect("end");
+            stream
+        });
+        assert_eq!(read_head(&mut reader), 200);
+        let mut reports = ReportReader::new(reader);
+        let mut out = Vec::new();
+        while let Some(r) = reports.next() {
+            out.push(r);
+        }
+        drop(writer.join());
+        out
+    })
+    .await
+    .expect("client");
+    let lasted = started.elapsed();
+    assert!(lasted >= Duration::from_millis(1_650), "{lasted:?}");
+    let codes: Vec<&Value> = reports.iter().map(|r| &r["error_code"]).collect();
+    assert_eq!(codes, vec![&json!(200); 12], "{reports:?}");
+    assert_eq!(written(&cluster, "test.long").await.len(), 12);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_client_stops_reading_is_closed_once_its_deadline_passes() {
+    let (_cluster, gw) = gateway_on_mock("test.deaf", Time::Real, |cfg| {
+        // Long connection timeouts: a stalled stream must not wait for them.
+        cfg.server.idle_timeout_ms = 20_000;
+        cfg.server.header_read_timeout_ms = 20_000;
+        cfg.compat.stream_idle_timeout_ms = 500;
+        cfg.compat.stream_max_unsettled = 8;
+        cfg.kafka.delivery_timeout_ms = 1_000;
+    })
+    .await;
+    let addr = gw.addr;
+    let closed_after = tokio::task::spawn_blocking(move || {
+        let (mut stream, mut reader) = open_stream(addr, "/v3/clusters/c/topics/test.deaf/records");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let started = Instant::now();
+        // Write until the gateway stops reading (or closes), reading nothing. Empty records:
+        // their reports fill this side's socket buffers quickly.
+        let many = "{}".repeat(1000);
+        while write_chunk(&mut stream, many.as_bytes()).is_ok() {
+            if started.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+        }
+        // Now read: the buffered reports, then the end of the connection.
+        reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut reader, &mut sink);
+        started.elapsed()
+    })
+    .await
+    .expect("client");
+    // Closed 1.5 s (idle 0.5 s + delivery 1 s) after the stream last made progress, not after
+    // the connection's own 20 s.
+    assert!(closed_after < Duration::from_secs(10), "{closed_after:?}");
+    // The gateway still serves.
+    let (s, _, a) = post_json(
+        &gw.url("test.deaf"),
+        KEY,
+        &json!({"records": [{"value": 1}]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
+
+/// A stream that ends early (a bad record) while its client is still sending: the client
+/// still reads every report — the 200 of each record written and the error — instead of a
+/// connection reset that would throw the unread ones away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ended_while_its_client_still_sends_delivers_every_report() {
+    let (cluster, gw) = gateway_on_mock("test.ended", Time::Real, |_| {}).await;
+    let addr = gw.addr;
+    for trial in 0..3 {
+        let (reports, sent) = tokio::task::spawn_blocking(move || {
+            let (mut stream, mut reader) =
+                open_stream(addr, "/v3/clusters/c/topics/test.ended/records");
+            let writer = std::thread::spawn(move || {
+                let mut sent = 0;
+                for i in 0..20 {
+                    let chunk: Vec<u8> = (0..50)
+                        .flat_map(|j| record(trial * 10_000 + i * 50 + j))
+                        .collect();
+                    write_chunk(&mut stream, &chunk).expect("write");
+                    sent += 50;
+                }
+                let _ = write_chunk(&mut stream, br#"{"value": {"type": "BINARY", "data": 7}}"#);
+                // Keeps sending after the bad record, as a fast client does.
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_secs(3) {
+                    if write_chunk(&mut stream, &record(999_999)).is_err() {
+                        break;
+                    }
+                }
+                sent
+            });
+            assert_eq!(read_head(&mut reader), 200);
+            let mut reports = ReportReader::new(reader);
+            let mut out = Vec::new();
+            while let Some(r) = reports.next() {
+                out.push(r);
+                // Reads at its own pace.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            (out, writer.join().expect("writer"))
+        })
+        .await
+        .expect("client");
+        let written = reports.iter().filter(|r| r["error_code"] == 200).count();
+        assert_eq!(written, sent, "trial {trial}: a 200 for every good record");
+        assert_eq!(
+            reports.last().and_then(|r| r["error_code"].as_i64()),
+            Some(422),
+            "trial {trial}: the error ends the reports"
+        );
+    }
+    assert_eq!(written_count(&cluster, "test.ended").await, 3000);
+    gw.shutdown().await;
+}
+
+async fn written_count(cluster: &Cluster, topic: &str) -> usize {
+    let (b, t) = (cluster.bootstrap_servers(), topic.to_string());
+    tokio::task::spawn_blocking(move || read_back(&b, &t, 1, 3000).len())
+        .await
+        .expect("reader")
+}
+
+/// On HTTP/2 a stream whose client stops reading is left to flow control: the healthy stream
+/// beside it on the same connection keeps going, past the stalled one's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_stream_does_not_cut_the_healthy_stream_beside_it() {
+    let (_cluster, gw) = gateway_on_mock("test.h2", Time::Real, |cfg| {
+        cfg.server.idle_timeout_ms = 2_000;
+        cfg.server.header_read_timeout_ms = 2_000;
+        cfg.compat.stream_idle_timeout_ms = 1_000;
+        cfg.kafka.delivery_timeout_ms = 1_000;
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(gw.addr)
+        .await
+        .expect("connect");
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(512)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = || {
+        axum::http::Request::post(format!(
+            "http://{}/v3/clusters/c/topics/test.h2/records",
+            gw.addr
+        ))
+        .header("authorization", format!("Bearer {KEY}"))
+        .header("content-type", "application/json")
+        .body(())
+        .expect("request")
+    };
+    // A: sends records, never reads (its window of 512 bytes fills with reports).
+    let (stalled, mut a) = client.send_request(request(), false).expect("stream a");
+    for i in 0..50 {
+        a.send_data(bytes::Bytes::from(record(i)), false)
+            .expect("send a");
+    }
+    let _stalled = stalled.await.expect("a's head");
+    // B: a record every 100 ms for 5 s — past A's deadline (1 s + 1 s) — sent on its own
+    // clock (not waiting for each report, so a slow machine cannot make B idle), its reports
+    // read as they come.
+    let mut client = client.ready().await.expect("ready");
+    let (response, mut b) = client.send_request(request(), false).expect("stream b");
+    let sender = tokio::spawn(async move {
+        for i in 0..50 {
+            b.send_data(bytes::Bytes::from(record(i)), false)
+                .expect("send b");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        b.send_data(bytes::Bytes::new(), true).expect("end b");
+    });
+    let mut body = response.await.expect("b's head").into_body();
+    let mut reports = 0;
+    let started = Instant::now();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), body.data())
+        .await
+        .expect("b keeps getting reports")
+    {
+        let chunk = chunk.expect("data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        reports += chunk.windows(2).filter(|w| w == b"\r\n").count();
+    }
+    sender.await.expect("b's sender");
+    // B's body ended because B ended, after A's deadline had passed, not because A was cut.
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "b ended after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(reports, 50, "every record on b has its report");
+    gw.shutdown().await;
+}
+
+/// A stream's answer is decided by its first data: white space only (nothing else will come)
+/// is "no records", and a Content-Length beyond `max_body_bytes` is no reason to refuse a
+/// stream whose records are each within it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_white_space_has_no_records_and_a_long_one_is_not_too_large() {
+    let (_cluster, gw) = gateway_on_mock("test.first", Time::Real, |cfg| {
+        cfg.server.max_body_bytes = 10_000;
+    })
+    .await;
+    let url = format!("http://{}/v3/clusters/c/topics/test.first/records", gw.addr);
+    let post = |body: Vec<u8>| {
+        let url = url.clone();
+        async move {
+            let r = client()
+                .post(&url)
+                .bearer_auth(KEY)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("sent");
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    let (s, text) = post(b"   \n  ".to_vec()).await;
+    assert_eq!(s, 400, "{text}");
+    assert!(text.contains("no records"), "{text}");
+    let many: Vec<u8> = (0..1000).flat_map(record).collect();
+    assert!(many.len() > 10_000);
+    let (s, text) = post(many).await;
+    assert_eq!(s, 200, "{text}");
+    assert_eq!(text.matches("\"error_code\":200").count(), 1000, "{text}");
+    gw.shutdown().await;
+}

@@ -1,0 +1,175 @@
+//! Bodies are decoded while they arrive: a chunked upload that can no longer be admitted is
+//! answered at once, and the rest of it is never read.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn head(topic: &str, content_type: &str) -> String {
+    format!(
+        "POST /v1/topics/{topic}/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Whatever the server has answered so far, waiting at most `wait`.
+async fn answer_within(stream: &mut TcpStream, wait: Duration) -> String {
+    let mut buf = vec![0u8; 8192];
+    match tokio::time::timeout(wait, stream.read(&mut buf)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        _ => String::new(),
+    }
+}
+
+/// A 7 MiB chunked upload from a tenant whose bytes burst is 2 MiB: the 413 comes before the
+/// client has sent 3 MiB, the connection is closed, and nothing reaches Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_chunked_upload_is_refused_before_it_is_sent() {
+    let (cluster, gw) = gateway_on_mock("test.upload", Time::Manual, |cfg| {
+        cfg.tenants[0].bytes_per_sec = Some(1024 * 1024);
+        cfg.tenants[0].bytes_burst = Some(2 * 1024 * 1024);
+    })
+    .await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(head("test.upload", "application/json").as_bytes())
+        .await
+        .expect("head");
+    stream
+        .write_all(&chunk(b"{\"records\":["))
+        .await
+        .expect("open");
+    let record = format!("{{\"value\":\"{}\"}}", "x".repeat(1000));
+    let mut sent = 0usize;
+    let mut answer = String::new();
+    for i in 0..7_000 {
+        let sep = if i == 0 { "" } else { "," };
+        let piece = chunk(format!("{sep}{record}").as_bytes());
+        match stream.write_all(&piece).await {
+            Ok(()) => sent += piece.len(),
+            Err(_) => break, // the server closed the connection
+        }
+        if i % 64 == 0 {
+            answer = answer_within(&mut stream, Duration::from_millis(1)).await;
+            if !answer.is_empty() {
+                break;
+            }
+        }
+    }
+    if answer.is_empty() {
+        answer = answer_within(&mut stream, Duration::from_secs(5)).await;
+    }
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("exceeds_burst"), "{answer}");
+    assert!(
+        sent < 3 * 1024 * 1024,
+        "the client sent {sent} bytes before the answer"
+    );
+    let (s, _, _) = post_json(
+        &gw.url("test.upload"),
+        KEY,
+        &json!({"records":[{"value":"ok"}]}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    gw.shutdown().await;
+    let b = cluster.bootstrap_servers();
+    let got = tokio::task::spawn_blocking(move || read_back(&b, "test.upload", 1, 1))
+        .await
+        .expect("reader");
+    assert_eq!(got.len(), 1, "only the small request is in Kafka");
+}
+
+/// An NDJSON upload of 2,000 records from a tenant with a 2,000-record burst waits for more;
+/// record 2,001 gets the 413 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_ndjson_upload_is_answered_at_the_record_that_cannot_fit() {
+    let (_cluster, gw) = gateway_on_mock("test.ndjson", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(1000);
+        cfg.tenants[0].records_burst = Some(2000);
+    })
+    .await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(head("test.ndjson", "application/x-ndjson").as_bytes())
+        .await
+        .expect("head");
+    let lines: String = (0..2000).map(|i| format!("{{\"value\":{i}}}\n")).collect();
+    for part in lines.as_bytes().chunks(4096) {
+        stream.write_all(&chunk(part)).await.expect("records");
+    }
+    let nothing = answer_within(&mut stream, Duration::from_millis(300)).await;
+    assert_eq!(
+        nothing, "",
+        "2,000 records fit: the server waits for the rest"
+    );
+    let started = Instant::now();
+    stream
+        .write_all(&chunk(b"{\"value\":2000}\n"))
+        .await
+        .expect("record 2001");
+    let answer = answer_within(&mut stream, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("2001 records"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let metrics = client()
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("floodgate_uploads_cut_short_total{reason=\"exceeds_burst\"} 1"),
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}
+
+/// A chunked upload whose records outrun the bucket (not the burst) gets a 429 with the wait
+/// for the records read so far, and nothing is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_upload_over_the_bucket_gets_429_mid_stream() {
+    let (_cluster, gw) = gateway_on_mock("test.bucket", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(100);
+        cfg.tenants[0].records_burst = Some(100);
+    })
+    .await;
+    let url = gw.url("test.bucket");
+    let sixty: Vec<_> = (0..60).map(|i| json!({"value": i})).collect();
+    let (s, _, _) = post_json(&url, KEY, &json!({ "records": sixty })).await;
+    assert_eq!(s, 200);
+    // 40 tokens left; a chunked upload of 50 records is refused when the 41st arrives.
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream
+        .write_all(head("test.bucket", "application/x-ndjson").as_bytes())
+        .await
+        .expect("head");
+    for i in 0..50 {
+        let _ = stream
+            .write_all(&chunk(format!("{{\"value\":{i}}}\n").as_bytes()))
+            .await;
+    }
+    let answer = answer_within(&mut stream, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("\"reason\":\"tenant_records\""), "{answer}");
+    // 41 records wanted, 40 there: one more token at 100/s is 10 ms.
+    assert!(answer.contains("\"retry_after_ms\":10"), "{answer}");
+    let (_, h, _) = post_json(&url, KEY, &json!({"records":[{"value":"x"}]})).await;
+    assert_eq!(
+        h["ratelimit"], "\"tenant-records\";r=39;t=1",
+        "the refusal charged nothing"
+    );
+    gw.shutdown().await;
+}

@@ -1,0 +1,1001 @@
+//! The shared registry: replicas that keep their tenants in one compacted Kafka topic. Against
+//! Tansu (three replicas, restarts, concurrent edits, a garbage record) and librdkafka's mock
+//! cluster (the broker taken down and brought back).
+
+use std::time::{Duration, Instant};
+
+use crate::common::exposition::metric;
+use crate::common::*;
+use floodgate::config::Config;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use reqwest::Method;
+use serde_json::json;
+
+fn shared(bootstrap: &str, registry_topic: &str) -> Config {
+    let mut cfg = config(bootstrap);
+    cfg.cluster.shared_registry = true;
+    cfg.cluster.registry_topic = registry_topic.to_string();
+    cfg.cluster.registry_secret_env = Some(REGISTRY_SECRET_ENV.into());
+    cfg
+}
+
+async fn ready(gw: &Gateway, within: Duration) {
+    let started = Instant::now();
+    loop {
+        let status = reqwest::get(gw.admin_url("/readyz"))
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if status == 200 {
+            return;
+        }
+        assert!(started.elapsed() < within, "not ready within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn one() -> serde_json::Value {
+    json!({"records": [{"value": "x"}]})
+}
+
+async fn produce_status(gw: &Gateway, topic: &str, key: &str) -> u16 {
+    post_json(&format!("{}?async=true", gw.url(topic)), key, &one())
+        .await
+        .0
+}
+
+/// Polls until `gw` answers `status` to a produce with `key`; returns how long it took.
+async fn until_status(
+    gw: &Gateway,
+    topic: &str,
+    key: &str,
+    status: u16,
+    within: Duration,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let got = produce_status(gw, topic, key).await;
+        if got == status {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "still {got}, not {status}, after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+const T: Option<&str> = Some(ADMIN_TOKEN);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts() {
+    let broker = tansu();
+    let topic = unique_topic("test.registry");
+    create_topic(&broker, &topic, 1).await;
+    let registry = unique_topic("_fg_registry");
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        gws.push(Gateway::start(shared(&broker, &registry)).await);
+    }
+    for gw in &gws {
+        ready(gw, Duration::from_secs(20)).await;
+    }
+    // Three replicas started on an empty topic and may all have seeded it: acme applied once.
+    let (s, audit) = admin(&gws[0], Method::GET, "/admin/audit", None, T).await;
+    assert_eq!(s, 200, "{audit}");
+    let applied = audit["entries"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|x| x["key"] == "tenant:acme" && x["outcome"] == "applied")
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(applied, 1, "{audit}");
+
+    // A tenant and a key made on A work on B and C within a second.
+    let (s, a) = admin(
+        &gws[0],
+        Method::PUT,
+        "/admin/tenants/beta",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{a}");
+    let (s, key) = admin(&gws[0], Method::POST, "/admin/tenants/beta/keys", None, T).await;
+    assert_eq!(s, 201, "{key}");
+    let beta = key["api_key"].as_str().expect("key").to_string();
+    let mut slowest = Duration::ZERO;
+    for gw in &gws[1..] {
+        slowest = slowest.max(until_status(gw, &topic, &beta, 202, Duration::from_secs(1)).await);
+    }
+    eprintln!("a key issued on A worked on B and C after {slowest:?}");
+
+    // A budget lowered on C: A refuses at once after propagation.
+    let (s, a) = admin(
+        &gws[2],
+        Method::PATCH,
+        "/admin/tenants/beta",
+        Some(json!({"records_per_sec": 1, "records_burst": 1})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+    let started = Instant::now();
+    loop {
+        let (_, view) = admin(&gws[0], Method::GET, "/admin/tenants/beta", None, T).await;
+        if view["records_per_sec"] == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "{view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(produce_status(&gws[0], &topic, &beta).await, 202);
+    assert_eq!(produce_status(&gws[0], &topic, &beta).await, 429);
+
+    // Deleted on B: 401 everywhere.
+    let (s, _) = admin(&gws[1], Method::DELETE, "/admin/tenants/beta", None, T).await;
+    assert_eq!(s, 204);
+    for gw in [&gws[0], &gws[2]] {
+        until_status(gw, &topic, &beta, 401, Duration::from_secs(1)).await;
+    }
+    // A budget for acme, to find after the restart.
+    let (s, a) = admin(
+        &gws[1],
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"bytes_per_sec": 123456})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{a}");
+
+    // Every replica restarts: the registry is the topic's.
+    for gw in gws.drain(..) {
+        gw.shutdown().await;
+    }
+    for _ in 0..3 {
+        gws.push(Gateway::start(shared(&broker, &registry)).await);
+    }
+    for gw in &gws {
+        ready(gw, Duration::from_secs(20)).await;
+        assert_eq!(
+            produce_status(gw, &topic, &beta).await,
+            401,
+            "beta stays deleted"
+        );
+        assert_eq!(produce_status(gw, &topic, KEY).await, 202);
+        let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+        assert_eq!(view["bytes_per_sec"], 123456, "{view}");
+    }
+    // A fourth replica joining later gets the same registry.
+    let late = Gateway::start(shared(&broker, &registry)).await;
+    ready(&late, Duration::from_secs(20)).await;
+    let (_, listed) = admin(&late, Method::GET, "/admin/tenants", None, T).await;
+    let (_, listed_a) = admin(&gws[0], Method::GET, "/admin/tenants", None, T).await;
+    let ids = |v: &serde_json::Value| {
+        v["tenants"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|x| {
+                        (
+                            x["id"].clone(),
+                            x["version"].clone(),
+                            x["bytes_per_sec"].clone(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ids(&listed), ids(&listed_a));
+    late.shutdown().await;
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    let b = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    let version = view["version"].as_u64().expect("version");
+    // B has read the same version.
+    let started = Instant::now();
+    while admin(&b, Method::GET, "/admin/tenants/acme", None, T)
+        .await
+        .1["version"]
+        != version
+    {
+        assert!(started.elapsed() < Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let patch = |gw: &Gateway, rate: u64| {
+        client()
+            .patch(gw.admin_url("/admin/tenants/acme"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("if-match", format!("\"{version}\""))
+            .json(&json!({"records_per_sec": rate}))
+            .send()
+    };
+    let (ra, rb) = tokio::join!(patch(&a, 111), patch(&b, 222));
+    let (ra, rb) = (ra.expect("sent"), rb.expect("sent"));
+    let mut statuses = [ra.status().as_u16(), rb.status().as_u16()];
+    let bodies = [
+        ra.json::<serde_json::Value>().await.expect("json"),
+        rb.json::<serde_json::Value>().await.expect("json"),
+    ];
+    let loser = usize::from(statuses[0] == 200);
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409], "{bodies:?}");
+    assert_eq!(bodies[loser]["current_version"], version + 1, "{bodies:?}");
+    let winner_rate = if loser == 1 { 111 } else { 222 };
+    // Both replicas end with the winner's value; nothing else was lost.
+    for gw in [&a, &b] {
+        let started = Instant::now();
+        loop {
+            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+            if view["records_per_sec"] == winner_rate {
+                assert_eq!(view["version"], version + 1);
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(1), "{view}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Anyone allowed to write the registry topic — another Kafka client here — writes records
+/// that look like entries but carry no valid MAC: a tenant with its own key and every topic,
+/// a tombstone for a real tenant, a flood of junk. None applies, none is audited, the real
+/// tenants and the audit list are untouched, and every replica reads past them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_and_counted() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let topic = unique_topic("test.forged");
+    create_topic(&broker, &topic, 1).await;
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    let evil = json!({"id": "evil", "topics": ["*"],
+        "api_key_sha256": [floodgate::identity::ApiKeyHash::of_key("evil-key").to_hex()]});
+    let forge = |key: &'static str,
+                 value: Option<String>,
+                 base: &'static str,
+                 mac: Option<&'static str>| {
+        let producer = producer.clone();
+        let registry = registry.clone();
+        async move {
+            let mut headers = rdkafka::message::OwnedHeaders::new();
+            for (name, v) in [
+                ("fg-base", base),
+                ("fg-actor", "ops"),
+                ("fg-action", "tenant.put"),
+                ("fg-replica", "x"),
+            ] {
+                headers = headers.insert(rdkafka::message::Header {
+                    key: name,
+                    value: Some(v),
+                });
+            }
+            if let Some(mac) = mac {
+                headers = headers.insert(rdkafka::message::Header {
+                    key: "fg-mac",
+                    value: Some(mac),
+                });
+            }
+            let mut record = FutureRecord::<str, String>::to(&registry)
+                .key(key)
+                .partition(0)
+                .headers(headers);
+            if let Some(v) = &value {
+                record = record.payload(v);
+            }
+            producer
+                .send(record, Duration::from_secs(5))
+                .await
+                .expect("written");
+        }
+    };
+    forge("tenant:evil", Some(evil.to_string()), "0", None).await;
+    forge("tenant:acme", None, "1", None).await;
+    forge("tenant:evil", Some(evil.to_string()), "0", Some("00ff00ff")).await;
+    for i in 0..1100 {
+        let _ = i;
+        forge("nonsense", Some("{}".into()), "0", None).await;
+    }
+    // The replica stays up and applies what comes next.
+    let (s, a_body) = admin(
+        &a,
+        Method::PUT,
+        "/admin/tenants/gamma",
+        Some(json!({"topics": ["test.*"]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{a_body}");
+    assert_eq!(
+        produce_status(&a, &topic, "evil-key").await,
+        401,
+        "no forged tenant"
+    );
+    assert_eq!(
+        produce_status(&a, &topic, KEY).await,
+        202,
+        "no forged deletion"
+    );
+    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    let entries = audit["entries"].as_array().cloned().unwrap_or_default();
+    let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
+    assert_eq!(
+        keys,
+        ["tenant:acme", "file:acme", "tenant:gamma"],
+        "{audit}"
+    );
+    assert!(
+        !audit
+            .to_string()
+            .contains(&floodgate::identity::ApiKeyHash::of_key(KEY).to_hex()),
+        "the audit shows key ids, never digests: {audit}"
+    );
+    assert_eq!(
+        metric(
+            &a,
+            "floodgate_registry_rejected_entries_total{reason=\"unsigned\"}"
+        )
+        .await,
+        Some(1102.0)
+    );
+    assert_eq!(
+        metric(
+            &a,
+            "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&a, "floodgate_registry_rewritten_entries_total").await,
+        Some(0.0),
+        "records under keys of no entry of ours are nothing to write again"
+    );
+    // A new replica reads past them too.
+    let b = Gateway::start(shared(&broker, &registry)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let (s, _) = admin(&b, Method::GET, "/admin/tenants/gamma", None, T).await;
+    assert_eq!(s, 200);
+    let (s, _) = admin(&b, Method::GET, "/admin/tenants/evil", None, T).await;
+    assert_eq!(s, 404);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+async fn start_with_secrets(broker: &str, registry: &str, secrets: &str) -> Gateway {
+    use floodgate::registry::RegistrySecrets;
+    let mut options =
+        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
+    options.admin_tokens =
+        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
+    Gateway::start_options(shared(broker, registry), options).await
+}
+
+async fn until_metric(gw: &Gateway, series: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = metric(gw, series).await;
+        if got == Some(value) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {got:?}, not {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
+    let r = reqwest::get(gw.admin_url("/readyz")).await.expect("readyz");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+/// Every tenant id a replica holds, with its rate, as its admin API lists them.
+async fn holdings(gw: &Gateway) -> Vec<(String, serde_json::Value)> {
+    let (_, body) = admin(gw, Method::GET, "/admin/tenants?limit=1000", None, T).await;
+    let mut out: Vec<(String, serde_json::Value)> = body["tenants"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap_or_default().to_string(),
+                t["records_per_sec"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Two replicas hold the same tenants with the same rates (within `within`).
+async fn agree(a: &Gateway, b: &Gateway, within: Duration) -> Vec<(String, serde_json::Value)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (x, y) = (holdings(a).await, holdings(b).await);
+        if x == y {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "replicas differ: {x:?} vs {y:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A change of tenant `id`'s rate on `gw`, answered 200 or 201.
+async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
+    let (s, body) = admin(
+        gw,
+        Method::PUT,
+        &format!("/admin/tenants/{id}"),
+        Some(json!({"topics": ["test.*"], "records_per_sec": rate})),
+        T,
+    )
+    .await;
+    assert!(s == 200 || s == 201, "{s} {body}");
+}
+
+/// Rotating the secret the way the README says — every replica first accepts the new secret
+/// (`old,new`), then signs with it (`new,old`), then drops the old one — loses no change made
+/// on any replica at any step and never leaves two replicas holding different tenants; the
+/// entries only `old` verifies are signed again, and once the gauge of them reads 0 a replica
+/// that knows only `new` has the whole registry. A replica with a wrong secret is not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_go() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    const OLD: &str = "old-secret-0123456789";
+    const ACCEPT: &str = "old-secret-0123456789,new-secret-0123456789";
+    const SIGN: &str = "new-secret-0123456789,old-secret-0123456789";
+    const NEW: &str = "new-secret-0123456789";
+    let mut a = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let mut b = start_with_secrets(&broker, &registry, OLD).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let mut rate = 10;
+    // Each step: one replica restarted on the next list, a change on each replica, and the
+    // two agree on everything.
+    for (i, list) in [ACCEPT, ACCEPT, SIGN, SIGN].iter().enumerate() {
+        let restarted = start_with_secrets(&broker, &registry, list).await;
+        ready(&restarted, Duration::from_secs(20)).await;
+        if i % 2 == 0 {
+            std::mem::replace(&mut a, restarted).shutdown().await;
+        } else {
+            std::mem::replace(&mut b, restarted).shutdown().await;
+        }
+        rate += 1;
+        set_rate(&a, &format!("on-a-{i}"), rate).await;
+        set_rate(&b, "shared", rate).await;
+        // (A change is made from the version a replica has read: wait until a has read b's.)
+        agree(&a, &b, Duration::from_secs(10)).await;
+        rate += 1;
+        set_rate(&a, "shared", rate).await;
+        let held = agree(&a, &b, Duration::from_secs(10)).await;
+        assert!(
+            held.iter()
+                .any(|(id, r)| id == "shared" && *r == json!(rate)),
+            "step {i}: the last change holds on both: {held:?}"
+        );
+    }
+    // Both sign with the new secret: what only the old one verifies is signed again.
+    for gw in [&a, &b] {
+        until_metric(
+            gw,
+            "floodgate_registry_old_secret_entries",
+            0.0,
+            Duration::from_secs(15),
+        )
+        .await;
+    }
+    let rewritten = metric(&a, "floodgate_registry_rewritten_entries_total")
+        .await
+        .unwrap_or(0.0)
+        + metric(&b, "floodgate_registry_rewritten_entries_total")
+            .await
+            .unwrap_or(0.0);
+    assert!(
+        rewritten < 100.0,
+        "no ping-pong: {rewritten} entries written again"
+    );
+    let held = holdings(&a).await;
+    // The old secret goes: a fresh replica that knows only the new one has every tenant.
+    a.shutdown().await;
+    let fresh = start_with_secrets(&broker, &registry, NEW).await;
+    ready(&fresh, Duration::from_secs(20)).await;
+    assert_eq!(holdings(&fresh).await, held);
+    let topic = unique_topic("test.rot");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&fresh, &topic, KEY).await, 202);
+    // A replica with a secret no record verifies stays unready, and says why.
+    let wrong = start_with_secrets(&broker, &registry, "wrong-secret-0123456789").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&wrong).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
+    b.shutdown().await;
+    fresh.shutdown().await;
+    wrong.shutdown().await;
+}
+
+/// A topic that holds only unsigned records (written by no replica) is a registry never
+/// written: the first replica seeds it and serves, rather than stay unready for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    create_topic(&broker, &registry, 1).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&registry)
+                .key("x")
+                .payload("x")
+                .partition(0),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("written");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let topic = unique_topic("test.seeded");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    a.shutdown().await;
+}
+
+/// Records copied, byte for byte and with their headers, into another registry topic are not
+/// entries there (the MAC covers the topic's name): a replica on that topic has no tenant and
+/// does not become ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_copied_into_another_topic_is_not_a_registry() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::Message as _;
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let copy = unique_topic("_fg_registry_copy");
+    create_topic(&broker, &copy, 1).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("copier"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    let message = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record");
+    let mut record = FutureRecord::<[u8], [u8]>::to(&copy).partition(0);
+    if let Some(k) = message.key() {
+        record = record.key(k);
+    }
+    if let Some(p) = message.payload() {
+        record = record.payload(p);
+    }
+    if let Some(h) = message.headers() {
+        record = record.headers(h.detach());
+    }
+    producer
+        .send(record, Duration::from_secs(5))
+        .await
+        .expect("copied");
+    let mut cfg = shared(&broker, &copy);
+    cfg.tenants.clear();
+    let b = Gateway::start(cfg).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(&b).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
+    assert_eq!(
+        metric(
+            &b,
+            "floodgate_registry_rejected_entries_total{reason=\"bad_mac\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A record written without the secret under the very Kafka key of a real entry (read from
+/// the topic) would, once compacted, be the only record of that key: the replicas write the
+/// real entry again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::message::{Headers as _, Message as _};
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let a = Gateway::start(shared(&broker, &registry)).await;
+    ready(&a, Duration::from_secs(20)).await;
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .set("group.id", unique_topic("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    let acme_key = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("a record in time")
+            .expect("a record");
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        if key.starts_with("tenant:acme#") {
+            break key;
+        }
+    };
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .expect("producer");
+    // A Kafka tombstone under acme's key: compaction would drop acme's entry with it.
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(&registry)
+                .key(&acme_key)
+                .partition(0),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("written");
+    until_metric(
+        &a,
+        "floodgate_registry_rewritten_entries_total",
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    // The last record under acme's key is an entry again, and acme still works.
+    let last = loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
+            .await
+            .expect("a record in time")
+            .expect("a record");
+        if m.key() == Some(acme_key.as_bytes()) && m.payload().is_some() {
+            break m.headers().map(|h| h.iter().any(|h| h.key == "fg-mac"));
+        }
+    };
+    assert_eq!(last, Some(true));
+    until_metric(
+        &a,
+        "floodgate_registry_reasserts_pending",
+        0.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let topic = unique_topic("test.forged");
+    create_topic(&broker, &topic, 1).await;
+    assert_eq!(produce_status(&a, &topic, KEY).await, 202);
+    // Written again as the same entry: no version moved (an If-Match client sees nothing),
+    // nothing was listed in the audit.
+    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    assert_eq!(view["version"], json!(1), "{view}");
+    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    assert!(!audit.to_string().contains("registry.reassert"), "{audit}");
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kafka_down_admin_writes_answer_503_and_produce_keeps_the_last_registry() {
+    let registry = "_fg_registry_mock";
+    let cluster = mock_cluster(&["test.reg", registry]);
+    let bootstrap = cluster.bootstrap_servers();
+    let quick = |cfg: &mut Config| {
+        cfg.cluster.registry_write_timeout_ms = 1000;
+    };
+    let mut cfg = shared(&bootstrap, registry);
+    quick(&mut cfg);
+    let a = Gateway::start(cfg.clone()).await;
+    let b = Gateway::start(cfg.clone()).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+
+    cluster.broker_down(1).expect("down");
+    let started = Instant::now();
+    let (s, body) = admin(
+        &a,
+        Method::PATCH,
+        "/admin/tenants/acme",
+        Some(json!({"records_per_sec": 7})),
+        T,
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (503, Some("kafka_unavailable")),
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
+    // Produce still authenticates against the registry as last read.
+    assert_eq!(produce_status(&a, "test.reg", KEY).await, 202);
+    // A replica starting now cannot read the registry: not ready, and no 401 for a valid key.
+    let c = Gateway::start(cfg.clone()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (s, readiness) = {
+        let r = reqwest::get(c.admin_url("/readyz")).await.expect("readyz");
+        (
+            r.status().as_u16(),
+            r.json::<serde_json::Value>().await.expect("json"),
+        )
+    };
+    assert_eq!(
+        (s, readiness["reason"].as_str()),
+        (503, Some("registry_loading"))
+    );
+    assert_eq!(produce_status(&c, "test.reg", KEY).await, 503);
+
+    cluster.broker_up(1).expect("up");
+    // Writes work again without restart, and a change made on B reaches A.
+    let started = Instant::now();
+    loop {
+        let (s, body) = admin(
+            &b,
+            Method::PATCH,
+            "/admin/tenants/acme",
+            Some(json!({"records_per_sec": 5})),
+            T,
+        )
+        .await;
+        if s == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{s} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recovered = started.elapsed();
+    for gw in [&a, &c] {
+        ready(gw, Duration::from_secs(15)).await;
+        let started = Instant::now();
+        loop {
+            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+            if view["records_per_sec"] == 5 {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(2), "{view}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // A's own writer may still be reconnecting (its producer's idempotence state is bumped
+    // after the timed-out write): within a few seconds it writes too.
+    let started = Instant::now();
+    loop {
+        let (s, body) = admin(
+            &a,
+            Method::PATCH,
+            "/admin/tenants/acme",
+            Some(json!({"records_per_sec": 6})),
+            T,
+        )
+        .await;
+        if s == 200 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(8), "{s} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "503 after {took:?} with Kafka down; writes worked again {recovered:?} after it came back"
+    );
+    for gw in [a, b, c] {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
+    use floodgate::registry::{Persistence, RegistryState, StateFile};
+    let broker = tansu();
+    let registry = unique_topic("_fg_registry");
+    let dir = std::env::temp_dir().join(unique_topic("fg-transfer"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A single instance's state file, with a tenant of its own.
+    let mut single = config(&broker);
+    single
+        .tenants
+        .push(tenant("delta", "test-key-delta", &["test.*"]));
+    let state_path = dir.join("state.json");
+    StateFile::open(&state_path)
+        .expect("state file")
+        .save(&RegistryState::from_config(&single))
+        .expect("saved");
+    let cfg_path = dir.join("floodgate.toml");
+    std::fs::write(
+        &cfg_path,
+        format!("[kafka]\nbootstrap_servers = \"{broker}\"\n[cluster]\nregistry_topic = \"{registry}\"\nregistry_secret_env = \"{REGISTRY_SECRET_ENV}\"\n"),
+    )
+    .expect("config");
+    let bin = env!("CARGO_BIN_EXE_floodgate");
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin)
+            .env(REGISTRY_SECRET_ENV, REGISTRY_SECRET)
+            .arg("--config")
+            .arg(&cfg_path)
+            .args(args)
+            .output()
+            .expect("floodgate runs")
+    };
+    let out = tokio::task::block_in_place(|| {
+        run(&[
+            "registry",
+            "import",
+            state_path.to_str().expect("utf-8 path"),
+        ])
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A replica on the topic (its own file names no tenant) serves delta's key.
+    let mut cfg = shared(&broker, &registry);
+    cfg.tenants.clear();
+    let topic = unique_topic("test.transfer");
+    create_topic(&broker, &topic, 1).await;
+    let gw = Gateway::start(cfg).await;
+    ready(&gw, Duration::from_secs(20)).await;
+    assert_eq!(produce_status(&gw, &topic, "test-key-delta").await, 202);
+    gw.shutdown().await;
+    // And export gives the same tenants back.
+    let out = tokio::task::block_in_place(|| run(&["registry", "export"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut ids: Vec<_> = exported["tenants"]
+        .as_object()
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default();
+    ids.sort();
+    assert_eq!(ids, ["acme", "delta"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("api_key_sha256"),
+        "standard output shows key ids only"
+    );
+    // A state file import can read, only its owner can read; never over an existing file.
+    let file = dir.join("exported.json");
+    let path = file.to_str().expect("utf-8 path");
+    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file)
+        .expect("written")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let text = std::fs::read_to_string(&file).expect("read");
+    assert!(text.contains(&floodgate::identity::ApiKeyHash::of_key("test-key-delta").to_hex()));
+    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
+    assert!(!out.status.success(), "an existing file is not overwritten");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The JWT claims and certificate names a tenant accepts are registry state like its keys: set
+/// on one replica through the admin API, a token mapped by them works on another (issue #32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
+    let ed = idp::Signer::ed("ed-1");
+    let jwks = idp::JwksServer::start(idp::jwks(&[&ed])).await;
+    let broker = tansu();
+    let topic = unique_topic("test.registry-jwt");
+    create_topic(&broker, &topic, 1).await;
+    let registry = unique_topic("_fg_registry");
+    let issuer = "https://idp.test/shared";
+    let with_jwt = |mut cfg: Config| {
+        cfg.auth.jwt = vec![floodgate::config::JwtIssuerConfig {
+            issuer: issuer.into(),
+            audiences: vec!["floodgate".into()],
+            jwks_url: Some(jwks.url()),
+            jwks_file: None,
+            algorithms: vec!["EdDSA".into()],
+            leeway_s: 30,
+            refresh_s: 300,
+            min_refetch_s: 30,
+            fetch_timeout_ms: 2_000,
+            tenant_claim: "client_id".into(),
+            map: Some(Default::default()), // listed claims only
+            topics_claim: None,
+        }];
+        cfg
+    };
+    let a = Gateway::start(with_jwt(shared(&broker, &registry))).await;
+    let b = Gateway::start(with_jwt(shared(&broker, &registry))).await;
+    ready(&a, Duration::from_secs(20)).await;
+    ready(&b, Duration::from_secs(20)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let token = ed.sign(
+        &json!({"iss": issuer, "aud": "floodgate", "client_id": "orders-svc",
+                                "nbf": now, "exp": now + 600}),
+    );
+    assert_eq!(
+        produce_status(&b, &topic, &token).await,
+        403,
+        "no tenant lists it yet"
+    );
+    let (s, body) = admin(
+        &a,
+        Method::PUT,
+        "/admin/tenants/orders",
+        Some(json!({"topics": ["test.*"],
+                    "jwt_claims": [{"issuer": issuer, "value": "orders-svc"}]})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 201, "{body}");
+    until_status(&b, &topic, &token, 202, Duration::from_secs(5)).await;
+    let (s, view) = admin(&b, Method::GET, "/admin/tenants/orders", None, T).await;
+    assert_eq!(s, 200, "{view}");
+    assert_eq!(view["jwt_claims"][0]["value"], "orders-svc", "{view}");
+    // Removed on B: refused on A.
+    let (s, body) = admin(
+        &b,
+        Method::PATCH,
+        "/admin/tenants/orders",
+        Some(json!({"jwt_claims": null})),
+        T,
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    until_status(&a, &topic, &token, 403, Duration::from_secs(5)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
