@@ -206,7 +206,9 @@ pub async fn run(
         tasks.0.push(renewer.abort_handle());
     }
     if let Some(path) = options.config_path {
-        tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
+        // Stopped with the run (see `reload::on_sighup`): a stopped gateway must not reload.
+        let reloader = reload::on_sighup(state.clone(), config.clone(), path);
+        tasks.0.push(tokio::spawn(reloader).abort_handle());
     }
     // Issuers' JWKS are fetched now and kept fresh.
     tasks.0.extend(state.ingest.auth.start());
