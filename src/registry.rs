@@ -12,9 +12,9 @@
 //! has read it back and every replica would apply it the same way ([`shared`]); the follower
 //! task applies every entry, from any replica, to the live registry.
 //!
-//! Layer: registry. Imports configuration, tenants and the budget; knows nothing of HTTP (the
-//! admin API maps [`ChangeError`] to its answers) nor of where the state is kept (the
-//! [`Persistence`] seam, or the registry topic).
+//! Layer: decisions and state. Imports configuration, tenants and the budget; knows nothing
+//! of HTTP (the admin API maps [`ChangeError`] to its answers) nor of where the state is kept
+//! (the [`Persistence`] seam, or the registry topic).
 
 mod audit;
 mod follow;

@@ -2,6 +2,8 @@
 //! same way the admin API does. Listener addresses and Kafka settings need a restart; the log
 //! says so when they changed. Which changes in the file apply, and which admin changes they
 //! leave alone, is the registry's rule (`registry::state`).
+//!
+//! Layer: HTTP edges (an edge like the routes: a signal in, a registry change out).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,18 +50,35 @@ fn same<T: serde::Serialize>(a: &T, b: &T) -> bool {
     serde_json::to_string(a).ok() == serde_json::to_string(b).ok()
 }
 
+/// Listens for SIGHUP from the moment it is called (a signal sent once the gateway serves is
+/// not missed while the task is yet to run) and returns the task that reloads at each one.
+/// The caller stops the task with the gateway: the registry it reloads into is no longer
+/// followed then, and a reload from that view would write stale changes to a shared registry.
 #[cfg(unix)]
-pub async fn on_sighup(app: Arc<AppState>, running: Config, path: PathBuf) {
+pub fn on_sighup(
+    app: Arc<AppState>,
+    running: Config,
+    path: PathBuf,
+) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: configuration reload disabled");
-        return;
-    };
-    while hangups.recv().await.is_some() {
-        tracing::info!(file = %path.display(), "SIGHUP: reloading configuration");
-        reload(&app, &running, &path).await;
+    let hangups = signal(SignalKind::hangup());
+    async move {
+        let Ok(mut hangups) = hangups else {
+            tracing::warn!("cannot listen for SIGHUP: configuration reload disabled");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            tracing::info!(file = %path.display(), "SIGHUP: reloading configuration");
+            reload(&app, &running, &path).await;
+        }
     }
 }
 
 #[cfg(not(unix))]
-pub async fn on_sighup(_app: Arc<AppState>, _running: Config, _path: PathBuf) {}
+pub fn on_sighup(
+    _app: Arc<AppState>,
+    _running: Config,
+    _path: PathBuf,
+) -> impl std::future::Future<Output = ()> {
+    std::future::ready(())
+}

@@ -120,7 +120,9 @@ pub async fn run(
     // process would: no drain, no goodbyes.
     let mut tasks = start_tasks(&state).await?;
     if let Some(path) = options.config_path {
-        tokio::spawn(reload::on_sighup(state.clone(), config.clone(), path));
+        // Stopped with the run (see `reload::on_sighup`): a stopped gateway must not reload.
+        let reloader = reload::on_sighup(state.clone(), config.clone(), path);
+        tasks.0.push(tokio::spawn(reloader).abort_handle());
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let (produce, admin) = serve_listeners(&state, &config, listeners, stop_rx)?;
