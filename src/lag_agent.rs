@@ -11,7 +11,6 @@
 //! the Kafka client and the cluster's member count.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -151,7 +150,36 @@ pub struct LagAgent {
     members: Members,
     source: Arc<dyn OffsetSource>,
     clock: Arc<dyn Clock>,
-    epoch: AtomicU64,
+}
+
+/// The loop looks every `interval_ms` of the most frequent guard (10 ms to 1 s, slept on the
+/// runtime's timer); each tick reads the guards that are due by the agent's clock.
+impl crate::agent::Agent for LagAgent {
+    // Offsets are read with blocking client calls.
+    const BLOCKING: bool = true;
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn wait(&self, _last_ns: u64) -> Duration {
+        let every = self
+            .slots()
+            .iter()
+            .map(|s| s.guard.config().interval_ms)
+            .min()
+            .unwrap_or(1000)
+            .clamp(10, 1000);
+        Duration::from_millis(every)
+    }
+
+    fn due(&self, _last_ns: u64) -> bool {
+        true
+    }
+
+    fn turn(&self) {
+        self.tick();
+    }
 }
 
 impl LagAgent {
@@ -171,7 +199,6 @@ impl LagAgent {
             members,
             source,
             clock,
-            epoch: AtomicU64::new(0),
         };
         // Validated by the caller; a guard that still fails to parse is left out.
         let _ = agent.set_guards(guards);
@@ -224,22 +251,7 @@ impl LagAgent {
 
     /// Runs until the process ends: each guard is read at its own interval.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let agent = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let every = agent
-                    .slots()
-                    .iter()
-                    .map(|s| s.guard.config().interval_ms)
-                    .min()
-                    .unwrap_or(1000)
-                    .clamp(10, 1000);
-                tokio::time::sleep(Duration::from_millis(every)).await;
-                let worker = agent.clone();
-                // Offsets are read with blocking client calls.
-                let _ = tokio::task::spawn_blocking(move || worker.tick()).await;
-            }
-        })
+        crate::agent::start(self)
     }
 
     /// Reads every guard that is due and publishes the new plan.
@@ -397,10 +409,7 @@ impl LagAgent {
                 interval_ns: s.guard.interval_ns(),
             })
             .collect();
-        self.plan.store(LagPlan {
-            epoch: self.epoch.fetch_add(1, Relaxed) + 1,
-            guards,
-        });
+        self.plan.publish(|epoch| LagPlan { epoch, guards });
     }
 }
 
