@@ -3,15 +3,12 @@
 //! shared among priority classes and tenants ([`allocation`]), and the plan admission reads
 //! ([`Plan`]). The agent that feeds the controller lives in `adaptive_agent`.
 //!
-//! Layer: foundations + configuration (budget specs, the priority classes); no runtime.
+//! Layer: configuration (budget specs, the priority classes, `agent`'s plan cell); no runtime.
 
 pub mod allocation;
 pub mod controller;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 
 use crate::budget::BudgetSpec;
 use crate::config::Priority;
@@ -40,17 +37,5 @@ pub struct Plan {
     pub shares: HashMap<String, Share>,
 }
 
-/// The current plan, swapped whole by the agent, read lock-free by admission.
-#[derive(Debug, Default)]
-pub struct PlanCell(ArcSwap<Plan>);
-
-impl PlanCell {
-    /// The plan in force, borrowed (no reference count traffic on the request path).
-    pub fn load(&self) -> arc_swap::Guard<Arc<Plan>> {
-        self.0.load()
-    }
-
-    pub fn store(&self, plan: Plan) {
-        self.0.store(Arc::new(plan));
-    }
-}
+/// The current plan: swapped whole by the agent, read lock-free by admission.
+pub type PlanCell = crate::agent::PlanCell<Plan>;

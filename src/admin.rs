@@ -2,12 +2,15 @@
 //! budget). It is a separate listener so the admin API is never reachable from the produce
 //! port.
 //!
-//! Layer: HTTP edge, HTTP only: routes, authentication and request/response shapes. Changes go
+//! Layer: HTTP edges. HTTP only: routes, authentication and request/response shapes. Changes go
 //! through the registry store; statuses come from the outcome room.
 
 mod adaptive;
 pub mod api;
+mod global;
+mod keys;
 mod lag_guards;
+mod tenants;
 mod ui;
 
 use std::sync::Arc;
@@ -16,72 +19,66 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, MethodRouter};
+use axum::routing::MethodRouter;
 use axum::Router;
 
 use crate::app::AppState;
 use crate::kafka::Reachability;
-use crate::outcome::{ApiError, Readiness};
+use crate::outcome::{AdminError, ApiError, Readiness};
 use crate::registry::Actor;
 
-/// Every route of the admin listener with its methods. The router is built from this table, and
-/// a test checks that each entry is documented in `openapi.json`.
-pub const ROUTES: &[(&str, &[&str])] = &[
-    ("/healthz", &["get"]),
-    ("/readyz", &["get"]),
-    ("/metrics", &["get"]),
-    ("/admin/tenants", &["get"]),
-    ("/admin/tenants/{id}", &["get", "put", "patch", "delete"]),
-    ("/admin/tenants/{id}/keys", &["post"]),
-    ("/admin/tenants/{id}/keys/{key_id}", &["delete"]),
-    ("/admin/global", &["get", "put"]),
-    ("/admin/audit", &["get"]),
-    ("/admin/status", &["get"]),
-    ("/admin/adaptive", &["get", "put"]),
-    ("/admin/lag-guards", &["get"]),
-    ("/admin/lag-guards/{name}", &["get", "put", "delete"]),
-    ("/ui", &["get"]),
-    ("/ui/app.js", &["get"]),
-    ("/ui/app.css", &["get"]),
-    ("/ui/favicon.svg", &["get"]),
-];
+/// Writes the admin listener's route table once: [`ROUTES`] (every path with its methods, as
+/// `openapi.json` spells them: a test checks each is documented) and the handlers the router
+/// is built from, so a route cannot be listed without a handler or served without a listing.
+macro_rules! routes {
+    ($($path:literal => { $($method:ident: $handler:expr),+ $(,)? }),+ $(,)?) => {
+        /// Every route of the admin listener with its methods.
+        pub const ROUTES: &[(&str, &[&str])] = &[$(($path, &[$(stringify!($method)),+])),+];
 
-fn route(path: &str) -> MethodRouter<Arc<AppState>> {
-    match path {
-        "/healthz" => get(|| async { (StatusCode::OK, "ok") }),
-        "/readyz" => get(readyz),
-        "/metrics" => get(metrics),
-        "/admin/tenants" => get(api::list_tenants),
-        "/admin/tenants/{id}" => get(api::get_tenant)
-            .put(api::put_tenant)
-            .patch(api::patch_tenant)
-            .delete(api::delete_tenant),
-        "/admin/tenants/{id}/keys" => axum::routing::post(api::issue_key),
-        "/admin/tenants/{id}/keys/{key_id}" => axum::routing::delete(api::revoke_key),
-        "/admin/global" => get(api::get_global).put(api::put_global),
-        "/admin/audit" => get(api::audit),
-        "/admin/status" => get(status),
-        "/admin/adaptive" => get(adaptive::get).put(adaptive::put),
-        "/admin/lag-guards" => get(lag_guards::list),
-        "/admin/lag-guards/{name}" => get(lag_guards::get_one)
-            .put(lag_guards::put)
-            .delete(lag_guards::delete),
-        "/ui" => get(ui::page),
-        "/ui/app.js" => get(ui::script),
-        "/ui/app.css" => get(ui::style),
-        "/ui/favicon.svg" => get(ui::icon),
-        _ => MethodRouter::new(),
-    }
+        /// The same routes' handlers, by path.
+        fn handlers() -> Vec<(&'static str, MethodRouter<Arc<AppState>>)> {
+            vec![$(($path, MethodRouter::new()$(.$method($handler))+)),+]
+        }
+    };
+}
+
+routes! {
+    "/healthz" => { get: || async { (StatusCode::OK, "ok") } },
+    "/readyz" => { get: readyz },
+    "/metrics" => { get: metrics },
+    "/admin/tenants" => { get: tenants::list },
+    "/admin/tenants/{id}" => {
+        get: tenants::get,
+        put: tenants::put,
+        patch: tenants::patch,
+        delete: tenants::delete,
+    },
+    "/admin/tenants/{id}/keys" => { post: keys::issue },
+    "/admin/tenants/{id}/keys/{key_id}" => { delete: keys::revoke },
+    "/admin/global" => { get: global::get, put: global::put },
+    "/admin/audit" => { get: global::audit },
+    "/admin/status" => { get: status },
+    "/admin/adaptive" => { get: adaptive::get, put: adaptive::put },
+    "/admin/lag-guards" => { get: lag_guards::list },
+    "/admin/lag-guards/{name}" => {
+        get: lag_guards::get_one,
+        put: lag_guards::put,
+        delete: lag_guards::delete,
+    },
+    "/ui" => { get: ui::page },
+    "/ui/app.js" => { get: ui::script },
+    "/ui/app.css" => { get: ui::style },
+    "/ui/favicon.svg" => { get: ui::icon },
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
     let mut open = Router::new();
     let mut admin = Router::new();
-    for (path, _) in ROUTES {
+    for (path, handler) in handlers() {
         if path.starts_with("/admin/") {
-            admin = admin.route(path, route(path));
+            admin = admin.route(path, handler);
         } else {
-            open = open.route(path, route(path));
+            open = open.route(path, handler);
         }
     }
     let admin = admin.layer(middleware::from_fn_with_state(state.clone(), require_admin));
@@ -100,7 +97,7 @@ async fn require_admin(
     next: Next,
 ) -> Response {
     if app.admin.tokens.is_empty() {
-        return ApiError::AdminUnauthorized(format!(
+        return AdminError::Unauthorized(format!(
             "the admin API is disabled: no token in the environment variable {}",
             app.admin.token_env
         ))
@@ -123,7 +120,7 @@ async fn require_admin(
         if let Some(wait) = client.and_then(|ip| app.admin.failures.fail(ip)) {
             return ApiError::AuthFailures(wait).into_response();
         }
-        return ApiError::AdminUnauthorized("missing or wrong admin token".into()).into_response();
+        return AdminError::Unauthorized("missing or wrong admin token".into()).into_response();
     };
     let actor = Actor::new(id);
     request.extensions_mut().insert(actor);
@@ -146,7 +143,7 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
             sha2::Sha256::digest(p.as_bytes()) == sha2::Sha256::digest(token.as_bytes())
         });
         if !matches {
-            return ApiError::AdminUnauthorized(
+            return AdminError::Unauthorized(
                 "/metrics needs the scrape token ([metrics] token_env): Authorization: Bearer <token>"
                     .into(),
             )
@@ -186,8 +183,7 @@ async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMa
 async fn status(
     State(app): State<Arc<AppState>>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
-) -> Result<Response, crate::outcome::ApiError> {
-    use crate::outcome::ApiError;
+) -> Result<Response, AdminError> {
     use crate::status::{Query, Sort, LIMIT_MAX};
     let mut q = Query::default();
     for (name, value) in api::params(query.as_deref(), &["limit", "sort", "q"])? {
@@ -197,13 +193,13 @@ async fn status(
                     .parse::<usize>()
                     .ok()
                     .filter(|n| (1..=LIMIT_MAX).contains(n))
-                    .ok_or_else(|| ApiError::InvalidField {
+                    .ok_or_else(|| AdminError::InvalidField {
                         field: "limit".into(),
                         detail: format!("must be from 1 to {LIMIT_MAX}, not {value:?}"),
                     })?;
             }
             "sort" => {
-                q.sort = Sort::parse(&value).ok_or_else(|| ApiError::InvalidField {
+                q.sort = Sort::parse(&value).ok_or_else(|| AdminError::InvalidField {
                     field: "sort".into(),
                     detail: format!("must be refused, admitted or id, not {value:?}"),
                 })?;

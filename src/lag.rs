@@ -3,14 +3,12 @@
 //! per-tenant bucket that spends a tenant's share of a cap ([`LagBucket`]). The agent that
 //! reads offsets from Kafka and publishes plans lives in `lag_agent`.
 //!
-//! Layer: foundations + configuration; no runtime.
+//! Layer: configuration; no runtime.
 
 pub mod guard;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 
 use crate::identity::{Topic, TopicPatterns};
 
@@ -45,20 +43,8 @@ impl LagPlan {
     }
 }
 
-/// The current plan, swapped whole by the agent, read lock-free by admission.
-#[derive(Debug, Default)]
-pub struct LagPlanCell(ArcSwap<LagPlan>);
-
-impl LagPlanCell {
-    /// The plan in force, borrowed (no reference count traffic on the request path).
-    pub fn load(&self) -> arc_swap::Guard<Arc<LagPlan>> {
-        self.0.load()
-    }
-
-    pub fn store(&self, plan: LagPlan) {
-        self.0.store(Arc::new(plan));
-    }
-}
+/// The current plan: swapped whole by the agent, read lock-free by admission.
+pub type LagPlanCell = crate::agent::PlanCell<LagPlan>;
 
 /// A tenant's records toward one guard's topics: what it offered (for the split of the next
 /// cap) and, while capping, its share as a records/s GCRA. Not `budget::RateSpec`: a share is

@@ -11,7 +11,6 @@
 //! the Kafka client and the cluster's member count.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,9 +18,13 @@ use crate::adaptive::allocation::{allocate, Demand};
 use crate::budget::Clock;
 use crate::config::LagGuardConfig;
 use crate::identity::{Topic, TopicPatterns};
-use crate::lag::guard::{Blocker, CapBasis, Guard, PartitionOffsets, Phase, Reading};
+use crate::lag::guard::{PartitionOffsets, Phase, Reading};
 use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
 use crate::tenant::Tenants;
+
+mod slot;
+pub use slot::GuardStatus;
+use slot::Slot;
 
 /// One reading of a guard's partitions: each partition's end and committed offsets, as
 /// Kafka answered them (the guard takes rates per partition, over the ones read twice).
@@ -37,94 +40,6 @@ pub trait OffsetSource: Send + Sync + std::fmt::Debug {
 
     /// Only these groups are still guarded: clients for others may go.
     fn retain(&self, _groups: &[&str]) {}
-}
-
-/// What the metrics and the admin API show of one guard.
-#[derive(Debug, Clone)]
-pub struct GuardStatus {
-    pub config: LagGuardConfig,
-    pub phase: Phase,
-    pub lag: u64,
-    pub by_topic: Vec<(String, u64)>,
-    /// Partitions with a rate (read twice in the window), and partitions in the last reading
-    /// without an end or committed offset.
-    pub partitions: (usize, usize),
-    pub consumer_rate: f64,
-    pub producer_rate: f64,
-    /// What floodgate's producers offer to the guarded topics (all replicas), records/s.
-    pub offered_rate: f64,
-    pub recovery_s: f64,
-    /// The cap over the whole cluster while capping, what set it and what keeps it.
-    pub cap: Option<f64>,
-    pub cap_basis: Option<CapBasis>,
-    pub release_blocked_by: Option<Blocker>,
-    /// Why the guard is where it is, in a sentence.
-    pub reason: String,
-    pub last_error: Option<String>,
-    /// Times it started capping, and times it let go because offsets were unreadable.
-    pub activations: u64,
-    pub fail_opens: u64,
-}
-
-#[derive(Debug)]
-struct Slot {
-    guard: Guard,
-    topics: Arc<TopicPatterns>,
-    name: Arc<str>,
-    group: Arc<str>,
-    /// When it was last read (ns); 0: never.
-    read_at: u64,
-    /// Offered records per tenant at the last reading, for rates.
-    offered: HashMap<String, u64>,
-    /// Records offered to the guarded topics by every tenant since the guard was made (the
-    /// sum of the per-tenant increments, so tenants that go do not take theirs back).
-    offered_total: u64,
-    shares: HashMap<String, f64>,
-    newcomer: f64,
-    by_topic: Vec<(String, u64)>,
-    activations: u64,
-    fail_opens: u64,
-}
-
-impl Slot {
-    fn new(config: LagGuardConfig) -> Result<Self, String> {
-        let topics = TopicPatterns::parse(&config.topics).map_err(|(_, e)| e)?;
-        Ok(Self {
-            name: config.name.as_str().into(),
-            group: config.group.as_str().into(),
-            topics: Arc::new(topics),
-            guard: Guard::new(config),
-            read_at: 0,
-            offered: HashMap::new(),
-            offered_total: 0,
-            shares: HashMap::new(),
-            newcomer: 0.0,
-            by_topic: Vec::new(),
-            activations: 0,
-            fail_opens: 0,
-        })
-    }
-
-    fn status(&self) -> GuardStatus {
-        GuardStatus {
-            config: self.guard.config().clone(),
-            phase: self.guard.phase(),
-            lag: self.guard.lag(),
-            by_topic: self.by_topic.clone(),
-            partitions: self.guard.partitions(),
-            consumer_rate: self.guard.consumer_rate(),
-            producer_rate: self.guard.producer_rate(),
-            offered_rate: self.guard.offered_rate(),
-            recovery_s: self.guard.recovery_s(),
-            cap: self.guard.cap(),
-            cap_basis: self.guard.basis(),
-            release_blocked_by: self.guard.blocker(),
-            reason: self.guard.reason(),
-            last_error: self.guard.last_error.clone(),
-            activations: self.activations,
-            fail_opens: self.fail_opens,
-        }
-    }
 }
 
 /// How many replicas share the cap now (1 outside cluster mode).
@@ -151,7 +66,36 @@ pub struct LagAgent {
     members: Members,
     source: Arc<dyn OffsetSource>,
     clock: Arc<dyn Clock>,
-    epoch: AtomicU64,
+}
+
+/// The loop looks every `interval_ms` of the most frequent guard (10 ms to 1 s, slept on the
+/// runtime's timer); each tick reads the guards that are due by the agent's clock.
+impl crate::agent::Agent for LagAgent {
+    // Offsets are read with blocking client calls.
+    const BLOCKING: bool = true;
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn wait(&self, _last_ns: u64) -> Duration {
+        let every = self
+            .slots()
+            .iter()
+            .map(|s| s.guard.config().interval_ms)
+            .min()
+            .unwrap_or(1000)
+            .clamp(10, 1000);
+        Duration::from_millis(every)
+    }
+
+    fn due(&self, _last_ns: u64) -> bool {
+        true
+    }
+
+    fn turn(&self) {
+        self.tick();
+    }
 }
 
 impl LagAgent {
@@ -171,7 +115,6 @@ impl LagAgent {
             members,
             source,
             clock,
-            epoch: AtomicU64::new(0),
         };
         // Validated by the caller; a guard that still fails to parse is left out.
         let _ = agent.set_guards(guards);
@@ -224,22 +167,7 @@ impl LagAgent {
 
     /// Runs until the process ends: each guard is read at its own interval.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let agent = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let every = agent
-                    .slots()
-                    .iter()
-                    .map(|s| s.guard.config().interval_ms)
-                    .min()
-                    .unwrap_or(1000)
-                    .clamp(10, 1000);
-                tokio::time::sleep(Duration::from_millis(every)).await;
-                let worker = agent.clone();
-                // Offsets are read with blocking client calls.
-                let _ = tokio::task::spawn_blocking(move || worker.tick()).await;
-            }
-        })
+        crate::agent::start(self)
     }
 
     /// Reads every guard that is due and publishes the new plan.
@@ -397,10 +325,7 @@ impl LagAgent {
                 interval_ns: s.guard.interval_ns(),
             })
             .collect();
-        self.plan.store(LagPlan {
-            epoch: self.epoch.fetch_add(1, Relaxed) + 1,
-            guards,
-        });
+        self.plan.publish(|epoch| LagPlan { epoch, guards });
     }
 }
 

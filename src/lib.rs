@@ -36,6 +36,7 @@ pub mod adaptive;
 pub mod adaptive_agent;
 pub mod admin;
 pub mod admission;
+pub mod agent;
 pub mod app;
 pub mod body;
 pub mod body_budget;

@@ -1,13 +1,12 @@
-//! The outcome room: every status and body floodgate answers with is decided here — errors
-//! ([`ApiError`], with `From` for body, admission and registry errors), produce results
-//! ([`Produced`]: 202, 200, 502, 503), and readiness ([`Readiness`]). Error bodies are
+//! The outcome room: every status and body floodgate answers with is decided here — the
+//! produce API's errors ([`ApiError`], with `From` for body and admission errors), the admin
+//! API's ([`AdminError`], with `From` for registry errors), produce results ([`Produced`]:
+//! 202, 200, 502, 503), and readiness ([`Readiness`]). Error bodies are
 //! `{"error": CODE, "detail": "..."}` with stable codes; internal details stay in the logs.
 //! Wire formats with other shapes (Confluent's) map the same values in their own encoder.
 //!
-//! Layer: outcomes. Imports the values it answers for (refusals, body errors, delivery
-//! batches, registry errors); imported by the ingest pipeline and the HTTP edges.
-
-use std::sync::Arc;
+//! Layer: outcomes and pipeline. Imports the values it answers for (refusals, body errors,
+//! delivery batches, registry errors); imported by the ingest pipeline and the HTTP edges.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,11 +16,14 @@ use serde_json::json;
 
 use crate::body::BodyError;
 use crate::credential::AuthError;
-use crate::kafka::{Batch, FailureKind};
 use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
-use crate::registry::ChangeError;
 
+pub mod admin;
 pub mod confluent;
+mod produced;
+
+pub use admin::AdminError;
+pub use produced::Produced;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -84,45 +86,6 @@ pub enum ApiError {
     SchemaRegistryUnavailable(String),
     ShuttingDown,
     NotFound,
-    /// Admin API: no or wrong admin token (or no token configured).
-    AdminUnauthorized(String),
-    TenantNotFound(String),
-    KeyNotFound(String),
-    /// Admin API: no lag guard of this name.
-    GuardNotFound(String),
-    /// Admin API: a value that cannot be used, naming the field.
-    InvalidField {
-        field: String,
-        detail: String,
-    },
-    /// Admin API: the change was valid but could not be persisted, so it was not applied.
-    StateNotSaved,
-    /// Admin API (shared registry): another change of the same key came first.
-    Conflict {
-        key: String,
-        current_version: u64,
-    },
-}
-
-impl ApiError {
-    /// A 422 for a configuration problem, named by field (`records_per_sec`), not by its
-    /// place in a config file (`tenants[acme].records_per_sec`).
-    pub fn invalid_field(problem: &crate::config::ConfigProblem) -> Self {
-        let field = if problem.key.starts_with("tenants[") || problem.key.starts_with("global.") {
-            problem
-                .key
-                .split_once("].")
-                .map(|(_, f)| f)
-                .or_else(|| problem.key.strip_prefix("global."))
-                .unwrap_or(&problem.key)
-        } else {
-            &problem.key
-        };
-        Self::InvalidField {
-            field: field.to_string(),
-            detail: problem.message.clone(),
-        }
-    }
 }
 
 impl From<BodyError> for ApiError {
@@ -143,24 +106,6 @@ impl From<Denial> for ApiError {
         match d {
             Denial::Refused(r) => Self::RateLimited(r),
             Denial::TooLarge(t) => Self::ExceedsBurst(t),
-        }
-    }
-}
-
-impl From<ChangeError> for ApiError {
-    fn from(e: ChangeError) -> Self {
-        match e {
-            ChangeError::Invalid(p) => Self::invalid_field(&p),
-            ChangeError::TenantNotFound(id) => Self::TenantNotFound(id),
-            ChangeError::KeyNotFound(id) => Self::KeyNotFound(id),
-            ChangeError::NotSaved(_) => Self::StateNotSaved,
-            ChangeError::Conflict { key, current } => Self::Conflict {
-                key,
-                current_version: current,
-            },
-            ChangeError::Unavailable(d) => Self::KafkaUnavailable(format!(
-                "the change was not applied: {d}; retry when Kafka is reachable"
-            )),
         }
     }
 }
@@ -196,30 +141,16 @@ impl ApiError {
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
-            Self::AdminUnauthorized(_) => "unauthorized",
-            Self::TenantNotFound(_) => "tenant_not_found",
-            Self::KeyNotFound(_) => "key_not_found",
-            Self::GuardNotFound(_) => "lag_guard_not_found",
-            Self::InvalidField { .. } => "invalid_field",
-            Self::StateNotSaved => "state_not_saved",
-            Self::Conflict { .. } => "conflict",
         }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unauthorized | Self::AdminUnauthorized(_) | Self::CredentialRevoked => {
-                StatusCode::UNAUTHORIZED
-            }
+            Self::Unauthorized | Self::CredentialRevoked => StatusCode::UNAUTHORIZED,
             Self::Auth(AuthError::UnknownTenant(_)) => StatusCode::FORBIDDEN,
             Self::Auth(AuthError::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Auth(_) => StatusCode::UNAUTHORIZED,
-            Self::TenantNotFound(_) | Self::KeyNotFound(_) | Self::GuardNotFound(_) => {
-                StatusCode::NOT_FOUND
-            }
-            Self::InvalidField { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::StateNotSaved => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Conflict { .. } | Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
+            Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
             Self::IdempotencyKey(_) => StatusCode::BAD_REQUEST,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::IdempotencyUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -259,30 +190,7 @@ impl ApiError {
             | Self::EntryId(d)
             | Self::UnknownPartition(d) => d.clone(),
             Self::NoRecords => "the request has no records".into(),
-            Self::Auth(e) => match e {
-                AuthError::Unauthorized => {
-                    "missing or unknown API key (send Authorization: Bearer <key>)".into()
-                }
-                AuthError::Token(p) => p.detail(),
-                AuthError::CertificateExpired => "the client certificate has expired".into(),
-                AuthError::UnknownTenant(method) => format!(
-                    "the {} is valid but belongs to no tenant here (list it in a tenant's {}, or \
-                     map it in [auth])",
-                    match method {
-                        crate::credential::Method::ClientCert => "client certificate",
-                        _ => "token",
-                    },
-                    match method {
-                        crate::credential::Method::ClientCert => "cert_names",
-                        _ => "jwt_claims",
-                    }
-                ),
-                AuthError::KeysUnavailable => {
-                    "the token's issuer keys (JWKS) could not be fetched \
-                                               to check it; retry shortly"
-                        .into()
-                }
-            },
+            Self::Auth(e) => auth_detail(e),
             Self::CredentialRevoked => "the credential this stream was opened with (API key, \
                                         token or certificate) no longer names its tenant: \
                                         revoked, remapped, or the tenant deleted while it was \
@@ -336,28 +244,7 @@ impl ApiError {
                 t.requested, t.unit, t.limit, t.allowed
             ),
             Self::UnknownTopic(t) => format!("topic {t:?} does not exist in Kafka"),
-            Self::RateLimited(r) => match (r.class, &r.lag) {
-                (_, Some(lag)) => format!(
-                    "{}: consumer group {:?} is behind on topic {:?} (lag guard {:?}): producers \
-                     are capped at what the consumers read, so the lag shrinks; retry in {} ms",
-                    r.reason.as_str(),
-                    lag.group,
-                    lag.topic,
-                    lag.guard,
-                    r.retry_after_ms()
-                ),
-                (Some(class), None) => format!(
-                    "{}: Kafka is slow and the adaptive limit admits no more {class} traffic now \
-                     (batch is refused first, then standard); retry in {} ms",
-                    r.reason.as_str(),
-                    r.retry_after_ms()
-                ),
-                (None, None) => format!(
-                    "{} exhausted; retry in {} ms",
-                    r.reason.as_str(),
-                    r.retry_after_ms()
-                ),
-            },
+            Self::RateLimited(r) => rate_limited_detail(r),
             Self::AuthFailures(wait) => format!(
                 "too many failed authentications from this address; retry in {} ms",
                 wait_ms(*wait)
@@ -365,22 +252,59 @@ impl ApiError {
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
             Self::NotFound => "no such route".into(),
-            Self::AdminUnauthorized(d) => d.clone(),
-            Self::TenantNotFound(id) => format!("no tenant {id:?}"),
-            Self::GuardNotFound(name) => format!("no lag guard {name:?}"),
-            Self::KeyNotFound(id) => format!("no key {id:?} for this tenant"),
-            Self::InvalidField { field, detail } => format!("{field}: {detail}"),
-            Self::StateNotSaved => {
-                "the change could not be saved to the state file, so it was not applied".into()
-            }
-            Self::Conflict {
-                key,
-                current_version,
-            } => format!(
-                "{key} was changed by another change first (now version {current_version}); \
-                 nothing was applied: read it again and retry"
-            ),
         }
+    }
+}
+
+/// Why a credential does not authenticate (or belongs to no tenant), for its 401/403/503.
+fn auth_detail(e: &AuthError) -> String {
+    match e {
+        AuthError::Unauthorized => {
+            "missing or unknown API key (send Authorization: Bearer <key>)".into()
+        }
+        AuthError::Token(p) => p.detail(),
+        AuthError::CertificateExpired => "the client certificate has expired".into(),
+        AuthError::UnknownTenant(method) => format!(
+            "the {} is valid but belongs to no tenant here (list it in a tenant's {}, or \
+             map it in [auth])",
+            match method {
+                crate::credential::Method::ClientCert => "client certificate",
+                _ => "token",
+            },
+            match method {
+                crate::credential::Method::ClientCert => "cert_names",
+                _ => "jwt_claims",
+            }
+        ),
+        AuthError::KeysUnavailable => "the token's issuer keys (JWKS) could not be fetched \
+                                       to check it; retry shortly"
+            .into(),
+    }
+}
+
+/// A 429's detail: what refused, and what to do about it.
+fn rate_limited_detail(r: &Refusal) -> String {
+    match (r.class, &r.lag) {
+        (_, Some(lag)) => format!(
+            "{}: consumer group {:?} is behind on topic {:?} (lag guard {:?}): producers \
+             are capped at what the consumers read, so the lag shrinks; retry in {} ms",
+            r.reason.as_str(),
+            lag.group,
+            lag.topic,
+            lag.guard,
+            r.retry_after_ms()
+        ),
+        (Some(class), None) => format!(
+            "{}: Kafka is slow and the adaptive limit admits no more {class} traffic now \
+             (batch is refused first, then standard); retry in {} ms",
+            r.reason.as_str(),
+            r.retry_after_ms()
+        ),
+        (None, None) => format!(
+            "{} exhausted; retry in {} ms",
+            r.reason.as_str(),
+            r.retry_after_ms()
+        ),
     }
 }
 
@@ -407,12 +331,6 @@ struct RateLimitedBody {
     reason: &'static str,
     retry_after_ms: u64,
     detail: String,
-}
-
-/// A 202's body.
-#[derive(Serialize)]
-struct AcceptedBody {
-    accepted: usize,
 }
 
 impl IntoResponse for ApiError {
@@ -446,11 +364,6 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
-            Self::InvalidField { field, .. } => (
-                status,
-                Json(json!({"error": self.code(), "field": field, "detail": self.detail()})),
-            )
-                .into_response(),
             Self::IdempotencyKeyInUse(wait) => {
                 let body = json!({
                     "error": self.code(),
@@ -463,16 +376,6 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
-            Self::Conflict {
-                current_version, ..
-            } => (
-                status,
-                Json(
-                    json!({"error": self.code(), "current_version": current_version,
-                    "detail": self.detail()}),
-                ),
-            )
-                .into_response(),
             _ => (
                 status,
                 Json(json!({"error": self.code(), "detail": self.detail()})),
@@ -487,7 +390,6 @@ impl IntoResponse for ApiError {
         if matches!(
             self,
             Self::Unauthorized
-                | Self::AdminUnauthorized(_)
                 | Self::CredentialRevoked
                 | Self::Auth(AuthError::Unauthorized | AuthError::CertificateExpired)
         ) {
@@ -509,93 +411,6 @@ impl IntoResponse for ApiError {
         }
         response
     }
-}
-
-/// What a produce request achieved.
-#[derive(Debug)]
-pub enum Produced {
-    /// Handed to the producer (async mode): 202.
-    Accepted { records: usize },
-    /// Every record has Kafka's answer: 200, or 502/503 if some were not delivered.
-    Settled(Arc<Batch>),
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum RecordResult<'a> {
-    Delivered { partition: i32, offset: i64 },
-    Failed { error: &'a str },
-}
-
-impl IntoResponse for Produced {
-    /// 202 `{"accepted": N}`; 200 with offsets in record order; 502 (or 503 when Kafka was
-    /// unreachable for every failed record) with each record's offset or error.
-    fn into_response(self) -> Response {
-        let batch = match self {
-            Self::Accepted { records } => {
-                return (
-                    StatusCode::ACCEPTED,
-                    Json(AcceptedBody { accepted: records }),
-                )
-                    .into_response()
-            }
-            Self::Settled(batch) => batch,
-        };
-        let mut failed = 0usize;
-        let mut unavailable = 0usize;
-        let results: Vec<RecordResult<'_>> = batch
-            .outcomes()
-            .map(|o| match o {
-                Some(Ok(d)) => RecordResult::Delivered {
-                    partition: d.partition,
-                    offset: d.offset,
-                },
-                Some(Err(f)) => {
-                    failed += 1;
-                    if f.kind == FailureKind::Unavailable {
-                        unavailable += 1;
-                    }
-                    RecordResult::Failed { error: &f.code }
-                }
-                None => {
-                    failed += 1;
-                    RecordResult::Failed { error: "pending" }
-                }
-            })
-            .collect();
-        // Typed answers, not `json!`: that would build a JSON map per record, which is what
-        // the profile of a 100-record request showed first.
-        if failed == 0 {
-            return (StatusCode::OK, Json(Offsets { offsets: results })).into_response();
-        }
-        let (status, code) = if unavailable == failed {
-            (StatusCode::SERVICE_UNAVAILABLE, "kafka_unavailable")
-        } else {
-            (StatusCode::BAD_GATEWAY, "delivery_failed")
-        };
-        let detail = format!("{failed} of {} records were not delivered", batch.len());
-        (
-            status,
-            Json(PartlyDelivered {
-                error: code,
-                detail,
-                offsets: results,
-            }),
-        )
-            .into_response()
-    }
-}
-
-#[derive(Serialize)]
-struct Offsets<'a> {
-    offsets: Vec<RecordResult<'a>>,
-}
-
-#[derive(Serialize)]
-struct PartlyDelivered<'a> {
-    error: &'static str,
-    detail: String,
-    offsets: Vec<RecordResult<'a>>,
 }
 
 /// `/readyz`: whether this instance should receive traffic.
@@ -623,36 +438,4 @@ impl IntoResponse for Readiness {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_panicking_handler_is_answered_with_json_500() {
-        use tower::ServiceExt as _;
-        let router = axum::Router::new()
-            .route(
-                "/boom",
-                axum::routing::get(|| async {
-                    let empty: Vec<u8> = Vec::new();
-                    // Index out of bounds on purpose.
-                    let byte = empty[usize::from(empty.is_empty())];
-                    byte.to_string()
-                }),
-            )
-            .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-                panic_response,
-            ));
-        let request = axum::http::Request::get("/boom")
-            .body(axum::body::Body::empty())
-            .unwrap_or_default();
-        let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
-        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        let body = axum::body::to_bytes(response.into_body(), 1024)
-            .await
-            .unwrap_or_default();
-        assert_eq!(
-            &body[..],
-            br#"{"detail":"internal error; it has been logged","error":"internal"}"#
-        );
-    }
-}
+mod tests;

@@ -4,6 +4,7 @@ use super::*;
 use crate::budget::{BudgetSpec, GlobalBudget, ManualClock};
 use crate::buffer::Buffer;
 use crate::config::TenantConfig;
+use crate::refusal::Reason;
 use crate::tenant::Registry;
 
 fn agent(settings: AdaptiveConfig) -> (Arc<AdaptiveAgent>, Arc<ManualClock>) {

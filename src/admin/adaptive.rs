@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::api::{parse, AppRef};
 use crate::app::AppState;
-use crate::outcome::ApiError;
+use crate::outcome::AdminError;
 use crate::registry::Actor;
 
 pub(super) fn view(app: &AppState) -> Value {
@@ -67,11 +67,11 @@ pub async fn put(
     axum::extract::State(app): AppRef,
     Extension(actor): Extension<Actor>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, AdminError> {
     let settings: crate::config::AdaptiveConfig = parse(&body)?;
     let global = app.registry.snapshot().await.global;
     if let Some(p) = settings.problems(&global).into_iter().next() {
-        return Err(ApiError::InvalidField {
+        return Err(AdminError::InvalidField {
             field: p.key.trim_start_matches("adaptive.").to_string(),
             detail: p.message,
         });

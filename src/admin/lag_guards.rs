@@ -15,7 +15,7 @@ use super::api::{parse, AppRef};
 use crate::app::AppState;
 use crate::config::LagGuardConfig;
 use crate::lag_agent::GuardStatus;
-use crate::outcome::ApiError;
+use crate::outcome::{AdminError, ApiError};
 use crate::registry::Actor;
 
 pub(super) fn view(s: &GuardStatus) -> Value {
@@ -43,12 +43,12 @@ pub(super) fn view(s: &GuardStatus) -> Value {
     })
 }
 
-fn find(app: &AppState, name: &str) -> Result<GuardStatus, ApiError> {
+fn find(app: &AppState, name: &str) -> Result<GuardStatus, AdminError> {
     app.lag
         .statuses()
         .into_iter()
         .find(|s| s.config.name == name)
-        .ok_or_else(|| ApiError::GuardNotFound(name.to_string()))
+        .ok_or_else(|| AdminError::GuardNotFound(name.to_string()))
 }
 
 /// `GET /admin/lag-guards`
@@ -61,7 +61,7 @@ pub async fn list(axum::extract::State(app): AppRef) -> Response {
 pub async fn get_one(
     axum::extract::State(app): AppRef,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, AdminError> {
     Ok(Json(view(&find(&app, &name)?)).into_response())
 }
 
@@ -72,7 +72,7 @@ pub async fn put(
     Extension(actor): Extension<Actor>,
     Path(name): Path<String>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, AdminError> {
     let mut value: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::Malformed(e.to_string()))?;
     if let Some(obj) = value.as_object_mut() {
@@ -82,7 +82,7 @@ pub async fn put(
             }
             Some(n) if n.as_str() == Some(name.as_str()) => {}
             Some(_) => {
-                return Err(ApiError::InvalidField {
+                return Err(AdminError::InvalidField {
                     field: "name".into(),
                     detail: "must be the name in the path (or left out)".into(),
                 })
@@ -92,7 +92,7 @@ pub async fn put(
     let body = serde_json::to_vec(&value).map_err(|e| ApiError::Malformed(e.to_string()))?;
     let guard: LagGuardConfig = parse(&body)?;
     if let Some(p) = guard.problems("lag_guard").into_iter().next() {
-        return Err(ApiError::InvalidField {
+        return Err(AdminError::InvalidField {
             field: p.key.trim_start_matches("lag_guard.").to_string(),
             detail: p.message,
         });
@@ -105,7 +105,7 @@ pub async fn put(
             true
         }
         None if count >= crate::config::MAX_LAG_GUARDS => {
-            return Err(ApiError::InvalidField {
+            return Err(AdminError::InvalidField {
                 field: "name".into(),
                 detail: format!(
                     "at most {} lag guards; remove one first",
@@ -120,7 +120,7 @@ pub async fn put(
     };
     app.lag
         .set_guards(guards)
-        .map_err(|detail| ApiError::InvalidField {
+        .map_err(|detail| AdminError::InvalidField {
             field: "topics".into(),
             detail,
         })?;
@@ -140,16 +140,16 @@ pub async fn delete(
     axum::extract::State(app): AppRef,
     Extension(actor): Extension<Actor>,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, AdminError> {
     let mut guards = app.lag.guards();
     let before = guards.len();
     guards.retain(|g| g.name != name);
     if guards.len() == before {
-        return Err(ApiError::GuardNotFound(name));
+        return Err(AdminError::GuardNotFound(name));
     }
     app.lag
         .set_guards(guards)
-        .map_err(|detail| ApiError::InvalidField {
+        .map_err(|detail| AdminError::InvalidField {
             field: "topics".into(),
             detail,
         })?;

@@ -21,6 +21,7 @@
 //!
 //! When offsets cannot be read, the last cap holds for `hold_s`, then the guard lets go.
 
+mod reason;
 pub mod release;
 
 use std::collections::{HashMap, VecDeque};
@@ -250,13 +251,31 @@ impl Guard {
         self.blocker.filter(|_| self.phase == Phase::Capping)
     }
 
-    /// A successful reading.
+    /// A successful reading: tracked, measured, and the cap decided on what it shows.
     pub fn read(&mut self, r: Reading) -> Phase {
         self.failing_since_ns = None;
         self.last_error = None;
         if self.last_at_ns.is_some_and(|p| r.at_ns <= p) {
             return self.phase;
         }
+        let (at_ns, replicas) = (r.at_ns, r.replicas);
+        self.track(r);
+        let (c, p, lag) = self.measure();
+        if self.measured == 0 {
+            // Nothing has two readings yet: no rates, no decision (a cap in force stays).
+            self.phase = if self.capped {
+                Phase::Capping
+            } else {
+                Phase::Starting
+            };
+            return self.phase;
+        }
+        self.decide(at_ns, replicas, c, p, lag)
+    }
+
+    /// Adds the reading to each partition's track and to the offered window, each trimmed to
+    /// the window; notes whether the committed offsets moved.
+    fn track(&mut self, r: Reading) {
         let first_reading = self.last_at_ns.is_none();
         self.last_at_ns = Some(r.at_ns);
         let window_ns = (self.config.rate_window_s * 1e9) as u64;
@@ -297,7 +316,11 @@ impl Guard {
         if progressed {
             self.progress_ns = r.at_ns;
         }
-        // Rates: each partition's own, over its readings; the lag of those partitions.
+    }
+
+    /// Rates C and P, each partition's own over its readings, summed, and the lag of those
+    /// partitions (in all and per topic); `measured` says how many partitions had a rate.
+    fn measure(&mut self) -> (f64, f64, u64) {
         let (mut c, mut p, mut lag, mut measured) = (0.0f64, 0.0f64, 0u64, 0usize);
         let mut by_topic: HashMap<&str, u64> = HashMap::new();
         for ((topic, _), t) in &self.partitions {
@@ -323,25 +346,21 @@ impl Guard {
         topics.sort();
         self.by_topic = topics;
         self.measured = measured;
-        if measured == 0 {
-            // Nothing has two readings yet: no rates, no decision (a cap in force stays).
-            self.phase = if self.capped {
-                Phase::Capping
-            } else {
-                Phase::Starting
-            };
-            return self.phase;
-        }
+        (c, p, lag)
+    }
+
+    /// Whether producers are capped, and at what, on the rates measured at `at_ns` (D from the
+    /// offered window, this replica's times `replicas`).
+    fn decide(&mut self, at_ns: u64, replicas: u32, c: f64, p: f64, lag: u64) -> Phase {
         self.lag = lag;
         let d = match (self.offered.front(), self.offered.back()) {
             (Some(&(t0, o0)), Some(&(t1, o1))) if t1 > t0 => {
-                o1.saturating_sub(o0) as f64 / ((t1 - t0) as f64 / 1e9)
-                    * f64::from(r.replicas.max(1))
+                o1.saturating_sub(o0) as f64 / ((t1 - t0) as f64 / 1e9) * f64::from(replicas.max(1))
             }
             _ => 0.0,
         };
         let stopped = lag > 0
-            && r.at_ns.saturating_sub(self.progress_ns) as f64 / 1e9 >= self.config.stopped_after_s;
+            && at_ns.saturating_sub(self.progress_ns) as f64 / 1e9 >= self.config.stopped_after_s;
         let c = if stopped { 0.0 } else { c };
         self.consumer_rate = Some(c);
         self.producer_rate = Some(p);
@@ -352,9 +371,9 @@ impl Guard {
             || self.config.max_lag_records.is_some_and(over_lag);
         let prev = self.capped.then_some(self.cap);
         if prev.is_some_and(|cap| d <= cap) {
-            let since = *self.unbound_since_ns.get_or_insert(r.at_ns);
+            let since = *self.unbound_since_ns.get_or_insert(at_ns);
             self.trend
-                .add(r.at_ns.saturating_sub(since) as f64 / 1e9, lag as f64);
+                .add(at_ns.saturating_sub(since) as f64 / 1e9, lag as f64);
         } else {
             self.unbound_since_ns = None;
             self.trend = release::Trend::default();
@@ -367,7 +386,7 @@ impl Guard {
             cap: prev,
             unbound_s: self
                 .unbound_since_ns
-                .map_or(0.0, |t| r.at_ns.saturating_sub(t) as f64 / 1e9),
+                .map_or(0.0, |t| at_ns.saturating_sub(t) as f64 / 1e9),
             growth: self.trend.bounds(),
         };
         let blocker = release::blocker(&self.config, &now);
@@ -416,105 +435,6 @@ impl Guard {
             Phase::Released
         };
         self.phase
-    }
-
-    /// Why the guard is where it is, in one sentence for the admin API and the status page.
-    pub fn reason(&self) -> String {
-        let g = &self.config;
-        let f = g.release_fraction;
-        let (c, d) = (self.consumer_rate(), self.offered_rate());
-        let secs = |v: f64| {
-            if v.is_finite() {
-                format!("{v:.0} s")
-            } else {
-                "forever (not shrinking)".into()
-            }
-        };
-        let release_s = f * g.max_recovery_s;
-        match self.phase {
-            Phase::Starting => "waiting for a second reading to measure rates".into(),
-            Phase::Idle if self.recovery_s == 0.0 => "consumers keep up: caught up".into(),
-            Phase::Idle => format!(
-                "consumers keep up: the lag drains in {} (acts above {})",
-                secs(self.recovery_s),
-                secs(g.max_recovery_s)
-            ),
-            Phase::Holding => format!(
-                "offsets unreadable: the last cap is kept for at most {} s",
-                g.hold_s
-            ),
-            // Not capping when reads began to fail (at start-up, a group with no commits yet):
-            // nothing was held, nothing let go.
-            Phase::Released if self.failing_s < g.hold_s => format!(
-                "offsets unreadable for {:.0} s: no cap in force, producers follow the static \
-                 budgets (a cap would be kept for {} s)",
-                self.failing_s, g.hold_s
-            ),
-            Phase::Released => format!(
-                "offsets unreadable for over {} s: no cap, producers follow the static budgets",
-                g.hold_s
-            ),
-            Phase::Capping => {
-                let why = match self.basis {
-                    CapBasis::Drain => format!(
-                        "capped at C / headroom ({:.0}/s) so the lag drains: at the producers' \
-                         rate it would take {}",
-                        self.cap,
-                        secs(self.recovery_s)
-                    ),
-                    CapBasis::Recovery => format!(
-                        "capped at {:.0}/s, the most that still drains the lag within {}",
-                        self.cap,
-                        secs(release_s)
-                    ),
-                    CapBasis::ConsumerRate => format!(
-                        "the lag is drained: capped at what the consumers read ({:.0}/s)",
-                        self.cap
-                    ),
-                    CapBasis::Probe => format!(
-                        "caught up: the cap is raised in steps above what the consumers read \
-                         ({c:.0}/s), now {:.0}/s, while the lag stays caught up",
-                        self.cap
-                    ),
-                    CapBasis::Floor => format!(
-                        "consumers stopped or slower than the floor: capped at the floor ({:.0}/s)",
-                        self.cap
-                    ),
-                };
-                let stays = match self.blocker {
-                    Some(Blocker::Lag) => format!(
-                        "; lifts once the lag is under {:.0} records",
-                        g.max_lag_records.unwrap_or(0) as f64 * f
-                    ),
-                    Some(Blocker::Behind) => format!(
-                        "; lifts once the lag is within {:.1} s of reading, or the consumers \
-                         read the offered {d:.0}/s with headroom",
-                        f * g.caught_up_s
-                    ),
-                    Some(Blocker::Demand) => {
-                        format!("; lifts once the cap admits all that is offered ({d:.0}/s)")
-                    }
-                    Some(Blocker::Settling) => format!(
-                        "; all that is offered is admitted: lifts after {} s of it if the lag \
-                         holds",
-                        g.rate_window_s
-                    ),
-                    Some(Blocker::Growing) => format!(
-                        "; at the offered {d:.0}/s the lag grows{}: released, it would fall \
-                         behind again (so the cap stays)",
-                        self.trend
-                            .bounds()
-                            .map_or_else(String::new, |(low, high)| format!(
-                                " by {:.1} to {:.1}/s",
-                                low.max(0.0),
-                                high.max(0.0)
-                            ))
-                    ),
-                    None => String::new(),
-                };
-                why + &stays
-            }
-        }
     }
 
     /// How long a refused producer should wait when the cap admits nothing: one interval.

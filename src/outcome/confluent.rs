@@ -22,20 +22,14 @@ pub const V1_MEDIA_TYPE: &str = "application/vnd.kafka.v1+json";
 pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     use ApiError as E;
     match e {
-        E::Unauthorized | E::AdminUnauthorized(_) | E::CredentialRevoked => {
-            (StatusCode::UNAUTHORIZED, 40101)
-        }
+        E::Unauthorized | E::CredentialRevoked => (StatusCode::UNAUTHORIZED, 40101),
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
         E::Auth(crate::credential::AuthError::KeysUnavailable) => {
             (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_)
-        | E::NotFound
-        | E::TenantNotFound(_)
-        | E::KeyNotFound(_)
-        | E::GuardNotFound(_) => (StatusCode::NOT_FOUND, 40401),
+        E::UnknownTopic(_) | E::NotFound => (StatusCode::NOT_FOUND, 40401),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
@@ -45,15 +39,14 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         }
         E::ExceedsBurst(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41302),
         E::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501),
-        E::InvalidRecord(_) | E::InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
+        E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
         E::InvalidTopic(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
             (StatusCode::BAD_REQUEST, 40001)
         }
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),
         E::KafkaUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50302),
-        E::StateNotSaved => (StatusCode::INTERNAL_SERVER_ERROR, 50001),
-        E::Conflict { .. } | E::IdempotencyKeyInUse(_) => (StatusCode::CONFLICT, 40901),
+        E::IdempotencyKeyInUse(_) => (StatusCode::CONFLICT, 40901),
         E::IdempotencyKey(_) => (StatusCode::BAD_REQUEST, 40002),
         E::IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, 42207),
         E::IdempotencyUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50303),

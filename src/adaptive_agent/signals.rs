@@ -1,0 +1,183 @@
+//! What a tick reads: the tenants' and Kafka's counters now, and from them and the last tick's
+//! the signals the controller steps on.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use super::shares::Seen;
+use super::{AdaptiveAgent, Ceiling};
+use crate::adaptive::controller::Signals;
+use crate::kafka::{LatencyCounts, LATENCY_BUCKETS};
+use crate::refusal::Reason;
+use crate::tenant::Tenant;
+
+/// The counters at one tick: totals since they started (a tick takes differences).
+#[derive(Debug)]
+pub(super) struct Counts {
+    pub(super) delivery: [u64; LATENCY_BUCKETS],
+    /// Offered records and bytes of every tenant that ever offered anything.
+    pub(super) offered: HashMap<String, (u64, u64)>,
+    pub(super) admitted_records: u64,
+    pub(super) admitted_bytes: u64,
+    /// Requests the adaptive limit refused.
+    pub(super) refused: u64,
+}
+
+/// Counters as they were at the last tick.
+#[derive(Debug, Default)]
+pub(super) struct Previous {
+    at_ns: u64,
+    delivery: [u64; LATENCY_BUCKETS],
+    pub(super) tenants: HashMap<String, Seen>,
+    admitted_records: u64,
+    admitted_bytes: u64,
+    refused: u64,
+    /// Since when records have been waiting (held in the buffer at every tick since), and the
+    /// last tick whose interval delivered something: how long nothing was delivered while
+    /// records waited is a lower bound on the age of the oldest record in flight.
+    waiting_since_ns: Option<u64>,
+    delivered_at_ns: u64,
+}
+
+impl Previous {
+    /// Seconds since the last tick (at least a millisecond).
+    pub(super) fn secs(&self, now: u64) -> f64 {
+        (now.saturating_sub(self.at_ns) as f64 / 1e9).max(1e-3)
+    }
+
+    /// Records waiting at this tick and every one since `waiting_since`, and nothing
+    /// delivered since `delivered_at`: the oldest of them has waited at least this long (ms).
+    fn stalled_ms(&mut self, now: u64, delivered: bool, waiting: bool) -> f64 {
+        if delivered {
+            self.delivered_at_ns = now;
+        }
+        match (waiting, self.waiting_since_ns) {
+            (false, _) => {
+                self.waiting_since_ns = None;
+                0.0
+            }
+            (true, None) => {
+                self.waiting_since_ns = Some(now);
+                0.0
+            }
+            (true, Some(since)) => {
+                let from = since.max(self.delivered_at_ns);
+                now.saturating_sub(from) as f64 / 1e6
+            }
+        }
+    }
+
+    /// This tick's counters become the last tick's.
+    pub(super) fn remember(&mut self, now: u64, counts: Counts, tenants: HashMap<String, Seen>) {
+        self.at_ns = now;
+        self.delivery = counts.delivery;
+        self.tenants = tenants;
+        self.admitted_records = counts.admitted_records;
+        self.admitted_bytes = counts.admitted_bytes;
+        self.refused = counts.refused;
+    }
+}
+
+/// The p99 of the observations between two bucket snapshots, in ms.
+fn p99_ms(now: &[u64; LATENCY_BUCKETS], then: &[u64; LATENCY_BUCKETS]) -> (u64, Option<f64>) {
+    let delta: Vec<u64> = now
+        .iter()
+        .zip(then)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let total: u64 = delta.iter().sum();
+    if total == 0 {
+        return (0, None);
+    }
+    let rank = ((total as f64) * 0.99).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, n) in delta.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            let i = i.min(LATENCY_BUCKETS - 2);
+            return (total, Some(LatencyCounts::bound(i) * 1000.0));
+        }
+    }
+    (total, None)
+}
+
+impl AdaptiveAgent {
+    /// The counters now, of `tenants` (the registry in force) and of Kafka's deliveries.
+    pub(super) fn counts<'a>(&self, tenants: impl Iterator<Item = &'a Arc<Tenant>>) -> Counts {
+        let mut counts = Counts {
+            delivery: self.kafka.delivery_counts.counts(),
+            offered: HashMap::new(),
+            admitted_records: 0,
+            admitted_bytes: 0,
+            refused: 0,
+        };
+        for t in tenants {
+            let Some(stats) = t.stats_if_any() else {
+                continue; // never offered anything
+            };
+            counts.offered.insert(
+                t.id.as_str().to_string(),
+                (
+                    stats.offered_records.load(Relaxed),
+                    stats.offered_bytes.load(Relaxed),
+                ),
+            );
+            counts.admitted_records += stats.admitted_records.load(Relaxed);
+            counts.admitted_bytes += stats.admitted_bytes.load(Relaxed);
+            counts.refused += stats.rejected_count(Reason::Adaptive);
+        }
+        counts
+    }
+
+    /// The signals of the interval since the last tick (noting in `previous` since when
+    /// records have waited); `limit` is the limit that was in force over it.
+    pub(super) fn signals(
+        &self,
+        now: u64,
+        counts: &Counts,
+        previous: &mut Previous,
+        ceiling: Ceiling,
+        limit: f64,
+    ) -> Signals {
+        let secs = previous.secs(now);
+        let (deliveries, p99) = p99_ms(&counts.delivery, &previous.delivery);
+        let buffer = &self.admission.buffer;
+        let (held_bytes, held_records) = buffer.held();
+        let fill = (held_bytes as f64 / buffer.max_bytes().max(1) as f64)
+            .max(held_records as f64 / buffer.max_records().max(1) as f64);
+        let waiting = held_records > 0 || held_bytes > 0;
+        let stalled_ms = previous.stalled_ms(now, deliveries > 0, waiting);
+        let used = |admitted: u64, before: u64, ceiling: Option<u64>| {
+            ceiling.map_or(0.0, |c| {
+                admitted.saturating_sub(before) as f64 / secs / (c as f64 * limit).max(1.0)
+            })
+        };
+        let throttle = self
+            .kafka
+            .latest()
+            .brokers
+            .iter()
+            .map(|b| b.throttle_ms)
+            .max()
+            .unwrap_or(0);
+        Signals {
+            deliveries,
+            delivery_p99_ms: p99,
+            throttle_ms: throttle,
+            buffer_fill: fill,
+            stalled_ms,
+            limit_used: used(
+                counts.admitted_records,
+                previous.admitted_records,
+                ceiling.records,
+            )
+            .max(used(
+                counts.admitted_bytes,
+                previous.admitted_bytes,
+                ceiling.bytes,
+            )),
+            refused: counts.refused.saturating_sub(previous.refused),
+        }
+    }
+}
