@@ -11,14 +11,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::StreamConsumer;
-use rdkafka::Message as _;
-
 use super::audit::{self, Actor};
 use super::log::{self, Decoded, Refused};
 use super::shared::{self, Applier, AuditEntry, Rejection, Shared, INVALID, SKIPPED, STALE};
 use super::state::{RegistryState, VERSION};
 use super::{Backend, RegistryStore};
+use crate::kafka::{LogReader, LogRecord};
 
 /// Records applied together, at most (then the live registry is rebuilt once).
 const BATCH: usize = 8192;
@@ -111,7 +109,7 @@ impl RegistryStore {
 
     /// Creates the topic if needed, seeds an empty one, and returns a reader with the end
     /// offset to catch up with.
-    async fn open_reader(&self, shared: &Shared) -> Result<(StreamConsumer, i64), log::LogError> {
+    async fn open_reader(&self, shared: &Shared) -> Result<(LogReader, i64), log::LogError> {
         shared.log.ensure_topic().await?;
         let reader = shared.log.reader(&shared.replica)?;
         let mut end = shared.log.end_offset(&reader).await?;
@@ -362,7 +360,7 @@ impl RegistryStore {
     }
 }
 
-fn read(message: &rdkafka::message::BorrowedMessage<'_>, shared: &Shared) -> Read {
+fn read(message: &LogRecord<'_>, shared: &Shared) -> Read {
     (
         message.offset(),
         message
