@@ -16,7 +16,9 @@ use crate::idempotency::Idempotency;
 use crate::ingest::Ingest;
 use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, TopicCatalog};
 use crate::metrics::Metrics;
-use crate::registry::{InMemory, Persistence, RegistryError, RegistryLog, RegistryStore, StateFile};
+use crate::registry::{
+    InMemory, Persistence, RegistryError, RegistryLog, RegistryStore, StateFile,
+};
 
 /// Failed authentications per client address: the produce listener's and the admin API's,
 /// apart (bad API keys never lock an operator out).
@@ -239,7 +241,10 @@ pub(super) fn observability(
 
 /// Keys live where a retry can find them: in Redis when replicas share budgets there (a retry
 /// may land on any replica), in this process's memory otherwise.
-pub(super) fn idempotency(config: &Config, clock: &Arc<dyn Clock>) -> Result<Idempotency, BuildError> {
+pub(super) fn idempotency(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+) -> Result<Idempotency, BuildError> {
     Ok(match &config.cluster.redis_url {
         Some(url) => Idempotency::shared(
             &config.idempotency,
@@ -284,7 +289,10 @@ pub(super) fn lag_agent(
 }
 
 /// The token `/metrics` requires: given, read from `[metrics] token_env`, or none.
-pub(super) fn scrape_token(config: &Config, given: Option<String>) -> Result<Option<String>, BuildError> {
+pub(super) fn scrape_token(
+    config: &Config,
+    given: Option<String>,
+) -> Result<Option<String>, BuildError> {
     match (&config.metrics.token_env, given) {
         (_, Some(token)) => Ok(Some(token)),
         (None, None) => Ok(None),
