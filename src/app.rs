@@ -3,22 +3,20 @@
 //!
 //! Layer: assembly. Imports everything below the HTTP edges; imported by the edges.
 
+mod parts;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::access::AdminTokens;
-use crate::admission::Admission;
 use crate::budget::Clock;
 use crate::buffer::Buffer;
-use crate::cluster::{Cluster, RedisStore, Settings};
 use crate::config::Config;
 use crate::ingest::Ingest;
-use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, ProducerError, TopicCatalog};
+use crate::kafka::{KafkaMetrics, ProducerError};
 use crate::metrics::Metrics;
-use crate::registry::{
-    InMemory, Persistence, RegistryError, RegistryLog, RegistryStore, StateFile,
-};
+use crate::registry::{RegistryError, RegistryStore};
 
 #[derive(Debug)]
 pub struct AppState {
@@ -84,7 +82,7 @@ pub enum BuildError {
     #[error("admin tokens: {0}")]
     AdminTokens(String),
     #[error("cluster.redis_url: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[from] crate::cluster::UrlError),
     #[error("cluster.registry_secret_env: {0}")]
     RegistrySecret(String),
     #[error(transparent)]
@@ -105,153 +103,39 @@ impl AppState {
         tokens: AdminTokens,
         options: BuildOptions,
     ) -> Result<Self, BuildError> {
-        let persistence: Box<dyn Persistence> = match &config.admin.state_file {
-            Some(path) => Box::new(StateFile::open(path)?),
-            None => Box::new(InMemory),
-        };
-        // The file's tenants, moved out by the caller (`run`) or copied from `config`.
-        let file = options
-            .file
-            .unwrap_or_else(|| crate::registry::FilePart::of(config));
-        let replica_id =
-            crate::cluster::Settings::from_config(&config.cluster, options.produce_port).replica_id;
-        let registry = Arc::new(if config.cluster.shared_registry {
-            let secrets = match options.registry_secrets {
-                Some(secrets) => secrets,
-                None => {
-                    crate::registry::registry_secrets(config).map_err(BuildError::RegistrySecret)?
-                }
-            };
-            let log = RegistryLog::new(
-                crate::kafka::connection_config(&config.kafka),
-                &config.cluster.registry_topic,
-                Duration::from_millis(config.cluster.registry_write_timeout_ms),
-                config.cluster.registry_replication,
-                secrets,
-            )
-            .map_err(|e| RegistryError::Shared(e.to_string()))?;
-            RegistryStore::shared(Some(file), log, &replica_id, clock.clone())
-        } else {
-            RegistryStore::open(file, persistence, clock.clone())?
-        });
+        let BuildOptions {
+            produce_port,
+            clock: store_clock,
+            registry_secrets,
+            metrics_token,
+            file,
+        } = options;
+        let registry = parts::open_registry(config, &clock, registry_secrets, file, produce_port)?;
         let buffer = Arc::new(Buffer::new(
             config.buffer.max_bytes,
             config.buffer.max_records,
         ));
         let kafka_metrics = KafkaMetrics::default();
-        let producer = KafkaProducer::new(
-            &client_config(&config.kafka, &config.buffer),
-            buffer.clone(),
-            kafka_metrics.clone(),
-        )?;
-        let catalog = TopicCatalog::new(
-            producer.clone(),
-            Duration::from_millis(config.kafka.metadata_ttl_ms),
-            Duration::from_millis(config.kafka.metadata_timeout_ms),
-        );
-        catalog.start_refreshing();
-        let guard = || {
-            Arc::new(crate::failure_guard::FailureGuard::new(
-                config.server.auth_failures_per_sec,
-                config.server.auth_failures_burst,
-                clock.clone(),
-            ))
-        };
-        let (failures, admin_failures) = (guard(), guard());
-        let proxies = crate::forwarded::TrustedProxies::parse(
-            &config.server.trusted_proxies,
-            config.server.forwarded_header,
-        )
-        .unwrap_or_default();
-        let tenants = registry.tenants().clone();
+        let (producer, catalog) = parts::start_kafka(config, buffer.clone(), &kafka_metrics)?;
+        let (failures, admin_failures) = parts::auth_failures(config, &clock);
         let auth = Arc::new(crate::credential::Authenticator::new(
             &config.auth,
             clock.clone(),
         )?);
-        let cluster = match &config.cluster.redis_url {
-            Some(url) => {
-                let store = RedisStore::new(
-                    url,
-                    &config.cluster.key_prefix,
-                    Duration::from_millis(config.cluster.connect_timeout_ms),
-                    Duration::from_millis(config.cluster.command_timeout_ms),
-                    options.clock,
-                )?;
-                Some(Arc::new(Cluster::new(
-                    store,
-                    tenants.clone(),
-                    registry.global().clone(),
-                    clock.clone(),
-                    Settings::from_config(&config.cluster, options.produce_port),
-                )))
-            }
-            None => None,
-        };
-        // Keys live where a retry can find them: in Redis when replicas share budgets there
-        // (a retry may land on any replica), in this process's memory otherwise.
-        let idempotency = Arc::new(match &config.cluster.redis_url {
-            Some(url) => crate::idempotency::Idempotency::in_redis(
-                &config.idempotency,
-                url,
-                &config.cluster.key_prefix,
-                Duration::from_millis(config.cluster.connect_timeout_ms),
-            )?,
-            None => crate::idempotency::Idempotency::in_memory(&config.idempotency, clock.clone()),
-        });
-        let plan = Arc::new(crate::adaptive::PlanCell::default());
-        let lag_plan = Arc::new(crate::lag::LagPlanCell::default());
-        let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer)
-            .adaptive(plan.clone())
-            .lag_guarded(lag_plan.clone());
-        if let Some(cluster) = &cluster {
-            admission = admission.clustered(cluster.sharing.clone());
-        }
-        let admission = Arc::new(admission);
+        let cluster = parts::cluster(config, store_clock, &registry, &clock, produce_port)?;
+        let idempotency = Arc::new(parts::idempotency(config, &clock)?);
+        let controls = parts::controls(
+            config,
+            &clock,
+            &registry,
+            buffer,
+            cluster.as_ref(),
+            &kafka_metrics,
+        );
         let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
             config.server.max_inflight_body_bytes,
         ));
-        let adaptive = Arc::new(crate::adaptive_agent::AdaptiveAgent::new(
-            config.adaptive.clone(),
-            plan,
-            tenants.clone(),
-            admission.clone(),
-            kafka_metrics.clone(),
-            clock.clone(),
-        ));
-        let members = match &cluster {
-            Some(c) => {
-                let c = c.clone();
-                crate::lag_agent::Members(Arc::new(move || {
-                    c.stats.members.load(std::sync::atomic::Ordering::Relaxed)
-                }))
-            }
-            None => crate::lag_agent::Members::one(),
-        };
-        let lag = Arc::new(crate::lag_agent::LagAgent::new(
-            config.lag_guards.clone(),
-            lag_plan,
-            tenants.clone(),
-            members,
-            Arc::new(crate::lag_agent::KafkaOffsets::new(
-                crate::kafka::connection_config(&config.kafka),
-            )),
-            clock.clone(),
-        ));
-        let status = Arc::new(crate::status::StatusBoard::new(
-            tenants.clone(),
-            admission.clone(),
-            kafka_metrics.clone(),
-            cluster.clone(),
-            clock.clone(),
-            config.buffer.ready_high_water,
-        ));
-        let metrics_token = match (&config.metrics.token_env, options.metrics_token) {
-            (_, Some(token)) => Some(token),
-            (None, None) => None,
-            (Some(name), None) => {
-                Some(crate::access::scrape_token_from_env(name).map_err(BuildError::MetricsToken)?)
-            }
-        };
+        let metrics_token = parts::scrape_token(config, metrics_token)?;
         let schemas = Arc::new(
             crate::schema::Schemas::new(
                 &config.schema_registry,
@@ -260,62 +144,45 @@ impl AppState {
             )
             .map_err(BuildError::Schemas)?,
         );
+        let ingest = Ingest {
+            tenants: registry.tenants().clone(),
+            auth,
+            admission: controls.admission.clone(),
+            catalog,
+            producer,
+            bounds: config.limits.clone(),
+            max_body_bytes: config.server.max_body_bytes,
+            body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
+            body_budget,
+            failures,
+            proxies: parts::proxies(config),
+            delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
+            cluster,
+            streams: parts::stream_bounds(config),
+            draining: tokio::sync::watch::channel(false).0,
+            idempotency,
+            schemas,
+            internal: crate::identity::InternalTopics::new(
+                &config.cluster.registry_topic,
+                &config.kafka.internal_topics,
+            ),
+        };
+        let (status, metrics) = parts::observability(
+            config,
+            &ingest,
+            &registry,
+            &controls,
+            kafka_metrics,
+            admin_failures.clone(),
+            &clock,
+        );
         Ok(Self {
             metrics_token,
-            status: status.clone(),
-            adaptive: adaptive.clone(),
-            lag: lag.clone(),
-            metrics: Metrics::new(
-                tenants.clone(),
-                admission.clone(),
-                kafka_metrics,
-                [failures.clone(), admin_failures.clone()],
-                body_budget.clone(),
-                cluster.clone(),
-                crate::metrics::Agents {
-                    adaptive,
-                    lag,
-                    registry: registry.clone(),
-                    idempotency: idempotency.clone(),
-                    tenant_series: crate::metrics::tenants::TenantSeries::new(
-                        tenants.clone(),
-                        admission.clone(),
-                        status.clone(),
-                        &config.metrics,
-                    ),
-                },
-            )
-            .with_collector(Box::new(crate::metrics::auth::AuthCollector(auth.clone())))
-            .with_collector(Box::new(crate::metrics::schemas::SchemaCollector(
-                schemas.clone(),
-            ))),
-            ingest: Arc::new(Ingest {
-                tenants,
-                auth,
-                admission,
-                catalog,
-                producer,
-                bounds: config.limits.clone(),
-                max_body_bytes: config.server.max_body_bytes,
-                body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
-                body_budget: body_budget.clone(),
-                failures,
-                proxies,
-                delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
-                cluster,
-                streams: crate::ingest::stream::StreamBounds {
-                    max_unsettled: config.compat.stream_max_unsettled,
-                    idle: Duration::from_millis(config.compat.stream_idle_timeout_ms),
-                    max_duration: Duration::from_millis(config.compat.stream_max_duration_ms),
-                },
-                draining: tokio::sync::watch::channel(false).0,
-                idempotency,
-                schemas,
-                internal: crate::identity::InternalTopics::new(
-                    &config.cluster.registry_topic,
-                    &config.kafka.internal_topics,
-                ),
-            }),
+            status,
+            adaptive: controls.adaptive,
+            lag: controls.lag,
+            metrics,
+            ingest: Arc::new(ingest),
             registry,
             admin: AdminAccess {
                 tokens,

@@ -2,18 +2,16 @@
 //! mock cluster), with a demo tenant whose API key is printed at start-up. For trying the API
 //! a minute after the build; the broker keeps everything in memory and forgets it on exit.
 
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
-
 use crate::config::{Config, TenantConfig};
 use crate::identity::ApiKeyHash;
+use crate::kafka::MockCluster;
 
 /// The demo topics and their partition counts.
 pub const DEMO_TOPICS: &[(&str, i32)] = &[("events.demo", 3), ("events.demo.audit", 1)];
 
 /// A running dev environment: keep it alive as long as the gateway runs.
 pub struct DevBroker {
-    pub cluster: MockCluster<'static, DefaultProducerContext>,
+    pub cluster: MockCluster,
     pub api_key: String,
 }
 

@@ -6,8 +6,9 @@
 //! bounded by the requests in progress and by the buffer (a pending request holds at least
 //! one record of it), and are never evicted — evicting one would let a retry write again.
 //! The **store** keeps final answers: in memory on a single replica ([`memory`], bounded by
-//! `[idempotency] max_entries` and `max_bytes`, oldest evicted first), in Redis in cluster
-//! mode ([`redis`]), where claims live too, so a retry on another replica finds them.
+//! `[idempotency] max_entries` and `max_bytes`, oldest evicted first), or in a [`SharedStore`]
+//! in cluster mode (Redis, `cluster::RedisKeys`), where claims live too, so a retry on another
+//! replica finds them.
 //!
 //! [`Idempotency::begin`] answers what a request with a key should do; the pipeline
 //! (`ingest::idempotent`) does it: process, replay, wait, or refuse.
@@ -16,16 +17,21 @@
 //! routes, Kafka or tenants beyond the id a key is scoped by.
 
 mod answer;
+mod claim;
 mod fingerprint;
+mod flight;
 mod key;
 pub mod memory;
-pub mod redis;
+mod shared;
 mod stats;
 
 pub use answer::{Corrupt, StoredAnswer, REPLAYED};
+pub use claim::Claim;
 pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
+pub use flight::{FlightState, Waiter};
 pub use key::{IdempotencyKey, KeyDigest, HEADER, MAX_KEY_CHARS};
 pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD};
+pub use shared::{Found, SharedFuture, SharedStore, SharedStoreError};
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
 use std::collections::HashMap;
@@ -37,7 +43,7 @@ use tokio::sync::Notify;
 
 use crate::budget::Clock;
 use crate::config::{IdempotencyConfig, OnStoreError};
-use redis::{Found, RedisKeys};
+use flight::Flight;
 
 /// One request's hold on a key: this process's instance id and a sequence number, 32
 /// characters (what the Redis scripts compare).
@@ -47,74 +53,6 @@ pub struct Token(pub [u8; 32]);
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Token({})", String::from_utf8_lossy(&self.0))
-    }
-}
-
-/// Where a flight stands; retries waiting on it wait for `Answered` or `Released`.
-#[derive(Debug, Clone)]
-pub enum FlightState {
-    /// Being read or admitted: a retry is told 409.
-    Claimed,
-    /// Its records are with Kafka: a retry with this fingerprint waits for their outcome.
-    Pending(Fingerprint),
-    /// The final answer (also in the store, or about to be).
-    Answered(Fingerprint, StoredAnswer),
-    /// Given up with nothing stored (nothing written): a retry is processed afresh.
-    Released,
-}
-
-#[derive(Debug)]
-struct Flight {
-    token: Token,
-    state: Mutex<FlightState>,
-    /// Wakes the retries waiting on this flight when its state changes.
-    changed: Notify,
-    /// Cluster mode: the store said the key is this flight's. Until then the renewer leaves
-    /// it alone (renewing re-creates a lapsed claim, and must not race the first claim).
-    held: std::sync::atomic::AtomicBool,
-}
-
-impl Flight {
-    fn new(token: Token, held: bool) -> Self {
-        Self {
-            token,
-            state: Mutex::new(FlightState::Claimed),
-            changed: Notify::new(),
-            held: std::sync::atomic::AtomicBool::new(held),
-        }
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, FlightState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn set(&self, state: FlightState) {
-        *self.state() = state;
-        self.changed.notify_waiters();
-    }
-}
-
-/// A retry waiting on another request's flight (on this replica).
-#[derive(Debug)]
-pub struct Waiter(Arc<Flight>);
-
-impl Waiter {
-    /// The flight's end: `Answered` or `Released`.
-    pub async fn settled(&self) -> FlightState {
-        loop {
-            let notified = self.0.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let state = self.0.state();
-                if matches!(*state, FlightState::Answered(..) | FlightState::Released) {
-                    return state.clone();
-                }
-            }
-            notified.await;
-        }
     }
 }
 
@@ -164,7 +102,7 @@ pub struct Settings {
 #[derive(Debug)]
 enum Backend {
     Memory(MemoryStore),
-    Redis(RedisKeys),
+    Shared(Box<dyn SharedStore>),
 }
 
 #[derive(Debug)]
@@ -193,20 +131,9 @@ impl Idempotency {
         Self::with(config, Backend::Memory(MemoryStore::new(bounds, clock)))
     }
 
-    /// Cluster mode's: claims and answers in the Redis at `url`.
-    pub fn in_redis(
-        config: &IdempotencyConfig,
-        url: &str,
-        prefix: &str,
-        connect_timeout: Duration,
-    ) -> Result<Self, ::redis::RedisError> {
-        let keys = RedisKeys::new(
-            url,
-            prefix,
-            connect_timeout,
-            Duration::from_millis(config.command_timeout_ms),
-        )?;
-        Ok(Self::with(config, Backend::Redis(keys)))
+    /// Cluster mode's: claims and answers in `store`, shared by every replica.
+    pub fn shared(config: &IdempotencyConfig, store: Box<dyn SharedStore>) -> Self {
+        Self::with(config, Backend::Shared(store))
     }
 
     fn with(config: &IdempotencyConfig, backend: Backend) -> Self {
@@ -252,12 +179,12 @@ impl Idempotency {
     pub fn memory(&self) -> Option<&MemoryStore> {
         match &self.backend {
             Backend::Memory(m) => Some(m),
-            Backend::Redis(_) => None,
+            Backend::Shared(_) => None,
         }
     }
 
     pub fn is_clustered(&self) -> bool {
-        matches!(self.backend, Backend::Redis(_))
+        matches!(self.backend, Backend::Shared(_))
     }
 
     /// Keys this process is working on now.
@@ -292,11 +219,11 @@ impl Idempotency {
                 settled: false,
             }
         };
-        let Backend::Redis(redis) = &self.backend else {
+        let Backend::Shared(store) = &self.backend else {
             return Begin::Fresh(claim);
         };
         let token = claim.flight.token;
-        match redis.claim(&key, &token, self.settings.claim_ttl).await {
+        match store.claim(&key, &token, self.settings.claim_ttl).await {
             Ok(None) => {
                 claim.flight.held.store(true, Relaxed);
                 Begin::Fresh(claim)
@@ -334,10 +261,10 @@ impl Idempotency {
     /// Cluster mode: what another replica's request left under `key` (`None`: nothing, it
     /// gave the key up).
     pub async fn read(&self, key: &KeyDigest) -> Result<Option<FlightState>, String> {
-        let Backend::Redis(redis) = &self.backend else {
+        let Backend::Shared(store) = &self.backend else {
             return Ok(None);
         };
-        match redis.read(key).await {
+        match store.read(key).await {
             Ok(None | Some(Found::Released)) => Ok(None),
             Ok(Some(Found::Claimed(_))) => Ok(Some(FlightState::Claimed)),
             Ok(Some(Found::Pending(_, fp))) => Ok(Some(FlightState::Pending(fp))),
@@ -372,10 +299,10 @@ impl Idempotency {
             let mut warned = false;
             loop {
                 tick.tick().await;
-                let Backend::Redis(redis) = &me.backend else {
+                let Backend::Shared(store) = &me.backend else {
                     return;
                 };
-                if let Err(e) = redis.connect().await {
+                if let Err(e) = store.connect().await {
                     if !warned {
                         warned = true;
                         tracing::warn!(error = %e, "idempotency: Redis unreachable; requests \
@@ -392,7 +319,7 @@ impl Idempotency {
     /// the renewer.
     pub async fn connect(&self) -> Result<(), String> {
         match &self.backend {
-            Backend::Redis(redis) => redis.connect().await.map_err(|e| e.to_string()),
+            Backend::Shared(store) => store.connect().await.map_err(|e| e.to_string()),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -416,10 +343,10 @@ impl Idempotency {
             for &(key, token, pending) in chunk {
                 let me = self.clone();
                 calls.spawn(async move {
-                    let Backend::Redis(redis) = &me.backend else {
+                    let Backend::Shared(store) = &me.backend else {
                         return;
                     };
-                    match redis
+                    match store
                         .renew(&key, &token, pending, me.settings.claim_ttl)
                         .await
                     {
@@ -446,10 +373,10 @@ impl Idempotency {
     /// on a task of its own until the claim would have lapsed anyway: a claim left behind
     /// answers the key's retries 409 until then.
     async fn unclaim(self: &Arc<Self>, key: KeyDigest, token: Token) {
-        let Backend::Redis(redis) = &self.backend else {
+        let Backend::Shared(store) = &self.backend else {
             return;
         };
-        if redis
+        if store
             .release(&key, &token, self.settings.claim_ttl)
             .await
             .is_ok()
@@ -465,14 +392,14 @@ impl Idempotency {
         let me = self.clone();
         tokio::spawn(async move {
             let _done = Unclaiming(&me.unclaiming);
-            let Backend::Redis(redis) = &me.backend else {
+            let Backend::Shared(store) = &me.backend else {
                 return;
             };
             let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;
             let mut wait = Duration::from_millis(50);
             while tokio::time::Instant::now() + wait < give_up {
                 tokio::time::sleep(wait).await;
-                if redis
+                if store
                     .release(&key, &token, me.settings.claim_ttl)
                     .await
                     .is_ok()
@@ -497,139 +424,6 @@ impl Idempotency {
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return self.in_flight() == 0;
             }
-        }
-    }
-}
-
-/// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
-/// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
-/// records were sent that is a release; after, the claim is left to lapse (the records may
-/// be written: never free the key for a second write).
-#[derive(Debug)]
-pub struct Claim {
-    owner: Arc<Idempotency>,
-    key: KeyDigest,
-    flight: Arc<Flight>,
-    sent: bool,
-    settled: bool,
-}
-
-impl Claim {
-    /// The request's records are with Kafka: from now on a retry with this fingerprint waits
-    /// for them, and the key is never given up while they may be written.
-    pub fn pending(&mut self, fingerprint: Fingerprint) {
-        self.sent = true;
-        self.flight.set(FlightState::Pending(fingerprint));
-    }
-
-    /// Stores the final answer, then tells whoever waits. In cluster mode the write runs on
-    /// a task of its own, so a request dropped meanwhile (its client gone) still stores it.
-    pub async fn finish(mut self, fingerprint: Fingerprint, answer: StoredAnswer) {
-        self.settled = true;
-        let owner = self.owner.clone();
-        let (key, flight) = (self.key, self.flight.clone());
-        match &owner.backend {
-            Backend::Memory(store) => {
-                // Stored and landed under the flights' lock, so `begin` finds the flight or
-                // the answer, never neither.
-                let (waiting, stored) = {
-                    let mut flights = owner.flights();
-                    if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-                        flights.remove(&key);
-                    }
-                    // Retries attached to this flight each hold it (besides this claim and
-                    // `flight`); no new one can attach now. Only for them is the answer copied.
-                    let waiting = (Arc::strong_count(&flight) > 2).then(|| answer.clone());
-                    (waiting, store.put(key, fingerprint, answer))
-                };
-                if !stored {
-                    owner.stats.store_error(StoreOp::TooLarge);
-                }
-                flight.set(match waiting {
-                    Some(answer) => FlightState::Answered(fingerprint, answer),
-                    None => FlightState::Released,
-                });
-                owner.landed.notify_waiters();
-            }
-            Backend::Redis(_) => {
-                flight.set(FlightState::Answered(fingerprint, answer.clone()));
-                let task = tokio::spawn(async move {
-                    let Backend::Redis(redis) = &owner.backend else {
-                        return;
-                    };
-                    let ttl = owner.settings.ttl;
-                    // Retried while the claim is renewed (the flight stays until then), so a
-                    // short Redis outage costs a late write, not a second one.
-                    let mut wait = Duration::from_millis(50);
-                    let give_up = tokio::time::Instant::now() + owner.settings.claim_ttl;
-                    loop {
-                        let token = flight.token;
-                        match redis.answer(&key, &token, fingerprint, &answer, ttl).await {
-                            Ok(true) => break,
-                            Ok(false) => {
-                                // The claim lapsed (Redis away longer than claim_ttl) and
-                                // another request holds the key now.
-                                owner.stats.store_error(StoreOp::Store);
-                                tracing::warn!(
-                                    "idempotency: an answer was not stored: the key's claim                                      lapsed and another request holds it; a retry of it may                                      have been processed twice"
-                                );
-                                break;
-                            }
-                            Err(e) => {
-                                owner.stats.store_error(StoreOp::Store);
-                                if tokio::time::Instant::now() + wait > give_up {
-                                    tracing::warn!(error = %e, "idempotency: an answer could \
-                                        not be stored in Redis; a retry may be processed again");
-                                    break;
-                                }
-                                tokio::time::sleep(wait).await;
-                                wait = (wait * 2).min(Duration::from_secs(1));
-                            }
-                        }
-                    }
-                    owner.land(&key, &flight);
-                });
-                let _ = task.await;
-            }
-        }
-    }
-
-    /// Gives the key up: nothing is stored, and the next request with it is processed.
-    pub async fn release(mut self) {
-        self.settled = true;
-        self.flight.set(FlightState::Released);
-        let owner = self.owner.clone();
-        owner.land(&self.key, &self.flight);
-        owner.unclaim(self.key, self.flight.token).await;
-    }
-
-    /// The store said the key is not this request's: forget the local flight only.
-    fn forget(mut self) {
-        self.settled = true;
-        self.flight.set(FlightState::Released);
-        self.owner.land(&self.key, &self.flight);
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if self.settled {
-            return;
-        }
-        self.flight.set(FlightState::Released);
-        self.owner.land(&self.key, &self.flight);
-        if self.sent {
-            // The records may be written and no answer will be stored here: in cluster mode
-            // the claim lapses after claim_ttl (retries get 409 until then).
-            tracing::warn!("idempotency: a request with a key ended before its answer was stored");
-            return;
-        }
-        if let (Backend::Redis(_), Ok(runtime)) =
-            (&self.owner.backend, tokio::runtime::Handle::try_current())
-        {
-            let owner = self.owner.clone();
-            let (key, token) = (self.key, self.flight.token);
-            runtime.spawn(async move { owner.unclaim(key, token).await });
         }
     }
 }

@@ -17,8 +17,11 @@ use std::time::Duration;
 use crate::adaptive::allocation::{allocate, Demand};
 use crate::budget::Clock;
 use crate::config::LagGuardConfig;
-use crate::identity::{Topic, TopicPatterns};
+#[cfg(test)]
+use crate::identity::Topic;
+use crate::identity::TopicPatterns;
 use crate::lag::guard::{PartitionOffsets, Phase, Reading};
+use crate::kafka::KafkaOffsets;
 use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
 use crate::tenant::Tenants;
 
@@ -329,138 +332,21 @@ impl LagAgent {
     }
 }
 
-/// Offsets read from Kafka: one consumer client per group that never subscribes (so never
-/// joins the group), asking for metadata, the group's committed offsets and the log-end
-/// offsets — three requests per guard per interval.
-pub struct KafkaOffsets {
-    connection: rdkafka::ClientConfig,
-    consumers: Mutex<HashMap<String, Arc<rdkafka::consumer::BaseConsumer>>>,
-}
-
-impl std::fmt::Debug for KafkaOffsets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaOffsets").finish_non_exhaustive()
-    }
-}
-
-impl KafkaOffsets {
-    pub fn new(connection: rdkafka::ClientConfig) -> Self {
-        Self {
-            connection,
-            consumers: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn consumer(&self, group: &str) -> Result<Arc<rdkafka::consumer::BaseConsumer>, String> {
-        let mut consumers = self
-            .consumers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(c) = consumers.get(group) {
-            return Ok(c.clone());
-        }
-        let consumer: rdkafka::consumer::BaseConsumer = self
-            .connection
-            .clone()
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .create()
-            .map_err(|e| format!("cannot create a client for group {group:?}: {e}"))?;
-        let consumer = Arc::new(consumer);
-        consumers.insert(group.to_string(), consumer.clone());
-        Ok(consumer)
-    }
-}
-
+/// Offsets read from Kafka by a client per group that never joins it, each request waiting
+/// up to the guard's interval (between 0.5 and 5 s).
 impl OffsetSource for KafkaOffsets {
-    fn retain(&self, groups: &[&str]) {
-        self.consumers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|group, _| groups.contains(&group.as_str()));
-    }
-
     fn read(
         &self,
         guard: &LagGuardConfig,
         topics: &TopicPatterns,
     ) -> Result<OffsetReading, String> {
-        use rdkafka::consumer::Consumer;
-        use rdkafka::{Offset, TopicPartitionList};
-
         let timeout = Duration::from_millis(guard.interval_ms.clamp(500, 5000));
-        let consumer = self.consumer(&guard.group)?;
-        // Events the client queued (errors, logs) are dropped: the answers below say it all.
-        let _ = consumer.poll(Duration::ZERO);
-        let metadata = consumer
-            .fetch_metadata(None, timeout)
-            .map_err(|e| format!("metadata: {e}"))?;
-        let mut partitions = TopicPartitionList::new();
-        let mut ends = TopicPartitionList::new();
-        for t in metadata.topics() {
-            let matches = Topic::parse(t.name()).is_ok_and(|topic| topics.allows(&topic));
-            if !matches || t.error().is_some() {
-                continue;
-            }
-            for p in t.partitions() {
-                partitions.add_partition(t.name(), p.id());
-                // offsets_for_times with "timestamp" END (-1) answers the log-end offsets.
-                ends.add_partition_offset(t.name(), p.id(), Offset::End)
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-        drop(metadata);
-        if partitions.count() == 0 {
-            return Err("no topic in Kafka matches the guard's topics".into());
-        }
-        let committed = consumer
-            .committed_offsets(partitions, timeout)
-            .map_err(|e| format!("committed offsets of group {:?}: {e}", guard.group))?;
-        let ends = consumer
-            .offsets_for_times(ends, timeout)
-            .map_err(|e| format!("end offsets: {e}"))?;
-        // A partition whose end offset came back with an error (or none) is read without one:
-        // the guard keeps its earlier readings and takes no rate from this one.
-        let end_of: HashMap<(String, i32), u64> = ends
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) if e.error().is_ok() => {
-                    Some(((e.topic().to_string(), e.partition()), o.max(0) as u64))
-                }
-                _ => None,
-            })
-            .collect();
-        let mut out = OffsetReading::default();
-        let mut with_commit = 0;
-        for e in committed.elements() {
-            let committed = match e.offset() {
-                Offset::Offset(c) if e.error().is_ok() => Some(c.max(0) as u64),
-                // No committed offset for this partition (or an error for it).
-                _ => None,
-            };
-            let end = end_of.get(&(e.topic().to_string(), e.partition())).copied();
-            if committed.is_some() && end.is_some() {
-                with_commit += 1;
-            }
-            out.partitions.push(PartitionOffsets::new(
-                e.topic(),
-                e.partition(),
-                end,
-                committed,
-            ));
-        }
-        // Lists go before their client can (a list outliving its consumer can hang the drop).
-        drop(committed);
-        drop(ends);
-        if with_commit == 0 {
-            return Err(format!(
-                "group {:?} has no committed offsets on the guarded topics",
-                guard.group
-            ));
-        }
-        Ok(out)
+        let partitions = KafkaOffsets::read(self, &guard.group, topics, timeout)?;
+        Ok(OffsetReading { partitions })
+    }
+
+    fn retain(&self, groups: &[&str]) {
+        KafkaOffsets::retain(self, groups);
     }
 }
 

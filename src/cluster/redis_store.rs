@@ -5,82 +5,46 @@
 //! Time: production passes no clock and the scripts read Redis's own `TIME`, so every replica
 //! counts on one clock whatever its host's skew; tests pass a clock they step.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
+use super::redis_connection::{CallError, Connection, UrlError};
+use super::store::{Ask, BudgetStore, Grant, Membership, StoreError, StoreFuture};
 use crate::budget::{BudgetSpec, Clock, RateSpec};
 
-/// What a lease call answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    pub records: u64,
-    pub bytes: u64,
-    /// What the shared buckets have left after this call.
-    pub left_records: u64,
-    pub left_bytes: u64,
-    /// Set when the minimum asked for was not there: nothing was granted, and this is how
-    /// long until it would be.
-    pub wait: Option<Duration>,
-}
-
-/// What a heartbeat found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Membership {
-    /// Live members, this one included.
-    pub members: u32,
-    /// This replica's id is held by another process whose entry has not lapsed: this
-    /// heartbeat changed nothing.
-    pub duplicate: bool,
-    /// With `duplicate`: that process's instance id and the heartbeats it has sent. A holder
-    /// whose count moves between two looks is alive; one whose count stands still until its
-    /// entry lapses is gone (killed without leaving).
-    pub holder: Option<(String, u64)>,
-}
-
-/// How many tokens to ask for in each dimension.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ask {
-    pub want: u64,
-    pub min: u64,
-}
-
-/// Why Redis did not answer.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("not connected to Redis yet")]
-    NotConnected,
-    #[error("Redis did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
-}
-
-impl StoreError {
-    /// A closed label for metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::NotConnected => "not_connected",
-            StoreError::Timeout(_) => "timeout",
-            StoreError::Redis(e) if e.is_io_error() || e.is_connection_dropped() => "io",
-            StoreError::Redis(e) if e.kind() == redis::ErrorKind::ResponseError => "script",
-            StoreError::Redis(_) => "other",
+impl From<CallError> for StoreError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotConnected => StoreError::NotConnected,
+            CallError::Timeout(d) => StoreError::Timeout(d),
+            CallError::Redis(e) => StoreError::Failed {
+                kind: kind(&e),
+                source: Box::new(e),
+            },
         }
+    }
+}
+
+/// A Redis error's metric label.
+fn kind(e: &redis::RedisError) -> &'static str {
+    if e.is_io_error() || e.is_connection_dropped() {
+        "io"
+    } else if e.kind() == redis::ErrorKind::ResponseError {
+        "script"
+    } else {
+        "other"
     }
 }
 
 /// The scripts and the connection.
 pub struct RedisStore {
-    client: redis::Client,
-    connection: OnceLock<ConnectionManager>,
+    connection: Connection,
     lease: Script,
     give_back: Script,
     members: Script,
     prefix: String,
-    connect_timeout: Duration,
-    command_timeout: Duration,
     /// `None`: Redis's own clock.
     clock: Option<Arc<dyn Clock>>,
 }
@@ -89,7 +53,7 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
-            .field("connected", &self.connection.get().is_some())
+            .field("connected", &self.connection.is_connected())
             .finish_non_exhaustive()
     }
 }
@@ -106,46 +70,20 @@ impl RedisStore {
         connect_timeout: Duration,
         command_timeout: Duration,
         clock: Option<Arc<dyn Clock>>,
-    ) -> Result<Self, redis::RedisError> {
+    ) -> Result<Self, UrlError> {
         Ok(Self {
-            client: redis::Client::open(url)?,
-            connection: OnceLock::new(),
+            connection: Connection::new(url, connect_timeout, command_timeout)?,
             lease: Script::new(include_str!("lease.lua")),
             give_back: Script::new(include_str!("give_back.lua")),
             members: Script::new(include_str!("members.lua")),
             prefix: prefix.to_string(),
-            connect_timeout,
-            command_timeout,
             clock,
         })
     }
 
     /// Opens the connection (once; after that the manager reconnects by itself).
     pub async fn connect(&self) -> Result<(), StoreError> {
-        if self.connection.get().is_some() {
-            return Ok(());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.connect_timeout)
-            .set_response_timeout(self.command_timeout)
-            // Reconnect attempts are cheap and bounded; the agent's heartbeat is the retry loop.
-            .set_number_of_retries(1)
-            .set_max_delay(1000);
-        let manager = tokio::time::timeout(
-            self.connect_timeout * 2,
-            ConnectionManager::new_with_config(self.client.clone(), config),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout(self.connect_timeout))??;
-        let _ = self.connection.set(manager);
-        Ok(())
-    }
-
-    fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        self.connection
-            .get()
-            .cloned()
-            .ok_or(StoreError::NotConnected)
+        Ok(self.connection.connect().await?)
     }
 
     /// The scripts' `now`: empty for Redis's clock.
@@ -172,16 +110,7 @@ impl RedisStore {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection()?;
-        // The manager's response timeout covers a command; this also covers a reload after
-        // NOSCRIPT (two round trips).
-        tokio::time::timeout(
-            self.command_timeout * 2,
-            invocation.invoke_async(&mut connection),
-        )
-        .await
-        .map_err(|_| StoreError::Timeout(self.command_timeout))?
-        .map_err(StoreError::from)
+        Ok(self.connection.run(invocation).await?)
     }
 
     /// Takes up to `want` tokens (at least `min`) from the pair at `key`, or nothing.
@@ -204,9 +133,11 @@ impl RedisStore {
         let answer: Vec<i64> = self.run(&invocation).await?;
         let at = |i: usize| answer.get(i).copied().unwrap_or(0).max(0).unsigned_abs();
         if answer.len() != 5 {
-            return Err(StoreError::Redis(redis::RedisError::from((
-                redis::ErrorKind::TypeError,
-                "the lease script answered with an unexpected shape",
+            return Err(StoreError::from(CallError::Redis(redis::RedisError::from(
+                (
+                    redis::ErrorKind::TypeError,
+                    "the lease script answered with an unexpected shape",
+                ),
             ))));
         }
         let wait_us = at(4);
@@ -265,5 +196,49 @@ impl RedisStore {
             duplicate: duplicate == 1,
             holder: (duplicate == 1).then(|| (holder, beats.max(0).unsigned_abs())),
         })
+    }
+}
+
+impl BudgetStore for RedisStore {
+    fn connect(&self) -> StoreFuture<'_, ()> {
+        Box::pin(RedisStore::connect(self))
+    }
+
+    fn tenant_key(&self, tenant: &str) -> String {
+        RedisStore::tenant_key(self, tenant)
+    }
+
+    fn global_key(&self) -> String {
+        RedisStore::global_key(self)
+    }
+
+    fn lease<'a>(
+        &'a self,
+        key: &'a str,
+        spec: &'a BudgetSpec,
+        records: Ask,
+        bytes: Ask,
+    ) -> StoreFuture<'a, Grant> {
+        Box::pin(RedisStore::lease(self, key, spec, records, bytes))
+    }
+
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        spec: &'a BudgetSpec,
+        records: u64,
+        bytes: u64,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(RedisStore::give_back(self, key, spec, records, bytes))
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        id: &'a str,
+        instance: &'a str,
+        ttl: Duration,
+        leave: bool,
+    ) -> StoreFuture<'a, Membership> {
+        Box::pin(RedisStore::heartbeat(self, id, instance, ttl, leave))
     }
 }

@@ -54,6 +54,62 @@ pub struct ClusterConfig {
     pub expected_replicas: u32,
 }
 
+/// Whether the Redis client (redis-rs, `Client::open`) takes `text`: a URL of one of its
+/// schemes (`redis`, `rediss`, `redis+unix`, `unix`) with what that scheme needs — a host, a
+/// database number, credentials that decode to UTF-8, a known `protocol`, at most `#insecure`
+/// after `rediss`; or a path, and a numeric `db`. Checked with `url`, the parser redis-rs
+/// uses, so that only `cluster` depends on the Redis client.
+fn is_redis_url(text: &str) -> bool {
+    let Ok(url) = url::Url::parse(text) else {
+        return false;
+    };
+    let query: std::collections::HashMap<_, _> = url.query_pairs().collect();
+    let protocol = query
+        .get("protocol")
+        .is_none_or(|p| matches!(p.as_ref(), "2" | "resp2" | "3" | "resp3"));
+    let number = |n: &str| n.parse::<i64>().is_ok();
+    match url.scheme() {
+        "redis" | "rediss" => {
+            let db = url.path().trim_matches('/');
+            url.host().is_some()
+                && (url.scheme() == "redis" || matches!(url.fragment(), None | Some("insecure")))
+                && (db.is_empty() || number(db))
+                && decodes_to_utf8(url.username())
+                && url.password().is_none_or(decodes_to_utf8)
+                && protocol
+        }
+        "redis+unix" | "unix" => {
+            url.to_file_path().is_ok() && query.get("db").is_none_or(|db| number(db)) && protocol
+        }
+        _ => false,
+    }
+}
+
+/// Whether percent-decoding `text` (`%` and two hex digits; any other `%` as it is) gives
+/// UTF-8, as the Redis client requires of a URL's user name and password.
+fn decodes_to_utf8(text: &str) -> bool {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| Some(hex(*bytes.get(i + 1)?)? * 16 + hex(*bytes.get(i + 2)?)?))
+            .flatten();
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte as u8);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
 impl ClusterConfig {
     pub(super) fn problems(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
@@ -63,7 +119,7 @@ impl ClusterConfig {
                     "cluster.redis_url",
                     "must start with redis:// or rediss://",
                 ));
-            } else if redis::Client::open(url.as_str()).is_err() {
+            } else if !is_redis_url(url) {
                 problems.push(ConfigProblem::new(
                     "cluster.redis_url",
                     "is not a valid Redis URL",
@@ -184,5 +240,35 @@ impl std::fmt::Debug for ClusterConfig {
             .field("shared_registry", &self.shared_registry)
             .field("registry_topic", &self.registry_topic)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What the Redis client takes and refuses (checked case by case against
+    /// the Redis client's `Client::open` when the check moved off it).
+    #[test]
+    fn redis_urls_are_checked_as_the_redis_client_does() {
+        for ok in [
+            "redis://127.0.0.1:6379",
+            "redis://u%20x:p%2Fq@h/2?protocol=resp3",
+            "rediss://u:p@h:1/3#insecure",
+            "redis+unix:///tmp/r.sock?db=3",
+            "unix:///tmp/redis.sock",
+        ] {
+            assert!(super::is_redis_url(ok), "{ok}");
+        }
+        for bad in [
+            "redis://h/x",
+            "redis://%ff@h",
+            "redis://u:%c3@h",
+            "redis://h/?protocol=4",
+            "rediss://h/#x",
+            "redis+unix:///tmp/r.sock?db=x",
+            "unix:relative",
+            "http://h",
+        ] {
+            assert!(!super::is_redis_url(bad), "{bad}");
+        }
     }
 }

@@ -1,10 +1,15 @@
-//! The librdkafka configuration floodgate runs with.
+//! The librdkafka configuration floodgate runs with: the one place that turns `[kafka]` into
+//! client settings, for every client floodgate makes (the produce path's producer, the
+//! compacted log's writer, reader and admin client, the lag guards' offset readers).
 //!
-//! Three layers, later wins: safe defaults for a gateway (acks=all, idempotence, short linger,
-//! lz4, 5 in-flight requests per connection), then the operator's `[kafka.producer]` table,
-//! then the queue limits that keep librdkafka's own queue strictly larger than our buffer
-//! (so our buffer, which answers 429, is always the bound that is hit first, and librdkafka
-//! never answers `QueueFull` mid-request).
+//! The produce path's producer: three layers, later wins: safe defaults for a gateway
+//! (acks=all, idempotence, short linger, lz4, 5 in-flight requests per connection), then the
+//! operator's `[kafka.producer]` table, then the queue limits that keep librdkafka's own queue
+//! strictly larger than our buffer (so our buffer, which answers 429, is always the bound that
+//! is hit first, and librdkafka never answers `QueueFull` mid-request). Every other client
+//! starts from [`Connection`]: how to reach the cluster, none of the produce path's tuning.
+
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
@@ -26,10 +31,22 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("statistics.interval.ms", "5000"),
 ];
 
-/// How to reach the cluster, for floodgate's other clients (the registry's producer and
-/// reader): the bootstrap servers and the operator's connection settings (`security.*`,
+/// How to reach the cluster, for floodgate's other clients (the compacted log's and the offset
+/// readers): the bootstrap servers and the operator's connection settings (`security.*`,
 /// `sasl.*`, `ssl.*`, `client.*`), none of the produce path's tuning.
-pub fn connection_config(kafka: &KafkaConfig) -> ClientConfig {
+#[derive(Clone)]
+pub struct Connection(ClientConfig);
+
+impl std::fmt::Debug for Connection {
+    /// The bootstrap servers only: the settings may hold a SASL password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("bootstrap_servers", &self.0.get("bootstrap.servers"))
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn connection_config(kafka: &KafkaConfig) -> Connection {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.bootstrap_servers);
     for (key, value) in kafka.producer.iter() {
@@ -41,9 +58,60 @@ pub fn connection_config(kafka: &KafkaConfig) -> ClientConfig {
             config.set(canonical, value.to_string());
         }
     }
+    Connection(config)
+}
+
+/// The compacted log's producer: every change acknowledged by all in-sync replicas, without
+/// duplicates, sent at once, and given up after `write_timeout`.
+pub(super) fn log_writer(connection: &Connection, write_timeout: Duration) -> ClientConfig {
+    let timeout_ms = write_timeout.as_millis().max(1).to_string();
+    let mut config = connection.0.clone();
+    config
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        // A change is one small record; waiting to batch it only delays the answer.
+        .set("linger.ms", "0")
+        // A write fails (the admin change is answered 503) instead of waiting for Kafka forever.
+        .set("message.timeout.ms", &timeout_ms)
+        // Back within a second of Kafka's return (librdkafka's backoff grows to 10 s):
+        // these writes are rare, a quick reconnect costs nothing.
+        .set("reconnect.backoff.max.ms", "1000")
+        .set("allow.auto.create.topics", "false");
     config
 }
 
+/// The compacted log's reader: by assignment from the first record, nothing committed (the
+/// group id is only a name; the group is never joined).
+pub(super) fn log_reader(connection: &Connection, group: &str) -> ClientConfig {
+    let mut config = connection.0.clone();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("allow.auto.create.topics", "false")
+        // librdkafka prefetches up to 64 MiB per partition by default; the log is read once
+        // at start-up and then trickles.
+        .set("queued.max.messages.kbytes", "4096");
+    config
+}
+
+/// The admin client that creates the compacted log's topic.
+pub(super) fn admin(connection: &Connection) -> ClientConfig {
+    connection.0.clone()
+}
+
+/// A reader of `group`'s committed offsets that never joins the group nor commits.
+pub(super) fn offsets_reader(connection: &Connection, group: &str) -> ClientConfig {
+    let mut config = connection.0.clone();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    config
+}
+
+/// The produce path's producer.
 pub fn client_config(kafka: &KafkaConfig, buffer: &BufferConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in DEFAULTS {

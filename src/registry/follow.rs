@@ -11,14 +11,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::consumer::StreamConsumer;
-use rdkafka::Message as _;
-
 use super::audit::{self, Actor};
 use super::log::{self, Decoded, Refused};
 use super::shared::{self, Applier, AuditEntry, Rejection, Shared, INVALID, SKIPPED, STALE};
 use super::state::{RegistryState, VERSION};
 use super::{Backend, RegistryStore};
+use crate::kafka::{LogReader, LogRecord};
 
 /// Records applied together, at most (then the live registry is rebuilt once).
 const BATCH: usize = 8192;
@@ -111,7 +109,7 @@ impl RegistryStore {
 
     /// Creates the topic if needed, seeds an empty one, and returns a reader with the end
     /// offset to catch up with.
-    async fn open_reader(&self, shared: &Shared) -> Result<(StreamConsumer, i64), log::LogError> {
+    async fn open_reader(&self, shared: &Shared) -> Result<(LogReader, i64), log::LogError> {
         shared.log.ensure_topic().await?;
         let reader = shared.log.reader(&shared.replica)?;
         let mut end = shared.log.end_offset(&reader).await?;
@@ -134,100 +132,14 @@ impl RegistryStore {
         let mut outcomes = Vec::with_capacity(batch.len());
         for (offset, own_key, decoded) in batch {
             last = offset;
-            let decoded = match decoded {
-                Ok(d) => d,
-                Err(refused) => {
-                    skipped(shared, refused.index(), offset, &refused.to_string());
-                    progress.bad_mac |= refused == Refused::BadMac;
-                    // Under the Kafka key of one of ours (a forged value or tombstone, say):
-                    // ours is written again, so compaction keeps it.
-                    if let Some(key) =
-                        own_key.filter(|k| state.versions.contains_key(&k.as_string()))
-                    {
-                        shared.rewrites().reassert.insert(key);
-                    }
-                    if refused.authentic() {
-                        progress.authentic = true;
-                        // Signed but not an entry: listed, so the operator sees it.
-                        let rejection = Rejection::Malformed(refused.to_string());
-                        outcomes.push((
-                            offset,
-                            Err(rejection.clone()),
-                            Some(skipped_audit(offset, &rejection)),
-                        ));
-                    }
-                    // Not from a replica: nothing of it is kept, so records written by anyone
-                    // else cannot fill the audit list or push real changes out of it.
-                    continue;
+            match decoded {
+                Ok(decoded) => {
+                    outcomes.push(applied(shared, progress, &mut state, offset, decoded))
                 }
-            };
-            progress.authentic = true;
-            let Decoded {
-                entry,
-                by_signing_secret,
-            } = decoded;
-            let before = shared::value_of(&state, &entry.key);
-            let result = progress.applier.apply(&mut state, &entry);
-            let mut rewrites = shared.rewrites();
-            let audit = match &result {
-                Ok(()) => {
-                    progress.dirty |= entry.key.is_live();
-                    rewrites.reassert.remove(&entry.key);
-                    if by_signing_secret {
-                        rewrites.resign.remove(&entry.key);
-                    } else {
-                        rewrites.resign.insert(entry.key.clone());
-                    }
-                    if entry.replica == shared.replica {
-                        audit::record_entry(
-                            &Actor::new(&entry.actor),
-                            &entry.action,
-                            &entry.key.as_string(),
-                            &before,
-                            &shared::value_of(&state, &entry.key),
-                        );
-                    }
-                    Some(entry_audit(offset, &entry, &result, before, &state))
-                }
-                Err(rejection) => {
-                    let echo = shared::is_echo(&state, &entry);
-                    if echo {
-                        // The same version and value as held: nothing to write again for it
-                        // (and, signed with the current secret, the key is re-signed).
-                        rewrites.reassert.remove(&entry.key);
-                        if by_signing_secret {
-                            rewrites.resign.remove(&entry.key);
-                        }
-                    } else if state.versions.contains_key(&entry.key.as_string())
-                        || matches!(rejection, Rejection::Invalid(_))
-                    {
-                        rewrites.reassert.insert(entry.key.clone());
-                    }
-                    match rejection {
-                        // A race's loser or a replay: counted, not listed (replayed records
-                        // must not push real changes out of the audit list).
-                        Rejection::Stale { .. } => {
-                            skipped(shared, STALE, offset, &rejection.describe());
-                            None
-                        }
-                        Rejection::Invalid(_) => {
-                            skipped(shared, INVALID, offset, &rejection.describe());
-                            Some(entry_audit(offset, &entry, &result, before, &state))
-                        }
-                        Rejection::Malformed(_) => {
-                            skipped(
-                                shared,
-                                Refused::Malformed(String::new()).index(),
-                                offset,
-                                &rejection.describe(),
-                            );
-                            Some(entry_audit(offset, &entry, &result, before, &state))
-                        }
-                    }
-                }
-            };
-            drop(rewrites);
-            outcomes.push((offset, result, audit));
+                Err(refused) => outcomes.extend(not_an_entry(
+                    shared, progress, &state, offset, own_key, refused,
+                )),
+            }
         }
         let caught_up = last + 1 >= progress.end;
         let loaded = shared.loaded.load(Ordering::Acquire);
@@ -244,35 +156,42 @@ impl RegistryStore {
         }
         let _ = shared.applied.send(last + 1);
         if caught_up && !loaded {
-            if progress.authentic {
-                shared.unverified.store(false, Ordering::Release);
-                shared.loaded.store(true, Ordering::Release);
-                tracing::info!(
-                    tenants = self.tenants.load().len(),
-                    "tenant registry loaded from the registry topic"
-                );
-            } else if progress.bad_mac {
-                if !shared.unverified.swap(true, Ordering::AcqRel) {
-                    tracing::error!(
-                        topic = shared.log.topic(),
-                        "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env), and some carry a MAC: not ready until one verifies"
-                    );
-                }
-            } else if !progress.seeded {
-                // Only unsigned records (written by no replica): the registry was never
-                // written, as with an empty topic. Seed it (or, with nothing to seed, start
-                // empty), rather than let one stray record keep the cluster from starting.
-                progress.seeded = true;
-                tracing::warn!(
+            self.caught_up(shared, progress).await;
+        }
+    }
+
+    /// The topic has been read to its end for the first time: the registry is loaded if a
+    /// record verified; not ready if records carry MACs none of the secrets verifies; seeded
+    /// if it held only unsigned records.
+    async fn caught_up(&self, shared: &Shared, progress: &mut Progress) {
+        if progress.authentic {
+            shared.unverified.store(false, Ordering::Release);
+            shared.loaded.store(true, Ordering::Release);
+            tracing::info!(
+                tenants = self.tenants.load().len(),
+                "tenant registry loaded from the registry topic"
+            );
+        } else if progress.bad_mac {
+            if !shared.unverified.swap(true, Ordering::AcqRel) {
+                tracing::error!(
                     topic = shared.log.topic(),
-                    "the registry topic holds only unsigned records; seeding it as an empty one"
+                    "no record of the registry topic verifies with this replica's secrets ([cluster] registry_secret_env), and some carry a MAC: not ready until one verifies"
                 );
-                match self.seed(shared).await {
-                    Ok(0) | Err(_) => {
-                        shared.loaded.store(true, Ordering::Release);
-                    }
-                    Ok(_) => {} // loaded once the seed is read back
+            }
+        } else if !progress.seeded {
+            // Only unsigned records (written by no replica): the registry was never
+            // written, as with an empty topic. Seed it (or, with nothing to seed, start
+            // empty), rather than let one stray record keep the cluster from starting.
+            progress.seeded = true;
+            tracing::warn!(
+                topic = shared.log.topic(),
+                "the registry topic holds only unsigned records; seeding it as an empty one"
+            );
+            match self.seed(shared).await {
+                Ok(0) | Err(_) => {
+                    shared.loaded.store(true, Ordering::Release);
                 }
+                Ok(_) => {} // loaded once the seed is read back
             }
         }
     }
@@ -362,7 +281,7 @@ impl RegistryStore {
     }
 }
 
-fn read(message: &rdkafka::message::BorrowedMessage<'_>, shared: &Shared) -> Read {
+fn read(message: &LogRecord<'_>, shared: &Shared) -> Read {
     (
         message.offset(),
         message
@@ -370,6 +289,118 @@ fn read(message: &rdkafka::message::BorrowedMessage<'_>, shared: &Shared) -> Rea
             .and_then(|k| log::own_key(k, &shared.log.secrets)),
         log::Entry::decode(message, shared.log.topic(), &shared.log.secrets),
     )
+}
+
+/// What a batch keeps of one record: its offset, how it applied, its audit entry.
+type Outcome = (i64, Result<(), Rejection>, Option<AuditEntry>);
+
+/// A record that is not an entry: counted, its key written again if it sits under one of
+/// ours, and listed only if a holder of the secret wrote it.
+fn not_an_entry(
+    shared: &Shared,
+    progress: &mut Progress,
+    state: &RegistryState,
+    offset: i64,
+    own_key: Option<log::EntryKey>,
+    refused: Refused,
+) -> Option<Outcome> {
+    skipped(shared, refused.index(), offset, &refused.to_string());
+    progress.bad_mac |= refused == Refused::BadMac;
+    // Under the Kafka key of one of ours (a forged value or tombstone, say):
+    // ours is written again, so compaction keeps it.
+    if let Some(key) = own_key.filter(|k| state.versions.contains_key(&k.as_string())) {
+        shared.rewrites().reassert.insert(key);
+    }
+    if refused.authentic() {
+        progress.authentic = true;
+        // Signed but not an entry: listed, so the operator sees it.
+        let rejection = Rejection::Malformed(refused.to_string());
+        return Some((
+            offset,
+            Err(rejection.clone()),
+            Some(skipped_audit(offset, &rejection)),
+        ));
+    }
+    // Not from a replica: nothing of it is kept, so records written by anyone
+    // else cannot fill the audit list or push real changes out of it.
+    None
+}
+
+/// Applies one entry (or rejects it, every replica alike) and notes what to write again.
+fn applied(
+    shared: &Shared,
+    progress: &mut Progress,
+    state: &mut RegistryState,
+    offset: i64,
+    decoded: Decoded,
+) -> Outcome {
+    progress.authentic = true;
+    let Decoded {
+        entry,
+        by_signing_secret,
+    } = decoded;
+    let before = shared::value_of(state, &entry.key);
+    let result = progress.applier.apply(state, &entry);
+    let mut rewrites = shared.rewrites();
+    let audit = match &result {
+        Ok(()) => {
+            progress.dirty |= entry.key.is_live();
+            rewrites.reassert.remove(&entry.key);
+            if by_signing_secret {
+                rewrites.resign.remove(&entry.key);
+            } else {
+                rewrites.resign.insert(entry.key.clone());
+            }
+            if entry.replica == shared.replica {
+                audit::record_entry(
+                    &Actor::new(&entry.actor),
+                    &entry.action,
+                    &entry.key.as_string(),
+                    &before,
+                    &shared::value_of(state, &entry.key),
+                );
+            }
+            Some(entry_audit(offset, &entry, &result, before, state))
+        }
+        Err(rejection) => {
+            let echo = shared::is_echo(state, &entry);
+            if echo {
+                // The same version and value as held: nothing to write again for it
+                // (and, signed with the current secret, the key is re-signed).
+                rewrites.reassert.remove(&entry.key);
+                if by_signing_secret {
+                    rewrites.resign.remove(&entry.key);
+                }
+            } else if state.versions.contains_key(&entry.key.as_string())
+                || matches!(rejection, Rejection::Invalid(_))
+            {
+                rewrites.reassert.insert(entry.key.clone());
+            }
+            match rejection {
+                // A race's loser or a replay: counted, not listed (replayed records
+                // must not push real changes out of the audit list).
+                Rejection::Stale { .. } => {
+                    skipped(shared, STALE, offset, &rejection.describe());
+                    None
+                }
+                Rejection::Invalid(_) => {
+                    skipped(shared, INVALID, offset, &rejection.describe());
+                    Some(entry_audit(offset, &entry, &result, before, state))
+                }
+                Rejection::Malformed(_) => {
+                    skipped(
+                        shared,
+                        Refused::Malformed(String::new()).index(),
+                        offset,
+                        &rejection.describe(),
+                    );
+                    Some(entry_audit(offset, &entry, &result, before, state))
+                }
+            }
+        }
+    };
+    drop(rewrites);
+    (offset, result, audit)
 }
 
 /// Counts a skipped record, logging the first of each reason.

@@ -1,7 +1,6 @@
-//! The shared registry's Kafka side: a compacted topic with the latest state per key, read from
-//! the start by every replica (partition assignment, no consumer group), written with acks=all
-//! and idempotence — Kafka's own convention for shared configuration (Schema Registry's
-//! `_schemas`, Kafka Connect's config topic).
+//! The shared registry's entries in Kafka: a compacted topic with the latest state per key, read
+//! from the start by every replica and written with acks=all and idempotence
+//! ([`crate::kafka::LogTopic`] does the Kafka side; this is what its records mean).
 //!
 //! **Records.** Key `tenant:ID` (value: the tenant's configuration with key digests; JSON
 //! `null` once it is deleted — never a Kafka tombstone, which compaction would eventually
@@ -29,14 +28,8 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
 use super::mac::RegistrySecrets;
+use crate::kafka::{self, LogReader, LogRecord, LogTopic, OutRecord};
 
 /// What a record is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,17 +133,10 @@ const SIGNED_HEADERS: [&str; 5] = [
 const DELETED: &[u8] = b"null";
 const MAC_HEADER: &str = "fg-mac";
 
-fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> {
-    message
-        .headers()?
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-}
-
-fn text(message: &BorrowedMessage<'_>, name: &str) -> Result<String, Refused> {
-    let bytes =
-        header(message, name).ok_or_else(|| Refused::Malformed(format!("no {name} header")))?;
+fn text(message: &LogRecord<'_>, name: &str) -> Result<String, Refused> {
+    let bytes = message
+        .header(name)
+        .ok_or_else(|| Refused::Malformed(format!("no {name} header")))?;
     String::from_utf8(bytes.to_vec())
         .map_err(|_| Refused::Malformed(format!("{name} is not UTF-8")))
 }
@@ -193,17 +179,17 @@ impl Entry {
     /// Reads an entry from a record of the registry topic: its MAC first (nothing of an
     /// unauthenticated record is looked at further), then its fields.
     pub fn decode(
-        message: &BorrowedMessage<'_>,
+        message: &LogRecord<'_>,
         topic: &str,
         secrets: &RegistrySecrets,
     ) -> Result<Decoded, Refused> {
-        let tag = header(message, MAC_HEADER).ok_or(Refused::Unsigned)?;
+        let tag = message.header(MAC_HEADER).ok_or(Refused::Unsigned)?;
         let tag = hex::decode(tag).map_err(|_| Refused::BadMac)?;
         let parts = signed_parts(
             topic,
             message.key().unwrap_or_default(),
-            message.payload(),
-            SIGNED_HEADERS.map(|name| header(message, name)),
+            message.value(),
+            SIGNED_HEADERS.map(|name| message.header(name)),
         );
         let signer = secrets.verify(&parts, &tag).ok_or(Refused::BadMac)?;
         let key = message
@@ -220,7 +206,7 @@ impl Entry {
         if base.checked_add(1) != Some(number("fg-version")?) {
             return Err(Refused::Malformed("fg-version is not fg-base + 1".into()));
         }
-        let value = match message.payload() {
+        let value = match message.value() {
             None => {
                 return Err(Refused::Malformed(
                     "a Kafka tombstone is not an entry".into(),
@@ -246,24 +232,27 @@ impl Entry {
 /// Why the topic could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("Kafka: {0}")]
-    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("{0}")]
+    Kafka(kafka::log::LogError),
     #[error("Kafka did not take the change within {0:?}")]
     Timeout(Duration),
     #[error("the key has no version after the last one")]
     NoVersion,
 }
 
-/// Entries queued at once (the producer's queue holds 100,000 messages by default).
-const WRITE_CHUNK: usize = 10_000;
+impl From<kafka::log::LogError> for LogError {
+    fn from(e: kafka::log::LogError) -> Self {
+        match e {
+            kafka::log::LogError::Timeout(d) => LogError::Timeout(d),
+            e => LogError::Kafka(e),
+        }
+    }
+}
 
-/// The registry topic's clients.
+/// The registry topic: its Kafka side, and the secrets its entries are signed with.
 pub struct RegistryLog {
-    topic: String,
-    connection: ClientConfig,
-    producer: FutureProducer,
+    log: LogTopic,
     pub write_timeout: Duration,
-    replication: Option<u16>,
     /// Signs what this replica writes and checks what it reads.
     pub secrets: RegistrySecrets,
 }
@@ -271,7 +260,7 @@ pub struct RegistryLog {
 impl std::fmt::Debug for RegistryLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryLog")
-            .field("topic", &self.topic)
+            .field("topic", &self.log.topic())
             .finish_non_exhaustive()
     }
 }
@@ -279,130 +268,53 @@ impl std::fmt::Debug for RegistryLog {
 impl RegistryLog {
     /// Clients on `connection` (bootstrap servers and security settings).
     pub fn new(
-        connection: ClientConfig,
+        connection: kafka::Connection,
         topic: &str,
         write_timeout: Duration,
         replication: Option<u16>,
         secrets: RegistrySecrets,
     ) -> Result<Self, LogError> {
-        let timeout_ms = write_timeout.as_millis().max(1).to_string();
-        let producer = connection
-            .clone()
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            // A change is one small record; waiting to batch it only delays the answer.
-            .set("linger.ms", "0")
-            // An admin change fails (503) instead of waiting for Kafka forever.
-            .set("message.timeout.ms", &timeout_ms)
-            // Back within a second of Kafka's return (librdkafka's backoff grows to 10 s):
-            // admin writes are rare, a quick reconnect costs nothing.
-            .set("reconnect.backoff.max.ms", "1000")
-            .set("allow.auto.create.topics", "false")
-            .create()?;
         Ok(Self {
-            topic: topic.to_string(),
-            connection,
-            producer,
+            log: LogTopic::new(connection, topic, write_timeout, replication)?,
             write_timeout,
-            replication,
             secrets,
         })
     }
 
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.log.topic()
     }
 
     /// Creates the topic when it is missing: compacted, one partition (one order for every
     /// replica), replicated as the cluster allows.
     pub async fn ensure_topic(&self) -> Result<(), LogError> {
-        let metadata = self
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(5))?;
-        let exists = metadata
-            .topics()
-            .iter()
-            .any(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty());
-        if exists {
-            return Ok(());
-        }
-        let brokers = i32::try_from(metadata.brokers().len()).unwrap_or(1).max(1);
-        let replication = self.replication.map_or(brokers.min(3), i32::from);
-        let admin: AdminClient<DefaultClientContext> = self.connection.create()?;
-        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(replication))
-            .set("cleanup.policy", "compact");
-        let results = admin
-            .create_topics(
-                &[topic],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-            )
-            .await?;
-        for result in results {
-            match result {
-                Ok(_) => tracing::info!(topic = %self.topic, replication, "registry topic created"),
-                Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((_, code)) => {
-                    return Err(LogError::Kafka(rdkafka::error::KafkaError::AdminOp(code)))
-                }
-            }
-        }
-        Ok(())
+        Ok(self.log.ensure_topic().await?)
     }
 
     /// A reader of the whole topic from its first record, by assignment (no group).
-    pub fn reader(&self, replica: &str) -> Result<StreamConsumer, LogError> {
-        let consumer: StreamConsumer = self
-            .connection
-            .clone()
-            .set("group.id", format!("floodgate-registry-{replica}"))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("allow.auto.create.topics", "false")
-            // librdkafka prefetches up to 64 MiB per partition by default; the registry is
-            // read once at start-up and then trickles.
-            .set("queued.max.messages.kbytes", "4096")
-            .create()?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&self.topic, 0, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        Ok(consumer)
+    pub fn reader(&self, replica: &str) -> Result<LogReader, LogError> {
+        Ok(self.log.reader(&format!("floodgate-registry-{replica}"))?)
     }
 
     /// The offset after the topic's last record (0: empty).
-    pub async fn end_offset(&self, reader: &StreamConsumer) -> Result<i64, LogError> {
-        let (_, high) = reader.fetch_watermarks(&self.topic, 0, Duration::from_secs(5))?;
-        Ok(high)
+    pub async fn end_offset(&self, reader: &LogReader) -> Result<i64, LogError> {
+        Ok(reader.end_offset().await?)
     }
 
-    /// Writes entries in order; returns each one's offset once Kafka has acknowledged it.
-    /// They are queued together (one partition, an idempotent producer: order is kept), so
-    /// seeding 100,000 tenants is not 100,000 round trips.
+    /// Writes entries in order; returns each one's offset once Kafka has acknowledged it
+    /// (queued together: seeding 100,000 tenants is not 100,000 round trips).
     pub async fn write(&self, entries: &[Entry]) -> Result<Vec<i64>, LogError> {
         let mut offsets = Vec::with_capacity(entries.len());
-        for chunk in entries.chunks(WRITE_CHUNK) {
-            let mut pending = Vec::with_capacity(chunk.len());
-            for entry in chunk {
-                pending.push(self.enqueue(entry)?);
-            }
-            for delivery in pending {
-                let delivered =
-                    tokio::time::timeout(self.write_timeout + Duration::from_millis(500), delivery)
-                        .await
-                        .map_err(|_| LogError::Timeout(self.write_timeout))?;
-                match delivered {
-                    Ok(Ok(delivery)) => offsets.push(delivery.offset),
-                    Ok(Err((e, _))) => return Err(LogError::Kafka(e)),
-                    Err(_) => return Err(LogError::Timeout(self.write_timeout)),
-                }
-            }
+        // Encoded a chunk at a time: only one chunk's records are ever held besides the entries.
+        for chunk in entries.chunks(kafka::log::WRITE_CHUNK) {
+            let records: Vec<_> = chunk.iter().map(|entry| self.encode(entry)).collect();
+            offsets.extend(self.log.write(records).await?);
         }
         Ok(offsets)
     }
 
-    /// Signs `entry` and hands it to the producer.
-    fn enqueue(&self, entry: &Entry) -> Result<rdkafka::producer::DeliveryFuture, LogError> {
+    /// An entry as a signed record.
+    fn encode(&self, entry: &Entry) -> Result<OutRecord, LogError> {
         let logical = entry.key.as_string();
         let key = format!("{logical}#{}", self.secrets.key_tag(&logical));
         let base = entry.base.to_string();
@@ -416,29 +328,21 @@ impl RegistryLog {
             entry.replica.as_bytes(),
         ];
         let mac = hex::encode(self.secrets.sign(&signed_parts(
-            &self.topic,
+            self.log.topic(),
             key.as_bytes(),
             Some(value),
             signed.map(Some),
         )));
-        let mut headers = OwnedHeaders::new();
-        for (name, v) in SIGNED_HEADERS.iter().zip(signed) {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(v),
-            });
-        }
-        let headers = headers.insert(Header {
-            key: MAC_HEADER,
-            value: Some(&mac),
-        });
-        let record = FutureRecord::<String, [u8]>::to(&self.topic)
-            .key(&key)
-            .partition(0)
-            .headers(headers)
-            .payload(value);
-        self.producer
-            .send_result(record)
-            .map_err(|(e, _)| LogError::Kafka(e))
+        let mut headers: Vec<(&'static str, Vec<u8>)> = SIGNED_HEADERS
+            .iter()
+            .zip(signed)
+            .map(|(name, v)| (*name, v.to_vec()))
+            .collect();
+        headers.push((MAC_HEADER, mac.into_bytes()));
+        Ok(OutRecord {
+            key: key.into_bytes(),
+            value: value.to_vec(),
+            headers,
+        })
     }
 }

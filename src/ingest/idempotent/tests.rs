@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
-use rdkafka::mocking::MockCluster;
 use tokio::sync::mpsc;
 use tower::ServiceExt as _;
 
@@ -19,12 +18,13 @@ use crate::budget::ManualClock;
 use crate::config::{Config, TenantConfig};
 use crate::idempotency::KeyOutcome;
 use crate::ingest::test_body::Chunks;
+use crate::kafka::MockCluster;
 
 const TOPIC: &str = "test.keys";
 const V1: &str = "/v1/topics/test.keys/records";
 
 struct Setup {
-    cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    cluster: MockCluster,
     app: Arc<AppState>,
     clock: Arc<ManualClock>,
 }

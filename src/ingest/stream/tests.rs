@@ -3,7 +3,6 @@
 //! the connection loop and the admin API, in `tests/streams.rs`.)
 
 use axum::http::header;
-use rdkafka::mocking::MockCluster;
 
 use super::*;
 use crate::access::AdminTokens;
@@ -12,6 +11,7 @@ use crate::body::confluent::{V3Record, V3Types};
 use crate::budget::ManualClock;
 use crate::config::{Config, Priority, TenantConfig};
 use crate::ingest::test_body::Chunks;
+use crate::kafka::MockCluster;
 use crate::refusal::Reason;
 
 const TOPIC: &str = "test.stream";
@@ -27,7 +27,7 @@ fn tenant(id: &str, key: &str) -> TenantConfig {
 }
 
 struct Setup {
-    _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    _cluster: MockCluster,
     app: Arc<AppState>,
     clock: Arc<ManualClock>,
 }

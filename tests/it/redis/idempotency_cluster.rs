@@ -344,7 +344,8 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
 /// every retry was 409 until the claim lapsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
-    use floodgate::idempotency::redis::{Found, RedisKeys};
+    use floodgate::cluster::RedisKeys;
+    use floodgate::idempotency::Found;
     use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
     let ttl = Duration::from_secs(60);
     let keys = RedisKeys::new(
@@ -392,7 +393,8 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
 /// still be written, so a retry must find them pending, not a free key to write again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
-    use floodgate::idempotency::redis::{Found, RedisKeys};
+    use floodgate::cluster::RedisKeys;
+    use floodgate::idempotency::Found;
     use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
     let ttl = Duration::from_secs(60);
     let keys = RedisKeys::new(

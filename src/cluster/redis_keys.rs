@@ -1,4 +1,5 @@
-//! Keys in Redis (cluster mode), so a retry that lands on another replica, or on a restarted
+//! `Idempotency-Key` claims and answers in Redis (cluster mode: idempotency's
+//! [`SharedStore`]), so a retry that lands on another replica, or on a restarted
 //! one, finds the claim or the answer. One Redis key per tenant key (`PREFIX:idem:HEX`, HEX
 //! the key's digest), each script touching that one key only (works on Redis Cluster).
 //!
@@ -12,69 +13,42 @@
 //! Redis gets its own connection with its own timeouts (`[idempotency] command_timeout_ms`):
 //! the budgets' connection is tuned for a 25 ms lease on the request path.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
-use super::{Corrupt, Fingerprint, KeyDigest, StoredAnswer, Token};
+use super::redis_connection::{CallError, Connection, UrlError};
+use crate::idempotency::{
+    Corrupt, Fingerprint, Found, KeyDigest, SharedFuture, SharedStore, SharedStoreError,
+    StoredAnswer, Token,
+};
 
-/// What a key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
-    /// Another request holds it and has not read its body yet.
-    Claimed(Token),
-    /// Another request's records are with Kafka.
-    Pending(Token, Fingerprint),
-    /// The answer.
-    Answered(Fingerprint, StoredAnswer),
-    /// Given up with nothing stored (kept for a while so a late renewal cannot take it again):
-    /// free for the next request.
-    Released,
-}
-
-/// Why Redis did not do what was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum RedisKeyError {
-    #[error("not connected to Redis yet")]
-    NotConnected,
-    #[error("Redis did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error(transparent)]
-    Corrupt(#[from] Corrupt),
-}
-
-impl RedisKeyError {
-    /// Whether the command may have reached Redis and run there (or may still run: a paused
-    /// or slow Redis runs what it was sent once it goes on).
-    pub fn may_have_run(&self) -> bool {
-        match self {
-            Self::Timeout(_) => true,
-            Self::Redis(e) => !e.is_connection_refusal(),
-            Self::NotConnected | Self::Corrupt(_) => false,
+impl From<CallError> for SharedStoreError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::NotConnected => SharedStoreError::NotConnected,
+            CallError::Timeout(d) => SharedStoreError::Timeout(d),
+            CallError::Redis(e) => SharedStoreError::Failed {
+                may_have_run: !e.is_connection_refusal(),
+                source: Box::new(e),
+            },
         }
     }
 }
 
 pub struct RedisKeys {
-    client: redis::Client,
-    connection: OnceLock<ConnectionManager>,
+    connection: Connection,
     claim: Script,
     own: Script,
     prefix: String,
-    connect_timeout: Duration,
-    command_timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisKeys")
             .field("prefix", &self.prefix)
-            .field("connected", &self.connection.get().is_some())
+            .field("connected", &self.connection.is_connected())
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +71,7 @@ pub fn value(state: u8, token: &Token, rest: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A key's value read back; a key given up is as free as one never used.
-fn free_if_released(found: Option<Vec<u8>>) -> Result<Option<Found>, RedisKeyError> {
+fn free_if_released(found: Option<Vec<u8>>) -> Result<Option<Found>, SharedStoreError> {
     match found.map(|v| parse(&v)).transpose()? {
         Some(Found::Released) => Ok(None),
         found => Ok(found),
@@ -145,66 +119,35 @@ impl RedisKeys {
         prefix: &str,
         connect_timeout: Duration,
         command_timeout: Duration,
-    ) -> Result<Self, redis::RedisError> {
+    ) -> Result<Self, UrlError> {
         Ok(Self {
-            client: redis::Client::open(url)?,
-            connection: OnceLock::new(),
+            connection: Connection::new(url, connect_timeout, command_timeout)?,
             claim: Script::new(include_str!("claim.lua")),
             own: Script::new(include_str!("own.lua")),
             prefix: prefix.to_string(),
-            connect_timeout,
-            command_timeout,
         })
     }
 
     pub fn is_connected(&self) -> bool {
-        self.connection.get().is_some()
+        self.connection.is_connected()
     }
 
     /// Opens the connection (once; after that the manager reconnects by itself).
-    pub async fn connect(&self) -> Result<(), RedisKeyError> {
-        if self.is_connected() {
-            return Ok(());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.connect_timeout)
-            .set_response_timeout(self.command_timeout)
-            .set_number_of_retries(1)
-            .set_max_delay(1000);
-        let manager = tokio::time::timeout(
-            self.connect_timeout * 2,
-            ConnectionManager::new_with_config(self.client.clone(), config),
-        )
-        .await
-        .map_err(|_| RedisKeyError::Timeout(self.connect_timeout))??;
-        let _ = self.connection.set(manager);
-        Ok(())
-    }
-
-    fn connection(&self) -> Result<ConnectionManager, RedisKeyError> {
-        self.connection
-            .get()
-            .cloned()
-            .ok_or(RedisKeyError::NotConnected)
+    pub async fn connect(&self) -> Result<(), SharedStoreError> {
+        Ok(self.connection.connect().await?)
     }
 
     pub fn redis_key(&self, key: &KeyDigest) -> String {
         format!("{}:idem:{}", self.prefix, key.to_hex())
     }
 
+    /// Runs a script (twice the command's time: a script Redis forgot is loaded and run
+    /// again).
     async fn run<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, RedisKeyError> {
-        let mut connection = self.connection()?;
-        // Twice the command's time: a script Redis forgot is loaded and run again.
-        tokio::time::timeout(
-            self.command_timeout * 2,
-            invocation.invoke_async(&mut connection),
-        )
-        .await
-        .map_err(|_| RedisKeyError::Timeout(self.command_timeout))?
-        .map_err(RedisKeyError::from)
+    ) -> Result<T, SharedStoreError> {
+        Ok(self.connection.run(invocation).await?)
     }
 
     /// Claims `key` for the request holding `token`: `None` when it now holds it, else what
@@ -214,7 +157,7 @@ impl RedisKeys {
         key: &KeyDigest,
         token: &Token,
         ttl: Duration,
-    ) -> Result<Option<Found>, RedisKeyError> {
+    ) -> Result<Option<Found>, SharedStoreError> {
         let mut invocation = self.claim.key(self.redis_key(key));
         invocation.arg(value(CLAIMED, token, &[])).arg(ms(ttl));
         let found: Option<Vec<u8>> = self.run(&invocation).await?;
@@ -222,16 +165,18 @@ impl RedisKeys {
     }
 
     /// What `key` holds now.
-    pub async fn read(&self, key: &KeyDigest) -> Result<Option<Found>, RedisKeyError> {
-        let mut connection = self.connection()?;
+    pub async fn read(&self, key: &KeyDigest) -> Result<Option<Found>, SharedStoreError> {
+        let mut connection = self.connection.manager().map_err(SharedStoreError::from)?;
+        let timeout = self.connection.command_timeout;
         let found: Option<Vec<u8>> = tokio::time::timeout(
-            self.command_timeout,
+            timeout,
             redis::cmd("GET")
                 .arg(self.redis_key(key))
                 .query_async(&mut connection),
         )
         .await
-        .map_err(|_| RedisKeyError::Timeout(self.command_timeout))??;
+        .map_err(|_| SharedStoreError::Timeout(timeout))?
+        .map_err(|e| SharedStoreError::from(CallError::Redis(e)))?;
         free_if_released(found)
     }
 
@@ -243,7 +188,7 @@ impl RedisKeys {
         token: &Token,
         value: &[u8],
         ttl: Duration,
-    ) -> Result<bool, RedisKeyError> {
+    ) -> Result<bool, SharedStoreError> {
         let mut invocation = self.own.key(self.redis_key(key));
         invocation.arg(&token.0[..]).arg(value).arg(ms(ttl));
         let n: i64 = self.run(&invocation).await?;
@@ -257,7 +202,7 @@ impl RedisKeys {
         token: &Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
-    ) -> Result<bool, RedisKeyError> {
+    ) -> Result<bool, SharedStoreError> {
         let v = match pending {
             None => value(CLAIMED, token, &[]),
             Some(fp) => value(PENDING, token, &[&fp.0]),
@@ -273,7 +218,7 @@ impl RedisKeys {
         fingerprint: Fingerprint,
         answer: &StoredAnswer,
         ttl: Duration,
-    ) -> Result<bool, RedisKeyError> {
+    ) -> Result<bool, SharedStoreError> {
         let v = value(ANSWERED, token, &[&fingerprint.0, answer.encoded()]);
         self.own(key, token, &v, ttl).await
     }
@@ -286,8 +231,64 @@ impl RedisKeys {
         key: &KeyDigest,
         token: &Token,
         late_renewals: Duration,
-    ) -> Result<bool, RedisKeyError> {
+    ) -> Result<bool, SharedStoreError> {
         self.own(key, token, b"", late_renewals).await
+    }
+}
+
+impl SharedStore for RedisKeys {
+    fn connect(&self) -> SharedFuture<'_, ()> {
+        Box::pin(RedisKeys::connect(self))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        key: &'a KeyDigest,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> SharedFuture<'a, Option<Found>> {
+        Box::pin(RedisKeys::claim(self, key, token, ttl))
+    }
+
+    fn read<'a>(&'a self, key: &'a KeyDigest) -> SharedFuture<'a, Option<Found>> {
+        Box::pin(RedisKeys::read(self, key))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a KeyDigest,
+        token: &'a Token,
+        pending: Option<Fingerprint>,
+        ttl: Duration,
+    ) -> SharedFuture<'a, bool> {
+        Box::pin(RedisKeys::renew(self, key, token, pending, ttl))
+    }
+
+    fn answer<'a>(
+        &'a self,
+        key: &'a KeyDigest,
+        token: &'a Token,
+        fingerprint: Fingerprint,
+        answer: &'a StoredAnswer,
+        ttl: Duration,
+    ) -> SharedFuture<'a, bool> {
+        Box::pin(RedisKeys::answer(
+            self,
+            key,
+            token,
+            fingerprint,
+            answer,
+            ttl,
+        ))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a KeyDigest,
+        token: &'a Token,
+        late_renewals: Duration,
+    ) -> SharedFuture<'a, bool> {
+        Box::pin(RedisKeys::release(self, key, token, late_renewals))
     }
 }
 

@@ -1,0 +1,179 @@
+//! The agent: heartbeats, and every slice tended off the request path — its target sized from
+//! the replica's observed demand, topped up below half of it, given back when idle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{duration_ns, Ask, Cluster, Scope};
+use crate::budget::{BudgetSpec, Slice};
+use crate::tenant::Tenant;
+
+/// A slice the agent looks after: whose, the tenant (for its lock), the slice, its budget.
+type Tended = (Scope, String, Option<Arc<Tenant>>, Arc<Slice>, BudgetSpec);
+
+/// The agent's view of one slice's demand.
+#[derive(Debug, Default)]
+struct Demand {
+    slice: usize,
+    spent: (u64, u64),
+    /// Tokens per second, smoothed.
+    rate: (f64, f64),
+}
+
+impl Cluster {
+    /// Runs the agent until the process ends: heartbeats, refills and expiry.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            let tick = (cluster.settings.slice_horizon / 4).max(Duration::from_millis(5));
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_heartbeat = Instant::now();
+            let mut demand: HashMap<String, Demand> = HashMap::new();
+            let mut watch = None;
+            loop {
+                interval.tick().await;
+                if last_heartbeat.elapsed() >= cluster.settings.heartbeat {
+                    last_heartbeat = Instant::now();
+                    cluster.beat(&mut watch).await;
+                }
+                if !cluster.is_degraded() {
+                    cluster.tend_slices(&mut demand, tick).await;
+                }
+            }
+        })
+    }
+
+    /// Every slice: update its demand and target, top it up below half its target, give it
+    /// back when it was not refilled for `slice_ttl`.
+    async fn tend_slices(self: &Arc<Self>, demand: &mut HashMap<String, Demand>, tick: Duration) {
+        let now = self.clock.now_ns();
+        let mut work = tokio::task::JoinSet::new();
+        let mut seen = Vec::new();
+        let registry = self.tenants.load();
+        let mut slices: Vec<Tended> = registry
+            .tenants()
+            .filter_map(|t| {
+                let state = t.admission_if_live()?;
+                let slice = state.buckets.slice()?.clone();
+                Some((
+                    Scope::Tenant,
+                    t.id.as_str().to_string(),
+                    Some(t.clone()),
+                    slice,
+                    state.buckets.spec(),
+                ))
+            })
+            .collect();
+        if let Some(slice) = self.global.slice() {
+            slices.push((
+                Scope::Global,
+                String::new(),
+                None,
+                slice,
+                self.global.spec(),
+            ));
+        }
+        for (scope, id, tenant, slice, spec) in slices {
+            let name = format!("{}:{id}", scope.as_str());
+            let d = demand.entry(name.clone()).or_default();
+            seen.push(name);
+            let target = self.observe(d, &slice, &spec, tick);
+            slice.set_target(target.0, target.1);
+            let (held_r, held_b) = slice.held();
+            let idle_for = now.saturating_sub(slice.granted_at_ns());
+            let key = match scope {
+                Scope::Tenant => self.store.tenant_key(&id),
+                Scope::Global => self.store.global_key(),
+            };
+            if (held_r > 0 || held_b > 0)
+                && slice.granted_at_ns() > 0
+                && idle_for > duration_ns(self.settings.slice_ttl)
+                && d.rate == (0.0, 0.0)
+            {
+                // Drained under the tenant's lock: admissions take from a tenant's slice only
+                // under it, so nothing they checked disappears before they commit.
+                let (r, b) = match &tenant {
+                    Some(t) => {
+                        let _state = t.admission_state();
+                        slice.drain()
+                    }
+                    None => slice.drain(),
+                };
+                let cluster = self.clone();
+                work.spawn(async move {
+                    cluster.give_back(&key, &spec, r, b).await;
+                });
+                continue;
+            }
+            let low = |held: u64, target: u64, limited: bool| limited && held < target / 2 + 1;
+            let busy = d.rate.0 > 0.0 || d.rate.1 > 0.0;
+            if busy
+                && (low(held_r, target.0, spec.records.is_some())
+                    || low(held_b, target.1, spec.bytes.is_some()))
+            {
+                let records = Ask {
+                    want: target.0.saturating_sub(held_r),
+                    min: 0,
+                };
+                let bytes = Ask {
+                    want: target.1.saturating_sub(held_b),
+                    min: 0,
+                };
+                let cluster = self.clone();
+                work.spawn(async move {
+                    let _ = cluster
+                        .lease(scope, &key, &spec, records, bytes, &slice)
+                        .await;
+                });
+            }
+        }
+        demand.retain(|k, _| seen.contains(k));
+        while work.join_next().await.is_some() {}
+    }
+
+    /// Updates the demand estimate and returns the slice's target, (records, bytes).
+    fn observe(
+        &self,
+        d: &mut Demand,
+        slice: &Arc<Slice>,
+        spec: &BudgetSpec,
+        tick: Duration,
+    ) -> (u64, u64) {
+        let id = Arc::as_ptr(slice) as usize;
+        let spent = slice.spent();
+        if d.slice != id {
+            *d = Demand {
+                slice: id,
+                spent,
+                rate: (0.0, 0.0),
+            };
+        }
+        let secs = tick.as_secs_f64();
+        let fresh = (
+            spent.0.saturating_sub(d.spent.0) as f64 / secs,
+            spent.1.saturating_sub(d.spent.1) as f64 / secs,
+        );
+        d.spent = spent;
+        // Smoothing over about four ticks; a demand that stops decays to exactly zero.
+        let smooth = |old: f64, new: f64| {
+            let v = old * 0.75 + new * 0.25;
+            if v < 0.5 {
+                0.0
+            } else {
+                v
+            }
+        };
+        d.rate = (smooth(d.rate.0, fresh.0), smooth(d.rate.1, fresh.1));
+        let horizon = self.settings.slice_horizon.as_secs_f64();
+        let members = f64::from(self.members());
+        let target = |rate: f64, s: Option<crate::budget::RateSpec>| {
+            s.map_or(0, |s| {
+                let cap = ((self.settings.slice_fraction * s.burst as f64 / members) as u64).max(1);
+                ((rate * horizon).ceil() as u64).clamp(1, cap)
+            })
+        };
+        (target(d.rate.0, spec.records), target(d.rate.1, spec.bytes))
+    }
+}

@@ -1,0 +1,117 @@
+//! What cluster mode needs of the shared budget state, whatever keeps it: lease tokens from a
+//! shared pair of buckets, give unspent ones back, and count the members. [`RedisStore`]
+//! (`redis_store`) is the one in production; another store implements [`BudgetStore`] and
+//! changes nothing outside `cluster`.
+//!
+//! [`RedisStore`]: super::RedisStore
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::budget::BudgetSpec;
+
+/// What a lease call answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub records: u64,
+    pub bytes: u64,
+    /// What the shared buckets have left after this call.
+    pub left_records: u64,
+    pub left_bytes: u64,
+    /// Set when the minimum asked for was not there: nothing was granted, and this is how
+    /// long until it would be.
+    pub wait: Option<Duration>,
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// Live members, this one included.
+    pub members: u32,
+    /// This replica's id is held by another process whose entry has not lapsed: this
+    /// heartbeat changed nothing.
+    pub duplicate: bool,
+    /// With `duplicate`: that process's instance id and the heartbeats it has sent. A holder
+    /// whose count moves between two looks is alive; one whose count stands still until its
+    /// entry lapses is gone (killed without leaving).
+    pub holder: Option<(String, u64)>,
+}
+
+/// How many tokens to ask for in each dimension.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ask {
+    pub want: u64,
+    pub min: u64,
+}
+
+/// Why the store did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not connected to Redis yet")]
+    NotConnected,
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Any other failure; `kind` is its metric label (one of [`super::ERROR_KINDS`]).
+    #[error("Redis: {source}")]
+    Failed {
+        kind: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// A closed label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NotConnected => "not_connected",
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Failed { kind, .. } => kind,
+        }
+    }
+}
+
+/// A store call's answer, later.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The shared budget state: one pair of GCRA buckets (records, bytes) per key, and the
+/// members. Every call is atomic on its key, so the state is exact under any number of
+/// replicas.
+pub trait BudgetStore: Send + Sync + std::fmt::Debug {
+    /// Opens the connection (once; after that it reconnects by itself).
+    fn connect(&self) -> StoreFuture<'_, ()>;
+
+    /// The key of a tenant's pair.
+    fn tenant_key(&self, tenant: &str) -> String;
+
+    /// The key of the global pair.
+    fn global_key(&self) -> String;
+
+    /// Takes up to `want` tokens (at least `min`) from the pair at `key`, or nothing.
+    fn lease<'a>(
+        &'a self,
+        key: &'a str,
+        spec: &'a BudgetSpec,
+        records: Ask,
+        bytes: Ask,
+    ) -> StoreFuture<'a, Grant>;
+
+    /// Gives unspent tokens back to the pair at `key`.
+    fn give_back<'a>(
+        &'a self,
+        key: &'a str,
+        spec: &'a BudgetSpec,
+        records: u64,
+        bytes: u64,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Announces replica `id`, held by this process (`instance`), or takes it out (`leave`);
+    /// counts the live members by distinct id.
+    fn heartbeat<'a>(
+        &'a self,
+        id: &'a str,
+        instance: &'a str,
+        ttl: Duration,
+        leave: bool,
+    ) -> StoreFuture<'a, Membership>;
+}

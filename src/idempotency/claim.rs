@@ -1,0 +1,141 @@
+//! A request's hold on its key, and how it ends: an answer stored, the key given up, or
+//! (dropped after its records were sent) the claim left to lapse.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::flight::{Flight, FlightState};
+use super::{Backend, Fingerprint, Idempotency, KeyDigest, StoreOp, StoredAnswer};
+
+/// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
+/// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
+/// records were sent that is a release; after, the claim is left to lapse (the records may
+/// be written: never free the key for a second write).
+#[derive(Debug)]
+pub struct Claim {
+    pub(super) owner: Arc<Idempotency>,
+    pub(super) key: KeyDigest,
+    pub(super) flight: Arc<Flight>,
+    pub(super) sent: bool,
+    pub(super) settled: bool,
+}
+
+impl Claim {
+    /// The request's records are with Kafka: from now on a retry with this fingerprint waits
+    /// for them, and the key is never given up while they may be written.
+    pub fn pending(&mut self, fingerprint: Fingerprint) {
+        self.sent = true;
+        self.flight.set(FlightState::Pending(fingerprint));
+    }
+
+    /// Stores the final answer, then tells whoever waits. In cluster mode the write runs on
+    /// a task of its own, so a request dropped meanwhile (its client gone) still stores it.
+    pub async fn finish(mut self, fingerprint: Fingerprint, answer: StoredAnswer) {
+        self.settled = true;
+        let owner = self.owner.clone();
+        let (key, flight) = (self.key, self.flight.clone());
+        match &owner.backend {
+            Backend::Memory(store) => {
+                // Stored and landed under the flights' lock, so `begin` finds the flight or
+                // the answer, never neither.
+                let (waiting, stored) = {
+                    let mut flights = owner.flights();
+                    if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+                        flights.remove(&key);
+                    }
+                    // Retries attached to this flight each hold it (besides this claim and
+                    // `flight`); no new one can attach now. Only for them is the answer copied.
+                    let waiting = (Arc::strong_count(&flight) > 2).then(|| answer.clone());
+                    (waiting, store.put(key, fingerprint, answer))
+                };
+                if !stored {
+                    owner.stats.store_error(StoreOp::TooLarge);
+                }
+                flight.set(match waiting {
+                    Some(answer) => FlightState::Answered(fingerprint, answer),
+                    None => FlightState::Released,
+                });
+                owner.landed.notify_waiters();
+            }
+            Backend::Shared(_) => {
+                flight.set(FlightState::Answered(fingerprint, answer.clone()));
+                let task = tokio::spawn(async move {
+                    let Backend::Shared(store) = &owner.backend else {
+                        return;
+                    };
+                    let ttl = owner.settings.ttl;
+                    // Retried while the claim is renewed (the flight stays until then), so a
+                    // short Redis outage costs a late write, not a second one.
+                    let mut wait = Duration::from_millis(50);
+                    let give_up = tokio::time::Instant::now() + owner.settings.claim_ttl;
+                    loop {
+                        let token = flight.token;
+                        match store.answer(&key, &token, fingerprint, &answer, ttl).await {
+                            Ok(true) => break,
+                            Ok(false) => {
+                                // The claim lapsed (Redis away longer than claim_ttl) and
+                                // another request holds the key now.
+                                owner.stats.store_error(StoreOp::Store);
+                                tracing::warn!(
+                                    "idempotency: an answer was not stored: the key's claim                                      lapsed and another request holds it; a retry of it may                                      have been processed twice"
+                                );
+                                break;
+                            }
+                            Err(e) => {
+                                owner.stats.store_error(StoreOp::Store);
+                                if tokio::time::Instant::now() + wait > give_up {
+                                    tracing::warn!(error = %e, "idempotency: an answer could \
+                                        not be stored in Redis; a retry may be processed again");
+                                    break;
+                                }
+                                tokio::time::sleep(wait).await;
+                                wait = (wait * 2).min(Duration::from_secs(1));
+                            }
+                        }
+                    }
+                    owner.land(&key, &flight);
+                });
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Gives the key up: nothing is stored, and the next request with it is processed.
+    pub async fn release(mut self) {
+        self.settled = true;
+        self.flight.set(FlightState::Released);
+        let owner = self.owner.clone();
+        owner.land(&self.key, &self.flight);
+        owner.unclaim(self.key, self.flight.token).await;
+    }
+
+    /// The store said the key is not this request's: forget the local flight only.
+    pub(super) fn forget(mut self) {
+        self.settled = true;
+        self.flight.set(FlightState::Released);
+        self.owner.land(&self.key, &self.flight);
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.flight.set(FlightState::Released);
+        self.owner.land(&self.key, &self.flight);
+        if self.sent {
+            // The records may be written and no answer will be stored here: in cluster mode
+            // the claim lapses after claim_ttl (retries get 409 until then).
+            tracing::warn!("idempotency: a request with a key ended before its answer was stored");
+            return;
+        }
+        if let (Backend::Shared(_), Ok(runtime)) =
+            (&self.owner.backend, tokio::runtime::Handle::try_current())
+        {
+            let owner = self.owner.clone();
+            let (key, token) = (self.key, self.flight.token);
+            runtime.spawn(async move { owner.unclaim(key, token).await });
+        }
+    }
+}
