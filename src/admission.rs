@@ -24,7 +24,8 @@ use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal, TooLarge};
 use crate::tenant::Tenant;
 
-mod guards;
+mod adaptive;
+mod lag;
 
 /// The longest wait an adaptive refusal names: the limit is decided again every interval, and
 /// a tenant's demand is remembered (halving every 5 s) while it waits.
@@ -105,7 +106,7 @@ pub struct Admission {
 struct Planned {
     tenant: crate::budget::PendingCharge,
     adaptive: Option<(u64, u64)>,
-    lag: guards::LagCharge,
+    lag: lag::LagCharge,
 }
 
 impl Admission {
@@ -118,121 +119,6 @@ impl Admission {
             adaptive: None,
             lag: None,
         }
-    }
-
-    /// Admission under an adaptive limit: tenants follow the plan in `cell`.
-    pub fn adaptive(mut self, cell: Arc<PlanCell>) -> Self {
-        self.adaptive = Some(cell);
-        self
-    }
-
-    /// Brings the tenant's adaptive bucket to the plan in force, keeping its level.
-    fn follow_plan(&self, tenant: &Tenant, state: &mut crate::tenant::AdmissionState, now: u64) {
-        let Some(cell) = &self.adaptive else {
-            return;
-        };
-        let plan = cell.load();
-        let bucket = &mut state.adaptive;
-        if bucket.epoch == plan.epoch {
-            return;
-        }
-        let share = plan
-            .active
-            .then(|| plan.shares.get(tenant.id.as_str()).copied())
-            .flatten();
-        let new = share.map(|s| s.spec);
-        bucket.tats = match (bucket.spec, new) {
-            (Some(old), Some(new)) => (
-                crate::budget::retarget_tat(&old.records, &new.records, bucket.tats.0, now),
-                crate::budget::retarget_tat(&old.bytes, &new.bytes, bucket.tats.1, now),
-            ),
-            // A limit coming into force starts full.
-            _ => (0, 0),
-        };
-        bucket.spec = new;
-        bucket.class = share.map(|s| s.class).unwrap_or_default();
-        bucket.epoch = plan.epoch;
-    }
-
-    /// The adaptive bucket's say: the TATs to commit, or the refusal.
-    fn adaptive_check(
-        &self,
-        tenant: &Tenant,
-        state: &crate::tenant::AdmissionState,
-        now: u64,
-        charge: Charge,
-    ) -> Result<Option<(u64, u64)>, Denial> {
-        let bucket = &state.adaptive;
-        let Some(spec) = bucket.spec else {
-            return Ok(None);
-        };
-        let take = |s: &Option<crate::budget::RateSpec>, tat: u64, n: u64| match s {
-            None => Ok(tat),
-            // A request larger than the share's burst passes when the bucket is full and pays
-            // afterwards (the TAT moves past the burst): a share smaller than a request is
-            // slow for that tenant, never a refusal forever.
-            Some(s) if n > s.burst => {
-                let full_in = s.view(tat, now).full_in_ns;
-                if full_in == 0 {
-                    Ok(s.full_tat(now).saturating_add(n))
-                } else {
-                    Err(full_in)
-                }
-            }
-            Some(s) => s.try_take(tat, now, n),
-        };
-        let records = take(&spec.records, bucket.tats.0, charge.records);
-        let bytes = take(&spec.bytes, bucket.tats.1, charge.bytes);
-        let own_wait = match (records, bytes) {
-            (Ok(r), Ok(b)) => return Ok(Some((r, b))),
-            (Err(r), Err(b)) => r.max(b),
-            (Err(w), Ok(_)) | (Ok(_), Err(w)) => w,
-        };
-        let wait_ns = self.adaptive_wait(tenant, &spec, now, charge, own_wait);
-        Err(Denial::Refused(Refusal {
-            reason: Reason::Adaptive,
-            retry_after: Duration::from_nanos(wait_ns),
-            class: Some(bucket.class.as_str()),
-            lag: None,
-        }))
-    }
-
-    /// The wait an adaptive refusal names. The share it was refused by may be far below what
-    /// the tenant's class would give it (its weight's part, `Share::claimed`) — a share that
-    /// follows demand is small for a tenant that just started or waited — so the wait is the
-    /// one at that rate (but not before the next plan: the share cannot change sooner), never
-    /// more than the share's own wait, and at most [`MAX_ADAPTIVE_WAIT`], so a client that
-    /// honours it comes back while its demand is remembered.
-    fn adaptive_wait(
-        &self,
-        tenant: &Tenant,
-        spec: &BudgetSpec,
-        now: u64,
-        charge: Charge,
-        own_ns: u64,
-    ) -> u64 {
-        let at = |rate: Option<u64>, n: u64| {
-            rate.filter(|r| *r > 0)
-                .map(|r| (u128::from(n) * 1_000_000_000 / u128::from(r)) as f64)
-        };
-        let claimed = self.adaptive.as_ref().and_then(|cell| {
-            let plan = cell.load();
-            let share = plan.shares.get(tenant.id.as_str())?;
-            let more = |own: Option<crate::budget::RateSpec>, claimed: Option<u64>| {
-                claimed.unwrap_or(0) > own.map_or(0, |s| s.per_sec)
-            };
-            if !(more(spec.records, share.claimed.0) || more(spec.bytes, share.claimed.1)) {
-                return None;
-            }
-            let wait = at(share.claimed.0, charge.records)
-                .into_iter()
-                .chain(at(share.claimed.1, charge.bytes))
-                .fold(0.0, f64::max)
-                .min(u64::MAX as f64) as u64;
-            Some(wait.max(plan.next_ns.saturating_sub(now)))
-        });
-        let wait = claimed.map_or(own_ns, |c| c.min(own_ns));
-        wait.clamp(1, MAX_ADAPTIVE_WAIT.as_nanos() as u64)
     }
 
     /// Admission for a cluster member: buckets follow `sharing`.
@@ -470,14 +356,14 @@ impl Admission {
         {
             // Refused before its records are counted: count what this tenant's requests
             // usually hold, so the next split sees the demand the limit held back.
-            tenant.stats().offered(guards::typical_records(tenant), 0);
+            tenant.stats().offered(lag::typical_records(tenant), 0);
             return Err(r);
         }
         if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
             // Refused before its records are counted: count what this tenant's requests
             // usually hold, so the next split and the guard's release rule see the demand the
             // cap holds back (the plan is already followed: nothing moves).
-            let typical = guards::typical_records(tenant);
+            let typical = lag::typical_records(tenant);
             self.follow_lag(tenant, &mut state, topic, now, typical);
             tenant.stats().offered(1, 0);
             return Err(r);

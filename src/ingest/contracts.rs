@@ -70,26 +70,19 @@ impl Ingest {
             Some(n) => n.take_wanted(&records)?,
             None => Vec::new(),
         };
-        if !self.schemas.applies(topic, &wanted) {
-            drop(records);
-            return Ok(arena);
-        }
         let mut out = RecordArena::default();
         let before = hold.bytes();
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
         let mut lookups = Lookups::per_request();
-        for (i, r) in records.iter().enumerate() {
-            let converted = match self
-                .convert_record(tenant, topic, i, r, wanted.get(i), &mut lookups)
-                .await
-            {
+        let keep = |i: usize, converted: Result<ConvertedRecord, ApiError>| {
+            let converted = match converted {
                 Ok(c) => c,
                 Err(error) => {
                     // A batch reports the record in its place and writes the others.
                     let status = error.status().as_u16();
                     if format.record.fail_record(i, status, error.detail()) {
-                        continue;
+                        return Ok(());
                     }
                     return Err(error);
                 }
@@ -106,6 +99,19 @@ impl Ingest {
                 }
                 grown += step;
             }
+            Ok(())
+        };
+        let to_convert = ToConvert {
+            records: &records,
+            wanted: &wanted,
+            first: 0,
+        };
+        if !self
+            .convert_each(tenant, topic, to_convert, &mut lookups, keep)
+            .await?
+        {
+            drop(records);
+            return Ok(arena);
         }
         if let Some(n) = notes {
             n.used_ids(key_id, value_id);
@@ -118,8 +124,39 @@ impl Ingest {
         Ok(out)
     }
 
+    /// The schema step over some records, the one loop every path shares: each record's key
+    /// and value in their schemas, handed in order (with its index among `records`) to
+    /// `keep`, whose error ends the step. `false`, and nothing handed, when no record wants a
+    /// schema and the topic has no contract: the records pass untouched, at no cost.
+    pub(super) async fn convert_each(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        records: ToConvert<'_, '_>,
+        lookups: &mut Lookups,
+        mut keep: impl FnMut(usize, Result<ConvertedRecord, ApiError>) -> Result<(), ApiError>,
+    ) -> Result<bool, ApiError> {
+        if !self.schemas.applies(topic, records.wanted) {
+            return Ok(false);
+        }
+        for (i, r) in records.records.iter().enumerate() {
+            let converted = self
+                .convert_record(
+                    tenant,
+                    topic,
+                    records.first + i,
+                    r,
+                    records.wanted.get(i),
+                    lookups,
+                )
+                .await;
+            keep(i, converted)?;
+        }
+        Ok(true)
+    }
+
     /// Record `index` in its schemas, or its error (counted when the data did not fit).
-    pub async fn convert_record(
+    async fn convert_record(
         &self,
         tenant: &Tenant,
         topic: &Topic,
@@ -180,8 +217,16 @@ impl Ingest {
     }
 }
 
+/// Records for the schema step: the records, what each wants (in record order), and the number
+/// the first has in errors (a stream's records are numbered from the stream's start).
+pub(super) struct ToConvert<'r, 'a> {
+    pub records: &'r [Record<'a>],
+    pub wanted: &'r [Wanted],
+    pub first: usize,
+}
+
 /// A record in its schemas, and the schema ids it was written with.
-pub struct ConvertedRecord {
+pub(super) struct ConvertedRecord {
     pub record: Record<'static>,
     pub key_id: Option<u32>,
     pub value_id: Option<u32>,

@@ -1,0 +1,114 @@
+//! The steps that can refuse a request before its body is read — who the caller is, whether
+//! its credential and tenant may write the topic, whether one record could be admitted at
+//! all — and, once the records are known, whether the topic and their partitions exist.
+
+use axum::http::HeaderMap;
+
+use super::refused;
+use crate::credential::{Caller, Identity};
+use crate::identity::Topic;
+use crate::kafka::TopicInfo;
+use crate::outcome::ApiError;
+use crate::record::Record;
+use crate::tenant::Tenant;
+use std::sync::Arc;
+
+use super::Ingest;
+
+impl Ingest {
+    /// The tenant the request's credential belongs to (see [`Ingest::identify`]).
+    pub async fn authenticate(
+        &self,
+        peer: Caller,
+        headers: &HeaderMap,
+    ) -> Result<Arc<Tenant>, ApiError> {
+        self.identify(&peer, headers).await.map(|who| who.tenant)
+    }
+
+    /// Who the request is: its API key, JWT or client certificate, as
+    /// [`Authenticator::identify`] decides. A valid credential is never refused for its
+    /// address's failed authentications; a failing request from an address with too many
+    /// recent failures is answered 429 instead of 401/403, and every failure is counted
+    /// against the client's address (behind trusted proxies, the address they forwarded for):
+    /// decided and counted in one step, so concurrent failures cannot slip past the count.
+    pub async fn identify(&self, peer: &Caller, headers: &HeaderMap) -> Result<Identity, ApiError> {
+        let failure = match self.auth.identify(&self.tenants, peer, headers).await {
+            Ok(who) => return Ok(who),
+            Err(e) if !e.is_failure() => return Err(ApiError::Auth(e)),
+            Err(crate::credential::AuthError::Unauthorized) => ApiError::Unauthorized,
+            Err(e) => ApiError::Auth(e),
+        };
+        let Some(client) = peer.ip.map(|p| self.proxies.client(p, headers)) else {
+            return Err(failure);
+        };
+        // Decided and counted in one step, so concurrent failures cannot slip past the count.
+        match self.failures.fail(client) {
+            Some(wait) => Err(ApiError::AuthFailures(wait)),
+            None => Err(failure),
+        }
+    }
+
+    /// The topic, if it is a legal Kafka name the tenant may write: not an internal topic,
+    /// and within the tenant's patterns.
+    pub fn topic(&self, tenant: &Tenant, name: &str) -> Result<Topic, ApiError> {
+        let topic = Topic::parse(name).map_err(ApiError::InvalidTopic)?;
+        if self.internal.contains(&topic) {
+            return Err(ApiError::InternalTopic(topic.as_str().to_string()));
+        }
+        if !tenant.may_write(&topic) {
+            return Err(ApiError::ForbiddenTopic(topic.as_str().to_string()));
+        }
+        Ok(topic)
+    }
+
+    /// Before the body is read: is it too large to accept, and could the tenant be admitted
+    /// with one record and the declared length in bytes (which bounds the record bytes from
+    /// above)? Charges nothing.
+    pub fn early_check(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        declared: Option<u64>,
+    ) -> Result<(), ApiError> {
+        if declared.is_some_and(|n| n > self.max_body_bytes) {
+            return Err(ApiError::BodyTooLarge {
+                limit: self.max_body_bytes,
+            });
+        }
+        self.admission
+            .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
+            .map_err(|refusal| refused(tenant, refusal))
+    }
+
+    /// Does the topic exist, and does every record's partition?
+    pub async fn check_topic(&self, topic: &Topic, records: &[Record<'_>]) -> Result<(), ApiError> {
+        let partitions = match self
+            .catalog
+            .lookup(topic.as_str())
+            .await
+            .map_err(ApiError::KafkaUnavailable)?
+        {
+            TopicInfo::Missing => return Err(ApiError::UnknownTopic(topic.as_str().to_string())),
+            TopicInfo::Exists { partitions } => partitions,
+        };
+        for (i, r) in records.iter().enumerate() {
+            if let Some(p) = r.partition.filter(|p| *p as u32 >= partitions) {
+                return Err(ApiError::UnknownPartition(format!(
+                    "record {i}: partition {p} does not exist (the topic has {partitions})"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A credential's own limits on the topic (a JWT's topics claim), checked right after
+/// authentication; a name that is not a legal topic is left to the topic step to report.
+pub(super) fn credential_allows(who: &Identity, name: &str) -> Result<(), ApiError> {
+    match Topic::parse(name) {
+        Ok(topic) if !who.credential_allows(&topic) => {
+            Err(ApiError::ForbiddenTopic(topic.as_str().to_string()))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,224 @@
+//! Reading a request's body: decoded as it arrives, held against the body budget, checked
+//! against the tenant's budgets after every chunk, and cut short the moment it cannot be
+//! admitted. A request refused early has its body drained if small, or read on for a moment
+//! (lingering), so the client hears the answer rather than a reset.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use http_body_util::BodyExt;
+
+use super::{refused, Answer, BodyFormat, Ingest, ProduceRequest};
+use crate::body::{BodyError, Decoder, RecordArena};
+use crate::body_budget::{BodyHold, Cut};
+use crate::idempotency::Fingerprinter;
+use crate::identity::Topic;
+use crate::outcome::ApiError;
+use crate::record::Charge;
+use crate::refusal::{Denial, Reason, Refusal};
+use crate::tenant::Tenant;
+
+impl Ingest {
+    /// Reads and decodes the body as it arrives, within `max_body_bytes` and
+    /// `body_read_timeout`, held against the body budget (the declared length is reserved
+    /// before the first byte is read, a chunked body's chunks as they arrive; the hold is given
+    /// back when dropped). After every chunk the records decoded so far are checked against
+    /// the tenant's budgets, its buffer share and the buffer: the moment they cannot be
+    /// admitted, the request is refused and the rest of the body is never read.
+    ///
+    /// A tenant's bodies together may hold at most its `max_buffer_share` of the budget. An
+    /// upload refused before its end is read on (and discarded) for a moment after the answer
+    /// is sent — see [`linger`] — so the client sees the answer instead of a reset.
+    pub async fn read_records(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        mut body: Body,
+        declared: Option<u64>,
+        format: BodyFormat<'_>,
+        print: Option<&mut Fingerprinter>,
+    ) -> Result<(RecordArena, BodyHold), ApiError> {
+        let mut hold = self
+            .body_budget
+            .hold(tenant.body_bytes.clone(), tenant.buffer_share());
+        match self
+            .decode_body(tenant, topic, &mut body, &mut hold, declared, format, print)
+            .await
+        {
+            Ok(arena) => Ok((arena, hold)),
+            Err(e) => {
+                drop(hold);
+                linger(body);
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)] // one call site: the request's parts, passed through
+    async fn decode_body(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        body: &mut Body,
+        hold: &mut BodyHold,
+        declared: Option<u64>,
+        format: BodyFormat<'_>,
+        mut print: Option<&mut Fingerprinter>,
+    ) -> Result<RecordArena, ApiError> {
+        if !hold.grow(declared.unwrap_or(0)) {
+            return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
+        }
+        let mut bounds = self.bounds.clone();
+        if let Some(max) = format.max_records {
+            bounds.max_records_per_request = bounds.max_records_per_request.min(max);
+        }
+        let mut decoder = Decoder::new(format.framing, format.record, &bounds);
+        let deadline = tokio::time::Instant::now() + self.body_read_timeout;
+        let mut received = 0u64;
+        let mut checked = Charge::default();
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return Err(ApiError::BodyTimeout),
+                Ok(None) => {
+                    if let Some(print) = print.as_deref_mut() {
+                        print.body_complete();
+                    }
+                    break;
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(ApiError::Malformed(format!(
+                        "the body could not be read: {e}"
+                    )))
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if let Some(print) = print.as_deref_mut() {
+                print.update(&data);
+            }
+            received += data.len() as u64;
+            if received > self.max_body_bytes {
+                let limit = self.max_body_bytes;
+                return Err(self.cut_short(Cut::BodyTooLarge, ApiError::BodyTooLarge { limit }));
+            }
+            if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
+                return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
+            }
+            let charge = decoder
+                .push(&data)
+                .map_err(|e| self.cut_short(cut_for(&e), e.into()))?;
+
+            if charge.records > checked.records {
+                checked = charge;
+                if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
+                    let cut = match denial {
+                        Denial::Refused(_) => {
+                            tenant.stats().refused_records(charge.records);
+                            Cut::RateLimited
+                        }
+                        Denial::TooLarge(_) => Cut::ExceedsBurst,
+                    };
+                    return Err(self.cut_short(cut, self.denied(tenant, denial)));
+                }
+            }
+        }
+        Ok(decoder.finish()?)
+    }
+
+    pub(super) fn busy(&self, tenant: &Tenant) -> ApiError {
+        let retry_after = self.body_budget.retry_hint();
+        refused(
+            tenant,
+            Refusal {
+                reason: Reason::ServerBusy,
+                retry_after,
+                class: None,
+                lag: None,
+            },
+        )
+    }
+
+    /// Counts an upload answered before its body was read to the end.
+    pub(super) fn cut_short(&self, cut: Cut, error: ApiError) -> ApiError {
+        self.body_budget.count_cut_short(cut);
+        error
+    }
+}
+
+fn cut_for(e: &BodyError) -> Cut {
+    match e {
+        BodyError::Malformed(_)
+        | BodyError::Invalid(_)
+        | BodyError::NoRecords
+        | BodyError::EntryId(_) => Cut::Malformed,
+        BodyError::TooManyRecords { .. } => Cut::TooManyRecords,
+        BodyError::RecordTooLarge(_) => Cut::RecordTooLarge,
+    }
+}
+
+/// After an answer given before the body's end, how much of the rest is read and discarded,
+/// and for how long at most.
+const LINGER_BYTES: u64 = 1024 * 1024;
+
+const LINGER_TIME: Duration = Duration::from_secs(1);
+
+/// A client still sending when we answer may get a connection reset before it reads the answer
+/// if we close with its data unread (as every server that stops reading risks). So the rest of
+/// the body is read and dropped in the background for a moment (at most [`LINGER_BYTES`] and
+/// [`LINGER_TIME`], like nginx's lingering close), while the answer goes out; then the
+/// connection closes. Nothing read here is kept.
+fn linger(mut body: Body) {
+    use axum::body::HttpBody as _;
+    if body.is_end_stream() {
+        return;
+    }
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + LINGER_TIME;
+        let mut read = 0u64;
+        while read < LINGER_BYTES {
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    read += frame.data_ref().map_or(0, |d| d.len() as u64);
+                }
+                _ => break,
+            }
+        }
+    });
+}
+
+/// A refusal decided before the body is read (credential, topic, format, key): the body is
+/// drained if small, as after the early check, then the refusal answered.
+pub(super) async fn refused_unread(e: ApiError, request: ProduceRequest<'_>) -> Answer {
+    drain_if_small(declared_length(request.headers), request.body).await;
+    e.into()
+}
+
+/// An HTTP/1.1 connection whose request body was not read cannot carry another request, so an
+/// early refusal would cost the client a new connection (and a TLS handshake) for every
+/// refusal. On HTTP/2 a request body dropped unread resets its stream, and the reset can
+/// overtake the answer (curl: "stream error in the HTTP/2 framing layer", no status at all). A small body that has already arrived — the common case — is read and dropped; a
+/// large or slow one is not waited for, and its connection closes.
+pub(super) async fn drain_if_small(declared: Option<u64>, body: Body) {
+    if declared.is_some_and(|n| n > DRAIN_MAX_BYTES) {
+        return;
+    }
+    // Undeclared (chunked, or an HTTP/2 body without content-length): read while it stays
+    // small, as a declared small one is.
+    let limited = http_body_util::Limited::new(body, DRAIN_MAX_BYTES as usize);
+    let _ = tokio::time::timeout(DRAIN_WAIT, limited.collect()).await;
+}
+
+/// Largest declared body that is drained after an early refusal.
+const DRAIN_MAX_BYTES: u64 = 16 * 1024;
+
+/// How long draining may delay an early refusal.
+const DRAIN_WAIT: Duration = Duration::from_millis(5);
+
+pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}

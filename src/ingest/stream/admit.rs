@@ -1,0 +1,278 @@
+//! A decoded group of a stream's records through the rest of the pipeline: the schema step
+//! (a record that does not fit is refused alone), the topic's partitions, at most one lease
+//! call for the group, each record admitted on its own, the admitted ones sent as one batch,
+//! and every record's report queued in order.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::memory::cost;
+use super::pump::{Pump, Stopped};
+use super::reports::{Fate, Queued};
+use super::LOOKUPS_REFILL;
+use crate::body::{RecordArena, RecordNotes};
+use crate::buffer::BufferLease;
+use crate::ingest::contracts::{ConvertedRecord, ToConvert};
+use crate::ingest::RecordSchemas;
+use crate::kafka::{Batch, TopicInfo};
+use crate::outcome::ApiError;
+use crate::record::{Charge, Record};
+use crate::refusal::Denial;
+use crate::schema::{Lookups, Wanted};
+
+impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
+    /// Admits each decoded record on its own, sends the admitted ones as one batch, and queues
+    /// every record's report in order.
+    pub(super) async fn admit_decoded(&mut self) -> Result<(), Stopped> {
+        if let Err(e) = self.recheck() {
+            return Err(Some(e));
+        }
+        let arena = self.decoder.take_decoded();
+        let notes = self.decoder.parser().take_notes();
+        // A stream's parser names each record's schema itself (it cannot refuse the lot).
+        let wanted = self
+            .decoder
+            .parser()
+            .take_wanted(&arena.records())
+            .unwrap_or_default();
+        // The stream's registry calls come back once a minute: a long stream re-reads a
+        // subject's latest schema as it is refreshed, a flood of new schemas stays bounded.
+        if self.lookups_since.elapsed() >= LOOKUPS_REFILL {
+            self.lookups = Lookups::per_request();
+            self.lookups_since = Instant::now();
+        }
+        let mut lookups = std::mem::replace(&mut self.lookups, Lookups::none());
+        let (batch, fates) = self.admit(&arena, &wanted, &mut lookups).await;
+        self.lookups = lookups;
+        self.numbered += notes.len();
+        let mut queued = 0u64;
+        let mut last: Option<Arc<ApiError>> = None;
+        let mut entries = Vec::with_capacity(fates.len());
+        for (fate, note) in fates.into_iter().zip(notes) {
+            let mut entry_cost = cost::<P::Note>(None);
+            let fate = match fate {
+                Ok(index) => match &batch {
+                    Some(batch) => Fate::Sent {
+                        batch: batch.clone(),
+                        index,
+                    },
+                    // Admitted records are always sent together; unreachable in practice.
+                    None => Fate::Refused(Arc::new(ApiError::KafkaUnavailable(
+                        "the record was not sent".into(),
+                    ))),
+                },
+                Err(error) => {
+                    let shared = last.as_ref().filter(|l| same_refusal(l, &error)).cloned();
+                    let error = shared.unwrap_or_else(|| {
+                        entry_cost = cost::<P::Note>(Some(&error));
+                        Arc::new(error)
+                    });
+                    last = Some(error.clone());
+                    Fate::Refused(error)
+                }
+            };
+            queued += u64::from(entry_cost);
+            entries.push(Queued::Record {
+                fate,
+                note,
+                cost: entry_cost,
+            });
+        }
+        drop(arena);
+        // What was reserved for the decoded records is now the queue's (never more).
+        self.memory
+            .set(self.decoder.footprint() + self.rest.len(), queued);
+        for entry in entries {
+            if self.queue.try_send(entry).is_err() {
+                return Err(None); // the client went away (room was checked before decoding)
+            }
+        }
+        Ok(())
+    }
+
+    /// Each record's fate: its index in the batch sent, or why it was refused.
+    async fn admit(
+        &self,
+        arena: &RecordArena,
+        wanted: &[Wanted],
+        lookups: &mut Lookups,
+    ) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
+        let records = arena.records();
+        if records.is_empty() {
+            return (None, Vec::new());
+        }
+        let mut converted = self.convert(&records, wanted, lookups).await;
+        let partitions = self.partitions().await;
+        let mut leases = self.lease_group(arena, &converted).await;
+        let mut lease: Option<BufferLease> = None;
+        let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
+        let mut fates = Vec::with_capacity(records.len());
+        for (i, record) in records.into_iter().enumerate() {
+            let record = match converted.get_mut(i).and_then(Option::take) {
+                None => Ok(record),
+                Some(c) => c,
+            };
+            let fate = self.admit_record(&partitions, record, &mut leases).await;
+            fates.push(fate.map(|(taken, record)| {
+                match lease.as_mut() {
+                    None => lease = Some(taken),
+                    // Same buffer, same tenant: always absorbed; were it not, its space is
+                    // given back here, and the record still travels under the group's lease.
+                    Some(held) => drop(held.absorb(taken)),
+                }
+                admitted.push(record);
+                (admitted.len() - 1) as u32
+            }));
+        }
+        let ingest = &self.ingest;
+        let batch = lease.map(|lease| ingest.send(&self.tenant, &self.topic, &admitted, lease));
+        (batch, fates)
+    }
+
+    /// The schema step, record by record: a record that does not fit is refused alone. Empty
+    /// when the step does not apply (the records go as they are).
+    async fn convert(
+        &self,
+        records: &[Record<'_>],
+        wanted: &[Wanted],
+        lookups: &mut Lookups,
+    ) -> Vec<Option<Result<Record<'static>, ApiError>>> {
+        let mut converted = Vec::new();
+        // What the records become is held against the stream's share of the body budget
+        // while they wait to be sent, on top of the records decoded.
+        let base = usize::try_from(self.memory.decoding()).unwrap_or(usize::MAX);
+        let mut extra = 0usize;
+        let keep = |_, c: Result<ConvertedRecord, ApiError>| {
+            let c = c.and_then(|c| {
+                let size = usize::try_from(c.record.size()).unwrap_or(usize::MAX);
+                if self
+                    .memory
+                    .set(base.saturating_add(extra).saturating_add(size), 0)
+                {
+                    extra += size;
+                    Ok(c)
+                } else {
+                    Err(self.busy())
+                }
+            });
+            converted.push(Some(c.map(|c| c.record)));
+            Ok(())
+        };
+        let to_convert = ToConvert {
+            records,
+            wanted,
+            first: self.numbered,
+        };
+        // `keep` never fails: what fails is a record's own, and refuses that record alone.
+        let _ = self
+            .ingest
+            .convert_each(&self.tenant, &self.topic, to_convert, lookups, keep)
+            .await;
+        converted
+    }
+
+    /// The topic's partitions, or why they are not known (then every record's refusal).
+    async fn partitions(&self) -> Result<u32, ApiError> {
+        match self.ingest.catalog.lookup(self.topic.as_str()).await {
+            Ok(TopicInfo::Exists { partitions }) => Ok(partitions),
+            Ok(TopicInfo::Missing) => Err(ApiError::UnknownTopic(self.topic.as_str().into())),
+            Err(e) => Err(ApiError::KafkaUnavailable(e)),
+        }
+    }
+
+    /// One lease call for the whole group, at most, made up front for all of it (what the
+    /// slices lack for the group, taken in part if Redis has less): the group's records are
+    /// then admitted one by one from the slices, and a stream far over its budget costs Redis
+    /// nothing per record. The lease calls the records may still make: none once it is made.
+    async fn lease_group(
+        &self,
+        arena: &RecordArena,
+        converted: &[Option<Result<Record<'static>, ApiError>>],
+    ) -> u32 {
+        let ingest = &self.ingest;
+        let Some(cluster) = &ingest.cluster else {
+            return 1;
+        };
+        let group = if converted.is_empty() {
+            arena.charge()
+        } else {
+            let mut charge = Charge::default();
+            for c in converted.iter().flatten().flatten() {
+                charge.records += 1;
+                charge.bytes += c.size();
+            }
+            charge
+        };
+        let need = ingest
+            .admission
+            .lease_need(&self.tenant, Some(&self.topic), group);
+        let Some(need) = need else {
+            return 1;
+        };
+        // A refusal here (Redis has nothing) is what each record's check then says.
+        let _ = cluster.lease_for(&self.tenant, need).await;
+        0
+    }
+
+    /// One record after the schema step: refused for what the step or the topic said (a
+    /// partition the topic does not have), or admitted, with its lease.
+    async fn admit_record<'r>(
+        &self,
+        partitions: &Result<u32, ApiError>,
+        record: Result<Record<'r>, ApiError>,
+        leases: &mut u32,
+    ) -> Result<(BufferLease, Record<'r>), ApiError> {
+        let record = record?;
+        let n = partitions.as_ref().map_err(Clone::clone)?;
+        if let Some(p) = record.partition.filter(|p| *p as u32 >= *n) {
+            return Err(ApiError::UnknownPartition(format!(
+                "partition {p} does not exist (the topic has {n})"
+            )));
+        }
+        let taken = self.admit_one(&record, leases).await?;
+        Ok((taken, record))
+    }
+
+    /// One record: checked against every budget first (a record the tenant's own budgets
+    /// refuse is not demand and costs no lease call), then admitted.
+    async fn admit_one(
+        &self,
+        record: &Record<'_>,
+        leases: &mut u32,
+    ) -> Result<BufferLease, ApiError> {
+        let ingest = &self.ingest;
+        let charge = Charge::of(std::slice::from_ref(record));
+        if let Err(denial) = ingest
+            .admission
+            .check_to(&self.tenant, Some(&self.topic), charge)
+        {
+            if let Denial::Refused(r) = &denial {
+                self.tenant.stats().refused_records(1);
+                // Refused by a limit below the tenant's own budget: it is demand that limit
+                // should see.
+                if matches!(
+                    r.reason,
+                    crate::refusal::Reason::Adaptive | crate::refusal::Reason::ConsumerLag
+                ) {
+                    self.tenant.stats().offered(charge.records, charge.bytes);
+                }
+            }
+            return Err(ingest.denied(&self.tenant, denial));
+        }
+        ingest
+            .admit_with(&self.tenant, &self.topic, charge, leases)
+            .await
+    }
+}
+
+/// Two refusals a report may share: the same error, or the same kind of 429 (the first one's
+/// wait is never shorter than a later one's: a refused record takes no tokens).
+fn same_refusal(a: &ApiError, b: &ApiError) -> bool {
+    match (a, b) {
+        (ApiError::RateLimited(x), ApiError::RateLimited(y)) => {
+            x.reason == y.reason && x.class == y.class && x.lag == y.lag
+        }
+        _ => a == b,
+    }
+}
