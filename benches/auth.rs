@@ -18,7 +18,7 @@ use floodgate::budget::{Clock as _, MonotonicClock};
 use floodgate::config::{AuthConfig, JwtIssuerConfig, TenantConfig};
 use floodgate::credential::{Authenticator, Caller};
 use floodgate::identity::ApiKeyHash;
-use floodgate::tenant::{Registry, Tenants};
+use floodgate::tenant::{Directory, Tenants};
 use idp::Signer;
 use serde_json::json;
 
@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
     let now = clock.unix_s();
     let auth = Authenticator::new(&config, clock.clone()).expect("authenticator");
     let tenants = Tenants::new(
-        Registry::from_configs(&[TenantConfig {
+        Directory::from_configs(&[TenantConfig {
             id: "acme".into(),
             api_key_sha256: vec![ApiKeyHash::of_key(KEY).to_hex()],
             topics: vec!["*".into()],

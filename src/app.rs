@@ -52,7 +52,7 @@ pub struct AdminAccess {
     pub token_env: String,
     /// Failed admin authentications per client address (apart from the produce listener's:
     /// bad API keys never lock an operator out).
-    pub failures: Arc<crate::failure_guard::FailureGuard>,
+    pub failures: Arc<crate::auth_failures::AuthFailures>,
 }
 
 /// What the state needs besides the configuration (what the environment would otherwise give).
@@ -132,7 +132,7 @@ impl AppState {
             cluster.as_ref(),
             &kafka_metrics,
         );
-        let body_budget = Arc::new(crate::body_budget::BodyBudget::new(
+        let inflight_bodies = Arc::new(crate::inflight_bodies::InflightBodies::new(
             config.server.max_inflight_body_bytes,
         ));
         let metrics_token = parts::scrape_token(config, metrics_token)?;
@@ -153,7 +153,7 @@ impl AppState {
             bounds: config.limits.clone(),
             max_body_bytes: config.server.max_body_bytes,
             body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
-            body_budget,
+            inflight_bodies,
             failures,
             proxies: parts::proxies(config),
             delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),

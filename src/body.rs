@@ -27,47 +27,19 @@
 
 pub mod arena;
 pub mod confluent;
+mod format;
 pub mod scan;
 pub mod v1;
 mod v1_fast;
 
 pub use crate::record::Record;
 pub use arena::RecordArena;
+pub use format::Format;
 pub use scan::Framing;
 
 use crate::config::RequestBounds;
 use crate::record::Charge;
 use scan::{ScanError, Scanner, Sink, Stop};
-
-/// The `/v1` formats a produce request may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Ndjson,
-}
-
-impl Format {
-    /// The format for a `Content-Type` value, ignoring parameters such as `charset`.
-    pub fn from_content_type(value: &str) -> Option<Self> {
-        let essence = value.split(';').next().unwrap_or("").trim();
-        if essence.eq_ignore_ascii_case("application/json") {
-            Some(Self::Json)
-        } else if essence.eq_ignore_ascii_case("application/x-ndjson")
-            || essence.eq_ignore_ascii_case("application/ndjson")
-        {
-            Some(Self::Ndjson)
-        } else {
-            None
-        }
-    }
-
-    pub fn framing(self) -> Framing {
-        match self {
-            Self::Json => Framing::Envelope("records"),
-            Self::Ndjson => Framing::Lines,
-        }
-    }
-}
 
 /// Deepest nesting accepted inside a `value`: consumers parsing the record with a recursive
 /// decoder would crash on deeper values than serde_json's own limit, so we never accept them.

@@ -38,7 +38,7 @@ use sha2::Digest as _;
 use crate::budget::Clock;
 use crate::config::{AuthConfig, CertName, JwtIssuerConfig};
 use crate::identity::ApiKeyHash;
-use crate::tenant::{Registry, Tenant, Tenants};
+use crate::tenant::{Directory, Tenant, Tenants};
 use crate::tls::ClientCertificate;
 
 use cache::TokenCache;
@@ -271,7 +271,7 @@ impl Authenticator {
 
     fn resolve_certificate(
         &self,
-        registry: &Registry,
+        registry: &Directory,
         cert: &ClientCertificate,
     ) -> Result<Arc<Tenant>, AuthError> {
         if i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX) > cert.not_after_unix {
@@ -306,7 +306,7 @@ impl Authenticator {
             .fold(0, u64::wrapping_add)
     }
 
-    pub fn still_valid(&self, registry: &Registry, identity: &Identity) -> Result<(), AuthError> {
+    pub fn still_valid(&self, registry: &Directory, identity: &Identity) -> Result<(), AuthError> {
         let same = |t: Option<&Arc<Tenant>>| t.is_some_and(|t| Arc::ptr_eq(t, &identity.tenant));
         match &identity.credential {
             Credential::ApiKey(digest) => same(registry.by_digest(digest))

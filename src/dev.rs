@@ -23,13 +23,6 @@ pub enum DevError {
     Random(#[from] getrandom::Error),
 }
 
-/// A new random API key: 32 bytes of OS randomness, hex encoded.
-pub fn random_key(prefix: &str) -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    Ok(format!("{prefix}{}", hex::encode(bytes)))
-}
-
 /// Starts the mock cluster and points `config` at it, with a demo tenant.
 pub fn start(config: &mut Config) -> Result<DevBroker, DevError> {
     let cluster = MockCluster::new(1)?;
@@ -37,7 +30,7 @@ pub fn start(config: &mut Config) -> Result<DevBroker, DevError> {
         cluster.create_topic(topic, *partitions, 1)?;
     }
     config.kafka.bootstrap_servers = cluster.bootstrap_servers();
-    let api_key = random_key("fg_demo_")?;
+    let api_key = crate::identity::random_key("fg_demo_")?;
     config.tenants.retain(|t| t.id != "demo");
     config.tenants.push(TenantConfig {
         id: "demo".into(),

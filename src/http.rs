@@ -5,6 +5,7 @@
 
 mod confluent_v2;
 mod confluent_v3;
+pub mod ratelimit;
 mod v1;
 
 use std::sync::Arc;

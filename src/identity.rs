@@ -78,8 +78,21 @@ impl ApiKeyHash {
     /// found that way from either. What it leaves out is the rest of the digest a state file
     /// carries.
     pub fn key_id(self) -> String {
-        hex::encode(&self.0[..8])
+        key_id(&self.to_hex())
     }
+}
+
+/// A key's id from its digest written in hex, as state files and the admin API hold it (see
+/// [`ApiKeyHash::key_id`]).
+pub fn key_id(digest_hex: &str) -> String {
+    digest_hex.chars().take(16).collect()
+}
+
+/// A new random API key: 32 bytes of OS randomness, hex encoded, after `prefix`.
+pub fn random_key(prefix: &str) -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("{prefix}{}", hex::encode(bytes)))
 }
 
 impl fmt::Debug for ApiKeyHash {

@@ -45,16 +45,16 @@ use axum::response::Response;
 use tracing::Instrument as _;
 
 use crate::admission::Admission;
-use crate::body_budget::BodyBudget;
+use crate::auth_failures::AuthFailures;
 use crate::cluster::Cluster;
 use crate::config::RequestBounds;
 use crate::credential::Authenticator;
-use crate::failure_guard::FailureGuard;
 use crate::idempotency::{Fingerprinter, Idempotency, IdempotencyKey};
 use crate::identity::Topic;
+use crate::inflight_bodies::InflightBodies;
 use crate::kafka::{Batch, KafkaProducer, TopicCatalog};
 use crate::outcome::ApiError;
-pub use crate::tenant::Api;
+pub use crate::record::Api;
 use crate::tenant::{Tenant, Tenants};
 use admit::refused;
 use checks::credential_allows;
@@ -82,9 +82,9 @@ pub struct Ingest {
     pub max_body_bytes: u64,
     pub body_read_timeout: Duration,
     /// Request bodies in memory, over all requests (shared with the metrics).
-    pub body_budget: Arc<BodyBudget>,
+    pub inflight_bodies: Arc<InflightBodies>,
     /// Failed authentications per client address on the produce listener.
-    pub failures: Arc<FailureGuard>,
+    pub failures: Arc<AuthFailures>,
     /// Proxies whose forwarding headers say who the client is.
     pub proxies: crate::forwarded::TrustedProxies,
 

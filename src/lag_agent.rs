@@ -14,14 +14,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::adaptive::allocation::{allocate, Demand};
+use crate::allocation::{allocate, Demand};
 use crate::budget::Clock;
 use crate::config::LagGuardConfig;
 #[cfg(test)]
 use crate::identity::Topic;
 use crate::identity::TopicPatterns;
-use crate::lag::guard::{PartitionOffsets, Phase, Reading};
 use crate::kafka::KafkaOffsets;
+use crate::lag::guard::{PartitionOffsets, Phase, Reading};
 use crate::lag::{GuardPlan, LagPlan, LagPlanCell};
 use crate::tenant::Tenants;
 

@@ -26,9 +26,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::adaptive_agent::AdaptiveAgent;
 use crate::admission::Admission;
-use crate::body_budget::BodyBudget;
+use crate::auth_failures::AuthFailures;
 use crate::cluster::Cluster;
-use crate::failure_guard::FailureGuard;
+use crate::inflight_bodies::InflightBodies;
 use crate::kafka::KafkaMetrics;
 use crate::lag_agent::LagAgent;
 use crate::tenant::Tenants;
@@ -78,8 +78,8 @@ impl Metrics {
         tenants: Arc<Tenants>,
         admission: Arc<Admission>,
         kafka: KafkaMetrics,
-        failures: [Arc<FailureGuard>; 2],
-        bodies: Arc<BodyBudget>,
+        failures: [Arc<AuthFailures>; 2],
+        bodies: Arc<InflightBodies>,
         cluster: Option<Arc<Cluster>>,
         agents: Agents,
     ) -> Self {
@@ -144,8 +144,8 @@ struct LiveCollector {
     tenants: Arc<Tenants>,
     admission: Arc<Admission>,
     kafka: KafkaMetrics,
-    failures: [Arc<FailureGuard>; 2],
-    bodies: Arc<BodyBudget>,
+    failures: [Arc<AuthFailures>; 2],
+    bodies: Arc<InflightBodies>,
     cluster: Option<Arc<Cluster>>,
     agents: Agents,
 }

@@ -96,3 +96,26 @@ mod tests {
         );
     }
 }
+
+/// The API a produce request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// floodgate's own `/v1`.
+    V1,
+    /// Confluent REST Proxy v2.
+    V2,
+    /// Confluent REST Proxy v3 (streams and batches).
+    V3,
+}
+
+impl Api {
+    pub const ALL: [Api; 3] = [Api::V1, Api::V2, Api::V3];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::V1 => "v1",
+            Api::V2 => "v2",
+            Api::V3 => "v3",
+        }
+    }
+}

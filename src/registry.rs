@@ -51,7 +51,7 @@ use shared::Shared;
 
 use crate::budget::{Clock, GlobalBudget};
 use crate::config::{Config, ConfigProblem};
-use crate::tenant::{Registry, Tenants};
+use crate::tenant::{Directory, Tenants};
 
 /// Why the registry could not be opened or saved.
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +138,7 @@ impl RegistryStore {
         if let Some(p) = state.problems().into_iter().next() {
             return Err(RegistryError::Invalid(p));
         }
-        let registry = Registry::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
+        let registry = Directory::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
         let global = GlobalBudget::new(state.global.spec().map_err(RegistryError::Invalid)?);
         global.set_visible_to_tenants(!state.global.hide_from_tenants);
         persistence.save(&state)?;
@@ -171,7 +171,7 @@ impl RegistryStore {
         Self {
             state: tokio::sync::Mutex::new(state),
             backend: Backend::Shared(Box::new(Shared::new(log, replica.to_string(), seed))),
-            tenants: Arc::new(Tenants::new(Registry::default())),
+            tenants: Arc::new(Tenants::new(Directory::default())),
             global: Arc::new(global),
             clock,
         }
@@ -238,7 +238,7 @@ impl RegistryStore {
     fn install(
         &self,
         next: &RegistryState,
-        plan: crate::tenant::RegistryPlan,
+        plan: crate::tenant::DirectoryPlan,
         global: crate::budget::BudgetSpec,
     ) {
         let now = self.clock.now_ns();

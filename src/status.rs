@@ -228,7 +228,7 @@ impl StatusBoard {
     /// The tenants the query asks for, each with its window's rates and its history.
     fn tenant_statuses(
         &self,
-        registry: &crate::tenant::Registry,
+        registry: &crate::tenant::Directory,
         query: &Query,
         span: &Span,
     ) -> Vec<TenantStatus> {

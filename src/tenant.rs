@@ -4,11 +4,11 @@
 //! Layer: domain. Imports configuration and the foundations (`budget`, `buffer`, `identity`,
 //! `refusal`); knows nothing of admission order, Kafka, persistence or HTTP.
 
-mod registry;
+mod directory;
 mod stats;
 
-pub use registry::{Registry, RegistryPlan, Tenants};
-pub use stats::{Api, TenantCounts, TenantStats, Totals, TOTALS};
+pub use directory::{Directory, DirectoryPlan, Tenants};
+pub use stats::{TenantCounts, TenantStats, Totals, TOTALS};
 
 use std::sync::{Arc, OnceLock};
 
@@ -52,7 +52,7 @@ pub struct TenantSettings {
     buffer_share: f64,
     priority: crate::config::Priority,
     /// The configuration they were parsed from, when it is shared: a later plan that finds
-    /// the same one takes the tenant as it is (see [`Registry::plan_next`]).
+    /// the same one takes the tenant as it is (see [`Directory::plan_next`]).
     source: Option<Arc<TenantConfig>>,
 }
 
@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn authenticates_by_key_digest_only() {
-        let registry = Registry::from_configs(&[tenant_config("s3cret")]).expect("valid");
+        let registry = Directory::from_configs(&[tenant_config("s3cret")]).expect("valid");
         assert_eq!(
             registry.authenticate("s3cret").map(|t| t.id.as_str()),
             Some("acme")
@@ -340,7 +340,7 @@ mod tests {
         let mut c = tenant_config("k");
         c.records_per_sec = Some(10);
         c.records_burst = Some(10);
-        let first = Registry::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let first = Directory::from_configs(std::slice::from_ref(&c)).expect("valid");
         let acme = first.get("acme").expect("acme").clone();
         let spent = acme
             .admission_state()
@@ -348,13 +348,13 @@ mod tests {
             .check(0, Charge::new(10, 0))
             .expect("fits");
         acme.admission_state().buckets.commit(spent);
-        let empty = Registry::plan::<TenantConfig>(&[])
+        let empty = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&first, 0);
         assert!(empty.get("acme").is_none(), "deleted");
         assert!(empty.authenticate("k").is_none(), "its key is gone");
         // Back half a second later: the same buckets, 5 records refilled, not a fresh 10.
-        let back = Registry::plan(std::slice::from_ref(&c))
+        let back = Directory::plan(std::slice::from_ref(&c))
             .expect("valid")
             .build(&empty, 500_000_000);
         let again = back.get("acme").expect("acme");
@@ -362,13 +362,13 @@ mod tests {
         let (records, _) = again.admission_state().buckets.view(500_000_000);
         assert_eq!(records.map(|v| v.available), Some(5));
         // Once its buckets would have refilled, a deleted tenant is forgotten.
-        let empty = Registry::plan::<TenantConfig>(&[])
+        let empty = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&first, 0);
-        let later = Registry::plan::<TenantConfig>(&[])
+        let later = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&empty, 2_000_000_000);
-        let fresh = Registry::plan(std::slice::from_ref(&c))
+        let fresh = Directory::plan(std::slice::from_ref(&c))
             .expect("valid")
             .build(&later, 2_000_000_000);
         assert!(!Arc::ptr_eq(fresh.get("acme").expect("acme"), &acme));
@@ -378,10 +378,10 @@ mod tests {
     fn a_plan_that_is_never_built_changes_nothing() {
         let mut c = tenant_config("k");
         c.records_per_sec = Some(10);
-        let registry = Registry::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let registry = Directory::from_configs(std::slice::from_ref(&c)).expect("valid");
         c.records_per_sec = Some(1);
         c.records_burst = Some(1);
-        let _plan = Registry::plan(std::slice::from_ref(&c)).expect("valid");
+        let _plan = Directory::plan(std::slice::from_ref(&c)).expect("valid");
         let (records, _) = registry
             .get("acme")
             .expect("acme")
@@ -393,13 +393,13 @@ mod tests {
 
     #[test]
     fn a_deleted_tenants_counters_stay_in_the_registrys_retired_totals_until_it_returns() {
-        let sum = |r: &Registry| -> u64 {
+        let sum = |r: &Directory| -> u64 {
             r.tenants().map(|t| t.totals()[2]).sum::<u64>() + r.retired()[2]
         };
         let mut c = tenant_config("k");
         c.records_per_sec = Some(10);
         c.records_burst = Some(10);
-        let first = Registry::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let first = Directory::from_configs(std::slice::from_ref(&c)).expect("valid");
         let acme = first.get("acme").expect("acme").clone();
         // Spent buckets: a deleted tenant is remembered until they would have refilled.
         let spent = acme
@@ -410,26 +410,26 @@ mod tests {
         acme.admission_state().buckets.commit(spent);
         acme.stats().admitted(7, 70);
         assert_eq!(sum(&first), 7);
-        let empty = Registry::plan::<TenantConfig>(&[])
+        let empty = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&first, 0);
         assert_eq!(empty.retired()[2], 7, "deleted: its records stay counted");
         assert_eq!(sum(&empty), 7);
         // Back while remembered: the same counters, counted once, as a live tenant's.
-        let back = Registry::plan(std::slice::from_ref(&c))
+        let back = Directory::plan(std::slice::from_ref(&c))
             .expect("valid")
             .build(&empty, 0);
         assert!(Arc::ptr_eq(back.get("acme").expect("acme"), &acme));
         assert_eq!(back.retired()[2], 0);
         assert_eq!(sum(&back), 7);
         // Deleted and forgotten, then made afresh: the old counts stay retired.
-        let gone = Registry::plan::<TenantConfig>(&[])
+        let gone = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&back, 0);
-        let forgotten = Registry::plan::<TenantConfig>(&[])
+        let forgotten = Directory::plan::<TenantConfig>(&[])
             .expect("valid")
             .build(&gone, u64::MAX / 2);
-        let fresh = Registry::plan(std::slice::from_ref(&c))
+        let fresh = Directory::plan(std::slice::from_ref(&c))
             .expect("valid")
             .build(&forgotten, u64::MAX / 2);
         fresh.get("acme").expect("acme").stats().admitted(1, 10);
@@ -445,9 +445,9 @@ mod tests {
         let mut b = tenant_config("kb");
         b.id = "b".into();
         let (a, b) = (Arc::new(a), Arc::new(b));
-        let first = Registry::plan_next(&Registry::default(), &[a.clone(), b.clone()])
+        let first = Directory::plan_next(&Directory::default(), &[a.clone(), b.clone()])
             .expect("valid")
-            .build(&Registry::default(), 0);
+            .build(&Directory::default(), 0);
         let live_a = first.get("a").expect("a").clone();
         assert!(live_a.built_from(&a));
         // b changes (a new Arc): re-parsed and applied; a is the same tenant, untouched.

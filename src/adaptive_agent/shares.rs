@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::signals::Counts;
 use super::{Ceiling, DEMAND_HALF_LIFE_S};
-use crate::adaptive::allocation::{share, Demand};
 use crate::adaptive::Share;
+use crate::allocation::{share, Demand};
 use crate::budget::{BudgetSpec, RateSpec};
 use crate::tenant::Tenant;
 

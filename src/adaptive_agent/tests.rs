@@ -5,12 +5,12 @@ use crate::budget::{BudgetSpec, GlobalBudget, ManualClock};
 use crate::buffer::Buffer;
 use crate::config::TenantConfig;
 use crate::refusal::Reason;
-use crate::tenant::Registry;
+use crate::tenant::Directory;
 
 fn agent(settings: AdaptiveConfig) -> (Arc<AdaptiveAgent>, Arc<ManualClock>) {
     let clock = Arc::new(ManualClock::new());
     let plan = Arc::new(PlanCell::default());
-    let registry = Registry::from_configs(&[] as &[TenantConfig]).expect("no tenants");
+    let registry = Directory::from_configs(&[] as &[TenantConfig]).expect("no tenants");
     let admission = Arc::new(
         Admission::new(
             clock.clone(),
@@ -91,7 +91,7 @@ fn standard(id: &str, rate: u64) -> TenantConfig {
 fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
     let clock = Arc::new(ManualClock::new());
     let plan = Arc::new(PlanCell::default());
-    let registry = Registry::from_configs(&[standard("polite", 1_000), standard("greedy", 1_000)])
+    let registry = Directory::from_configs(&[standard("polite", 1_000), standard("greedy", 1_000)])
         .expect("valid tenants");
     let tenants = Arc::new(Tenants::new(registry));
     let admission = Arc::new(

@@ -53,11 +53,8 @@ fn strip_position(message: &str) -> String {
         .to_string()
 }
 
-/// A key's id: the first 16 hex digits of its unsalted SHA-256 digest (see
-/// `ApiKeyHash::key_id`: it names a key; it does not stop a guessed key being tested).
-pub fn key_id(digest_hex: &str) -> String {
-    digest_hex.chars().take(16).collect()
-}
+/// A key's id: the first 16 hex digits of its unsalted SHA-256 digest.
+pub use crate::identity::key_id;
 
 pub(super) type AppRef = State<Arc<AppState>>;
 

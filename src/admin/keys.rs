@@ -21,7 +21,7 @@ pub async fn issue(
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
 ) -> Result<Response, AdminError> {
-    let key = crate::dev::random_key("fg_").map_err(|e| {
+    let key = crate::identity::random_key("fg_").map_err(|e| {
         tracing::error!(error = %e, "no randomness for a new API key");
         AdminError::StateNotSaved
     })?;

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use super::BuildError;
 use crate::admission::Admission;
+use crate::auth_failures::AuthFailures;
 use crate::budget::Clock;
 use crate::buffer::Buffer;
 use crate::cluster::{Cluster, RedisKeys, RedisStore, Settings};
 use crate::config::Config;
-use crate::failure_guard::FailureGuard;
 use crate::idempotency::Idempotency;
 use crate::ingest::Ingest;
 use crate::kafka::{client_config, KafkaMetrics, KafkaProducer, TopicCatalog};
@@ -25,9 +25,9 @@ use crate::registry::{
 pub(super) fn auth_failures(
     config: &Config,
     clock: &Arc<dyn Clock>,
-) -> (Arc<FailureGuard>, Arc<FailureGuard>) {
+) -> (Arc<AuthFailures>, Arc<AuthFailures>) {
     let guard = || {
-        Arc::new(FailureGuard::new(
+        Arc::new(AuthFailures::new(
             config.server.auth_failures_per_sec,
             config.server.auth_failures_burst,
             clock.clone(),
@@ -198,7 +198,7 @@ pub(super) fn observability(
     registry: &Arc<RegistryStore>,
     controls: &Controls,
     kafka: KafkaMetrics,
-    admin_failures: Arc<FailureGuard>,
+    admin_failures: Arc<AuthFailures>,
     clock: &Arc<dyn Clock>,
 ) -> (Arc<crate::status::StatusBoard>, Metrics) {
     let status = Arc::new(crate::status::StatusBoard::new(
@@ -226,7 +226,7 @@ pub(super) fn observability(
         ingest.admission.clone(),
         kafka,
         [ingest.failures.clone(), admin_failures],
-        ingest.body_budget.clone(),
+        ingest.inflight_bodies.clone(),
         ingest.cluster.clone(),
         agents,
     )

@@ -86,7 +86,7 @@ fn tenant(id: &str, f: impl FnOnce(&mut TenantConfig)) -> TenantConfig {
 }
 
 fn tenants(configs: &[TenantConfig]) -> Tenants {
-    Tenants::new(Registry::from_configs(configs).expect("valid"))
+    Tenants::new(Directory::from_configs(configs).expect("valid"))
 }
 
 fn bearer(token: &str) -> HeaderMap {
@@ -182,7 +182,7 @@ async fn a_streams_token_stops_holding_at_exp_and_when_its_tenant_loses_it() {
         .expect("valid");
     assert_eq!(a.still_valid(&reg.load(), &identity), Ok(()));
     // Deleted tenant: the token belongs to no tenant any more.
-    let empty = Registry::from_configs::<TenantConfig>(&[]).expect("valid");
+    let empty = Directory::from_configs::<TenantConfig>(&[]).expect("valid");
     assert_eq!(
         a.still_valid(&empty, &identity),
         Err(AuthError::UnknownTenant(Method::Jwt))

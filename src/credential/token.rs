@@ -9,7 +9,7 @@ use super::jwks::{Fetched, Lookup};
 use super::{
     jwt, AuthError, Authenticator, Credential, Identity, Method, TokenProblem, VerifiedToken,
 };
-use crate::tenant::{Registry, Tenant, Tenants};
+use crate::tenant::{Directory, Tenant, Tenants};
 
 /// A token's cache entry: the verification, and the tenant it resolved to under a registry
 /// generation (resolved again when the registry changes).
@@ -194,7 +194,7 @@ impl Authenticator {
     /// the issuer's map, else (no map) the tenant whose id is the claim value.
     pub(super) fn resolve_token(
         &self,
-        registry: &Registry,
+        registry: &Directory,
         token: &VerifiedToken,
     ) -> Option<Arc<Tenant>> {
         let issuer = &self.issuers.get(token.issuer)?.config;

@@ -24,13 +24,13 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 use parking_lot::Mutex;
 
+use super::ratelimit;
 use crate::body::confluent::{V2Format, V2Record, V2Side, V2_FRAMING};
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
 use crate::outcome::confluent::{
     error_response, error_with, not_acceptable, v2_produced, V1_MEDIA_TYPE, V2_MEDIA_TYPE,
 };
 use crate::outcome::{ApiError, Produced};
-use crate::ratelimit_headers;
 use crate::record::Record;
 use crate::schema;
 
@@ -325,7 +325,7 @@ async fn produce_to(
         .produce(request, format.map_err(|e| e.clone()))
         .await;
     if let Some(tenant) = tenant {
-        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
 }

@@ -26,6 +26,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::ratelimit;
 use crate::app::AppState;
 use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
@@ -34,7 +35,6 @@ use crate::outcome::confluent::{
     error_response, unknown_cluster, v3_batch_answer, v3_batch_error, V3_MEDIA_TYPE as JSON,
 };
 use crate::outcome::{ApiError, Produced};
-use crate::ratelimit_headers;
 
 pub use stream::produce_records;
 
@@ -296,7 +296,7 @@ pub async fn produce_batch(
     };
     let (tenant, mut response) = app.ingest.produce(request, format).await;
     if let Some(tenant) = tenant {
-        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
 }

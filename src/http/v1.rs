@@ -9,12 +9,12 @@ use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use super::ratelimit;
 use crate::app::AppState;
 use crate::body::v1::V1Record;
 use crate::body::Format;
 use crate::ingest::{Ack, Api, BodyFormat, OwnShapes, ProduceRequest};
 use crate::outcome::ApiError;
-use crate::ratelimit_headers;
 
 /// The route, as registered and as documented in `openapi.json`.
 pub const PRODUCE: &str = "/v1/topics/{topic}/records";
@@ -73,7 +73,7 @@ pub async fn produce(
     let (tenant, mut response) = app.ingest.produce(request, decoder).await;
     // Every answer to an authenticated client says where its buckets stand.
     if let Some(tenant) = tenant {
-        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
 }

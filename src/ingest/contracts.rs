@@ -8,8 +8,8 @@
 use std::borrow::Cow;
 
 use crate::body::RecordArena;
-use crate::body_budget::BodyHold;
 use crate::identity::Topic;
+use crate::inflight_bodies::BodyHold;
 use crate::outcome::ApiError;
 use crate::record::Record;
 use crate::schema::{Failure, Lookups, SchemaError, Wanted};

@@ -11,9 +11,9 @@ use http_body_util::BodyExt;
 
 use super::{refused, Answer, BodyFormat, Ingest, ProduceRequest};
 use crate::body::{BodyError, Decoder, RecordArena};
-use crate::body_budget::{BodyHold, Cut};
 use crate::idempotency::Fingerprinter;
 use crate::identity::Topic;
+use crate::inflight_bodies::{BodyHold, Cut};
 use crate::outcome::ApiError;
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal};
@@ -40,7 +40,7 @@ impl Ingest {
         print: Option<&mut Fingerprinter>,
     ) -> Result<(RecordArena, BodyHold), ApiError> {
         let mut hold = self
-            .body_budget
+            .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         match self
             .decode_body(tenant, topic, &mut body, &mut hold, declared, format, print)
@@ -129,7 +129,7 @@ impl Ingest {
     }
 
     pub(super) fn busy(&self, tenant: &Tenant) -> ApiError {
-        let retry_after = self.body_budget.retry_hint();
+        let retry_after = self.inflight_bodies.retry_hint();
         refused(
             tenant,
             Refusal {
@@ -143,7 +143,7 @@ impl Ingest {
 
     /// Counts an upload answered before its body was read to the end.
     pub(super) fn cut_short(&self, cut: Cut, error: ApiError) -> ApiError {
-        self.body_budget.count_cut_short(cut);
+        self.inflight_bodies.count_cut_short(cut);
         error
     }
 }

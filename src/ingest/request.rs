@@ -12,7 +12,7 @@ use crate::body::{Framing, ParseRecord};
 use crate::credential::Caller;
 use crate::idempotency::StoredAnswer;
 use crate::outcome::{ApiError, Produced};
-use crate::tenant::Api;
+use crate::record::Api;
 
 /// A wire format's body: how its records are framed, and what one record looks like.
 #[derive(Clone, Copy)]

@@ -156,7 +156,7 @@ impl Ingest {
             .map_err(|refusal| refused(tenant, refusal))?;
         self.check_topic(&topic, &[]).await?;
         let hold = self
-            .body_budget
+            .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         let memory = Arc::new(Memory::open(hold).ok_or_else(|| self.busy(tenant))?);
         let max_text = usize::try_from(self.max_body_bytes).unwrap_or(usize::MAX);

@@ -7,7 +7,7 @@ use crate::buffer::Buffer;
 use crate::config::{Priority, TenantConfig};
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason};
-use crate::tenant::Registry;
+use crate::tenant::Directory;
 
 /// Offsets scripted by the test: the next reading, or an error.
 #[derive(Debug)]
@@ -87,7 +87,7 @@ fn rig_with(guard: LagGuardConfig, tenants: &[TenantConfig], members: u32) -> Ri
     clock.advance_ms(1);
     let source = Arc::new(Scripted::default());
     source.set(0, 0);
-    let registry = Registry::from_configs(tenants).expect("valid tenants");
+    let registry = Directory::from_configs(tenants).expect("valid tenants");
     let tenants = Arc::new(Tenants::new(registry));
     let plan = Arc::new(LagPlanCell::default());
     let agent = LagAgent::new(

@@ -12,14 +12,14 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 
 use super::{family, Labels};
+use crate::auth_failures::AuthFailures;
 use crate::credential::Authenticator;
-use crate::failure_guard::FailureGuard;
 
 /// Failed authentications, and requests refused because of them, on the produce and admin
 /// listeners (in that order).
 pub(super) fn encode_failures(
     encoder: &mut DescriptorEncoder,
-    failures: &[Arc<FailureGuard>; 2],
+    failures: &[Arc<AuthFailures>; 2],
 ) -> Result<(), std::fmt::Error> {
     let mut series = Vec::new();
     for (listener, f) in ["produce", "admin"].into_iter().zip(failures) {

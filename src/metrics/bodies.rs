@@ -7,11 +7,11 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 use prometheus_client::registry::Unit;
 
 use super::{family, gauge};
-use crate::body_budget::BodyBudget;
+use crate::inflight_bodies::InflightBodies;
 
 pub(super) fn encode(
     encoder: &mut DescriptorEncoder,
-    bodies: &BodyBudget,
+    bodies: &InflightBodies,
 ) -> Result<(), std::fmt::Error> {
     family(
         encoder,

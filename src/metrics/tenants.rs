@@ -29,9 +29,10 @@ use super::{family, Labels};
 use crate::admission::Admission;
 use crate::config::{MetricsConfig, PerTenant};
 use crate::identity::TenantId;
+use crate::record::Api;
 use crate::refusal::Reason;
 use crate::status::StatusBoard;
-use crate::tenant::{Api, Registry, Tenant, Tenants, Totals, TOTALS};
+use crate::tenant::{Directory, Tenant, Tenants, Totals, TOTALS};
 
 /// The name the tenants without series of their own are summed under.
 pub const OTHER: &str = "_other";
@@ -148,7 +149,7 @@ impl TenantSeries {
     }
 
     /// The tenants with series of their own at this scrape.
-    fn choose(&self, registry: &Registry) -> HashSet<TenantId> {
+    fn choose(&self, registry: &Directory) -> HashSet<TenantId> {
         let everyone = registry.len() <= self.top;
         match self.mode {
             PerTenant::All => registry.tenants().map(|t| t.id.clone()).collect(),
@@ -160,7 +161,7 @@ impl TenantSeries {
 
     /// Each chosen tenant's counts since it got series of its own, and what `_other` sums;
     /// remembers the chosen tenants' baselines for the next scrape.
-    fn count<'a>(&self, registry: &'a Registry, chosen: &HashSet<TenantId>) -> Shown<'a> {
+    fn count<'a>(&self, registry: &'a Directory, chosen: &HashSet<TenantId>) -> Shown<'a> {
         let mut members = self
             .members
             .lock()

@@ -10,11 +10,17 @@
 
 use std::collections::HashMap;
 
-use apache_avro::schema::{Name, Namespace, RecordSchema, Schema, UnionSchema};
+use apache_avro::schema::{EnumSchema, Name, Namespace, RecordSchema, Schema, UnionSchema};
 use serde_json::Value;
 
 use super::pointer::Pointer;
 use super::Mismatch;
+
+mod blocks;
+mod defaults;
+mod values;
+use defaults::take_defaults;
+use values::{branch_name, expected, integer, kind, latin1, mismatch, number, too_large};
 
 /// A parsed Avro schema with every named type it defines, for references.
 #[derive(Debug)]
@@ -114,35 +120,6 @@ struct Walk<'s, 'o> {
     steps: u64,
 }
 
-fn too_large(at: &Pointer, limit: usize) -> Mismatch {
-    mismatch(
-        at,
-        format!("the value is larger than {limit} bytes in its schema (its defaults included)"),
-    )
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn mismatch(at: &Pointer, message: String) -> Mismatch {
-    Mismatch {
-        pointer: at.to_string(),
-        message,
-    }
-}
-
-fn expected(at: &Pointer, what: &str, found: &Value) -> Mismatch {
-    mismatch(at, format!("expected {what}, found {}", kind(found)))
-}
-
 impl Walk<'_, '_> {
     /// Takes `n` steps from the budget: a value visited is one, a search through a large
     /// enum or union costs in proportion (their names are compared one by one).
@@ -172,6 +149,52 @@ impl Walk<'_, '_> {
     fn bytes(&mut self, b: &[u8]) {
         self.long(b.len() as i64);
         self.out.extend_from_slice(b);
+    }
+
+    /// Bytes of a fixed size (a `fixed` or a `duration`), written without a length.
+    fn exact_bytes(
+        &mut self,
+        v: &Value,
+        at: &Pointer,
+        size: usize,
+        what: &str,
+    ) -> Result<(), Mismatch> {
+        let b = latin1(v, at)?;
+        if b.len() != size {
+            return Err(mismatch(
+                at,
+                format!("expected {size} bytes ({what}), found {}", b.len()),
+            ));
+        }
+        self.out.extend_from_slice(&b);
+        Ok(())
+    }
+
+    /// An enum symbol, written as its index: looked up in the enum's map, or (an enum the map
+    /// does not hold) searched, the search charged to the step budget.
+    fn symbol(&mut self, e: &EnumSchema, v: &Value, at: &Pointer) -> Result<(), Mismatch> {
+        let Value::String(s) = v else {
+            return Err(expected(at, "an enum symbol (a string)", v));
+        };
+        let i = match self.enums.get(&e.name).and_then(|m| m.get(s.as_str())) {
+            Some(i) => Some(*i),
+            None => {
+                self.charge(e.symbols.len() as u64 / 8, at)?;
+                e.symbols.iter().position(|sym| sym == s)
+            }
+        };
+        let Some(i) = i else {
+            return Err(mismatch(
+                at,
+                format!(
+                    "{s:?} is not a symbol of enum {} ({})",
+                    e.name.name,
+                    e.symbols.join(", ")
+                ),
+            ));
+        };
+        self.long(i as i64);
+        Ok(())
     }
 
     fn value(
@@ -245,88 +268,11 @@ impl Walk<'_, '_> {
                 Ok(())
             }
             Schema::Decimal(d) => self.value(&d.inner, v, at, ns, depth + 1),
-            Schema::Fixed(f) => {
-                let b = latin1(v, at)?;
-                if b.len() != f.size {
-                    return Err(mismatch(
-                        at,
-                        format!(
-                            "expected {} bytes (fixed {}), found {}",
-                            f.size,
-                            f.name.name,
-                            b.len()
-                        ),
-                    ));
-                }
-                self.out.extend_from_slice(&b);
-                Ok(())
-            }
-            Schema::Duration => {
-                let b = latin1(v, at)?;
-                if b.len() != 12 {
-                    return Err(mismatch(
-                        at,
-                        format!("expected 12 bytes (duration), found {}", b.len()),
-                    ));
-                }
-                self.out.extend_from_slice(&b);
-                Ok(())
-            }
-            Schema::Enum(e) => {
-                let Value::String(s) = v else {
-                    return Err(expected(at, "an enum symbol (a string)", v));
-                };
-                let i = match self.enums.get(&e.name).and_then(|m| m.get(s.as_str())) {
-                    Some(i) => Some(*i),
-                    None => {
-                        self.charge(e.symbols.len() as u64 / 8, at)?;
-                        e.symbols.iter().position(|sym| sym == s)
-                    }
-                };
-                let Some(i) = i else {
-                    return Err(mismatch(
-                        at,
-                        format!(
-                            "{s:?} is not a symbol of enum {} ({})",
-                            e.name.name,
-                            e.symbols.join(", ")
-                        ),
-                    ));
-                };
-                self.long(i as i64);
-                Ok(())
-            }
-            Schema::Array(a) => {
-                let Value::Array(items) = v else {
-                    return Err(expected(at, "an array", v));
-                };
-                if !items.is_empty() {
-                    self.long(items.len() as i64);
-                    for (i, item) in items.iter().enumerate() {
-                        at.push_index(i);
-                        self.value(&a.items, item, at, ns, depth + 1)?;
-                        at.pop();
-                    }
-                }
-                self.long(0);
-                Ok(())
-            }
-            Schema::Map(m) => {
-                let Value::Object(entries) = v else {
-                    return Err(expected(at, "an object (an Avro map)", v));
-                };
-                if !entries.is_empty() {
-                    self.long(entries.len() as i64);
-                    for (k, item) in entries {
-                        self.bytes(k.as_bytes());
-                        at.push(k);
-                        self.value(&m.types, item, at, ns, depth + 1)?;
-                        at.pop();
-                    }
-                }
-                self.long(0);
-                Ok(())
-            }
+            Schema::Fixed(f) => self.exact_bytes(v, at, f.size, &format!("fixed {}", f.name.name)),
+            Schema::Duration => self.exact_bytes(v, at, 12, "duration"),
+            Schema::Enum(e) => self.symbol(e, v, at),
+            Schema::Array(a) => self.array(&a.items, v, at, ns, depth),
+            Schema::Map(m) => self.map(&m.types, v, at, ns, depth),
             Schema::Union(u) => self.union(u, v, at, ns, depth),
             Schema::Record(r) => self.record(r, v, at, depth),
             Schema::Ref { name } => {
@@ -507,137 +453,6 @@ impl Walk<'_, '_> {
             _ => false,
         }
     }
-}
-
-/// Takes every record field's `default` out of a schema's JSON, keyed by the record's full
-/// name (as the specification resolves it: a dotted name is full, else the record's own
-/// `namespace` or the enclosing one) and the field's name.
-fn take_defaults(
-    schema: &mut Value,
-    namespace: Option<&str>,
-    out: &mut HashMap<(String, String), Value>,
-    depth: usize,
-) {
-    if depth > MAX_DEPTH {
-        return;
-    }
-    match schema {
-        Value::Array(branches) => {
-            for b in branches {
-                take_defaults(b, namespace, out, depth + 1);
-            }
-        }
-        Value::Object(o) => {
-            let named = matches!(
-                o.get("type").and_then(Value::as_str),
-                Some("record" | "error" | "enum" | "fixed")
-            );
-            let mut inner = namespace.map(str::to_string);
-            let mut full = None;
-            if named {
-                if let Some(name) = o.get("name").and_then(Value::as_str) {
-                    // A leading dot names the null namespace: apache-avro drops it.
-                    let f = if let Some(bare) = name.strip_prefix('.') {
-                        bare.to_string()
-                    } else if name.contains('.') {
-                        name.to_string()
-                    } else {
-                        match o.get("namespace").and_then(Value::as_str).or(namespace) {
-                            Some(ns) if !ns.is_empty() => format!("{ns}.{name}"),
-                            _ => name.to_string(),
-                        }
-                    };
-                    inner = f.rsplit_once('.').map(|(ns, _)| ns.to_string());
-                    full = Some(f);
-                }
-            }
-            if let (Some(full), Some(Value::Array(fields))) = (&full, o.get_mut("fields")) {
-                for field in fields {
-                    let Value::Object(f) = field else { continue };
-                    let name = f.get("name").and_then(Value::as_str).map(str::to_string);
-                    if let (Some(name), Some(default)) = (name, f.remove("default")) {
-                        out.insert((full.clone(), name), default);
-                    }
-                    if let Some(t) = f.get_mut("type") {
-                        take_defaults(t, inner.as_deref(), out, depth + 1);
-                    }
-                }
-            }
-            for key in ["items", "values"] {
-                if let Some(t) = o.get_mut(key) {
-                    take_defaults(t, inner.as_deref(), out, depth + 1);
-                }
-            }
-            if let Some(t) = o.get_mut("type").filter(|t| !t.is_string()) {
-                take_defaults(t, inner.as_deref(), out, depth + 1);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// A union branch's name in Avro's JSON encoding: the type name, or a named type's full name.
-fn branch_name(schema: &Schema, ns: &Namespace) -> String {
-    match schema {
-        Schema::Null => "null".into(),
-        Schema::Boolean => "boolean".into(),
-        Schema::Int | Schema::Date | Schema::TimeMillis => "int".into(),
-        Schema::Long
-        | Schema::TimeMicros
-        | Schema::TimestampMillis
-        | Schema::TimestampMicros
-        | Schema::TimestampNanos
-        | Schema::LocalTimestampMillis
-        | Schema::LocalTimestampMicros
-        | Schema::LocalTimestampNanos => "long".into(),
-        Schema::Float => "float".into(),
-        Schema::Double => "double".into(),
-        Schema::Bytes | Schema::BigDecimal => "bytes".into(),
-        Schema::String | Schema::Uuid => "string".into(),
-        Schema::Array(_) => "array".into(),
-        Schema::Map(_) => "map".into(),
-        Schema::Record(r) => r.name.fullname(ns.clone()),
-        Schema::Enum(e) => e.name.fullname(ns.clone()),
-        Schema::Fixed(f) => f.name.fullname(ns.clone()),
-        Schema::Decimal(d) => branch_name(&d.inner, ns),
-        Schema::Duration => "fixed".into(),
-        Schema::Ref { name } => name.fullname(ns.clone()),
-        Schema::Union(_) => "union".into(),
-    }
-}
-
-fn integer(v: &Value, at: &Pointer) -> Result<i64, Mismatch> {
-    match v {
-        Value::Number(n) => n
-            .as_i64()
-            .ok_or_else(|| mismatch(at, format!("expected an integer, found {n}"))),
-        _ => Err(expected(at, "an integer", v)),
-    }
-}
-
-fn number(v: &Value, at: &Pointer) -> Result<f64, Mismatch> {
-    match v {
-        Value::Number(n) => n
-            .as_f64()
-            .ok_or_else(|| mismatch(at, format!("{n} is not a number Avro can hold"))),
-        _ => Err(expected(at, "a number", v)),
-    }
-}
-
-/// Avro's JSON encoding of bytes: a string whose code points 0–255 are the bytes.
-fn latin1(v: &Value, at: &Pointer) -> Result<Vec<u8>, Mismatch> {
-    let Value::String(s) = v else {
-        return Err(expected(at, "a string of bytes (code points 0-255)", v));
-    };
-    s.chars()
-        .map(|c| u8::try_from(u32::from(c)))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| {
-            mismatch(
-                at,
-                "bytes are code points 0-255 (Avro's JSON encoding)".into(),
-            )
-        })
 }
 
 #[cfg(test)]

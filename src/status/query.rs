@@ -55,7 +55,7 @@ impl Sort {
 /// The tenants a query asks for: the busiest (by its order) among those with history,
 /// then — when fewer are busy than asked for, or ordered by id — the others by id.
 pub(super) fn choose(
-    registry: &crate::tenant::Registry,
+    registry: &crate::tenant::Directory,
     history: &History,
     query: &Query,
     from: u64,

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::record::Api;
 use crate::refusal::Reason;
 
 #[derive(Debug, Default)]
@@ -24,29 +25,6 @@ pub struct TenantStats {
     rejected: [AtomicU64; Reason::ALL.len()],
     /// Requests per API they came through, indexed like [`Api::ALL`]: (answered 2xx, not).
     by_api: [(AtomicU64, AtomicU64); Api::ALL.len()],
-}
-
-/// The API a produce request came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// floodgate's own `/v1`.
-    V1,
-    /// Confluent REST Proxy v2.
-    V2,
-    /// Confluent REST Proxy v3 (streams and batches).
-    V3,
-}
-
-impl Api {
-    pub const ALL: [Api; 3] = [Api::V1, Api::V2, Api::V3];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Api::V1 => "v1",
-            Api::V2 => "v2",
-            Api::V3 => "v3",
-        }
-    }
 }
 
 /// A tenant's counters as read at one instant.

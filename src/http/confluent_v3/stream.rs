@@ -19,10 +19,10 @@ use tokio::sync::mpsc;
 use super::{cluster_id, error, is_json, other_cluster, JSON};
 use crate::app::AppState;
 use crate::body::confluent::{DataType, V3Record, V3Types};
+use crate::http::ratelimit;
 use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;
 use crate::outcome::confluent::{v3_refusal, v3_report, Described};
-use crate::ratelimit_headers;
 
 /// Settled reports are written together up to this much (held by the stream), so a chunk of
 /// records costs one write rather than one per record.
@@ -70,7 +70,7 @@ pub async fn produce_records(
         Err(e) => error(&e),
     };
     if let Some(tenant) = tenant {
-        ratelimit_headers::insert(response.headers_mut(), &app.ingest.view(&tenant));
+        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
     }
     response
 }

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use super::reports::Queued;
 use super::{FIXED, REFUSAL_DETAIL_MAX};
-use crate::body_budget::BodyHold;
+use crate::inflight_bodies::BodyHold;
 use crate::outcome::ApiError;
 
 /// What one stream holds of the body budget: the report window and its last report (fixed),

@@ -175,7 +175,7 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfinished_record_and_queued_reports_are_held_while_kept_and_given_back() {
     let s = setup(|_| {});
-    let budget = &s.app.ingest.body_budget;
+    let budget = &s.app.ingest.inflight_bodies;
     // A record whose value never ends: its tail is held as it grows.
     let open_record = br#"{"value":{"type":"BINARY","data":""#;
     let (tx, opened) = open(&s.app, "acme-key", open_record).await;
@@ -233,7 +233,7 @@ async fn a_record_longer_than_a_request_may_be_ends_the_stream_while_it_arrives(
         "two records, then the one too long"
     );
     drop(feeder.await);
-    assert_eq!(s.app.ingest.body_budget.held(), 0);
+    assert_eq!(s.app.ingest.inflight_bodies.held(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +257,7 @@ async fn streams_past_the_body_budget_are_refused_server_busy_and_counted() {
         }
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(s.app.ingest.body_budget.held() <= 200 * 1024);
+    assert!(s.app.ingest.inflight_bodies.held() <= 200 * 1024);
     // Streams cut short by the budget end with a 429 server_busy report.
     let mut busy_reports = 0;
     for (tx, reports) in held {
@@ -301,7 +301,7 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
     });
     let (sent, tx) = feeder.await.expect("feeder");
     assert!(sent < 100, "the stream stopped reading: {sent} chunks sent");
-    let held = s.app.ingest.body_budget.held();
+    let held = s.app.ingest.inflight_bodies.held();
     let most = REPORT_WINDOW as u64 + 50 * 200 + 64 * 200 + 1024;
     assert!(
         held <= most,

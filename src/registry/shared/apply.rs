@@ -95,7 +95,7 @@ impl Applier {
                         _ => {}
                     }
                 }
-                crate::tenant::Registry::plan(std::slice::from_ref(&tenant)).map_err(invalid)?;
+                crate::tenant::Directory::plan(std::slice::from_ref(&tenant)).map_err(invalid)?;
                 self.forget_keys(state, id);
                 for digest in tenant.key_digests() {
                     self.owners.insert(digest, id.clone());

@@ -5,7 +5,6 @@
 //! reloads its own file at every test's SIGHUP: the tests that send one take [`SIGHUP`] for
 //! their whole run, and each sees only its own gateways reload.
 
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -22,7 +22,7 @@ const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(10);
 
 #[derive(Debug)]
-pub struct BodyBudget {
+pub struct InflightBodies {
     bytes: Arc<Semaphore>,
     max: u64,
     hold_ewma_ns: AtomicU64,
@@ -69,7 +69,7 @@ impl Cut {
 /// Body bytes held by one request or stream; given back on drop.
 #[derive(Debug)]
 pub struct BodyHold {
-    budget: Arc<BodyBudget>,
+    budget: Arc<InflightBodies>,
     permits: Option<OwnedSemaphorePermit>,
     since: Instant,
     /// The holder's own running total (a tenant's bytes in flight), and its ceiling.
@@ -77,7 +77,7 @@ pub struct BodyHold {
     owner_limit: u64,
 }
 
-impl BodyBudget {
+impl InflightBodies {
     pub fn new(max_bytes: u64) -> Self {
         let max = max_bytes.min(Semaphore::MAX_PERMITS as u64);
         Self {
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn holds_share_one_budget_and_give_it_back() {
-        let budget = Arc::new(BodyBudget::new(100));
+        let budget = Arc::new(InflightBodies::new(100));
         let owner = Arc::new(AtomicU64::new(0));
         let mut a = budget.hold(owner.clone(), 1.0);
         assert!(a.grow(60));
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn one_owner_holds_at_most_its_share() {
-        let budget = Arc::new(BodyBudget::new(100));
+        let budget = Arc::new(InflightBodies::new(100));
         let greedy = Arc::new(AtomicU64::new(0));
         let mut a = budget.hold(greedy.clone(), 0.5);
         assert!(a.grow(50));
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_hold_shrinks_and_grows_again() {
-        let budget = Arc::new(BodyBudget::new(100));
+        let budget = Arc::new(InflightBodies::new(100));
         let owner = Arc::new(AtomicU64::new(0));
         let mut a = budget.hold(owner.clone(), 1.0);
         assert!(a.resize(80));

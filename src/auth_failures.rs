@@ -52,7 +52,7 @@ impl governor::clock::Clock for GovernorClock {
 }
 
 #[derive(Debug)]
-pub struct FailureGuard {
+pub struct AuthFailures {
     limiter: RateLimiter<IpAddr, HashMapStateStore<IpAddr>, GovernorClock, NoOpMiddleware<Nanos>>,
     clock: GovernorClock,
     /// Failing requests answered 401 (counted against their source's allowance), and those
@@ -81,7 +81,7 @@ fn source(ip: IpAddr) -> IpAddr {
     }
 }
 
-impl FailureGuard {
+impl AuthFailures {
     pub fn new(per_sec: u32, burst: u32, clock: Arc<dyn Clock>) -> Self {
         let per_sec = NonZeroU32::new(per_sec).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn a_source_over_its_allowance_is_refused_until_it_refills() {
         let clock = Arc::new(ManualClock::new());
-        let guard = FailureGuard::new(2, 3, clock.clone());
+        let guard = AuthFailures::new(2, 3, clock.clone());
         let bad: IpAddr = "10.0.0.1".parse().expect("ip");
         let other: IpAddr = "10.0.0.2".parse().expect("ip");
         for _ in 0..3 {
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn concurrent_failures_from_one_source_get_exactly_the_burst() {
         let clock = Arc::new(ManualClock::new());
-        let guard = Arc::new(FailureGuard::new(1, 20, clock));
+        let guard = Arc::new(AuthFailures::new(1, 20, clock));
         let bad: IpAddr = "10.0.0.1".parse().expect("ip");
         let barrier = Arc::new(std::sync::Barrier::new(8));
         let threads: Vec<_> = (0..8)
@@ -203,7 +203,7 @@ mod tests {
     #[test]
     fn a_full_table_is_swept_at_most_once_a_second_and_fails_open_meanwhile() {
         let clock = Arc::new(ManualClock::new());
-        let guard = FailureGuard::new(2, 3, clock.clone());
+        let guard = AuthFailures::new(2, 3, clock.clone());
         for i in 0..MAX_SOURCES as u32 {
             assert_eq!(guard.fail(IpAddr::from(i.to_be_bytes())), None);
         }

@@ -1,8 +1,8 @@
 //! The registry of tenants, read lock-free by every request and replaced whole on a change.
 //!
-//! A change is two steps so that nothing live moves until the change is sure: [`Registry::plan`]
+//! A change is two steps so that nothing live moves until the change is sure: [`Directory::plan`]
 //! parses and checks every tenant's settings without touching the running tenants, and
-//! [`RegistryPlan::build`] (which cannot fail) applies them and builds the next registry.
+//! [`DirectoryPlan::build`] (which cannot fail) applies them and builds the next registry.
 //!
 //! A tenant that is deleted is remembered until its buckets would have refilled and its
 //! records left the buffer: re-created under the same id meanwhile, it carries on with the
@@ -22,7 +22,7 @@ use crate::identity::{ApiKeyHash, TenantId};
 
 /// An immutable snapshot of who is who; replaced whole when tenants or keys change.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub struct Directory {
     by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
     /// Tenants by the JWTs they accept: issuer, then the value of its tenant claim (two levels,
     /// so a lookup borrows the token's strings instead of building a key).
@@ -40,7 +40,7 @@ pub struct Registry {
 
 /// Checked tenant settings, ready to become the live registry.
 #[derive(Debug)]
-pub struct RegistryPlan(Vec<Planned>);
+pub struct DirectoryPlan(Vec<Planned>);
 
 /// One tenant of a plan.
 #[derive(Debug)]
@@ -77,14 +77,14 @@ fn credentials(config: &TenantConfig) -> Result<Credentials, ConfigProblem> {
     })
 }
 
-impl Registry {
+impl Directory {
     /// Builds a registry from configuration.
     pub fn from_configs<C: Borrow<TenantConfig>>(configs: &[C]) -> Result<Self, ConfigProblem> {
         Ok(Self::plan(configs)?.build(&Self::default(), 0))
     }
 
     /// Parses and checks `configs`; changes nothing.
-    pub fn plan<C: Borrow<TenantConfig>>(configs: &[C]) -> Result<RegistryPlan, ConfigProblem> {
+    pub fn plan<C: Borrow<TenantConfig>>(configs: &[C]) -> Result<DirectoryPlan, ConfigProblem> {
         let mut planned = Vec::with_capacity(configs.len());
         for config in configs {
             let config = config.borrow();
@@ -95,14 +95,14 @@ impl Registry {
                 credentials(config)?,
             ));
         }
-        Ok(RegistryPlan(planned))
+        Ok(DirectoryPlan(planned))
     }
 
-    /// [`Registry::plan`] for the next state of this registry: a tenant built from the very
+    /// [`Directory::plan`] for the next state of this registry: a tenant built from the very
     /// same configuration (the same `Arc`, as a registry change shares every tenant it does
     /// not touch) is taken as it is, only the others are parsed and checked. At 100,000
     /// tenants one change parses one tenant, not all of them.
-    pub fn plan_next(&self, configs: &[Arc<TenantConfig>]) -> Result<RegistryPlan, ConfigProblem> {
+    pub fn plan_next(&self, configs: &[Arc<TenantConfig>]) -> Result<DirectoryPlan, ConfigProblem> {
         let mut planned = Vec::with_capacity(configs.len());
         for config in configs {
             let creds = credentials(config)?;
@@ -116,7 +116,7 @@ impl Registry {
                 }
             }
         }
-        Ok(RegistryPlan(planned))
+        Ok(DirectoryPlan(planned))
     }
 
     pub fn authenticate(&self, key: &str) -> Option<&Arc<Tenant>> {
@@ -166,11 +166,11 @@ impl Registry {
     }
 }
 
-impl RegistryPlan {
+impl DirectoryPlan {
     /// The next registry: tenants `previous` already had keep their live state (bucket levels,
     /// buffer usage, counters) and get the new settings; new tenants start full.
-    pub fn build(self, previous: &Registry, now_ns: u64) -> Registry {
-        let mut registry = Registry::default();
+    pub fn build(self, previous: &Directory, now_ns: u64) -> Directory {
+        let mut registry = Directory::default();
         for planned in self.0 {
             let (tenant, creds) = match planned {
                 Planned::Same(tenant, creds) => (tenant, creds),
@@ -244,25 +244,25 @@ impl RegistryPlan {
 /// The live registry: read lock-free by every request, swapped by registry changes.
 #[derive(Debug)]
 pub struct Tenants {
-    live: ArcSwap<Registry>,
+    live: ArcSwap<Directory>,
     /// Bumped by every swap: a holder of a long-lived credential (an open stream) sees in one
     /// load whether anything changed since it last checked.
     generation: AtomicU64,
 }
 
 impl Tenants {
-    pub fn new(registry: Registry) -> Self {
+    pub fn new(registry: Directory) -> Self {
         Self {
             live: ArcSwap::from_pointee(registry),
             generation: AtomicU64::new(0),
         }
     }
 
-    pub fn load(&self) -> arc_swap::Guard<Arc<Registry>> {
+    pub fn load(&self) -> arc_swap::Guard<Arc<Directory>> {
         self.live.load()
     }
 
-    pub fn replace(&self, registry: Registry) {
+    pub fn replace(&self, registry: Directory) {
         self.live.store(Arc::new(registry));
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
