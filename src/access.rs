@@ -10,6 +10,8 @@
 //! constant time, and never printed, in part or whole.
 //!
 //! A foundation module: it imports nothing of floodgate's.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use sha2::{Digest, Sha256};
 

@@ -7,7 +7,7 @@
 //! tenant's buckets are committed. A refusal at any step leaves every bucket and the buffer as
 //! they were.
 //!
-//! Layer: decisions. Imports tenants and the foundations; knows nothing of Kafka, HTTP or how
+//! Layer: decisions and state. Imports tenants and the foundations; knows nothing of Kafka, HTTP or how
 //! a request body looks.
 
 use std::sync::Arc;

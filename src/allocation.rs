@@ -8,6 +8,8 @@
 //! class its share follows its weight; the agent does not use this (a claimed share a tenant
 //! does not use is refused to the others), and [`Allocation::claimed`] says what such a share
 //! would be, for the wait a refusal names.
+//!
+//! Layer: configuration. Imports configuration and the foundations.
 
 use std::collections::HashMap;
 

@@ -22,6 +22,8 @@
 //! /64.
 //!
 //! A foundation module: it imports only the budget clock.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;

@@ -21,7 +21,7 @@
 //! sent). An envelope's side fields ([`Framing::EnvelopeSide`]) go to
 //! [`ParseRecord::side_field`].
 //!
-//! Layer: wire decoding. Imports only configuration bounds and the record type; the HTTP
+//! Layer: domain (wire decoding). Imports only configuration bounds and the record type; the HTTP
 //! adapters pick a framing and a record parser, and nothing here knows about tenants, budgets
 //! or Kafka.
 

@@ -13,6 +13,8 @@
 //!
 //! A foundation module: it imports only [`crate::record::Charge`], and knows nothing of
 //! tenants, configuration files or HTTP.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 mod clock;
 mod gcra;

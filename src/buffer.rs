@@ -6,6 +6,8 @@
 //! records share one 128-bit word so a reservation checks and takes both in one CAS.
 //!
 //! A foundation module: it imports only [`crate::record::Charge`].
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

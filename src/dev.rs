@@ -1,6 +1,8 @@
 //! `floodgate dev`: a zero-setup gateway on an in-process Kafka-protocol broker (librdkafka's
 //! mock cluster), with a demo tenant whose API key is printed at start-up. For trying the API
 //! a minute after the build; the broker keeps everything in memory and forgets it on exit.
+//!
+//! Layer: HTTP edges. May import everything below.
 
 use crate::config::{Config, TenantConfig};
 use crate::identity::ApiKeyHash;

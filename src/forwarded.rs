@@ -14,6 +14,8 @@
 //! untrusted peer's header is ignored.
 //!
 //! A foundation module: it imports nothing of floodgate's.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::net::IpAddr;
 

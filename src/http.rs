@@ -1,7 +1,7 @@
 //! The produce listener: its routes (one adapter per wire format on the shared ingest pipeline)
 //! and its one edge middleware.
 //!
-//! Layer: HTTP edge. Imports the app state, the pipeline and the outcome room.
+//! Layer: HTTP edges. Imports the app state, the pipeline and the outcome room.
 
 mod confluent_v2;
 mod confluent_v3;

@@ -7,6 +7,8 @@
 //! API keys are never stored: only their SHA-256 digests. A request's key is hashed once and
 //! looked up by digest. The lookup's timing can only reveal digests of valid keys, which
 //! (SHA-256 being preimage resistant) do not help an attacker forge a key.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::fmt;
 use std::sync::Arc;

@@ -11,6 +11,8 @@
 //! about one typical hold time (how long reservations are kept, a moving average).
 //!
 //! A foundation module: it imports nothing of floodgate's.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -23,7 +23,7 @@
 //! A stream of records (Confluent v3's streaming produce) goes through the same steps record by
 //! record: [`stream`] owns that path, its bounds and its re-checks.
 //!
-//! Layer: pipeline. Imports admission, tenants, Kafka, idempotency and the outcome room; never
+//! Layer: outcomes and pipeline. Imports admission, tenants, Kafka, idempotency and the outcome room; never
 //! HTTP routing or response shapes (those are the adapters' [`Respond`]).
 
 mod admit;

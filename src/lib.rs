@@ -2,34 +2,41 @@
 //! without bound.
 //!
 //! Modules by layer, lowest first. A module may import modules of its own layer or below,
-//! never above (docs/ARCHITECTURE.md draws the same picture with one request's path):
+//! never above (docs/ARCHITECTURE.md draws the same picture with one request's path); each
+//! module's first comment ends with its "Layer:" line, in these seven names.
 //!
-//! 1. Foundations — import nothing of floodgate's but each other, as listed:
-//!    [`record`] (records and the `Charge` they make), [`refusal`] (why a request is not
-//!    admitted), [`identity`] (tenant ids, key digests, topics, topic patterns), [`access`]
-//!    (admin tokens), [`budget`] (GCRA token buckets; uses `record`), [`buffer`] (the bounded
-//!    downstream buffer; uses `record`), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications; uses `budget`),
-//!    [`forwarded`] (the client's address behind trusted proxies), [`server`] and [`tls`]
-//!    (bounded accept loop).
-//! 2. Configuration — [`config`]: the typed, validated configuration file; then the pure
-//!    controllers built on it: [`adaptive`] (the adaptive limit and its split by priority)
-//!    and [`lag`] (lag guards: offsets in, a cap on producers out).
-//! 3. Domain — [`tenant`] (live tenants and the key registry), [`body`] (the `/v1` body
-//!    decoder), [`kafka`] (settings, the shared producer, delivery reports, topic catalog,
-//!    Kafka statistics), [`schema`] (Schema Registry schemas and the topics' data contracts).
+//! 1. Foundations — import nothing of floodgate's but each other:
+//!    [`record`] (records, the `Charge` they make, the `Api` they came by), [`refusal`] (why a
+//!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
+//!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
+//!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
+//!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
+//!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
+//!    proxies), [`server`] and [`tls`] (bounded accept loop).
+//! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
+//!    section; then the pure controllers built on it: [`adaptive`] (the adaptive limit),
+//!    [`lag`] (lag guards: offsets in, a cap on producers out) and [`allocation`] (a limit
+//!    shared by priority class and demand, for both).
+//! 3. Domain — [`tenant`] (live tenants and the key `Directory`), [`body`] (the body decoders),
+//!    [`kafka`] (every rdkafka client: settings, the shared producer, delivery reports, topic
+//!    catalog, statistics, the offsets reader, the registry topic's log), [`schema`] (Schema
+//!    Registry schemas and the topics' data contracts).
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
-//!    [`registry`] (the registry's declarative state, its changes, audit and persistence),
-//!    [`idempotency`] (`Idempotency-Key`: the keys in flight, stored answers in memory or
-//!    Redis),
-//!    [`metrics`] (Prometheus, read from live state), the agents that feed the controllers:
-//!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and
-//!    [`cluster`] (budgets shared through Redis).
-//! 5. Outcomes and pipeline — [`outcome`] (every status and body decided once), then
-//!    [`ingest`] (the produce pipeline every wire format shares).
-//! 6. Assembly — [`app`] (the shared state), [`http::ratelimit`] (the IETF fields).
-//! 7. HTTP edges — [`http`] (produce routes, one adapter per wire format), [`admin`] (admin
-//!    routes), [`reload`] (SIGHUP), [`telemetry`] (logging), [`dev`] (the embedded broker).
+//!    [`credential`] (a credential becomes an identity), [`registry`] (the registry's
+//!    declarative state, its changes, audit and persistence), [`idempotency`]
+//!    (`Idempotency-Key`), [`cluster`] (every use of Redis: shared budgets behind
+//!    `BudgetStore`, the shared idempotency store), the agents that feed the controllers:
+//!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and what
+//!    operators read: [`metrics`] (Prometheus, one module per subsystem) and [`status`] (the
+//!    status page's snapshot and history).
+//! 5. Outcomes and pipeline — [`outcome`] (every status and body decided once; the admin API's
+//!    errors in their own enum), then [`ingest`] (the produce pipeline every wire format
+//!    shares).
+//! 6. Assembly — [`app`] (the shared state).
+//! 7. HTTP edges — [`http`] (produce routes, one adapter per wire format, and the IETF
+//!    `RateLimit` fields), [`admin`] (admin routes, from one table), [`reload`] (SIGHUP),
+//!    [`run`] (one run: start, serve, drain), [`telemetry`] (logging), [`dev`] (the embedded
+//!    broker).
 
 // #27: no function over 100 lines outside tests (clippy.toml sets the threshold).
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]

@@ -3,6 +3,8 @@
 //!
 //! A foundation module: wire-format decoders produce records, the Kafka producer consumes them,
 //! and admission charges their cost, without any of them knowing the others.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::borrow::Cow;
 

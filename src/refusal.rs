@@ -3,6 +3,8 @@
 //!
 //! A foundation module, so that admission decides refusals, tenant counters count them and the
 //! outcome room answers them, without importing one another.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::sync::Arc;
 use std::time::Duration;

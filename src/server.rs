@@ -28,6 +28,8 @@
 //!
 //! A foundation module: it serves any axum router and imports nothing of floodgate's but
 //! `tls` (a verified client certificate's names travel with each request as an extension).
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::future::Future;
 use std::net::SocketAddr;

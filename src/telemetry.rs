@@ -1,4 +1,6 @@
 //! Logging set-up: human or JSON lines, level from `RUST_LOG` or the config.
+//!
+//! Layer: HTTP edges. May import everything below.
 
 use tracing_subscriber::EnvFilter;
 

@@ -5,6 +5,8 @@
 //! `WebPkiClientVerifier`: the chain to one of those CAs, the validity period, the client-auth
 //! key usage), required or optional. A verified certificate's names are read once, at the
 //! handshake, into a [`ClientCertificate`] every request of the connection carries.
+//!
+//! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::path::Path;
 use std::sync::Arc;
