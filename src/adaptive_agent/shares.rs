@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::signals::Counts;
+use super::signals::{Counts, Seen};
 use super::{Ceiling, DEMAND_HALF_LIFE_S};
 use crate::adaptive::Share;
 use crate::allocation::{share, Demand};
@@ -17,16 +17,6 @@ const BURST_SECS: u64 = 2;
 
 /// A remembered demand below this (per second) is forgotten.
 const FORGOTTEN: f64 = 1e-3;
-
-/// One tenant as the last tick saw it.
-#[derive(Debug, Default, Clone)]
-pub(super) struct Seen {
-    /// Offered records and bytes, ever.
-    records: u64,
-    bytes: u64,
-    /// Remembered demand, per second, in the dimension the ceiling counts first.
-    demand: f64,
-}
 
 /// Demand per tenant of `tenants` (the registry in force), in the dimension the ceiling counts
 /// first: the rate offered over the interval of `secs`, or the remembered one decayed over an

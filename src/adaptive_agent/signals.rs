@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::shares::Seen;
 use super::{AdaptiveAgent, Ceiling};
 use crate::adaptive::controller::Signals;
 use crate::kafka::{LatencyCounts, LATENCY_BUCKETS};
@@ -180,4 +179,14 @@ impl AdaptiveAgent {
             refused: counts.refused.saturating_sub(previous.refused),
         }
     }
+}
+
+/// One tenant as the last tick saw it.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Seen {
+    /// Offered records and bytes, ever.
+    pub(super) records: u64,
+    pub(super) bytes: u64,
+    /// Remembered demand, per second, in the dimension the ceiling counts first.
+    pub(super) demand: f64,
 }

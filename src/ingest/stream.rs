@@ -52,10 +52,10 @@ use crate::credential::Identity;
 use crate::outcome::ApiError;
 use crate::schema::Lookups;
 use crate::tenant::Tenant;
-#[cfg(test)]
-use memory::cost;
 use memory::Memory;
 use pump::Pump;
+#[cfg(test)]
+use reports::cost;
 use reports::Liveness;
 pub use reports::{Report, Reports, Said};
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::memory::cost;
 use super::pump::{Pump, Stopped};
+use super::reports::cost;
 use super::reports::{Fate, Queued};
 use super::LOOKUPS_REFILL;
 use crate::body::{RecordArena, RecordNotes};

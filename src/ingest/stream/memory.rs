@@ -2,10 +2,8 @@
 
 use std::sync::Mutex;
 
-use super::reports::Queued;
-use super::{FIXED, REFUSAL_DETAIL_MAX};
+use super::FIXED;
 use crate::inflight_bodies::BodyHold;
-use crate::outcome::ApiError;
 
 /// What one stream holds of the body budget: the report window and its last report (fixed),
 /// what has arrived and is not decoded yet with what its decoder holds (the pump's part), and
@@ -65,37 +63,4 @@ impl Memory {
         let total = FIXED + held.decoding + held.queued;
         held.hold.resize(total);
     }
-}
-
-/// What a queued entry costs: itself, the outcome slot of its record in the batch sent to Kafka
-/// (kept until the record is reported), and the refusal it is the first to carry.
-pub(super) fn cost<N>(fresh_refusal: Option<&ApiError>) -> u32 {
-    let entry = std::mem::size_of::<Queued<N>>()
-        + std::mem::size_of::<std::sync::OnceLock<crate::kafka::Outcome>>();
-    let refusal = fresh_refusal.map_or(0, |e| {
-        // The Arc's counts, the error, and the text it carries.
-        2 * std::mem::size_of::<usize>() + std::mem::size_of::<ApiError>() + carried_text(e)
-    });
-    u32::try_from(entry + refusal).unwrap_or(u32::MAX)
-}
-
-/// Bytes of text an error carries on the heap (an upper bound).
-fn carried_text(e: &ApiError) -> usize {
-    match e {
-        ApiError::RateLimited(_) | ApiError::ExceedsBurst(_) => 0,
-        ApiError::UnknownPartition(s)
-        | ApiError::UnknownTopic(s)
-        | ApiError::KafkaUnavailable(s) => s.capacity(),
-        other => other.detail().len(),
-    }
-}
-
-/// The most `records` more queued entries can cost.
-pub(super) fn cost_bound<N>(records: usize) -> usize {
-    let one = std::mem::size_of::<Queued<N>>()
-        + std::mem::size_of::<std::sync::OnceLock<crate::kafka::Outcome>>()
-        + 2 * std::mem::size_of::<usize>()
-        + std::mem::size_of::<ApiError>()
-        + REFUSAL_DETAIL_MAX;
-    records.saturating_mul(one)
 }

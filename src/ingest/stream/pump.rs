@@ -10,7 +10,8 @@ use http_body_util::BodyExt as _;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::memory::{cost_bound, Memory};
+use super::memory::Memory;
+use super::reports::cost_bound;
 use super::reports::{Liveness, Queued};
 use super::{LINGER_AFTER, LINGER_BYTES, LINGER_MAX, PIECE_MAX, RECHECK};
 use crate::body::{Decoder, RecordArena, RecordNotes};
