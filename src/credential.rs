@@ -261,8 +261,8 @@ impl Authenticator {
         tenants: &Tenants,
         cert: &Arc<ClientCertificate>,
     ) -> Result<Identity, AuthError> {
-        let registry = tenants.load();
-        let tenant = self.resolve_certificate(&registry, cert)?;
+        let directory = tenants.load();
+        let tenant = self.resolve_certificate(&directory, cert)?;
         Ok(Identity {
             tenant,
             credential: Credential::Certificate(cert.clone()),
@@ -271,7 +271,7 @@ impl Authenticator {
 
     fn resolve_certificate(
         &self,
-        registry: &Directory,
+        directory: &Directory,
         cert: &ClientCertificate,
     ) -> Result<Arc<Tenant>, AuthError> {
         if i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX) > cert.not_after_unix {
@@ -285,9 +285,9 @@ impl Authenticator {
         names
             .iter()
             .find_map(|name| {
-                registry.by_cert(name).or_else(|| match &self.cert_map {
-                    Some(map) => registry.get(map.get(name)?),
-                    None => registry.get(name),
+                directory.by_cert(name).or_else(|| match &self.cert_map {
+                    Some(map) => directory.get(map.get(name)?),
+                    None => directory.get(name),
                 })
             })
             .cloned()
@@ -306,10 +306,10 @@ impl Authenticator {
             .fold(0, u64::wrapping_add)
     }
 
-    pub fn still_valid(&self, registry: &Directory, identity: &Identity) -> Result<(), AuthError> {
+    pub fn still_valid(&self, directory: &Directory, identity: &Identity) -> Result<(), AuthError> {
         let same = |t: Option<&Arc<Tenant>>| t.is_some_and(|t| Arc::ptr_eq(t, &identity.tenant));
         match &identity.credential {
-            Credential::ApiKey(digest) => same(registry.by_digest(digest))
+            Credential::ApiKey(digest) => same(directory.by_digest(digest))
                 .then_some(())
                 .ok_or(AuthError::Unauthorized),
             Credential::Jwt(token) => {
@@ -327,12 +327,12 @@ impl Authenticator {
                         "the key that signed the token was withdrawn by its issuer".into(),
                     )));
                 }
-                same(self.resolve_token(registry, token).as_ref())
+                same(self.resolve_token(directory, token).as_ref())
                     .then_some(())
                     .ok_or(AuthError::UnknownTenant(Method::Jwt))
             }
             Credential::Certificate(cert) => {
-                let tenant = self.resolve_certificate(registry, cert)?;
+                let tenant = self.resolve_certificate(directory, cert)?;
                 same(Some(&tenant))
                     .then_some(())
                     .ok_or(AuthError::UnknownTenant(Method::ClientCert))

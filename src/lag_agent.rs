@@ -262,10 +262,10 @@ impl LagAgent {
     /// ones that offered anything); adds it all to the guard's total.
     fn demands(&self, slot: &mut Slot, secs: f64) -> Vec<Demand> {
         let secs = secs.max(1e-3);
-        let registry = self.tenants.load();
+        let directory = self.tenants.load();
         let mut offered = HashMap::new();
         let mut demands = Vec::new();
-        for t in registry.tenants() {
+        for t in directory.tenants() {
             let Some(state) = t.admission_if_live() else {
                 continue; // never charged: offered nothing
             };

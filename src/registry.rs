@@ -138,7 +138,8 @@ impl RegistryStore {
         if let Some(p) = state.problems().into_iter().next() {
             return Err(RegistryError::Invalid(p));
         }
-        let registry = Directory::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
+        let directory =
+            Directory::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
         let global = GlobalBudget::new(state.global.spec().map_err(RegistryError::Invalid)?);
         global.set_visible_to_tenants(!state.global.hide_from_tenants);
         persistence.save(&state)?;
@@ -146,7 +147,7 @@ impl RegistryStore {
         Ok(Self {
             state: tokio::sync::Mutex::new(state),
             backend: Backend::Local(persistence),
-            tenants: Arc::new(Tenants::new(registry)),
+            tenants: Arc::new(Tenants::new(directory)),
             global: Arc::new(global),
             clock,
         })

@@ -308,13 +308,13 @@ mod tests {
 
     #[test]
     fn authenticates_by_key_digest_only() {
-        let registry = Directory::from_configs(&[tenant_config("s3cret")]).expect("valid");
+        let directory = Directory::from_configs(&[tenant_config("s3cret")]).expect("valid");
         assert_eq!(
-            registry.authenticate("s3cret").map(|t| t.id.as_str()),
+            directory.authenticate("s3cret").map(|t| t.id.as_str()),
             Some("acme")
         );
-        assert!(registry.authenticate("s3cret ").is_none());
-        assert!(registry.authenticate("").is_none());
+        assert!(directory.authenticate("s3cret ").is_none());
+        assert!(directory.authenticate("").is_none());
     }
 
     #[test]
@@ -378,11 +378,11 @@ mod tests {
     fn a_plan_that_is_never_built_changes_nothing() {
         let mut c = tenant_config("k");
         c.records_per_sec = Some(10);
-        let registry = Directory::from_configs(std::slice::from_ref(&c)).expect("valid");
+        let directory = Directory::from_configs(std::slice::from_ref(&c)).expect("valid");
         c.records_per_sec = Some(1);
         c.records_burst = Some(1);
         let _plan = Directory::plan(std::slice::from_ref(&c)).expect("valid");
-        let (records, _) = registry
+        let (records, _) = directory
             .get("acme")
             .expect("acme")
             .admission_state()

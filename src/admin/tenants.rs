@@ -116,8 +116,8 @@ pub(super) fn not_found(id: &str) -> AdminError {
 
 fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
     use std::sync::atomic::Ordering::Relaxed;
-    let registry = app.ingest.tenants.load();
-    let live = registry.get(&config.id).map_or(Value::Null, |t| {
+    let directory = app.ingest.tenants.load();
+    let live = directory.get(&config.id).map_or(Value::Null, |t| {
         let limits = app.ingest.view(t);
         let idle = crate::tenant::TenantStats::default();
         let stats = t.stats_if_any().map_or(&idle, |s| &**s);

@@ -51,8 +51,8 @@ impl Cluster {
         let now = self.clock.now_ns();
         let mut work = tokio::task::JoinSet::new();
         let mut seen = Vec::new();
-        let registry = self.tenants.load();
-        let mut slices: Vec<Tended> = registry
+        let directory = self.tenants.load();
+        let mut slices: Vec<Tended> = directory
             .tenants()
             .filter_map(|t| {
                 let state = t.admission_if_live()?;

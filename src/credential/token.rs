@@ -194,15 +194,15 @@ impl Authenticator {
     /// the issuer's map, else (no map) the tenant whose id is the claim value.
     pub(super) fn resolve_token(
         &self,
-        registry: &Directory,
+        directory: &Directory,
         token: &VerifiedToken,
     ) -> Option<Arc<Tenant>> {
         let issuer = &self.issuers.get(token.issuer)?.config;
-        registry
+        directory
             .by_jwt(&issuer.issuer, &token.subject)
             .or_else(|| match &issuer.map {
-                Some(map) => registry.get(map.get(&*token.subject)?),
-                None => registry.get(&token.subject),
+                Some(map) => directory.get(map.get(&*token.subject)?),
+                None => directory.get(&token.subject),
             })
             .cloned()
     }

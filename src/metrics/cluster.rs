@@ -32,8 +32,8 @@ impl EncodeMetric for LeaseHistogram {
 }
 
 /// The lease histogram (written by the cluster on every call, so registered, not collected).
-pub(super) fn register(registry: &mut Registry, cluster: &Arc<Cluster>) {
-    registry.register_with_unit(
+pub(super) fn register(directory: &mut Registry, cluster: &Arc<Cluster>) {
+    directory.register_with_unit(
         "cluster_lease_duration",
         "Time of one lease call to Redis (request path and refills)",
         Unit::Seconds,
@@ -158,9 +158,9 @@ fn encode_slices(
     tenants: &Tenants,
     admission: &Admission,
 ) -> Result<(), std::fmt::Error> {
-    let registry = tenants.load();
+    let directory = tenants.load();
     let mut held = Vec::new();
-    for t in registry.tenants() {
+    for t in directory.tenants() {
         let slice = t
             .admission_if_live()
             .and_then(|s| s.buckets.slice().map(|s| s.held()));

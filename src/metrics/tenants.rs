@@ -141,19 +141,19 @@ impl TenantSeries {
     }
 
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let registry = self.tenants.load();
-        let chosen = self.choose(&registry);
-        let shown = self.count(&registry, &chosen);
+        let directory = self.tenants.load();
+        let chosen = self.choose(&directory);
+        let shown = self.count(&directory, &chosen);
         encode_counters(encoder, &shown)?;
         self.encode_gauges(encoder, &shown)
     }
 
     /// The tenants with series of their own at this scrape.
-    fn choose(&self, registry: &Directory) -> HashSet<TenantId> {
-        let everyone = registry.len() <= self.top;
+    fn choose(&self, directory: &Directory) -> HashSet<TenantId> {
+        let everyone = directory.len() <= self.top;
         match self.mode {
-            PerTenant::All => registry.tenants().map(|t| t.id.clone()).collect(),
-            PerTenant::Top if everyone => registry.tenants().map(|t| t.id.clone()).collect(),
+            PerTenant::All => directory.tenants().map(|t| t.id.clone()).collect(),
+            PerTenant::Top if everyone => directory.tenants().map(|t| t.id.clone()).collect(),
             PerTenant::Top => self.status.busiest(self.top).into_iter().collect(),
             PerTenant::None => Default::default(),
         }
@@ -161,17 +161,17 @@ impl TenantSeries {
 
     /// Each chosen tenant's counts since it got series of its own, and what `_other` sums;
     /// remembers the chosen tenants' baselines for the next scrape.
-    fn count<'a>(&self, registry: &'a Directory, chosen: &HashSet<TenantId>) -> Shown<'a> {
+    fn count<'a>(&self, directory: &'a Directory, chosen: &HashSet<TenantId>) -> Shown<'a> {
         let mut members = self
             .members
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Deleted tenants' counters stay in the total, so `_other` never goes down.
-        let mut total = *registry.retired();
+        let mut total = *directory.retired();
         let mut own: Vec<(&Arc<Tenant>, Counts)> = Vec::with_capacity(chosen.len());
         let mut baselines = HashMap::with_capacity(chosen.len());
         let mut other_buffer = 0u64;
-        for t in registry.tenants() {
+        for t in directory.tenants() {
             let c = t.totals();
             for (sum, n) in total.iter_mut().zip(c) {
                 *sum = sum.saturating_add(n);
@@ -197,7 +197,7 @@ impl TenantSeries {
         drop(members);
         let shown: Counts = std::array::from_fn(|i| own.iter().map(|(_, c)| c[i]).sum());
         let other: Counts = std::array::from_fn(|i| total[i].saturating_sub(shown[i]));
-        let with_other = own.len() < registry.len() || self.mode == PerTenant::None;
+        let with_other = own.len() < directory.len() || self.mode == PerTenant::None;
         Shown {
             own,
             other,

@@ -113,8 +113,8 @@ fn records(tag: &str, n: usize) -> String {
 }
 
 fn admitted(s: &Setup) -> u64 {
-    let registry = s.app.ingest.tenants.load();
-    registry
+    let directory = s.app.ingest.tenants.load();
+    directory
         .get("acme")
         .and_then(|t| t.stats_if_any())
         .map_or(0, |stats| stats.admitted_records.load(Relaxed))

@@ -132,8 +132,8 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         }
         self.generation = generation;
         self.checked = Instant::now();
-        let registry = self.ingest.tenants.load();
-        match self.ingest.auth.still_valid(&registry, &self.who) {
+        let directory = self.ingest.tenants.load();
+        match self.ingest.auth.still_valid(&directory, &self.who) {
             Ok(()) => {}
             // A revoked key, a remapped token or certificate: as before, "revoked".
             Err(AuthError::Unauthorized | AuthError::UnknownTenant(_)) => {

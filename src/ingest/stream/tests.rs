@@ -153,8 +153,8 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
     let (_, produced) = app.ingest.produce(request, Ok(format)).await;
     assert_eq!(produced.status(), axum::http::StatusCode::ACCEPTED);
 
-    let registry = app.ingest.tenants.load();
-    let crit = registry.get("crit").expect("crit");
+    let directory = app.ingest.tenants.load();
+    let crit = directory.get("crit").expect("crit");
     assert_eq!(
         crit.stats()
             .offered_records
@@ -267,8 +267,8 @@ async fn streams_past_the_body_budget_are_refused_server_busy_and_counted() {
             busy_reports += 1;
         }
     }
-    let registry = s.app.ingest.tenants.load();
-    let acme = registry.get("acme").expect("acme");
+    let directory = s.app.ingest.tenants.load();
+    let acme = directory.get("acme").expect("acme");
     assert!(refused + busy_reports >= 4, "{refused} + {busy_reports}");
     assert_eq!(
         acme.stats().rejected_count(Reason::ServerBusy),
@@ -307,8 +307,8 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
         held <= most,
         "queue of 50 and what is buffered: {held} > {most}"
     );
-    let registry = s.app.ingest.tenants.load();
-    let acme = registry.get("acme").expect("acme");
+    let directory = s.app.ingest.tenants.load();
+    let acme = directory.get("acme").expect("acme");
     let admitted = acme
         .stats()
         .admitted_records
@@ -349,8 +349,8 @@ async fn a_bad_record_anywhere_in_the_first_data_is_the_whole_requests_error() {
     let (_tx, opened) = open(&s.app, "acme-key", &first).await;
     let error = opened.err().expect("refused whole");
     assert_eq!(error.status().as_u16(), 400, "{error:?}");
-    let registry = s.app.ingest.tenants.load();
-    let acme = registry.get("acme").expect("acme");
+    let directory = s.app.ingest.tenants.load();
+    let acme = directory.get("acme").expect("acme");
     assert_eq!(
         acme.stats()
             .admitted_records
