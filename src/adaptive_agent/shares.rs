@@ -47,7 +47,7 @@ pub(super) fn demands<'a>(
             // Measured while it sends; remembered (decaying) only over intervals it sends nothing
             // in — a client waiting out a Retry-After, or sending every few seconds. (The
             // highest of recent intervals, kept while it sends, held a busy tenant's share
-            // at its peak and shrank the others': tests/adaptive.rs.)
+            // at its peak and shrank the others': tests/it/mock/adaptive.rs.)
             let mut demand = if offered > 0.0 {
                 offered
             } else {
@@ -77,10 +77,10 @@ pub(super) fn demands<'a>(
                 weight,
                 offered: demand,
                 // No claims from the agent: a claimed share the tenant does not use is
-                // refused to the others (tests/adaptive.rs: a critical tenant refused once
-                // held its whole weight and starved standard). The remembered demand — a
-                // refused request counts its records — and a wait no longer than the next
-                // plan give a client that honours Retry-After its share back instead.
+                // refused to the others (tests/it/mock/adaptive.rs: a critical tenant
+                // refused once held its whole weight and starved standard). The remembered
+                // demand — a refused request counts its records — and a wait no longer than
+                // the next plan give a client that honours Retry-After its share back instead.
                 claiming: false,
             }
         })

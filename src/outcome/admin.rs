@@ -180,7 +180,7 @@ mod tests {
     }
 
     /// The shapes the admin API answered with while its errors were the produce API's
-    /// (tests/admin.rs and openapi.json rely on them).
+    /// (tests/it/mock/admin.rs and openapi.json rely on them).
     #[tokio::test]
     async fn admin_errors_keep_their_statuses_bodies_and_headers() {
         let (s, challenge, body) = answer(AdminError::Unauthorized("no token".into())).await;
