@@ -73,12 +73,18 @@ pub(super) fn log_writer(connection: &Connection, write_timeout: Duration) -> Cl
         .set("linger.ms", "0")
         // A write fails (the admin change is answered 503) instead of waiting for Kafka forever.
         .set("message.timeout.ms", &timeout_ms)
-        // Back within a second of Kafka's return (librdkafka's backoff grows to 10 s):
-        // these writes are rare, a quick reconnect costs nothing.
-        .set("reconnect.backoff.max.ms", "1000")
+        // Back within a second of Kafka's return: these writes are rare, a quick reconnect
+        // costs nothing.
+        .set("reconnect.backoff.max.ms", LOG_RECONNECT_MAX_MS)
         .set("allow.auto.create.topics", "false");
     config
 }
+
+/// librdkafka's reconnect backoff doubles up to 10 s while a broker is down; the log's clients
+/// keep it to a second, so a replica writes, and follows the others' changes, within about a
+/// second of Kafka's return instead of up to 10 s later with a stale registry (one connection
+/// per broker: a retry a second costs nothing).
+const LOG_RECONNECT_MAX_MS: &str = "1000";
 
 /// The compacted log's reader: by assignment from the first record, nothing committed (the
 /// group id is only a name; the group is never joined).
@@ -90,6 +96,7 @@ pub(super) fn log_reader(connection: &Connection, group: &str) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("allow.auto.create.topics", "false")
+        .set("reconnect.backoff.max.ms", LOG_RECONNECT_MAX_MS)
         // librdkafka prefetches up to 64 MiB per partition by default; the log is read once
         // at start-up and then trickles.
         .set("queued.max.messages.kbytes", "4096");
