@@ -279,6 +279,11 @@ fn auth_detail(e: &AuthError) -> String {
         AuthError::KeysUnavailable => "the token's issuer keys (JWKS) could not be fetched \
                                        to check it; retry shortly"
             .into(),
+        AuthError::Held(wait) => format!(
+            "too many failed authentications from this address: a token not seen before is \
+             not checked for {} ms",
+            wait.as_millis()
+        ),
     }
 }
 

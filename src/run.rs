@@ -209,7 +209,7 @@ pub fn tls_acceptors(
         .as_deref()
         .map(|ca_file| tls::ClientAuth {
             ca_file,
-            required: server.require_client_cert,
+            required: server.requires_client_cert(),
         });
     Ok((
         Some(tls::acceptor(cert, key, client)?),

@@ -64,8 +64,17 @@ pub struct ServerConfig {
     pub tls_client_ca_file: Option<PathBuf>,
     /// With `tls_client_ca_file`: refuse connections without a client certificate in the
     /// handshake (true, the default), or accept them and authenticate their requests by API
-    /// key or JWT (false). A certificate that is presented is always verified.
-    pub require_client_cert: bool,
+    /// key or JWT (false). A certificate that is presented is always verified. `true` without
+    /// `tls_client_ca_file` is refused: there would be no CA to verify a certificate by.
+    pub require_client_cert: Option<bool>,
+}
+
+impl ServerConfig {
+    /// Whether the produce listener refuses connections without a client certificate (with
+    /// `tls_client_ca_file`; unset means true).
+    pub fn requires_client_cert(&self) -> bool {
+        self.require_client_cert.unwrap_or(true)
+    }
 }
 
 impl Default for ServerConfig {
@@ -89,7 +98,7 @@ impl Default for ServerConfig {
             tls_cert_file: None,
             tls_key_file: None,
             tls_client_ca_file: None,
-            require_client_cert: true,
+            require_client_cert: None,
         }
     }
 }

@@ -68,6 +68,10 @@ pub enum AuthError {
     /// The issuer's keys could not be fetched, so a possibly valid token cannot be checked:
     /// 503 `jwks_unavailable` (not counted as the client's failure).
     KeysUnavailable,
+    /// A token not verified before, from an address whose allowance of failed authentications
+    /// is spent for this long: refused without checking its signature (the pipeline answers
+    /// 429 `auth_failures`; not counted again).
+    Held(std::time::Duration),
 }
 
 impl AuthError {
@@ -78,11 +82,12 @@ impl AuthError {
             AuthError::CertificateExpired => "certificate_expired",
             AuthError::UnknownTenant(_) => "unknown_tenant",
             AuthError::KeysUnavailable => "jwks_unavailable",
+            AuthError::Held(_) => "auth_failures",
         }
     }
 
     /// Whether this counts against the address's failed-authentication allowance.
     pub fn is_failure(&self) -> bool {
-        !matches!(self, AuthError::KeysUnavailable)
+        !matches!(self, AuthError::KeysUnavailable | AuthError::Held(_))
     }
 }
