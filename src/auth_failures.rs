@@ -76,8 +76,8 @@ pub struct AuthFailures {
 /// How often a full map may be swept for stale entries.
 const SWEEP_EVERY_NS: u64 = 1_000_000_000;
 
-/// The address a source is counted under.
-fn source(ip: IpAddr) -> IpAddr {
+/// The address a source is counted under (IPv6 per /64: one host can use a whole /64).
+pub fn source(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),

@@ -12,7 +12,8 @@
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
 //!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
-//!    proxies), [`server`] and [`tls`] (bounded accept loop).
+//!    proxies), [`server`] and [`tls`] (bounded accept loop), [`descriptors`] (the process's
+//!    descriptor limit against what the listeners may hold).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
 //!    section; then the pure controllers built on it: [`adaptive`] (the adaptive limit),
 //!    [`lag`] (lag guards: offsets in, a cap on producers out) and [`allocation`] (a limit
@@ -56,6 +57,7 @@ pub mod buffer;
 pub mod cluster;
 pub mod config;
 pub mod credential;
+pub mod descriptors;
 pub mod dev;
 pub mod forwarded;
 pub mod http;

@@ -17,7 +17,9 @@
 //!   left to flow control: closing the connection would cut the healthy streams beside a
 //!   stalled one, and a stalled stream holds only what its handler bounds (its body hold);
 //! - how large a request head may be, and how many HTTP/2 streams a connection may open at once
-//!   and how much unread body data it may buffer (flow-control windows).
+//!   and how much unread body data it may buffer (flow-control windows);
+//! - how many connections one client address may hold before any of its requests has
+//!   authenticated ([`unverified`], on the produce listener).
 //!
 //! We decide HTTP/1 or HTTP/2 ourselves (ALPN on TLS, the connection preface on plain TCP)
 //! instead of letting a builder sniff without a deadline: a socket that sends nothing, or one
@@ -27,7 +29,8 @@
 //! request in flight, HTTP/2 sends GOAWAY), wait for them up to the drain time.
 //!
 //! A foundation module: it serves any axum router and imports nothing of floodgate's but
-//! `tls` (a verified client certificate's names travel with each request as an extension).
+//! `tls` (a verified client certificate's names travel with each request as an extension),
+//! `forwarded` (trusted proxies) and `auth_failures` (how addresses are counted).
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
@@ -50,7 +53,9 @@ use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt as _;
 
 mod prefixed;
+pub mod unverified;
 use prefixed::Prefixed;
+pub use unverified::{ConnectionTrust, Unverified};
 
 /// Connection-level bounds, and TLS when configured.
 #[derive(Clone)]
@@ -64,6 +69,9 @@ pub struct ConnectionBounds {
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_streams: u32,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Connections one address may hold before one of its requests authenticates (`None`:
+    /// unbounded, the admin listener).
+    pub unverified: Option<Arc<Unverified>>,
 }
 
 /// Unread request-body bytes HTTP/2 may buffer per stream and per connection (flow control):
@@ -72,6 +80,10 @@ pub const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
 pub const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How often a connection with a streamed answer looks at its deadline at least (a handler
+/// may move the deadline earlier).
+const STREAM_CHECK: Duration = Duration::from_millis(250);
 
 /// The latest time a streamed answer's body may still be running; attached by a handler as a
 /// response extension and moved on by it (from any task) as the stream makes progress.
@@ -136,10 +148,19 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Over its address's allowance of unauthenticated connections: closed before a byte
+        // is read (the permit goes back with it).
+        let trust = match &bounds.unverified {
+            Some(unverified) => match unverified.admit(peer.ip()) {
+                Some(trust) => Some(trust),
+                None => continue,
+            },
+            None => None,
+        };
         let _ = stream.set_nodelay(true);
         let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
         tokio::spawn(async move {
-            serve_connection(stream, peer, router, &bounds, stop).await;
+            serve_connection(stream, Peer { addr: peer, trust }, router, &bounds, stop).await;
             drop(permit);
         });
     }
@@ -153,9 +174,16 @@ pub async fn serve(
     drained
 }
 
+/// Who is at the other end: its address, and its mark while it has not authenticated.
+#[derive(Clone)]
+struct Peer {
+    addr: SocketAddr,
+    trust: Option<ConnectionTrust>,
+}
+
 async fn serve_connection(
     mut stream: TcpStream,
-    peer: SocketAddr,
+    peer: Peer,
     router: Router,
     bounds: &ConnectionBounds,
     stop: watch::Receiver<bool>,
@@ -257,17 +285,24 @@ impl Activity {
         deadlines.push(Arc::downgrade(&deadline.0));
     }
 
-    /// Whether a streamed answer in flight is past its deadline.
-    fn stream_overdue(&self, now: Instant) -> bool {
+    /// Whether a streamed answer in flight is past its deadline (`Err`), else how long until
+    /// the earliest deadline (`Ok(None)`: none in flight).
+    fn stream_due(&self, now: Instant) -> Result<Option<Duration>, ()> {
         let mut deadlines = self
             .deadlines
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         deadlines.retain(|d| d.strong_count() > 0);
-        deadlines
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .any(|d| StreamDeadline(d).passed(now))
+        let now_ns = StreamDeadline::ns(now);
+        let mut next: Option<u64> = None;
+        for d in deadlines.iter().filter_map(std::sync::Weak::upgrade) {
+            let at = d.load(Ordering::Acquire);
+            if now_ns > at {
+                return Err(());
+            }
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        Ok(next.map(|at| Duration::from_nanos(at - now_ns)))
     }
 }
 
@@ -345,7 +380,7 @@ impl Drop for InFlight {
 async fn drive<I>(
     io: I,
     protocol: Protocol,
-    peer: SocketAddr,
+    peer: Peer,
     cert: Option<Arc<crate::tls::ClientCertificate>>,
     router: Router,
     bounds: &ConnectionBounds,
@@ -369,7 +404,11 @@ async fn drive<I>(
         let activity = tracker.clone();
         let mut request = request.map(axum::body::Body::new);
         // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
-        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(ConnectInfo(peer.addr));
+        // The pipeline marks the connection once a request authenticates.
+        if let Some(trust) = &peer.trust {
+            request.extensions_mut().insert(trust.clone());
+        }
         // The verified client certificate's names (mTLS), for the pipeline's authenticate.
         if let Some(cert) = &cert {
             request.extensions_mut().insert(cert.clone());
@@ -441,16 +480,22 @@ impl Watch<'_> {
         };
         tokio::pin!(stopping);
         // Phase 1: serve until idle too long or told to stop; a stalled streamed answer ends
-        // the connection at once.
+        // the connection at once — woken at its deadline, not a check later.
+        let mut wait = check;
         loop {
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
-                () = tokio::time::sleep(check) => {
+                () = tokio::time::sleep(wait) => {
                     let now = Instant::now();
-                    if self.activity.stream_overdue(now) {
-                        return;
-                    }
+                    wait = match self.activity.stream_due(now) {
+                        Err(()) => return,
+                        // Just past it: a deadline is checked strictly after its instant.
+                        Ok(Some(until)) => check
+                            .min(until + Duration::from_millis(1))
+                            .min(STREAM_CHECK),
+                        Ok(None) => check,
+                    };
                     let deadline = self.activity.idle_deadline(self.first, self.idle);
                     if deadline.is_some_and(|d| now >= d) {
                         break;

@@ -15,9 +15,15 @@ pub struct ServerConfig {
     pub admin_listen: SocketAddr,
     /// Largest request body accepted, in bytes; larger bodies get 413 before they are read.
     pub max_body_bytes: u64,
-    /// Connections served at once on the produce listener; further connections wait in the
-    /// kernel's accept backlog.
+    /// Connections served at once on each listener; further connections wait in the
+    /// kernel's accept backlog. Start-up raises the process's soft descriptor limit to its
+    /// hard limit and lowers this (with a warning) when `2 × max_connections + 256` still
+    /// does not fit.
     pub max_connections: usize,
+    /// Connections one client address may hold on the produce listener before one of its
+    /// requests authenticates (silent ones included); more are closed at once. Trusted
+    /// proxies are not counted.
+    pub max_unauthenticated_per_address: usize,
     /// Time allowed for a new connection to finish its TLS handshake, show which HTTP version
     /// it speaks and send its first request head; and for every later HTTP/1 request head.
     /// In milliseconds.
@@ -84,6 +90,7 @@ impl Default for ServerConfig {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_body_bytes: 8 * 1024 * 1024,
             max_connections: 4096,
+            max_unauthenticated_per_address: 128,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,

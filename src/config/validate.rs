@@ -30,6 +30,10 @@ impl Config {
         for (key, value) in [
             ("server.max_body_bytes", s.max_body_bytes),
             ("server.max_connections", s.max_connections as u64),
+            (
+                "server.max_unauthenticated_per_address",
+                s.max_unauthenticated_per_address as u64,
+            ),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             ("server.http2_max_streams", u64::from(s.http2_max_streams)),

@@ -42,7 +42,13 @@ impl Ingest {
             .identify_held(&self.tenants, peer, headers, &held)
             .await
         {
-            Ok(who) => return Ok(who),
+            Ok(who) => {
+                // The connection has authenticated: no longer counted against its address.
+                if let Some(trust) = &peer.trust {
+                    trust.verified();
+                }
+                return Ok(who);
+            }
             Err(crate::credential::AuthError::Held(wait)) => {
                 self.failures
                     .refused
