@@ -251,13 +251,27 @@ struct Activity {
     /// Deadlines of the streamed answers in flight (gone when their body is dropped), for
     /// HTTP/1 connections only.
     deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
+    /// Told when a deadline is added, so the watch looks at it now, not at its next check.
+    deadline_added: tokio::sync::Notify,
+    /// Deadlines of streamed answers whose body has ended but may not be written out yet (a
+    /// client that does not read leaves them in the connection's buffers): held until the
+    /// connection's next request, so the connection is still closed at the deadline.
+    sent: std::sync::Mutex<Vec<StreamDeadline>>,
     http1: bool,
 }
 
 impl Activity {
     fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        // A new request: the answers before it were written out.
+        self.sent_deadlines().clear();
         InFlight(self.clone())
+    }
+
+    fn sent_deadlines(&self) -> std::sync::MutexGuard<'_, Vec<StreamDeadline>> {
+        self.sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The instant after which the connection may be closed for want of requests, if none is
@@ -283,6 +297,7 @@ impl Activity {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         deadlines.retain(|d| d.strong_count() > 0);
         deadlines.push(Arc::downgrade(&deadline.0));
+        self.deadline_added.notify_one();
     }
 
     /// Whether a streamed answer in flight is past its deadline (`Err`), else how long until
@@ -295,7 +310,9 @@ impl Activity {
         deadlines.retain(|d| d.strong_count() > 0);
         let now_ns = StreamDeadline::ns(now);
         let mut next: Option<u64> = None;
-        for d in deadlines.iter().filter_map(std::sync::Weak::upgrade) {
+        let sent: Vec<Arc<AtomicU64>> = self.sent_deadlines().iter().map(|d| d.0.clone()).collect();
+        let running = deadlines.iter().filter_map(std::sync::Weak::upgrade);
+        for d in running.chain(sent) {
             let at = d.load(Ordering::Acquire);
             if now_ns > at {
                 return Err(());
@@ -311,7 +328,19 @@ impl Activity {
 struct Streamed {
     inner: axum::body::Body,
     in_flight: Option<InFlight>,
-    _deadline: Option<StreamDeadline>,
+    deadline: Option<StreamDeadline>,
+    activity: Arc<Activity>,
+}
+
+impl Drop for Streamed {
+    fn drop(&mut self) {
+        // The body is done, its last bytes perhaps still in the connection's buffers.
+        if let Some(d) = self.deadline.take() {
+            if self.activity.http1 {
+                self.activity.sent_deadlines().push(d);
+            }
+        }
+    }
 }
 
 impl axum::body::HttpBody for Streamed {
@@ -353,11 +382,13 @@ fn in_flight_until_sent(
     if let Some(d) = &deadline {
         activity.watch_deadline(d);
     }
+    let owner = in_flight.0.clone();
     response.map(|inner| {
         axum::body::Body::new(Streamed {
             inner,
             in_flight: Some(in_flight),
-            _deadline: deadline,
+            deadline,
+            activity: owner,
         })
     })
 }
@@ -395,6 +426,8 @@ async fn drive<I>(
         idle_since_ns: AtomicU64::new(0),
         served: AtomicU64::new(0),
         deadlines: std::sync::Mutex::default(),
+        deadline_added: tokio::sync::Notify::new(),
+        sent: std::sync::Mutex::default(),
         http1: protocol == Protocol::Http1,
     });
     let tracker = activity.clone();
@@ -486,6 +519,9 @@ impl Watch<'_> {
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
+                () = self.activity.deadline_added.notified() => {
+                    wait = STREAM_CHECK.min(check);
+                }
                 () = tokio::time::sleep(wait) => {
                     let now = Instant::now();
                     wait = match self.activity.stream_due(now) {
