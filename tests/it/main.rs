@@ -23,7 +23,9 @@ mod mock {
     mod admin;
     mod backpressure;
     mod budgets;
+    mod descriptors;
     mod hostile;
+    mod idempotency_fairness;
     mod jwt;
     mod lag_guard;
     mod metadata;
@@ -54,6 +56,7 @@ mod redis {
     mod dashboards;
     mod idempotency;
     mod idempotency_cluster;
+    mod idempotency_fairness;
 }
 
 /// No broker at all.
