@@ -71,6 +71,8 @@ pub struct AuthFailures {
     /// then — a refusal does not change the limiter, and nothing but failures does — and
     /// bounded like the limiter (at most [`MAX_SOURCES`], lapsed entries swept first).
     held: parking_lot::Mutex<HashMap<IpAddr, u64>>,
+    /// Nanoseconds between two units of an allowance (1 / `auth_failures_per_sec`).
+    interval_ns: u64,
 }
 
 /// How often a full map may be swept for stale entries.
@@ -107,6 +109,7 @@ impl AuthFailures {
             next_sweep_ns: AtomicU64::new(0),
             sweeps: AtomicU64::new(0),
             held: parking_lot::Mutex::new(HashMap::new()),
+            interval_ns: 1_000_000_000 / u64::from(per_sec.get()),
         }
     }
 
@@ -115,14 +118,22 @@ impl AuthFailures {
     /// its failures has been refused).
     pub fn over(&self, ip: IpAddr) -> Option<Duration> {
         let now = self.clock.now().as_u64();
+        // A lapsed entry stays (a failure allowed just after it spends the allowance again,
+        // see `trickle`); a full map sweeps lapsed entries first.
+        let until = *self.held.lock().get(&source(ip))?;
+        (until > now).then(|| Duration::from_nanos(until - now))
+    }
+
+    /// A failure of a source that was refused until less than one interval ago was allowed:
+    /// it took the one unit its allowance regained since (a spent allowance refills one unit
+    /// per interval), so it is spent again, until one interval after that unit came.
+    fn trickle(&self, key: IpAddr, now: u64) {
         let mut held = self.held.lock();
-        let key = source(ip);
-        let until = *held.get(&key)?;
-        if until <= now {
-            held.remove(&key);
-            return None;
+        if let Some(until) = held.get_mut(&key) {
+            if now >= *until && now < until.saturating_add(self.interval_ns) {
+                *until = until.saturating_add(self.interval_ns);
+            }
         }
-        Some(Duration::from_nanos(until - now))
     }
 
     /// A source's failure was refused until `wait` from `now`.
@@ -130,7 +141,8 @@ impl AuthFailures {
         let until = now.saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
         let mut held = self.held.lock();
         if held.len() >= MAX_SOURCES && !held.contains_key(&key) {
-            held.retain(|_, u| *u > now);
+            let lapsed = now.saturating_sub(self.interval_ns);
+            held.retain(|_, u| *u > lapsed);
             if held.len() >= MAX_SOURCES {
                 return; // full of live entries: not held, so checked (and refused) the long way
             }
@@ -177,6 +189,7 @@ impl AuthFailures {
         match self.limiter.check_key(&key) {
             Ok(()) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
+                self.trickle(key, now.as_u64());
                 None
             }
             Err(not_until) => {
@@ -289,8 +302,15 @@ mod tests {
         clock.advance_ns(1);
         assert_eq!(guard.over(bad), None, "room again");
         assert_eq!(guard.fail(bad), None);
+        // That took the one unit that came back: over again at once, without a refusal.
+        assert_eq!(guard.over(bad), Some(Duration::from_secs(1)));
+        assert!(guard.fail(bad).is_some());
         assert_eq!(guard.failed.load(Ordering::Relaxed), 3);
-        assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
+        assert_eq!(guard.refused.load(Ordering::Relaxed), 2);
+        // Long after, the allowance has refilled: a failure then is not held after it.
+        clock.advance_ms(10_000);
+        assert_eq!(guard.fail(bad), None);
+        assert_eq!(guard.over(bad), None);
     }
 
     #[test]

@@ -101,7 +101,8 @@ pub struct Settings {
 
 #[derive(Debug)]
 enum Backend {
-    Memory(MemoryStore),
+    /// Boxed: the two variants' sizes differ (the enum is made once).
+    Memory(Box<MemoryStore>),
     Shared(Box<dyn SharedStore>),
 }
 
@@ -128,7 +129,10 @@ impl Idempotency {
             max_entries: config.max_entries,
             max_bytes: config.max_bytes,
         };
-        Self::with(config, Backend::Memory(MemoryStore::new(bounds, clock)))
+        Self::with(
+            config,
+            Backend::Memory(Box::new(MemoryStore::new(bounds, clock))),
+        )
     }
 
     /// Cluster mode's: claims and answers in `store`, shared by every replica.
@@ -178,7 +182,7 @@ impl Idempotency {
     /// The memory store, on a single replica (its counts and bounds are metrics).
     pub fn memory(&self) -> Option<&MemoryStore> {
         match &self.backend {
-            Backend::Memory(m) => Some(m),
+            Backend::Memory(m) => Some(&**m),
             Backend::Shared(_) => None,
         }
     }
