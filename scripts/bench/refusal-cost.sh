@@ -10,13 +10,15 @@
 # fixed address is one over its allowance after the warm-up.
 #
 # Adding a reason: one line in CASES — NAME, the status it must get, and the request as JSON
-# (method, path, headers, body; placeholders {n} request number, {ip:K[:OFF]}, {x:N} N bytes). A case
+# (method, path, headers, body; placeholders {n} request number, {d:K} it in K digits,
+# {ip:K[:OFF]}, {x:N} N bytes). A case
 # needing set-up of its own (a schema, a registry) adds it to the config or the warm-up below.
 # Knobs: ROUNDS (3), N (20000), C (32), KAFKA_PORT (19960), PORT (18960), ADMIN_PORT (18961),
-# FLOODGATE (the binary; scripts/bench/lib.sh's by default).
+# BINARY (the gateway to measure; target/release/floodgate by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
+FLOODGATE=${BINARY:-$FLOODGATE}
 ROUNDS=${ROUNDS:-3}
 N=${N:-20000}
 C=${C:-32}
@@ -41,10 +43,11 @@ json.dump({"keys": [{"kty": "RSA", "kid": "k1", "alg": "RS256", "n": b64(n), "e"
           open(f"{out}/jwks.json", "w"))
 head = b64(json.dumps({"alg": "RS256", "kid": "k1", "typ": "JWT"}).encode())
 claims = {"iss": "https://idp.bench", "aud": "floodgate", "client_id": "open",
-          "exp": int(time.time()) + 86400, "jti": "JTI"}
+          "sub": "open", "exp": int(time.time()) + 86400}
 body = b64(json.dumps(claims).encode())
-# A well-formed token with a junk signature ({n} makes each one new: never in the cache).
-open(f"{out}/junk.jwt", "w").write(f"{head}.{body}.{b64(bytes(256))}".replace("JTI", "{n}"))
+# A well-formed token with valid claims and a junk signature, each one new ({d:8}: its first
+# eight characters are the request's number), so it is never in the cache.
+open(f"{out}/junk.jwt", "w").write(f"{head}.{body}.{{d:8}}{b64(bytes(256))[8:]}")
 PY
 JUNK=$(cat "$OUT/junk.jwt")
 
@@ -125,7 +128,7 @@ expected = {l.split("|")[0]: int(l.split("|")[1]) for l in cases.strip().split("
 us, rss, seen = {}, {}, {}
 start_rss = end_hwm = 0
 for line in open(raw):
-    f = line.split(" ", 6)
+    f = line.split(" ", 5)
     if f[0] == "start":
         start_rss = int(f[2]); continue
     if f[0] == "end":

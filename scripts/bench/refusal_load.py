@@ -3,7 +3,8 @@ HTTP/1.1) and prints a JSON line: requests sent, statuses seen, seconds taken.
 
 A case is a JSON object: method, path, headers (a list of [name, value]) and body (text).
 Placeholders, filled per request: {n} the request's number, {ip:K} an address that changes
-every K requests (10.a.b.c; {ip:K:OFF} starts OFF addresses further), {x:N} N bytes of "x". Used by refusal-cost.sh; the gateway's CPU
+every K requests (10.a.b.c; {ip:K:OFF} starts OFF addresses further), {x:N} N bytes of "x",
+{d:K} the request's number in K digits. Used by refusal-cost.sh; the gateway's CPU
 is read by the caller from /proc, so this client's own speed only sets how long a run takes.
 """
 
@@ -13,7 +14,7 @@ import re
 import sys
 import time
 
-PLACEHOLDER = re.compile(r"\{(n|ip:\d+(?::\d+)?|x:\d+)\}")
+PLACEHOLDER = re.compile(r"\{(n|ip:\d+(?::\d+)?|x:\d+|d:\d+)\}")
 
 
 def fill(text, n):
@@ -23,6 +24,8 @@ def fill(text, n):
             return str(n)
         kind, *args = token.split(":")
         k = int(args[0])
+        if kind == "d":
+            return str(n).zfill(k)[-k:]
         if kind == "ip":
             i = n // k + (int(args[1]) if len(args) > 1 else 0)
             return f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
