@@ -366,7 +366,10 @@ mod tests {
         for id in ["..", "_other"] {
             let s = start(&[tenant(id, &["1"], 5)]);
             let keys: Vec<String> = s.problems().into_iter().map(|p| p.key).collect();
-            assert!(keys.contains(&format!("tenants[{id}].id")), "{id}: {keys:?}");
+            assert!(
+                keys.contains(&format!("tenants[{id}].id")),
+                "{id}: {keys:?}"
+            );
         }
     }
 }
