@@ -8,7 +8,8 @@
 //! 1. Foundations — import nothing of floodgate's but each other:
 //!    [`record`] (records, the `Charge` they make, the `Api` they came by), [`refusal`] (why a
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
-//!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
+//!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
+//!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
 //!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
@@ -57,6 +58,7 @@ pub mod cluster;
 pub mod config;
 pub mod credential;
 pub mod dev;
+pub mod env_secret;
 pub mod forwarded;
 pub mod http;
 pub mod idempotency;

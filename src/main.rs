@@ -249,7 +249,11 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
         if let Some(dev) = &dev {
             // The dev setup makes an admin token when none is set, so the status page and the
             // admin API work at once; a token set in the environment is used as it is.
-            let dev_token = if std::env::var_os(&config.admin.token_env).is_none() {
+            let unset = matches!(
+                floodgate::env_secret::read(&config.admin.token_env),
+                Ok(None)
+            );
+            let dev_token = if unset {
                 match floodgate::identity::random_key("") {
                     Ok(token) => {
                         options.admin_tokens =

@@ -29,7 +29,8 @@ pub struct SchemaRegistryConfig {
     /// A raw schema not yet registered under its subject is registered (as kafka-rest does);
     /// `false`: such a record is refused with 422 `schema_not_found`.
     pub auto_register: bool,
-    /// Environment variables holding the registry's basic-auth user name and password.
+    /// Environment variables holding the registry's basic-auth user name and password (each
+    /// may instead be given as a file, named by `<name>_FILE`).
     pub username_env: Option<String>,
     pub password_env: Option<String>,
     /// Registry calls in flight at once (more wait, within their timeout): a burst of unknown
@@ -178,11 +179,13 @@ impl SchemaRegistryConfig {
             ("schema_registry.password_env", &self.password_env),
         ] {
             if let Some(var) = var {
-                if std::env::var(var).map_or(true, |v| v.is_empty()) {
-                    problems.push(ConfigProblem::new(
+                match crate::env_secret::read(var) {
+                    Ok(Some(v)) if !v.is_empty() => {}
+                    Ok(_) => problems.push(ConfigProblem::new(
                         key,
-                        format!("the environment variable {var} is not set"),
-                    ));
+                        format!("the environment variable {var} is not set (nor {var}_FILE)"),
+                    )),
+                    Err(e) => problems.push(ConfigProblem::new(key, e)),
                 }
             }
         }
@@ -210,10 +213,9 @@ impl SchemaRegistryConfig {
         problems
     }
 
-    /// The basic-auth credentials, read from their variables.
+    /// The basic-auth credentials, read from their variables (or their `_FILE` twins).
     pub fn credentials(&self) -> Option<(String, String)> {
-        let user = std::env::var(self.username_env.as_ref()?).ok()?;
-        let password = std::env::var(self.password_env.as_ref()?).ok()?;
-        Some((user, password))
+        let read = |var: &Option<String>| crate::env_secret::read(var.as_ref()?).ok().flatten();
+        Some((read(&self.username_env)?, read(&self.password_env)?))
     }
 }
