@@ -143,15 +143,22 @@ bases() {
 
 build() {
   bases
-  local started=$SECONDS iid size
+  local started=$SECONDS iid size previous
+  previous=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
   iid=$(mktemp "${TMPDIR:-/tmp}/floodgate-iid.XXXXXX")
   trap 'rm -f "$iid"' RETURN
   # The image id is written only by a build that completed (podman build interrupted by a
   # signal can exit 0).
-  podman build --pull=never --iidfile "$iid" -t "$IMAGE" .
+  # --layers=false: no intermediate images are kept (the build stage's work is kept in its
+  # cache mounts instead), so repeated builds leave nothing behind but the image.
+  podman build --pull=never --layers=false --iidfile "$iid" -t "$IMAGE" .
   if ! [ -s "$iid" ]; then
     echo "podman build did not complete" >&2
     exit 1
+  fi
+  # The image this tag named before is removed (unless a container still uses it).
+  if [ -n "$previous" ] && [ "$previous" != "$(cat "$iid")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
   fi
   size=$(podman image inspect --format '{{.Size}}' "$(cat "$iid")")
   echo "built $IMAGE in $((SECONDS - started)) s: $((size / 1000000)) MB"
