@@ -377,25 +377,29 @@ S["V2Offset"] = {"type": "object", "required": ["partition", "offset", "error_co
 S["V2Answer"] = {"type": "object", "required": ["offsets", "key_schema_id", "value_schema_id"], "properties": {
     "offsets": {"type": "array", "items": ref("V2Offset")}, "key_schema_id": {"type": "null"}, "value_schema_id": {"type": "null"}}}
 v2_data_bin = {"type": ["string", "null"], "pattern": B64}
+# null is absent in every record field, as in kafka-rest (its fields are @Nullable): Confluent's
+# Node client sends "partition": null with every record.
+V2_PARTITION = {"type": ["integer", "null"], "minimum": 0, "maximum": 2147483647, "description": "null: none (the URL's, or the producer's choice)"}
 S["V2BinaryBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
     "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
-        "key": v2_data_bin, "value": v2_data_bin, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+        "key": v2_data_bin, "value": v2_data_bin, "partition": V2_PARTITION}}}}}
 S["V2JsonBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
     "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
-        "key": {}, "value": {}, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+        "key": {}, "value": {}, "partition": V2_PARTITION}}}}}
 v3_data = {"type": "object", "additionalProperties": False, "required": ["type"], "oneOf": [
     {"properties": {"type": {"const": "BINARY"}, "data": {"type": ["string", "null"], "pattern": B64}}},
     {"properties": {"type": {"const": "JSON"}, "data": {}}},
     {"properties": {"type": {"const": "STRING"}, "data": {"type": ["string", "null"]}}},
 ], "properties": {"type": {"enum": ["BINARY", "JSON", "STRING"]}, "data": {}}}
 v3_record_props = {
-    "partition_id": {"type": "integer", "minimum": 0, "maximum": 2147483647},
-    "headers": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    "partition_id": {"type": ["integer", "null"], "minimum": 0, "maximum": 2147483647},
+    "headers": {"type": ["array", "null"], "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
         "name": {"type": "string"}, "value": {"type": ["string", "null"], "pattern": B64}}}},
-    "key": v3_data, "value": v3_data,
-    "timestamp": {"type": "string", "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
+    "key": {"anyOf": [v3_data, {"type": "null"}]}, "value": {"anyOf": [v3_data, {"type": "null"}]},
+    "timestamp": {"type": ["string", "null"], "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
 }
-S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props}
+S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props,
+    "description": "With a Schema Registry configured ([schema_registry] url), a key or value may also be {\"type\": \"AVRO\"|\"JSONSCHEMA\"|\"PROTOBUF\", \"schema\"|\"schema_id\"|\"schema_version\", \"subject\", \"subject_name_strategy\", \"data\"} or carry no type (the latest schema of its subject); the data is written in Confluent's wire format, or the record refused 422 schema_violation / schema_not_found / schema_invalid naming the field, or 503 schema_registry_unavailable. This document describes a gateway without one."}
 S["V3BatchBody"] = {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {"entries": {
     "type": "array", "minItems": 1, "maxItems": 10, "items": {"type": "object", "additionalProperties": False, "required": ["id"],
         "properties": {"id": {"type": "string", "pattern": "^[0-9A-Za-z_-]{1,80}$"}, **v3_record_props}}}}}
@@ -488,6 +492,21 @@ for prefix in ["/v3", "/kafka/v3"]:
             "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
+# Answers outside the operations (OpenAPI has no place for a method a path does not serve):
+# described here and in info.description, checked by the routers' tests.
+spec["info"]["description"] += (
+    " Every error has a JSON body, outside the operations below too: a method a path does not serve"
+    " is 405 with an Allow header naming the methods it does (response MethodNotAllowed), and a path"
+    " no route has is 404 (response NotFound), on both listeners; under /topics, /v3 and /kafka/v3"
+    " both are Confluent's envelope (ConfluentMethodNotAllowed, ConfluentNotFound: error_code 405 or"
+    " 404, the status itself, as Confluent's REST Proxy answers them).")
+ALLOW = {"Allow": {"description": "the methods this path serves", "schema": {"type": "string"}}}
+spec["components"]["responses"] = {
+    "MethodNotAllowed": err("method_not_allowed: this path is served with other methods") | {"headers": ALLOW},
+    "NotFound": err("not_found: no route has this path"),
+    "ConfluentMethodNotAllowed": cerr("error_code 405: this path is served with other methods (application/vnd.kafka.v2+json under /topics)", headers=ALLOW),
+    "ConfluentNotFound": cerr("error_code 404: no route has this path (application/vnd.kafka.v2+json under /topics)"),
+}
 spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}
 json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
 open(OUT, "a").write("\n")

@@ -85,7 +85,10 @@ pub enum ApiError {
     /// The Schema Registry did not answer and the schema is not cached.
     SchemaRegistryUnavailable(String),
     ShuttingDown,
+    /// No route has this path.
     NotFound,
+    /// The path is served, not with this method (the answer's `Allow` names those it is).
+    MethodNotAllowed(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -141,6 +144,7 @@ impl ApiError {
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
         }
     }
 
@@ -167,6 +171,7 @@ impl ApiError {
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => {
                 StatusCode::REQUEST_TIMEOUT
@@ -252,6 +257,11 @@ impl ApiError {
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
             Self::NotFound => "no such route".into(),
+            Self::MethodNotAllowed(method) => {
+                format!(
+                    "this path does not serve {method}; the Allow header names the methods it does"
+                )
+            }
         }
     }
 }

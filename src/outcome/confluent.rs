@@ -29,7 +29,11 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_) | E::NotFound => (StatusCode::NOT_FOUND, 40401),
+        E::UnknownTopic(_) => (StatusCode::NOT_FOUND, 40401),
+        // No route, or not with this method: kafka-rest (Jersey, through rest-utils' exception
+        // mapper) answers these with the HTTP status as the error code.
+        E::NotFound => (StatusCode::NOT_FOUND, 404),
+        E::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, 405),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)

@@ -105,7 +105,10 @@ fn v2_nulls_are_absent_as_in_kafka_rest() {
         (None, Some(&b"msg1"[..]), None)
     );
     let r = bin
-        .parse(br#"{"value":null,"key":"a2V5","partition":null}"#, &bounds())
+        .parse(
+            br#"{"value":null,"key":"a2V5","partition":null}"#,
+            &bounds(),
+        )
         .expect("a null value (a tombstone)");
     assert_eq!((r.key.as_deref(), r.value), (Some(&b"key"[..]), None));
     // A null partition leaves the URL's partition in place.
