@@ -152,7 +152,7 @@ impl ApiError {
         match self {
             Self::Unauthorized | Self::CredentialRevoked => StatusCode::UNAUTHORIZED,
             Self::Auth(AuthError::UnknownTenant(_)) => StatusCode::FORBIDDEN,
-            Self::Auth(AuthError::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth(AuthError::KeysUnavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Auth(_) => StatusCode::UNAUTHORIZED,
             Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
             Self::IdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -286,9 +286,12 @@ fn auth_detail(e: &AuthError) -> String {
                 _ => "jwt_claims",
             }
         ),
-        AuthError::KeysUnavailable => "the token's issuer keys (JWKS) could not be fetched \
-                                       to check it; retry shortly"
-            .into(),
+        AuthError::KeysUnavailable(wait) => format!(
+            "the token's issuer keys (JWKS) do not hold its key: they could not be fetched, or \
+             the issuer may have rotated it in since the last fetch and the next is allowed in \
+             {} ms; retry then",
+            wait_ms(*wait)
+        ),
     }
 }
 
@@ -414,7 +417,12 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer error=\"invalid_token\""),
             );
         }
-        if let Self::Auth(AuthError::KeysUnavailable) | Self::SchemaRegistryUnavailable(_) = &self {
+        if let Self::Auth(AuthError::KeysUnavailable(wait)) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
+        }
+        if let Self::SchemaRegistryUnavailable(_) = &self {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -24,7 +24,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     match e {
         E::Unauthorized | E::CredentialRevoked => (StatusCode::UNAUTHORIZED, 40101),
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
-        E::Auth(crate::credential::AuthError::KeysUnavailable) => {
+        E::Auth(crate::credential::AuthError::KeysUnavailable(_)) => {
             (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
@@ -210,7 +210,9 @@ struct BatchAnswer<'a> {
 pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
-        ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
+        ApiError::AuthFailures(wait)
+        | ApiError::IdempotencyKeyInUse(wait)
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait)) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }
