@@ -251,7 +251,7 @@ paths = {
             "422": err("idempotency_key_reused: the Idempotency-Key was used for another request"),
             "429": {**err("rate_limited: reason and retry_after_ms say what ran out and when to come back"), "headers": {**RETRY, **RL_HEADERS}},
             "502": {**err("delivery_failed: Kafka refused some records (per-record results in offsets)"), "headers": REPLAYED},
-            "503": {**err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written); jwks_unavailable: the token names a key the gateway does not hold and its issuer's JWKS cannot be fetched"), "headers": RETRY},
+            "503": {**err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written); jwks_unavailable: the token names a key the gateway does not hold and its issuer's JWKS cannot be fetched, or was fetched less than min_refetch_s ago (Retry-After: when the next fetch is allowed)"), "headers": RETRY},
         },
     }},
     "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
@@ -448,14 +448,14 @@ def v2_op(extra_params, summary):
             "415": cerr("not the binary or json embedded format (schema formats need a Schema Registry)", V2M),
             "422": cerr("no records, or a record with an unknown or wrong field (42206); the Idempotency-Key was used for another request (42207)", V2M),
             "429": cerr("over budget (42901): Retry-After, retry_after_ms and the RateLimit fields say when to come back", V2M, {**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)", V2M),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)", V2M),
         }}}
 paths = spec["paths"]
 paths["/topics/{topic}"] = v2_op([], "Produce (Confluent REST Proxy v2)")
 paths["/topics/{topic}/partitions/{partition}"] = v2_op([{"name": "partition", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 2147483647}}], "Produce to a partition (Confluent REST Proxy v2); a record's own partition wins")
 cid = {"name": "cluster_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "not checked unless [compat] check_cluster_id is set (as in Confluent Platform)"}
 common_v3 = {"401": cerr("no or unknown key, or a JWT that does not verify (40101; the message starts with floodgate's code)"), "429": cerr("too many failed authentications from this address (42901)", headers=RETRY)}
-auth_v3 = {"403": cerr("a valid token or certificate of no tenant (40302)"), "503": cerr("the token's issuer keys cannot be fetched (50304), or shutting down (50301)")}
+auth_v3 = {"403": cerr("a valid token or certificate of no tenant (40302)"), "503": cerr("the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304), or shutting down (50301)")}
 for prefix in ["/v3", "/kafka/v3"]:
     paths[f"{prefix}/clusters"] = {"get": {"summary": "The cluster this gateway produces to (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
         "responses": {"200": jres("the cluster list", ref("V3ClusterList")), **auth_v3, **common_v3}}}
@@ -474,7 +474,7 @@ for prefix in ["/v3", "/kafka/v3"]:
             "422": cerr("the first record is not a valid record (42206)"),
             "415": cerr("not application/json"),
             "429": cerr("refused before any record was read (42901): Retry-After, retry_after_ms and the RateLimit fields", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka's metadata cannot be read (50302), shutting down (50301), or the token's issuer keys cannot be fetched (50304)"),
+            "503": cerr("Kafka's metadata cannot be read (50302), shutting down (50301), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
     paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records:batch"] = {"post": {
@@ -489,7 +489,7 @@ for prefix in ["/v3", "/kafka/v3"]:
             "413": cerr("too large (41301) or over a burst (41302)"), "415": cerr("not application/json"),
             "422": cerr("ids or entry count break the batch rules (42208), an invalid entry (42206), or the Idempotency-Key was used for another request (42207)"),
             "429": cerr("over budget (42901)", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)"),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
 # Answers outside the operations (OpenAPI has no place for a method a path does not serve):
