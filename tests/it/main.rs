@@ -23,6 +23,7 @@ mod mock {
     mod admin;
     mod backpressure;
     mod budgets;
+    mod first_scrape;
     mod hostile;
     mod jwt;
     mod lag_guard;
