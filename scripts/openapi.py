@@ -112,6 +112,7 @@ schemas = {
             **budget_view_props,
             "keys": {"type": "array", "items": {"type": "object", "required": ["key_id"], "properties": {"key_id": {"type": "string"}}}},
             "live": {"type": ["object", "null"], "description": "tokens now, buffer held, admitted, failed and rejected counts since start"},
+            "warnings": {"type": "array", "description": "valid settings that cost clients something, with what: a records_burst (bytes_burst) below records_per_sec (bytes_per_sec) gives a client that honours Retry-After (whole seconds) about burst / rate of its budget, unless [wait] max_ms holds its requests; absent when there is none", "items": {"type": "object", "required": ["field", "detail"], "properties": {"field": {"type": "string"}, "detail": {"type": "string"}}}},
         },
     },
     "GlobalSettings": {

@@ -10,7 +10,8 @@
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
 //!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
+//!    [`auth_failures`] (per-address limit on failed authentications), [`hold`] (seats for
+//!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
@@ -58,6 +59,7 @@ pub mod config;
 pub mod credential;
 pub mod dev;
 pub mod forwarded;
+pub mod hold;
 pub mod http;
 pub mod idempotency;
 pub mod identity;

@@ -24,6 +24,7 @@ mod mock {
     mod backpressure;
     mod budgets;
     mod first_scrape;
+    mod holds;
     mod hostile;
     mod jwt;
     mod lag_guard;
