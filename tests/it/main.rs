@@ -44,6 +44,7 @@ mod mock {
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
     mod confluent;
+    mod node_client;
     mod produce;
     mod registry;
     mod reload;
