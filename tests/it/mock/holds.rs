@@ -132,6 +132,38 @@ async fn every_wire_format_is_held_the_same_way() {
     gw.shutdown().await;
 }
 
+/// Each record of a v3 stream is admitted on its own, through the same hold: the record over
+/// the burst waits for its tokens (the stream's pump with it) and is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_record_is_held_like_a_request() {
+    use std::io::Write as _;
+    let (_cluster, gw) = gateway(250, 8).await;
+    let addr = gw.addr;
+    let reader = tokio::task::spawn_blocking(move || {
+        let (mut stream, mut reader) =
+            crate::common::v3::open_stream(addr, "/v3/clusters/c/topics/test.hold/records");
+        let records: String = (0..11)
+            .map(|i| json!({"value": {"type": "JSON", "data": i}}).to_string())
+            .collect();
+        crate::common::v3::write_chunk(&mut stream, records.as_bytes()).expect("records");
+        stream.write_all(b"0\r\n\r\n").expect("end");
+        crate::common::v3::read_reports(&mut reader)
+    });
+    held(&gw, 1).await;
+    gw.advance_ms(20);
+    let reports = reader.await.expect("reader");
+    assert_eq!(reports.len(), 11, "{reports:?}");
+    for r in &reports {
+        assert_eq!(r["error_code"], 200, "{r}");
+    }
+    let m = scrape(&gw).await;
+    assert_eq!(
+        sample(&m, "floodgate_admission_holds_total{outcome=\"admitted\"}"),
+        1.0
+    );
+    gw.shutdown().await;
+}
+
 /// Seats are bounded per tenant (and in all): a request finding none is refused at once; two
 /// held requests wanting the same token are decided again, and one that cannot be admitted
 /// within max_ms is refused after its hold.
