@@ -10,6 +10,9 @@ use std::process::{Command, Stdio};
 
 use crate::common::*;
 
+/// A record expected in Kafka: key, value, and the partition it was sent to (if it named one).
+type Expected = (Option<&'static [u8]>, Option<&'static [u8]>, Option<i32>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluents_node_client_produces_binary_and_json_records() {
     let clients = std::env::var("FLOODGATE_CLIENTS").unwrap_or_else(|_| {
@@ -54,7 +57,7 @@ async fn confluents_node_client_produces_binary_and_json_records() {
         }
     }
 
-    let expected: Vec<(Option<&[u8]>, Option<&[u8]>, Option<i32>)> = vec![
+    let expected: Vec<Expected> = vec![
         (None, Some(b"binary-1"), None),
         (Some(b"key-2"), Some(b"binary-2"), None),
         (Some(b"key-3"), Some(&[0, 1, 2, 255]), None),
