@@ -11,7 +11,8 @@
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
 //!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
+//!    [`auth_failures`] (per-address limit on failed authentications), [`hold`] (seats for
+//!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
@@ -60,6 +61,7 @@ pub mod credential;
 pub mod dev;
 pub mod env_secret;
 pub mod forwarded;
+pub mod hold;
 pub mod http;
 pub mod idempotency;
 pub mod identity;
