@@ -10,7 +10,8 @@
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
 //!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
+//!    [`auth_failures`] (per-address limit on failed authentications), [`heap`] (each
+//!    thread's live heap bytes, counted by the global allocator), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
@@ -58,6 +59,7 @@ pub mod config;
 pub mod credential;
 pub mod dev;
 pub mod forwarded;
+pub mod heap;
 pub mod http;
 pub mod idempotency;
 pub mod identity;
@@ -79,5 +81,10 @@ pub mod status;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;
+
+// The unit tests measure what schema compiles keep, as the gateway does (main.rs).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 pub use run::{run, Listeners, RunOptions, ShutdownReport};

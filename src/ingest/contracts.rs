@@ -4,6 +4,16 @@
 //! refused request is charged or written. A format that reports records one by one (Confluent's
 //! `records:batch`) takes a failed record into its answer instead
 //! ([`crate::body::ParseRecord::fail_record`]), and the rest go on.
+//!
+//! A raw schema the registry does not hold is registered here, and only here: after its
+//! record's data fit it, and after every check that can refuse the request without the
+//! registry — the topic exists, and the tenant's budgets, the global budget, the adaptive and
+//! lag shares and the buffer would admit the request now (`Admission::check_to`, which takes
+//! nothing). Registering after admission instead would hold the request's buffer space and
+//! spent tokens across a registry call whose failure could not give them back (leased tokens
+//! in cluster mode are not returned); a request refused by admission in the moment between
+//! the check and the admission itself is the one way a registration can outlive its request,
+//! and it is charged to the tenant's registrations all the same.
 
 use std::borrow::Cow;
 
@@ -11,8 +21,9 @@ use crate::body::RecordArena;
 use crate::identity::Topic;
 use crate::inflight_bodies::BodyHold;
 use crate::outcome::ApiError;
-use crate::record::Record;
-use crate::schema::{Failure, Lookups, SchemaError, Wanted};
+use crate::kafka::TopicInfo;
+use crate::record::{Charge, Record};
+use crate::schema::{Converted, Failure, Lookups, SchemaError, Wanted};
 use crate::tenant::Tenant;
 
 use super::{BodyFormat, Ingest};
@@ -48,7 +59,10 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
         SchemaError::Violation(_) => ApiError::SchemaViolation(detail),
         SchemaError::NotFound(_) | SchemaError::NoRegistry => ApiError::SchemaNotFound(detail),
         SchemaError::Invalid(_) => ApiError::SchemaInvalid(detail),
+        SchemaError::Refused(_) => ApiError::SchemaRefused(detail),
         SchemaError::Unavailable(_) => ApiError::SchemaRegistryUnavailable(detail),
+        SchemaError::TooCostly(_) => ApiError::SchemaTooCostly(detail),
+        SchemaError::Busy(wait, _) => ApiError::SchemaBusy(*wait, detail),
     }
 }
 
@@ -105,6 +119,7 @@ impl Ingest {
             records: &records,
             wanted: &wanted,
             first: 0,
+            whole: true,
         };
         if !self
             .convert_each(tenant, topic, to_convert, &mut lookups, keep)
@@ -139,20 +154,53 @@ impl Ingest {
         if !self.schemas.applies(topic, records.wanted) {
             return Ok(false);
         }
+        // What a registration is checked against: the whole request's records, or (a
+        // stream's, each admitted alone) the record's own.
+        let whole = records.whole.then(|| Charge::of(records.records));
         for (i, r) in records.records.iter().enumerate() {
+            let at = (records.first + i, whole);
             let converted = self
-                .convert_record(
-                    tenant,
-                    topic,
-                    records.first + i,
-                    r,
-                    records.wanted.get(i),
-                    lookups,
-                )
+                .convert_record(tenant, topic, at, r, records.wanted.get(i), lookups)
                 .await;
             keep(i, converted)?;
         }
         Ok(true)
+    }
+
+    /// Registers the record's pending raw schemas once the request passed every check that
+    /// can refuse it without the registry (the module's comment says why here).
+    async fn register_pending(
+        &self,
+        tenant: &Tenant,
+        c: &mut Converted,
+        lookups: &mut Lookups,
+    ) -> Result<(), Failure> {
+        for pending in std::mem::take(&mut c.pending) {
+            let id = self
+                .schemas
+                .register(tenant.id.as_str(), &pending, lookups)
+                .await?;
+            c.set_id(pending.side, id);
+        }
+        Ok(())
+    }
+
+    /// Whether a request (of this charge) could be admitted now: the topic exists and no
+    /// budget, share or the buffer refuses it. Takes nothing.
+    async fn would_admit(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        charge: Charge,
+    ) -> Result<(), ApiError> {
+        match self.catalog.lookup(topic.as_str()).await {
+            Ok(TopicInfo::Exists { .. }) => {}
+            Ok(TopicInfo::Missing) => return Err(ApiError::UnknownTopic(topic.as_str().into())),
+            Err(e) => return Err(ApiError::KafkaUnavailable(e)),
+        }
+        self.admission
+            .check_to(tenant, Some(topic), charge)
+            .map_err(|d| self.denied(tenant, d))
     }
 
     /// Record `index` in its schemas, or its error (counted when the data did not fit).
@@ -160,16 +208,23 @@ impl Ingest {
         &self,
         tenant: &Tenant,
         topic: &Topic,
-        index: usize,
+        (index, whole): (usize, Option<Charge>),
         r: &Record<'_>,
         wanted: Option<&Wanted>,
         lookups: &mut Lookups,
     ) -> Result<ConvertedRecord, ApiError> {
         let converted = self
             .schemas
-            .convert(topic, r.key.as_deref(), r.value.as_deref(), wanted, lookups)
+            .convert(
+                tenant.id.as_str(),
+                topic,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                wanted,
+                lookups,
+            )
             .await;
-        let c = match converted {
+        let mut c = match converted {
             Ok(c) => c,
             Err(failure) => {
                 if matches!(failure.error, SchemaError::Violation(_)) {
@@ -178,6 +233,13 @@ impl Ingest {
                 return Err(failure_error(index, &failure));
             }
         };
+        if !c.pending.is_empty() {
+            let charge = whole.unwrap_or_else(|| Charge::of(std::slice::from_ref(r)));
+            self.would_admit(tenant, topic, charge).await?;
+            self.register_pending(tenant, &mut c, lookups)
+                .await
+                .map_err(|f| failure_error(index, &f))?;
+        }
         // A schema's defaults can make a small JSON value large: what a record becomes is
         // bounded like what it was sent as.
         let too_large = |side: &str, n: usize, limit: usize| {
@@ -223,6 +285,8 @@ pub(super) struct ToConvert<'r, 'a> {
     pub records: &'r [Record<'a>],
     pub wanted: &'r [Wanted],
     pub first: usize,
+    /// The records are admitted together (a request), not one by one (a stream's).
+    pub whole: bool,
 }
 
 /// A record in its schemas, and the schema ids it was written with.

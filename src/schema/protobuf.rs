@@ -57,6 +57,7 @@ impl ProtobufSchema {
         // written deeper would be unreadable. A message nests no deeper than its JSON.
         if json_depth(text) > MAX_MESSAGE_DEPTH {
             return Err(Mismatch {
+                too_costly: false,
                 pointer: String::new(),
                 message: format!(
                     "nests deeper than {MAX_MESSAGE_DEPTH}, which Protobuf consumers refuse to read"
@@ -71,6 +72,7 @@ impl ProtobufSchema {
             DynamicMessage::deserialize_with_options(self.message.clone(), tracked, &options)
                 .and_then(|m| de.end().map(|()| m))
                 .map_err(|e| Mismatch {
+                    too_costly: false,
                     pointer: Pointer::from_path(&track.path()).to_string(),
                     message: strip_position(&e.to_string()),
                 })?;
@@ -80,6 +82,7 @@ impl ProtobufSchema {
         // cost another 10% of the whole conversion (perf: `encoded_len` was the top symbol).
         let mut out = vec![0u8];
         message.encode(&mut out).map_err(|e| Mismatch {
+            too_costly: false,
             pointer: String::new(),
             message: e.to_string(),
         })?;
@@ -95,6 +98,7 @@ fn required(message: &DynamicMessage, at: &mut Pointer) -> Result<(), Mismatch> 
         {
             at.push(field.json_name());
             return Err(Mismatch {
+                too_costly: false,
                 pointer: at.to_string(),
                 message: "a required field is missing".into(),
             });
