@@ -169,7 +169,7 @@ impl Schemas {
     }
 
     /// Takes one of the tenant's registrations, or says when the next one comes.
-    fn take_registration(&self, tenant: &str) -> Result<(), SchemaError> {
+    pub(super) fn take_registration(&self, tenant: &str) -> Result<(), SchemaError> {
         let spec = RateSpec {
             per_sec: self.config.tenant_registrations_per_sec.max(1),
             burst: self.config.tenant_registrations_burst.max(1),

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::compiled::{compile, CompileError, Compiled};
+use super::compiled::{compile, within_bounds, CompileError, Compiled};
 use super::pool::{thread_cpu, PoolError};
 use super::resolve::digest;
 use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
@@ -139,6 +139,10 @@ impl Schemas {
         text: &str,
         what: &str,
     ) -> Result<Compiled, SchemaError> {
+        // Size and nesting first, here: a schema too large is refused without waiting for a
+        // thread.
+        within_bounds(format, text, self.bounds.max_text)
+            .map_err(|e| SchemaError::Invalid(format!("{what} does not compile: {e}")))?;
         let key = (format, digest(text));
         if let Some(e) = self.cache.lock().failed.get(&key) {
             return Err(e.clone());

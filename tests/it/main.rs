@@ -47,6 +47,7 @@ mod tansu {
     mod produce;
     mod registry;
     mod reload;
+    mod schema_costs;
     mod schemas;
     mod shutdown;
 }
