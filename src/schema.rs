@@ -408,7 +408,14 @@ impl Schemas {
             (None, None) => return Ok(out),
         };
         out.value = self
-            .write(tenant, &r.schema, data, Side::Value, self.limits.1, keep_json)
+            .write(
+                tenant,
+                &r.schema,
+                data,
+                Side::Value,
+                self.limits.1,
+                keep_json,
+            )
             .await?;
         self.settle(topic, Side::Value, r, &mut out)
             .await
@@ -484,7 +491,6 @@ impl Schemas {
             .collect()
     }
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,8 @@ SCALE=${SCALE:-1.0}
 PORT=18882
 ADMIN_PORT=18892
 REGISTRY_PORT=18883
-bench_build
+# Only the gateway is needed (no load tool: the requests are the script's own).
+[ -x "$FLOODGATE" ] || cargo build --release --bin floodgate
 
 bench_tansu_start "$KAFKA_PORT"
 trap bench_cleanup EXIT

@@ -261,7 +261,11 @@ impl SchemaRegistryConfig {
             "tenant_workers",
             "must be 1 to workers",
         );
-        check((1..=60_000).contains(&self.wait_ms), "wait_ms", "must be 1 to 60000");
+        check(
+            (1..=60_000).contains(&self.wait_ms),
+            "wait_ms",
+            "must be 1 to 60000",
+        );
         check(
             (1..=60_000).contains(&self.max_check_cpu_ms),
             "max_check_cpu_ms",

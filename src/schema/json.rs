@@ -5,8 +5,11 @@
 
 use serde_json::Value;
 
+mod cost;
+
 use super::compiled::CompileError;
 use super::{clip, Mismatch};
+use cost::{data_cost, nodes, patterns};
 
 #[derive(Debug)]
 pub struct JsonSchema {
@@ -135,7 +138,11 @@ fn quoted_briefly(message: &str, instance: &Value) -> String {
     }
     let quoted = instance.to_string();
     if quoted.len() > super::MAX_QUOTE && message.contains(&quoted) {
-        let short = format!("{}… ({} bytes)", clip(&quoted, super::MAX_QUOTE), quoted.len());
+        let short = format!(
+            "{}… ({} bytes)",
+            clip(&quoted, super::MAX_QUOTE),
+            quoted.len()
+        );
         return message.replacen(&quoted, &short, 1);
     }
     message.to_string()
@@ -177,63 +184,6 @@ fn expansion_within_bounds(schema: &Value) -> Result<u64, String> {
 
 /// Most work one value's check may take: subschema checks times the value's nodes.
 pub const MAX_CHECK_WORK: u64 = 20_000_000;
-
-/// The size of a value for the work bound: its nodes (objects, arrays and scalars), and a
-/// string's bytes in steps of [`STRING_STEP`] (a `pattern` or `const` reads all of them).
-fn nodes(value: &Value, depth: usize) -> u64 {
-    match value {
-        // The body decoder bounds nesting; this only keeps the count from recursing further.
-        _ if depth > 256 => 1,
-        Value::Array(items) => 1 + items.iter().map(|v| nodes(v, depth + 1)).sum::<u64>(),
-        Value::Object(o) => {
-            1 + o
-                .iter()
-                .map(|(k, v)| k.len() as u64 / STRING_STEP + nodes(v, depth + 1))
-                .sum::<u64>()
-        }
-        Value::String(s) => 1 + s.len() as u64 / STRING_STEP,
-        _ => 1,
-    }
-}
-
-/// String bytes counted as one node.
-const STRING_STEP: u64 = 64;
-
-/// What checking one value against an `enum` or `const` costs, in nodes: jsonschema hashes
-/// an enum of strings only (and null), and binary-searches integers only for an integer
-/// value (a float value scans the list); every other enum is compared element by element,
-/// and a `const` node by node.
-fn data_cost(keyword: &str, v: &Value) -> u64 {
-    match (keyword, v) {
-        ("enum", Value::Array(items))
-            if items
-                .iter()
-                .all(|i| matches!(i, Value::String(_) | Value::Null)) =>
-        {
-            1
-        }
-        ("enum" | "const", v) => nodes(v, 0),
-        _ => 1,
-    }
-}
-
-/// The regexes a schema makes: every `pattern` string and `patternProperties` key, wherever
-/// they are (a `$ref`'d subschema is compiled once).
-fn patterns(v: &Value, depth: usize) -> usize {
-    match v {
-        _ if depth > 256 => 0,
-        Value::Array(items) => items.iter().map(|i| patterns(i, depth + 1)).sum(),
-        Value::Object(o) => o
-            .iter()
-            .map(|(k, v)| match (k.as_str(), v) {
-                ("pattern", Value::String(_)) => 1,
-                ("patternProperties", Value::Object(p)) => p.len() + patterns(v, depth + 1),
-                _ => patterns(v, depth + 1),
-            })
-            .sum(),
-        _ => 0,
-    }
-}
 
 struct Expansion<'a> {
     root: &'a Value,

@@ -163,9 +163,10 @@ impl Pool {
     /// Jobs waiting and running now, over all tenants.
     pub fn load(&self) -> (usize, usize) {
         let state = self.shared.state.lock();
-        state.lanes.values().fold((0, 0), |(w, r), l| {
-            (w + l.jobs.len(), r + l.running)
-        })
+        state
+            .lanes
+            .values()
+            .fold((0, 0), |(w, r), l| (w + l.jobs.len(), r + l.running))
     }
 
     /// Runs `f` on a pool thread within `tenant`'s share, once its turn comes and within the
@@ -281,7 +282,10 @@ mod tests {
     use std::sync::mpsc;
 
     /// A job that runs until told to finish, saying when it started.
-    fn blocker(started: mpsc::Sender<&'static str>, name: &'static str) -> (impl FnOnce() + Send, mpsc::Sender<()>) {
+    fn blocker(
+        started: mpsc::Sender<&'static str>,
+        name: &'static str,
+    ) -> (impl FnOnce() + Send, mpsc::Sender<()>) {
         let (finish, finished) = mpsc::channel::<()>();
         let job = move || {
             let _ = started.send(name);
@@ -308,7 +312,10 @@ mod tests {
         let pool_b = pool.clone();
         let b = tokio::spawn(async move { pool_b.run("b", || "b ran").await });
         assert_eq!(b.await.expect("task"), Ok("b ran"));
-        assert!(starts.try_recv().is_err(), "a's second job waits for its first");
+        assert!(
+            starts.try_recv().is_err(),
+            "a's second job waits for its first"
+        );
         assert_eq!(pool.load(), (2, 1));
         for f in finishes {
             let _ = f.send(());
@@ -328,9 +335,7 @@ mod tests {
         assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("first"));
         let ran = Arc::new(AtomicU8::new(0));
         let r = ran.clone();
-        let second = pool
-            .run("b", move || r.store(1, Ordering::SeqCst))
-            .await;
+        let second = pool.run("b", move || r.store(1, Ordering::SeqCst)).await;
         assert_eq!(second, Err(PoolError::Busy(Duration::from_millis(200))));
         let _ = finish.send(());
         assert_eq!(first.await.expect("task"), Ok(()));

@@ -377,7 +377,10 @@ impl Schemas {
         let key = (scope, digest);
         let cached = self.cache.lock().raw.get(&key).copied();
         if let Some(s) = cached.and_then(|id| self.cache.lock().by_id.get(&id).cloned()) {
-            return Ok(Resolved { schema: s, raw: None });
+            return Ok(Resolved {
+                schema: s,
+                raw: None,
+            });
         }
         // The subject, when the record names it or the topic does: checked before anything
         // is compiled (RECORD_NAME's comes from the schema itself, so it is checked after).

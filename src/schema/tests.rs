@@ -97,7 +97,11 @@ fn an_enum_is_counted_by_its_size_unless_the_validator_hashes_it() {
     let ints: Vec<i64> = (0..20_000).collect();
     let s = json::JsonSchema::parse(&serde_json::json!({"items": {"enum": ints}}).to_string())
         .expect("schema");
-    assert!(s.check(&serde_json::json!(vec![1.5; 100_000])).expect_err("costly").too_costly);
+    assert!(
+        s.check(&serde_json::json!(vec![1.5; 100_000]))
+            .expect_err("costly")
+            .too_costly
+    );
     // Strings are hashed: the same sizes are cheap, and checked.
     let strings: Vec<String> = (0..20_000).map(|i| format!("s{i}")).collect();
     let s = json::JsonSchema::parse(&serde_json::json!({"items": {"enum": strings}}).to_string())
@@ -107,7 +111,11 @@ fn an_enum_is_counted_by_its_size_unless_the_validator_hashes_it() {
     let big: Vec<f64> = (0..5_000).map(f64::from).collect();
     let s = json::JsonSchema::parse(&serde_json::json!({"items": {"const": big}}).to_string())
         .expect("schema");
-    assert!(s.check(&serde_json::json!(vec![[0.0]; 10_000])).expect_err("costly").too_costly);
+    assert!(
+        s.check(&serde_json::json!(vec![[0.0]; 10_000]))
+            .expect_err("costly")
+            .too_costly
+    );
 }
 
 fn pattern_schema(patterns: usize, repeat: usize) -> String {
@@ -144,7 +152,11 @@ fn patterns_are_bounded_in_count_and_size_and_a_schema_by_its_measured_memory() 
     // than the text times 32 the cache used to count.
     let text = pattern_schema(50, 200);
     let (_, memory) = compile(Format::Json, &text, &bounds).expect("within the bounds");
-    assert!(memory > 100 * text.len(), "{memory} bytes from {}", text.len());
+    assert!(
+        memory > 100 * text.len(),
+        "{memory} bytes from {}",
+        text.len()
+    );
     let tight = CompileBounds {
         max_memory: memory / 2,
         ..bounds
@@ -191,12 +203,18 @@ fn registrations_are_charged_to_the_tenant() {
     assert!(schemas.take_registration("a").is_ok());
     match schemas.take_registration("a") {
         Err(SchemaError::Busy(wait, detail)) => {
-            assert!(wait <= Duration::from_secs(1) && !wait.is_zero(), "{wait:?}");
+            assert!(
+                wait <= Duration::from_secs(1) && !wait.is_zero(),
+                "{wait:?}"
+            );
             assert!(detail.contains("tenant_registrations_per_sec"), "{detail}");
         }
         other => panic!("{other:?}"),
     }
-    assert!(schemas.take_registration("b").is_ok(), "another tenant's own");
+    assert!(
+        schemas.take_registration("b").is_ok(),
+        "another tenant's own"
+    );
     clock.advance_ms(1_000);
     assert!(schemas.take_registration("a").is_ok());
 }

@@ -43,8 +43,7 @@ impl Schemas {
                 schema.encode(data, limit).map(Some)
             }
         };
-        let result = if data.len() <= INLINE_BYTES && schema.work_bound(data.len()) <= INLINE_WORK
-        {
+        let result = if data.len() <= INLINE_BYTES && schema.work_bound(data.len()) <= INLINE_WORK {
             run(schema, data)
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
@@ -58,9 +57,11 @@ impl Schemas {
                 };
                 (result, spent)
             };
-            let (result, spent) = self.pool.run(tenant, job).await.map_err(|e| {
-                fail(self.pool_error(e, "checking the record"))
-            })?;
+            let (result, spent) = self
+                .pool
+                .run(tenant, job)
+                .await
+                .map_err(|e| fail(self.pool_error(e, "checking the record")))?;
             if spent > deadline {
                 self.count_refusal("check_cpu");
                 return Err(fail(SchemaError::TooCostly(format!(
@@ -190,12 +191,7 @@ impl Schemas {
 
     /// Refusals by bound, and the pool's jobs waiting and running, for the metrics.
     pub fn work_counts(&self) -> (Vec<(&'static str, u64)>, (usize, usize)) {
-        let mut refusals: Vec<_> = self
-            .refusals
-            .lock()
-            .iter()
-            .map(|(k, v)| (*k, *v))
-            .collect();
+        let mut refusals: Vec<_> = self.refusals.lock().iter().map(|(k, v)| (*k, *v)).collect();
         refusals.sort_unstable();
         (refusals, self.pool.load())
     }

@@ -13,10 +13,7 @@ const SLOW_KEY: &str = "test-key-slow";
 
 /// A gateway with the registry and two tenants: `acme` (unlimited) and `slow` (1 record/s).
 async fn gateway(registry: &SchemaRegistry, extra: &str) -> Gateway {
-    let text = format!(
-        "[schema_registry]\nurl = \"{}\"\n{extra}\n",
-        registry.url()
-    );
+    let text = format!("[schema_registry]\nurl = \"{}\"\n{extra}\n", registry.url());
     let mut cfg = floodgate::config::Config::from_toml_with_env(&text, Vec::new())
         .unwrap_or_else(|e| panic!("{e}\n{text}"));
     let base = config(&tansu());
@@ -96,7 +93,13 @@ async fn a_record_whose_check_would_cost_seconds_is_refused_before_it_runs() {
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(registry.calls(Call::Register), 0, "nothing registered");
     // A plain record of another request goes through meanwhile.
-    let (s, answer, _) = v3(&gw, KEY, &topic, &json!({"value": {"type": "JSON", "data": 1}})).await;
+    let (s, answer, _) = v3(
+        &gw,
+        KEY,
+        &topic,
+        &json!({"value": {"type": "JSON", "data": 1}}),
+    )
+    .await;
     assert_eq!(s, 200, "{answer}");
 }
 
@@ -109,13 +112,15 @@ async fn regexes_are_bounded_and_a_subject_is_checked_before_anything_compiles()
     // Three 47 KB schemas took the review's gateway from 18 MiB to 1.5 GiB, each answered 422.
     for i in 0..3 {
         let schema = pattern_schema(1_000, 2_000 + i * 1_000);
-        let record = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"f0": "x"}}});
+        let record =
+            json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"f0": "x"}}});
         let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
         assert_eq!(refused_with(s, &answer), 422, "{answer}");
         assert!(message(&answer).contains("max_schema_patterns"), "{answer}");
     }
     // One regex past its compiled size is refused naming the bound.
-    let record = json!({"value": {"type": "JSONSCHEMA", "schema": pattern_schema(1, 5_000), "data": {}}});
+    let record =
+        json!({"value": {"type": "JSONSCHEMA", "schema": pattern_schema(1, 5_000), "data": {}}});
     let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
     assert_eq!(s, 422, "{answer}");
     assert_eq!(answer["error_code"], 42205, "{answer}");
@@ -146,7 +151,8 @@ async fn refused_requests_never_register_a_schema() {
     };
     // Data that does not fit: 422, and the schema is never registered (it was, 300 versions).
     for i in 0..20 {
-        let record = json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": "no"}}});
+        let record =
+            json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": "no"}}});
         let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
         assert_eq!(s, 422, "{answer}");
         assert_eq!(answer["error_code"], 42203, "{answer}");
@@ -154,13 +160,18 @@ async fn refused_requests_never_register_a_schema() {
     assert_eq!(registry.versions(&subject), Vec::<u32>::new());
     assert_eq!(registry.calls(Call::Register), 0);
     // A request its tenant's budget refuses registers nothing either.
-    let fits = |i: usize| json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": 1}}});
+    let fits =
+        |i: usize| json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": 1}}});
     let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &fits(100)).await;
     assert_eq!(s, 200, "{answer}");
     assert_eq!(registry.versions(&subject).len(), 1, "the admitted one's");
     let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &fits(101)).await;
     assert_eq!(s, 429, "{answer}");
-    assert_eq!(registry.versions(&subject).len(), 1, "not the refused one's");
+    assert_eq!(
+        registry.versions(&subject).len(),
+        1,
+        "not the refused one's"
+    );
 }
 
 #[tokio::test]
@@ -184,7 +195,10 @@ async fn a_tenants_registrations_are_charged_to_it() {
     let (s, answer, _) = v3(&gw, KEY, &topic, &record(2)).await;
     assert_eq!(s, 429, "{answer}");
     assert_eq!(answer["error_code"], 42902, "{answer}");
-    assert!(message(&answer).contains("tenant_registrations_per_sec"), "{answer}");
+    assert!(
+        message(&answer).contains("tenant_registrations_per_sec"),
+        "{answer}"
+    );
     assert_eq!(registry.versions(&format!("{topic}-value")).len(), 2);
     // A schema already registered costs no registration.
     let (s, answer, _) = v3(&gw, KEY, &topic, &record(0)).await;
