@@ -4,15 +4,16 @@
 # scripts/bench/refusal_cost.py; each is a shape the review used to make a refused request
 # cost seconds of CPU, gigabytes of memory or a registry write. Starts its own Tansu, a small
 # Schema Registry (scripts/bench/schema_registry.py) and the release floodgate, on core 1.
-# Knobs: KAFKA_PORT (19793), SCALE (1.0: the requests per case, scaled), CASES (all).
+# Knobs: KAFKA_PORT (19793), PORT, ADMIN_PORT, REGISTRY_PORT (18882, 18892, 18883), SCALE
+# (1.0: the requests per case, scaled), CASES (all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
 KAFKA_PORT=${KAFKA_PORT:-19793}
 SCALE=${SCALE:-1.0}
-PORT=18882
-ADMIN_PORT=18892
-REGISTRY_PORT=18883
+PORT=${PORT:-18882}
+ADMIN_PORT=${ADMIN_PORT:-18892}
+REGISTRY_PORT=${REGISTRY_PORT:-18883}
 # Only the gateway is needed (no load tool: the requests are the script's own).
 [ -x "$FLOODGATE" ] || cargo build --release --bin floodgate
 
