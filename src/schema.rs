@@ -49,7 +49,7 @@ use resolve::{Cache, Resolved};
 
 pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
-pub use register::{Converted, Pending};
+pub use register::{Converted, Lookups, Pending, LOOKUPS_PER_REQUEST};
 
 /// Most bytes of a value an error quotes (a `type` error quoted a whole 800 KB string).
 pub const MAX_QUOTE: usize = 200;
@@ -248,38 +248,6 @@ type Series = (Arc<str>, Arc<str>);
 /// Most (tenant, topic) pairs counted one by one; further violations count under topic
 /// `_other` for their tenant.
 const MAX_VIOLATION_SERIES: usize = 1_000;
-
-/// Registry calls one request may cause: a request naming many schemas the gateway has not
-/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
-/// request into thousands of registry calls.
-#[derive(Debug)]
-pub struct Lookups(u32);
-
-/// Registry calls a request (or a stream's piece) may cause.
-pub const LOOKUPS_PER_REQUEST: u32 = 16;
-
-impl Lookups {
-    pub fn per_request() -> Self {
-        Self(LOOKUPS_PER_REQUEST)
-    }
-
-    /// No calls left.
-    pub fn none() -> Self {
-        Self(0)
-    }
-
-    fn take(&mut self) -> Result<(), SchemaError> {
-        match self.0.checked_sub(1) {
-            Some(left) => {
-                self.0 = left;
-                Ok(())
-            }
-            None => Err(SchemaError::Invalid(format!(
-                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
-            ))),
-        }
-    }
-}
 
 impl Schemas {
     /// `limits`: the most bytes a key and a value may take once in their schema.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::compiled::Compiled;
 use super::registry::CallError;
 use super::resolve::{remember_missing, still_missing, RawKey, Resolved};
-use super::{Failure, Format, Lookups, SchemaError, Schemas, Side};
+use super::{Failure, Format, SchemaError, Schemas, Side};
 use crate::budget::{Clock, RateSpec};
 use crate::identity::Topic;
 
@@ -28,6 +28,9 @@ pub(super) struct RawUse {
 #[derive(Debug)]
 pub struct Pending {
     pub side: Side,
+    /// The record's bytes start with the wire format's header (its id is at bytes 1 to 4);
+    /// `false`: JSON kept as sent (a validate contract).
+    pub header: bool,
     raw: RawUse,
     draft: Arc<Compiled>,
 }
@@ -53,6 +56,60 @@ impl Converted {
         *slot = Some(id);
         if let Some(header) = bytes.as_mut().and_then(|b| b.get_mut(1..5)) {
             header.copy_from_slice(&id.to_be_bytes());
+        }
+    }
+}
+
+/// Registry calls one request may cause: a request naming many schemas the gateway has not
+/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
+/// request into thousands of registry calls.
+#[derive(Debug)]
+pub struct Lookups {
+    left: u32,
+    /// Raw schemas (scope and digest) whose lookup and registration this request already
+    /// reserved: its other records naming them cost nothing more.
+    reserved: Vec<RawKey>,
+}
+
+/// Registry calls a request (or a stream's piece) may cause.
+pub const LOOKUPS_PER_REQUEST: u32 = 16;
+
+impl Lookups {
+    pub fn per_request() -> Self {
+        Self {
+            left: LOOKUPS_PER_REQUEST,
+            reserved: Vec::new(),
+        }
+    }
+
+    /// No calls left.
+    pub fn none() -> Self {
+        Self {
+            left: 0,
+            reserved: Vec::new(),
+        }
+    }
+
+    /// A raw schema's lookup and registration, once per request.
+    pub(super) fn reserve(&mut self, key: &RawKey) -> Result<(), SchemaError> {
+        if self.reserved.contains(key) {
+            return Ok(());
+        }
+        self.take()?;
+        self.take()?;
+        self.reserved.push(key.clone());
+        Ok(())
+    }
+
+    pub(super) fn take(&mut self) -> Result<(), SchemaError> {
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(SchemaError::Invalid(format!(
+                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
+            ))),
         }
     }
 }
@@ -104,8 +161,13 @@ impl Schemas {
         // any topic may use (RECORD_NAME's, or one named outright) is another team's to
         // evolve, so there it is looked up only.
         if self.config.auto_register && self.may_register(topic, &raw.subject) {
+            let header = match side {
+                Side::Key => out.key.is_some(),
+                Side::Value => out.value.is_some(),
+            };
             out.pending.push(Pending {
                 side,
+                header,
                 raw,
                 draft: r.schema,
             });
@@ -125,13 +187,9 @@ impl Schemas {
     }
 
     /// Registers a record's pending schema for `tenant`, whose request passed every other
-    /// check: one of the request's lookups and one of the tenant's registrations. Its id.
-    pub async fn register(
-        &self,
-        tenant: &str,
-        pending: &Pending,
-        lookups: &mut Lookups,
-    ) -> Result<u32, Failure> {
+    /// check: one of the tenant's registrations (the request's call for it was taken before
+    /// the schema was compiled). Its id.
+    pub async fn register(&self, tenant: &str, pending: &Pending) -> Result<u32, Failure> {
         let fail = |error| Failure {
             side: pending.side,
             error,
@@ -144,7 +202,6 @@ impl Schemas {
         let Some(client) = &self.client else {
             return Err(fail(SchemaError::NoRegistry));
         };
-        lookups.take().map_err(fail)?;
         self.take_registration(tenant).map_err(fail)?;
         let subject = &raw.subject;
         let id = self

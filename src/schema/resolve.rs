@@ -392,9 +392,10 @@ impl Schemas {
         if let Some(subject) = &early {
             self.may_name(topic, subject)?;
         }
-        // The lookup this schema will cost, before the compile it would follow.
+        // The lookup this schema will cost, and the registration it may need, before the
+        // compile they would follow.
         if cached.is_none() {
-            lookups.take()?;
+            lookups.reserve(&key)?;
         }
         let what = format!("the {} schema", format_name(format));
         let draft = self.draft(tenant, format, text, &what).await?;

@@ -159,6 +159,23 @@ async fn refused_requests_never_register_a_schema() {
     }
     assert_eq!(registry.versions(&subject), Vec::<u32>::new());
     assert_eq!(registry.calls(Call::Register), 0);
+    // A v2 request whose first record fits and whose second does not: the schema waits for
+    // every record, so nothing is registered.
+    let body = json!({"value_schema": schema(50), "records": [{"value": {"a": 1}}, {"value": {"a": "no"}}]});
+    let response = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(KEY)
+        .header("content-type", "application/vnd.kafka.jsonschema.v2+json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 422);
+    assert_eq!(
+        registry.calls(Call::Register),
+        0,
+        "the first record's fit is not enough"
+    );
     // A request its tenant's budget refuses registers nothing either.
     let fits =
         |i: usize| json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": 1}}});
