@@ -11,7 +11,8 @@
 //!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
 //!    [`auth_failures`] (per-address limit on failed authentications), [`heap`] (each
-//!    thread's live heap bytes, counted by the global allocator), [`agent`] (the plan cell
+//!    thread's live heap bytes, counted by the global allocator), [`hold`] (seats for
+//!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
@@ -60,6 +61,7 @@ pub mod credential;
 pub mod dev;
 pub mod forwarded;
 pub mod heap;
+pub mod hold;
 pub mod http;
 pub mod idempotency;
 pub mod identity;

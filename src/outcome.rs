@@ -93,7 +93,10 @@ pub enum ApiError {
     /// or its registrations are spent: retry after this long.
     SchemaBusy(std::time::Duration, String),
     ShuttingDown,
+    /// No route has this path.
     NotFound,
+    /// The path is served, not with this method (the answer's `Allow` names those it is).
+    MethodNotAllowed(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -151,6 +154,7 @@ impl ApiError {
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
         }
     }
 
@@ -158,7 +162,7 @@ impl ApiError {
         match self {
             Self::Unauthorized | Self::CredentialRevoked => StatusCode::UNAUTHORIZED,
             Self::Auth(AuthError::UnknownTenant(_)) => StatusCode::FORBIDDEN,
-            Self::Auth(AuthError::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth(AuthError::KeysUnavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Auth(_) => StatusCode::UNAUTHORIZED,
             Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
             Self::IdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -177,6 +181,7 @@ impl ApiError {
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => {
                 StatusCode::REQUEST_TIMEOUT
@@ -268,6 +273,11 @@ impl ApiError {
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
             Self::NotFound => "no such route".into(),
+            Self::MethodNotAllowed(method) => {
+                format!(
+                    "this path does not serve {method}; the Allow header names the methods it does"
+                )
+            }
         }
     }
 }
@@ -292,9 +302,12 @@ fn auth_detail(e: &AuthError) -> String {
                 _ => "jwt_claims",
             }
         ),
-        AuthError::KeysUnavailable => "the token's issuer keys (JWKS) could not be fetched \
-                                       to check it; retry shortly"
-            .into(),
+        AuthError::KeysUnavailable(wait) => format!(
+            "the token's issuer keys (JWKS) do not hold its key: they could not be fetched, or \
+             the issuer may have rotated it in since the last fetch and the next is allowed in \
+             {} ms; retry then",
+            wait_ms(*wait)
+        ),
     }
 }
 
@@ -433,7 +446,12 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer error=\"invalid_token\""),
             );
         }
-        if let Self::Auth(AuthError::KeysUnavailable) | Self::SchemaRegistryUnavailable(_) = &self {
+        if let Self::Auth(AuthError::KeysUnavailable(wait)) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
+        }
+        if let Self::SchemaRegistryUnavailable(_) = &self {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

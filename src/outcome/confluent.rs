@@ -24,12 +24,16 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     match e {
         E::Unauthorized | E::CredentialRevoked => (StatusCode::UNAUTHORIZED, 40101),
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
-        E::Auth(crate::credential::AuthError::KeysUnavailable) => {
+        E::Auth(crate::credential::AuthError::KeysUnavailable(_)) => {
             (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_) | E::NotFound => (StatusCode::NOT_FOUND, 40401),
+        E::UnknownTopic(_) => (StatusCode::NOT_FOUND, 40401),
+        // No route, or not with this method: kafka-rest (Jersey, through rest-utils' exception
+        // mapper) answers these with the HTTP status as the error code.
+        E::NotFound => (StatusCode::NOT_FOUND, 404),
+        E::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, 405),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
@@ -210,6 +214,7 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
         ApiError::RateLimited(r) => Some(r.retry_after),
         ApiError::AuthFailures(wait)
         | ApiError::IdempotencyKeyInUse(wait)
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
         | ApiError::SchemaBusy(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,

@@ -11,8 +11,9 @@
 //!
 //! The tests share this process: a SIGHUP reaches every gateway started with a `config_path`
 //! (only `tansu::reload` starts one), and the rate and latency tests (`mock::adaptive`,
-//! `mock::lag_guard`) take [`common::ONE_AT_A_TIME`]; scripts/test.sh runs those two after the
-//! rest, so that they have the machine to themselves as they had in their own binaries.
+//! `mock::lag_guard`, `mock::retry_after`) take [`common::ONE_AT_A_TIME`]; scripts/test.sh runs
+//! those after the rest, so that they have the machine to themselves as they had in their own
+//! binaries.
 //! `tests/idempotency_memory.rs` stays a binary of its own: it measures the process's RSS.
 
 mod common;
@@ -27,6 +28,8 @@ mod mock {
     mod admin;
     mod backpressure;
     mod budgets;
+    mod first_scrape;
+    mod holds;
     mod hostile;
     mod jwt;
     mod lag_guard;
@@ -34,6 +37,7 @@ mod mock {
     mod metrics;
     mod mtls;
     mod reliability;
+    mod retry_after;
     mod slow_clients;
     mod status;
     mod streams;
@@ -44,6 +48,7 @@ mod mock {
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
     mod confluent;
+    mod node_client;
     mod produce;
     mod registry;
     mod reload;
