@@ -11,7 +11,8 @@
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
 //!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications), [`hold`] (seats for
+//!    [`auth_failures`] (per-address limit on failed authentications), [`heap`] (each
+//!    thread's live heap bytes, counted by the global allocator), [`hold`] (seats for
 //!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
@@ -61,6 +62,7 @@ pub mod credential;
 pub mod dev;
 pub mod env_secret;
 pub mod forwarded;
+pub mod heap;
 pub mod hold;
 pub mod http;
 pub mod idempotency;
@@ -83,5 +85,10 @@ pub mod status;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;
+
+// The unit tests measure what schema compiles keep, as the gateway does (main.rs).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 pub use run::{run, Listeners, RunOptions, ShutdownReport};

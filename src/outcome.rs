@@ -84,6 +84,14 @@ pub enum ApiError {
     SchemaInvalid(String),
     /// The Schema Registry did not answer and the schema is not cached.
     SchemaRegistryUnavailable(String),
+    /// The registry refused to register the record's schema (`schema_invalid`, as
+    /// `SchemaInvalid`): the registry's state, not the request's.
+    SchemaRefused(String),
+    /// Checking the record, or compiling its schema, is over a bound the detail names.
+    SchemaTooCostly(String),
+    /// The tenant's share of the schema step's threads was not free within the wait limit,
+    /// or its registrations are spent: retry after this long.
+    SchemaBusy(std::time::Duration, String),
     ShuttingDown,
     /// No route has this path.
     NotFound,
@@ -140,7 +148,9 @@ impl ApiError {
             Self::IdempotencyUnavailable(_) => "idempotency_unavailable",
             Self::SchemaViolation(_) => "schema_violation",
             Self::SchemaNotFound(_) => "schema_not_found",
-            Self::SchemaInvalid(_) => "schema_invalid",
+            Self::SchemaInvalid(_) | Self::SchemaRefused(_) => "schema_invalid",
+            Self::SchemaTooCostly(_) => "schema_too_costly",
+            Self::SchemaBusy(..) => "schema_busy",
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
@@ -177,9 +187,12 @@ impl ApiError {
                 StatusCode::REQUEST_TIMEOUT
             }
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            Self::SchemaViolation(_) | Self::SchemaNotFound(_) | Self::SchemaInvalid(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::SchemaViolation(_)
+            | Self::SchemaNotFound(_)
+            | Self::SchemaInvalid(_)
+            | Self::SchemaRefused(_)
+            | Self::SchemaTooCostly(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::SchemaBusy(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::SchemaRegistryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -212,7 +225,10 @@ impl ApiError {
             | Self::IdempotencyKey(d)
             | Self::SchemaViolation(d)
             | Self::SchemaNotFound(d)
-            | Self::SchemaInvalid(d) => d.clone(),
+            | Self::SchemaInvalid(d)
+            | Self::SchemaRefused(d)
+            | Self::SchemaTooCostly(d)
+            | Self::SchemaBusy(_, d) => d.clone(),
             Self::SchemaRegistryUnavailable(d) => {
                 format!("{d}; nothing was written: retry shortly")
             }
@@ -346,6 +362,19 @@ struct RateLimitedBody {
     detail: String,
 }
 
+impl ApiError {
+    /// Whether this answer reflects the Schema Registry's state at the time (a subject or
+    /// schema not there yet, a registration it refused, the registry away) rather than the
+    /// request itself: such an answer must not be stored for an `Idempotency-Key` replay,
+    /// since the same request may succeed once the registry changes.
+    pub fn is_registry_state(&self) -> bool {
+        matches!(
+            self,
+            Self::SchemaNotFound(_) | Self::SchemaRefused(_) | Self::SchemaRegistryUnavailable(_)
+        )
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -377,7 +406,7 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
-            Self::IdempotencyKeyInUse(wait) => {
+            Self::IdempotencyKeyInUse(wait) | Self::SchemaBusy(wait, _) => {
                 let body = json!({
                     "error": self.code(),
                     "retry_after_ms": wait_ms(*wait),

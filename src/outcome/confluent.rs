@@ -57,7 +57,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         // kafka-rest's 42203 is its JSON-to-schema conversion failure.
         E::SchemaViolation(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42203),
         E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
-        E::SchemaInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaInvalid(_) | E::SchemaRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaTooCostly(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42209),
+        E::SchemaBusy(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
         E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
@@ -212,7 +214,8 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
         ApiError::RateLimited(r) => Some(r.retry_after),
         ApiError::AuthFailures(wait)
         | ApiError::IdempotencyKeyInUse(wait)
-        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait)) => Some(*wait),
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
+        | ApiError::SchemaBusy(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }

@@ -18,6 +18,10 @@
 
 mod common;
 
+// The gateways run in this process: schema compiles are measured as in the binary.
+#[global_allocator]
+static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
+
 /// librdkafka's in-process mock cluster only.
 mod mock {
     mod adaptive;
@@ -48,6 +52,7 @@ mod tansu {
     mod produce;
     mod registry;
     mod reload;
+    mod schema_costs;
     mod schemas;
     mod shutdown;
 }
