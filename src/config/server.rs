@@ -114,7 +114,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Name of the environment variable that holds the admin bearer token (never the token).
+    /// Name of the environment variable that holds the admin bearer token (never the token);
+    /// or `<name>_FILE` names a file holding it (a mounted Secret).
     pub token_env: String,
     /// Where the tenant registry is persisted; unset keeps admin changes in memory only.
     pub state_file: Option<PathBuf>,

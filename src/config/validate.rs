@@ -175,6 +175,7 @@ impl Config {
     /// `[adaptive]`, the schemas, `[[lag_guards]]`.
     fn protection_problems(&self, problems: &mut Vec<ConfigProblem>) {
         problems.extend(self.adaptive.problems(&self.global));
+        problems.extend(self.wait.problems());
         problems.extend(self.schema_registry.problems(&self.schemas));
         if self.lag_guards.len() > MAX_LAG_GUARDS {
             problems.push(ConfigProblem::new(
@@ -287,6 +288,7 @@ impl Config {
     pub fn warnings(&self) -> Vec<ConfigProblem> {
         let mut warnings = self.auth.warnings(self.server.tls_client_ca_file.is_some());
         warnings.extend(self.proxy_warnings());
+        warnings.extend(wait::burst_warnings(&self.tenants, &self.wait));
         warnings
     }
 
