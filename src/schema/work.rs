@@ -13,6 +13,15 @@ use super::pool::{thread_cpu, PoolError};
 use super::resolve::digest;
 use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
+/// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
+pub const WORK_BOUNDS: [&str; 5] = [
+    "check_cpu",
+    "check_work",
+    "registrations",
+    "schema_memory",
+    "wait",
+];
+
 /// A value at most this long is checked on the request worker when the cost model says it is
 /// cheap: handing it to the pool would cost more than the check.
 pub const INLINE_BYTES: usize = 4 * 1024;
@@ -184,15 +193,20 @@ impl Schemas {
         Err(error)
     }
 
-    /// Counts a refusal by the bound that refused it.
+    /// Counts a refusal by the bound that refused it (one of [`WORK_BOUNDS`]).
     pub(super) fn count_refusal(&self, bound: &'static str) {
+        debug_assert!(WORK_BOUNDS.contains(&bound), "{bound}");
         *self.refusals.lock().entry(bound).or_default() += 1;
     }
 
     /// Refusals by bound, and the pool's jobs waiting and running, for the metrics.
     pub fn work_counts(&self) -> (Vec<(&'static str, u64)>, (usize, usize)) {
-        let mut refusals: Vec<_> = self.refusals.lock().iter().map(|(k, v)| (*k, *v)).collect();
-        refusals.sort_unstable();
+        // Every bound has its series from the first scrape, at 0 until it refuses.
+        let counted = self.refusals.lock();
+        let refusals = WORK_BOUNDS
+            .iter()
+            .map(|b| (*b, counted.get(b).copied().unwrap_or(0)))
+            .collect();
         (refusals, self.pool.load())
     }
 
