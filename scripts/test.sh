@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs Tansu if missing, starts it and a Redis on loopback, runs
 # every test against them (and librdkafka's in-process mock cluster for fault injection),
-# stops them. The schema tests' venv (Confluent's Python serdes) is made or reused first.
+# stops them. The schema tests' venv (Confluent's Python serdes) and the compression tests' (Python's
+# HTTP clients) are made or reused first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,9 @@ FLOODGATE_TEST_BROKER_PID=$(cat "$DIR/tansu.pid")
 # Confluent's Python serdes read the schema tests' records back (tests/it/tansu/schemas.rs).
 export FLOODGATE_SCHEMA_VENV=${FLOODGATE_SCHEMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/schema-venv}
 scripts/schema-venv.sh "$FLOODGATE_SCHEMA_VENV"
+# Python's plain HTTP clients post compressed bodies (tests/it/tansu/encodings.rs).
+export FLOODGATE_CLIENT_VENV=${FLOODGATE_CLIENT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/client-venv}
+scripts/client-venv.sh "$FLOODGATE_CLIENT_VENV"
 
 # The integration tests are one binary (tests/it). The ones that measure rates and latency on
 # the real clock had a binary, and so the machine, to themselves; they run after the rest, on

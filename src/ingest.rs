@@ -1,6 +1,8 @@
 //! The ingest pipeline: what every produce request goes through, whatever its wire format.
 //!
-//! authenticate → topic (parse, may the tenant write it) → the `Idempotency-Key`, if any
+//! authenticate → topic (parse, may the tenant write it) → the body's content coding
+//! ([`coding`]: 415 for one floodgate does not decode, else the body is read inflated) → the
+//! `Idempotency-Key`, if any
 //! ([`idempotent`]: replay, wait for the original, or claim the key) → early check (before the
 //! body is read) → read and decode the body (the wire format's [`BodyFormat`]) → schemas
 //! ([`contracts`]: keys and values in their schemas, or refused naming the field) → topic
@@ -28,6 +30,7 @@
 
 mod admit;
 mod checks;
+mod coding;
 mod contracts;
 mod idempotent;
 mod read;
@@ -80,6 +83,10 @@ pub struct Ingest {
     /// Per-request and per-record bounds.
     pub bounds: RequestBounds,
     pub max_body_bytes: u64,
+    /// How many times its coded size a `Content-Encoding` body may inflate to (past a floor).
+    pub max_inflation_ratio: u32,
+    /// Bytes in and out of each content coding's decoder.
+    pub codings: Arc<crate::inflate::Counters>,
     pub body_read_timeout: Duration,
     /// Request bodies in memory, over all requests (shared with the metrics).
     pub inflight_bodies: Arc<InflightBodies>,
@@ -187,6 +194,14 @@ impl Ingest {
             Ok(f) => f,
             Err(e) => return refused_unread(e, request).await,
         };
+        let codings = match coding::codings(request.headers) {
+            Ok(c) => c,
+            Err(e) => return refused_unread(e, request).await,
+        };
+        // From here on every reader of the body reads it inflated.
+        let mut request = request;
+        let wire = std::mem::take(&mut request.body);
+        request.body = self.decoded_body(tenant, wire, codings, false);
         match IdempotencyKey::from_headers(request.headers) {
             Err(detail) => refused_unread(ApiError::IdempotencyKey(detail), request).await,
             Ok(Some(key)) => {

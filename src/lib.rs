@@ -10,6 +10,7 @@
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
 //!    topic patterns), [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
+//!    [`inflate`] (content-coded bodies inflated a piece at a time within bounds),
 //!    [`auth_failures`] (per-address limit on failed authentications), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
 //!    proxies), [`server`] and [`tls`] (bounded accept loop).
@@ -61,6 +62,7 @@ pub mod forwarded;
 pub mod http;
 pub mod idempotency;
 pub mod identity;
+pub mod inflate;
 pub mod inflight_bodies;
 pub mod ingest;
 pub mod kafka;

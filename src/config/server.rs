@@ -14,7 +14,13 @@ pub struct ServerConfig {
     /// Address of the admin listener (admin API, metrics, health). Never the same as `listen`.
     pub admin_listen: SocketAddr,
     /// Largest request body accepted, in bytes; larger bodies get 413 before they are read.
+    /// A `Content-Encoding` body is bounded twice: as sent, and as it inflates (413 the moment
+    /// it inflates past this).
     pub max_body_bytes: u64,
+    /// How many times its coded size a `Content-Encoding` body may inflate to: past the first
+    /// 64 KiB, a body inflating further is refused with 413 while it inflates (a compression
+    /// bomb). Counted for every layer of a stacked coding, against the bytes sent.
+    pub max_inflation_ratio: u32,
     /// Connections served at once on the produce listener; further connections wait in the
     /// kernel's accept backlog.
     pub max_connections: usize,
@@ -74,6 +80,9 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_body_bytes: 8 * 1024 * 1024,
+            // Log records compress 5 to 20 times; 100 leaves room for very repetitive ones,
+            // and a gzip bomb (1,000 times) is refused at a tenth of its first megabyte.
+            max_inflation_ratio: 100,
             max_connections: 4096,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,

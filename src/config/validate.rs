@@ -29,6 +29,10 @@ impl Config {
         }
         for (key, value) in [
             ("server.max_body_bytes", s.max_body_bytes),
+            (
+                "server.max_inflation_ratio",
+                u64::from(s.max_inflation_ratio),
+            ),
             ("server.max_connections", s.max_connections as u64),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),

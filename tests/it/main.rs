@@ -23,6 +23,7 @@ mod mock {
     mod admin;
     mod backpressure;
     mod budgets;
+    mod encodings;
     mod hostile;
     mod jwt;
     mod lag_guard;
@@ -40,6 +41,7 @@ mod mock {
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
     mod confluent;
+    mod encodings;
     mod produce;
     mod registry;
     mod reload;

@@ -89,8 +89,11 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                 frame = tokio::time::timeout_at(until, body.frame()) => match frame {
                     Err(_) => return Some(self.timed_out()),
                     Ok(None) => return self.finish().await,
-                    // The client went away, or its body broke off: nothing to say to it.
-                    Ok(Some(Err(_))) => return None,
+                    // The client went away, or its body broke off: nothing to say to it;
+                    // unless its coding refused it (invalid, or inflating past a bound).
+                    Ok(Some(Err(e))) => {
+                        return self.ingest.coding_refusal(Some(&self.tenant), &e)
+                    }
                     Ok(Some(Ok(frame))) => {
                         if let Ok(data) = frame.into_data() {
                             self.last_data = Instant::now();
