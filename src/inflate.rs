@@ -196,6 +196,10 @@ pub enum Next {
     Piece(Vec<u8>),
     /// Nothing until more wire bytes are pushed.
     NeedInput,
+    /// A piece of work done and nothing to hand out yet (an inner layer took a piece of the
+    /// outer one's output and made nothing of it, as zstd skipping a frame does): ask again,
+    /// after letting others run.
+    Again,
     /// The body is done: every stage finished.
     End,
 }
@@ -204,6 +208,7 @@ pub enum Next {
 enum Filled {
     Wrote(usize),
     NeedInput,
+    Again,
     End,
 }
 
@@ -321,6 +326,7 @@ impl Inflater {
         let next = match filled {
             Ok(Filled::Wrote(n)) => Ok(Next::Piece(piece[..n].to_vec())),
             Ok(Filled::NeedInput) => Ok(Next::NeedInput),
+            Ok(Filled::Again) => Ok(Next::Again),
             Ok(Filled::End) => Ok(Next::End),
             Err(e) => Err(e),
         };
@@ -338,8 +344,10 @@ impl Inflater {
                 .sum::<usize>()
     }
 
-    /// Fills `out` from stage `i`, pulling input from the stage before it as needed.
+    /// Fills `out` from stage `i`, pulling input from the stage before it as needed — one
+    /// piece of it per call at most, so a call's work stays a piece per stage.
     fn fill(&mut self, i: usize, out: &mut [u8]) -> Result<Filled, InflateError> {
+        let mut refilled = false;
         loop {
             let Some(slot) = self.slots.get_mut(i) else {
                 return Ok(Filled::End);
@@ -381,8 +389,13 @@ impl Inflater {
             if i == 0 {
                 return Ok(Filled::NeedInput);
             }
+            if refilled {
+                return Ok(Filled::Again);
+            }
+            refilled = true;
             match self.refill(i)? {
                 Filled::NeedInput => return Ok(Filled::NeedInput),
+                Filled::Again => return Ok(Filled::Again),
                 Filled::Wrote(_) | Filled::End => {}
             }
         }
@@ -403,7 +416,7 @@ impl Inflater {
                 input.truncate(had);
                 slot.input_end = true;
             }
-            Ok(Filled::NeedInput) | Err(_) => input.truncate(had),
+            Ok(Filled::NeedInput | Filled::Again) | Err(_) => input.truncate(had),
         }
         slot.input = input;
         filled

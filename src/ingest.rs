@@ -198,28 +198,36 @@ impl Ingest {
             Ok(c) => c,
             Err(e) => return refused_unread(e, request).await,
         };
-        // From here on every reader of the body reads it inflated.
+        let key = match IdempotencyKey::from_headers(request.headers) {
+            Err(detail) => return refused_unread(ApiError::IdempotencyKey(detail), request).await,
+            Ok(key) => key,
+        };
+        // From here on every reader of the body reads it inflated, until the answer is
+        // decided: what is read after that (a lingering drain) passes as it came.
         let mut request = request;
         let wire = std::mem::take(&mut request.body);
-        request.body = self.decoded_body(tenant, wire, codings, false);
-        match IdempotencyKey::from_headers(request.headers) {
-            Err(detail) => refused_unread(ApiError::IdempotencyKey(detail), request).await,
-            Ok(Some(key)) => {
+        let (body, drain) = self.decoded_body(tenant, wire, codings, false);
+        request.body = body;
+        let answer = match key {
+            Some(key) => {
                 self.produce_keyed(tenant, &topic, request, format, key)
                     .await
             }
-            Ok(None) => {
+            None => {
                 let declared = declared_length(request.headers);
                 let ack = request.ack;
                 let sent = self
                     .process(tenant, &topic, request.body, declared, format, None)
                     .await;
+                drain.start();
                 Answer::Outcome(match sent {
                     Ok(batch) => self.settle(batch, ack).await,
                     Err(e) => Err(e),
                 })
             }
-        }
+        };
+        drain.start();
+        answer
     }
 
     /// From the early check to the producer: the request's records sent, or why not.

@@ -99,6 +99,7 @@ fn inflate(
                 Some(c) => inflater.push(c)?,
                 None => inflater.end_input(),
             },
+            Next::Again => {}
             Next::End => return Ok((out, largest)),
         }
     }
@@ -290,7 +291,7 @@ fn a_bomb_is_refused_while_it_inflates_at_the_ratio() {
                 Ok(Next::NeedInput) => inflater
                     .push(chunks.next().expect("refused before the end"))
                     .expect("within max_input"),
-                Ok(Next::Piece(_)) => {}
+                Ok(Next::Piece(_) | Next::Again) => {}
                 Ok(Next::End) => panic!("{name}: inflated whole"),
             }
         };
@@ -473,4 +474,35 @@ fn counters_count_bodies_and_bytes_per_coding() {
         (bodies, coded, decoded),
         (1, wire.len() as u64, data.len() as u64)
     );
+}
+
+#[test]
+fn an_inner_layer_that_makes_nothing_of_a_piece_hands_back_again() {
+    // zstd inside gzip: a 4 MiB skippable frame (nothing to output), then a real frame.
+    let data = records(50);
+    let mut inner = 0x184D_2A50u32.to_le_bytes().to_vec();
+    inner.extend((4u32 << 20).to_le_bytes());
+    inner.extend(vec![7u8; 4 << 20]);
+    inner.extend(zstd(&data));
+    let wire = gzip(&inner);
+    let generous = Limits {
+        ratio: 100_000,
+        ..limits()
+    };
+    let counters = Arc::new(Counters::default());
+    let mut inflater = Inflater::new(codings("zstd, gzip"), generous, counters).expect("a coding");
+    inflater.push(&wire).expect("pushed");
+    inflater.end_input();
+    let (mut out, mut again) = (Vec::new(), 0);
+    loop {
+        match inflater.next_piece().expect("inflates") {
+            Next::Piece(piece) => out.extend(piece),
+            Next::Again => again += 1,
+            Next::NeedInput => panic!("all input is in"),
+            Next::End => break,
+        }
+    }
+    assert!(out == data);
+    // A piece of the middle layer per call: 4 MiB of it is dozens of calls, not one.
+    assert!(again >= (4 << 20) / PIECE - 2, "{again}");
 }

@@ -12,6 +12,8 @@
 //! Layer: pipeline, as `ingest`.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
@@ -36,17 +38,34 @@ pub(super) fn codings(headers: &HeaderMap) -> Result<Codings, ApiError> {
     .map_err(|e| ApiError::UnsupportedEncoding(e.to_string()))
 }
 
+/// Set once the pipeline is done reading a coded body: whatever reads on (a lingering drain,
+/// which only discards) gets the rest as it came, never inflated — so a drain of a refused
+/// upload reads as many of the client's bytes, at as little cost, as for a plain body.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Drain(Arc<AtomicBool>);
+
+impl Drain {
+    pub(super) fn start(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn started(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 impl Ingest {
     /// The body the pipeline reads: the request's own when it is not coded, else the same
-    /// inflated as it is read. `stream`: a stream's length is bounded by its time, not by
-    /// `max_body_bytes` (its records still are, one by one).
+    /// inflated as it is read, with the switch that ends its inflating. `stream`: a stream's
+    /// length is bounded by its time, not by `max_body_bytes` (its records still are, one by
+    /// one).
     pub(super) fn decoded_body(
         &self,
         tenant: &Tenant,
         body: Body,
         codings: Codings,
         stream: bool,
-    ) -> Body {
+    ) -> (Body, Drain) {
         let whole = if stream {
             u64::MAX
         } else {
@@ -59,20 +78,23 @@ impl Ingest {
             max_block: self.max_body_bytes,
         };
         let Some(inflater) = Inflater::new(codings, limits, self.codings.clone()) else {
-            return body;
+            return (body, Drain::default());
         };
+        let drain = Drain::default();
         let hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
-        Body::new(Inflating {
+        let inflating = Inflating {
             wire: body,
             inflater: Some(inflater),
             hold,
+            drain: drain.clone(),
             owe_yield: false,
             wire_ended: false,
             ahead: None,
             done: false,
-        })
+        };
+        (Body::new(inflating), drain)
     }
 
     /// Why a body could not be read to its end, as the request's answer: the coding's refusal
@@ -146,9 +168,11 @@ impl std::error::Error for Failure {}
 /// reader one piece of work per poll, never a run of them.
 struct Inflating {
     wire: Body,
-    /// `None` once it failed: then only a drain reads on, and the rest passes as it came.
+    /// `None` once it failed or its drain started: only a drain reads on, and the rest passes
+    /// as it came.
     inflater: Option<Inflater>,
     hold: BodyHold,
+    drain: Drain,
     owe_yield: bool,
     /// The wire body has ended (and the inflater knows).
     wire_ended: bool,
@@ -206,6 +230,12 @@ impl HttpBody for Inflating {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
+        if this.drain.started() && this.inflater.is_some() {
+            // Its reader is done: the decoders and what they hold go now.
+            this.inflater = None;
+            this.ahead = None;
+            this.hold.resize(0);
+        }
         if this.inflater.is_none() && !this.done {
             // Failed: only a drain reads on, so the rest goes by as it came, never inflated.
             return Pin::new(&mut this.wire)
@@ -245,6 +275,14 @@ impl HttpBody for Inflating {
                     }
                     this.owe_yield = true;
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from(piece)))));
+                }
+                Ok(Next::Again) => {
+                    // A piece of work and nothing to show: let others run, then go on.
+                    if !this.held() {
+                        return this.fail(Failure::Busy);
+                    }
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 Ok(Next::NeedInput) => {
                     if let Some(polled) = this.read_wire(cx) {

@@ -182,8 +182,10 @@ impl Ingest {
             numbered: 0,
             lookups: Lookups::per_request(),
             lookups_since: Instant::now(),
+            drain: super::coding::Drain::default(),
         };
-        let mut body = self.decoded_body(tenant, request.body, codings, true);
+        let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);
+        pump.drain = drain;
         self.first_piece(tenant, &mut pump, &mut body).await?;
         tokio::spawn(pump.run(body));
         Ok(Reports::new(

@@ -51,6 +51,8 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     pub(super) lookups: crate::schema::Lookups,
     /// When the stream's registry calls were last given back.
     pub(super) lookups_since: Instant,
+    /// Started when the stream ends early: a coded body's rest is drained as it came.
+    pub(super) drain: crate::ingest::coding::Drain,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
@@ -62,6 +64,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let Some(error) = end else {
             return; // the body ended (or broke off): nothing more will come
         };
+        self.drain.start();
         self.end(error).await;
         // Done with decoding: what the pump held goes back; the reports end once every queued
         // one is out (the queue closes with the pump).

@@ -335,3 +335,50 @@ async fn a_keyed_coded_request_is_replayed_to_its_retry() {
     assert_eq!(send("gzip", gzip(&records(4, 10))).await.0, 422);
     gw.shutdown().await;
 }
+
+/// A coded upload refused while it arrives is answered, and its rest drained as it came: the
+/// client reads its 413 rather than a reset, and the drain inflates nothing (without the
+/// switch it would inflate up to a megabyte of what nobody reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_coded_upload_is_drained_as_it_came() {
+    let (_cluster, gw) = gateway_on_mock("test.drain", Time::Manual, |cfg| {
+        cfg.tenants[0].records_per_sec = Some(100);
+        cfg.tenants[0].records_burst = Some(100);
+    })
+    .await;
+    // 6,000 records of noise (it hardly compresses): 800 KB of gzip, 1.3 MB inflated.
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let items: Vec<Value> = (0..6000)
+        .map(|i| {
+            let noise: String = (0..160)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    char::from(b'!' + (x % 90) as u8)
+                })
+                .filter(|c| *c != '"' && *c != '\\')
+                .collect();
+            json!({"key": format!("k{i}"), "value": noise})
+        })
+        .collect();
+    let body = json!({ "records": items }).to_string().into_bytes();
+    let wire = gzip(&body);
+    assert!(
+        wire.len() < 1 << 20 && body.len() > wire.len(),
+        "{}",
+        wire.len()
+    );
+    let (status, _, text) =
+        post_coded(&gw.url("test.drain"), "application/json", "gzip", wire).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("exceeds_burst"), "{text}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (inflated, received) = inflated(&gw, "gzip").await;
+    assert!(
+        inflated < 512.0 * 1024.0,
+        "{inflated} bytes inflated of {received} received"
+    );
+    assert_eq!(budget_given_back(&gw).await, 0.0);
+    gw.shutdown().await;
+}
