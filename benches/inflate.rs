@@ -1,7 +1,8 @@
 //! Inflating a content-coded body, per coding, as the pipeline does it: the coded body pushed
 //! in, the output taken in pieces of at most 64 KiB. Throughput is of output (what a coding
 //! costs per byte of records), on 4 MiB of log-like JSON records; each coding at its clients'
-//! usual level (gzip 6, zstd 3, snappy's only one). Beside it, the ratio each reached.
+//! usual level (gzip 6, zstd 3, snappy's only one). Beside it, the ratio each reached, and
+//! snap's raw decoder inflating the whole block in one call, for reference.
 
 use std::hint::black_box;
 use std::io::Write as _;
@@ -119,6 +120,13 @@ fn bench(c: &mut Criterion) {
             b.iter(|| black_box(inflate(codings, black_box(&wire), &counters)))
         });
     }
+    // The reference for the raw block: snap's own decoder, the whole block in one call (what a
+    // request worker would be held for, were it used: the reason for the resumable one).
+    let wire = coded("snappy (raw block)", &data);
+    group.bench_function("snappy (raw block, snap in one call)", |b| {
+        let mut decoder = snap::raw::Decoder::new();
+        b.iter(|| black_box(decoder.decompress_vec(black_box(&wire)).map(|v| v.len())))
+    });
     group.finish();
 }
 

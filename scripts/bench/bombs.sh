@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compression bombs against the release binary (#43): 200 at once of each kind — 1 GiB of
-# zeros in ~1 MB of gzip and in a ~40 KB zstd frame (level 19: the largest window accepted,
+# zeros in ~1 MB of gzip and in a ~32 KB zstd frame (level 19: the largest window accepted,
 # 8 MiB), and the same 1 GiB of JSON white space (valid JSON to its last byte, so only the
 # inflation bounds stop it) — with floodgate's RSS sampled every 50 ms (VmRSS, and VmHWM, the
 # kernel's peak) against the README's bound: 11 MiB + 1.3 × [buffer] max_bytes + about

@@ -30,8 +30,7 @@ bench_floodgate "$OUT/encodings.toml" "$OUT/encodings.log" "$ADMIN_PORT"
 # Bytes each coding's decoder took in so far (0 for identity: nothing is counted).
 received() {
   curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" |
-    awk -v e="$1" '$1 == "floodgate_body_encoded_received_bytes_total{encoding=\"" e "\"}" {print $2}' |
-    head -1 | sed 's/^$/0/'
+    awk -v e="$1" '$1 == "floodgate_body_encoded_received_bytes_total{encoding=\"" e "\"}" {v = $2} END {print v + 0}'
 }
 results=$OUT/encodings-results.txt
 : > "$results"
@@ -51,7 +50,8 @@ for r in $(seq 1 "$ROUNDS"); do
     w1=$(received "$enc")
     rate=$(json_tenant "$OUT/encodings-$enc-$r.json" admitted_per_sec)
     records=$(python3 -c "print($rate*100*$SECS)")
-    echo "round $r $enc: $(python3 -c "print(round($rate*100))") records/s, $(us_per "$c1-$c0" "$records") us CPU/record, $(python3 -c "print(round(($w1-$w0)/max($records,1),1))") wire bytes/record" |
+    wire=$(python3 -c "print(round(($w1-$w0)/max($records,1),1))")
+    echo "round $r $enc: $(python3 -c "print(round($rate*100))") records/s, $(us_per "$c1-$c0" "$records") us CPU/record, $wire wire bytes/record" |
       tee -a "$results"
   done
 done
@@ -68,6 +68,6 @@ base = med("identity", "cpu") if "identity" in runs else None
 print(f"medians of {len(next(iter(runs.values()))['rate'])} interleaved rounds (100 records of 200 bytes per request, 16 connections, async):")
 for n in runs:
     extra = f" = {med(n, 'cpu') / base:.2f}x identity's" if base else ""
-    wire = f", {med(n, 'wire'):.1f} bytes/record on the wire" if n != "identity" else ""
+    wire = f", {med(n, 'wire'):.1f} bytes/record on the wire (inflated by floodgate)" if n != "identity" else ""
     print(f"  {n}: {med(n, 'rate'):.0f} records/s, {med(n, 'cpu'):.3f} us CPU/record{extra}{wire}")
 PY

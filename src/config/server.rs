@@ -81,7 +81,7 @@ impl Default for ServerConfig {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_body_bytes: 8 * 1024 * 1024,
             // Log records compress 5 to 20 times; 100 leaves room for very repetitive ones,
-            // and a gzip bomb (1,000 times) is refused at a tenth of its first megabyte.
+            // and a gzip bomb (1,000 times) is refused within its first 128 KiB inflated.
             max_inflation_ratio: 100,
             max_connections: 4096,
             header_read_timeout_ms: 10_000,

@@ -41,16 +41,19 @@ pub(super) fn codings(headers: &HeaderMap) -> Result<Codings, ApiError> {
 /// Set once the pipeline is done reading a coded body: whatever reads on (a lingering drain,
 /// which only discards) gets the rest as it came, never inflated — so a drain of a refused
 /// upload reads as many of the client's bytes, at as little cost, as for a plain body.
+/// A body that is not coded has none (nothing to switch, nothing allocated).
 #[derive(Debug, Clone, Default)]
-pub(super) struct Drain(Arc<AtomicBool>);
+pub(super) struct Drain(Option<Arc<AtomicBool>>);
 
 impl Drain {
     pub(super) fn start(&self) {
-        self.0.store(true, Ordering::Release);
+        if let Some(flag) = &self.0 {
+            flag.store(true, Ordering::Release);
+        }
     }
 
     fn started(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
     }
 }
 
@@ -80,7 +83,7 @@ impl Ingest {
         let Some(inflater) = Inflater::new(codings, limits, self.codings.clone()) else {
             return (body, Drain::default());
         };
-        let drain = Drain::default();
+        let drain = Drain(Some(Arc::default()));
         let hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());

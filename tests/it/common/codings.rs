@@ -142,7 +142,7 @@ pub fn gzip_bomb(fill: Fill) -> &'static [u8] {
 }
 
 /// 1 GiB as one zstd frame (level 19: its largest window, 8 MiB; its size in the header):
-/// about 40 KB.
+/// about 32 KB.
 pub fn zstd_bomb(fill: Fill) -> &'static [u8] {
     static BOMBS: [OnceLock<Vec<u8>>; 2] = [OnceLock::new(), OnceLock::new()];
     BOMBS[fill as usize].get_or_init(|| {

@@ -64,8 +64,8 @@ async fn inflated(gw: &Gateway, encoding: &str) -> (f64, f64) {
 }
 
 /// 1 GiB of white space inside `{"records":[...]}` — valid JSON to its last byte — in about
-/// 1 MB of gzip and in a 40 KB zstd frame: 413 naming the ratio, with at most a tenth of a
-/// bomb's first megabyte inflated (not 1 GiB, nor `max_body_bytes`), and nothing held after.
+/// 1 MB of gzip and in a 32 KB zstd frame: 413 naming the ratio, with at most a piece past the
+/// ratio inflated (128 KiB: not 1 GiB, nor `max_body_bytes`), and nothing held after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bomb_is_refused_while_it_inflates_naming_the_ratio() {
     let (_cluster, gw) = gateway_on_mock("test.bomb", Time::Real, |_| {}).await;
