@@ -158,6 +158,10 @@ impl AppState {
             inflight_bodies,
             failures,
             proxies: parts::proxies(config),
+            unverified: crate::server::Unverified::new(
+                config.server.max_unauthenticated_per_address,
+                parts::proxies(config),
+            ),
             delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             cluster,
             streams: parts::stream_bounds(config),

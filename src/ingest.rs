@@ -94,6 +94,9 @@ pub struct Ingest {
     pub failures: Arc<AuthFailures>,
     /// Proxies whose forwarding headers say who the client is.
     pub proxies: crate::forwarded::TrustedProxies,
+    /// Connections per address not authenticated yet, on the produce listener (a request that
+    /// authenticates marks its connection).
+    pub unverified: Arc<crate::server::Unverified>,
 
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,

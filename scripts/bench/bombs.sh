@@ -6,18 +6,20 @@
 # kernel's peak) against the README's bound: 11 MiB + 1.3 × [buffer] max_bytes + about
 # 3 × max_inflight_body_bytes + 64 KiB per open connection. Default bounds (64 MiB body budget,
 # 64 MiB buffer, max_body_bytes 8 MiB, max_inflation_ratio 100). The bombs are made once and
-# kept in scripts/bench/out/. Needs the client venv (scripts/client-venv.sh) for zstandard.
-# Knobs: N (200), PORT (19080), ADMIN_PORT (19090), KAFKA_PORT (19992), VENV (~/.cache/floodgate/client-venv).
+# kept in scripts/bench/out/. Python's zstandard from scripts/clients.sh's venv.
+# Knobs: N (200), PORT (19080), ADMIN_PORT (19090), KAFKA_PORT (19992), FLOODGATE_CLIENTS
+# (~/.cache/floodgate/clients).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
 N=${N:-200}
 KAFKA_PORT=${KAFKA_PORT:-19992}
-VENV=${VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/client-venv}
+CLIENTS=${FLOODGATE_CLIENTS:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/clients}
+VENV=$CLIENTS/venv
 PORT=${PORT:-19080}
 ADMIN_PORT=${ADMIN_PORT:-19090}
 bench_build
-scripts/client-venv.sh "$VENV"
+scripts/clients.sh "$CLIENTS"
 
 bench_tansu_start "$KAFKA_PORT"
 trap bench_cleanup EXIT

@@ -395,64 +395,10 @@ fn memory_counts_what_the_decoders_hold() {
     );
 }
 
-/// xorshift: reproducible noise without a dependency.
-fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-#[test]
-fn the_raw_snappy_reader_agrees_with_snap_on_valid_and_broken_blocks() {
-    let mut samples: Vec<Vec<u8>> = vec![
-        Vec::new(),
-        b"a".to_vec(),
-        vec![7u8; 100_000],
-        records(2000),
-        noise(3, 70_000),
-    ];
-    // Short periods: copies that overlap what they write.
-    samples.push((0..50_000u32).map(|i| (i % 3) as u8).collect());
-    samples.push((0..50_000u32).map(|i| (i % 61) as u8).collect());
-    let mut decoder = snap::raw::Decoder::new();
-    for (s, sample) in samples.iter().enumerate() {
-        let block = snappy_raw(sample);
-        let (ours, _) = inflate(codings("snappy"), limits(), &block, 513).expect("valid");
-        assert!(ours == *sample, "sample {s}");
-        // Broken copies of it: both readers refuse, or both read the same bytes.
-        let flips = noise(s as u64 + 11, 400);
-        for pair in flips.chunks(2).take(200) {
-            let mut broken = block.clone();
-            if broken.is_empty() {
-                break;
-            }
-            let at = usize::from(pair[0]) * broken.len() / 256;
-            broken[at] ^= pair[1] | 1;
-            let theirs = decoder.decompress_vec(&broken);
-            let mine = inflate(codings("snappy"), limits(), &broken, 97);
-            match (&theirs, &mine) {
-                (Ok(a), Ok((b, _))) => assert!(a == b, "sample {s}, byte {at}"),
-                (Err(_), Err(_)) => {}
-                _ => panic!(
-                    "sample {s}, byte {at}: snap {:?}, ours {:?}",
-                    theirs.as_ref().map(Vec::len),
-                    mine.as_ref().map(|m| m.0.len())
-                ),
-            }
-        }
-    }
-}
-
 #[test]
 fn deflate_tells_zlib_from_raw_by_the_header() {
     assert!(flate::is_zlib_header(&zlib(b"x")));
-    for data in [records(50), noise(5, 1000)] {
+    for data in [records(50), raw::noise(5, 1000)] {
         let wire = raw_deflate(&data);
         let (out, _) = inflate(codings("deflate"), limits(), &wire, 1).expect("raw");
         assert!(out == data);
@@ -506,3 +452,5 @@ fn an_inner_layer_that_makes_nothing_of_a_piece_hands_back_again() {
     // A piece of the middle layer per call: 4 MiB of it is dozens of calls, not one.
     assert!(again >= (4 << 20) / PIECE - 2, "{again}");
 }
+
+mod raw;

@@ -229,6 +229,7 @@ impl Ingest {
                 records: &records[..records.len().min(1)],
                 wanted: wanted.as_slice(),
                 first: 0,
+                whole: false,
             };
             let mut lookups = Lookups::per_request();
             self.convert_each(tenant, &pump.topic, to_convert, &mut lookups, |_, c| {

@@ -24,12 +24,16 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     match e {
         E::Unauthorized | E::CredentialRevoked => (StatusCode::UNAUTHORIZED, 40101),
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
-        E::Auth(crate::credential::AuthError::KeysUnavailable) => {
+        E::Auth(crate::credential::AuthError::KeysUnavailable(_)) => {
             (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_) | E::NotFound => (StatusCode::NOT_FOUND, 40401),
+        E::UnknownTopic(_) => (StatusCode::NOT_FOUND, 40401),
+        // No route, or not with this method: kafka-rest (Jersey, through rest-utils' exception
+        // mapper) answers these with the HTTP status as the error code.
+        E::NotFound => (StatusCode::NOT_FOUND, 404),
+        E::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, 405),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
@@ -56,7 +60,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         // kafka-rest's 42203 is its JSON-to-schema conversion failure.
         E::SchemaViolation(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42203),
         E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
-        E::SchemaInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaInvalid(_) | E::SchemaRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaTooCostly(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42209),
+        E::SchemaBusy(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
         E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
@@ -211,7 +217,10 @@ struct BatchAnswer<'a> {
 pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
-        ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
+        ApiError::AuthFailures(wait)
+        | ApiError::IdempotencyKeyInUse(wait)
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
+        | ApiError::SchemaBusy(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }

@@ -235,6 +235,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     /// The stream's last report (held from the start), when the queue takes it within the
     /// stream's idle time.
     async fn end(&mut self, error: ApiError) {
+        self.liveness.ended();
         self.rest = Bytes::new();
         self.memory.set(self.decoder.footprint(), 0);
         let until = Instant::now() + self.ingest.streams.idle;

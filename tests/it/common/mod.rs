@@ -66,13 +66,20 @@ pub fn redis_url() -> String {
 pub struct OwnRedis {
     pub port: u16,
     child: Option<std::process::Child>,
+    /// Settings of the test's own (e.g. `--maxmemory 4mb`).
+    args: Vec<String>,
 }
 
 impl OwnRedis {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Self {
         let mut own = Self {
             port: free_port(),
             child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         own.restart();
         own
@@ -87,6 +94,7 @@ impl OwnRedis {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(&self.args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -263,15 +263,15 @@ async fn every_wire_format_in_every_coding_reaches_kafka_byte_for_byte() {
     gw.shutdown().await;
 }
 
-/// The venv of scripts/client-venv.sh (requests, urllib3, zstandard).
+/// The Python of scripts/clients.sh's venv (urllib3, requests, zstandard).
 fn client_python() -> std::path::PathBuf {
-    let venv = std::env::var("FLOODGATE_CLIENT_VENV").unwrap_or_else(|_| {
+    let dir = std::env::var("FLOODGATE_CLIENTS").unwrap_or_else(|_| {
         panic!(
-            "FLOODGATE_CLIENT_VENV is not set: run the suite with scripts/test.sh, which makes \
-             the venv with Python's HTTP clients (or scripts/client-venv.sh DIR and export it)"
+            "FLOODGATE_CLIENTS is not set: run the suite with scripts/test.sh, which makes the \
+             clients' folder (or scripts/clients.sh DIR and export it)"
         )
     });
-    std::path::PathBuf::from(venv).join("bin/python")
+    std::path::PathBuf::from(dir).join("venv/bin/python")
 }
 
 /// Python producers as they are written: requests and urllib3 posting bodies their own
