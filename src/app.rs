@@ -152,6 +152,8 @@ impl AppState {
             producer,
             bounds: config.limits.clone(),
             max_body_bytes: config.server.max_body_bytes,
+            max_inflation_ratio: config.server.max_inflation_ratio,
+            codings: Arc::default(),
             body_read_timeout: Duration::from_millis(config.server.body_read_timeout_ms),
             inflight_bodies,
             failures,

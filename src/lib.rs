@@ -11,6 +11,7 @@
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
 //!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
+//!    [`inflate`] (content-coded bodies inflated a piece at a time within bounds),
 //!    [`auth_failures`] (per-address limit on failed authentications), [`heap`] (each
 //!    thread's live heap bytes, counted by the global allocator), [`hold`] (seats for
 //!    requests held for their tokens), [`agent`] (the plan cell
@@ -69,6 +70,7 @@ pub mod hold;
 pub mod http;
 pub mod idempotency;
 pub mod identity;
+pub mod inflate;
 pub mod inflight_bodies;
 pub mod ingest;
 pub mod kafka;

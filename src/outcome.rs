@@ -21,9 +21,11 @@ use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 pub mod admin;
 pub mod confluent;
 mod produced;
+mod readiness;
 
 pub use admin::AdminError;
 pub use produced::Produced;
+pub use readiness::Readiness;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -33,9 +35,15 @@ pub enum ApiError {
     /// A topic internal to Kafka or floodgate (its registry): no key may write it.
     InternalTopic(String),
     UnsupportedMediaType(String),
+    /// A `Content-Encoding` floodgate does not decode, or too many stacked (the detail says
+    /// which; the answer carries `Accept-Encoding`).
+    UnsupportedEncoding(String),
     BodyTooLarge {
         limit: u64,
     },
+    /// A coded body inflating to more than this many times its coded size
+    /// (`[server] max_inflation_ratio`): refused while it inflates.
+    InflationRatio(u32),
     TooManyRecords {
         limit: usize,
     },
@@ -130,7 +138,8 @@ impl ApiError {
             Self::InvalidTopic(_) => "invalid_topic",
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
-            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::UnsupportedEncoding(_) => "unsupported_encoding",
+            Self::BodyTooLarge { .. } | Self::InflationRatio(_) => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
             Self::RecordTooLarge(_) => "record_too_large",
             Self::Malformed(_) | Self::InvalidRecord(_) | Self::NoRecords | Self::EntryId(_) => {
@@ -175,8 +184,11 @@ impl ApiError {
             | Self::EntryId(_) => StatusCode::BAD_REQUEST,
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => StatusCode::FORBIDDEN,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::BodyTooLarge { .. }
+            | Self::InflationRatio(_)
             | Self::TooManyRecords { .. }
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -206,7 +218,8 @@ impl ApiError {
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
             | Self::EntryId(d)
-            | Self::UnknownPartition(d) => d.clone(),
+            | Self::UnknownPartition(d)
+            | Self::UnsupportedEncoding(d) => d.clone(),
             Self::NoRecords => "the request has no records".into(),
             Self::Auth(e) => auth_detail(e),
             Self::CredentialRevoked => "the credential this stream was opened with (API key, \
@@ -257,6 +270,10 @@ impl ApiError {
                 "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
             ),
             Self::BodyTooLarge { limit } => format!("the body is larger than {limit} bytes"),
+            Self::InflationRatio(ratio) => format!(
+                "the body inflates to more than {ratio} times its coded size (server.max_inflation_ratio): \
+                 refused as a compression bomb; send it less compressed, or in smaller requests"
+            ),
             Self::TooManyRecords { limit } => {
                 format!("a request carries at most {limit} records")
             }
@@ -434,6 +451,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        accept_encoding(&self, response.headers_mut());
         if matches!(
             self,
             Self::Unauthorized
@@ -465,27 +483,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `/readyz`: whether this instance should receive traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    Ready,
-    NotReady {
-        /// A stable code: `shutting_down`, `buffer_high_water`, `kafka_unreachable`, ...
-        reason: &'static str,
-        detail: String,
-    },
-}
-
-impl IntoResponse for Readiness {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ready => (StatusCode::OK, Json(json!({"ready": true}))).into_response(),
-            Self::NotReady { reason, detail } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"ready": false, "reason": reason, "detail": detail})),
-            )
-                .into_response(),
-        }
+/// RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.
+pub fn accept_encoding(e: &ApiError, headers: &mut axum::http::HeaderMap) {
+    if let ApiError::UnsupportedEncoding(_) = e {
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static(crate::inflate::ACCEPTED),
+        );
     }
 }
 

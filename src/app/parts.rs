@@ -241,6 +241,9 @@ pub(super) fn observability(
     )))
     .with_collector(Box::new(crate::metrics::schemas::SchemaCollector(
         ingest.schemas.clone(),
+    )))
+    .with_collector(Box::new(crate::metrics::bodies::CodingCollector(
+        ingest.codings.clone(),
     )));
     (status, metrics)
 }

@@ -14,7 +14,13 @@ pub struct ServerConfig {
     /// Address of the admin listener (admin API, metrics, health). Never the same as `listen`.
     pub admin_listen: SocketAddr,
     /// Largest request body accepted, in bytes; larger bodies get 413 before they are read.
+    /// A `Content-Encoding` body is bounded twice: as sent, and as it inflates (413 the moment
+    /// it inflates past this).
     pub max_body_bytes: u64,
+    /// How many times its coded size a `Content-Encoding` body may inflate to: past the first
+    /// 64 KiB, a body inflating further is refused with 413 while it inflates (a compression
+    /// bomb). Counted for every layer of a stacked coding, against the bytes sent.
+    pub max_inflation_ratio: u32,
     /// Connections served at once on each listener; further connections wait in the
     /// kernel's accept backlog. Start-up raises the process's soft descriptor limit to its
     /// hard limit and lowers this (with a warning) when `2 × max_connections + 256` still
@@ -89,6 +95,9 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_body_bytes: 8 * 1024 * 1024,
+            // Log records compress 5 to 20 times; 100 leaves room for very repetitive ones,
+            // and a gzip bomb (1,000 times) is refused within its first 128 KiB inflated.
+            max_inflation_ratio: 100,
             max_connections: 4096,
             max_unauthenticated_per_address: 128,
             header_read_timeout_ms: 10_000,

@@ -29,6 +29,10 @@ impl Config {
         }
         for (key, value) in [
             ("server.max_body_bytes", s.max_body_bytes),
+            (
+                "server.max_inflation_ratio",
+                u64::from(s.max_inflation_ratio),
+            ),
             ("server.max_connections", s.max_connections as u64),
             (
                 "server.max_unauthenticated_per_address",

@@ -307,11 +307,7 @@ impl Ingest {
             match tokio::time::timeout_at(deadline, body.frame()).await {
                 Err(_) => return Err(ApiError::BodyTimeout),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(ApiError::Malformed(format!(
-                        "the body could not be read: {e}"
-                    )))
-                }
+                Ok(Some(Err(e))) => return Err(self.unreadable(None, &e)),
                 Ok(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         received += data.len() as u64;

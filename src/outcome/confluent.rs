@@ -38,11 +38,14 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
         }
-        E::BodyTooLarge { .. } | E::TooManyRecords { .. } | E::RecordTooLarge(_) => {
-            (StatusCode::PAYLOAD_TOO_LARGE, 41301)
-        }
+        E::BodyTooLarge { .. }
+        | E::InflationRatio(_)
+        | E::TooManyRecords { .. }
+        | E::RecordTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41301),
         E::ExceedsBurst(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41302),
-        E::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501),
+        E::UnsupportedMediaType(_) | E::UnsupportedEncoding(_) => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501)
+        }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
         E::InvalidTopic(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
@@ -74,7 +77,9 @@ pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
         ApiError::UnsupportedMediaType(detail) => detail.clone(),
         _ => e.detail(),
     };
-    error_with(status, code, message, retry_after(e), media_type)
+    let mut response = error_with(status, code, message, retry_after(e), media_type);
+    super::accept_encoding(e, response.headers_mut());
+    response
 }
 
 /// An error envelope with an explicit status and code (for conditions only Confluent's shapes

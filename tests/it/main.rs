@@ -29,6 +29,7 @@ mod mock {
     mod backpressure;
     mod budgets;
     mod descriptors;
+    mod encodings;
     mod first_scrape;
     mod holds;
     mod hostile;
@@ -50,6 +51,7 @@ mod mock {
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
     mod confluent;
+    mod encodings;
     mod node_client;
     mod produce;
     mod registry;

@@ -2,6 +2,7 @@
 //! broker (Tansu, started by scripts/test.sh) or librdkafka's mock cluster, and a consumer that
 //! reads records back by assigning partitions from offset 0.
 
+pub mod codings;
 pub mod exposition;
 pub mod faults;
 pub mod idp;
