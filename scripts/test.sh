@@ -38,7 +38,7 @@ scripts/schema-venv.sh "$FLOODGATE_SCHEMA_VENV"
 # the real clock had a binary, and so the machine, to themselves; they run after the rest, on
 # their own (the same binary, filtered). Arguments (cargo test's, e.g. a test name) mean one
 # run of what they select.
-ALONE=(mock::adaptive:: mock::lag_guard::)
+ALONE=(mock::adaptive:: mock::lag_guard:: tansu::adaptive_recovery::)
 if [ $# -gt 0 ]; then
   cargo test --lib --bins --tests "$@"
 else

@@ -126,11 +126,13 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
             .and_then(|s| s.spec.records)
             .map_or(0, |r| r.per_sec)
     };
-    // One second: Kafka slow (p99 400 ms), greedy offers 5,000 and is refused; polite offers
+    // One second: Kafka slow (p90 400 ms), greedy offers 5,000 and is refused; polite offers
     // `polite_offers` and is refused `polite_refused` times.
     let second = |polite_offers: u64, polite_refused: u64| {
         for _ in 0..100 {
-            kafka.delivery_counts.observe(0.4);
+            kafka
+                .delivery_latency
+                .record(std::time::Duration::from_millis(400));
         }
         greedy.stats().offered(5_000, 0);
         for _ in 0..10 {
