@@ -167,6 +167,14 @@ impl AdaptiveAgent {
     /// Replaces the settings live (validated by the caller); the limit keeps its level.
     /// Switching it off lifts the limit at once.
     pub fn set_settings(&self, settings: AdaptiveConfig) {
+        if settings.enabled && !self.settings.load().enabled {
+            // Switched on: what was delivered while it was off is no reading of now.
+            let _ = self.kafka.delivery_latency.take();
+            self.previous
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .forget_latency();
+        }
         let mut controller = self.controller();
         if !settings.enabled {
             *controller = Controller::new(settings.clone());

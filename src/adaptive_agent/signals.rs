@@ -76,6 +76,11 @@ impl Previous {
         }
     }
 
+    /// The last interval's latencies are no evidence any more (the agent was off).
+    pub(super) fn forget_latency(&mut self) {
+        self.latency = LatencyWindow::default();
+    }
+
     /// This tick's counters become the last tick's.
     pub(super) fn remember(&mut self, now: u64, counts: Counts, tenants: HashMap<String, Seen>) {
         self.at_ns = now;

@@ -191,3 +191,38 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
     assert!((10..=40).contains(&polite_share), "{polite_share}");
     assert!(share("greedy") > 2 * polite_share, "{}", share("greedy"));
 }
+
+/// Switched on after a while off: the deliveries of the time it was off are no reading of now
+/// (a slow spell an hour ago must not be the first thing the controller judges).
+#[test]
+fn switched_on_it_reads_only_what_was_delivered_since() {
+    let (agent, clock) = agent(AdaptiveConfig {
+        enabled: false,
+        max_records_per_sec: Some(10_000),
+        ..AdaptiveConfig::default()
+    });
+    for _ in 0..100 {
+        agent
+            .kafka
+            .delivery_latency
+            .record(std::time::Duration::from_millis(400));
+    }
+    agent.set_settings(AdaptiveConfig {
+        enabled: true,
+        ..agent.settings()
+    });
+    for _ in 0..100 {
+        agent
+            .kafka
+            .delivery_latency
+            .record(std::time::Duration::from_millis(5));
+    }
+    clock.advance_ms(500);
+    agent.tick();
+    let (reading, judged) = agent.stats.reading();
+    assert_eq!(reading.deliveries, 100);
+    let p90 = reading.p90_ms.expect("p90");
+    assert!((p90 - 5.0).abs() < 0.1, "{p90}");
+    assert_eq!(reading.window_p90_ms, reading.p90_ms, "{reading:?}");
+    assert!(judged.baseline_ms.is_some_and(|b| (b - 5.0).abs() < 0.1), "{judged:?}");
+}
