@@ -3,11 +3,14 @@
 //!
 //! It follows one reading per interval (the delivery p90, see `controller::Signals`):
 //! - **baseline**: falls quickly to a lower reading (half-way within [`DOWN_S`]) and rises
-//!   slowly toward a higher one that is not slow (time constant [`UP_S`]): it sits near the
+//!   slowly toward a higher one that is not slow (time constant [`UP_S`], and never more than
+//!   1 % per interval): it sits near the
 //!   path's latency at its best — at low load after start and right after each recovery, when
 //!   the limit is low — not at its average under load;
-//! - **noise**: the mean distance of the readings that are not slow from the baseline (time
-//!   constant [`NOISE_S`]): how much a healthy path wanders;
+//! - **noise**: how far *healthy* readings rise above the baseline (the mean of their upward
+//!   distance; a plain mean over the first [`WARM_UP`] readings, then time constant
+//!   [`NOISE_S`]). Only healthy readings teach it: one in the dead band, or above the target,
+//!   would let the target chase a path that is getting slower;
 //! - a reading above the target teaches neither: an unconfirmed one is an outlier, and pressure
 //!   (confirmed) only lets the baseline creep up 1 % per interval, so a path that became
 //!   slower for good is the new normal after minutes, while a 12 s fault moves it little (and
@@ -15,8 +18,10 @@
 //!
 //! The target is then `baseline_factor` x the baseline plus four times the noise (as TCP's
 //! retransmission timeout sits four deviations above the smoothed round trip), at least
-//! `min_target_ms`: a path whose p90 wanders between 20 and 40 ms learns a noise that keeps
-//! 40 ms healthy (and 100 ms slow), a steady 8 ms path is slow above 24 ms.
+//! `min_target_ms`, known once [`WARM_UP`] readings were learned (the first readings after
+//! start include connecting to the brokers): a path whose p90 wanders between 20 and 40 ms
+//! learns a noise that keeps 40 ms healthy (and 100 ms slow), a steady 8 ms path is slow
+//! above 24 ms.
 //!
 //! Pure: stepped by the controller with the interval's length.
 
@@ -28,7 +33,9 @@ pub const DOWN_S: f64 = 0.5;
 /// Time constant (s) toward a higher reading that is not slow.
 pub const UP_S: f64 = 30.0;
 /// Time constant (s) of the noise's mean.
-pub const NOISE_S: f64 = 5.0;
+pub const NOISE_S: f64 = 10.0;
+/// Readings learned before a target is set from them (5 s at the default interval).
+pub const WARM_UP: u32 = 10;
 /// Deviations of noise above the baseline before a reading counts as slow.
 pub const NOISE_DEVIATIONS: f64 = 4.0;
 /// Pressure lets the baseline creep toward the reading by this factor per interval at most.
@@ -38,6 +45,8 @@ const CREEP: f64 = 1.01;
 pub struct Baseline {
     value_ms: Option<f64>,
     noise_ms: f64,
+    /// Readings learned, up to [`WARM_UP`].
+    readings: u32,
 }
 
 /// The fraction of the way to move toward a reading after `dt_s` with time constant `tau_s`.
@@ -62,7 +71,7 @@ impl Baseline {
         if let Some(t) = s.target_delivery_ms {
             return Some(t as f64);
         }
-        let b = self.value_ms?;
+        let b = self.value_ms.filter(|_| self.readings >= WARM_UP)?;
         let learned = b * s.baseline_factor + NOISE_DEVIATIONS * self.noise_ms;
         Some(learned.max(s.min_target_ms as f64))
     }
@@ -84,29 +93,38 @@ impl Baseline {
             return;
         }
         let Some(b) = self.value_ms else {
-            // The first reading: noise unknown, so assumed large (half the reading).
             self.value_ms = Some(x);
-            self.noise_ms = x / 2.0;
+            self.readings = 1;
             return;
         };
-        let above = self.target_ms(s).is_some_and(|t| x > t);
         if pressure {
             if x > b {
                 self.value_ms = Some((b * CREEP).min(x));
             }
             return;
         }
-        if above {
+        if self.target_ms(s).is_some_and(|t| x > t) {
             return; // one slow reading, not confirmed: an outlier, learned from by nothing
         }
-        self.noise_ms += ((x - b).abs() - self.noise_ms) * toward(dt_s, NOISE_S);
-        let rate = if x < b {
+        // Healthy (or still warming up, nothing judged yet): how far it rose above the path's
+        // best is its noise.
+        if self.healthy_below_ms(s).is_none_or(|h| x < h) {
+            let weight = if self.readings < WARM_UP {
+                1.0 / f64::from(self.readings)
+            } else {
+                toward(dt_s, NOISE_S)
+            };
+            self.noise_ms += ((x - b).max(0.0) - self.noise_ms) * weight;
+        }
+        self.readings = self.readings.saturating_add(1).min(WARM_UP);
+        self.value_ms = Some(if x < b {
             // Half-way within DOWN_S: 1 - 0.5^(dt / DOWN_S).
-            1.0 - 0.5f64.powf(dt_s.max(0.0) / DOWN_S)
+            b + (x - b) * (1.0 - 0.5f64.powf(dt_s.max(0.0) / DOWN_S))
         } else {
-            toward(dt_s, UP_S)
-        };
-        self.value_ms = Some(b + (x - b) * rate);
+            // Never faster than the creep: readings that rise with the target (a path getting
+            // slower) must not carry the target away with them.
+            (b + (x - b) * toward(dt_s, UP_S)).min(b * CREEP)
+        });
     }
 }
 
@@ -190,13 +208,47 @@ mod tests {
     }
 
     #[test]
+    fn the_first_readings_after_start_are_learned_not_judged() {
+        let s = learned();
+        let mut b = Baseline::default();
+        // Connecting to the brokers: a slow first reading, then the path itself.
+        b.learn(400.0, 0.5, false, &s);
+        for _ in 0..(WARM_UP - 2) {
+            b.learn(8.0, 0.5, false, &s);
+            assert_eq!(b.target_ms(&s), None);
+        }
+        b.learn(8.0, 0.5, false, &s);
+        let target = b.target_ms(&s).expect("target after the warm-up");
+        // The start-up reading is no noise: the baseline fell to the path, nothing rose above it.
+        assert!(target < 30.0, "{target} {b:?}");
+    }
+
+    #[test]
+    fn a_path_getting_slower_does_not_raise_its_own_target_through_the_noise() {
+        let s = learned();
+        let mut b = Baseline::default();
+        for _ in 0..60 {
+            b.learn(10.0, 0.5, false, &s);
+        }
+        let before = b.target_ms(&s).expect("target");
+        // Readings creep up through the dead band, each just under the target it has now.
+        for _ in 0..40 {
+            let x = b.target_ms(&s).expect("target") * 0.95;
+            b.learn(x, 0.5, false, &s);
+        }
+        assert_eq!(b.noise_ms(), 0.0, "the dead band teaches no noise: {b:?}");
+        let after = b.target_ms(&s).expect("target");
+        // Only the baseline's slow rise moves it: 1 % an interval at most.
+        assert!(after < 2.0 * before, "{before} -> {after}");
+    }
+
+    #[test]
     fn a_configured_target_wins() {
         let s = AdaptiveConfig {
             target_delivery_ms: Some(250),
             ..learned()
         };
-        let mut b = Baseline::default();
-        b.learn(8.0, 0.5, false, &s);
+        let b = Baseline::default();
         assert_eq!(b.target_ms(&s), Some(250.0));
         assert_eq!(b.healthy_below_ms(&s), Some(125.0));
     }

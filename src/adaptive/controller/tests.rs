@@ -182,11 +182,15 @@ fn without_a_configured_target_the_baseline_sets_it() {
         ..AdaptiveConfig::default()
     });
     assert_eq!(c.target_ms(), None);
-    c.step(0, fast(0.1)); // p90 5 ms under load
+    // p90 5 ms under load: learned for 10 readings (5 s) before it is judged against.
+    for i in 0..10 {
+        assert_eq!(c.target_ms(), None);
+        c.step(i * S / 2, fast(0.1));
+    }
     assert_eq!(
         c.target_ms(),
-        Some(25.0),
-        "3 x 5 ms + 4 x 2.5 ms (the first reading's noise is assumed: half of it)"
+        Some(15.0),
+        "3 x 5 ms + 4 x no noise, at least min_target_ms (10)"
     );
     // Too few deliveries say nothing.
     let sparse = Signals {
@@ -194,8 +198,8 @@ fn without_a_configured_target_the_baseline_sets_it() {
         latency_ms: Some(900.0),
         ..Signals::default()
     };
-    assert_eq!(c.step(S, sparse), Move::Hold("ceiling"));
-    assert_eq!(c.step(2 * S, slow()), Move::Decrease(Cause::Latency));
+    assert_eq!(c.step(10 * S, sparse), Move::Hold("ceiling"));
+    assert_eq!(c.step(11 * S, slow()), Move::Decrease(Cause::Latency));
 }
 
 /// The default settings (interval 500 ms, cut x0.7 per 2 s, floor 5 %, slow start x2 per

@@ -495,13 +495,7 @@ async fn run_once(scenario: Scenario) -> (Figures, Vec<String>) {
         fault_admitted[class] = mine.iter().filter(|e| e.kind == Kind::Admitted).count() as f64
             / mine.len().max(1) as f64;
     }
-    let cuts_at = |t: f64| {
-        polls
-            .iter()
-            .rev()
-            .find(|p| p.at <= t)
-            .map_or(0, |p| p.cuts)
-    };
+    let cuts_at = |t: f64| polls.iter().rev().find(|p| p.at <= t).map_or(0, |p| p.cuts);
     let figures = Figures {
         offered: (REQUESTS_PER_SEC as usize * CLASSES.len() * RECORDS_PER_REQUEST) as f64,
         pre: rate(start - PRE_S, start),
