@@ -162,7 +162,6 @@ schemas = {
                                   "properties": {"followed": {"type": "string", "enum": ["p90"]}, "window_ms": {"type": "integer", "description": "the window of one reading: the deliveries of one interval"},
                                                  "resolution": {"type": "number", "description": "readings are within this fraction of the true value"},
                                                  "deliveries": {"type": "integer"}, "value_ms": {"type": ["number", "null"], "description": "the interval's delivery p90: the reading followed"},
-                                                 "window_p90_ms": {"type": ["number", "null"], "description": "the p90 of this interval and the one before together: a cut needs both over the target"},
                                                  "p50_ms": {"type": ["number", "null"]}, "p99_ms": {"type": ["number", "null"]}, "max_ms": {"type": ["number", "null"]},
                                                  "baseline_ms": {"type": ["number", "null"], "description": "the path's p90 at its best, learned (low load after start and after each recovery)"},
                                                  "noise_ms": {"type": "number", "description": "how far healthy readings wander from the baseline (mean deviation)"},

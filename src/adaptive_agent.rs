@@ -170,10 +170,6 @@ impl AdaptiveAgent {
         if settings.enabled && !self.settings.load().enabled {
             // Switched on: what was delivered while it was off is no reading of now.
             let _ = self.kafka.delivery_latency.take();
-            self.previous
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .forget_latency();
         }
         let mut controller = self.controller();
         if !settings.enabled {
@@ -338,7 +334,7 @@ impl AdaptiveAgent {
             Move::Decrease(cause) => {
                 s.decreases[cause as usize].fetch_add(1, Relaxed);
                 tracing::warn!(cause = cause.as_str(), limit = format!("{:.0}%", limit * 100.0),
-                    p90_ms = ?signals.latency_ms, window_p90_ms = ?signals.latency_window_ms,
+                    p90_ms = ?signals.latency_ms,
                     target_ms = ?target_ms, throttle_ms = signals.throttle_ms,
                     buffer_fill = format!("{:.2}", signals.buffer_fill),
                     "adaptive limit lowered: Kafka is slow");

@@ -5,9 +5,9 @@
 //!   judged against the path's own [`Baseline`] (or a configured target). The p90, not the
 //!   p99: the p99 of a half-second window is its two or three slowest requests — one
 //!   scheduler hiccup — while a slower broker slows them all (a tenth of them is enough).
-//! - **Cut**: on pressure — the p90 above the target both over the interval and over the
-//!   interval and the one before together (evidence: a tenth of the last second's deliveries
-//!   were slow, not one burst), records waiting longer than the target with no delivery at all
+//! - **Cut**: on pressure — the p90 above the target in the interval and in the one before
+//!   it, each on its own (evidence of a slower path, not a blip: a broker or proxy stalled for
+//!   200 ms slows a tenth or more of one interval's requests, and its p50 does not move), records waiting longer than the target with no delivery at all
 //!   (a stalled broker), the broker throttling, the buffer filling — the limit is multiplied
 //!   by `decrease_factor`, never below the floor, at most once per decrease cool-down (a cut
 //!   needs time to show in the signals). A cut the latency did not answer (the p90 at the next
@@ -46,9 +46,6 @@ pub struct Signals {
     pub deliveries: u64,
     /// Their delivery p90 (ms): the reading the controller follows.
     pub latency_ms: Option<f64>,
-    /// The p90 over this interval and the one before together (ms): the evidence a cut needs
-    /// besides `latency_ms` (`None`: this interval's alone).
-    pub latency_window_ms: Option<f64>,
     /// The broker's quota throttle time (largest over brokers), ms.
     pub throttle_ms: i64,
     /// Buffer occupancy, 0 to 1.
@@ -148,6 +145,10 @@ pub struct Controller {
     cut_wait_ms: u64,
     /// The p90 at the last latency cut (ms): the next cut compares against it.
     cut_reading: Option<f64>,
+    /// The last interval's reading, if it measured one: a cut on latency needs it over the
+    /// target too (none measured: this interval's is the evidence, as in a fault's first
+    /// intervals, when few requests come back).
+    previous_reading: Option<f64>,
     /// The pressure the last step saw.
     pressure: Option<Cause>,
     /// Whether the producers reached the limit (or were refused by it) in the last healthy
@@ -173,6 +174,7 @@ impl Controller {
             probe_wait_ms: settings.increase_cooldown_ms,
             cut_wait_ms: settings.decrease_cooldown_ms,
             cut_reading: None,
+            previous_reading: None,
             pressure: None,
             reached: false,
             last: Move::Hold("ceiling"),
@@ -276,10 +278,11 @@ impl Controller {
         } else {
             0.0
         };
-        // Slow over the interval, and over the last two together: a tenth of the last second's
-        // deliveries, not one burst of this interval's.
-        let slow = matches!((reading, target), (Some(x), Some(t))
-            if x > t && s.latency_window_ms.unwrap_or(x) > t);
+        // Slow in this interval and in the one before, each on its own: a slower path, not a
+        // blip.
+        let above = matches!((reading, target), (Some(x), Some(t)) if x > t);
+        let before = std::mem::replace(&mut self.previous_reading, reading);
+        let slow = above && before.zip(target).is_none_or(|(p, t)| p > t);
         if let Some(x) = reading {
             self.baseline.learn(x, dt_s, slow, &self.settings);
         }
@@ -324,7 +327,12 @@ impl Controller {
                 if healthy && whole {
                     self.carried(now_ns, s.limit_used);
                 }
-                self.grow(now_ns, healthy)
+                if above {
+                    // Over the target once, the interval before was not: hold, and see.
+                    Move::Hold("unconfirmed")
+                } else {
+                    self.grow(now_ns, healthy)
+                }
             }
         };
         self.last = decision;

@@ -3,9 +3,8 @@
 //!
 //! The latency signal is the delivery p90 of the requests Kafka answered since the last tick
 //! (its window: one `interval_ms`), from an HDR histogram at 1 % resolution
-//! (`kafka::DeliveryLatency`), and the p90 of this window and the one before together (the
-//! evidence a cut needs). The p50, p99 and slowest are read from the same window for the
-//! admin API and the status page. librdkafka's own windows (`int_latency`, `outbuf_latency`,
+//! (`kafka::DeliveryLatency`). The p50, p99 and slowest are read from the same window for
+//! the admin API and the status page. librdkafka's own windows (`int_latency`, `outbuf_latency`,
 //! `rtt`) come every `statistics.interval.ms` (5 s) as averages over it: they say where the
 //! time went (shown beside), too late and too coarse to steer a half-second loop.
 
@@ -35,8 +34,6 @@ pub(super) struct Counts {
 #[derive(Debug, Default)]
 pub(super) struct Previous {
     at_ns: u64,
-    /// The last interval's delivery latencies (the first half of the evidence window).
-    latency: LatencyWindow,
     pub(super) tenants: HashMap<String, Seen>,
     admitted_records: u64,
     admitted_bytes: u64,
@@ -76,11 +73,6 @@ impl Previous {
         }
     }
 
-    /// The last interval's latencies are no evidence any more (the agent was off).
-    pub(super) fn forget_latency(&mut self) {
-        self.latency = LatencyWindow::default();
-    }
-
     /// This tick's counters become the last tick's.
     pub(super) fn remember(&mut self, now: u64, counts: Counts, tenants: HashMap<String, Seen>) {
         self.at_ns = now;
@@ -94,17 +86,14 @@ impl Previous {
 /// The quantile the controller follows.
 const FOLLOWED: f64 = 0.9;
 
-/// This interval's deliveries (and, for the evidence window, the last one's) read out.
-fn read(now: &LatencyWindow, before: &LatencyWindow) -> Reading {
-    let mut both = before.clone();
-    both.add(now);
+/// This interval's deliveries read out.
+fn read(now: &LatencyWindow) -> Reading {
     Reading {
         deliveries: now.count(),
         p50_ms: now.quantile_ms(0.5),
         p90_ms: now.quantile_ms(FOLLOWED),
         p99_ms: now.quantile_ms(0.99),
         max_ms: now.quantile_ms(1.0),
-        window_p90_ms: both.quantile_ms(FOLLOWED),
     }
 }
 
@@ -148,9 +137,7 @@ impl AdaptiveAgent {
         limit: f64,
     ) -> (Signals, Reading) {
         let secs = previous.secs(now);
-        let latency = self.kafka.delivery_latency.take();
-        let reading = read(&latency, &previous.latency);
-        previous.latency = latency;
+        let reading = read(&self.kafka.delivery_latency.take());
         let deliveries = reading.deliveries;
         let buffer = &self.admission.buffer;
         let (held_bytes, held_records) = buffer.held();
@@ -174,7 +161,6 @@ impl AdaptiveAgent {
         let signals = Signals {
             deliveries,
             latency_ms: reading.p90_ms,
-            latency_window_ms: reading.window_p90_ms,
             throttle_ms: throttle,
             buffer_fill: fill,
             stalled_ms,

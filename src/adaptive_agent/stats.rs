@@ -8,7 +8,7 @@ use crate::adaptive::controller::{Cause, Controller};
 use crate::config::Priority;
 
 /// One interval's delivery latencies as the agent read them (ms, within 1 %; `None`: nothing
-/// delivered). The controller follows `p90_ms`, and cuts only when `window_p90_ms` agrees.
+/// delivered). The controller follows `p90_ms`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Reading {
     /// Requests Kafka answered in the interval.
@@ -17,8 +17,6 @@ pub struct Reading {
     pub p90_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub max_ms: Option<f64>,
-    /// The p90 over this interval and the one before together.
-    pub window_p90_ms: Option<f64>,
 }
 
 /// What the latency is judged against, as the controller stands after a step (ms).

@@ -71,7 +71,6 @@ fn signal(
         "resolution": crate::kafka::LATENCY_RESOLUTION,
         "deliveries": reading.deliveries,
         "value_ms": reading.p90_ms,
-        "window_p90_ms": reading.window_p90_ms,
         "p50_ms": reading.p50_ms,
         "p99_ms": reading.p99_ms,
         "max_ms": reading.max_ms,

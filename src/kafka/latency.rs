@@ -87,12 +87,6 @@ impl LatencyWindow {
     pub fn quantile_ms(&self, q: f64) -> Option<f64> {
         (self.count() > 0).then(|| self.0.value_at_quantile(q) as f64 / 1000.0)
     }
-
-    /// Adds another window's deliveries (a longer window made of shorter ones).
-    pub fn add(&mut self, other: &LatencyWindow) {
-        // Same bounds on both sides: cannot fail.
-        let _ = self.0.add(&other.0);
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ impl Controller {
             (Move::Decrease(_), _) => "cutting",
             (Move::Hold("floor"), _) => "floor",
             (Move::Hold(_), Some(_)) => "cutting",
-            (Move::Hold("dead_band"), None) => "dead_band",
+            (Move::Hold("dead_band" | "unconfirmed"), None) => "dead_band",
             (Move::Recover, _) => "recovering",
             (Move::Increase | Move::Hold(_), _) if !self.reached => "demand_below_limit",
             (Move::Increase | Move::Hold(_), _) => "probing",
@@ -45,9 +45,9 @@ impl Controller {
             .healthy_below_ms()
             .map_or_else(|| "healthy".to_string(), |h| format!("{h:.1} ms"));
         let pressure = |c: Cause| match c {
-            Cause::Latency => format!(
-                "delivery p90 is above {target} over the interval and over the last two together"
-            ),
+            Cause::Latency => {
+                format!("delivery p90 is above {target} in this interval and the one before")
+            }
             Cause::Throttle => "the broker throttles".to_string(),
             Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
             Cause::Stall => format!(
@@ -91,6 +91,10 @@ impl Controller {
                 "{}: waiting {} ms after the last cut for it to show before cutting again",
                 pressure(c),
                 self.cut_wait_ms
+            ),
+            (Move::Hold("unconfirmed"), None) => format!(
+                "holding: delivery p90 above {target} in this interval only (the one before was \
+                 under it): a blip until the next one agrees"
             ),
             (Move::Hold("dead_band"), None) => format!(
                 "holding in the dead band: delivery p90 between {healthy} and {target} \

@@ -52,6 +52,7 @@ fn latency_above_the_target_cuts_the_limit_once_per_cooldown() {
 fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
     let mut c = learned_half();
     c.step(2 * S, slow());
+    c.step(2 * S + S / 2, slow());
     // A broker answering once per long round trip: some intervals see no delivery at all
     // while the buffer holds records. That must not raise the limit.
     let quiet = |fill: f64| Signals {
@@ -104,6 +105,7 @@ fn the_limit_never_goes_below_the_floor() {
 fn above_the_recovery_level_it_grows_once_per_cooldown_used_or_not() {
     let mut c = learned_half();
     c.step(2 * S, slow());
+    c.step(2 * S + S / 2, slow());
     // Healthy, the limit not used: it is given back toward the ceiling all the same (an unused
     // limit only refuses the producers' next surge, for nothing).
     assert_eq!(c.step(10 * S, fast(0.5)), Move::Increase);
@@ -127,22 +129,23 @@ fn above_the_recovery_level_it_grows_once_per_cooldown_used_or_not() {
     assert_eq!(c.phase(), "probing");
 }
 
-/// One interval's p90 over the target is one burst unless the interval and the one before it
-/// together agree (a tenth of the last second's deliveries slow): no cut on a hiccup.
+/// One interval's p90 over the target is a blip unless the interval before it agrees: no cut
+/// on a hiccup, a cut when it lasts.
 #[test]
-fn a_slow_interval_the_last_second_does_not_confirm_is_no_cut() {
-    let mut c = Controller::new(settings());
-    let burst = Signals {
-        latency_window_ms: Some(60.0),
-        ..slow()
-    };
-    assert_eq!(c.step(0, burst), Move::Hold("ceiling"));
-    assert_eq!(c.phase(), "ceiling");
-    let sustained = Signals {
-        latency_window_ms: Some(250.0),
-        ..slow()
-    };
-    assert_eq!(c.step(S / 2, sustained), Move::Decrease(Cause::Latency));
+fn a_slow_interval_the_one_before_does_not_confirm_is_no_cut() {
+    let mut c = learned_half();
+    // A blip at the ceiling, then healthy again: nothing moves.
+    assert_eq!(c.step(3 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(2 * S, fast(0.5)), Move::Hold("ceiling"));
+    // Slow twice in a row: cut.
+    assert_eq!(c.step(5 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(3 * S, slow()), Move::Decrease(Cause::Latency));
+    // Below the ceiling, a blip holds in the dead band's phase and says so.
+    assert_eq!(c.step(10 * S, fast(0.5)), Move::Increase);
+    assert_eq!(c.step(21 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.phase(), "dead_band");
+    assert!(c.reason().contains("this interval only"), "{}", c.reason());
+    assert_eq!(c.step(11 * S, fast(1.0)), Move::Increase);
 }
 
 #[test]

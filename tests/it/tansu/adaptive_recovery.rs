@@ -210,9 +210,8 @@ impl Poll {
             ms(&v["target_delivery_ms"]),
             if signal.is_object() {
                 format!(
-                    " | p90 {} (with the interval before {}) p50 {} ms of {} deliveries; baseline {} noise {} healthy below {} ms",
+                    " | p90 {} p50 {} ms of {} deliveries; baseline {} noise {} healthy below {} ms",
                     ms(&signal["value_ms"]),
-                    ms(&signal["window_p90_ms"]),
                     ms(&signal["p50_ms"]),
                     signal["deliveries"],
                     ms(&signal["baseline_ms"]),
