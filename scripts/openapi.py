@@ -25,7 +25,7 @@ RETRY = {"Retry-After": {"description": "whole seconds, rounded up; at most a da
 # Field string of 1 to 255 visible ASCII characters; the pattern is exactly what is accepted.
 IDEM_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
     "schema": {"type": "string", "pattern": '^(?:[!#-~][!-~]{0,254}|"(?:[!#-\\[\\]-~]|\\\\["\\\\]){1,255}")$'},
-    "description": "Exactly once from the client's view: a retry with the same key and the same request (tenant, method, path, async, Content-Type, body) gets the first answer again, byte for byte, with Idempotent-Replayed: true, and writes nothing; a retry while the first one's records are still with Kafka waits for their outcome (or 503 again after [kafka] delivery_timeout_ms); a retry while the first is still being read or admitted is 409 idempotency_key_in_use; the same key for another request is 422 idempotency_key_reused. An answer is kept [idempotency] ttl_s (86400) once final (200, 202, 207, 502, a 4xx decided after the whole body was read); a 429, 408 or 503 keeps nothing. Keys are per tenant. Single replica: kept in memory within max_entries and max_bytes, oldest evicted first; cluster mode: in Redis."}
+    "description": "Exactly once from the client's view: a retry with the same key and the same request (tenant, method, path, async, Content-Type, body — as inflated, when it has a Content-Encoding) gets the first answer again, byte for byte, with Idempotent-Replayed: true, and writes nothing; a retry while the first one's records are still with Kafka waits for their outcome (or 503 again after [kafka] delivery_timeout_ms); a retry while the first is still being read or admitted is 409 idempotency_key_in_use; the same key for another request is 422 idempotency_key_reused. An answer is kept [idempotency] ttl_s (86400) once final (200, 202, 207, 502, a 4xx decided after the whole body was read); a 429, 408 or 503 keeps nothing. Keys are per tenant. Single replica: kept in memory within max_entries and max_bytes, oldest evicted first; cluster mode: in Redis."}
 REPLAYED = {"Idempotent-Replayed": {"description": "true: this is the stored answer to an earlier request with the same Idempotency-Key, sent again", "schema": {"type": "string", "enum": ["true"]}}}
 def nullable_int(lo, hi):
     return {"type": ["integer", "null"], "minimum": lo, "maximum": hi}
@@ -112,6 +112,7 @@ schemas = {
             **budget_view_props,
             "keys": {"type": "array", "items": {"type": "object", "required": ["key_id"], "properties": {"key_id": {"type": "string"}}}},
             "live": {"type": ["object", "null"], "description": "tokens now, buffer held, admitted, failed and rejected counts since start"},
+            "warnings": {"type": "array", "description": "valid settings that cost clients something, with what: a records_burst (bytes_burst) below records_per_sec (bytes_per_sec) gives a client that honours Retry-After (whole seconds) about burst / rate of its budget, unless [wait] max_ms holds its requests; absent when there is none", "items": {"type": "object", "required": ["field", "detail"], "properties": {"field": {"type": "string"}, "detail": {"type": "string"}}}},
         },
     },
     "GlobalSettings": {
@@ -263,7 +264,7 @@ paths = {
             "422": err("idempotency_key_reused: the Idempotency-Key was used for another request"),
             "429": {**err("rate_limited: reason and retry_after_ms say what ran out and when to come back"), "headers": {**RETRY, **RL_HEADERS}},
             "502": {**err("delivery_failed: Kafka refused some records (per-record results in offsets)"), "headers": REPLAYED},
-            "503": {**err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written); jwks_unavailable: the token names a key the gateway does not hold and its issuer's JWKS cannot be fetched"), "headers": RETRY},
+            "503": {**err("kafka_unavailable or shutting_down; idempotency_unavailable: the key store did not answer and [idempotency] on_store_error = \"refuse\" (nothing written); jwks_unavailable: the token names a key the gateway does not hold and its issuer's JWKS cannot be fetched, or was fetched less than min_refetch_s ago (Retry-After: when the next fetch is allowed)"), "headers": RETRY},
         },
     }},
     "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
@@ -389,25 +390,29 @@ S["V2Offset"] = {"type": "object", "required": ["partition", "offset", "error_co
 S["V2Answer"] = {"type": "object", "required": ["offsets", "key_schema_id", "value_schema_id"], "properties": {
     "offsets": {"type": "array", "items": ref("V2Offset")}, "key_schema_id": {"type": "null"}, "value_schema_id": {"type": "null"}}}
 v2_data_bin = {"type": ["string", "null"], "pattern": B64}
+# null is absent in every record field, as in kafka-rest (its fields are @Nullable): Confluent's
+# Node client sends "partition": null with every record.
+V2_PARTITION = {"type": ["integer", "null"], "minimum": 0, "maximum": 2147483647, "description": "null: none (the URL's, or the producer's choice)"}
 S["V2BinaryBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
     "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
-        "key": v2_data_bin, "value": v2_data_bin, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+        "key": v2_data_bin, "value": v2_data_bin, "partition": V2_PARTITION}}}}}
 S["V2JsonBody"] = {"type": "object", "additionalProperties": False, "required": ["records"], "properties": {"records": {
     "type": "array", "minItems": 1, "maxItems": 10000, "items": {"type": "object", "additionalProperties": False, "properties": {
-        "key": {}, "value": {}, "partition": {"type": "integer", "minimum": 0, "maximum": 2147483647}}}}}}
+        "key": {}, "value": {}, "partition": V2_PARTITION}}}}}
 v3_data = {"type": "object", "additionalProperties": False, "required": ["type"], "oneOf": [
     {"properties": {"type": {"const": "BINARY"}, "data": {"type": ["string", "null"], "pattern": B64}}},
     {"properties": {"type": {"const": "JSON"}, "data": {}}},
     {"properties": {"type": {"const": "STRING"}, "data": {"type": ["string", "null"]}}},
 ], "properties": {"type": {"enum": ["BINARY", "JSON", "STRING"]}, "data": {}}}
 v3_record_props = {
-    "partition_id": {"type": "integer", "minimum": 0, "maximum": 2147483647},
-    "headers": {"type": "array", "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
+    "partition_id": {"type": ["integer", "null"], "minimum": 0, "maximum": 2147483647},
+    "headers": {"type": ["array", "null"], "items": {"type": "object", "additionalProperties": False, "required": ["name"], "properties": {
         "name": {"type": "string"}, "value": {"type": ["string", "null"], "pattern": B64}}}},
-    "key": v3_data, "value": v3_data,
-    "timestamp": {"type": "string", "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
+    "key": {"anyOf": [v3_data, {"type": "null"}]}, "value": {"anyOf": [v3_data, {"type": "null"}]},
+    "timestamp": {"type": ["string", "null"], "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
 }
-S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props}
+S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props,
+    "description": "With a Schema Registry configured ([schema_registry] url), a key or value may also be {\"type\": \"AVRO\"|\"JSONSCHEMA\"|\"PROTOBUF\", \"schema\"|\"schema_id\"|\"schema_version\", \"subject\", \"subject_name_strategy\", \"data\"} or carry no type (the latest schema of its subject); the data is written in Confluent's wire format, or the record refused 422 schema_violation / schema_not_found / schema_invalid naming the field, 422 schema_too_costly (checking the record or compiling its schema is over a bound the detail names; Confluent code 42209), 429 schema_busy with a Retry-After (the tenant's share of the schema threads, or its schema registrations, are taken; 42902), or 503 schema_registry_unavailable. This document describes a gateway without one."}
 S["V3BatchBody"] = {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {"entries": {
     "type": "array", "minItems": 1, "maxItems": 10, "items": {"type": "object", "additionalProperties": False, "required": ["id"],
         "properties": {"id": {"type": "string", "pattern": "^[0-9A-Za-z_-]{1,80}$"}, **v3_record_props}}}}}
@@ -456,14 +461,14 @@ def v2_op(extra_params, summary):
             "415": cerr("not the binary or json embedded format (schema formats need a Schema Registry)", V2M),
             "422": cerr("no records, or a record with an unknown or wrong field (42206); the Idempotency-Key was used for another request (42207)", V2M),
             "429": cerr("over budget (42901): Retry-After, retry_after_ms and the RateLimit fields say when to come back", V2M, {**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)", V2M),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)", V2M),
         }}}
 paths = spec["paths"]
 paths["/topics/{topic}"] = v2_op([], "Produce (Confluent REST Proxy v2)")
 paths["/topics/{topic}/partitions/{partition}"] = v2_op([{"name": "partition", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0, "maximum": 2147483647}}], "Produce to a partition (Confluent REST Proxy v2); a record's own partition wins")
 cid = {"name": "cluster_id", "in": "path", "required": True, "schema": {"type": "string"}, "description": "not checked unless [compat] check_cluster_id is set (as in Confluent Platform)"}
 common_v3 = {"401": cerr("no or unknown key, or a JWT that does not verify (40101; the message starts with floodgate's code)"), "429": cerr("too many failed authentications from this address (42901)", headers=RETRY)}
-auth_v3 = {"403": cerr("a valid token or certificate of no tenant (40302)"), "503": cerr("the token's issuer keys cannot be fetched (50304), or shutting down (50301)")}
+auth_v3 = {"403": cerr("a valid token or certificate of no tenant (40302)"), "503": cerr("the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304), or shutting down (50301)")}
 for prefix in ["/v3", "/kafka/v3"]:
     paths[f"{prefix}/clusters"] = {"get": {"summary": "The cluster this gateway produces to (Confluent REST Proxy v3)", "security": [{"apiKey": []}, {"basicKey": []}],
         "responses": {"200": jres("the cluster list", ref("V3ClusterList")), **auth_v3, **common_v3}}}
@@ -482,7 +487,7 @@ for prefix in ["/v3", "/kafka/v3"]:
             "422": cerr("the first record is not a valid record (42206)"),
             "415": cerr("not application/json"),
             "429": cerr("refused before any record was read (42901): Retry-After, retry_after_ms and the RateLimit fields", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka's metadata cannot be read (50302), shutting down (50301), or the token's issuer keys cannot be fetched (50304)"),
+            "503": cerr("Kafka's metadata cannot be read (50302), shutting down (50301), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
     paths[f"{prefix}/clusters/{{cluster_id}}/topics/{{topic}}/records:batch"] = {"post": {
@@ -497,9 +502,42 @@ for prefix in ["/v3", "/kafka/v3"]:
             "413": cerr("too large (41301) or over a burst (41302)"), "415": cerr("not application/json"),
             "422": cerr("ids or entry count break the batch rules (42208), an invalid entry (42206), or the Idempotency-Key was used for another request (42207)"),
             "429": cerr("over budget (42901)", headers={**RETRY, **RL_HEADERS}),
-            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched (50304)"),
+            "503": cerr("Kafka did not answer in time (50302), shutting down (50301), the Idempotency-Key store did not answer (50303), or the token's issuer keys cannot be fetched or were fetched less than min_refetch_s ago (50304)"),
             **{k: v for k, v in common_v3.items() if k != "429"},
         }}}
+# Answers outside the operations (OpenAPI has no place for a method a path does not serve):
+# described here and in info.description, checked by the routers' tests.
+spec["info"]["description"] += (
+    " Every error has a JSON body, outside the operations below too: a method a path does not serve"
+    " is 405 with an Allow header naming the methods it does (response MethodNotAllowed), and a path"
+    " no route has is 404 (response NotFound), on both listeners; under /topics, /v3 and /kafka/v3"
+    " both are Confluent's envelope (ConfluentMethodNotAllowed, ConfluentNotFound: error_code 405 or"
+    " 404, the status itself, as Confluent's REST Proxy answers them).")
+ALLOW = {"Allow": {"description": "the methods this path serves", "schema": {"type": "string"}}}
+spec["components"]["responses"] = {
+    "MethodNotAllowed": err("method_not_allowed: this path is served with other methods") | {"headers": ALLOW},
+    "NotFound": err("not_found: no route has this path"),
+    "ConfluentMethodNotAllowed": cerr("error_code 405: this path is served with other methods (application/vnd.kafka.v2+json under /topics)", headers=ALLOW),
+    "ConfluentNotFound": cerr("error_code 404: no route has this path (application/vnd.kafka.v2+json under /topics)"),
+}
 spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}
+
+# #43: every produce route takes a content-coded body, decoded in the pipeline (one place for
+# every wire format), so the same header and answers are added to each.
+CONTENT_ENCODING = {"name": "Content-Encoding", "in": "header", "required": False,
+    "schema": {"type": "string", "example": "gzip"},
+    "description": "The body's content coding: gzip (or x-gzip), deflate (zlib, or raw deflate), zstd (frames with a window of at most 8 MiB), snappy (the framing format, or one raw block as Vector sends it; x-snappy-framed too), identity. Up to 2 stacked, in the order applied (\"gzip, zstd\": decoded zstd first). The body is read inflated a piece at a time: max_body_bytes bounds it as sent and as inflated, a body inflating past [server] max_inflation_ratio (100) times what was sent (past its first 64 KiB) is 413 while it inflates, and the tenants' byte budgets count the records as inflated. Anything else is 415 with Accept-Encoding."}
+ACCEPT_ENCODING = {"Accept-Encoding": {"description": "on a 415 for the Content-Encoding: the codings accepted", "schema": {"type": "string", "example": "gzip, deflate, zstd, snappy, identity"}}}
+for path, item in paths.items():
+    op = item.get("post")
+    if not op or not any(path.startswith(p) for p in ("/v1/topics/", "/topics/", "/v3/", "/kafka/v3/")):
+        continue
+    op["parameters"].append(CONTENT_ENCODING)
+    r = op["responses"]
+    confluent = not path.startswith("/v1/")
+    r["415"]["description"] += "; " + ("" if confluent else "unsupported_encoding: ") + "a Content-Encoding not decoded here, or more than 2 stacked (" + ("41501, " if confluent else "") + "with Accept-Encoding)"
+    r["415"]["headers"] = {**r["415"].get("headers", {}), **ACCEPT_ENCODING}
+    r["413"]["description"] += "; a coded body inflating past max_body_bytes, or past max_inflation_ratio times its coded size (body_too_large" + (", 41301" if confluent else "") + ")"
+    r["400"]["description"] += "; a body that is not valid data of its Content-Encoding (" + ("40001" if confluent else "malformed_body") + ": the detail names the coding)"
 json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
 open(OUT, "a").write("\n")

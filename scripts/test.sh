@@ -33,12 +33,16 @@ FLOODGATE_TEST_BROKER_PID=$(cat "$DIR/tansu.pid")
 # Confluent's Python serdes read the schema tests' records back (tests/it/tansu/schemas.rs).
 export FLOODGATE_SCHEMA_VENV=${FLOODGATE_SCHEMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/schema-venv}
 scripts/schema-venv.sh "$FLOODGATE_SCHEMA_VENV"
+# Real clients the compatibility tests drive: urllib3 (Retry honouring Retry-After) and
+# Confluent's Node client for REST Proxy (tests/it/mock/retry_after.rs, tests/it/tansu/node_client.rs).
+export FLOODGATE_CLIENTS=${FLOODGATE_CLIENTS:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate/clients}
+scripts/clients.sh "$FLOODGATE_CLIENTS"
 
 # The integration tests are one binary (tests/it). The ones that measure rates and latency on
 # the real clock had a binary, and so the machine, to themselves; they run after the rest, on
 # their own (the same binary, filtered). Arguments (cargo test's, e.g. a test name) mean one
 # run of what they select.
-ALONE=(mock::adaptive:: mock::lag_guard:: tansu::adaptive_recovery::)
+ALONE=(mock::adaptive:: mock::lag_guard:: mock::retry_after:: tansu::adaptive_recovery::)
 if [ $# -gt 0 ]; then
   cargo test --lib --bins --tests "$@"
 else

@@ -1,5 +1,6 @@
 //! Who may call the admin API: bearer tokens from the environment variable named by
-//! `[admin] token_env`, never from the config file.
+//! `[admin] token_env` (or the file its `_FILE` twin names: [`crate::env_secret`]), never from
+//! the config file.
 //!
 //! The variable holds comma-separated entries, each either a bare `TOKEN` (its audit id is
 //! `admin`) or `NAME:TOKEN`, so each operator or automation has its own id in the audit log.
@@ -9,7 +10,7 @@
 //! could not tell a name from base64 padding. Tokens are kept as SHA-256 digests, compared in
 //! constant time, and never printed, in part or whole.
 //!
-//! A foundation module: it imports nothing of floodgate's.
+//! A foundation module: it imports nothing of floodgate's but `env_secret`.
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
@@ -79,11 +80,12 @@ impl AdminTokens {
         Ok(Self(tokens))
     }
 
-    /// The tokens in the environment variable `var` (none if it is unset).
+    /// The tokens in the environment variable `var` or the file `var_FILE` names (none if
+    /// neither is set).
     pub fn from_env(var: &str) -> Result<Self, String> {
-        match std::env::var(var) {
-            Ok(v) => Self::parse(&v).map_err(|e| format!("{var}: {e}")),
-            Err(_) => Ok(Self::default()),
+        match crate::env_secret::read(var)? {
+            Some(v) => Self::parse(&v).map_err(|e| format!("{var}: {e}")),
+            None => Ok(Self::default()),
         }
     }
 
@@ -110,7 +112,9 @@ impl AdminTokens {
 /// The error names the variable, never any part of its value.
 pub fn scrape_token(var: &str, value: Option<&str>) -> Result<String, String> {
     let Some(value) = value else {
-        return Err(format!("the environment variable {var} is not set"));
+        return Err(format!(
+            "the environment variable {var} is not set (nor {var}_FILE)"
+        ));
     };
     let token = value.trim();
     if token.chars().count() < MIN_TOKEN_CHARS {
@@ -126,9 +130,9 @@ pub fn scrape_token(var: &str, value: Option<&str>) -> Result<String, String> {
     Ok(token.to_string())
 }
 
-/// [`scrape_token`] from the process environment.
+/// [`scrape_token`] from the process environment (`var`, or the file `var_FILE` names).
 pub fn scrape_token_from_env(var: &str) -> Result<String, String> {
-    let value = std::env::var(var).ok();
+    let value = crate::env_secret::read(var)?;
     scrape_token(var, value.as_deref())
 }
 

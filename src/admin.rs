@@ -81,8 +81,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             open = open.route(path, handler);
         }
     }
-    let admin = admin.layer(middleware::from_fn_with_state(state.clone(), require_admin));
-    open.merge(admin)
+    // Every error is JSON: a path served with other methods is 405 (the router adds `Allow`),
+    // set on each router before the admin one is wrapped in its token check.
+    let not_allowed =
+        |method: axum::http::Method| async move { ApiError::MethodNotAllowed(method.to_string()) };
+    let admin = admin
+        .method_not_allowed_fallback(not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), require_admin));
+    open.method_not_allowed_fallback(not_allowed)
+        .merge(admin)
         .fallback(|| async { ApiError::NotFound })
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::outcome::panic_response,
@@ -290,6 +297,49 @@ mod tests {
         let (s, body) = call("/admin/tenants", Some("router-test-token")).await;
         assert_eq!(s, StatusCode::OK);
         assert_eq!(body["tenants"][0]["id"], "acme");
+    }
+
+    /// Every error is JSON, on this listener too: a method a path does not serve is 405 with
+    /// `Allow` (after the token check, under /admin), an unknown path 404.
+    #[tokio::test]
+    async fn wrong_methods_and_unknown_paths_are_json_errors() {
+        for (method, path, allow) in [
+            ("POST", "/healthz", "GET,HEAD"),
+            ("DELETE", "/metrics", "GET,HEAD"),
+            ("POST", "/admin/tenants/acme", "GET,HEAD,PUT,PATCH,DELETE"),
+            ("PATCH", "/admin/global", "GET,HEAD,PUT"),
+        ] {
+            let router = super::router(crate::app::state_for_tests());
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", "Bearer router-test-token")
+                .body(Body::empty())
+                .unwrap_or_default();
+            let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+            assert_eq!(
+                response.status(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+            let allowed = response.headers()["allow"].to_str().unwrap_or_default();
+            let mut allowed: Vec<_> = allowed.split(',').map(str::trim).collect();
+            allowed.sort_unstable();
+            let mut expected: Vec<_> = allow.split(',').collect();
+            expected.sort_unstable();
+            assert_eq!(allowed, expected, "{method} {path}");
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            assert_eq!(body["error"], "method_not_allowed", "{method} {path}");
+            assert!(body["detail"].as_str().is_some_and(|d| d.contains(method)));
+        }
+        let (s, body) = call("/nowhere", None).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found"))
+        );
     }
 
     #[tokio::test]

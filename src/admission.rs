@@ -15,16 +15,17 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    BucketView, BudgetSpec, Clock, Dimension, GlobalBudget, Missing, Sharing, Short, Shortfall,
-    TenantBuckets,
+    BucketView, Clock, Dimension, GlobalBudget, Missing, Sharing, Short, Shortfall, TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
+use crate::hold::WaitRoom;
 use crate::identity::Topic;
 use crate::record::Charge;
-use crate::refusal::{Denial, Reason, Refusal, TooLarge};
+use crate::refusal::{Denial, Reason, Refusal};
 use crate::tenant::Tenant;
 
 mod adaptive;
+mod bounds;
 mod lag;
 
 /// The longest wait an adaptive refusal names: the limit is decided again every interval, and
@@ -99,6 +100,8 @@ pub struct Admission {
     adaptive: Option<Arc<PlanCell>>,
     /// Lag guards: the caps in force on guarded topics (`[[lag_guards]]`).
     lag: Option<Arc<crate::lag::LagPlanCell>>,
+    /// `[wait]`: requests held for their tokens instead of refused (off by default).
+    pub waits: Arc<WaitRoom>,
 }
 
 /// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
@@ -118,7 +121,30 @@ impl Admission {
             sharing: None,
             adaptive: None,
             lag: None,
+            waits: Arc::default(),
         }
+    }
+
+    /// Admission that holds requests whose wait `waits` covers (see [`Admission::holdable`]).
+    pub fn with_waits(mut self, waits: WaitRoom) -> Self {
+        self.waits = Arc::new(waits);
+        self
+    }
+
+    /// Whether a refusal is only a budget's refill short enough to hold the request for
+    /// (`[wait] max_ms`): the checks made before and while a body is read let it through, and
+    /// the pipeline holds it at admission for its tokens ([`crate::hold`]). Its wait is the
+    /// bucket's, exact to the nanosecond; other refusals (the buffer, the adaptive limit, a
+    /// lag guard) depend on Kafka and are never held.
+    pub fn holdable(&self, refusal: &Refusal) -> bool {
+        self.waits.enabled()
+            && refusal.reason.is_rate()
+            && refusal.retry_after <= self.waits.max_wait
+    }
+
+    /// Waits `d` on the admission clock (a held request, between two decisions).
+    pub async fn hold_for(&self, d: Duration) {
+        self.clock.sleep(d).await;
     }
 
     /// Admission for a cluster member: buckets follow `sharing`.
@@ -252,6 +278,8 @@ impl Admission {
         self.follow_lag(tenant, &mut state, topic, now, 0);
         match self.plan(tenant, &state, topic, now, charge) {
             Ok(_nothing_charged) => {}
+            // Could be admitted after a short hold: the admission step holds it.
+            Err(Blocked::Denied(Denial::Refused(r))) if self.holdable(&r) => return Ok(()),
             Err(Blocked::Denied(d)) => {
                 if matches!(&d, Denial::Refused(r) if r.reason == Reason::ConsumerLag) {
                     // Refused mid-stream by a lag guard: the records read so far are demand
@@ -262,10 +290,12 @@ impl Admission {
             }
             Err(Blocked::Lease(_)) => {
                 if let Err(t) = state.buckets.estimate(now, charge) {
-                    return Err(refused(tenant_reason(t), t.wait_ns));
+                    self.unless_holdable(refused_plain(tenant_reason(t), t.wait_ns))
+                        .map_err(Denial::Refused)?;
                 }
                 if let Err(g) = self.global.estimate(now, charge) {
-                    return Err(refused(global_reason(g), g.wait_ns));
+                    self.unless_holdable(refused_plain(global_reason(g), g.wait_ns))
+                        .map_err(Denial::Refused)?;
                 }
             }
         }
@@ -376,10 +406,10 @@ impl Admission {
         let tenant_bytes = cap(spec.bytes.map(|s| s.burst));
         let global_bytes = cap(global_spec.bytes.map(|s| s.burst));
         if let Err(t) = state.buckets.estimate(now, Charge::new(1, tenant_bytes)) {
-            return Err(refused_plain(tenant_reason(t), t.wait_ns));
+            self.unless_holdable(refused_plain(tenant_reason(t), t.wait_ns))?;
         }
         if let Err(g) = self.global.estimate(now, Charge::new(1, global_bytes)) {
-            return Err(refused_plain(global_reason(g), g.wait_ns));
+            self.unless_holdable(refused_plain(global_reason(g), g.wait_ns))?;
         }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(state.buffer_share);
@@ -413,63 +443,16 @@ impl Admission {
             global_bytes,
         }
     }
+}
 
-    fn never_fits(&self, spec: BudgetSpec, share: f64, charge: Charge) -> Result<(), Denial> {
-        let global = self.global.spec();
-        let (share_bytes, share_records) = self.share(share);
-        let burst = |s: Option<crate::budget::RateSpec>| s.map(|s| s.burst);
-        let (r, b) = ("records", "bytes");
-        let checks = [
-            (r, "tenant records_burst", burst(spec.records)),
-            (b, "tenant bytes_burst", burst(spec.bytes)),
-            (r, "global records_burst", burst(global.records)),
-            (b, "global bytes_burst", burst(global.bytes)),
-            (r, "tenant buffer share", Some(share_records)),
-            (b, "tenant buffer share", Some(share_bytes)),
-        ];
-        for (unit, limit, allowed) in checks {
-            let requested = if unit == r {
-                charge.records
-            } else {
-                charge.bytes
-            };
-            if let Some(allowed) = allowed.filter(|a| requested > *a) {
-                return Err(Denial::TooLarge(TooLarge {
-                    unit,
-                    requested,
-                    limit,
-                    allowed,
-                }));
-            }
+impl Admission {
+    /// A refusal, unless a short hold covers it.
+    fn unless_holdable(&self, refusal: Refusal) -> Result<(), Refusal> {
+        if self.holdable(&refusal) {
+            Ok(())
+        } else {
+            Err(refusal)
         }
-        Ok(())
-    }
-
-    /// The most bytes and records a tenant with this share may hold (at least one record).
-    fn share(&self, share: f64) -> (u64, u64) {
-        let of = |max: u64| ((max as f64 * share) as u64).max(1);
-        (of(self.buffer.max_bytes()), of(self.buffer.max_records()))
-    }
-
-    fn tenant_usage(&self, tenant: &Tenant) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Acquire;
-        (
-            tenant.usage.bytes.load(Acquire),
-            tenant.usage.records.load(Acquire),
-        )
-    }
-
-    fn buffer_refusal_plain(&self, reason: Reason) -> Refusal {
-        Refusal {
-            reason,
-            retry_after: self.buffer.retry_hint(),
-            class: None,
-            lag: None,
-        }
-    }
-
-    fn buffer_refusal(&self, reason: Reason) -> Denial {
-        Denial::Refused(self.buffer_refusal_plain(reason))
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Config {
     /// Lag guards: producers of a topic slowed while its consumers fall behind.
     #[serde(default)]
     pub lag_guards: Vec<LagGuardConfig>,
+    /// Requests over budget held briefly for their tokens instead of refused (off by default).
+    #[serde(default)]
+    pub wait: WaitConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -102,6 +105,7 @@ mod telemetry;
 mod tenant;
 mod topics;
 mod validate;
+mod wait;
 
 pub use adaptive::AdaptiveConfig;
 pub use auth::{
@@ -125,6 +129,7 @@ pub use telemetry::{LogConfig, LogFormat, MetricsConfig, PerTenant};
 pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 pub(crate) use topics::topic_pattern_problems;
 pub use topics::MAX_TOPIC_PATTERNS;
+pub use wait::{burst_costs, WaitConfig, MAX_WAIT_MS};
 
 #[cfg(test)]
 mod tests;

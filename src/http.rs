@@ -54,7 +54,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             .route(confluent_v3::BATCH[i], post(confluent_v3::produce_batch));
     }
     router
-        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
         .layer(
             tower::ServiceBuilder::new()
                 // Outermost: even a panicking handler is timed and answered in JSON.
@@ -64,6 +65,39 @@ pub fn router(state: Arc<AppState>) -> Router {
                 )),
         )
         .with_state(state)
+}
+
+/// The media type of Confluent's envelope for a path under Confluent's prefixes: its clients
+/// read `error_code` and `message` there, even from a path or method floodgate does not serve.
+fn confluent_media(path: &str) -> Option<&'static str> {
+    if path == "/topics" || path.starts_with("/topics/") {
+        Some(crate::outcome::confluent::V2_MEDIA_TYPE)
+    } else if ["/v3", "/kafka/v3"]
+        .iter()
+        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
+    {
+        Some(crate::outcome::confluent::V3_MEDIA_TYPE)
+    } else {
+        None
+    }
+}
+
+/// Every error is JSON, an unknown path's too: floodgate's shape, or Confluent's under its
+/// prefixes.
+async fn not_found(uri: axum::http::Uri) -> Response {
+    answer_outside_routes(uri.path(), &ApiError::NotFound)
+}
+
+/// A path served with other methods: 405 in JSON; the router adds `Allow`.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    answer_outside_routes(uri.path(), &ApiError::MethodNotAllowed(method.to_string()))
+}
+
+fn answer_outside_routes(path: &str, e: &ApiError) -> Response {
+    match confluent_media(path) {
+        Some(media) => crate::outcome::confluent::error_response(e, media),
+        None => e.clone().into_response(),
+    }
 }
 
 /// The one middleware of the produce listener (one, because each costs an allocation per
@@ -143,6 +177,73 @@ mod tests {
             (s, body["error"].as_str()),
             (StatusCode::NOT_FOUND, Some("not_found"))
         );
+    }
+
+    /// Every error is JSON: a method a produce path does not serve is 405 with `Allow`, in
+    /// Confluent's envelope under its prefixes (as kafka-rest answers: the status as the code),
+    /// and so is an unknown path there.
+    #[tokio::test]
+    async fn wrong_methods_and_unknown_paths_are_json_errors_with_allow() {
+        for (method, path, allow, confluent) in [
+            ("GET", "/v1/topics/test.a/records", "POST", None),
+            (
+                "PUT",
+                "/topics/test.a",
+                "POST",
+                Some("application/vnd.kafka.v2+json"),
+            ),
+            (
+                "GET",
+                "/topics/test.a/partitions/0",
+                "POST",
+                Some("application/vnd.kafka.v2+json"),
+            ),
+            (
+                "GET",
+                "/v3/clusters/c/topics/t/records",
+                "POST",
+                Some("application/json"),
+            ),
+            (
+                "DELETE",
+                "/kafka/v3/clusters",
+                "GET,HEAD",
+                Some("application/json"),
+            ),
+        ] {
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", "Bearer acme-key")
+                .body(Body::empty())
+                .unwrap_or_default();
+            let (s, h, body) = call(request).await;
+            assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            let mut allowed: Vec<_> = h["allow"]
+                .to_str()
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .collect();
+            allowed.sort_unstable();
+            assert_eq!(allowed.join(","), allow, "{method} {path}");
+            match confluent {
+                None => assert_eq!(body["error"], "method_not_allowed", "{body}"),
+                Some(media) => {
+                    assert_eq!(h["content-type"], media, "{method} {path}");
+                    assert_eq!(body["error_code"], 405, "{body}");
+                    assert!(body["message"].as_str().is_some_and(|m| m.contains(method)));
+                }
+            }
+        }
+        for (path, code) in [("/topics", 404), ("/v3/elsewhere", 404), ("/kafka/v3", 404)] {
+            let request = Request::get(path).body(Body::empty()).unwrap_or_default();
+            let (s, _, body) = call(request).await;
+            assert_eq!(
+                (s, body["error_code"].as_u64()),
+                (StatusCode::NOT_FOUND, Some(code))
+            );
+        }
     }
 
     #[tokio::test]

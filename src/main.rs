@@ -13,6 +13,10 @@ use floodgate::budget::MonotonicClock;
 use floodgate::config::Config;
 use floodgate::{dev, telemetry, Listeners, RunOptions};
 
+/// Counts each thread's heap bytes, so a schema compile's real size is known (`heap`).
+#[global_allocator]
+static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
+
 /// Exit code for a configuration that cannot be used (BSD sysexits EX_USAGE, as linkerd).
 const EXIT_CONFIG: u8 = 64;
 
@@ -249,7 +253,11 @@ fn serve(config: Config, dev: Option<dev::DevBroker>, path: Option<PathBuf>) -> 
         if let Some(dev) = &dev {
             // The dev setup makes an admin token when none is set, so the status page and the
             // admin API work at once; a token set in the environment is used as it is.
-            let dev_token = if std::env::var_os(&config.admin.token_env).is_none() {
+            let unset = matches!(
+                floodgate::env_secret::read(&config.admin.token_env),
+                Ok(None)
+            );
+            let dev_token = if unset {
                 match floodgate::identity::random_key("") {
                     Ok(token) => {
                         options.admin_tokens =

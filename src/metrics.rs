@@ -35,11 +35,12 @@ use crate::tenant::Tenants;
 
 mod adaptive;
 pub mod auth;
-mod bodies;
+pub mod bodies;
 mod buffer;
 mod classic;
 mod cluster;
 mod global;
+mod holds;
 mod idempotency;
 mod kafka;
 mod lag;
@@ -160,6 +161,7 @@ impl prometheus_client::collector::Collector for LiveCollector {
         global::encode(e, &self.admission)?;
         auth::encode_failures(e, &self.failures)?;
         bodies::encode(e, &self.bodies)?;
+        holds::encode(e, &self.admission.waits)?;
         if let Some(cluster) = &self.cluster {
             cluster::encode(e, cluster, &self.tenants, &self.admission)?;
         }

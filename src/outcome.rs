@@ -21,9 +21,11 @@ use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 pub mod admin;
 pub mod confluent;
 mod produced;
+mod readiness;
 
 pub use admin::AdminError;
 pub use produced::Produced;
+pub use readiness::Readiness;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -33,9 +35,15 @@ pub enum ApiError {
     /// A topic internal to Kafka or floodgate (its registry): no key may write it.
     InternalTopic(String),
     UnsupportedMediaType(String),
+    /// A `Content-Encoding` floodgate does not decode, or too many stacked (the detail says
+    /// which; the answer carries `Accept-Encoding`).
+    UnsupportedEncoding(String),
     BodyTooLarge {
         limit: u64,
     },
+    /// A coded body inflating to more than this many times its coded size
+    /// (`[server] max_inflation_ratio`): refused while it inflates.
+    InflationRatio(u32),
     TooManyRecords {
         limit: usize,
     },
@@ -84,8 +92,19 @@ pub enum ApiError {
     SchemaInvalid(String),
     /// The Schema Registry did not answer and the schema is not cached.
     SchemaRegistryUnavailable(String),
+    /// The registry refused to register the record's schema (`schema_invalid`, as
+    /// `SchemaInvalid`): the registry's state, not the request's.
+    SchemaRefused(String),
+    /// Checking the record, or compiling its schema, is over a bound the detail names.
+    SchemaTooCostly(String),
+    /// The tenant's share of the schema step's threads was not free within the wait limit,
+    /// or its registrations are spent: retry after this long.
+    SchemaBusy(std::time::Duration, String),
     ShuttingDown,
+    /// No route has this path.
     NotFound,
+    /// The path is served, not with this method (the answer's `Allow` names those it is).
+    MethodNotAllowed(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -119,7 +138,8 @@ impl ApiError {
             Self::InvalidTopic(_) => "invalid_topic",
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
-            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::UnsupportedEncoding(_) => "unsupported_encoding",
+            Self::BodyTooLarge { .. } | Self::InflationRatio(_) => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
             Self::RecordTooLarge(_) => "record_too_large",
             Self::Malformed(_) | Self::InvalidRecord(_) | Self::NoRecords | Self::EntryId(_) => {
@@ -137,10 +157,13 @@ impl ApiError {
             Self::IdempotencyUnavailable(_) => "idempotency_unavailable",
             Self::SchemaViolation(_) => "schema_violation",
             Self::SchemaNotFound(_) => "schema_not_found",
-            Self::SchemaInvalid(_) => "schema_invalid",
+            Self::SchemaInvalid(_) | Self::SchemaRefused(_) => "schema_invalid",
+            Self::SchemaTooCostly(_) => "schema_too_costly",
+            Self::SchemaBusy(..) => "schema_busy",
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
         }
     }
 
@@ -148,7 +171,7 @@ impl ApiError {
         match self {
             Self::Unauthorized | Self::CredentialRevoked => StatusCode::UNAUTHORIZED,
             Self::Auth(AuthError::UnknownTenant(_)) => StatusCode::FORBIDDEN,
-            Self::Auth(AuthError::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth(AuthError::KeysUnavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Auth(_) => StatusCode::UNAUTHORIZED,
             Self::IdempotencyKeyInUse(_) => StatusCode::CONFLICT,
             Self::IdempotencyKey(_) => StatusCode::BAD_REQUEST,
@@ -161,20 +184,27 @@ impl ApiError {
             | Self::EntryId(_) => StatusCode::BAD_REQUEST,
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => StatusCode::FORBIDDEN,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::BodyTooLarge { .. }
+            | Self::InflationRatio(_)
             | Self::TooManyRecords { .. }
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => {
                 StatusCode::REQUEST_TIMEOUT
             }
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            Self::SchemaViolation(_) | Self::SchemaNotFound(_) | Self::SchemaInvalid(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::SchemaViolation(_)
+            | Self::SchemaNotFound(_)
+            | Self::SchemaInvalid(_)
+            | Self::SchemaRefused(_)
+            | Self::SchemaTooCostly(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::SchemaBusy(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::SchemaRegistryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -188,7 +218,8 @@ impl ApiError {
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
             | Self::EntryId(d)
-            | Self::UnknownPartition(d) => d.clone(),
+            | Self::UnknownPartition(d)
+            | Self::UnsupportedEncoding(d) => d.clone(),
             Self::NoRecords => "the request has no records".into(),
             Self::Auth(e) => auth_detail(e),
             Self::CredentialRevoked => "the credential this stream was opened with (API key, \
@@ -207,7 +238,10 @@ impl ApiError {
             | Self::IdempotencyKey(d)
             | Self::SchemaViolation(d)
             | Self::SchemaNotFound(d)
-            | Self::SchemaInvalid(d) => d.clone(),
+            | Self::SchemaInvalid(d)
+            | Self::SchemaRefused(d)
+            | Self::SchemaTooCostly(d)
+            | Self::SchemaBusy(_, d) => d.clone(),
             Self::SchemaRegistryUnavailable(d) => {
                 format!("{d}; nothing was written: retry shortly")
             }
@@ -236,6 +270,10 @@ impl ApiError {
                 "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
             ),
             Self::BodyTooLarge { limit } => format!("the body is larger than {limit} bytes"),
+            Self::InflationRatio(ratio) => format!(
+                "the body inflates to more than {ratio} times its coded size (server.max_inflation_ratio): \
+                 refused as a compression bomb; send it less compressed, or in smaller requests"
+            ),
             Self::TooManyRecords { limit } => {
                 format!("a request carries at most {limit} records")
             }
@@ -252,6 +290,11 @@ impl ApiError {
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
             Self::NotFound => "no such route".into(),
+            Self::MethodNotAllowed(method) => {
+                format!(
+                    "this path does not serve {method}; the Allow header names the methods it does"
+                )
+            }
         }
     }
 }
@@ -276,9 +319,17 @@ fn auth_detail(e: &AuthError) -> String {
                 _ => "jwt_claims",
             }
         ),
-        AuthError::KeysUnavailable => "the token's issuer keys (JWKS) could not be fetched \
-                                       to check it; retry shortly"
-            .into(),
+        AuthError::KeysUnavailable(wait) => format!(
+            "the token's issuer keys (JWKS) do not hold its key: they could not be fetched, or \
+             the issuer may have rotated it in since the last fetch and the next is allowed in \
+             {} ms; retry then",
+            wait_ms(*wait)
+        ),
+        AuthError::Held(wait) => format!(
+            "too many failed authentications from this address: a token not seen before is \
+             not checked for {} ms",
+            wait_ms(*wait)
+        ),
     }
 }
 
@@ -333,6 +384,19 @@ struct RateLimitedBody {
     detail: String,
 }
 
+impl ApiError {
+    /// Whether this answer reflects the Schema Registry's state at the time (a subject or
+    /// schema not there yet, a registration it refused, the registry away) rather than the
+    /// request itself: such an answer must not be stored for an `Idempotency-Key` replay,
+    /// since the same request may succeed once the registry changes.
+    pub fn is_registry_state(&self) -> bool {
+        matches!(
+            self,
+            Self::SchemaNotFound(_) | Self::SchemaRefused(_) | Self::SchemaRegistryUnavailable(_)
+        )
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -364,7 +428,7 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
-            Self::IdempotencyKeyInUse(wait) => {
+            Self::IdempotencyKeyInUse(wait) | Self::SchemaBusy(wait, _) => {
                 let body = json!({
                     "error": self.code(),
                     "retry_after_ms": wait_ms(*wait),
@@ -387,6 +451,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        accept_encoding(&self, response.headers_mut());
         if matches!(
             self,
             Self::Unauthorized
@@ -404,7 +469,12 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer error=\"invalid_token\""),
             );
         }
-        if let Self::Auth(AuthError::KeysUnavailable) | Self::SchemaRegistryUnavailable(_) = &self {
+        if let Self::Auth(AuthError::KeysUnavailable(wait)) = &self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
+        }
+        if let Self::SchemaRegistryUnavailable(_) = &self {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -413,27 +483,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `/readyz`: whether this instance should receive traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    Ready,
-    NotReady {
-        /// A stable code: `shutting_down`, `buffer_high_water`, `kafka_unreachable`, ...
-        reason: &'static str,
-        detail: String,
-    },
-}
-
-impl IntoResponse for Readiness {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ready => (StatusCode::OK, Json(json!({"ready": true}))).into_response(),
-            Self::NotReady { reason, detail } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"ready": false, "reason": reason, "detail": detail})),
-            )
-                .into_response(),
-        }
+/// RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.
+pub fn accept_encoding(e: &ApiError, headers: &mut axum::http::HeaderMap) {
+    if let ApiError::UnsupportedEncoding(_) = e {
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static(crate::inflate::ACCEPTED),
+        );
     }
 }
 

@@ -40,6 +40,18 @@ impl Reason {
         Reason::ConsumerLag,
     ];
 
+    /// A budget's refill (tenant or global, records or bytes): a wait known to the
+    /// nanosecond, which holding the request for ([`crate::hold`]) can cover.
+    pub fn is_rate(self) -> bool {
+        matches!(
+            self,
+            Reason::TenantRecords
+                | Reason::TenantBytes
+                | Reason::GlobalRecords
+                | Reason::GlobalBytes
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::TenantRecords => "tenant_records",

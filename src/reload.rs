@@ -34,6 +34,7 @@ pub async fn reload(app: &AppState, running: &Config, path: &std::path::Path) {
     needs_restart("server", same(&config.server, &running.server));
     needs_restart("kafka", same(&config.kafka, &running.kafka));
     needs_restart("buffer", same(&config.buffer, &running.buffer));
+    needs_restart("wait", same(&config.wait, &running.wait));
     let tenants = config.tenants.len();
     match app
         .registry

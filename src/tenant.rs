@@ -97,6 +97,8 @@ pub struct Tenant {
     pub usage: Arc<TenantUsage>,
     /// Request-body bytes this tenant holds in memory now (its share of the body budget).
     pub body_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// Its requests held for their tokens now (`[wait] max_requests_per_tenant`).
+    pub held: std::sync::atomic::AtomicUsize,
     /// Outcome counters since start, for the admin API and metrics; made on first use.
     stats: OnceLock<Arc<TenantStats>>,
     /// Made after every tenant with a lower serial (this process's count): tells a reader of
@@ -152,6 +154,7 @@ impl Tenant {
             }),
             usage: Arc::new(TenantUsage::default()),
             body_bytes: Arc::default(),
+            held: std::sync::atomic::AtomicUsize::new(0),
             stats: OnceLock::new(),
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }

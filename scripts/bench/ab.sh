@@ -6,16 +6,17 @@
 # the do-nothing handler (the HTTP limit) and the direct librdkafka producer with floodgate's
 # settings (the Kafka limit) once per round, each with its CPU. Load generator on core 0;
 # floodgate, the null handler, the direct producer and the broker on core 1. Prints each run and the medians; JSON in scripts/bench/out/ab-*.json.
-# Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19592).
+# Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19592), AB_PORT (18680: floodgate's produce
+# listener; its admin listener is AB_PORT + 10, the null handler AB_PORT + 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-8}
 KAFKA_PORT=${KAFKA_PORT:-19592}
-PORT=18680
-ADMIN_PORT=18690
-NULL_PORT=18681
+PORT=${AB_PORT:-18680}
+ADMIN_PORT=$((PORT + 10))
+NULL_PORT=$((PORT + 1))
 bench_build
 
 bench_tansu_start "$KAFKA_PORT"

@@ -27,6 +27,15 @@ struct TenantView {
     config: TenantBody,
     keys: Vec<KeyView>,
     live: Value,
+    /// Valid but costly settings, said with what they cost clients (a burst below its rate).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<Warning>,
+}
+
+#[derive(Serialize)]
+struct Warning {
+    field: &'static str,
+    detail: String,
 }
 
 #[derive(Serialize)]
@@ -152,7 +161,21 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
             .map(|h| KeyView { key_id: key_id(h) })
             .collect(),
         live,
+        warnings: warnings(app, config),
     }
+}
+
+/// What the tenant's settings cost its clients, as `check-config` warns it.
+fn warnings(app: &AppState, config: &TenantConfig) -> Vec<Warning> {
+    let max_wait = app.ingest.admission.waits.max_wait;
+    let wait = crate::config::WaitConfig {
+        max_ms: u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX),
+        ..crate::config::WaitConfig::default()
+    };
+    crate::config::burst_costs(config, &wait)
+        .into_iter()
+        .map(|(field, detail)| Warning { field, detail })
+        .collect()
 }
 
 /// A page of tenants: at most this many by default, and at most this many when asked.

@@ -166,9 +166,15 @@ pub(super) fn controls(
 ) -> Controls {
     let plan = Arc::new(crate::adaptive::PlanCell::default());
     let lag_plan = Arc::new(crate::lag::LagPlanCell::default());
+    let w = &config.wait;
     let mut admission = Admission::new(clock.clone(), registry.global().clone(), buffer)
         .adaptive(plan.clone())
-        .lag_guarded(lag_plan.clone());
+        .lag_guarded(lag_plan.clone())
+        .with_waits(crate::hold::WaitRoom::new(
+            std::time::Duration::from_millis(w.max_ms),
+            w.max_requests,
+            w.max_requests_per_tenant,
+        ));
     if let Some(cluster) = cluster {
         admission = admission.clustered(cluster.sharing.clone());
     }
@@ -235,6 +241,9 @@ pub(super) fn observability(
     )))
     .with_collector(Box::new(crate::metrics::schemas::SchemaCollector(
         ingest.schemas.clone(),
+    )))
+    .with_collector(Box::new(crate::metrics::bodies::CodingCollector(
+        ingest.codings.clone(),
     )));
     (status, metrics)
 }
@@ -251,8 +260,11 @@ pub(super) fn idempotency(
             Box::new(RedisKeys::new(
                 url,
                 &config.cluster.key_prefix,
-                Duration::from_millis(config.cluster.connect_timeout_ms),
-                Duration::from_millis(config.idempotency.command_timeout_ms),
+                (
+                    Duration::from_millis(config.cluster.connect_timeout_ms),
+                    Duration::from_millis(config.idempotency.command_timeout_ms),
+                ),
+                config.idempotency.max_keys_per_tenant,
             )?),
         ),
         None => Idempotency::in_memory(&config.idempotency, clock.clone()),

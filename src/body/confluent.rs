@@ -63,6 +63,21 @@ fn serde_error(e: serde_json::Error) -> RecordError {
     }
 }
 
+/// A whole number in range, or `null` for none (kafka-rest's `@Nullable Integer` fields).
+fn whole_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    struct Whole<T>(Option<T>);
+    impl<'de, T: TryFrom<i64>> serde::Deserialize<'de> for Whole<T> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            crate::body::v1::whole(d).map(Whole)
+        }
+    }
+    Ok(<Option<Whole<T>> as serde::Deserialize>::deserialize(d)?.and_then(|w| w.0))
+}
+
 fn check_sizes(record: &Record<'_>, bounds: &RequestBounds) -> Result<(), RecordError> {
     let key = record.key.as_ref().map_or(0, |k| k.len());
     if key > bounds.max_key_bytes {

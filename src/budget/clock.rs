@@ -5,8 +5,10 @@
 //! the wall clock, [`Clock::unix_ns`]: the system's in production (so a corrected system clock
 //! is followed), and the manual clock's start plus its steps in tests.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Nanoseconds since this clock's start.
@@ -20,6 +22,12 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Seconds since the Unix epoch.
     fn unix_s(&self) -> u64 {
         self.unix_ns() / 1_000_000_000
+    }
+
+    /// Waits `d` by this clock: the runtime's timer for a real clock; a manual clock waits
+    /// until a test has stepped it that far, so a wait is tested without sleeping.
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(d))
     }
 }
 
@@ -61,6 +69,8 @@ impl Clock for MonotonicClock {
 pub struct ManualClock {
     now: AtomicU64,
     unix_start_ns: AtomicU64,
+    /// Wakes what waits on this clock ([`Clock::sleep`]) at every step.
+    stepped: tokio::sync::Notify,
 }
 
 impl ManualClock {
@@ -68,6 +78,7 @@ impl ManualClock {
         Self {
             now: AtomicU64::new(0),
             unix_start_ns: AtomicU64::new(system_unix_ns()),
+            stepped: tokio::sync::Notify::new(),
         }
     }
 
@@ -77,6 +88,7 @@ impl ManualClock {
 
     pub fn advance_ns(&self, ns: u64) {
         self.now.fetch_add(ns, Ordering::SeqCst);
+        self.stepped.notify_waiters();
     }
 }
 
@@ -95,5 +107,21 @@ impl Clock for ManualClock {
         self.unix_start_ns
             .load(Ordering::SeqCst)
             .saturating_add(self.now_ns())
+    }
+
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let until = self
+            .now_ns()
+            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        Box::pin(async move {
+            loop {
+                // Registered before the check: a step between the two still wakes it.
+                let stepped = self.stepped.notified();
+                if self.now_ns() >= until {
+                    return;
+                }
+                stepped.await;
+            }
+        })
     }
 }

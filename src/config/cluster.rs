@@ -46,7 +46,8 @@ pub struct ClusterConfig {
     /// The environment variable holding the secret that authenticates registry entries
     /// (HMAC-SHA256; at least 16 bytes, the same on every replica; `new,old` while rotating:
     /// signed with the first, accepted with any). Required with `shared_registry`: a record in
-    /// the registry topic without a valid MAC is never applied.
+    /// the registry topic without a valid MAC is never applied. `<name>_FILE` may name a file
+    /// holding it instead (a mounted Secret).
     pub registry_secret_env: Option<String>,
     /// How many replicas the cluster is expected to have: a replica that cannot reach Redis
     /// before it has counted the members takes 1/`expected_replicas` of each budget as its

@@ -13,8 +13,9 @@ pub struct MetricsConfig {
     pub per_tenant: PerTenant,
     /// How many tenants `top` shows on their own (1 to 10,000).
     pub top_tenants: usize,
-    /// The environment variable holding a bearer token `/metrics` then requires; unset: open
-    /// (as `/healthz` and `/readyz` are).
+    /// The environment variable holding a bearer token `/metrics` then requires (or
+    /// `<name>_FILE`, naming a file that holds it); unset: open (as `/healthz` and `/readyz`
+    /// are).
     pub token_env: Option<String>,
 }
 

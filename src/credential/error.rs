@@ -65,9 +65,15 @@ pub enum AuthError {
     CertificateExpired,
     /// A valid token or certificate that belongs to no tenant: 403 `unknown_tenant`.
     UnknownTenant(Method),
-    /// The issuer's keys could not be fetched, so a possibly valid token cannot be checked:
-    /// 503 `jwks_unavailable` (not counted as the client's failure).
-    KeysUnavailable,
+    /// The issuer's keys could not be fetched, or a key unknown here may have been rotated in
+    /// since the last fetch and the next is not allowed yet, so a possibly valid token cannot
+    /// be checked: 503 `jwks_unavailable` (not counted as the client's failure), with
+    /// `Retry-After` set to when the next fetch is allowed (this wait, at least a second).
+    KeysUnavailable(std::time::Duration),
+    /// A token not verified before, from an address whose allowance of failed authentications
+    /// is spent for this long: refused without checking its signature (the pipeline answers
+    /// 429 `auth_failures`; not counted again).
+    Held(std::time::Duration),
 }
 
 impl AuthError {
@@ -77,12 +83,13 @@ impl AuthError {
             AuthError::Token(p) => p.code(),
             AuthError::CertificateExpired => "certificate_expired",
             AuthError::UnknownTenant(_) => "unknown_tenant",
-            AuthError::KeysUnavailable => "jwks_unavailable",
+            AuthError::KeysUnavailable(_) => "jwks_unavailable",
+            AuthError::Held(_) => "auth_failures",
         }
     }
 
     /// Whether this counts against the address's failed-authentication allowance.
     pub fn is_failure(&self) -> bool {
-        !matches!(self, AuthError::KeysUnavailable)
+        !matches!(self, AuthError::KeysUnavailable(_) | AuthError::Held(_))
     }
 }

@@ -193,6 +193,9 @@ pub enum Fetched {
     Fresh,
     /// Not now: the last fetch was less than `min_refetch_s` ago (or the keys come from a file).
     Throttled,
+    /// A fetch that ended while this one waited for it is this one's answer (its keys, or its
+    /// failure: [`KeySource::last_failed`]).
+    Joined,
     /// The fetch failed; the keys held before stay.
     Failed(String),
 }
@@ -323,6 +326,20 @@ impl KeySource {
         self.last_failed.load(Ordering::Acquire)
     }
 
+    /// How long until the throttle allows the next fetch (zero: now). An unknown `kid` within
+    /// that time may be a key the issuer rotated in since the last fetch: its client is told to
+    /// come back then (503 `jwks_unavailable`), not that its token is bad.
+    pub fn next_fetch_in(&self) -> Duration {
+        if !self.attempted.load(Ordering::Acquire) {
+            return Duration::ZERO;
+        }
+        let since = self
+            .clock
+            .now_ns()
+            .saturating_sub(self.last_attempt_ns.load(Ordering::Acquire));
+        self.min_refetch.saturating_sub(Duration::from_nanos(since))
+    }
+
     /// Whether a fetch may start now.
     fn due(&self, now_ns: u64) -> bool {
         !self.attempted.load(Ordering::Acquire)
@@ -352,7 +369,10 @@ impl KeySource {
         // A fetch that ended while this one waited is this one's answer, due or not: a fetch
         // slower than `min_refetch_s` (a hanging server) would otherwise make every waiter
         // fetch again in turn, and the last of a queue wait one timeout per request before it.
-        if self.finished.load(Ordering::Acquire) != before || !self.due(now) {
+        if self.finished.load(Ordering::Acquire) != before {
+            return (Fetched::Joined, self.min_refetch);
+        }
+        if !self.due(now) {
             return (Fetched::Throttled, self.min_refetch);
         }
         self.last_attempt_ns.store(now, Ordering::Release);

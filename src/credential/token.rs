@@ -33,6 +33,7 @@ impl Authenticator {
         tenants: &Tenants,
         token: &str,
         digest: [u8; 32],
+        held: &(dyn Fn() -> Option<std::time::Duration> + Sync),
     ) -> Result<Identity, AuthError> {
         let now = self.clock.unix_s();
         let generation = tenants.generation();
@@ -52,6 +53,11 @@ impl Authenticator {
             Cached::Live(Some(found)) => found,
             Cached::Expired => return Err(AuthError::Token(TokenProblem::Expired)),
             Cached::Live(None) | Cached::Missing => {
+                // Not verified before (or under older keys): an address over its allowance of
+                // failures gets no signature check, the costly step of a guess.
+                if let Some(wait) = held() {
+                    return Err(AuthError::Held(wait));
+                }
                 let (verified, keys_generation) = self.verify(token, now).await?;
                 let verified = Arc::new(verified);
                 let tenant = self.resolve_token(&tenants.load(), &verified);
@@ -142,10 +148,21 @@ impl Authenticator {
             if matches!(
                 keys.find(parsed.kid.as_deref(), parsed.alg),
                 Lookup::Unknown
-            ) && (matches!(fetched, Fetched::Failed(_))
-                || (fetched == Fetched::Throttled && issuer.keys.last_failed()))
-            {
-                return Err(AuthError::KeysUnavailable);
+            ) {
+                let unavailable = AuthError::KeysUnavailable(issuer.keys.next_fetch_in());
+                match fetched {
+                    Fetched::Failed(_) => return Err(unavailable),
+                    Fetched::Throttled | Fetched::Joined if issuer.keys.last_failed() => {
+                        return Err(unavailable)
+                    }
+                    // No fetch could be made for this token (the last one was less than
+                    // `min_refetch_s` ago): the issuer may have rotated the key in since, so
+                    // the token may be valid. Come back when the next fetch is allowed.
+                    Fetched::Throttled if issuer.keys.is_remote() => return Err(unavailable),
+                    // Read for this token (or while it waited), or never refetched (a file):
+                    // the issuer has no such key.
+                    Fetched::Fresh | Fetched::Joined | Fetched::Throttled => {}
+                }
             }
         }
         let key = match keys.find(parsed.kid.as_deref(), parsed.alg) {

@@ -54,25 +54,37 @@ impl Ingest {
         charge: Charge,
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
+        let mut held = Held::default();
         let last_need = loop {
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
             match decision {
                 Ok(lease) => {
+                    held.admitted(&self.admission.waits);
                     tenant.stats().admitted(charge.records, charge.bytes);
                     return Ok(lease);
                 }
-                Err(Blocked::Denied(denial)) => return Err(self.denied(tenant, denial)),
+                Err(Blocked::Denied(Denial::Refused(r))) if self.admission.holdable(&r) => {
+                    if let Err(r) = self.hold(tenant, &mut held, r).await {
+                        return Err(refused(tenant, r));
+                    }
+                }
+                Err(Blocked::Denied(denial)) => {
+                    held.refused(&self.admission.waits);
+                    return Err(self.denied(tenant, denial));
+                }
                 Err(Blocked::Lease(need)) => {
                     let Some(cluster) = self.cluster.as_ref().filter(|_| *leases > 0) else {
                         break need;
                     };
                     *leases -= 1;
                     if let Err(refusal) = cluster.lease_for(tenant, need).await {
+                        held.refused(&self.admission.waits);
                         return Err(refused(tenant, refusal));
                     }
                 }
             }
         };
+        held.refused(&self.admission.waits);
         let reason = match (last_need.tenant, last_need.global) {
             (Some(m), _) if m.records > 0 => Reason::TenantRecords,
             (Some(_), _) => Reason::TenantBytes,
@@ -88,6 +100,34 @@ impl Ingest {
                 lag: None,
             },
         ))
+    }
+
+    /// `[wait]`: holds a request refused only for a short wait until its tokens are due, on a
+    /// seat of the waiting room (taken on its first hold, kept until it is decided), so the
+    /// admission decision can be asked again. Refused when no seat is free, or when the wait
+    /// would take its hold past `max_ms` (another request took the tokens meanwhile).
+    async fn hold<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        held: &mut Held<'a>,
+        refusal: Refusal,
+    ) -> Result<(), Refusal> {
+        let room = &self.admission.waits;
+        let now = self.admission.now_ns();
+        if held.seat.is_none() {
+            match room.enter(&tenant.held) {
+                Some(seat) => held.seat = Some((seat, now)),
+                None => return Err(refusal),
+            }
+        }
+        let since = held.seat.as_ref().map_or(now, |(_, since)| *since);
+        let spent = Duration::from_nanos(now.saturating_sub(since));
+        if spent + refusal.retry_after > room.max_wait {
+            held.refused(room);
+            return Err(refusal);
+        }
+        self.admission.hold_for(refusal.retry_after).await;
+        Ok(())
     }
 
     /// A denial as the client hears it; a 429 is counted against the tenant.
@@ -115,6 +155,29 @@ pub(super) fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     tenant.stats().rejected(refusal.reason);
     tracing::debug!(reason = refusal.reason.as_str(), "refused");
     ApiError::RateLimited(refusal)
+}
+
+/// A request's seat in the waiting room while it is held, and when it took it (admission
+/// clock); what became of it is counted once it is decided.
+#[derive(Default)]
+struct Held<'a> {
+    seat: Option<(crate::hold::Seat<'a>, u64)>,
+}
+
+impl Held<'_> {
+    fn admitted(&mut self, room: &crate::hold::WaitRoom) {
+        if self.seat.take().is_some() {
+            room.admitted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn refused(&mut self, room: &crate::hold::WaitRoom) {
+        if self.seat.take().is_some() {
+            room.refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// Retry hint for a request whose leased tokens were taken by others while it waited.

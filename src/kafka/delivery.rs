@@ -60,6 +60,51 @@ impl DeliveryFailure {
     }
 }
 
+/// The delivery errors whose series exist from start-up at 0 (`rate()` sees the first ones,
+/// and a dashboard shows 0 instead of no data): every code [`classify`] calls unavailable, and
+/// the refusals a producer meets in practice. Others get their series when they first happen.
+pub const KNOWN_FAILURES: [RDKafkaErrorCode; 27] = {
+    use RDKafkaErrorCode as C;
+    [
+        C::MessageTimedOut,
+        C::AllBrokersDown,
+        C::BrokerTransportFailure,
+        C::NetworkException,
+        C::LeaderNotAvailable,
+        C::NotLeaderForPartition,
+        C::RequestTimedOut,
+        C::NotEnoughReplicas,
+        C::NotEnoughReplicasAfterAppend,
+        C::OperationTimedOut,
+        C::QueueFull,
+        C::Fatal,
+        C::PurgeQueue,
+        C::PurgeInflight,
+        C::UnknownTopic,
+        C::UnknownPartition,
+        C::UnknownTopicOrPartition,
+        C::InvalidMessage,
+        C::InvalidMessageSize,
+        C::MessageSizeTooLarge,
+        C::InvalidRecord,
+        C::InvalidTopic,
+        C::TopicAuthorizationFailed,
+        C::ClusterAuthorizationFailed,
+        C::PolicyViolation,
+        C::OutOfOrderSequenceNumber,
+        C::UnknownProducerId,
+    ]
+};
+
+/// The label values of [`KNOWN_FAILURES`], and `client_error` (a failure without Kafka's code),
+/// as [`DeliveryFailure::code`] spells them.
+pub fn known_failure_codes() -> impl Iterator<Item = String> {
+    KNOWN_FAILURES
+        .iter()
+        .map(|code| snake_case(&format!("{code:?}")))
+        .chain(std::iter::once("client_error".to_string()))
+}
+
 /// The codes that mean "Kafka cannot be reached or has no leader right now", as opposed to a
 /// definite refusal of the record (too large, invalid, not authorized, ...).
 fn classify(code: RDKafkaErrorCode) -> FailureKind {

@@ -99,12 +99,17 @@ pub struct KafkaMetrics {
 
 impl Default for KafkaMetrics {
     fn default() -> Self {
+        let delivery_errors = Family::<ErrorLabels, Counter>::default();
+        // The known codes' series exist at 0 from the first scrape.
+        for code in super::delivery::known_failure_codes() {
+            let _ = delivery_errors.get_or_create(&ErrorLabels { code });
+        }
         Self {
             // 0.5 ms to ~32 s.
             delivery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 17)),
             delivery_counts: Arc::default(),
             delivery_latency: Arc::default(),
-            delivery_errors: Family::default(),
+            delivery_errors,
             stats: Arc::default(),
         }
     }

@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType::{Counter as C, Gauge as G};
 
 use super::{family, Labels};
 use crate::auth_failures::AuthFailures;
-use crate::credential::Authenticator;
+use crate::credential::{Authenticator, Method};
 
 /// Failed authentications, and requests refused because of them, on the produce and admin
 /// listeners (in that order).
@@ -42,6 +42,41 @@ pub(super) fn encode_failures(
     )
 }
 
+/// The token problems' codes (`TokenProblem::code`), and the other outcomes of a JWT.
+const JWT_OUTCOMES: [&str; 12] = [
+    "ok",
+    "token_malformed",
+    "token_algorithm",
+    "token_issuer",
+    "token_audience",
+    "token_expired",
+    "token_not_yet_valid",
+    "token_key_unknown",
+    "token_signature",
+    "token_claims",
+    "unknown_tenant",
+    "jwks_unavailable",
+];
+
+/// Every (method, outcome) an authentication can be counted under (a JWT's only when issuers
+/// are configured: without one no bearer is read as a token).
+fn known_outcomes(no_issuers: bool) -> impl Iterator<Item = (Method, &'static str)> {
+    let jwt = JWT_OUTCOMES
+        .into_iter()
+        .filter(move |_| !no_issuers)
+        .map(|o| (Method::Jwt, o));
+    [
+        (Method::ApiKey, "ok"),
+        (Method::ApiKey, "unauthorized"),
+        (Method::None, "unauthorized"),
+        (Method::ClientCert, "ok"),
+        (Method::ClientCert, "unknown_tenant"),
+        (Method::ClientCert, "certificate_expired"),
+    ]
+    .into_iter()
+    .chain(jwt)
+}
+
 /// Reads the authenticator at scrape time.
 #[derive(Debug)]
 pub struct AuthCollector(pub Arc<Authenticator>);
@@ -49,13 +84,19 @@ pub struct AuthCollector(pub Arc<Authenticator>);
 impl prometheus_client::collector::Collector for AuthCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let auth = &self.0;
-        let series: Vec<(Labels<'_>, ConstCounter<u64>)> = auth
-            .counts
-            .snapshot()
+        // Every outcome a method can have exists from the first scrape, at 0 until it happens.
+        let mut counts: std::collections::BTreeMap<(&'static str, &'static str), u64> =
+            known_outcomes(auth.issuer_names().is_empty())
+                .map(|(method, outcome)| ((method.as_str(), outcome), 0))
+                .collect();
+        for (method, outcome, n) in auth.counts.snapshot() {
+            counts.insert((method.as_str(), outcome), n);
+        }
+        let series: Vec<(Labels<'_>, ConstCounter<u64>)> = counts
             .into_iter()
-            .map(|(method, outcome, n)| {
+            .map(|((method, outcome), n)| {
                 (
-                    vec![("method", method.as_str()), ("outcome", outcome)],
+                    vec![("method", method), ("outcome", outcome)],
                     ConstCounter::new(n),
                 )
             })
@@ -111,5 +152,38 @@ impl prometheus_client::collector::Collector for AuthCollector {
             G,
             &[(Vec::new(), ConstGauge::new(auth.cached_tokens() as f64))],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credential::{AuthError, TokenProblem};
+
+    /// The seeded outcomes are the codes the authenticator counts: every token problem's, and
+    /// the other answers a JWT gets.
+    #[test]
+    fn every_jwt_outcome_is_seeded() {
+        let d = String::new;
+        let problems = [
+            TokenProblem::Malformed(d()),
+            TokenProblem::Algorithm(d()),
+            TokenProblem::Issuer,
+            TokenProblem::Audience,
+            TokenProblem::Expired,
+            TokenProblem::NotYetValid,
+            TokenProblem::UnknownKey(d()),
+            TokenProblem::Signature,
+            TokenProblem::Claims(d()),
+        ];
+        let errors = problems.into_iter().map(AuthError::Token).chain([
+            AuthError::UnknownTenant(Method::Jwt),
+            AuthError::KeysUnavailable(std::time::Duration::ZERO),
+        ]);
+        for e in errors {
+            assert!(JWT_OUTCOMES.contains(&e.code()), "{}", e.code());
+        }
+        assert_eq!(known_outcomes(true).count(), 6);
+        assert_eq!(known_outcomes(false).count(), 6 + JWT_OUTCOMES.len());
     }
 }

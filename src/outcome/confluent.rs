@@ -24,21 +24,28 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
     match e {
         E::Unauthorized | E::CredentialRevoked => (StatusCode::UNAUTHORIZED, 40101),
         E::Auth(crate::credential::AuthError::UnknownTenant(_)) => (StatusCode::FORBIDDEN, 40302),
-        E::Auth(crate::credential::AuthError::KeysUnavailable) => {
+        E::Auth(crate::credential::AuthError::KeysUnavailable(_)) => {
             (StatusCode::SERVICE_UNAVAILABLE, 50304)
         }
         E::Auth(_) => (StatusCode::UNAUTHORIZED, 40101),
         E::ForbiddenTopic(_) | E::InternalTopic(_) => (StatusCode::FORBIDDEN, 40301),
-        E::UnknownTopic(_) | E::NotFound => (StatusCode::NOT_FOUND, 40401),
+        E::UnknownTopic(_) => (StatusCode::NOT_FOUND, 40401),
+        // No route, or not with this method: kafka-rest (Jersey, through rest-utils' exception
+        // mapper) answers these with the HTTP status as the error code.
+        E::NotFound => (StatusCode::NOT_FOUND, 404),
+        E::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, 405),
         E::UnknownPartition(_) => (StatusCode::NOT_FOUND, 40402),
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
         }
-        E::BodyTooLarge { .. } | E::TooManyRecords { .. } | E::RecordTooLarge(_) => {
-            (StatusCode::PAYLOAD_TOO_LARGE, 41301)
-        }
+        E::BodyTooLarge { .. }
+        | E::InflationRatio(_)
+        | E::TooManyRecords { .. }
+        | E::RecordTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41301),
         E::ExceedsBurst(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41302),
-        E::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501),
+        E::UnsupportedMediaType(_) | E::UnsupportedEncoding(_) => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501)
+        }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
         E::InvalidTopic(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
@@ -53,7 +60,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         // kafka-rest's 42203 is its JSON-to-schema conversion failure.
         E::SchemaViolation(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42203),
         E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
-        E::SchemaInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaInvalid(_) | E::SchemaRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaTooCostly(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42209),
+        E::SchemaBusy(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
         E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
@@ -68,7 +77,9 @@ pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
         ApiError::UnsupportedMediaType(detail) => detail.clone(),
         _ => e.detail(),
     };
-    error_with(status, code, message, retry_after(e), media_type)
+    let mut response = error_with(status, code, message, retry_after(e), media_type);
+    super::accept_encoding(e, response.headers_mut());
+    response
 }
 
 /// An error envelope with an explicit status and code (for conditions only Confluent's shapes
@@ -206,7 +217,10 @@ struct BatchAnswer<'a> {
 pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
-        ApiError::AuthFailures(wait) | ApiError::IdempotencyKeyInUse(wait) => Some(*wait),
+        ApiError::AuthFailures(wait)
+        | ApiError::IdempotencyKeyInUse(wait)
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
+        | ApiError::SchemaBusy(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }

@@ -65,10 +65,11 @@ impl RegistrySecrets {
         Ok(Self(secrets))
     }
 
-    /// The secrets in the environment variable `name`.
+    /// The secrets in the environment variable `name`, or in the file `name_FILE` names.
     pub fn from_env(name: &str) -> Result<Self, String> {
-        let text = std::env::var(name)
-            .map_err(|_| format!("the environment variable {name} is not set"))?;
+        let text = crate::env_secret::read(name)?.ok_or_else(|| {
+            format!("the environment variable {name} is not set (nor {name}_FILE)")
+        })?;
         Self::parse(&text).map_err(|e| format!("{name}: {e}"))
     }
 

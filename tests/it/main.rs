@@ -11,11 +11,16 @@
 //!
 //! The tests share this process: a SIGHUP reaches every gateway started with a `config_path`
 //! (only `tansu::reload` starts one), and the rate and latency tests (`mock::adaptive`,
-//! `mock::lag_guard`, `tansu::adaptive_recovery`) take [`common::ONE_AT_A_TIME`]; scripts/test.sh
-//! runs those after the rest, so that they have the machine to themselves.
+//! `mock::lag_guard`, `mock::retry_after`, `tansu::adaptive_recovery`) take
+//! [`common::ONE_AT_A_TIME`]; scripts/test.sh runs those after the rest, so that they have the
+//! machine to themselves as they had in their own binaries.
 //! `tests/idempotency_memory.rs` stays a binary of its own: it measures the process's RSS.
 
 mod common;
+
+// The gateways run in this process: schema compiles are measured as in the binary.
+#[global_allocator]
+static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
 
 /// librdkafka's in-process mock cluster only.
 mod mock {
@@ -23,13 +28,19 @@ mod mock {
     mod admin;
     mod backpressure;
     mod budgets;
+    mod descriptors;
+    mod encodings;
+    mod first_scrape;
+    mod holds;
     mod hostile;
+    mod idempotency_fairness;
     mod jwt;
     mod lag_guard;
     mod metadata;
     mod metrics;
     mod mtls;
     mod reliability;
+    mod retry_after;
     mod slow_clients;
     mod status;
     mod streams;
@@ -41,9 +52,12 @@ mod mock {
 mod tansu {
     mod adaptive_recovery;
     mod confluent;
+    mod encodings;
+    mod node_client;
     mod produce;
     mod registry;
     mod reload;
+    mod schema_costs;
     mod schemas;
     mod shutdown;
 }
@@ -55,6 +69,7 @@ mod redis {
     mod dashboards;
     mod idempotency;
     mod idempotency_cluster;
+    mod idempotency_fairness;
 }
 
 /// No broker at all.

@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{b64, check_sizes, serde_error};
-use crate::body::v1::whole;
 use crate::body::{Framing, ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
@@ -65,7 +64,9 @@ struct WireV2<'a> {
     key: Option<&'a RawValue>,
     #[serde(borrow, default)]
     value: Option<&'a RawValue>,
-    #[serde(default, deserialize_with = "whole")]
+    /// `null` is no partition, as in kafka-rest (`@Nullable Integer partition`): Confluent's
+    /// own Node client sends `"partition": null` with every record.
+    #[serde(default, deserialize_with = "super::whole_or_null")]
     partition: Option<i32>,
 }
 

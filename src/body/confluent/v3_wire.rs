@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::b64;
-use crate::body::v1::whole;
 use crate::body::RecordError;
 use crate::schema;
 
@@ -65,35 +64,31 @@ pub(super) struct WireHeader<'a> {
     pub(super) value: Option<String>,
 }
 
+/// A v3 record as sent. `null` is absent in every field, as in kafka-rest, whose
+/// `ProduceRequest` reads each one `@Nullable` (`partition_id`, `headers`, `key`, `value`,
+/// `timestamp`) and keeps a null as an empty `Optional` (headers: an empty list).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct WireV3<'a> {
     #[serde(default)]
     pub(super) id: Option<String>,
-    #[serde(default, deserialize_with = "whole")]
+    #[serde(default, deserialize_with = "super::whole_or_null")]
     pub(super) partition_id: Option<i32>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "headers_or_null")]
     pub(super) headers: Vec<WireHeader<'a>>,
-    #[serde(borrow, default, deserialize_with = "present_data")]
+    #[serde(borrow, default)]
     pub(super) key: Option<WireData<'a>>,
-    #[serde(borrow, default, deserialize_with = "present_data")]
+    #[serde(borrow, default)]
     pub(super) value: Option<WireData<'a>>,
-    #[serde(default, deserialize_with = "present_string")]
+    #[serde(default)]
     pub(super) timestamp: Option<String>,
 }
 
-/// A key or value object when present: `null` is not one (leave the field out instead).
-pub(super) fn present_data<'de: 'a, 'a, D: serde::Deserializer<'de>>(
+/// `"headers": null` is no headers.
+fn headers_or_null<'de: 'a, 'a, D: serde::Deserializer<'de>>(
     d: D,
-) -> Result<Option<WireData<'a>>, D::Error> {
-    WireData::deserialize(d).map(Some)
-}
-
-/// A string when present: `null` is not a timestamp.
-pub(super) fn present_string<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<String>, D::Error> {
-    String::deserialize(d).map(Some)
+) -> Result<Vec<WireHeader<'a>>, D::Error> {
+    Option::<Vec<WireHeader<'a>>>::deserialize(d).map(Option::unwrap_or_default)
 }
 
 /// A key or value's type as sent, its bytes, and the schema it wants (its bytes are then the

@@ -35,3 +35,32 @@ pub async fn metric(gw: &Gateway, name: &str) -> Option<f64> {
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// `promtool check metrics` on an exposition: its problems, or `Ok`.
+pub fn promtool_check(text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let output = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("promtool (apt-get install -y prometheus)");
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}

@@ -205,11 +205,14 @@ async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
             401,
             "token_claims",
         ),
+        // Within min_refetch_s of the start-up fetch: a key the issuer may have rotated in
+        // since, so not a bad token (a kid still unknown after a fetch is 401
+        // token_key_unknown: see the rotation test).
         (
             "unknown kid",
             rsa.sign_as("rsa-9", &valid),
-            401,
-            "token_key_unknown",
+            503,
+            "jwks_unavailable",
         ),
         ("not a JWT", "a.b.c".to_string(), 401, "token_malformed"),
         (
@@ -275,6 +278,10 @@ async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
     gw.shutdown().await;
 }
 
+/// A key the IdP rotates in within `min_refetch_s` of the last fetch: its tokens may be valid,
+/// so they get 503 `jwks_unavailable` with `Retry-After` saying when the next fetch is allowed
+/// (not 401), and that fetch admits them. A flood of forged kids still makes at most one fetch
+/// per `min_refetch_s`: the JWKS server counts them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_most_once_per_min_refetch(
 ) {
@@ -286,39 +293,67 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
     assert_eq!(status, 200, "{body}");
     assert_eq!(idp.fetches(), 1, "the start-up fetch");
 
-    // The IdP rotates a new key in. Within min_refetch_s of the last fetch, a token with its
-    // kid is refused (no fetch); once the throttle allows, one refetch finds it.
+    // The IdP rotates a new key in. Within min_refetch_s (60 s) of the last fetch, a token
+    // with its kid is told to come back when the next fetch is allowed (no fetch now).
     idp.set(idp::jwks(&[&old, &new]));
+    gw.advance_ms(45_000);
     let rotated = new.sign(&claims(&gw, "orders-svc"));
-    let (status, _, body) = post(&gw, topic, &rotated).await;
+    let (status, headers, body) = post(&gw, topic, &rotated).await;
     assert_eq!(
         (status, body["error"].as_str()),
-        (401, Some("token_key_unknown"))
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
+    assert_eq!(
+        headers["retry-after"], "15",
+        "the next fetch is allowed in 15 s"
+    );
+    assert!(
+        headers.get("www-authenticate").is_none(),
+        "not a bad credential"
     );
     assert_eq!(idp.fetches(), 1, "throttled");
-    gw.advance_ms(60_000);
-    let (status, _, body) = post(&gw, topic, &new.sign(&claims(&gw, "orders-svc"))).await;
+    // A client that honours Retry-After is admitted, after one refetch.
+    gw.advance_ms(15_000);
+    let (status, _, body) = post(&gw, topic, &rotated).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(idp.fetches(), 2, "one refetch");
 
     // A flood of tokens naming kids nobody has, concurrently: no refetch until min_refetch_s
-    // has passed, then exactly one more, however many arrive.
-    for round in 0..2 {
+    // has passed, then exactly one more, however many arrive. Within the window each is 503
+    // with the wait; the ones that made (or waited for) the round's fetch are 401: the set
+    // was just read and has no such key.
+    for round in 0..3 {
         let floods: Vec<_> = (0..40)
             .map(|i| {
                 let token = old.sign_as(&format!("bogus-{round}-{i}"), &claims(&gw, "orders-svc"));
                 let url = gw.url(topic);
                 tokio::spawn(async move {
-                    post_json(&url, &token, &json!({"records": [{"value": 1}]}))
-                        .await
-                        .0
+                    let (status, headers, body) =
+                        post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
+                    let wait = headers
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                    (status, body["error"].as_str().map(str::to_string), wait)
                 })
             })
             .collect();
+        let mut unknown = 0;
         for f in floods {
-            assert_eq!(f.await.expect("task"), 401);
+            match f.await.expect("task") {
+                (401, Some(code), None) if code == "token_key_unknown" => unknown += 1,
+                (503, Some(code), Some(wait)) if code == "jwks_unavailable" => {
+                    assert!((1..=60).contains(&wait), "{wait}");
+                }
+                other => panic!("round {round}: {other:?}"),
+            }
         }
         assert_eq!(idp.fetches(), 2 + round, "round {round}");
+        if round == 0 {
+            assert_eq!(unknown, 0, "no fetch made: every one is told to come back");
+        } else {
+            assert!(unknown >= 1, "the fetching request hears 401");
+        }
         gw.advance_ms(60_000);
     }
     gw.shutdown().await;
@@ -778,6 +813,16 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
             .0,
         200
     );
+    // A cached token whose key is gone is verified again and refused: at once with 503 (the
+    // set was read less than min_refetch_s ago, so its kid could be one rotated in since),
+    // then, once the next fetch is allowed and finds no such key, with 401.
+    let (status, _, body) = post(&gw, topic, &cached).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "a cached token whose key is gone: {body}"
+    );
+    gw.advance_ms(60_000);
     let (status, _, body) = post(&gw, topic, &cached).await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -810,9 +855,11 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
 }
 
 /// Bad tokens count against the address's failed-authentication allowance like bad keys (the
-/// same limiter), and a valid token from that address is still admitted.
+/// same limiter). Once it is spent, a token not verified before is refused without its
+/// signature being checked (counted: the flood costs no verification), while a token already
+/// verified (in the cache) still passes; a new valid one passes once the allowance refills.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes() {
+async fn bad_tokens_spend_the_addresss_allowance_and_then_cost_no_verification() {
     let (rsa, attacker) = (Signer::rsa("rsa-1"), Signer::rsa("rsa-1"));
     let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.limiter";
@@ -823,6 +870,11 @@ async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes(
         c.server.auth_failures_burst = 3;
     })
     .await;
+    let verifications =
+        |m: &str| crate::common::exposition::sample(m, "floodgate_jwt_verifications_total") as u64;
+    let valid = rsa.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &valid).await;
+    assert_eq!(status, 200, "{body}");
     let forged = attacker.sign(&claims(&gw, "orders-svc"));
     for i in 0..3 {
         let (status, _, body) = post(&gw, topic, &forged).await;
@@ -832,18 +884,50 @@ async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes(
             "failure {i}"
         );
     }
+    // The failure that finds the allowance spent is refused (and known from then on).
     let (status, _, body) = post(&gw, topic, &forged).await;
     assert_eq!(
-        (status, body["error"].as_str()),
-        (429, Some("rate_limited")),
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
         "{body}"
     );
-    assert_eq!(body["reason"], "auth_failures");
-    let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    let checked = verifications(&scrape(&gw).await);
+    assert_eq!(checked, 5, "the valid token and four forged ones");
+    // 200 junk tokens more, each new (a random claim): all refused, none verified.
+    for i in 0..200 {
+        let mut junk_claims = claims(&gw, "orders-svc");
+        junk_claims["jti"] = json!(format!("junk-{i}"));
+        let (status, _, body) = post(&gw, topic, &attacker.sign(&junk_claims)).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (429, Some("auth_failures")),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        verifications(&scrape(&gw).await),
+        checked,
+        "no signature is checked while the address is over its allowance"
+    );
+    let (status, _, body) = post(&gw, topic, &valid).await;
     assert_eq!(
         status, 200,
-        "a valid token is never refused for its address: {body}"
+        "a verified token is never refused for its address: {body}"
     );
+    // A valid token not seen before waits, like any unverified token, until there is room.
+    let mut fresh_claims = claims(&gw, "orders-svc");
+    fresh_claims["jti"] = json!("fresh");
+    let fresh = rsa.sign(&fresh_claims);
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{body}"
+    );
+    gw.advance_ms(1_000);
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(verifications(&scrape(&gw).await), checked + 1);
     gw.shutdown().await;
 }
 
