@@ -16,7 +16,7 @@
 //!    thread's live heap bytes, counted by the global allocator), [`hold`] (seats for
 //!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
-//!    proxies), [`server`] and [`tls`] (bounded accept loop), [`descriptors`] (the process's
+//!    proxies), [`quote`] (how much of its input an answer quotes), [`server`] and [`tls`] (bounded accept loop), [`descriptors`] (the process's
 //!    descriptor limit against what the listeners may hold).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
 //!    section; then the pure controllers built on it: [`adaptive`] (the adaptive limit),
@@ -78,6 +78,7 @@ pub mod lag;
 pub mod lag_agent;
 pub mod metrics;
 pub mod outcome;
+pub mod quote;
 pub mod record;
 pub mod refusal;
 pub mod registry;

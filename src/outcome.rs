@@ -209,7 +209,11 @@ impl ApiError {
         }
     }
 
+    /// The body's detail, cut (`quote`): it may quote the client's input, and is stored.
     pub fn detail(&self) -> String {
+        crate::quote::brief(self.full_detail())
+    }
+    fn full_detail(&self) -> String {
         match self {
             Self::Unauthorized => {
                 "missing or unknown API key (send Authorization: Bearer <key>)".into()
@@ -382,19 +386,6 @@ struct RateLimitedBody {
     reason: &'static str,
     retry_after_ms: u64,
     detail: String,
-}
-
-impl ApiError {
-    /// Whether this answer reflects the Schema Registry's state at the time (a subject or
-    /// schema not there yet, a registration it refused, the registry away) rather than the
-    /// request itself: such an answer must not be stored for an `Idempotency-Key` replay,
-    /// since the same request may succeed once the registry changes.
-    pub fn is_registry_state(&self) -> bool {
-        matches!(
-            self,
-            Self::SchemaNotFound(_) | Self::SchemaRefused(_) | Self::SchemaRegistryUnavailable(_)
-        )
-    }
 }
 
 impl IntoResponse for ApiError {

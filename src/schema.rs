@@ -51,22 +51,7 @@ pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
 pub use register::{Converted, Lookups, Pending, LOOKUPS_PER_REQUEST};
 
-/// Most bytes of a value an error quotes (a `type` error quoted a whole 800 KB string).
-pub const MAX_QUOTE: usize = 200;
-/// Most bytes of an error's detail.
-const MAX_DETAIL: usize = 1024;
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub fn clip(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub use crate::quote::{clip, MAX_QUOTE};
 
 /// Where and why a value does not fit its schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,10 +185,7 @@ impl Failure {
                 "{side}: schemas need a Schema Registry, and this gateway has none configured ([schema_registry] url)"
             ),
         };
-        if detail.len() <= MAX_DETAIL {
-            return detail;
-        }
-        format!("{}… ({} bytes)", clip(&detail, MAX_DETAIL), detail.len())
+        crate::quote::brief(detail)
     }
 }
 
@@ -220,6 +202,8 @@ pub struct Schemas {
     max_check_cpu: Duration,
     /// Each tenant's registrations (GCRA TATs), on `clock`.
     registrations: Mutex<HashMap<Arc<str>, u64>>,
+    /// Each tenant's registry lookups (GCRA TATs), on `clock`.
+    lookups: Mutex<HashMap<Arc<str>, u64>>,
     clock: Arc<dyn Clock>,
     /// Refusals by the bound that refused, for the metrics.
     refusals: Mutex<HashMap<&'static str, u64>>,
@@ -298,6 +282,7 @@ impl Schemas {
             bounds,
             max_check_cpu: Duration::from_millis(config.max_check_cpu_ms),
             registrations: Mutex::default(),
+            lookups: Mutex::default(),
             clock: Arc::new(MonotonicClock::new()),
             refusals: Mutex::default(),
             open_subjects,

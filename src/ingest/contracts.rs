@@ -88,7 +88,7 @@ impl Ingest {
         let before = hold.bytes();
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
-        let mut lookups = Lookups::per_request();
+        let mut lookups = Lookups::per_request(tenant.id.as_str());
         // Records kept whose raw schemas wait to be registered: (record, place in `out`).
         let mut deferred: Vec<(usize, usize, Vec<Pending>)> = Vec::new();
         let keep = |i: usize, converted: Result<ConvertedRecord, ApiError>| {

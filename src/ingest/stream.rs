@@ -180,7 +180,7 @@ impl Ingest {
             draining: self.draining.subscribe(),
             rest: Bytes::new(),
             numbered: 0,
-            lookups: Lookups::per_request(),
+            lookups: Lookups::per_request(tenant.id.as_str()),
             lookups_since: Instant::now(),
             drain: super::coding::Drain::default(),
         };
@@ -231,7 +231,7 @@ impl Ingest {
                 first: 0,
                 whole: false,
             };
-            let mut lookups = Lookups::per_request();
+            let mut lookups = Lookups::per_request(tenant.id.as_str());
             self.convert_each(tenant, &pump.topic, to_convert, &mut lookups, |_, c| {
                 c.map(drop)
             })

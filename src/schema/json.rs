@@ -9,7 +9,7 @@ mod cost;
 
 use super::compiled::CompileError;
 use super::{clip, Mismatch};
-use cost::{data_cost, nodes, patterns};
+use cost::{data_cost, has_unique_items, nodes, pattern_cost, patterns, unique_items_cost};
 
 #[derive(Debug)]
 pub struct JsonSchema {
@@ -18,6 +18,8 @@ pub struct JsonSchema {
     cost: u64,
     /// Its regexes (`pattern`, `patternProperties` keys).
     patterns: usize,
+    /// Whether it uses `uniqueItems` (a value's arrays then cost more: [`unique_items_cost`]).
+    unique_items: bool,
     /// The schema's `title`, the record name of the RECORD_NAME strategy.
     pub record_name: Option<String>,
 }
@@ -58,7 +60,7 @@ impl JsonSchema {
     pub(super) fn parse_within(text: &str, bounds: JsonBounds) -> Result<Self, CompileError> {
         let schema: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Invalid(format!("not JSON: {e}")))?;
-        let cost = expansion_within_bounds(&schema).map_err(CompileError::Invalid)?;
+        expansion_within_bounds(&schema).map_err(CompileError::Invalid)?;
         let patterns = patterns(&schema, 0);
         if patterns > bounds.max_patterns {
             return Err(CompileError::TooCostly(format!(
@@ -71,7 +73,9 @@ impl JsonSchema {
         // regexes are many thousand times their text.
         let validator = jsonschema::options()
             .with_pattern_options(
-                jsonschema::PatternOptions::regex().size_limit(bounds.max_pattern_bytes),
+                jsonschema::PatternOptions::regex()
+                    .size_limit(bounds.max_pattern_bytes)
+                    .dfa_size_limit(DFA_CACHE_BYTES),
             )
             .build(&schema)
             .map_err(|e| {
@@ -85,6 +89,8 @@ impl JsonSchema {
                     e
                 })
             })?;
+        // After the validator compiled: a pattern it refuses is never weighed here.
+        let cost = weighted_cost(&schema);
         let record_name = schema
             .get("title")
             .and_then(Value::as_str)
@@ -93,6 +99,7 @@ impl JsonSchema {
             validator,
             cost,
             patterns,
+            unique_items: has_unique_items(&schema, 0),
             record_name,
         })
     }
@@ -103,7 +110,10 @@ impl JsonSchema {
         // branch's) are asked for only to name the field of a record that is invalid.
         // The work of one check is about the schema's subschemas times the value's nodes: a
         // 14 KB schema against a 900 KB array was 29 s on a request thread.
-        let work = self.cost.saturating_mul(nodes(value, 0));
+        let mut work = self.cost.saturating_mul(nodes(value, 0));
+        if self.unique_items {
+            work = work.saturating_add(unique_items_cost(value, 0));
+        }
         // Stable code: the pipeline names this bound in a 422 `schema_too_costly`.
         if work > MAX_CHECK_WORK {
             return Err(Mismatch {
@@ -167,13 +177,7 @@ const MAX_ANALYSIS_STEPS: u64 = 1_000_000;
 ///   the data twice. Subschemas that apply to different parts of the value (two entries of
 ///   `properties`, of `prefixItems`) may both recurse: a tree.
 fn expansion_within_bounds(schema: &Value) -> Result<u64, String> {
-    let mut walk = Expansion {
-        root: schema,
-        memo: std::collections::HashMap::new(),
-        stack: Vec::new(),
-        steps: 0,
-    };
-    let (cost, _) = walk.cost(schema, true)?;
+    let (cost, _) = Expansion::new(schema, false).cost(schema, true)?;
     if cost > MAX_EXPANSION {
         return Err(format!(
             "the schema can make {cost} subschema checks per value (more than {MAX_EXPANSION}): its $refs branch too widely"
@@ -182,11 +186,29 @@ fn expansion_within_bounds(schema: &Value) -> Result<u64, String> {
     Ok(cost)
 }
 
+/// The work one value node can cause, once [`expansion_within_bounds`] passed: the same walk
+/// with each regex weighed by what it costs to run ([`pattern_cost`]) rather than as one
+/// check, so a regex reached through many `$ref`s is counted as often as it runs.
+fn weighted_cost(schema: &Value) -> u64 {
+    Expansion::new(schema, true)
+        .cost(schema, true)
+        .map_or(u64::MAX, |(cost, _)| cost)
+}
+
+/// Each regex's lazy-DFA cache, per schema thread that runs it (the engine's
+/// `dfa_size_limit`; its default, 2 MiB, let three refused 4 KB requests with 100 patterns
+/// each raise RSS by 340 MiB). Past it the engine falls back to its NFA simulation, which the
+/// cost model counts ([`cost::pattern_cost`]).
+const DFA_CACHE_BYTES: usize = 64 * 1024;
+
 /// Most work one value's check may take: subschema checks times the value's nodes.
 pub const MAX_CHECK_WORK: u64 = 20_000_000;
 
 struct Expansion<'a> {
     root: &'a Value,
+    /// Weigh regexes by their cost to run (the second walk; the bounds were checked by the
+    /// first, which counts each as one check).
+    weigh_patterns: bool,
     /// Costs of `$ref` targets that are not part of a cycle.
     memo: std::collections::HashMap<String, u64>,
     /// `$ref` targets being expanded.
@@ -206,7 +228,17 @@ const UNFOLLOWED: [&str; 5] = [
     "$recursiveAnchor",
 ];
 
-impl Expansion<'_> {
+impl<'a> Expansion<'a> {
+    fn new(root: &'a Value, weigh_patterns: bool) -> Self {
+        Self {
+            root,
+            weigh_patterns,
+            memo: std::collections::HashMap::new(),
+            stack: Vec::new(),
+            steps: 0,
+        }
+    }
+
     /// The node's cost, and whether it reaches a `$ref` cycle. `root`: the document itself
     /// (the one place an `$id` is taken).
     fn cost(&mut self, node: &Value, root: bool) -> Result<(u64, bool), String> {
@@ -240,6 +272,17 @@ impl Expansion<'_> {
                         ("$ref", Value::String(target)) => self.reference(target)?,
                         // Data, not schemas: never validated as subschemas.
                         ("enum" | "const", v) => (data_cost(key, v), false),
+                        // A regex costs per byte it reads, by the states it compiles to.
+                        ("pattern", Value::String(p)) if self.weigh_patterns => {
+                            (pattern_cost(p), false)
+                        }
+                        ("patternProperties", v @ Value::Object(entries))
+                            if self.weigh_patterns =>
+                        {
+                            let (c, cy) = self.cost(v, false)?;
+                            let keys = entries.keys().map(|k| pattern_cost(k));
+                            (keys.fold(c, u64::saturating_add), cy)
+                        }
                         ("examples" | "default" | "required", _) => (1, false),
                         (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
                             let (mut sum, mut any) = (1u64, false);
@@ -274,7 +317,7 @@ impl Expansion<'_> {
                 "the schema recurses through {recursive} subschemas that check the same value: its checks double at every level of a value"
             ));
         }
-        if total > MAX_EXPANSION {
+        if total > MAX_EXPANSION && !self.weigh_patterns {
             return Err(format!(
                 "the schema can make more than {MAX_EXPANSION} subschema checks per value: its $refs branch too widely"
             ));

@@ -4,8 +4,11 @@
 //! registrations bucket). A refused request never adds a version to a subject — a new
 //! version moves the subject's `latest` for every writer of the topic.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use super::compiled::Compiled;
 use super::registry::CallError;
@@ -66,6 +69,9 @@ impl Converted {
 #[derive(Debug)]
 pub struct Lookups {
     left: u32,
+    /// Whose lookups these are: each call is also one of the tenant's
+    /// (`tenant_lookups_per_sec`).
+    tenant: Arc<str>,
     /// Raw schemas (scope and digest) whose lookup and registration this request already
     /// reserved: its other records naming them cost nothing more.
     reserved: Vec<RawKey>,
@@ -75,9 +81,10 @@ pub struct Lookups {
 pub const LOOKUPS_PER_REQUEST: u32 = 16;
 
 impl Lookups {
-    pub fn per_request() -> Self {
+    pub fn per_request(tenant: &str) -> Self {
         Self {
             left: LOOKUPS_PER_REQUEST,
+            tenant: tenant.into(),
             reserved: Vec::new(),
         }
     }
@@ -86,6 +93,7 @@ impl Lookups {
     pub fn none() -> Self {
         Self {
             left: 0,
+            tenant: Arc::from(""),
             reserved: Vec::new(),
         }
     }
@@ -231,8 +239,52 @@ impl Schemas {
             per_sec: self.config.tenant_registrations_per_sec.max(1),
             burst: self.config.tenant_registrations_burst.max(1),
         };
+        self.take_tenant(&self.registrations, spec, tenant)
+            .map_err(|wait| {
+                self.count_refusal("registrations");
+                SchemaError::Busy(
+                    wait,
+                    format!(
+                        "this tenant registered {} new schemas lately, its most at once ([schema_registry] tenant_registrations_per_sec = {}, tenant_registrations_burst); retry in {} ms",
+                        spec.burst,
+                        spec.per_sec,
+                        wait.as_millis().max(1)
+                    ),
+                )
+            })
+    }
+
+    /// One registry call for `lookups`: the request's own allowance, then the tenant's.
+    pub(super) fn take_lookup(&self, lookups: &mut Lookups) -> Result<(), SchemaError> {
+        lookups.take()?;
+        let spec = RateSpec {
+            per_sec: self.config.tenant_lookups_per_sec.max(1),
+            burst: self.config.tenant_lookups_burst.max(1),
+        };
+        self.take_tenant(&self.lookups, spec, &lookups.tenant)
+            .map_err(|wait| {
+                self.count_refusal("lookups");
+                SchemaError::Busy(
+                    wait,
+                    format!(
+                        "this tenant's requests named {} schemas the gateway had not cached lately, its most at once ([schema_registry] tenant_lookups_per_sec = {}, tenant_lookups_burst); retry in {} ms",
+                        spec.burst,
+                        spec.per_sec,
+                        wait.as_millis().max(1)
+                    ),
+                )
+            })
+    }
+
+    /// One token of `tenant`'s bucket in `tats`, or how long until the next.
+    fn take_tenant(
+        &self,
+        tats: &Mutex<HashMap<Arc<str>, u64>>,
+        spec: RateSpec,
+        tenant: &str,
+    ) -> Result<(), Duration> {
         let now = self.clock.now_ns();
-        let mut tats = self.registrations.lock();
+        let mut tats = tats.lock();
         if tats.len() >= MAX_TENANTS {
             let full = spec.full_tat(now);
             tats.retain(|_, tat| *tat > full);
@@ -241,24 +293,9 @@ impl Schemas {
             .get(tenant)
             .copied()
             .unwrap_or_else(|| spec.full_tat(now));
-        match spec.try_take(tat, now, 1) {
-            Ok(tat) => {
-                tats.insert(tenant.into(), tat);
-                Ok(())
-            }
-            Err(wait_ns) => {
-                self.count_refusal("registrations");
-                Err(SchemaError::Busy(
-                    Duration::from_nanos(wait_ns),
-                    format!(
-                        "this tenant registered {} new schemas lately, its most at once ([schema_registry] tenant_registrations_per_sec = {}, tenant_registrations_burst); retry in {} ms",
-                        spec.burst,
-                        spec.per_sec,
-                        Duration::from_nanos(wait_ns).as_millis().max(1)
-                    ),
-                ))
-            }
-        }
+        let tat = spec.try_take(tat, now, 1).map_err(Duration::from_nanos)?;
+        tats.insert(tenant.into(), tat);
+        Ok(())
     }
 
     /// Keeps a raw schema under the id the registry gave it.

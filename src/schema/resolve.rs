@@ -230,7 +230,7 @@ impl Schemas {
                 )));
             }
         }
-        lookups.take()?;
+        self.take_lookup(lookups)?;
         let registered = match self.call(client.by_id(id)).await {
             Ok(r) => r,
             Err(CallError::NotFound(_)) => {
@@ -314,7 +314,7 @@ impl Schemas {
         if still_missing(&self.cache.lock().missing_versions, &key) {
             return Err(not_found(" (the registry said so moments ago)"));
         }
-        lookups.take()?;
+        self.take_lookup(lookups)?;
         let answer = self.call(client.version(subject, version)).await;
         let registered = match answer {
             Ok(r) => r,

@@ -185,7 +185,7 @@ fn an_error_quotes_at_most_a_few_hundred_bytes_of_the_value() {
             message: "é".repeat(10_000),
         }),
     };
-    assert!(failure.detail().len() < MAX_DETAIL + 64);
+    assert!(failure.detail().len() < crate::quote::MAX_DETAIL + 64);
 }
 
 #[test]
@@ -217,4 +217,36 @@ fn registrations_are_charged_to_the_tenant() {
     );
     clock.advance_ms(1_000);
     assert!(schemas.take_registration("a").is_ok());
+}
+
+/// A review of #37: refused requests naming unknown ids made 174 registry calls a second, each
+/// request within its own 16. Each call is also one of its tenant's (a bucket per tenant, on
+/// a clock the test steps); another tenant's calls are its own.
+#[test]
+fn registry_lookups_are_charged_to_their_tenant() {
+    let config = SchemaRegistryConfig {
+        tenant_lookups_per_sec: 1,
+        tenant_lookups_burst: 3,
+        ..SchemaRegistryConfig::default()
+    };
+    let mut schemas = Schemas::new(&config, &[], (1024, 1024)).expect("schemas");
+    let clock = Arc::new(crate::budget::ManualClock::new());
+    schemas.set_clock(clock.clone());
+    for _ in 0..3 {
+        // A new request each time: its own allowance is never what refuses.
+        assert!(schemas.take_lookup(&mut Lookups::per_request("a")).is_ok());
+    }
+    match schemas.take_lookup(&mut Lookups::per_request("a")) {
+        Err(SchemaError::Busy(wait, detail)) => {
+            assert!(
+                wait <= Duration::from_secs(1) && !wait.is_zero(),
+                "{wait:?}"
+            );
+            assert!(detail.contains("tenant_lookups_per_sec"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(schemas.take_lookup(&mut Lookups::per_request("b")).is_ok());
+    clock.advance_ms(1_000);
+    assert!(schemas.take_lookup(&mut Lookups::per_request("a")).is_ok());
 }

@@ -14,9 +14,10 @@ use super::resolve::digest;
 use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
-pub const WORK_BOUNDS: [&str; 5] = [
+pub const WORK_BOUNDS: [&str; 6] = [
     "check_cpu",
     "check_work",
+    "lookups",
     "registrations",
     "schema_memory",
     "wait",

@@ -230,7 +230,10 @@ impl ParseRecord for V3Record {
             id: Some(id),
             types: V3Types::default(),
             decoded: false,
-            failed: Some((status, format!("record {position}: {message}"))),
+            failed: Some((
+                status,
+                crate::quote::brief(format!("record {position}: {message}")),
+            )),
         });
         Ok(true)
     }
@@ -255,7 +258,7 @@ impl ParseRecord for V3Record {
             None => message,
         };
         if entry.failed.is_none() {
-            entry.failed = Some((status, message));
+            entry.failed = Some((status, crate::quote::brief(message)));
         }
         true
     }

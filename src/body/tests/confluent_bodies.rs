@@ -90,6 +90,27 @@ fn a_batch_notes_failed_entries_and_decodes_the_others() {
     }
 }
 
+/// A failed entry's message quotes at most `quote::MAX_DETAIL` bytes of what was sent: an
+/// unknown field's 80 KB name made one stored batch answer 721 KB (a review of #37).
+#[test]
+fn a_failed_entry_quotes_a_bounded_part_of_an_unknown_field_name() {
+    use confluent::V3Record;
+    let name = "f".repeat(80_000);
+    let body =
+        format!(r#"{{"entries":[{{"id":"a","value":{{"type":"JSON","data":1}},"{name}":1}}]}}"#);
+    let parser = V3Record::batch();
+    batch_decode(&parser, &body, body.len()).expect("decoded");
+    let seen = parser.take_seen();
+    let (status, message) = seen[0].failed.clone().expect("failed");
+    assert_eq!(status, 400);
+    assert!(message.contains("unknown field"), "{message}");
+    assert!(
+        message.len() <= crate::quote::MAX_DETAIL + 24,
+        "{} bytes",
+        message.len()
+    );
+}
+
 #[test]
 fn a_batch_whose_every_entry_failed_decodes_to_no_records_and_ids_still_rule() {
     use confluent::V3Record;

@@ -39,7 +39,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         // The stream's registry calls come back once a minute: a long stream re-reads a
         // subject's latest schema as it is refreshed, a flood of new schemas stays bounded.
         if self.lookups_since.elapsed() >= LOOKUPS_REFILL {
-            self.lookups = Lookups::per_request();
+            self.lookups = Lookups::per_request(self.tenant.id.as_str());
             self.lookups_since = Instant::now();
         }
         let mut lookups = std::mem::replace(&mut self.lookups, Lookups::none());
