@@ -3,7 +3,8 @@
 # Content-Encoding, on the same records — 100 per request, 200-byte log-like values (varied
 # numbers, levels, paths: what compresses as real records do), 16 connections, async — in
 # ROUNDS interleaved rounds of SECS seconds each, against one Tansu. Also the bytes on the wire
-# per record, from floodgate's own counters. Load generator on core 0; floodgate and the broker
+# per record and the bytes they inflate to, from floodgate's own counters, and what a coding
+# costs beside identity per inflated MiB. Load generator on core 0; floodgate and the broker
 # on core 1. Prints each run and the medians; results in scripts/bench/out/encodings-*.
 # Knobs: ROUNDS (3), SECS (8), PORT (18980), ADMIN_PORT (18990), KAFKA_PORT (19892), ENCODINGS ("identity gzip deflate zstd snappy").
 set -euo pipefail
@@ -27,10 +28,11 @@ KEY=bench-key
 } > "$OUT/encodings.toml"
 bench_floodgate "$OUT/encodings.toml" "$OUT/encodings.log" "$ADMIN_PORT"
 
-# Bytes each coding's decoder took in so far (0 for identity: nothing is counted).
-received() {
+# Bytes each coding's decoder took in (received) or gave out (inflated) so far: counter $1,
+# encoding $2 (0 for identity: nothing is counted).
+counted() {
   curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" |
-    awk -v e="$1" '$1 == "floodgate_body_encoded_received_bytes_total{encoding=\"" e "\"}" {v = $2} END {print v + 0}'
+    awk -v c="$1" -v e="$2" '$1 == "floodgate_body_encoded_" c "_bytes_total{encoding=\"" e "\"}" {v = $2} END {print v + 0}'
 }
 results=$OUT/encodings-results.txt
 : > "$results"
@@ -43,15 +45,18 @@ run() { # encoding, json name
 run gzip warmup
 for r in $(seq 1 "$ROUNDS"); do
   for enc in $ENCODINGS; do
-    w0=$(received "$enc")
+    w0=$(counted received "$enc")
+    i0=$(counted inflated "$enc")
     c0=$(cpu "$FG")
     run "$enc" "$enc-$r"
     c1=$(cpu "$FG")
-    w1=$(received "$enc")
+    w1=$(counted received "$enc")
+    i1=$(counted inflated "$enc")
     rate=$(json_tenant "$OUT/encodings-$enc-$r.json" admitted_per_sec)
     records=$(python3 -c "print($rate*100*$SECS)")
     wire=$(python3 -c "print(round(($w1-$w0)/max($records,1),1))")
-    echo "round $r $enc: $(python3 -c "print(round($rate*100))") records/s, $(us_per "$c1-$c0" "$records") us CPU/record, $wire wire bytes/record" |
+    inflated=$(python3 -c "print(round(($i1-$i0)/max($records,1),1))")
+    echo "round $r $enc: $(python3 -c "print(round($rate*100))") records/s, $(us_per "$c1-$c0" "$records") us CPU/record, $wire wire bytes/record, $inflated inflated bytes/record" |
       tee -a "$results"
   done
 done
@@ -59,15 +64,21 @@ python3 - "$results" <<'PY'
 import collections, re, statistics, sys
 runs = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(sys.argv[1]):
-    m = re.match(r"round \d+ (\S+): ([\d.]+) records/s, ([\d.]+) us CPU/record, ([\d.]+) wire", line)
+    m = re.match(r"round \d+ (\S+): ([\d.]+) records/s, ([\d.]+) us CPU/record, ([\d.]+) wire bytes/record, ([\d.]+) inflated", line)
     if m:
-        for k, v in zip(["rate", "cpu", "wire"], m.groups()[1:]):
+        for k, v in zip(["rate", "cpu", "wire", "inflated"], m.groups()[1:]):
             runs[m.group(1)][k].append(float(v))
 med = lambda n, k: statistics.median(runs[n][k])
 base = med("identity", "cpu") if "identity" in runs else None
 print(f"medians of {len(next(iter(runs.values()))['rate'])} interleaved rounds (100 records of 200 bytes per request, 16 connections, async):")
 for n in runs:
     extra = f" = {med(n, 'cpu') / base:.2f}x identity's" if base else ""
-    wire = f", {med(n, 'wire'):.1f} bytes/record on the wire (inflated by floodgate)" if n != "identity" else ""
+    wire = ""
+    if n != "identity":
+        wire = f", {med(n, 'wire'):.1f} bytes/record on the wire, inflated to {med(n, 'inflated'):.1f}"
+        if base:
+            # What the coding adds, per MiB it inflates: the CPU beside identity's.
+            per_mib = (med(n, "cpu") - base) / med(n, "inflated") * (1 << 20) / 1000
+            wire += f" ({per_mib:.2f} ms CPU more than identity per inflated MiB)"
     print(f"  {n}: {med(n, 'rate'):.0f} records/s, {med(n, 'cpu'):.3f} us CPU/record{extra}{wire}")
 PY
