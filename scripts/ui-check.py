@@ -151,6 +151,13 @@ def main():
             # The adaptive limit says where it stands and why (a fast broker: at the ceiling).
             adaptive = driver.find_element(By.ID, "adaptive").text
             assert "ceiling" in adaptive and "configured budgets alone decide" in adaptive, adaptive
+            # The signal at its real resolution and the baseline it is judged against (traffic
+            # has flowed for a while: the agent has read deliveries).
+            WebDriverWait(driver, 10).until(
+                lambda d: "baseline" in d.find_element(By.ID, "adaptive").text)
+            adaptive = driver.find_element(By.ID, "adaptive").text
+            assert "delivery p90" in adaptive and "deliveries in 500 ms" in adaptive, adaptive
+            assert "judged against" in adaptive and "slow above" in adaptive, adaptive
             # The filter box narrows the table.
             driver.find_element(By.ID, "filter").send_keys("demo")
             WebDriverWait(driver, 5).until(

@@ -1,10 +1,12 @@
 //! Adaptive broker protection, the pure parts: the controller that moves an admission limit
-//! below the configured budgets from Kafka's own signals ([`controller`]), how that limit is
+//! below the configured budgets from Kafka's own signals ([`controller`]), the path's latency
+//! baseline it judges them against ([`baseline`]), how that limit is
 //! shared among priority classes and tenants ([`crate::allocation`]), and the plan admission reads
 //! ([`Plan`]). The agent that feeds the controller lives in `adaptive_agent`.
 //!
 //! Layer: configuration (budget specs, the priority classes, `agent`'s plan cell); no runtime.
 
+pub mod baseline;
 pub mod controller;
 
 use std::collections::HashMap;

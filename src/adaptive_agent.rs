@@ -37,7 +37,7 @@ use crate::tenant::Tenants;
 mod shares;
 mod signals;
 mod stats;
-pub use stats::AdaptiveStats;
+pub use stats::{AdaptiveStats, Judged, Reading};
 
 use signals::Previous;
 
@@ -154,6 +154,12 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// librdkafka's latest per-broker statistics: where delivery time goes (queue, request
+    /// buffer, round trip), beside the signal the controller follows.
+    pub fn brokers(&self) -> Vec<crate::kafka::BrokerStats> {
+        self.kafka.latest().brokers
+    }
+
     pub fn settings(&self) -> AdaptiveConfig {
         (**self.settings.load()).clone()
     }
@@ -161,6 +167,10 @@ impl AdaptiveAgent {
     /// Replaces the settings live (validated by the caller); the limit keeps its level.
     /// Switching it off lifts the limit at once.
     pub fn set_settings(&self, settings: AdaptiveConfig) {
+        if settings.enabled && !self.settings.load().enabled {
+            // Switched on: what was delivered while it was off is no reading of now.
+            let _ = self.kafka.delivery_latency.take();
+        }
         let mut controller = self.controller();
         if !settings.enabled {
             *controller = Controller::new(settings.clone());
@@ -227,7 +237,8 @@ impl AdaptiveAgent {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ceiling = self.ceiling(&settings);
         let mut controller = self.controller();
-        let signals = self.signals(now, &counts, &mut previous, ceiling, controller.limit());
+        let (signals, reading) =
+            self.signals(now, &counts, &mut previous, ceiling, controller.limit());
         let stepped = self.step(&mut controller, now, signals, ceiling);
         drop(controller);
 
@@ -244,7 +255,7 @@ impl AdaptiveAgent {
         self.publish(&settings, now, stepped.limit, shares);
         previous.remember(now, counts, seen);
         drop(previous);
-        self.report(stepped, &signals, ceiling, class_rate);
+        self.report(stepped, &signals, reading, ceiling, class_rate);
         stepped.decision
     }
 
@@ -284,7 +295,14 @@ impl AdaptiveAgent {
     }
 
     /// What the tick did, for the metrics, the admin API and the log.
-    fn report(&self, stepped: Stepped, signals: &Signals, ceiling: Ceiling, class_rate: [f64; 3]) {
+    fn report(
+        &self,
+        stepped: Stepped,
+        signals: &Signals,
+        reading: Reading,
+        ceiling: Ceiling,
+        class_rate: [f64; 3],
+    ) {
         let Stepped {
             decision,
             limit,
@@ -293,7 +311,11 @@ impl AdaptiveAgent {
         let s = &self.stats;
         AdaptiveStats::set_f64(&s.limit_ratio, limit);
         AdaptiveStats::set_f64(&s.target_ms, target_ms.unwrap_or(0.0));
-        AdaptiveStats::set_f64(&s.p99_ms, signals.delivery_p99_ms.unwrap_or(f64::NAN));
+        AdaptiveStats::set_f64(&s.p99_ms, reading.p99_ms.unwrap_or(f64::NAN));
+        s.reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0 = reading;
         AdaptiveStats::set_f64(&s.stalled_ms, signals.stalled_ms);
         s.throttle_ms
             .store(u64::try_from(signals.throttle_ms).unwrap_or(0), Relaxed);
@@ -312,7 +334,8 @@ impl AdaptiveAgent {
             Move::Decrease(cause) => {
                 s.decreases[cause as usize].fetch_add(1, Relaxed);
                 tracing::warn!(cause = cause.as_str(), limit = format!("{:.0}%", limit * 100.0),
-                    p99_ms = ?signals.delivery_p99_ms, throttle_ms = signals.throttle_ms,
+                    p90_ms = ?signals.latency_ms,
+                    target_ms = ?target_ms, throttle_ms = signals.throttle_ms,
                     buffer_fill = format!("{:.2}", signals.buffer_fill),
                     "adaptive limit lowered: Kafka is slow");
             }

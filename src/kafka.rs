@@ -10,6 +10,7 @@
 
 mod catalog;
 mod delivery;
+mod latency;
 pub mod log;
 mod offsets;
 mod producer;
@@ -18,12 +19,13 @@ mod stats;
 
 pub use catalog::{Reachability, TopicCatalog, TopicInfo};
 pub use delivery::{Batch, DeliveryFailure, FailureCounter, FailureKind, Outcome};
+pub use latency::{DeliveryLatency, LatencyWindow, RESOLUTION as LATENCY_RESOLUTION};
 pub use log::{LogReader, LogRecord, LogTopic, OutRecord};
 pub use offsets::KafkaOffsets;
 pub use producer::{KafkaProducer, ProducerError};
 pub use settings::{client_config, connection_config, Connection};
 pub use stats::{
-    BrokerStats, ErrorLabels, KafkaMetrics, KafkaStats, LatencyCounts, LATENCY_BUCKETS,
+    BrokerStats, ErrorLabels, KafkaMetrics, KafkaStats, LatencyCounts, Spread, LATENCY_BUCKETS,
 };
 
 /// librdkafka's in-process mock cluster (`floodgate dev`, and tests that need a broker but

@@ -1,11 +1,21 @@
 //! The controller: a state machine over a clock the caller steps. The limit is a fraction of
 //! the ceiling (1.0 = the configured budget).
 //!
-//! - **Cut**: on pressure — delivery p99 above the target, records waiting longer than the
-//!   target with no delivery at all (a stalled broker), the broker throttling, the buffer
-//!   filling — the limit is multiplied by `decrease_factor`, never below the floor, at most
-//!   once per decrease cool-down (a cut needs time to show in the signals). Pressure after the
-//!   limit has grown again cuts at once: the fault is back, or the growth caused it.
+//! - **Signal**: the delivery p90 of the interval (`Signals::latency_ms`, at 1 % resolution),
+//!   judged against the path's own [`Baseline`] (or a configured target). The p90, not the
+//!   p99: the p99 of a half-second window is its two or three slowest requests — one
+//!   scheduler hiccup — while a slower broker slows them all (a tenth of them is enough).
+//! - **Cut**: on pressure — the p90 above the target in the interval and in the one before
+//!   it, each on its own (evidence of a slower path, not a blip: a broker or proxy stalled for
+//!   200 ms slows a tenth or more of one interval's requests, and its p50 does not move), records waiting longer than the target with no delivery at all
+//!   (a stalled broker), the broker throttling, the buffer filling — the limit is multiplied
+//!   by `decrease_factor`, never below the floor, at most once per decrease cool-down (a cut
+//!   needs time to show in the signals). A cut the latency did not answer (the p90 at the next
+//!   cut within a quarter of the p90 at this one: a slower path, not a loaded one) doubles
+//!   that wait, up to [`MAX_CUT_BACKOFF`] times: cutting deeper on the cool-down's clock would
+//!   only measure how long the fault lasted, refuse producers for nothing, and make the
+//!   recovery longer. Pressure after the limit has grown again cuts at once: the fault is
+//!   back, or the growth caused it.
 //! - **Recover**: the *recovery level* is the highest share of the ceiling Kafka carried over a
 //!   whole interval at healthy latency — the ceiling itself while nothing was carried yet (a
 //!   fault present from start-up). Below it, every healthy interval multiplies the limit by
@@ -16,21 +26,26 @@
 //!   again before the limit has been healthy at the suspect level lowers the level to the
 //!   limit before that growth (the broker takes less than it did). So a flapping fault costs
 //!   no recovery time, and a lasting loss of capacity costs two overshoots, not a sawtooth.
-//! - **Probe**: at or above the level, the limit grows by `increase_step` only when it was
-//!   reached (or refused someone), at most once per increase cool-down: what the broker takes
-//!   there is unknown.
-//! - **Dead band**: with the p99 between `healthy_fraction` of the target and the target, or
-//!   records waiting that no delivery measured, it holds — neither cut nor grown, so a load
-//!   that sits there cannot make it oscillate.
+//! - **Probe**: at or above the level, the limit grows by `increase_step` at most once per
+//!   increase cool-down (doubled by each probe that brought pressure), back to the ceiling:
+//!   what the broker takes there is unknown, and a limit the producers do not reach refuses
+//!   only their next surge, for nothing, while the path is at its baseline.
+//! - **Dead band**: with the p90 between healthy (`healthy_fraction` of the way from the
+//!   baseline to the target) and the target, or records waiting that no delivery measured, it
+//!   holds — neither cut nor grown, so a load that sits there cannot make it oscillate.
 
+use super::baseline::Baseline;
 use crate::config::AdaptiveConfig;
+
+mod reason;
 
 /// What the agent measured over the last interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Signals {
-    /// Records Kafka acknowledged in the interval, and their p99 latency.
+    /// Requests Kafka answered in the interval (each a delivery: its last record's report).
     pub deliveries: u64,
-    pub delivery_p99_ms: Option<f64>,
+    /// Their delivery p90 (ms): the reading the controller follows.
+    pub latency_ms: Option<f64>,
     /// The broker's quota throttle time (largest over brokers), ms.
     pub throttle_ms: i64,
     /// Buffer occupancy, 0 to 1.
@@ -80,7 +95,7 @@ pub enum Move {
     Hold(&'static str),
 }
 
-/// Deliveries needed in an interval before its p99 counts (as a signal or as the baseline).
+/// Deliveries needed in an interval before its p90 counts (as a signal or for the baseline).
 const MIN_DELIVERIES: u64 = 20;
 
 /// Share of the limit's rate that counts as having reached it.
@@ -89,11 +104,19 @@ const REACHED: f64 = 0.9;
 /// Failed probes stretch the wait between probes to at most this many increase cool-downs.
 const MAX_PROBE_BACKOFF: u64 = 32;
 
+/// Cuts the latency did not answer stretch the wait between cuts to at most this many
+/// decrease cool-downs.
+const MAX_CUT_BACKOFF: u64 = 8;
+
+/// A latency within this fraction of the one at the last cut did not answer it.
+const UNANSWERED: f64 = 0.25;
+
 #[derive(Debug, Clone)]
 pub struct Controller {
     settings: AdaptiveConfig,
     limit: f64,
-    baseline_p99_ms: Option<f64>,
+    /// The path's latency at its best and how much it wanders: what "slow" means.
+    baseline: Baseline,
     /// When the previous step ran: the interval a step measures started there.
     last_step_ns: Option<u64>,
     last_decrease_ns: Option<u64>,
@@ -117,8 +140,21 @@ pub struct Controller {
     /// pressure (up to [`MAX_PROBE_BACKOFF`] times), reset by one that held. A broker at its
     /// capacity is then probed ever more rarely, not cut every few seconds.
     probe_wait_ms: u64,
+    /// The wait between cuts: the decrease cool-down, doubled by every latency cut the latency
+    /// did not answer (up to [`MAX_CUT_BACKOFF`] times), reset when the pressure ends.
+    cut_wait_ms: u64,
+    /// The p90 at the last latency cut (ms): the next cut compares against it.
+    cut_reading: Option<f64>,
+    /// The last interval's reading, if it measured one: a cut on latency needs it over the
+    /// target too (none measured: this interval's is the evidence, as in a fault's first
+    /// intervals, when few requests come back).
+    previous_reading: Option<f64>,
     /// The pressure the last step saw.
     pressure: Option<Cause>,
+    /// Whether the producers reached the limit (or were refused by it) in the last healthy
+    /// interval: growth above the recovery level then probes what the broker takes, else it
+    /// only gives back what they do not use.
+    reached: bool,
     last: Move,
 }
 
@@ -126,7 +162,7 @@ impl Controller {
     pub fn new(settings: AdaptiveConfig) -> Self {
         Self {
             limit: 1.0,
-            baseline_p99_ms: None,
+            baseline: Baseline::default(),
             last_step_ns: None,
             last_decrease_ns: None,
             last_change_ns: None,
@@ -136,7 +172,11 @@ impl Controller {
             stalled_ms: 0.0,
             probed: false,
             probe_wait_ms: settings.increase_cooldown_ms,
+            cut_wait_ms: settings.decrease_cooldown_ms,
+            cut_reading: None,
+            previous_reading: None,
             pressure: None,
+            reached: false,
             last: Move::Hold("ceiling"),
             settings,
         }
@@ -145,12 +185,18 @@ impl Controller {
     pub fn set_settings(&mut self, settings: AdaptiveConfig) {
         self.limit = self.limit.max(settings.floor);
         self.probe_wait_ms = settings.increase_cooldown_ms;
+        self.cut_wait_ms = settings.decrease_cooldown_ms;
         self.settings = settings;
     }
 
     /// The wait between probes now (ms).
     pub fn probe_wait_ms(&self) -> u64 {
         self.probe_wait_ms
+    }
+
+    /// The wait between cuts now (ms).
+    pub fn cut_wait_ms(&self) -> u64 {
+        self.cut_wait_ms
     }
 
     /// The limit as a fraction of the ceiling.
@@ -196,16 +242,20 @@ impl Controller {
             .unwrap_or(self.settings.min_target_ms as f64 * self.settings.baseline_factor)
     }
 
-    /// Delivery p99 above which Kafka counts as slow; `None` while it is still unknown
+    /// Delivery p90 above which Kafka counts as slow; `None` while it is still unknown
     /// (no configured target and no baseline yet).
     pub fn target_ms(&self) -> Option<f64> {
-        let min = self.settings.min_target_ms as f64;
-        match self.settings.target_delivery_ms {
-            Some(t) => Some(t as f64),
-            None => self
-                .baseline_p99_ms
-                .map(|b| (b * self.settings.baseline_factor).max(min)),
-        }
+        self.baseline.target_ms(&self.settings)
+    }
+
+    /// Delivery p90 under which Kafka counts as healthy (between it and the target: hold).
+    pub fn healthy_below_ms(&self) -> Option<f64> {
+        self.baseline.healthy_below_ms(&self.settings)
+    }
+
+    /// The path's baseline: its latency at its best, and how much it wanders.
+    pub fn baseline(&self) -> Baseline {
+        self.baseline
     }
 
     fn since(&self, at: Option<u64>, now: u64) -> u64 {
@@ -215,26 +265,30 @@ impl Controller {
     /// One interval's decision.
     pub fn step(&mut self, now_ns: u64, s: Signals) -> Move {
         let measured = s.deliveries >= MIN_DELIVERIES;
-        let p99 = s.delivery_p99_ms.filter(|_| measured);
-        // The baseline is the best p99 seen under load; it creeps up 1 % per interval so a
-        // cluster that became slower for good is eventually the new normal.
-        if let Some(p) = p99 {
-            self.baseline_p99_ms = Some(match self.baseline_p99_ms {
-                None => p,
-                Some(b) if p < b => p,
-                Some(b) => (b * 1.01).min(p),
-            });
-        }
+        let reading = s.latency_ms.filter(|_| measured);
+        let dt_s = self
+            .last_step_ns
+            .map_or(0.0, |p| now_ns.saturating_sub(p) as f64 / 1e9);
+        // Judged against what was known before this reading.
         let target = self.target_ms();
+        let healthy_below = self.healthy_below_ms();
         let stalled = s.stalled_ms.is_finite() && s.stalled_ms > self.stall_after_ms();
         self.stalled_ms = if s.stalled_ms.is_finite() {
             s.stalled_ms.max(0.0)
         } else {
             0.0
         };
+        // Slow in this interval and in the one before, each on its own: a slower path, not a
+        // blip.
+        let above = matches!((reading, target), (Some(x), Some(t)) if x > t);
+        let before = std::mem::replace(&mut self.previous_reading, reading);
+        let slow = above && before.zip(target).is_none_or(|(p, t)| p > t);
+        if let Some(x) = reading {
+            self.baseline.learn(x, dt_s, slow, &self.settings);
+        }
         let cause = if s.throttle_ms > 0 {
             Some(Cause::Throttle)
-        } else if matches!((p99, target), (Some(p), Some(t)) if p > t) {
+        } else if slow {
             Some(Cause::Latency)
         } else if stalled {
             Some(Cause::Stall)
@@ -251,15 +305,17 @@ impl Controller {
         self.last_step_ns = Some(now_ns);
         self.pressure = cause;
         let decision = match cause {
-            Some(cause) => self.cut(now_ns, cause),
+            Some(cause) => self.cut(now_ns, cause, reading),
             None => {
-                let healthy_below = target.map(|t| t * self.settings.healthy_fraction);
-                let healthy = match (p99, healthy_below) {
-                    (Some(p), Some(h)) => p < h,
+                // The pressure is over: the next one is cut on the cool-down's clock again.
+                self.cut_wait_ms = self.settings.decrease_cooldown_ms;
+                self.cut_reading = None;
+                let healthy = match (reading, healthy_below) {
+                    (Some(x), Some(h)) => x < h,
                     // Too few deliveries to count as pressure while records wait: the ones
                     // there are say how the broker answers (a low limit delivers few)...
                     (None, Some(h)) if s.buffer_fill > 0.0 => {
-                        s.deliveries > 0 && s.delivery_p99_ms.is_some_and(|p| p < h)
+                        s.deliveries > 0 && s.latency_ms.is_some_and(|x| x < h)
                     }
                     // ...and none at all is a slow broker answering in bursts, not a healthy one
                     // (as is anything unmeasured before a target is known).
@@ -267,11 +323,16 @@ impl Controller {
                     // Nothing waiting (idle), or no target yet: no sign of trouble.
                     (None, _) | (_, None) => true,
                 } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
-                let reached = s.limit_used >= REACHED || s.refused > 0;
+                self.reached = s.limit_used >= REACHED || s.refused > 0;
                 if healthy && whole {
                     self.carried(now_ns, s.limit_used);
                 }
-                self.grow(now_ns, healthy, reached)
+                if above {
+                    // Over the target once, the interval before was not: hold, and see.
+                    Move::Hold("unconfirmed")
+                } else {
+                    self.grow(now_ns, healthy)
+                }
             }
         };
         self.last = decision;
@@ -307,14 +368,25 @@ impl Controller {
         }
     }
 
-    fn cut(&mut self, now_ns: u64, cause: Cause) -> Move {
-        let cooldown_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
+    fn cut(&mut self, now_ns: u64, cause: Cause, reading: Option<f64>) -> Move {
+        let cooldown_ns = self.cut_wait_ms.saturating_mul(1_000_000);
         if self.limit <= self.settings.floor {
             return Move::Hold("floor");
         }
         if self.grown_from.is_none() && self.since(self.last_decrease_ns, now_ns) < cooldown_ns {
             return Move::Hold("cooldown");
         }
+        let reading = reading.filter(|_| cause == Cause::Latency);
+        let unanswered = matches!((self.cut_reading, reading),
+            (Some(before), Some(now)) if (now - before).abs() <= UNANSWERED * before);
+        if unanswered && self.grown_from.is_none() {
+            let most = self
+                .settings
+                .decrease_cooldown_ms
+                .saturating_mul(MAX_CUT_BACKOFF);
+            self.cut_wait_ms = self.cut_wait_ms.saturating_mul(2).min(most);
+        }
+        self.cut_reading = reading;
         if let Some(from) = self.grown_from.take() {
             if !self.probed {
                 // Growth toward the recovery level brought pressure back. Once is the fault
@@ -340,7 +412,7 @@ impl Controller {
         Move::Decrease(cause)
     }
 
-    fn grow(&mut self, now_ns: u64, healthy: bool, reached: bool) -> Move {
+    fn grow(&mut self, now_ns: u64, healthy: bool) -> Move {
         let from = self.limit;
         if from >= 1.0 {
             return Move::Hold("ceiling");
@@ -359,7 +431,6 @@ impl Controller {
                     .min(level),
                 Move::Recover,
             ),
-            None if !reached => return Move::Hold("not_reached"),
             None if self.since(self.last_change_ns, now_ns) < cooldown_ns => {
                 return Move::Hold("cooldown")
             }
@@ -370,103 +441,6 @@ impl Controller {
         self.grown_from = Some(from);
         self.last_change_ns = Some(now_ns);
         decision
-    }
-
-    /// Where the limit stands, as a word for the admin API and the metrics.
-    pub fn phase(&self) -> &'static str {
-        if self.limit >= 1.0 && self.pressure.is_none() {
-            return "ceiling";
-        }
-        match (self.last, self.pressure) {
-            (Move::Hold("ceiling"), _) => "ceiling",
-            (Move::Decrease(_), _) => "cutting",
-            (Move::Hold("floor"), _) => "floor",
-            (Move::Hold(_), Some(_)) => "cutting",
-            (Move::Hold("dead_band"), None) => "dead_band",
-            (Move::Recover, _) => "recovering",
-            (Move::Hold("not_reached"), None) => "demand_below_limit",
-            (Move::Increase | Move::Hold(_), _) => "probing",
-        }
-    }
-
-    /// Why the limit is where it is, in one sentence.
-    pub fn reason(&self) -> String {
-        let pct = |v: f64| format!("{:.0} %", v * 100.0);
-        let s = &self.settings;
-        let target = self
-            .target_ms()
-            .map_or_else(|| "the target".to_string(), |t| format!("{t:.0} ms"));
-        let healthy = self.target_ms().map_or_else(
-            || "healthy".to_string(),
-            |t| format!("{:.0} ms", t * s.healthy_fraction),
-        );
-        let pressure = |c: Cause| match c {
-            Cause::Latency => format!("delivery p99 is above {target}"),
-            Cause::Throttle => "the broker throttles".to_string(),
-            Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
-            Cause::Stall => format!(
-                "nothing was delivered for {:.0} ms while records wait (over {:.0} ms)",
-                self.stalled_ms,
-                self.stall_after_ms()
-            ),
-        };
-        let level = pct(self.recover_to());
-        let carried = if self.level_learned() {
-            format!("{level}, what it last carried at healthy latency")
-        } else {
-            "the ceiling (nothing carried at healthy latency yet)".to_string()
-        };
-        let suspect = self.suspect.map_or_else(String::new, |v| {
-            format!(
-                "; pressure came back once at {}: again before it is healthy there lowers the \
-                 level",
-                pct(v)
-            )
-        });
-        if self.phase() == "ceiling" {
-            return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
-                .into();
-        }
-        match (self.last, self.pressure) {
-            (Move::Hold("ceiling"), _) => {
-                "at the ceiling: Kafka is healthy and the configured budgets alone decide".into()
-            }
-            (Move::Decrease(c), _) => format!(
-                "cut to {} because {}; cuts again every {} ms while it lasts",
-                pct(self.limit),
-                pressure(c),
-                s.decrease_cooldown_ms
-            ),
-            (Move::Hold("floor"), Some(c)) => {
-                format!("at its floor ({}) because {}", pct(s.floor), pressure(c))
-            }
-            (Move::Hold(_), Some(c)) => format!(
-                "{}: waiting {} ms after the last cut for it to show before cutting again",
-                pressure(c),
-                s.decrease_cooldown_ms
-            ),
-            (Move::Hold("dead_band"), None) => format!(
-                "holding in the dead band: delivery p99 between {healthy} and {target} \
-                 (or records waiting with too few deliveries to measure)"
-            ),
-            (Move::Recover, _) => format!(
-                "Kafka is healthy (p99 under {healthy}): growing x{} per {} ms interval back to \
-                 {carried}; there in {:.1} s{suspect}",
-                s.recovery_factor,
-                s.interval_ms,
-                self.time_to_recover_s()
-            ),
-            (Move::Hold("not_reached"), None) => format!(
-                "Kafka is healthy; producers use less than the limit, so it probes no higher \
-                 than {level} (what Kafka carried at healthy latency)"
-            ),
-            (_, _) => format!(
-                "Kafka is healthy and the limit is used: probing above {level} by {} of the \
-                 ceiling every {} ms (doubled by each probe that brought pressure)",
-                pct(s.increase_step),
-                self.probe_wait_ms
-            ),
-        }
     }
 }
 

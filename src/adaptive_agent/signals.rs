@@ -1,20 +1,27 @@
 //! What a tick reads: the tenants' and Kafka's counters now, and from them and the last tick's
 //! the signals the controller steps on.
+//!
+//! The latency signal is the delivery p90 of the requests Kafka answered since the last tick
+//! (its window: one `interval_ms`), from an HDR histogram at 1 % resolution
+//! (`kafka::DeliveryLatency`). The p50, p99 and slowest are read from the same window for
+//! the admin API and the status page. librdkafka's own windows (`int_latency`, `outbuf_latency`,
+//! `rtt`) come every `statistics.interval.ms` (5 s) as averages over it: they say where the
+//! time went (shown beside), too late and too coarse to steer a half-second loop.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::stats::Reading;
 use super::{AdaptiveAgent, Ceiling};
 use crate::adaptive::controller::Signals;
-use crate::kafka::{LatencyCounts, LATENCY_BUCKETS};
+use crate::kafka::LatencyWindow;
 use crate::refusal::Reason;
 use crate::tenant::Tenant;
 
 /// The counters at one tick: totals since they started (a tick takes differences).
 #[derive(Debug)]
 pub(super) struct Counts {
-    pub(super) delivery: [u64; LATENCY_BUCKETS],
     /// Offered records and bytes of every tenant that ever offered anything.
     pub(super) offered: HashMap<String, (u64, u64)>,
     pub(super) admitted_records: u64,
@@ -27,7 +34,6 @@ pub(super) struct Counts {
 #[derive(Debug, Default)]
 pub(super) struct Previous {
     at_ns: u64,
-    delivery: [u64; LATENCY_BUCKETS],
     pub(super) tenants: HashMap<String, Seen>,
     admitted_records: u64,
     admitted_bytes: u64,
@@ -70,7 +76,6 @@ impl Previous {
     /// This tick's counters become the last tick's.
     pub(super) fn remember(&mut self, now: u64, counts: Counts, tenants: HashMap<String, Seen>) {
         self.at_ns = now;
-        self.delivery = counts.delivery;
         self.tenants = tenants;
         self.admitted_records = counts.admitted_records;
         self.admitted_bytes = counts.admitted_bytes;
@@ -78,34 +83,24 @@ impl Previous {
     }
 }
 
-/// The p99 of the observations between two bucket snapshots, in ms.
-fn p99_ms(now: &[u64; LATENCY_BUCKETS], then: &[u64; LATENCY_BUCKETS]) -> (u64, Option<f64>) {
-    let delta: Vec<u64> = now
-        .iter()
-        .zip(then)
-        .map(|(a, b)| a.saturating_sub(*b))
-        .collect();
-    let total: u64 = delta.iter().sum();
-    if total == 0 {
-        return (0, None);
+/// The quantile the controller follows.
+const FOLLOWED: f64 = 0.9;
+
+/// This interval's deliveries read out.
+fn read(now: &LatencyWindow) -> Reading {
+    Reading {
+        deliveries: now.count(),
+        p50_ms: now.quantile_ms(0.5),
+        p90_ms: now.quantile_ms(FOLLOWED),
+        p99_ms: now.quantile_ms(0.99),
+        max_ms: now.quantile_ms(1.0),
     }
-    let rank = ((total as f64) * 0.99).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (i, n) in delta.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            let i = i.min(LATENCY_BUCKETS - 2);
-            return (total, Some(LatencyCounts::bound(i) * 1000.0));
-        }
-    }
-    (total, None)
 }
 
 impl AdaptiveAgent {
     /// The counters now, of `tenants` (the registry in force) and of Kafka's deliveries.
     pub(super) fn counts<'a>(&self, tenants: impl Iterator<Item = &'a Arc<Tenant>>) -> Counts {
         let mut counts = Counts {
-            delivery: self.kafka.delivery_counts.counts(),
             offered: HashMap::new(),
             admitted_records: 0,
             admitted_bytes: 0,
@@ -130,7 +125,9 @@ impl AdaptiveAgent {
     }
 
     /// The signals of the interval since the last tick (noting in `previous` since when
-    /// records have waited); `limit` is the limit that was in force over it.
+    /// records have waited, and keeping this interval's latencies for the next evidence
+    /// window); `limit` is the limit that was in force over it. Also what was read of the
+    /// latencies, for the admin API.
     pub(super) fn signals(
         &self,
         now: u64,
@@ -138,9 +135,10 @@ impl AdaptiveAgent {
         previous: &mut Previous,
         ceiling: Ceiling,
         limit: f64,
-    ) -> Signals {
+    ) -> (Signals, Reading) {
         let secs = previous.secs(now);
-        let (deliveries, p99) = p99_ms(&counts.delivery, &previous.delivery);
+        let reading = read(&self.kafka.delivery_latency.take());
+        let deliveries = reading.deliveries;
         let buffer = &self.admission.buffer;
         let (held_bytes, held_records) = buffer.held();
         let fill = (held_bytes as f64 / buffer.max_bytes().max(1) as f64)
@@ -160,9 +158,9 @@ impl AdaptiveAgent {
             .map(|b| b.throttle_ms)
             .max()
             .unwrap_or(0);
-        Signals {
+        let signals = Signals {
             deliveries,
-            delivery_p99_ms: p99,
+            latency_ms: reading.p90_ms,
             throttle_ms: throttle,
             buffer_fill: fill,
             stalled_ms,
@@ -177,7 +175,8 @@ impl AdaptiveAgent {
                 ceiling.bytes,
             )),
             refused: counts.refused.saturating_sub(previous.refused),
-        }
+        };
+        (signals, reading)
     }
 }
 

@@ -7,6 +7,30 @@ use std::sync::Mutex;
 use crate::adaptive::controller::{Cause, Controller};
 use crate::config::Priority;
 
+/// One interval's delivery latencies as the agent read them (ms, within 1 %; `None`: nothing
+/// delivered). The controller follows `p90_ms`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Reading {
+    /// Requests Kafka answered in the interval.
+    pub deliveries: u64,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+/// What the latency is judged against, as the controller stands after a step (ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Judged {
+    /// The path's latency at its best (`None` until measured).
+    pub baseline_ms: Option<f64>,
+    /// How far healthy readings wander from it.
+    pub noise_ms: f64,
+    /// Healthy below, slow above the target (`None` while unknown).
+    pub healthy_below_ms: Option<f64>,
+    pub target_ms: Option<f64>,
+}
+
 /// What the metrics and the admin API show of the agent.
 #[derive(Debug, Default)]
 pub struct AdaptiveStats {
@@ -37,6 +61,8 @@ pub struct AdaptiveStats {
     pub recover_to_records: AtomicU64,
     /// Allocated records/s (or bytes/s) per class, indexed like `Priority::ALL`.
     pub(super) class_rate: [AtomicU64; 3],
+    /// The last interval's latencies and what they were judged against.
+    pub(super) reading: Mutex<(Reading, Judged)>,
     pub(super) last_move: Mutex<String>,
     /// Where the limit stands and why (`Controller::phase`, `Controller::reason`).
     pub(super) standing: Mutex<(&'static str, String)>,
@@ -80,6 +106,15 @@ impl AdaptiveStats {
         Self::get_f64(&self.class_rate[class as usize])
     }
 
+    /// The last interval's latencies, and the baseline, noise and thresholds they were judged
+    /// against.
+    pub fn reading(&self) -> (Reading, Judged) {
+        *self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn last_move(&self) -> String {
         self.last_move
             .lock()
@@ -120,5 +155,15 @@ impl AdaptiveStats {
         self.level_learned
             .store(controller.level_learned(), Relaxed);
         Self::set_f64(&self.time_to_recover_s, controller.time_to_recover_s());
+        let baseline = controller.baseline();
+        self.reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .1 = Judged {
+            baseline_ms: baseline.value_ms(),
+            noise_ms: baseline.noise_ms(),
+            healthy_below_ms: controller.healthy_below_ms(),
+            target_ms: controller.target_ms(),
+        };
     }
 }

@@ -126,11 +126,13 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
             .and_then(|s| s.spec.records)
             .map_or(0, |r| r.per_sec)
     };
-    // One second: Kafka slow (p99 400 ms), greedy offers 5,000 and is refused; polite offers
+    // One second: Kafka slow (p90 400 ms), greedy offers 5,000 and is refused; polite offers
     // `polite_offers` and is refused `polite_refused` times.
     let second = |polite_offers: u64, polite_refused: u64| {
         for _ in 0..100 {
-            kafka.delivery_counts.observe(0.4);
+            kafka
+                .delivery_latency
+                .record(std::time::Duration::from_millis(400));
         }
         greedy.stats().offered(5_000, 0);
         for _ in 0..10 {
@@ -188,4 +190,41 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
     let polite_share = share("polite");
     assert!((10..=40).contains(&polite_share), "{polite_share}");
     assert!(share("greedy") > 2 * polite_share, "{}", share("greedy"));
+}
+
+/// Switched on after a while off: the deliveries of the time it was off are no reading of now
+/// (a slow spell an hour ago must not be the first thing the controller judges).
+#[test]
+fn switched_on_it_reads_only_what_was_delivered_since() {
+    let (agent, clock) = agent(AdaptiveConfig {
+        enabled: false,
+        max_records_per_sec: Some(10_000),
+        ..AdaptiveConfig::default()
+    });
+    for _ in 0..100 {
+        agent
+            .kafka
+            .delivery_latency
+            .record(std::time::Duration::from_millis(400));
+    }
+    agent.set_settings(AdaptiveConfig {
+        enabled: true,
+        ..agent.settings()
+    });
+    for _ in 0..100 {
+        agent
+            .kafka
+            .delivery_latency
+            .record(std::time::Duration::from_millis(5));
+    }
+    clock.advance_ms(500);
+    agent.tick();
+    let (reading, judged) = agent.stats.reading();
+    assert_eq!(reading.deliveries, 100);
+    let p90 = reading.p90_ms.expect("p90");
+    assert!((p90 - 5.0).abs() < 0.1, "{p90}");
+    assert!(
+        judged.baseline_ms.is_some_and(|b| (b - 5.0).abs() < 0.1),
+        "{judged:?}"
+    );
 }

@@ -31,6 +31,7 @@ pub(super) fn view(app: &AppState) -> Value {
     let ratio = s.limit_ratio();
     let level_records = s.recover_to_records.load(Relaxed);
     let target = known(s.target_ms());
+    let (reading, judged) = s.reading();
     json!({
         "settings": settings,
         "limit_ratio": ratio,
@@ -49,11 +50,58 @@ pub(super) fn view(app: &AppState) -> Value {
         "recovery_level_records_per_sec": (level_records > 0).then_some(level_records),
         "time_to_recovery_level_s": level.map(|_| s.time_to_recover_s()),
         "dead_band_ms": target.map(|t| json!({
-            "healthy_below": t * settings.healthy_fraction,
+            "healthy_below": judged.healthy_below_ms.unwrap_or(t * settings.healthy_fraction),
             "target": t,
         })),
+        "signal": signal(&settings, reading, judged),
+        "librdkafka": librdkafka(&a.brokers()),
         "class_rates": classes,
     })
+}
+
+/// The latency the controller follows, at its real resolution, and what it is judged against.
+fn signal(
+    settings: &crate::config::AdaptiveConfig,
+    reading: crate::adaptive_agent::Reading,
+    judged: crate::adaptive_agent::Judged,
+) -> Value {
+    json!({
+        "followed": "p90",
+        "window_ms": settings.interval_ms,
+        "resolution": crate::kafka::LATENCY_RESOLUTION,
+        "deliveries": reading.deliveries,
+        "value_ms": reading.p90_ms,
+        "p50_ms": reading.p50_ms,
+        "p99_ms": reading.p99_ms,
+        "max_ms": reading.max_ms,
+        "baseline_ms": judged.baseline_ms,
+        "noise_ms": judged.noise_ms,
+        "healthy_below_ms": judged.healthy_below_ms,
+        "target_ms": judged.target_ms,
+        "target_from": match (settings.target_delivery_ms, judged.target_ms) {
+            (Some(_), _) => Some("configured"),
+            (None, Some(_)) => Some("baseline"),
+            (None, None) => None,
+        },
+    })
+}
+
+/// librdkafka's own view of each broker over its last statistics interval (ms): where the
+/// delivery time went. Shown, not followed (a 5 s window, too late for a half-second loop).
+fn librdkafka(brokers: &[crate::kafka::BrokerStats]) -> Value {
+    let ms = |us: i64| us as f64 / 1000.0;
+    brokers
+        .iter()
+        .map(|b| {
+            json!({
+                "broker": b.name,
+                "rtt_p50_ms": ms(b.rtt.p50_us),
+                "rtt_p99_ms": ms(b.rtt.p99_us),
+                "int_latency_p99_ms": ms(b.int_latency.p99_us),
+                "outbuf_latency_p99_ms": ms(b.outbuf_latency.p99_us),
+            })
+        })
+        .collect()
 }
 
 /// `GET /admin/adaptive`: the adaptive limit's settings and where it stands.

@@ -12,12 +12,19 @@ pub struct AdaptiveConfig {
     pub enabled: bool,
     /// How often the controller looks at the signals, in milliseconds.
     pub interval_ms: u64,
-    /// Delivery p99 above which Kafka counts as slow, in milliseconds; unset: `baseline_factor`
-    /// times the lowest p99 observed under load (at least `min_target_ms`).
+    /// Delivery p90 above which Kafka counts as slow, in milliseconds (an operator's target:
+    /// read the path's `baseline_ms` and `noise_ms` on `/admin/adaptive` or the status page);
+    /// unset: learned from the path's own baseline, `baseline_factor` x the baseline + 4 x its
+    /// noise, at least `min_target_ms`.
     pub target_delivery_ms: Option<u64>,
+    /// How many times its own baseline the path's p90 may reach (besides its noise) before it
+    /// counts as slow.
     pub baseline_factor: f64,
+    /// The learned target is at least this, in milliseconds: a few ms more is the machine's
+    /// scheduling, not a slower broker.
     pub min_target_ms: u64,
-    /// Healthy only below this fraction of the target (between it and the target: hold).
+    /// Healthy only below this fraction of the way from the baseline to the target (of the
+    /// configured target, when one is set); between it and the target: hold.
     pub healthy_fraction: f64,
     /// Buffer occupancy counted as pressure.
     pub buffer_pressure: f64,
@@ -47,8 +54,8 @@ impl Default for AdaptiveConfig {
             enabled: false,
             interval_ms: 500,
             target_delivery_ms: None,
-            baseline_factor: 4.0,
-            min_target_ms: 50,
+            baseline_factor: 3.0,
+            min_target_ms: 10,
             healthy_fraction: 0.5,
             buffer_pressure: 0.5,
             decrease_factor: 0.7,

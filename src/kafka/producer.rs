@@ -118,6 +118,7 @@ impl ProducerContext for DeliveryContext {
             self.shared.buffer.observe_ack_latency(latency);
             metrics.delivery_seconds.observe(latency.as_secs_f64());
             metrics.delivery_counts.observe(latency.as_secs_f64());
+            metrics.delivery_latency.record(latency);
         }
     }
 }

@@ -26,6 +26,29 @@ pub struct BrokerStats {
     pub rtt_us: i64,
     /// Average quota throttle time, milliseconds.
     pub throttle_ms: i64,
+    /// Where a record's delivery time goes, from librdkafka's own windows over the last
+    /// statistics interval: in its queue until a request carries it (`int_latency`: linger,
+    /// and a backlog when more is offered than the connection's in-flight requests carry), the
+    /// request waiting to be sent (`outbuf_latency`), and the broker's round trip (`rtt`).
+    pub int_latency: Spread,
+    pub outbuf_latency: Spread,
+    pub rtt: Spread,
+}
+
+/// The median and p99 of one of librdkafka's windows, microseconds (0: none measured).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spread {
+    pub p50_us: i64,
+    pub p99_us: i64,
+}
+
+impl Spread {
+    fn of(window: Option<&rdkafka::statistics::Window>) -> Self {
+        window.map_or_else(Self::default, |w| Self {
+            p50_us: w.p50,
+            p99_us: w.p99,
+        })
+    }
 }
 
 /// The last librdkafka statistics we received (every `statistics.interval.ms`).
@@ -47,6 +70,9 @@ impl KafkaStats {
                 inflight_requests: b.outbuf_cnt + b.waitresp_cnt,
                 rtt_us: b.rtt.as_ref().map_or(0, |w| w.avg),
                 throttle_ms: b.throttle.as_ref().map_or(0, |w| w.avg),
+                int_latency: Spread::of(b.int_latency.as_ref()),
+                outbuf_latency: Spread::of(b.outbuf_latency.as_ref()),
+                rtt: Spread::of(b.rtt.as_ref()),
             })
             .collect();
         Self {
@@ -64,6 +90,9 @@ pub struct KafkaMetrics {
     /// The same observations, countable from here (prometheus-client keeps its buckets
     /// private): the status page's windowed percentiles.
     pub delivery_counts: Arc<LatencyCounts>,
+    /// The same observations at 1 % resolution, a window at a time: the adaptive controller's
+    /// signal.
+    pub delivery_latency: Arc<super::DeliveryLatency>,
     pub delivery_errors: Family<ErrorLabels, Counter>,
     pub stats: Arc<Mutex<KafkaStats>>,
 }
@@ -79,6 +108,7 @@ impl Default for KafkaMetrics {
             // 0.5 ms to ~32 s.
             delivery_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 17)),
             delivery_counts: Arc::default(),
+            delivery_latency: Arc::default(),
             delivery_errors,
             stats: Arc::default(),
         }

@@ -1,5 +1,6 @@
 //! The adaptive limit's series: whether it is on, where it is against its ceiling and floor,
-//! the signals it acted on (delivery p99 against its target, stalls), how often it moved and
+//! the signals it acted on (delivery p90 against its target and the path's baseline, stalls),
+//! how often it moved and
 //! why, and its allocation per priority class.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -89,7 +90,8 @@ fn encode_limit(
     )
 }
 
-/// What the controller last measured: the delivery target, the p99 and stalls.
+/// What the controller last measured: the delivery target, the p90 it follows and the path's
+/// baseline, the p99, and stalls.
 fn encode_signals(
     encoder: &mut DescriptorEncoder,
     s: &AdaptiveStats,
@@ -97,10 +99,37 @@ fn encode_signals(
     family(
         encoder,
         "adaptive_target_delivery",
-        "Delivery p99 above which Kafka counts as slow (0 while unknown)",
+        "Delivery p90 above which Kafka counts as slow (0 while unknown)",
         Some(&Unit::Seconds),
         G,
         &value(s.target_ms() / 1000.0),
+    )?;
+    let (reading, judged) = s.reading();
+    family(
+        encoder,
+        "adaptive_delivery_p90",
+        "Delivery p90 over the controller's last interval, at 1 % resolution: the reading it \
+         follows (0 when it delivered none to measure)",
+        Some(&Unit::Seconds),
+        G,
+        &value(reading.p90_ms.unwrap_or(0.0) / 1000.0),
+    )?;
+    family(
+        encoder,
+        "adaptive_baseline",
+        "The broker path's delivery p90 at its best, learned: what the target is judged from \
+         (0 while unknown)",
+        Some(&Unit::Seconds),
+        G,
+        &value(judged.baseline_ms.unwrap_or(0.0) / 1000.0),
+    )?;
+    family(
+        encoder,
+        "adaptive_noise",
+        "How far the path's healthy delivery p90 wanders from its baseline (mean deviation)",
+        Some(&Unit::Seconds),
+        G,
+        &value(judged.noise_ms / 1000.0),
     )?;
     family(
         encoder,

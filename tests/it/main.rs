@@ -11,9 +11,9 @@
 //!
 //! The tests share this process: a SIGHUP reaches every gateway started with a `config_path`
 //! (only `tansu::reload` starts one), and the rate and latency tests (`mock::adaptive`,
-//! `mock::lag_guard`, `mock::retry_after`) take [`common::ONE_AT_A_TIME`]; scripts/test.sh runs
-//! those after the rest, so that they have the machine to themselves as they had in their own
-//! binaries.
+//! `mock::lag_guard`, `mock::retry_after`, `tansu::adaptive_recovery`) take
+//! [`common::ONE_AT_A_TIME`]; scripts/test.sh runs those after the rest, so that they have the
+//! machine to themselves as they had in their own binaries.
 //! `tests/idempotency_memory.rs` stays a binary of its own: it measures the process's RSS.
 
 mod common;
@@ -50,6 +50,7 @@ mod mock {
 
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
+    mod adaptive_recovery;
     mod confluent;
     mod encodings;
     mod node_client;

@@ -13,7 +13,7 @@ fn settings() -> AdaptiveConfig {
 fn slow() -> Signals {
     Signals {
         deliveries: 100,
-        delivery_p99_ms: Some(400.0),
+        latency_ms: Some(400.0),
         ..Signals::default()
     }
 }
@@ -21,7 +21,7 @@ fn slow() -> Signals {
 fn fast(used: f64) -> Signals {
     Signals {
         deliveries: 100,
-        delivery_p99_ms: Some(5.0),
+        latency_ms: Some(5.0),
         limit_used: used,
         ..Signals::default()
     }
@@ -52,11 +52,12 @@ fn latency_above_the_target_cuts_the_limit_once_per_cooldown() {
 fn too_few_deliveries_with_records_waiting_is_no_sign_of_health() {
     let mut c = learned_half();
     c.step(2 * S, slow());
+    c.step(2 * S + S / 2, slow());
     // A broker answering once per long round trip: some intervals see no delivery at all
     // while the buffer holds records. That must not raise the limit.
     let quiet = |fill: f64| Signals {
         deliveries: 0,
-        delivery_p99_ms: None,
+        latency_ms: None,
         buffer_fill: fill,
         limit_used: 1.0,
         ..Signals::default()
@@ -73,7 +74,7 @@ fn a_few_fast_deliveries_at_a_low_limit_are_a_sign_of_health() {
     // few to count as pressure, but all fast — the broker answers well.
     let few = |l: f64| Signals {
         deliveries: 9,
-        delivery_p99_ms: Some(8.0),
+        latency_ms: Some(8.0),
         buffer_fill: 0.0005,
         ..load(1.0, l)
     };
@@ -81,7 +82,7 @@ fn a_few_fast_deliveries_at_a_low_limit_are_a_sign_of_health() {
     // A few slow ones are no sign of health (nor, being few, of pressure).
     let (mut c, mut t) = at_the_floor();
     let slow_few = |l: f64| Signals {
-        delivery_p99_ms: Some(400.0),
+        latency_ms: Some(400.0),
         ..few(l)
     };
     assert_eq!(
@@ -101,32 +102,60 @@ fn the_limit_never_goes_below_the_floor() {
 }
 
 #[test]
-fn it_rises_only_when_healthy_and_the_limit_was_reached() {
+fn above_the_recovery_level_it_grows_once_per_cooldown_used_or_not() {
     let mut c = learned_half();
     c.step(2 * S, slow());
-    // Healthy but the limit was not used: hold.
-    assert_eq!(c.step(10 * S, fast(0.5)), Move::Hold("not_reached"));
-    assert_eq!(c.step(11 * S, fast(0.95)), Move::Increase);
+    c.step(2 * S + S / 2, slow());
+    // Healthy, the limit not used: it is given back toward the ceiling all the same (an unused
+    // limit only refuses the producers' next surge, for nothing).
+    assert_eq!(c.step(10 * S, fast(0.5)), Move::Increase);
     assert!((c.limit() - 0.75).abs() < 1e-9);
+    assert_eq!(c.phase(), "demand_below_limit");
+    assert!(
+        c.reason().contains("giving it back toward the ceiling"),
+        "{}",
+        c.reason()
+    );
     // The increase cool-down (1 s).
-    assert_eq!(c.step(11 * S + S / 2, fast(1.0)), Move::Hold("cooldown"));
-    assert_eq!(c.step(12 * S, fast(1.0)), Move::Increase);
+    assert_eq!(c.step(10 * S + S / 2, fast(1.0)), Move::Hold("cooldown"));
+    assert_eq!(c.step(11 * S, fast(1.0)), Move::Increase);
+    assert_eq!(c.phase(), "probing", "used: probing what the broker takes");
     // Refusals count as reaching it too.
     let refused = Signals {
         refused: 3,
         ..fast(0.2)
     };
-    assert_eq!(c.step(13 * S, refused), Move::Increase);
+    assert_eq!(c.step(12 * S, refused), Move::Increase);
+    assert_eq!(c.phase(), "probing");
+}
+
+/// One interval's p90 over the target is a blip unless the interval before it agrees: no cut
+/// on a hiccup, a cut when it lasts.
+#[test]
+fn a_slow_interval_the_one_before_does_not_confirm_is_no_cut() {
+    let mut c = learned_half();
+    // A blip at the ceiling, then healthy again: nothing moves.
+    assert_eq!(c.step(3 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(2 * S, fast(0.5)), Move::Hold("ceiling"));
+    // Slow twice in a row: cut.
+    assert_eq!(c.step(5 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(3 * S, slow()), Move::Decrease(Cause::Latency));
+    // Below the ceiling, a blip holds in the dead band's phase and says so.
+    assert_eq!(c.step(10 * S, fast(0.5)), Move::Increase);
+    assert_eq!(c.step(21 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.phase(), "dead_band");
+    assert!(c.reason().contains("this interval only"), "{}", c.reason());
+    assert_eq!(c.step(11 * S, fast(1.0)), Move::Increase);
 }
 
 #[test]
 fn between_healthy_and_the_target_it_holds() {
     let mut c = Controller::new(settings());
     c.step(0, slow());
-    // p99 of 70 ms: under the 100 ms target, over half of it.
+    // p90 of 70 ms: under the 100 ms target, over half of it.
     let middling = Signals {
         deliveries: 100,
-        delivery_p99_ms: Some(70.0),
+        latency_ms: Some(70.0),
         limit_used: 1.0,
         ..Signals::default()
     };
@@ -156,20 +185,24 @@ fn without_a_configured_target_the_baseline_sets_it() {
         ..AdaptiveConfig::default()
     });
     assert_eq!(c.target_ms(), None);
-    c.step(0, fast(0.1)); // p99 5 ms under load
+    // p90 5 ms under load: learned for 10 readings (5 s) before it is judged against.
+    for i in 0..10 {
+        assert_eq!(c.target_ms(), None);
+        c.step(i * S / 2, fast(0.1));
+    }
     assert_eq!(
         c.target_ms(),
-        Some(50.0),
-        "4 x 5 ms, at least min_target_ms (50)"
+        Some(15.0),
+        "3 x 5 ms + 4 x no noise, at least min_target_ms (10)"
     );
     // Too few deliveries say nothing.
     let sparse = Signals {
         deliveries: 3,
-        delivery_p99_ms: Some(900.0),
+        latency_ms: Some(900.0),
         ..Signals::default()
     };
-    assert_eq!(c.step(S, sparse), Move::Hold("ceiling"));
-    assert_eq!(c.step(2 * S, slow()), Move::Decrease(Cause::Latency));
+    assert_eq!(c.step(10 * S, sparse), Move::Hold("ceiling"));
+    assert_eq!(c.step(11 * S, slow()), Move::Decrease(Cause::Latency));
 }
 
 /// The default settings (interval 500 ms, cut x0.7 per 2 s, floor 5 %, slow start x2 per
@@ -185,7 +218,12 @@ fn load(demand: f64, limit: f64) -> Signals {
 }
 
 /// Steps every interval from `t` while `signals` says so, returning the time after the last.
-fn run(c: &mut Controller, t: &mut u64, n: usize, signals: impl Fn(f64) -> Signals) -> Vec<Move> {
+fn run(
+    c: &mut Controller,
+    t: &mut u64,
+    n: usize,
+    mut signals: impl FnMut(f64) -> Signals,
+) -> Vec<Move> {
     (0..n)
         .map(|_| {
             *t += STEP;

@@ -129,10 +129,24 @@ function render(s) {
         (a.limit_records_per_sec > 0 ? ` · ${fmt(a.limit_records_per_sec, 0)} rec/s` : "")],
       ["phase", a.phase],
       ["why", a.reason],
-      // A stalled broker delivers nothing to measure: how long records have waited instead.
-      ["delivery p99", a.delivery_p99_ms === null || a.delivery_p99_ms === undefined
+      // The signal at its real resolution (1 %): the p90 the controller follows, over its
+      // window, with the p50 and p99 of the same deliveries. A stalled broker delivers nothing
+      // to measure: how long records have waited instead.
+      ["delivery p90", !a.signal || a.signal.value_ms === null
         ? (a.stalled_ms > 0 ? `none delivered for ${fmt(a.stalled_ms, 0)} ms` : "–")
-        : `${fmt(a.delivery_p99_ms)} ms`],
+        : `${fmt(a.signal.value_ms, 1)} ms (p50 ${fmt(a.signal.p50_ms, 1)}, p99 ${fmt(a.signal.p99_ms, 1)}) · ` +
+          `${fmt(a.signal.deliveries, 0)} deliveries in ${fmt(a.signal.window_ms, 0)} ms`],
+      // What it is judged against: the path's own baseline and noise, or the operator's target.
+      ["judged against", !a.signal || a.signal.target_ms === null ? "– (nothing measured yet)"
+        : (a.signal.target_from === "configured"
+          ? `the configured target: slow above ${fmt(a.signal.target_ms, 1)} ms`
+          : `baseline ${fmt(a.signal.baseline_ms, 1)} ms ± ${fmt(a.signal.noise_ms, 1)} ms noise · ` +
+            `slow above ${fmt(a.signal.target_ms, 1)} ms`) +
+          ` · healthy below ${fmt(a.signal.healthy_below_ms, 1)} ms`],
+      // librdkafka's own windows (every statistics interval): where the time went.
+      ...(a.librdkafka || []).map((b) => [b.broker,
+        `rtt p50 ${fmt(b.rtt_p50_ms, 1)} / p99 ${fmt(b.rtt_p99_ms, 1)} ms · ` +
+        `in queue p99 ${fmt(b.int_latency_p99_ms, 1)} ms · request buffer p99 ${fmt(b.outbuf_latency_p99_ms, 1)} ms`]),
       // What Kafka last carried at healthy latency: healthy signals bring the limit back there.
       ["recovers to", a.recovery_level_ratio === null ? "–"
         : (a.recovery_level_records_per_sec === null ? "" : `${fmt(a.recovery_level_records_per_sec, 0)} rec/s, `) +

@@ -19,10 +19,18 @@ pub struct OwnTansu {
 
 impl OwnTansu {
     pub fn start() -> Self {
+        Self::start_advertising(None)
+    }
+
+    /// Started as [`OwnTansu::start`], but telling clients to connect to `advertised` (a
+    /// proxy's port) rather than to itself: Kafka clients reach a broker at the address its
+    /// metadata names, so a proxy stays in their path only if the broker names the proxy.
+    pub fn start_advertising(advertised: Option<u16>) -> Self {
         let port = super::free_port();
         let dir = tempfile::tempdir().expect("dir");
         std::fs::write(dir.path().join(".env"), "").expect(".env");
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised_url = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
         let home = std::env::var("CARGO_HOME")
             .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
         let installed = format!("{home}/bin/tansu");
@@ -38,7 +46,7 @@ impl OwnTansu {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised_url,
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdout(std::process::Stdio::null())

@@ -3,6 +3,7 @@
 //! reads records back by assigning partitions from offset 0.
 
 pub mod codings;
+pub mod delay_proxy;
 pub mod exposition;
 pub mod faults;
 pub mod idp;
@@ -37,7 +38,7 @@ pub const REGISTRY_SECRET: &str = "test-registry-secret-0123456789";
 pub const REGISTRY_SECRET_ENV: &str = "FLOODGATE_TEST_REGISTRY_SECRET";
 
 /// Held by the tests that measure rates and latency on the real clock (`mock::adaptive`,
-/// `mock::lag_guard`): a small machine runs one of them at a time. (scripts/test.sh also runs
+/// `mock::lag_guard`, `tansu::adaptive_recovery`): a small machine runs one of them at a time. (scripts/test.sh also runs
 /// them after the rest of the suite, so nothing else shares the machine with them.)
 pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -173,10 +173,10 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
     assert!(
         match phase {
             "cutting" | "floor" => {
-                reason.contains("p99 is above 200 ms")
+                reason.contains("p90 is above 200.0 ms")
                     || (reason.contains("nothing was delivered") && reason.contains("records wait"))
             }
-            "dead_band" => reason.contains("between 100 ms and 200 ms"),
+            "dead_band" => reason.contains("between 100.0 ms and 200.0 ms"),
             _ => false,
         },
         "{view}"

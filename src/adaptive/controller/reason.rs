@@ -1,0 +1,124 @@
+//! Where the limit stands, as a word (`phase`) and a sentence (`reason`), for the admin API,
+//! the status page and the metrics.
+
+use super::{Cause, Controller, Move};
+
+impl Controller {
+    /// Where the limit stands, as a word for the admin API and the metrics.
+    pub fn phase(&self) -> &'static str {
+        if self.limit >= 1.0 && self.pressure.is_none() {
+            return "ceiling";
+        }
+        match (self.last, self.pressure) {
+            (Move::Hold("ceiling"), _) => "ceiling",
+            (Move::Decrease(_), _) => "cutting",
+            (Move::Hold("floor"), _) => "floor",
+            (Move::Hold(_), Some(_)) => "cutting",
+            (Move::Hold("dead_band" | "unconfirmed"), None) => "dead_band",
+            (Move::Recover, _) => "recovering",
+            (Move::Increase | Move::Hold(_), _) if !self.reached => "demand_below_limit",
+            (Move::Increase | Move::Hold(_), _) => "probing",
+        }
+    }
+
+    /// What the target is judged from, in a few words.
+    fn target_words(&self) -> String {
+        let Some(t) = self.target_ms() else {
+            return "the target".to_string();
+        };
+        match (self.settings.target_delivery_ms, self.baseline.value_ms()) {
+            (None, Some(b)) => format!(
+                "{t:.1} ms ({} x the path's baseline of {b:.1} ms + 4 x its noise of {:.1} ms)",
+                self.settings.baseline_factor,
+                self.baseline.noise_ms()
+            ),
+            _ => format!("{t:.1} ms"),
+        }
+    }
+
+    /// Why the limit is where it is, in one sentence.
+    pub fn reason(&self) -> String {
+        let pct = |v: f64| format!("{:.0} %", v * 100.0);
+        let s = &self.settings;
+        let target = self.target_words();
+        let healthy = self
+            .healthy_below_ms()
+            .map_or_else(|| "healthy".to_string(), |h| format!("{h:.1} ms"));
+        let pressure = |c: Cause| match c {
+            Cause::Latency => {
+                format!("delivery p90 is above {target} in this interval and the one before")
+            }
+            Cause::Throttle => "the broker throttles".to_string(),
+            Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
+            Cause::Stall => format!(
+                "nothing was delivered for {:.0} ms while records wait (over {:.0} ms)",
+                self.stalled_ms,
+                self.stall_after_ms()
+            ),
+        };
+        let level = pct(self.recover_to());
+        let carried = if self.level_learned() {
+            format!("{level}, what it last carried at healthy latency")
+        } else {
+            "the ceiling (nothing carried at healthy latency yet)".to_string()
+        };
+        let suspect = self.suspect.map_or_else(String::new, |v| {
+            format!(
+                "; pressure came back once at {}: again before it is healthy there lowers the \
+                 level",
+                pct(v)
+            )
+        });
+        if self.phase() == "ceiling" {
+            return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
+                .into();
+        }
+        match (self.last, self.pressure) {
+            (Move::Hold("ceiling"), _) => {
+                "at the ceiling: Kafka is healthy and the configured budgets alone decide".into()
+            }
+            (Move::Decrease(c), _) => format!(
+                "cut to {} because {}; cuts again in {} ms while it lasts (doubled by each cut \
+                 the latency did not answer)",
+                pct(self.limit),
+                pressure(c),
+                self.cut_wait_ms
+            ),
+            (Move::Hold("floor"), Some(c)) => {
+                format!("at its floor ({}) because {}", pct(s.floor), pressure(c))
+            }
+            (Move::Hold(_), Some(c)) => format!(
+                "{}: waiting {} ms after the last cut for it to show before cutting again",
+                pressure(c),
+                self.cut_wait_ms
+            ),
+            (Move::Hold("unconfirmed"), None) => format!(
+                "holding: delivery p90 above {target} in this interval only (the one before was \
+                 under it): a blip until the next one agrees"
+            ),
+            (Move::Hold("dead_band"), None) => format!(
+                "holding in the dead band: delivery p90 between {healthy} and {target} \
+                 (or records waiting with too few deliveries to measure)"
+            ),
+            (Move::Recover, _) => format!(
+                "Kafka is healthy (p90 under {healthy}): growing x{} per {} ms interval back to \
+                 {carried}; there in {:.1} s{suspect}",
+                s.recovery_factor,
+                s.interval_ms,
+                self.time_to_recover_s()
+            ),
+            _ if !self.reached => format!(
+                "Kafka is healthy (p90 under {healthy}) and producers use less than the limit: \
+                 giving it back toward the ceiling by {} of it every {} ms",
+                pct(s.increase_step),
+                self.probe_wait_ms
+            ),
+            (_, _) => format!(
+                "Kafka is healthy and the limit is used: probing above {level} by {} of the \
+                 ceiling every {} ms (doubled by each probe that brought pressure)",
+                pct(s.increase_step),
+                self.probe_wait_ms
+            ),
+        }
+    }
+}
