@@ -6,10 +6,15 @@
 use serde_json::Value;
 
 mod cost;
+mod expansion;
 
 use super::compiled::CompileError;
 use super::{clip, Mismatch};
-use cost::{data_cost, has_unique_items, nodes, pattern_cost, patterns, unique_items_cost};
+use cost::{
+    has_format_regex, has_unique_items, nodes, patterns, regex_format_cost, unique_items_cost,
+};
+pub use expansion::MAX_EXPANSION;
+use expansion::{expansion_within_bounds, weighted_cost};
 
 #[derive(Debug)]
 pub struct JsonSchema {
@@ -20,6 +25,9 @@ pub struct JsonSchema {
     patterns: usize,
     /// Whether it uses `uniqueItems` (a value's arrays then cost more: [`unique_items_cost`]).
     unique_items: bool,
+    /// Whether it uses `format: "regex"` (a string then costs its square:
+    /// [`regex_format_cost`]).
+    regex_format: bool,
     /// The schema's `title`, the record name of the RECORD_NAME strategy.
     pub record_name: Option<String>,
 }
@@ -100,6 +108,7 @@ impl JsonSchema {
             cost,
             patterns,
             unique_items: has_unique_items(&schema, 0),
+            regex_format: has_format_regex(&schema, 0),
             record_name,
         })
     }
@@ -113,6 +122,9 @@ impl JsonSchema {
         let mut work = self.cost.saturating_mul(nodes(value, 0));
         if self.unique_items {
             work = work.saturating_add(unique_items_cost(value, 0));
+        }
+        if self.regex_format {
+            work = work.saturating_add(regex_format_cost(value, 0));
         }
         // Stable code: the pipeline names this bound in a 422 `schema_too_costly`.
         if work > MAX_CHECK_WORK {
@@ -158,43 +170,6 @@ fn quoted_briefly(message: &str, instance: &Value) -> String {
     message.to_string()
 }
 
-/// Most subschema visits one validation of the schema can make, counted over its `$ref`s
-/// (a chain of `anyOf: [$ref a1, $ref a1]` 23 long is 8 million visits from 1.7 KB).
-pub const MAX_EXPANSION: u64 = 100_000;
-/// Steps the expansion count itself may take.
-const MAX_ANALYSIS_STEPS: u64 = 1_000_000;
-
-/// Refuses a schema whose validation could branch exponentially, or whose references
-/// floodgate does not follow the way the validator does:
-/// - only local JSON-pointer references (`"$ref": "#"` or `"#/..."`, no `%` escapes) are
-///   taken; `$anchor`, `$dynamicRef`, `$recursiveRef`, a nested `$id` (which rebases
-///   references) are refused;
-/// - the subschemas one check can visit — every object and array under any keyword, each
-///   `$ref` counted as its target's (memoised) — stay under [`MAX_EXPANSION`];
-/// - a recursive schema (a `$ref` cycle) may reach its cycle through at most one subschema
-///   of any node that applies to the same value (`allOf`/`anyOf`/`oneOf`, `not`, `if`/`then`/
-///   `else`, a sibling `$ref`, `items` with `contains`, ...): two would check every level of
-///   the data twice. Subschemas that apply to different parts of the value (two entries of
-///   `properties`, of `prefixItems`) may both recurse: a tree.
-fn expansion_within_bounds(schema: &Value) -> Result<u64, String> {
-    let (cost, _) = Expansion::new(schema, false).cost(schema, true)?;
-    if cost > MAX_EXPANSION {
-        return Err(format!(
-            "the schema can make {cost} subschema checks per value (more than {MAX_EXPANSION}): its $refs branch too widely"
-        ));
-    }
-    Ok(cost)
-}
-
-/// The work one value node can cause, once [`expansion_within_bounds`] passed: the same walk
-/// with each regex weighed by what it costs to run ([`pattern_cost`]) rather than as one
-/// check, so a regex reached through many `$ref`s is counted as often as it runs.
-fn weighted_cost(schema: &Value) -> u64 {
-    Expansion::new(schema, true)
-        .cost(schema, true)
-        .map_or(u64::MAX, |(cost, _)| cost)
-}
-
 /// Each regex's lazy-DFA cache, per schema thread that runs it (the engine's
 /// `dfa_size_limit`; its default, 2 MiB, let three refused 4 KB requests with 100 patterns
 /// each raise RSS by 340 MiB). Past it the engine falls back to its NFA simulation, which the
@@ -203,158 +178,6 @@ const DFA_CACHE_BYTES: usize = 64 * 1024;
 
 /// Most work one value's check may take: subschema checks times the value's nodes.
 pub const MAX_CHECK_WORK: u64 = 20_000_000;
-
-struct Expansion<'a> {
-    root: &'a Value,
-    /// Weigh regexes by their cost to run (the second walk; the bounds were checked by the
-    /// first, which counts each as one check).
-    weigh_patterns: bool,
-    /// Costs of `$ref` targets that are not part of a cycle.
-    memo: std::collections::HashMap<String, u64>,
-    /// `$ref` targets being expanded.
-    stack: Vec<String>,
-    steps: u64,
-}
-
-/// Keywords whose entries each apply to a different part of the value: their recursive
-/// entries count as one.
-const DISJOINT: [&str; 3] = ["properties", "prefixItems", "dependentRequired"];
-/// Keywords that change how references resolve, which this analysis does not follow.
-const UNFOLLOWED: [&str; 5] = [
-    "$anchor",
-    "$dynamicRef",
-    "$dynamicAnchor",
-    "$recursiveRef",
-    "$recursiveAnchor",
-];
-
-impl<'a> Expansion<'a> {
-    fn new(root: &'a Value, weigh_patterns: bool) -> Self {
-        Self {
-            root,
-            weigh_patterns,
-            memo: std::collections::HashMap::new(),
-            stack: Vec::new(),
-            steps: 0,
-        }
-    }
-
-    /// The node's cost, and whether it reaches a `$ref` cycle. `root`: the document itself
-    /// (the one place an `$id` is taken).
-    fn cost(&mut self, node: &Value, root: bool) -> Result<(u64, bool), String> {
-        self.steps += 1;
-        if self.steps > MAX_ANALYSIS_STEPS {
-            return Err("the schema's references are too intricate to bound".into());
-        }
-        let (mut total, mut cyclic, mut recursive) = (1u64, false, 0usize);
-        match node {
-            Value::Array(items) => {
-                for v in items {
-                    let (c, cy) = self.cost(v, false)?;
-                    total = total.saturating_add(c);
-                    recursive += usize::from(cy);
-                    cyclic |= cy;
-                }
-            }
-            Value::Object(o) => {
-                for key in UNFOLLOWED {
-                    if o.contains_key(key) {
-                        return Err(format!(
-                            "{key} is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")"
-                        ));
-                    }
-                }
-                if !root && o.contains_key("$id") {
-                    return Err("a nested $id is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")".into());
-                }
-                for (key, v) in o {
-                    let (c, cy) = match (key.as_str(), v) {
-                        ("$ref", Value::String(target)) => self.reference(target)?,
-                        // Data, not schemas: never validated as subschemas.
-                        ("enum" | "const", v) => (data_cost(key, v), false),
-                        // A regex costs per byte it reads, by the states it compiles to.
-                        ("pattern", Value::String(p)) if self.weigh_patterns => {
-                            (pattern_cost(p), false)
-                        }
-                        ("patternProperties", v @ Value::Object(entries))
-                            if self.weigh_patterns =>
-                        {
-                            let (c, cy) = self.cost(v, false)?;
-                            let keys = entries.keys().map(|k| pattern_cost(k));
-                            (keys.fold(c, u64::saturating_add), cy)
-                        }
-                        ("examples" | "default" | "required", _) => (1, false),
-                        (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
-                            let (mut sum, mut any) = (1u64, false);
-                            for e in entries.values() {
-                                let (c, cy) = self.cost(e, false)?;
-                                sum = sum.saturating_add(c);
-                                any |= cy;
-                            }
-                            (sum, any)
-                        }
-                        (k, Value::Array(entries)) if DISJOINT.contains(&k) => {
-                            let (mut sum, mut any) = (1u64, false);
-                            for e in entries {
-                                let (c, cy) = self.cost(e, false)?;
-                                sum = sum.saturating_add(c);
-                                any |= cy;
-                            }
-                            (sum, any)
-                        }
-                        (_, v @ (Value::Object(_) | Value::Array(_))) => self.cost(v, false)?,
-                        _ => (1, false),
-                    };
-                    total = total.saturating_add(c);
-                    recursive += usize::from(cy);
-                    cyclic |= cy;
-                }
-            }
-            _ => return Ok((1, false)),
-        }
-        if recursive >= 2 {
-            return Err(format!(
-                "the schema recurses through {recursive} subschemas that check the same value: its checks double at every level of a value"
-            ));
-        }
-        if total > MAX_EXPANSION && !self.weigh_patterns {
-            return Err(format!(
-                "the schema can make more than {MAX_EXPANSION} subschema checks per value: its $refs branch too widely"
-            ));
-        }
-        Ok((total, cyclic))
-    }
-
-    fn reference(&mut self, target: &str) -> Result<(u64, bool), String> {
-        let pointer = match target.strip_prefix('#') {
-            Some(p) if (p.is_empty() || p.starts_with('/')) && !p.contains('%') => p,
-            _ => {
-                return Err(format!(
-                    "$ref {target:?} is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\", no % escapes)"
-                ))
-            }
-        };
-        if let Some(c) = self.memo.get(pointer) {
-            return Ok((*c, false));
-        }
-        if self.stack.iter().any(|p| p == pointer) {
-            return Ok((1, true));
-        }
-        let Some(node) = self.root.pointer(pointer) else {
-            return Err(format!("$ref {target:?} points at nothing in the schema"));
-        };
-        self.stack.push(pointer.to_string());
-        let result = self.cost(node, pointer.is_empty());
-        self.stack.pop();
-        let (c, cyclic) = result?;
-        // A target inside a cycle costs differently from each way in: not remembered.
-        let on_cycle = cyclic && !self.stack.is_empty();
-        if !on_cycle {
-            self.memo.insert(pointer.to_string(), c);
-        }
-        Ok((c, cyclic && on_cycle))
-    }
-}
 
 #[cfg(test)]
 mod tests {
