@@ -32,6 +32,7 @@ mod mock {
     mod metadata;
     mod metrics;
     mod mtls;
+    mod partitioner;
     mod reliability;
     mod retry_after;
     mod slow_clients;
