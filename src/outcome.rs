@@ -89,6 +89,9 @@ pub enum ApiError {
     NotFound,
     /// The path is served, not with this method (the answer's `Allow` names those it is).
     MethodNotAllowed(String),
+    /// A path parameter that cannot be read (percent-encoded bytes that are not UTF-8): the
+    /// detail names the parameter.
+    InvalidPath(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -145,6 +148,7 @@ impl ApiError {
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::InvalidPath(_) => "invalid_path",
         }
     }
 
@@ -159,6 +163,7 @@ impl ApiError {
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::IdempotencyUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidTopic(_)
+            | Self::InvalidPath(_)
             | Self::Malformed(_)
             | Self::InvalidRecord(_)
             | Self::NoRecords
@@ -190,6 +195,7 @@ impl ApiError {
                 "missing or unknown API key (send Authorization: Bearer <key>)".into()
             }
             Self::InvalidTopic(d)
+            | Self::InvalidPath(d)
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
             | Self::EntryId(d)
