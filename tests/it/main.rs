@@ -58,6 +58,7 @@ mod tansu {
 mod redis {
     mod cluster;
     mod dashboards;
+    mod holds;
     mod idempotency;
     mod idempotency_cluster;
 }
