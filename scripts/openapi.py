@@ -25,7 +25,7 @@ RETRY = {"Retry-After": {"description": "whole seconds, rounded up; at most a da
 # Field string of 1 to 255 visible ASCII characters; the pattern is exactly what is accepted.
 IDEM_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
     "schema": {"type": "string", "pattern": '^(?:[!#-~][!-~]{0,254}|"(?:[!#-\\[\\]-~]|\\\\["\\\\]){1,255}")$'},
-    "description": "Exactly once from the client's view: a retry with the same key and the same request (tenant, method, path, async, Content-Type, body) gets the first answer again, byte for byte, with Idempotent-Replayed: true, and writes nothing; a retry while the first one's records are still with Kafka waits for their outcome (or 503 again after [kafka] delivery_timeout_ms); a retry while the first is still being read or admitted is 409 idempotency_key_in_use; the same key for another request is 422 idempotency_key_reused. An answer is kept [idempotency] ttl_s (86400) once final (200, 202, 207, 502, a 4xx decided after the whole body was read); a 429, 408 or 503 keeps nothing. Keys are per tenant. Single replica: kept in memory within max_entries and max_bytes, oldest evicted first; cluster mode: in Redis."}
+    "description": "Exactly once from the client's view: a retry with the same key and the same request (tenant, method, path, async, Content-Type, body — as inflated, when it has a Content-Encoding) gets the first answer again, byte for byte, with Idempotent-Replayed: true, and writes nothing; a retry while the first one's records are still with Kafka waits for their outcome (or 503 again after [kafka] delivery_timeout_ms); a retry while the first is still being read or admitted is 409 idempotency_key_in_use; the same key for another request is 422 idempotency_key_reused. An answer is kept [idempotency] ttl_s (86400) once final (200, 202, 207, 502, a 4xx decided after the whole body was read); a 429, 408 or 503 keeps nothing. Keys are per tenant. Single replica: kept in memory within max_entries and max_bytes, oldest evicted first; cluster mode: in Redis."}
 REPLAYED = {"Idempotent-Replayed": {"description": "true: this is the stored answer to an earlier request with the same Idempotency-Key, sent again", "schema": {"type": "string", "enum": ["true"]}}}
 def nullable_int(lo, hi):
     return {"type": ["integer", "null"], "minimum": lo, "maximum": hi}
@@ -400,7 +400,7 @@ v3_record_props = {
     "timestamp": {"type": ["string", "null"], "format": "date-time", "pattern": "^(197[1-9]|19[89][0-9]|[2-9][0-9]{3})-", "description": "RFC 3339; Kafka timestamps start in 1970"},
 }
 S["V3Record"] = {"type": "object", "additionalProperties": False, "properties": v3_record_props,
-    "description": "With a Schema Registry configured ([schema_registry] url), a key or value may also be {\"type\": \"AVRO\"|\"JSONSCHEMA\"|\"PROTOBUF\", \"schema\"|\"schema_id\"|\"schema_version\", \"subject\", \"subject_name_strategy\", \"data\"} or carry no type (the latest schema of its subject); the data is written in Confluent's wire format, or the record refused 422 schema_violation / schema_not_found / schema_invalid naming the field, or 503 schema_registry_unavailable. This document describes a gateway without one."}
+    "description": "With a Schema Registry configured ([schema_registry] url), a key or value may also be {\"type\": \"AVRO\"|\"JSONSCHEMA\"|\"PROTOBUF\", \"schema\"|\"schema_id\"|\"schema_version\", \"subject\", \"subject_name_strategy\", \"data\"} or carry no type (the latest schema of its subject); the data is written in Confluent's wire format, or the record refused 422 schema_violation / schema_not_found / schema_invalid naming the field, 422 schema_too_costly (checking the record or compiling its schema is over a bound the detail names; Confluent code 42209), 429 schema_busy with a Retry-After (the tenant's share of the schema threads, or its schema registrations, are taken; 42902), or 503 schema_registry_unavailable. This document describes a gateway without one."}
 S["V3BatchBody"] = {"type": "object", "additionalProperties": False, "required": ["entries"], "properties": {"entries": {
     "type": "array", "minItems": 1, "maxItems": 10, "items": {"type": "object", "additionalProperties": False, "required": ["id"],
         "properties": {"id": {"type": "string", "pattern": "^[0-9A-Za-z_-]{1,80}$"}, **v3_record_props}}}}}
@@ -509,5 +509,23 @@ spec["components"]["responses"] = {
     "ConfluentNotFound": cerr("error_code 404: no route has this path (application/vnd.kafka.v2+json under /topics)"),
 }
 spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}
+
+# #43: every produce route takes a content-coded body, decoded in the pipeline (one place for
+# every wire format), so the same header and answers are added to each.
+CONTENT_ENCODING = {"name": "Content-Encoding", "in": "header", "required": False,
+    "schema": {"type": "string", "example": "gzip"},
+    "description": "The body's content coding: gzip (or x-gzip), deflate (zlib, or raw deflate), zstd (frames with a window of at most 8 MiB), snappy (the framing format, or one raw block as Vector sends it; x-snappy-framed too), identity. Up to 2 stacked, in the order applied (\"gzip, zstd\": decoded zstd first). The body is read inflated a piece at a time: max_body_bytes bounds it as sent and as inflated, a body inflating past [server] max_inflation_ratio (100) times what was sent (past its first 64 KiB) is 413 while it inflates, and the tenants' byte budgets count the records as inflated. Anything else is 415 with Accept-Encoding."}
+ACCEPT_ENCODING = {"Accept-Encoding": {"description": "on a 415 for the Content-Encoding: the codings accepted", "schema": {"type": "string", "example": "gzip, deflate, zstd, snappy, identity"}}}
+for path, item in paths.items():
+    op = item.get("post")
+    if not op or not any(path.startswith(p) for p in ("/v1/topics/", "/topics/", "/v3/", "/kafka/v3/")):
+        continue
+    op["parameters"].append(CONTENT_ENCODING)
+    r = op["responses"]
+    confluent = not path.startswith("/v1/")
+    r["415"]["description"] += "; " + ("" if confluent else "unsupported_encoding: ") + "a Content-Encoding not decoded here, or more than 2 stacked (" + ("41501, " if confluent else "") + "with Accept-Encoding)"
+    r["415"]["headers"] = {**r["415"].get("headers", {}), **ACCEPT_ENCODING}
+    r["413"]["description"] += "; a coded body inflating past max_body_bytes, or past max_inflation_ratio times its coded size (body_too_large" + (", 41301" if confluent else "") + ")"
+    r["400"]["description"] += "; a body that is not valid data of its Content-Encoding (" + ("40001" if confluent else "malformed_body") + ": the detail names the coding)"
 json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
 open(OUT, "a").write("\n")

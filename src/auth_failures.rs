@@ -25,6 +25,7 @@
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,13 +65,21 @@ pub struct AuthFailures {
     /// Clock reading before which a full map is not swept again, and sweeps made.
     next_sweep_ns: AtomicU64,
     sweeps: AtomicU64,
+    /// Sources refused, and until when their allowance has no room (what [`AuthFailures::fail`]
+    /// last answered them): looked up before work that only a valid credential earns (a JWT
+    /// signature check), so a source over its allowance is refused without it. Exact until
+    /// then — a refusal does not change the limiter, and nothing but failures does — and
+    /// bounded like the limiter (at most [`MAX_SOURCES`], lapsed entries swept first).
+    held: parking_lot::Mutex<HashMap<IpAddr, u64>>,
+    /// Nanoseconds between two units of an allowance (1 / `auth_failures_per_sec`).
+    interval_ns: u64,
 }
 
 /// How often a full map may be swept for stale entries.
 const SWEEP_EVERY_NS: u64 = 1_000_000_000;
 
-/// The address a source is counted under.
-fn source(ip: IpAddr) -> IpAddr {
+/// The address a source is counted under (IPv6 per /64: one host can use a whole /64).
+pub fn source(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -99,7 +108,46 @@ impl AuthFailures {
             refused: AtomicU64::new(0),
             next_sweep_ns: AtomicU64::new(0),
             sweeps: AtomicU64::new(0),
+            held: parking_lot::Mutex::new(HashMap::new()),
+            interval_ns: 1_000_000_000 / u64::from(per_sec.get()),
         }
+    }
+
+    /// How long this source's allowance stays spent, if it is spent now: a failure now would be
+    /// refused. Counts nothing and changes nothing (a source is known to be over once one of
+    /// its failures has been refused).
+    pub fn over(&self, ip: IpAddr) -> Option<Duration> {
+        let now = self.clock.now().as_u64();
+        // A lapsed entry stays (a failure allowed just after it spends the allowance again,
+        // see `trickle`); a full map sweeps lapsed entries first.
+        let until = *self.held.lock().get(&source(ip))?;
+        (until > now).then(|| Duration::from_nanos(until - now))
+    }
+
+    /// A failure of a source that was refused until less than one interval ago was allowed:
+    /// it took the one unit its allowance regained since (a spent allowance refills one unit
+    /// per interval), so it is spent again, until one interval after that unit came.
+    fn trickle(&self, key: IpAddr, now: u64) {
+        let mut held = self.held.lock();
+        if let Some(until) = held.get_mut(&key) {
+            if now >= *until && now < until.saturating_add(self.interval_ns) {
+                *until = until.saturating_add(self.interval_ns);
+            }
+        }
+    }
+
+    /// A source's failure was refused until `wait` from `now`.
+    fn hold(&self, key: IpAddr, now: u64, wait: Duration) {
+        let until = now.saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
+        let mut held = self.held.lock();
+        if held.len() >= MAX_SOURCES && !held.contains_key(&key) {
+            let lapsed = now.saturating_sub(self.interval_ns);
+            held.retain(|_, u| *u > lapsed);
+            if held.len() >= MAX_SOURCES {
+                return; // full of live entries: not held, so checked (and refused) the long way
+            }
+        }
+        held.insert(key, until);
     }
 
     /// Whether a full map may be swept now (at most once per [`SWEEP_EVERY_NS`]).
@@ -141,11 +189,14 @@ impl AuthFailures {
         match self.limiter.check_key(&key) {
             Ok(()) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
+                self.trickle(key, now.as_u64());
                 None
             }
             Err(not_until) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                Some(not_until.wait_time_from(now).max(Duration::from_nanos(1)))
+                let wait = not_until.wait_time_from(now).max(Duration::from_nanos(1));
+                self.hold(key, now.as_u64(), wait);
+                Some(wait)
             }
         }
     }
@@ -224,6 +275,42 @@ mod tests {
         let refused = (0..5).filter(|_| guard.fail(late).is_some()).count();
         assert_eq!(refused, 2, "tracked again after the sweep");
         assert_eq!(guard.sweeps.load(Ordering::Relaxed), 2);
+    }
+
+    /// `over` says what a failure now would get, without counting one: nothing until a
+    /// failure of the source was refused, then the same wait until the allowance has room.
+    #[test]
+    fn over_tells_a_refused_source_apart_without_counting() {
+        let clock = Arc::new(ManualClock::new());
+        let guard = AuthFailures::new(1, 2, clock.clone());
+        let bad: IpAddr = "10.0.0.1".parse().expect("ip");
+        assert_eq!(guard.over(bad), None);
+        assert_eq!(guard.fail(bad), None);
+        assert_eq!(guard.fail(bad), None);
+        assert_eq!(
+            guard.over(bad),
+            None,
+            "not known to be over before a refusal"
+        );
+        let wait = guard.fail(bad).expect("refused");
+        for _ in 0..10 {
+            assert_eq!(guard.over(bad), Some(wait), "asking counts nothing");
+        }
+        assert_eq!(guard.over("10.0.0.2".parse().expect("ip")), None);
+        clock.advance_ns(u64::try_from(wait.as_nanos()).expect("ns") - 1);
+        assert!(guard.over(bad).is_some());
+        clock.advance_ns(1);
+        assert_eq!(guard.over(bad), None, "room again");
+        assert_eq!(guard.fail(bad), None);
+        // That took the one unit that came back: over again at once, without a refusal.
+        assert_eq!(guard.over(bad), Some(Duration::from_secs(1)));
+        assert!(guard.fail(bad).is_some());
+        assert_eq!(guard.failed.load(Ordering::Relaxed), 3);
+        assert_eq!(guard.refused.load(Ordering::Relaxed), 2);
+        // Long after, the allowance has refilled: a failure then is not held after it.
+        clock.advance_ms(10_000);
+        assert_eq!(guard.fail(bad), None);
+        assert_eq!(guard.over(bad), None);
     }
 
     #[test]

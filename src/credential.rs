@@ -200,7 +200,24 @@ impl Authenticator {
         caller: &Caller,
         headers: &HeaderMap,
     ) -> Result<Identity, AuthError> {
-        let (method, result) = self.identify_uncounted(tenants, caller, headers).await;
+        self.identify_held(tenants, caller, headers, &|| None).await
+    }
+
+    /// [`Authenticator::identify`], with `held`: how long the caller's allowance of failed
+    /// authentications stays spent, if it is. Asked only before checking the signature of a
+    /// token not in the cache — the one costly step only a valid credential earns — which is
+    /// then refused (`AuthError::Held`) instead. A cached token, an API key or a certificate
+    /// is never refused for it.
+    pub async fn identify_held(
+        &self,
+        tenants: &Tenants,
+        caller: &Caller,
+        headers: &HeaderMap,
+        held: &(dyn Fn() -> Option<Duration> + Sync),
+    ) -> Result<Identity, AuthError> {
+        let (method, result) = self
+            .identify_uncounted(tenants, caller, headers, held)
+            .await;
         self.counts.count(
             method,
             match &result {
@@ -216,6 +233,7 @@ impl Authenticator {
         tenants: &Tenants,
         caller: &Caller,
         headers: &HeaderMap,
+        held: &(dyn Fn() -> Option<Duration> + Sync),
     ) -> (Method, Result<Identity, AuthError>) {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return match &caller.cert {
@@ -248,7 +266,7 @@ impl Authenticator {
         if as_jwt {
             return (
                 Method::Jwt,
-                self.by_token(tenants, &presented, digest).await,
+                self.by_token(tenants, &presented, digest, held).await,
             );
         }
         (Method::ApiKey, Err(AuthError::Unauthorized))

@@ -54,7 +54,7 @@ impl TrustedProxies {
             .map(|blocks| Self { blocks, header })
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.blocks.iter().any(|net| net.contains(&ip))
     }

@@ -29,8 +29,8 @@ pub use answer::{Corrupt, StoredAnswer, REPLAYED};
 pub use claim::Claim;
 pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
 pub use flight::{FlightState, Waiter};
-pub use key::{IdempotencyKey, KeyDigest, HEADER, MAX_KEY_CHARS};
-pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD};
+pub use key::{IdempotencyKey, KeyDigest, TenantKey, HEADER, MAX_KEY_CHARS};
+pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD, TENANT_OVERHEAD};
 pub use shared::{Found, SharedFuture, SharedStore, SharedStoreError};
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
@@ -101,7 +101,8 @@ pub struct Settings {
 
 #[derive(Debug)]
 enum Backend {
-    Memory(MemoryStore),
+    /// Boxed: the two variants' sizes differ (the enum is made once).
+    Memory(Box<MemoryStore>),
     Shared(Box<dyn SharedStore>),
 }
 
@@ -128,7 +129,10 @@ impl Idempotency {
             max_entries: config.max_entries,
             max_bytes: config.max_bytes,
         };
-        Self::with(config, Backend::Memory(MemoryStore::new(bounds, clock)))
+        Self::with(
+            config,
+            Backend::Memory(Box::new(MemoryStore::new(bounds, clock))),
+        )
     }
 
     /// Cluster mode's: claims and answers in `store`, shared by every replica.
@@ -178,7 +182,7 @@ impl Idempotency {
     /// The memory store, on a single replica (its counts and bounds are metrics).
     pub fn memory(&self) -> Option<&MemoryStore> {
         match &self.backend {
-            Backend::Memory(m) => Some(m),
+            Backend::Memory(m) => Some(&**m),
             Backend::Shared(_) => None,
         }
     }
@@ -194,10 +198,10 @@ impl Idempotency {
 
     /// What a request with `key` is to do. A fresh claim is this process's flight before the
     /// store is asked, so a second request here waits on it instead of asking Redis too.
-    pub async fn begin(self: &Arc<Self>, key: KeyDigest) -> Begin {
+    pub async fn begin(self: &Arc<Self>, key: TenantKey) -> Begin {
         let claim = {
             let mut flights = self.flights();
-            if let Some(flight) = flights.get(&key) {
+            if let Some(flight) = flights.get(&key.digest) {
                 return match &*flight.state() {
                     FlightState::Pending(fp) => Begin::Attach(*fp, Waiter(flight.clone())),
                     FlightState::Answered(fp, answer) => Begin::Stored(*fp, answer.clone()),
@@ -205,12 +209,12 @@ impl Idempotency {
                 };
             }
             if let Backend::Memory(store) = &self.backend {
-                if let Some((fp, answer)) = store.get(&key) {
+                if let Some((fp, answer)) = store.get(&key.digest) {
                     return Begin::Stored(fp, answer);
                 }
             }
-            let flight = Arc::new(Flight::new(self.token(), !self.is_clustered()));
-            flights.insert(key, flight.clone());
+            let flight = Arc::new(Flight::new(self.token(), key.clone(), !self.is_clustered()));
+            flights.insert(key.digest, flight.clone());
             Claim {
                 owner: self.clone(),
                 key,
@@ -223,6 +227,7 @@ impl Idempotency {
             return Begin::Fresh(claim);
         };
         let token = claim.flight.token;
+        let key = claim.key.clone();
         match store.claim(&key, &token, self.settings.claim_ttl).await {
             Ok(None) => {
                 claim.flight.held.store(true, Relaxed);
@@ -260,7 +265,7 @@ impl Idempotency {
 
     /// Cluster mode: what another replica's request left under `key` (`None`: nothing, it
     /// gave the key up).
-    pub async fn read(&self, key: &KeyDigest) -> Result<Option<FlightState>, String> {
+    pub async fn read(&self, key: &TenantKey) -> Result<Option<FlightState>, String> {
         let Backend::Shared(store) = &self.backend else {
             return Ok(None);
         };
@@ -276,10 +281,13 @@ impl Idempotency {
         }
     }
 
-    fn land(&self, key: &KeyDigest, flight: &Arc<Flight>) {
+    fn land(&self, key: &TenantKey, flight: &Arc<Flight>) {
         let mut flights = self.flights();
-        if flights.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
-            flights.remove(key);
+        if flights
+            .get(&key.digest)
+            .is_some_and(|f| Arc::ptr_eq(f, flight))
+        {
+            flights.remove(&key.digest);
         }
         drop(flights);
         self.landed.notify_waiters();
@@ -327,20 +335,20 @@ impl Idempotency {
     /// One renewal of every claim this process holds, up to [`RENEW_AT_ONCE`] calls at a
     /// time on the multiplexed connection (one slow answer does not hold the others up).
     async fn renew(self: &Arc<Self>) {
-        let held: Vec<(KeyDigest, Token, Option<Fingerprint>)> = self
+        let held: Vec<(TenantKey, Token, Option<Fingerprint>)> = self
             .flights()
-            .iter()
-            .filter(|(_, f)| f.held.load(Relaxed))
-            .filter_map(|(k, f)| match &*f.state() {
-                FlightState::Claimed => Some((*k, f.token, None)),
-                FlightState::Pending(fp) => Some((*k, f.token, Some(*fp))),
+            .values()
+            .filter(|f| f.held.load(Relaxed))
+            .filter_map(|f| match &*f.state() {
+                FlightState::Claimed => Some((f.key.clone(), f.token, None)),
+                FlightState::Pending(fp) => Some((f.key.clone(), f.token, Some(*fp))),
                 // Being stored, or given up: nothing to renew.
                 FlightState::Answered(..) | FlightState::Released => None,
             })
             .collect();
         for chunk in held.chunks(RENEW_AT_ONCE) {
             let mut calls = tokio::task::JoinSet::new();
-            for &(key, token, pending) in chunk {
+            for (key, token, pending) in chunk.iter().cloned() {
                 let me = self.clone();
                 calls.spawn(async move {
                     let Backend::Shared(store) = &me.backend else {
@@ -372,7 +380,7 @@ impl Idempotency {
     /// request holds, or an answer, is left alone). Tried once, then, while Redis fails, again
     /// on a task of its own until the claim would have lapsed anyway: a claim left behind
     /// answers the key's retries 409 until then.
-    async fn unclaim(self: &Arc<Self>, key: KeyDigest, token: Token) {
+    async fn unclaim(self: &Arc<Self>, key: TenantKey, token: Token) {
         let Backend::Shared(store) = &self.backend else {
             return;
         };

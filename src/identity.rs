@@ -15,6 +15,10 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+/// The metrics' label for the sum over tenants without series of their own: no tenant may
+/// take it, or its counts could not be told from the sum.
+pub const RESERVED_TENANT_ID: &str = "_other";
+
 /// A tenant's stable identifier.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TenantId(Arc<str>);
@@ -28,11 +32,17 @@ impl TenantId {
         &self.0
     }
 
-    /// Why `id` cannot name a tenant, if it cannot.
+    /// Why `id` cannot name a tenant, if it cannot. Besides its characters: not dots only (a
+    /// path segment of `.` or `..` is removed by every client that normalises paths, so the
+    /// tenant's admin routes could not be reached), and not [`RESERVED_TENANT_ID`].
     pub fn problem(id: &str) -> Option<&'static str> {
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if id.is_empty() || id.len() > 128 || !id.chars().all(legal) {
             Some("must be 1 to 128 characters of a-z A-Z 0-9 . _ -")
+        } else if id.chars().all(|c| c == '.') {
+            Some("must not be dots only (clients drop . and .. from paths)")
+        } else if id == RESERVED_TENANT_ID {
+            Some("_other is reserved: the metrics sum the tenants without series of their own under it")
         } else {
             None
         }
@@ -171,6 +181,27 @@ impl TopicPattern {
     }
 }
 
+/// Why `text` cannot be a pattern of topic names, if it cannot: a glob that could match no
+/// legal topic because it holds a character no topic name has (`"not a topic!"`), or is
+/// empty or longer than any topic name.
+pub fn topic_pattern_problem(text: &str) -> Option<String> {
+    if let Err(e) = glob::Pattern::new(text) {
+        return Some(format!("is not a valid pattern: {e}"));
+    }
+    if text.is_empty() || text.len() > 249 {
+        return Some("must be 1 to 249 characters, as topic names are".into());
+    }
+    // Besides a topic's own characters, only glob's: * ? [ ] and ! (negation in brackets).
+    let allowed = |c: char| {
+        c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '?' | '[' | ']' | '!')
+    };
+    text.chars().find(|c| !allowed(*c)).map(|c| {
+        format!(
+            "character {c:?} is in no topic name (allowed: a-z A-Z 0-9 . _ - and the wildcards * ? [ ] !)"
+        )
+    })
+}
+
 impl TopicPatterns {
     /// The patterns, or the index of the first invalid one and why.
     pub fn parse(patterns: &[String]) -> Result<Self, (usize, String)> {
@@ -235,6 +266,26 @@ impl InternalTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dots_only_and_the_metrics_sum_are_not_tenant_ids() {
+        for bad in [".", "..", "...", "_other", "", "a b", "a/b"] {
+            assert!(TenantId::problem(bad).is_some(), "{bad:?}");
+        }
+        for good in ["acme", "a.b", ".a", "_others", "other", "-", "_"] {
+            assert_eq!(TenantId::problem(good), None, "{good:?}");
+        }
+    }
+
+    #[test]
+    fn a_topic_pattern_holds_topic_characters_and_wildcards_only() {
+        for good in ["_schemas", "_confluent*", "connect-[a-z]*", "x.?", "[!_]*"] {
+            assert_eq!(topic_pattern_problem(good), None, "{good:?}");
+        }
+        for bad in ["not a topic!", "a/b", "", "é*", "[", &"x".repeat(250)] {
+            assert!(topic_pattern_problem(bad).is_some(), "{bad:?}");
+        }
+    }
 
     /// The compact forms match exactly what the glob they stand for matches.
     #[test]

@@ -1,6 +1,8 @@
 //! The ingest pipeline: what every produce request goes through, whatever its wire format.
 //!
-//! authenticate → topic (parse, may the tenant write it) → the `Idempotency-Key`, if any
+//! authenticate → topic (parse, may the tenant write it) → the body's content coding
+//! ([`coding`]: 415 for one floodgate does not decode, else the body is read inflated) → the
+//! `Idempotency-Key`, if any
 //! ([`idempotent`]: replay, wait for the original, or claim the key) → early check (before the
 //! body is read) → read and decode the body (the wire format's [`BodyFormat`]) → schemas
 //! ([`contracts`]: keys and values in their schemas, or refused naming the field) → topic
@@ -28,6 +30,7 @@
 
 mod admit;
 mod checks;
+mod coding;
 mod contracts;
 mod idempotent;
 mod read;
@@ -80,6 +83,10 @@ pub struct Ingest {
     /// Per-request and per-record bounds.
     pub bounds: RequestBounds,
     pub max_body_bytes: u64,
+    /// How many times its coded size a `Content-Encoding` body may inflate to (past a floor).
+    pub max_inflation_ratio: u32,
+    /// Bytes in and out of each content coding's decoder.
+    pub codings: Arc<crate::inflate::Counters>,
     pub body_read_timeout: Duration,
     /// Request bodies in memory, over all requests (shared with the metrics).
     pub inflight_bodies: Arc<InflightBodies>,
@@ -87,6 +94,9 @@ pub struct Ingest {
     pub failures: Arc<AuthFailures>,
     /// Proxies whose forwarding headers say who the client is.
     pub proxies: crate::forwarded::TrustedProxies,
+    /// Connections per address not authenticated yet, on the produce listener (a request that
+    /// authenticates marks its connection).
+    pub unverified: Arc<crate::server::Unverified>,
 
     /// How long an `Ack::Kafka` request waits for Kafka before answering 503.
     pub delivery_timeout: Duration,
@@ -187,24 +197,40 @@ impl Ingest {
             Ok(f) => f,
             Err(e) => return refused_unread(e, request).await,
         };
-        match IdempotencyKey::from_headers(request.headers) {
-            Err(detail) => refused_unread(ApiError::IdempotencyKey(detail), request).await,
-            Ok(Some(key)) => {
+        let codings = match coding::codings(request.headers) {
+            Ok(c) => c,
+            Err(e) => return refused_unread(e, request).await,
+        };
+        let key = match IdempotencyKey::from_headers(request.headers) {
+            Err(detail) => return refused_unread(ApiError::IdempotencyKey(detail), request).await,
+            Ok(key) => key,
+        };
+        // From here on every reader of the body reads it inflated, until the answer is
+        // decided: what is read after that (a lingering drain) passes as it came.
+        let mut request = request;
+        let wire = std::mem::take(&mut request.body);
+        let (body, drain) = self.decoded_body(tenant, wire, codings, false);
+        request.body = body;
+        let answer = match key {
+            Some(key) => {
                 self.produce_keyed(tenant, &topic, request, format, key)
                     .await
             }
-            Ok(None) => {
+            None => {
                 let declared = declared_length(request.headers);
                 let ack = request.ack;
                 let sent = self
                     .process(tenant, &topic, request.body, declared, format, None)
                     .await;
+                drain.start();
                 Answer::Outcome(match sent {
                     Ok(batch) => self.settle(batch, ack).await,
                     Err(e) => Err(e),
                 })
             }
-        }
+        };
+        drain.start();
+        answer
     }
 
     /// From the early check to the producer: the request's records sent, or why not.

@@ -11,10 +11,13 @@
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
 //!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
 //!    (the bounded downstream buffer), [`inflight_bodies`] (request bodies in memory),
-//!    [`auth_failures`] (per-address limit on failed authentications), [`hold`] (seats for
+//!    [`inflate`] (content-coded bodies inflated a piece at a time within bounds),
+//!    [`auth_failures`] (per-address limit on failed authentications), [`heap`] (each
+//!    thread's live heap bytes, counted by the global allocator), [`hold`] (seats for
 //!    requests held for their tokens), [`agent`] (the plan cell
 //!    and loop every agent shares), [`forwarded`] (the client's address behind trusted
-//!    proxies), [`server`] and [`tls`] (bounded accept loop).
+//!    proxies), [`server`] and [`tls`] (bounded accept loop), [`descriptors`] (the process's
+//!    descriptor limit against what the listeners may hold).
 //! 2. Configuration — [`config`]: the typed, validated configuration file, one module per
 //!    section; then the pure controllers built on it: [`adaptive`] (the adaptive limit),
 //!    [`lag`] (lag guards: offsets in, a cap on producers out) and [`allocation`] (a limit
@@ -58,13 +61,16 @@ pub mod buffer;
 pub mod cluster;
 pub mod config;
 pub mod credential;
+pub mod descriptors;
 pub mod dev;
 pub mod env_secret;
 pub mod forwarded;
+pub mod heap;
 pub mod hold;
 pub mod http;
 pub mod idempotency;
 pub mod identity;
+pub mod inflate;
 pub mod inflight_bodies;
 pub mod ingest;
 pub mod kafka;
@@ -83,5 +89,10 @@ pub mod status;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;
+
+// The unit tests measure what schema compiles keep, as the gateway does (main.rs).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 pub use run::{run, Listeners, RunOptions, ShutdownReport};

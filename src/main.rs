@@ -13,6 +13,10 @@ use floodgate::budget::MonotonicClock;
 use floodgate::config::Config;
 use floodgate::{dev, telemetry, Listeners, RunOptions};
 
+/// Counts each thread's heap bytes, so a schema compile's real size is known (`heap`).
+#[global_allocator]
+static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
+
 /// Exit code for a configuration that cannot be used (BSD sysexits EX_USAGE, as linkerd).
 const EXIT_CONFIG: u8 = 64;
 

@@ -35,7 +35,7 @@ use crate::tenant::Tenants;
 
 mod adaptive;
 pub mod auth;
-mod bodies;
+pub mod bodies;
 mod buffer;
 mod classic;
 mod cluster;

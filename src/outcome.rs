@@ -20,10 +20,14 @@ use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 
 pub mod admin;
 pub mod confluent;
+mod panic;
 mod produced;
+mod readiness;
 
 pub use admin::AdminError;
+pub use panic::panic_response;
 pub use produced::Produced;
+pub use readiness::Readiness;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -33,9 +37,15 @@ pub enum ApiError {
     /// A topic internal to Kafka or floodgate (its registry): no key may write it.
     InternalTopic(String),
     UnsupportedMediaType(String),
+    /// A `Content-Encoding` floodgate does not decode, or too many stacked (the detail says
+    /// which; the answer carries `Accept-Encoding`).
+    UnsupportedEncoding(String),
     BodyTooLarge {
         limit: u64,
     },
+    /// A coded body inflating to more than this many times its coded size
+    /// (`[server] max_inflation_ratio`): refused while it inflates.
+    InflationRatio(u32),
     TooManyRecords {
         limit: usize,
     },
@@ -84,6 +94,14 @@ pub enum ApiError {
     SchemaInvalid(String),
     /// The Schema Registry did not answer and the schema is not cached.
     SchemaRegistryUnavailable(String),
+    /// The registry refused to register the record's schema (`schema_invalid`, as
+    /// `SchemaInvalid`): the registry's state, not the request's.
+    SchemaRefused(String),
+    /// Checking the record, or compiling its schema, is over a bound the detail names.
+    SchemaTooCostly(String),
+    /// The tenant's share of the schema step's threads was not free within the wait limit,
+    /// or its registrations are spent: retry after this long.
+    SchemaBusy(std::time::Duration, String),
     ShuttingDown,
     /// No route has this path.
     NotFound,
@@ -125,7 +143,8 @@ impl ApiError {
             Self::InvalidTopic(_) => "invalid_topic",
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => "forbidden_topic",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
-            Self::BodyTooLarge { .. } => "body_too_large",
+            Self::UnsupportedEncoding(_) => "unsupported_encoding",
+            Self::BodyTooLarge { .. } | Self::InflationRatio(_) => "body_too_large",
             Self::TooManyRecords { .. } => "too_many_records",
             Self::RecordTooLarge(_) => "record_too_large",
             Self::Malformed(_) | Self::InvalidRecord(_) | Self::NoRecords | Self::EntryId(_) => {
@@ -143,7 +162,9 @@ impl ApiError {
             Self::IdempotencyUnavailable(_) => "idempotency_unavailable",
             Self::SchemaViolation(_) => "schema_violation",
             Self::SchemaNotFound(_) => "schema_not_found",
-            Self::SchemaInvalid(_) => "schema_invalid",
+            Self::SchemaInvalid(_) | Self::SchemaRefused(_) => "schema_invalid",
+            Self::SchemaTooCostly(_) => "schema_too_costly",
+            Self::SchemaBusy(..) => "schema_busy",
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
@@ -170,8 +191,11 @@ impl ApiError {
             | Self::EntryId(_) => StatusCode::BAD_REQUEST,
             Self::UnknownPartition(_) => StatusCode::NOT_FOUND,
             Self::ForbiddenTopic(_) | Self::InternalTopic(_) => StatusCode::FORBIDDEN,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType(_) | Self::UnsupportedEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::BodyTooLarge { .. }
+            | Self::InflationRatio(_)
             | Self::TooManyRecords { .. }
             | Self::RecordTooLarge(_)
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -182,9 +206,12 @@ impl ApiError {
                 StatusCode::REQUEST_TIMEOUT
             }
             Self::KafkaUnavailable(_) | Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-            Self::SchemaViolation(_) | Self::SchemaNotFound(_) | Self::SchemaInvalid(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::SchemaViolation(_)
+            | Self::SchemaNotFound(_)
+            | Self::SchemaInvalid(_)
+            | Self::SchemaRefused(_)
+            | Self::SchemaTooCostly(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::SchemaBusy(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::SchemaRegistryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -199,7 +226,8 @@ impl ApiError {
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
             | Self::EntryId(d)
-            | Self::UnknownPartition(d) => d.clone(),
+            | Self::UnknownPartition(d)
+            | Self::UnsupportedEncoding(d) => d.clone(),
             Self::NoRecords => "the request has no records".into(),
             Self::Auth(e) => auth_detail(e),
             Self::CredentialRevoked => "the credential this stream was opened with (API key, \
@@ -218,7 +246,10 @@ impl ApiError {
             | Self::IdempotencyKey(d)
             | Self::SchemaViolation(d)
             | Self::SchemaNotFound(d)
-            | Self::SchemaInvalid(d) => d.clone(),
+            | Self::SchemaInvalid(d)
+            | Self::SchemaRefused(d)
+            | Self::SchemaTooCostly(d)
+            | Self::SchemaBusy(_, d) => d.clone(),
             Self::SchemaRegistryUnavailable(d) => {
                 format!("{d}; nothing was written: retry shortly")
             }
@@ -247,6 +278,10 @@ impl ApiError {
                 "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
             ),
             Self::BodyTooLarge { limit } => format!("the body is larger than {limit} bytes"),
+            Self::InflationRatio(ratio) => format!(
+                "the body inflates to more than {ratio} times its coded size (server.max_inflation_ratio): \
+                 refused as a compression bomb; send it less compressed, or in smaller requests"
+            ),
             Self::TooManyRecords { limit } => {
                 format!("a request carries at most {limit} records")
             }
@@ -298,6 +333,11 @@ fn auth_detail(e: &AuthError) -> String {
              {} ms; retry then",
             wait_ms(*wait)
         ),
+        AuthError::Held(wait) => format!(
+            "too many failed authentications from this address: a token not seen before is \
+             not checked for {} ms",
+            wait_ms(*wait)
+        ),
     }
 }
 
@@ -327,22 +367,6 @@ fn rate_limited_detail(r: &Refusal) -> String {
     }
 }
 
-/// The answer when a handler panicked (tower-http's CatchPanicLayer calls this): a JSON 500 that
-/// says nothing of the panic, which goes to the log instead.
-pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    tracing::error!(panic = %message, "a request handler panicked");
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        Json(json!({"error": "internal", "detail": "internal error; it has been logged"})),
-    )
-        .into_response()
-}
-
 /// A 429's body.
 #[derive(Serialize)]
 struct RateLimitedBody {
@@ -350,6 +374,19 @@ struct RateLimitedBody {
     reason: &'static str,
     retry_after_ms: u64,
     detail: String,
+}
+
+impl ApiError {
+    /// Whether this answer reflects the Schema Registry's state at the time (a subject or
+    /// schema not there yet, a registration it refused, the registry away) rather than the
+    /// request itself: such an answer must not be stored for an `Idempotency-Key` replay,
+    /// since the same request may succeed once the registry changes.
+    pub fn is_registry_state(&self) -> bool {
+        matches!(
+            self,
+            Self::SchemaNotFound(_) | Self::SchemaRefused(_) | Self::SchemaRegistryUnavailable(_)
+        )
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -383,7 +420,7 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
                 response
             }
-            Self::IdempotencyKeyInUse(wait) => {
+            Self::IdempotencyKeyInUse(wait) | Self::SchemaBusy(wait, _) => {
                 let body = json!({
                     "error": self.code(),
                     "retry_after_ms": wait_ms(*wait),
@@ -406,6 +443,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
+        accept_encoding(&self, response.headers_mut());
         if matches!(
             self,
             Self::Unauthorized
@@ -437,27 +475,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// `/readyz`: whether this instance should receive traffic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    Ready,
-    NotReady {
-        /// A stable code: `shutting_down`, `buffer_high_water`, `kafka_unreachable`, ...
-        reason: &'static str,
-        detail: String,
-    },
-}
-
-impl IntoResponse for Readiness {
-    fn into_response(self) -> Response {
-        match self {
-            Self::Ready => (StatusCode::OK, Json(json!({"ready": true}))).into_response(),
-            Self::NotReady { reason, detail } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"ready": false, "reason": reason, "detail": detail})),
-            )
-                .into_response(),
-        }
+/// RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.
+pub fn accept_encoding(e: &ApiError, headers: &mut axum::http::HeaderMap) {
+    if let ApiError::UnsupportedEncoding(_) = e {
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static(crate::inflate::ACCEPTED),
+        );
     }
 }
 

@@ -209,7 +209,7 @@ pub fn tls_acceptors(
         .as_deref()
         .map(|ca_file| tls::ClientAuth {
             ca_file,
-            required: server.require_client_cert,
+            required: server.requires_client_cert(),
         });
     Ok((
         Some(tls::acceptor(cert, key, client)?),
@@ -229,13 +229,33 @@ fn serve_listeners(
 ) -> Result<(Served, Served), BuildError> {
     let (tls, admin_tls) = tls_acceptors(&config.server)?;
     let s = &config.server;
+    let descriptors = crate::descriptors::prepare(s.max_connections);
+    if descriptors.clamped(s.max_connections) {
+        tracing::warn!(
+            max_connections = s.max_connections,
+            serving = descriptors.max_connections,
+            descriptors = descriptors.soft,
+            hard_limit = descriptors.hard,
+            "[server] max_connections does not fit in the process's descriptor limit (two \
+             listeners plus {} for Kafka, Redis and the rest): each listener serves fewer; \
+             raise the hard limit (LimitNOFILE=, ulimit -Hn) to serve them all",
+            crate::descriptors::HEADROOM
+        );
+    } else if descriptors.soft > descriptors.soft_before {
+        tracing::info!(
+            from = descriptors.soft_before,
+            to = descriptors.soft,
+            "descriptor limit raised to the hard limit"
+        );
+    }
     let bounds = ConnectionBounds {
-        max_connections: s.max_connections,
+        max_connections: descriptors.max_connections,
         header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
         idle_timeout: Duration::from_millis(s.idle_timeout_ms),
         max_header_bytes: s.max_header_bytes,
         http2_max_streams: s.http2_max_streams,
         tls,
+        unverified: Some(state.ingest.unverified.clone()),
     };
     let shutdown_timeout = config.shutdown_timeout();
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -258,6 +278,7 @@ fn serve_listeners(
         admin::router(state.clone()),
         ConnectionBounds {
             tls: admin_tls,
+            unverified: None,
             ..bounds
         },
         stopped(stop),

@@ -13,15 +13,26 @@
 //! Codecs: [`avro`] (our walk over apache-avro's parsed schema), [`json`] (jsonschema),
 //! [`protobuf`] (protox + prost-reflect); [`registry`] is the REST client.
 //!
+//! The work is bounded and charged where it happens: every compile, and every check of a
+//! value beyond a few KB, runs on the step's own threads ([`pool`]) within the tenant's share
+//! and a CPU deadline per record ([`work`]); a compile is measured and refused past its
+//! memory bound; a raw schema's subject and the request's lookups are checked before it is
+//! compiled, the data before the registry is asked, and a registration waits for the
+//! pipeline to say the request passed everything else ([`Pending`], [`register`]), charged
+//! to the tenant. Failed compiles, unknown ids, subjects and versions are remembered.
+//!
 //! Layer: domain. Imports configuration and the record type; the pipeline imports it.
 
 pub mod avro;
 mod compiled;
 pub mod json;
 mod pointer;
+pub mod pool;
 pub mod protobuf;
+mod register;
 pub mod registry;
 mod resolve;
+mod work;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,13 +40,33 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::budget::{Clock, MonotonicClock};
 use crate::config::{ContractConfig, ContractMode, SchemaRegistryConfig};
 use crate::identity::{Topic, TopicPatterns};
+use compiled::CompileBounds;
 use registry::RegistryClient;
-use resolve::{Cache, MAX_COMPILING};
+use resolve::{Cache, Resolved};
 
 pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
+pub use register::{Converted, Lookups, Pending, LOOKUPS_PER_REQUEST};
+
+/// Most bytes of a value an error quotes (a `type` error quoted a whole 800 KB string).
+pub const MAX_QUOTE: usize = 200;
+/// Most bytes of an error's detail.
+const MAX_DETAIL: usize = 1024;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn clip(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
 
 /// Where and why a value does not fit its schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +74,8 @@ pub struct Mismatch {
     /// JSON pointer into the value (`""` for the value itself).
     pub pointer: String,
     pub message: String,
+    /// Refused for what checking it would cost (a 422 `schema_too_costly`), not for its data.
+    pub too_costly: bool,
 }
 
 /// A record's key or value.
@@ -130,6 +163,15 @@ pub enum SchemaError {
     Unavailable(String),
     /// No `[schema_registry]` is configured (422 `schema_not_found`, saying so).
     NoRegistry,
+    /// The registry refused to register the schema (422 `schema_invalid`): registry state,
+    /// like `NotFound`, so an answer carrying it is not kept for replay.
+    Refused(String),
+    /// Checking the value, or compiling the schema, is over a bound the detail names (422
+    /// `schema_too_costly`).
+    TooCostly(String),
+    /// The tenant's share of the schema step is taken for longer than the wait limit, or its
+    /// registrations are spent: retry after this long (429 `schema_busy`).
+    Busy(Duration, String),
 }
 
 /// A record's failure: which side, and why.
@@ -143,16 +185,25 @@ impl Failure {
     /// The detail a client reads: `value /address/zip: expected a string, found a number`.
     pub fn detail(&self) -> String {
         let side = self.side.as_str();
-        match &self.error {
+        let detail = match &self.error {
             SchemaError::Violation(m) if m.pointer.is_empty() => format!("{side}: {}", m.message),
-            SchemaError::Violation(m) => format!("{side} {}: {}", m.pointer, m.message),
-            SchemaError::NotFound(d) | SchemaError::Invalid(d) | SchemaError::Unavailable(d) => {
-                format!("{side}: {d}")
+            SchemaError::Violation(m) => {
+                format!("{side} {}: {}", clip(&m.pointer, MAX_QUOTE), m.message)
             }
+            SchemaError::NotFound(d)
+            | SchemaError::Invalid(d)
+            | SchemaError::Unavailable(d)
+            | SchemaError::Refused(d)
+            | SchemaError::TooCostly(d)
+            | SchemaError::Busy(_, d) => format!("{side}: {d}"),
             SchemaError::NoRegistry => format!(
                 "{side}: schemas need a Schema Registry, and this gateway has none configured ([schema_registry] url)"
             ),
+        };
+        if detail.len() <= MAX_DETAIL {
+            return detail;
         }
+        format!("{}… ({} bytes)", clip(&detail, MAX_DETAIL), detail.len())
     }
 }
 
@@ -161,8 +212,17 @@ pub struct Schemas {
     client: Option<RegistryClient>,
     /// The most bytes a key and a value may take in their schema (`[limits]`).
     limits: (usize, usize),
-    /// Schemas compiled at once, off the request threads.
-    compiling: tokio::sync::Semaphore,
+    /// The step's own threads: compiles and large checks, shared fairly by tenant.
+    pool: pool::Pool,
+    /// The bounds of a compile.
+    bounds: CompileBounds,
+    /// CPU one record's check may take.
+    max_check_cpu: Duration,
+    /// Each tenant's registrations (GCRA TATs), on `clock`.
+    registrations: Mutex<HashMap<Arc<str>, u64>>,
+    clock: Arc<dyn Clock>,
+    /// Refusals by the bound that refused, for the metrics.
+    refusals: Mutex<HashMap<&'static str, u64>>,
     /// Subjects any topic may name (beside its own `<topic>-...`).
     open_subjects: Vec<glob::Pattern>,
     config: SchemaRegistryConfig,
@@ -188,48 +248,6 @@ type Series = (Arc<str>, Arc<str>);
 /// Most (tenant, topic) pairs counted one by one; further violations count under topic
 /// `_other` for their tenant.
 const MAX_VIOLATION_SERIES: usize = 1_000;
-
-/// Registry calls one request may cause: a request naming many schemas the gateway has not
-/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
-/// request into thousands of registry calls.
-#[derive(Debug)]
-pub struct Lookups(u32);
-
-/// Registry calls a request (or a stream's piece) may cause.
-pub const LOOKUPS_PER_REQUEST: u32 = 16;
-
-impl Lookups {
-    pub fn per_request() -> Self {
-        Self(LOOKUPS_PER_REQUEST)
-    }
-
-    /// No calls left.
-    pub fn none() -> Self {
-        Self(0)
-    }
-
-    fn take(&mut self) -> Result<(), SchemaError> {
-        match self.0.checked_sub(1) {
-            Some(left) => {
-                self.0 = left;
-                Ok(())
-            }
-            None => Err(SchemaError::Invalid(format!(
-                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
-            ))),
-        }
-    }
-}
-
-/// What one record became: its key and value in their schemas' wire format (`None`: as sent),
-/// and the ids used.
-#[derive(Debug, Default)]
-pub struct Converted {
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub key_id: Option<u32>,
-    pub value_id: Option<u32>,
-}
 
 impl Schemas {
     /// `limits`: the most bytes a key and a value may take once in their schema.
@@ -260,10 +278,28 @@ impl Schemas {
             .enumerate()
             .map(|(i, p)| glob::Pattern::new(p).map_err(|e| format!("open_subjects[{i}]: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let pool = pool::Pool::new(
+            config.workers,
+            config.tenant_workers,
+            Duration::from_millis(config.wait_ms),
+        )?;
+        let bounds = CompileBounds {
+            max_text: config.max_schema_bytes,
+            max_memory: config.max_schema_memory_bytes,
+            json: json::JsonBounds {
+                max_patterns: config.max_schema_patterns,
+                max_pattern_bytes: config.max_pattern_bytes,
+            },
+        };
         Ok(Self {
             client,
             limits,
-            compiling: tokio::sync::Semaphore::new(MAX_COMPILING),
+            pool,
+            bounds,
+            max_check_cpu: Duration::from_millis(config.max_check_cpu_ms),
+            registrations: Mutex::default(),
+            clock: Arc::new(MonotonicClock::new()),
+            refusals: Mutex::default(),
             open_subjects,
             config: config.clone(),
             cache: Mutex::default(),
@@ -292,9 +328,12 @@ impl Schemas {
     }
 
     /// One record's key and value in their schemas (`key`/`value`: the JSON text as sent;
-    /// `None` is a Kafka null, written as null).
+    /// `None` is a Kafka null, written as null). A raw schema the registry does not hold yet
+    /// comes back in [`Converted::pending`]: the pipeline registers it ([`Schemas::register`])
+    /// once the request passed every other check, or drops it.
     pub async fn convert(
         &self,
+        tenant: &str,
         topic: &Topic,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
@@ -302,90 +341,76 @@ impl Schemas {
         lookups: &mut Lookups,
     ) -> Result<Converted, Failure> {
         let mut out = Converted::default();
+        let fail = |side| move |error| Failure { side, error };
         if let (Some(data), Some(u)) = (key, wanted.and_then(|w| w.key.as_ref())) {
-            let schema = self
-                .resolve(topic, Side::Key, u, lookups)
+            let r = self
+                .resolve(tenant, topic, Side::Key, u, lookups)
                 .await
-                .map_err(|error| Failure {
-                    side: Side::Key,
-                    error,
-                })?;
-            out.key = Some(encode(&schema, data, Side::Key, self.limits.0)?);
-            out.key_id = Some(schema.id);
+                .map_err(fail(Side::Key))?;
+            let bytes = self
+                .write(tenant, &r.schema, data, Side::Key, self.limits.0, false)
+                .await?;
+            out.key = bytes;
+            self.settle(topic, Side::Key, r, &mut out)
+                .await
+                .map_err(fail(Side::Key))?;
         }
         let own = wanted.and_then(|w| w.value.as_ref());
-        match (value, own) {
-            (Some(data), Some(u)) => {
-                let schema =
-                    self.resolve(topic, Side::Value, u, lookups)
-                        .await
-                        .map_err(|error| Failure {
-                            side: Side::Value,
-                            error,
-                        })?;
-                // A value naming its own schema on a contracted topic is held to the
-                // contract too: the schema must be the contract's (any other id, registered
-                // anywhere, would be a way around it).
-                if let Some(contract) = self.contract(topic) {
-                    let required = self
-                        .contract_schema(topic, contract, lookups)
-                        .await
-                        .map_err(|error| Failure {
-                            side: Side::Value,
-                            error,
-                        })?;
-                    if required.id != schema.id {
-                        return Err(Failure {
-                            side: Side::Value,
-                            error: SchemaError::Violation(Mismatch {
-                                pointer: String::new(),
-                                message: format!(
-                                    "topic {:?} has a data contract: values are written in schema {} (the latest of its subject), not {}",
-                                    topic.as_str(),
-                                    required.id,
-                                    schema.id
-                                ),
-                            }),
-                        });
-                    }
-                }
-                // A validate contract keeps the JSON as sent, even when the record names the
-                // contract's schema itself.
-                let validate_only = self
-                    .contract(topic)
-                    .is_some_and(|c| c.mode == ContractMode::Validate);
-                if validate_only {
-                    schema.check(data).map_err(|m| Failure {
-                        side: Side::Value,
-                        error: SchemaError::Violation(m),
-                    })?;
-                } else {
-                    out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
-                }
-                out.value_id = Some(schema.id);
+        let contract = self.contract(topic);
+        // A validate contract keeps the JSON as sent, even when the record names the
+        // contract's schema itself.
+        let keep_json = contract.is_some_and(|c| c.mode == ContractMode::Validate);
+        let Some(data) = value else {
+            return Ok(out);
+        };
+        let r = match (own, contract) {
+            (Some(u), _) => self
+                .resolve(tenant, topic, Side::Value, u, lookups)
+                .await
+                .map_err(fail(Side::Value))?,
+            (None, Some(c)) => self
+                .contract_schema(tenant, topic, c, lookups)
+                .await
+                .map(|schema| Resolved { schema, raw: None })
+                .map_err(fail(Side::Value))?,
+            (None, None) => return Ok(out),
+        };
+        out.value = self
+            .write(
+                tenant,
+                &r.schema,
+                data,
+                Side::Value,
+                self.limits.1,
+                keep_json,
+            )
+            .await?;
+        self.settle(topic, Side::Value, r, &mut out)
+            .await
+            .map_err(fail(Side::Value))?;
+        // A value naming its own schema on a contracted topic is held to the contract too:
+        // the schema must be the contract's (any other id, registered anywhere, would be a
+        // way around it).
+        if let (Some(_), Some(c)) = (own, contract) {
+            let required = self
+                .contract_schema(tenant, topic, c, lookups)
+                .await
+                .map_err(fail(Side::Value))?;
+            if out.value_id != Some(required.id) {
+                return Err(Failure {
+                    side: Side::Value,
+                    error: SchemaError::Violation(Mismatch {
+                        too_costly: false,
+                        pointer: String::new(),
+                        message: format!(
+                            "topic {:?} has a data contract: values are written in schema {} (the latest of its subject), not {}",
+                            topic.as_str(),
+                            required.id,
+                            out.value_id.map_or_else(|| "a schema the registry does not hold".into(), |id| id.to_string())
+                        ),
+                    }),
+                });
             }
-            (Some(data), None) => {
-                if let Some(contract) = self.contract(topic) {
-                    let schema = self
-                        .contract_schema(topic, contract, lookups)
-                        .await
-                        .map_err(|error| Failure {
-                            side: Side::Value,
-                            error,
-                        })?;
-                    match contract.mode {
-                        ContractMode::Validate => schema.check(data).map_err(|m| Failure {
-                            side: Side::Value,
-                            error: SchemaError::Violation(m),
-                        })?,
-                        ContractMode::Serialize => {
-                            out.value = Some(encode(&schema, data, Side::Value, self.limits.1)?);
-                        }
-                    }
-                    out.value_id = Some(schema.id);
-                }
-            }
-            (None, _) => {}
         }
         Ok(out)
     }
@@ -393,6 +418,7 @@ impl Schemas {
     /// The schema a topic's contract holds its values to: the latest of its subject.
     async fn contract_schema(
         &self,
+        tenant: &str,
         topic: &Topic,
         contract: &ContractConfig,
         lookups: &mut Lookups,
@@ -403,7 +429,9 @@ impl Schemas {
             strategy: Strategy::TopicName,
             format: Some(contract.format),
         };
-        self.resolve_as(topic, Side::Value, &u, lookups, true).await
+        self.resolve_as(tenant, topic, Side::Value, &u, lookups, true)
+            .await
+            .map(|r| r.schema)
     }
 
     /// Counts a record refused for its schema.
@@ -430,13 +458,6 @@ impl Schemas {
             .map(|((t, p), n)| (t.clone(), p.clone(), *n))
             .collect()
     }
-}
-
-fn encode(schema: &Compiled, data: &[u8], side: Side, limit: usize) -> Result<Vec<u8>, Failure> {
-    schema.encode(data, limit).map_err(|m| Failure {
-        side,
-        error: SchemaError::Violation(m),
-    })
 }
 
 #[cfg(test)]

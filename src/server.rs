@@ -17,7 +17,9 @@
 //!   left to flow control: closing the connection would cut the healthy streams beside a
 //!   stalled one, and a stalled stream holds only what its handler bounds (its body hold);
 //! - how large a request head may be, and how many HTTP/2 streams a connection may open at once
-//!   and how much unread body data it may buffer (flow-control windows).
+//!   and how much unread body data it may buffer (flow-control windows);
+//! - how many connections one client address may hold before any of its requests has
+//!   authenticated ([`unverified`], on the produce listener).
 //!
 //! We decide HTTP/1 or HTTP/2 ourselves (ALPN on TLS, the connection preface on plain TCP)
 //! instead of letting a builder sniff without a deadline: a socket that sends nothing, or one
@@ -27,16 +29,16 @@
 //! request in flight, HTTP/2 sends GOAWAY), wait for them up to the drain time.
 //!
 //! A foundation module: it serves any axum router and imports nothing of floodgate's but
-//! `tls` (a verified client certificate's names travel with each request as an extension).
+//! `tls` (a verified client certificate's names travel with each request as an extension),
+//! `forwarded` (trusted proxies) and `auth_failures` (how addresses are counted).
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
@@ -49,8 +51,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt as _;
 
+mod activity;
 mod prefixed;
+pub mod unverified;
+pub use activity::StreamDeadline;
+use activity::{in_flight_until_sent, Activity, STREAM_CHECK};
 use prefixed::Prefixed;
+pub use unverified::{ConnectionTrust, Unverified};
 
 /// Connection-level bounds, and TLS when configured.
 #[derive(Clone)]
@@ -64,6 +71,9 @@ pub struct ConnectionBounds {
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_streams: u32,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Connections one address may hold before one of its requests authenticates (`None`:
+    /// unbounded, the admin listener).
+    pub unverified: Option<Arc<Unverified>>,
 }
 
 /// Unread request-body bytes HTTP/2 may buffer per stream and per connection (flow control):
@@ -72,33 +82,6 @@ pub const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
 pub const HTTP2_CONNECTION_WINDOW: u32 = 1024 * 1024;
 
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// The latest time a streamed answer's body may still be running; attached by a handler as a
-/// response extension and moved on by it (from any task) as the stream makes progress.
-#[derive(Debug, Clone)]
-pub struct StreamDeadline(Arc<AtomicU64>);
-
-impl StreamDeadline {
-    pub fn new(at: Instant) -> Self {
-        Self(Arc::new(AtomicU64::new(Self::ns(at))))
-    }
-
-    /// Moves the deadline to `at` (earlier or later).
-    pub fn set(&self, at: Instant) {
-        self.0.store(Self::ns(at), Ordering::Release);
-    }
-
-    pub fn passed(&self, now: Instant) -> bool {
-        Self::ns(now) > self.0.load(Ordering::Acquire)
-    }
-
-    /// Nanoseconds since a process-wide origin (an `Instant` does not fit in an atomic).
-    fn ns(at: Instant) -> u64 {
-        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        let origin = *ORIGIN.get_or_init(Instant::now);
-        u64::try_from(at.saturating_duration_since(origin).as_nanos()).unwrap_or(u64::MAX)
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
@@ -136,10 +119,19 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Over its address's allowance of unauthenticated connections: closed before a byte
+        // is read (the permit goes back with it).
+        let trust = match &bounds.unverified {
+            Some(unverified) => match unverified.admit(peer.ip()) {
+                Some(trust) => Some(trust),
+                None => continue,
+            },
+            None => None,
+        };
         let _ = stream.set_nodelay(true);
         let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
         tokio::spawn(async move {
-            serve_connection(stream, peer, router, &bounds, stop).await;
+            serve_connection(stream, Peer { addr: peer, trust }, router, &bounds, stop).await;
             drop(permit);
         });
     }
@@ -153,9 +145,16 @@ pub async fn serve(
     drained
 }
 
+/// Who is at the other end: its address, and its mark while it has not authenticated.
+#[derive(Clone)]
+struct Peer {
+    addr: SocketAddr,
+    trust: Option<ConnectionTrust>,
+}
+
 async fn serve_connection(
     mut stream: TcpStream,
-    peer: SocketAddr,
+    peer: Peer,
     router: Router,
     bounds: &ConnectionBounds,
     stop: watch::Receiver<bool>,
@@ -212,140 +211,13 @@ async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Vec<u8>)> 
     }
 }
 
-/// When the connection last had no request in flight, and how many it has now.
-struct Activity {
-    opened: Instant,
-    in_flight: AtomicUsize,
-    /// Nanoseconds after `opened` at which the last request finished (0: none yet).
-    idle_since_ns: AtomicU64,
-    /// Requests served so far.
-    served: AtomicU64,
-    /// Deadlines of the streamed answers in flight (gone when their body is dropped), for
-    /// HTTP/1 connections only.
-    deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
-    http1: bool,
-}
-
-impl Activity {
-    fn begin(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        InFlight(self.clone())
-    }
-
-    /// The instant after which the connection may be closed for want of requests, if none is
-    /// in flight now: the first request must come within `first`, later ones within `idle`.
-    fn idle_deadline(&self, first: Duration, idle: Duration) -> Option<Instant> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
-        if self.served.load(Ordering::Acquire) == 0 {
-            return Some(self.opened + first);
-        }
-        let since = Duration::from_nanos(self.idle_since_ns.load(Ordering::Acquire));
-        Some(self.opened + since + idle)
-    }
-
-    fn watch_deadline(&self, deadline: &StreamDeadline) {
-        if !self.http1 {
-            return;
-        }
-        let mut deadlines = self
-            .deadlines
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        deadlines.retain(|d| d.strong_count() > 0);
-        deadlines.push(Arc::downgrade(&deadline.0));
-    }
-
-    /// Whether a streamed answer in flight is past its deadline.
-    fn stream_overdue(&self, now: Instant) -> bool {
-        let mut deadlines = self
-            .deadlines
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        deadlines.retain(|d| d.strong_count() > 0);
-        deadlines
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .any(|d| StreamDeadline(d).passed(now))
-    }
-}
-
-/// A streamed answer's body, holding its request's in-flight mark (and its deadline) until
-/// it ends or is dropped.
-struct Streamed {
-    inner: axum::body::Body,
-    in_flight: Option<InFlight>,
-    _deadline: Option<StreamDeadline>,
-}
-
-impl axum::body::HttpBody for Streamed {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        let frame = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            self.in_flight = None;
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// A handler's answer as the connection sends it: one whose whole body is known is done when
-/// its head is out; a streamed one stays in flight until its body ends.
-fn in_flight_until_sent(
-    response: axum::response::Response,
-    in_flight: InFlight,
-    activity: &Activity,
-) -> axum::response::Response {
-    use axum::body::HttpBody as _;
-    if response.body().is_end_stream() || response.body().size_hint().exact().is_some() {
-        return response;
-    }
-    let deadline = response.extensions().get::<StreamDeadline>().cloned();
-    if let Some(d) = &deadline {
-        activity.watch_deadline(d);
-    }
-    response.map(|inner| {
-        axum::body::Body::new(Streamed {
-            inner,
-            in_flight: Some(in_flight),
-            _deadline: deadline,
-        })
-    })
-}
-
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let a = &self.0;
-        let since = u64::try_from(a.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        a.idle_since_ns.store(since, Ordering::Release);
-        a.served.fetch_add(1, Ordering::AcqRel);
-        a.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// Serves one connection in the protocol it speaks, closing it gracefully when it idles too
 /// long or the server shuts down.
 #[allow(clippy::too_many_arguments)]
 async fn drive<I>(
     io: I,
     protocol: Protocol,
-    peer: SocketAddr,
+    peer: Peer,
     cert: Option<Arc<crate::tls::ClientCertificate>>,
     router: Router,
     bounds: &ConnectionBounds,
@@ -360,6 +232,8 @@ async fn drive<I>(
         idle_since_ns: AtomicU64::new(0),
         served: AtomicU64::new(0),
         deadlines: std::sync::Mutex::default(),
+        deadline_added: tokio::sync::Notify::new(),
+        sent: std::sync::Mutex::default(),
         http1: protocol == Protocol::Http1,
     });
     let tracker = activity.clone();
@@ -369,7 +243,11 @@ async fn drive<I>(
         let activity = tracker.clone();
         let mut request = request.map(axum::body::Body::new);
         // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
-        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(ConnectInfo(peer.addr));
+        // The pipeline marks the connection once a request authenticates.
+        if let Some(trust) = &peer.trust {
+            request.extensions_mut().insert(trust.clone());
+        }
         // The verified client certificate's names (mTLS), for the pipeline's authenticate.
         if let Some(cert) = &cert {
             request.extensions_mut().insert(cert.clone());
@@ -441,16 +319,25 @@ impl Watch<'_> {
         };
         tokio::pin!(stopping);
         // Phase 1: serve until idle too long or told to stop; a stalled streamed answer ends
-        // the connection at once.
+        // the connection at once — woken at its deadline, not a check later.
+        let mut wait = check;
         loop {
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
-                () = tokio::time::sleep(check) => {
+                () = self.activity.deadline_added.notified() => {
+                    wait = STREAM_CHECK.min(check);
+                }
+                () = tokio::time::sleep(wait) => {
                     let now = Instant::now();
-                    if self.activity.stream_overdue(now) {
-                        return;
-                    }
+                    wait = match self.activity.stream_due(now) {
+                        Err(()) => return,
+                        // Just past it: a deadline is checked strictly after its instant.
+                        Ok(Some(until)) => check
+                            .min(until + Duration::from_millis(1))
+                            .min(STREAM_CHECK),
+                        Ok(None) => check,
+                    };
                     let deadline = self.activity.idle_deadline(self.first, self.idle);
                     if deadline.is_some_and(|d| now >= d) {
                         break;

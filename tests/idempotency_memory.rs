@@ -44,7 +44,10 @@ async fn flood(keys: &Arc<Idempotency>, from: u64, n: u64, mut check: impl FnMut
     for i in from..from + n {
         let text = format!("flood-{i}");
         let key = IdempotencyKey::parse(text.as_bytes()).expect("key");
-        let Begin::Fresh(mut claim) = keys.begin(key.digest("acme")).await else {
+        let Begin::Fresh(mut claim) = keys
+            .begin(key.scoped(&floodgate::identity::TenantId::new("acme")))
+            .await
+        else {
             panic!("a unique key is fresh");
         };
         let fp = Fingerprint([(i % 251) as u8; 32]);

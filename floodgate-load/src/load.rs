@@ -29,23 +29,63 @@ pub fn client() -> HttpClient {
 
 /// `records` records with values of `size` bytes of JSON text, in the shape of `api`: `/v1` and Confluent v2 (json embedded format) share
 /// the envelope; v3 writes one `{"key":{"type":"STRING",...},"value":{"type":"JSON",...}}`
-/// object per record, concatenated.
-pub fn body_for(api: &str, records: usize, size: usize) -> Bytes {
-    let value = "x".repeat(size.saturating_sub(2));
+/// object per record, concatenated. `log`: values like a log line's (see `log_value`).
+pub fn body_for(api: &str, records: usize, size: usize, log: bool) -> Bytes {
+    let value = |i: usize| {
+        if log {
+            log_value(i, size.saturating_sub(2))
+        } else {
+            "x".repeat(size.saturating_sub(2))
+        }
+    };
     if api == "v3" {
         let items: Vec<String> = (0..records)
             .map(|i| {
                 format!(
-                    r#"{{"key":{{"type":"STRING","data":"k{i}"}},"value":{{"type":"JSON","data":"{value}"}}}}"#
+                    r#"{{"key":{{"type":"STRING","data":"k{i}"}},"value":{{"type":"JSON","data":"{}"}}}}"#,
+                    value(i)
                 )
             })
             .collect();
         return Bytes::from(items.join("\n"));
     }
     let items: Vec<String> = (0..records)
-        .map(|i| format!(r#"{{"key":"k{i}","value":"{value}"}}"#))
+        .map(|i| format!(r#"{{"key":"k{i}","value":"{}"}}"#, value(i)))
         .collect();
     Bytes::from(format!(r#"{{"records":[{}]}}"#, items.join(",")))
+}
+
+/// A log line of `len` characters (no quotes or backslashes): timestamp, level, a request
+/// path and its time, a host, from a reproducible sequence; padded with words.
+fn log_value(i: usize, len: usize) -> String {
+    let mut x = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut line = format!(
+        "2026-12-04T12:{:02}:{:02}.{:03}Z {} GET /api/v2/items/{} took {} ms host=10.0.{}.{} trace={:016x}",
+        next() % 60,
+        next() % 60,
+        next() % 1000,
+        ["INFO", "WARN", "ERROR", "DEBUG"][(next() % 4) as usize],
+        next() % 100_000,
+        next() % 997,
+        next() % 256,
+        next() % 256,
+        next()
+    );
+    let words = [
+        "user", "cache", "miss", "retry", "ok", "db", "shard", "queue",
+    ];
+    while line.len() < len {
+        line.push(' ');
+        line.push_str(words[(next() % words.len() as u64) as usize]);
+    }
+    line.truncate(len);
+    line
 }
 
 /// The path and content type of a produce request in `api`'s shape.
@@ -142,6 +182,9 @@ async fn one_request(shared: Arc<Shared>, tenant: Arc<Tenant>) {
         .uri(shared.uri.clone())
         .header("authorization", format!("Bearer {}", tenant.key))
         .header("content-type", shared.content_type);
+    if shared.args.content_encoding != "identity" {
+        request = request.header("content-encoding", &shared.args.content_encoding);
+    }
     if shared.args.idempotency_keys {
         let n = shared.next_key.fetch_add(1, Ordering::Relaxed);
         request = request.header("idempotency-key", format!("load-{:x}-{n}", shared.run_id));
@@ -303,7 +346,15 @@ pub async fn run_with_timeline(args: LoadArgs) -> Result<(Summary, Timelines), S
         client: client(),
         uri,
         content_type,
-        body: body_for(&args.api, args.records_per_request, args.record_size),
+        body: crate::coding::encode(
+            &args.content_encoding,
+            &body_for(
+                &args.api,
+                args.records_per_request,
+                args.record_size,
+                args.log_values,
+            ),
+        )?,
         start: Instant::now(),
         args: args.clone(),
         burst,

@@ -11,6 +11,7 @@
 //!   that falls behind, each run without and with floodgate's answer (adaptive admission, a
 //!   lag guard), plotted side by side.
 
+mod coding;
 mod direct;
 mod in_process;
 mod load;
@@ -92,6 +93,15 @@ pub struct LoadArgs {
     /// Give every request an `Idempotency-Key` of its own (what a client that may retry sends).
     #[arg(long)]
     pub idempotency_keys: bool,
+    /// Send every body coded: `identity` (the default: no header), `gzip`, `deflate` (zlib),
+    /// `zstd` or `snappy` (the framing format), at each library's usual level. The body is
+    /// coded once; the gateway inflates it on every request.
+    #[arg(long, default_value = "identity")]
+    pub content_encoding: String,
+    /// Values like a log shipper's (varied numbers, levels, paths), padded to `--record-size`,
+    /// instead of `x` repeated: what compresses as real records do.
+    #[arg(long)]
+    pub log_values: bool,
     /// Write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

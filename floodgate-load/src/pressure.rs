@@ -111,6 +111,8 @@ fn load_args(produce: std::net::SocketAddr, rate: f64, duration_secs: f64) -> Lo
         burst: None,
         respect_retry_after: false,
         idempotency_keys: false,
+        content_encoding: "identity".into(),
+        log_values: false,
         json: None,
         csv: None,
     }

@@ -84,6 +84,8 @@ pub async fn run(args: ScenarioArgs) -> Result<(), String> {
         burst: Some(args.burst.clone()),
         respect_retry_after: false,
         idempotency_keys: false,
+        content_encoding: "identity".into(),
+        log_values: false,
         json: None,
         csv: None,
     };

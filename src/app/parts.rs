@@ -241,6 +241,9 @@ pub(super) fn observability(
     )))
     .with_collector(Box::new(crate::metrics::schemas::SchemaCollector(
         ingest.schemas.clone(),
+    )))
+    .with_collector(Box::new(crate::metrics::bodies::CodingCollector(
+        ingest.codings.clone(),
     )));
     (status, metrics)
 }
@@ -257,8 +260,11 @@ pub(super) fn idempotency(
             Box::new(RedisKeys::new(
                 url,
                 &config.cluster.key_prefix,
-                Duration::from_millis(config.cluster.connect_timeout_ms),
-                Duration::from_millis(config.idempotency.command_timeout_ms),
+                (
+                    Duration::from_millis(config.cluster.connect_timeout_ms),
+                    Duration::from_millis(config.idempotency.command_timeout_ms),
+                ),
+                config.idempotency.max_keys_per_tenant,
             )?),
         ),
         None => Idempotency::in_memory(&config.idempotency, clock.clone()),

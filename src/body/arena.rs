@@ -106,6 +106,31 @@ impl RecordArena {
             .saturating_add(headers.saturating_mul(2 * header))
     }
 
+    /// Overwrites `data.len()` bytes of record `index`'s key (`key`) or value, from byte `at`:
+    /// the schema step writes a schema id the registry gave after the record was kept.
+    /// `false` when there is no such record, field or range.
+    pub fn overwrite(&mut self, index: usize, key: bool, at: usize, data: &[u8]) -> bool {
+        let Some(stored) = self.records.get(index) else {
+            return false;
+        };
+        let field = if key { &stored.key } else { &stored.value };
+        let Some(range) = field.as_ref() else {
+            return false;
+        };
+        let start = range.start.saturating_add(at);
+        let end = start.saturating_add(data.len());
+        if end > range.end {
+            return false;
+        }
+        match self.bytes.get_mut(start..end) {
+            Some(target) => {
+                target.copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The same records without those at the indices in `failed`, in order: what is sent once
     /// a later step has failed some of them (see [`crate::body::ParseRecord::fail_record`]).
     pub fn without(&self, failed: &[usize]) -> RecordArena {

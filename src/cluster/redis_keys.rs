@@ -1,7 +1,11 @@
 //! `Idempotency-Key` claims and answers in Redis (cluster mode: idempotency's
 //! [`SharedStore`]), so a retry that lands on another replica, or on a restarted
-//! one, finds the claim or the answer. One Redis key per tenant key (`PREFIX:idem:HEX`, HEX
-//! the key's digest), each script touching that one key only (works on Redis Cluster).
+//! one, finds the claim or the answer. One Redis key per tenant key
+//! (`{PREFIX:idem:TENANT}:HEX`, HEX the key's digest), and per tenant an index of its answers
+//! by when they were stored (`{PREFIX:idem:TENANT}`, a sorted set), which bounds how many it
+//! keeps (`[idempotency] max_keys_per_tenant`): storing one more drops its oldest. A script
+//! touches one key and its tenant's index, which share the tenant's hash tag (works on Redis
+//! Cluster).
 //!
 //! A value is a state byte, the holding request's 32-character token, then what the state
 //! needs: `C` claimed (being read or admitted), `P` pending (its records are with Kafka; the
@@ -20,8 +24,8 @@ use redis::Script;
 
 use super::redis_connection::{CallError, Connection, UrlError};
 use crate::idempotency::{
-    Corrupt, Fingerprint, Found, KeyDigest, SharedFuture, SharedStore, SharedStoreError,
-    StoredAnswer, Token,
+    Corrupt, Fingerprint, Found, SharedFuture, SharedStore, SharedStoreError, StoredAnswer,
+    TenantKey, Token,
 };
 
 impl From<CallError> for SharedStoreError {
@@ -42,6 +46,8 @@ pub struct RedisKeys {
     claim: Script,
     own: Script,
     prefix: String,
+    /// Answers one tenant keeps at most.
+    max_per_tenant: u64,
 }
 
 impl std::fmt::Debug for RedisKeys {
@@ -117,14 +123,16 @@ impl RedisKeys {
     pub fn new(
         url: &str,
         prefix: &str,
-        connect_timeout: Duration,
-        command_timeout: Duration,
+        timeouts: (Duration, Duration),
+        max_per_tenant: u64,
     ) -> Result<Self, UrlError> {
+        let (connect_timeout, command_timeout) = timeouts;
         Ok(Self {
             connection: Connection::new(url, connect_timeout, command_timeout)?,
             claim: Script::new(include_str!("claim.lua")),
             own: Script::new(include_str!("own.lua")),
             prefix: prefix.to_string(),
+            max_per_tenant: max_per_tenant.max(1),
         })
     }
 
@@ -137,8 +145,13 @@ impl RedisKeys {
         Ok(self.connection.connect().await?)
     }
 
-    pub fn redis_key(&self, key: &KeyDigest) -> String {
-        format!("{}:idem:{}", self.prefix, key.to_hex())
+    /// The tenant's index of answers; also the hash tag its keys share.
+    pub fn index_key(&self, key: &TenantKey) -> String {
+        format!("{{{}:idem:{}}}", self.prefix, key.tenant)
+    }
+
+    pub fn redis_key(&self, key: &TenantKey) -> String {
+        format!("{}:{}", self.index_key(key), key.digest.to_hex())
     }
 
     /// Runs a script (twice the command's time: a script Redis forgot is loaded and run
@@ -154,7 +167,7 @@ impl RedisKeys {
     /// the key holds.
     pub async fn claim(
         &self,
-        key: &KeyDigest,
+        key: &TenantKey,
         token: &Token,
         ttl: Duration,
     ) -> Result<Option<Found>, SharedStoreError> {
@@ -165,7 +178,7 @@ impl RedisKeys {
     }
 
     /// What `key` holds now.
-    pub async fn read(&self, key: &KeyDigest) -> Result<Option<Found>, SharedStoreError> {
+    pub async fn read(&self, key: &TenantKey) -> Result<Option<Found>, SharedStoreError> {
         let mut connection = self.connection.manager().map_err(SharedStoreError::from)?;
         let timeout = self.connection.command_timeout;
         let found: Option<Vec<u8>> = tokio::time::timeout(
@@ -184,7 +197,7 @@ impl RedisKeys {
     /// when another request holds it.
     async fn own(
         &self,
-        key: &KeyDigest,
+        key: &TenantKey,
         token: &Token,
         value: &[u8],
         ttl: Duration,
@@ -198,7 +211,7 @@ impl RedisKeys {
     /// Renews a claim: still being read (`None`) or pending with this fingerprint.
     pub async fn renew(
         &self,
-        key: &KeyDigest,
+        key: &TenantKey,
         token: &Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
@@ -213,14 +226,25 @@ impl RedisKeys {
     /// Stores the answer (kept `ttl`).
     pub async fn answer(
         &self,
-        key: &KeyDigest,
+        key: &TenantKey,
         token: &Token,
         fingerprint: Fingerprint,
         answer: &StoredAnswer,
         ttl: Duration,
     ) -> Result<bool, SharedStoreError> {
         let v = value(ANSWERED, token, &[&fingerprint.0, answer.encoded()]);
-        self.own(key, token, &v, ttl).await
+        let index = self.index_key(key);
+        let mut invocation = self.own.key(self.redis_key(key));
+        invocation
+            .key(&index)
+            .arg(&token.0[..])
+            .arg(v)
+            .arg(ms(ttl))
+            .arg(self.max_per_tenant)
+            .arg(key.digest.to_hex())
+            .arg(format!("{index}:"));
+        let n: i64 = self.run(&invocation).await?;
+        Ok(n == 1)
     }
 
     /// Gives the claim up (nothing was stored for it). What is left in its place for
@@ -228,7 +252,7 @@ impl RedisKeys {
     /// after, not to take the key again; a claim takes it as free.
     pub async fn release(
         &self,
-        key: &KeyDigest,
+        key: &TenantKey,
         token: &Token,
         late_renewals: Duration,
     ) -> Result<bool, SharedStoreError> {
@@ -243,20 +267,20 @@ impl SharedStore for RedisKeys {
 
     fn claim<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         ttl: Duration,
     ) -> SharedFuture<'a, Option<Found>> {
         Box::pin(RedisKeys::claim(self, key, token, ttl))
     }
 
-    fn read<'a>(&'a self, key: &'a KeyDigest) -> SharedFuture<'a, Option<Found>> {
+    fn read<'a>(&'a self, key: &'a TenantKey) -> SharedFuture<'a, Option<Found>> {
         Box::pin(RedisKeys::read(self, key))
     }
 
     fn renew<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
@@ -266,7 +290,7 @@ impl SharedStore for RedisKeys {
 
     fn answer<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         fingerprint: Fingerprint,
         answer: &'a StoredAnswer,
@@ -284,7 +308,7 @@ impl SharedStore for RedisKeys {
 
     fn release<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         late_renewals: Duration,
     ) -> SharedFuture<'a, bool> {

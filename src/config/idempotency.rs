@@ -36,6 +36,9 @@ pub struct IdempotencyConfig {
     pub claim_ttl_ms: u64,
     /// Cluster mode: time allowed for one call to Redis, in milliseconds.
     pub command_timeout_ms: u64,
+    /// Cluster mode: the most answers one tenant keeps in Redis; storing one more drops that
+    /// tenant's oldest (so what Redis holds is at most tenants × this × the largest answer).
+    pub max_keys_per_tenant: u64,
 }
 
 impl Default for IdempotencyConfig {
@@ -47,6 +50,7 @@ impl Default for IdempotencyConfig {
             on_store_error: OnStoreError::Refuse,
             claim_ttl_ms: 10_000,
             command_timeout_ms: 200,
+            max_keys_per_tenant: 100_000,
         }
     }
 }
@@ -96,6 +100,11 @@ impl IdempotencyConfig {
             (1_000..=3_600_000).contains(&self.claim_ttl_ms),
             "claim_ttl_ms",
             "must be from 1000 to 3600000",
+        );
+        check(
+            (1..=100_000_000).contains(&self.max_keys_per_tenant),
+            "max_keys_per_tenant",
+            "must be from 1 to 100000000",
         );
         check(
             (1..=60_000).contains(&self.command_timeout_ms),

@@ -15,9 +15,32 @@ pub struct SchemaRegistryConfig {
     pub timeout_ms: u64,
     /// Most compiled schemas kept in memory (also the most subject lookups remembered).
     pub cache_entries: usize,
-    /// Most bytes the kept schemas may add up to, each counted as its estimated compiled size
-    /// (its text times 16 for Avro, 32 for JSON Schema, 160 for Protobuf, plus 1 KiB).
+    /// Most bytes the kept schemas may add up to, each counted as what its compile kept on the
+    /// heap (measured), plus its patterns' match caches.
     pub cache_bytes: usize,
+    /// Most bytes one compiled schema may take (measured as it is compiled): a larger one is
+    /// refused with 422 `schema_too_costly` and never kept.
+    pub max_schema_memory_bytes: usize,
+    /// Most regexes (`pattern`, `patternProperties` keys) one JSON Schema may have.
+    pub max_schema_patterns: usize,
+    /// Most bytes one regex may compile to (the regex engine's `size_limit`).
+    pub max_pattern_bytes: usize,
+    /// Threads that compile schemas and check or convert values beyond a few KB, off the
+    /// request workers.
+    pub workers: usize,
+    /// Of those, the most one tenant's work may hold at once: a tenant with expensive records
+    /// waits for its own share.
+    pub tenant_workers: usize,
+    /// The longest a compile or a record waits for its tenant's share, in milliseconds; then
+    /// it is refused 429 `schema_busy` with a Retry-After.
+    pub wait_ms: u64,
+    /// CPU one record's check or conversion may take, in milliseconds: past it the record is
+    /// refused with 422 `schema_too_costly`.
+    pub max_check_cpu_ms: u64,
+    /// Schemas one tenant may register per second, sustained, and at once (a tenant's raw
+    /// schemas are registered only for requests that passed every other check).
+    pub tenant_registrations_per_sec: u64,
+    pub tenant_registrations_burst: u64,
     /// Largest schema text compiled, from a record or from the registry.
     pub max_schema_bytes: usize,
     /// Subjects (glob patterns) a record may name outright or by `RECORD_NAME`, besides its
@@ -45,6 +68,15 @@ impl Default for SchemaRegistryConfig {
             timeout_ms: 2_000,
             cache_entries: 1_000,
             cache_bytes: 64 * 1024 * 1024,
+            max_schema_memory_bytes: 16 * 1024 * 1024,
+            max_schema_patterns: 100,
+            max_pattern_bytes: 256 * 1024,
+            workers: 2,
+            tenant_workers: 1,
+            wait_ms: 2_000,
+            max_check_cpu_ms: 1_000,
+            tenant_registrations_per_sec: 1,
+            tenant_registrations_burst: 10,
             max_schema_bytes: 256 * 1024,
             open_subjects: Vec::new(),
             latest_ttl_ms: 30_000,
@@ -57,7 +89,7 @@ impl Default for SchemaRegistryConfig {
 }
 
 /// A schema's format.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum SchemaFormat {
     Avro,
@@ -154,6 +186,7 @@ impl SchemaRegistryConfig {
                 "must be 1024 to 16777216",
             ));
         }
+        problems.extend(self.work_problems());
         for (i, p) in self.open_subjects.iter().enumerate() {
             if let Err(e) = glob::Pattern::new(p) {
                 problems.push(ConfigProblem::new(
@@ -210,6 +243,58 @@ impl SchemaRegistryConfig {
                 }
             }
         }
+        problems
+    }
+
+    /// The bounds of the schema step's work: threads, waits, memory, registrations.
+    fn work_problems(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, key: &str, what: &str| {
+            if !ok {
+                problems.push(ConfigProblem::new(format!("schema_registry.{key}"), what));
+            }
+        };
+        check(
+            (1..=64).contains(&self.workers),
+            "workers",
+            "must be 1 to 64",
+        );
+        check(
+            (1..=self.workers.max(1)).contains(&self.tenant_workers),
+            "tenant_workers",
+            "must be 1 to workers",
+        );
+        check(
+            (1..=60_000).contains(&self.wait_ms),
+            "wait_ms",
+            "must be 1 to 60000",
+        );
+        check(
+            (1..=60_000).contains(&self.max_check_cpu_ms),
+            "max_check_cpu_ms",
+            "must be 1 to 60000",
+        );
+        check(
+            (64 * 1024..=1024 * 1024 * 1024).contains(&self.max_schema_memory_bytes),
+            "max_schema_memory_bytes",
+            "must be 65536 to 1073741824",
+        );
+        check(
+            self.max_schema_patterns <= 100_000,
+            "max_schema_patterns",
+            "must be at most 100000",
+        );
+        check(
+            (1024..=64 * 1024 * 1024).contains(&self.max_pattern_bytes),
+            "max_pattern_bytes",
+            "must be 1024 to 67108864",
+        );
+        check(
+            (1..=1_000_000).contains(&self.tenant_registrations_per_sec)
+                && (1..=1_000_000).contains(&self.tenant_registrations_burst),
+            "tenant_registrations_per_sec",
+            "tenant_registrations_per_sec and tenant_registrations_burst must be 1 to 1000000",
+        );
         problems
     }
 

@@ -14,10 +14,22 @@ pub struct ServerConfig {
     /// Address of the admin listener (admin API, metrics, health). Never the same as `listen`.
     pub admin_listen: SocketAddr,
     /// Largest request body accepted, in bytes; larger bodies get 413 before they are read.
+    /// A `Content-Encoding` body is bounded twice: as sent, and as it inflates (413 the moment
+    /// it inflates past this).
     pub max_body_bytes: u64,
-    /// Connections served at once on the produce listener; further connections wait in the
-    /// kernel's accept backlog.
+    /// How many times its coded size a `Content-Encoding` body may inflate to: past the first
+    /// 64 KiB, a body inflating further is refused with 413 while it inflates (a compression
+    /// bomb). Counted for every layer of a stacked coding, against the bytes sent.
+    pub max_inflation_ratio: u32,
+    /// Connections served at once on each listener; further connections wait in the
+    /// kernel's accept backlog. Start-up raises the process's soft descriptor limit to its
+    /// hard limit and lowers this (with a warning) when `2 × max_connections + 256` still
+    /// does not fit.
     pub max_connections: usize,
+    /// Connections one client address may hold on the produce listener before one of its
+    /// requests authenticates (silent ones included); more are closed at once. Trusted
+    /// proxies are not counted.
+    pub max_unauthenticated_per_address: usize,
     /// Time allowed for a new connection to finish its TLS handshake, show which HTTP version
     /// it speaks and send its first request head; and for every later HTTP/1 request head.
     /// In milliseconds.
@@ -64,8 +76,17 @@ pub struct ServerConfig {
     pub tls_client_ca_file: Option<PathBuf>,
     /// With `tls_client_ca_file`: refuse connections without a client certificate in the
     /// handshake (true, the default), or accept them and authenticate their requests by API
-    /// key or JWT (false). A certificate that is presented is always verified.
-    pub require_client_cert: bool,
+    /// key or JWT (false). A certificate that is presented is always verified. `true` without
+    /// `tls_client_ca_file` is refused: there would be no CA to verify a certificate by.
+    pub require_client_cert: Option<bool>,
+}
+
+impl ServerConfig {
+    /// Whether the produce listener refuses connections without a client certificate (with
+    /// `tls_client_ca_file`; unset means true).
+    pub fn requires_client_cert(&self) -> bool {
+        self.require_client_cert.unwrap_or(true)
+    }
 }
 
 impl Default for ServerConfig {
@@ -74,7 +95,11 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             max_body_bytes: 8 * 1024 * 1024,
+            // Log records compress 5 to 20 times; 100 leaves room for very repetitive ones,
+            // and a gzip bomb (1,000 times) is refused within its first 128 KiB inflated.
+            max_inflation_ratio: 100,
             max_connections: 4096,
+            max_unauthenticated_per_address: 128,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,
@@ -89,7 +114,7 @@ impl Default for ServerConfig {
             tls_cert_file: None,
             tls_key_file: None,
             tls_client_ca_file: None,
-            require_client_cert: true,
+            require_client_cert: None,
         }
     }
 }

@@ -427,3 +427,28 @@ fn the_idempotency_store_must_hold_the_largest_answer_a_request_may_have() {
         problems("[idempotency]\nmax_bytes = 1048576\n[limits]\nmax_records_per_request = 5000\n");
     assert!(p.is_empty(), "{p:?}");
 }
+
+#[test]
+fn internal_topics_are_topic_patterns_and_a_required_certificate_needs_a_ca() {
+    let keys = |text: &str| -> Vec<String> { problems(text).into_iter().map(|p| p.key).collect() };
+    assert_eq!(
+        keys("[kafka]\ninternal_topics = [\"_schemas\", \"not a topic!\", \"connect-*\", \"\"]\n"),
+        vec!["kafka.internal_topics[1]", "kafka.internal_topics[3]"]
+    );
+    assert_eq!(
+        keys("[server]\nrequire_client_cert = true\n"),
+        vec!["server.require_client_cert"]
+    );
+    let tls = "[server]\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n";
+    assert_eq!(
+        keys(&format!("{tls}require_client_cert = true\n")),
+        vec!["server.require_client_cert"]
+    );
+    // Unset (the default) or false without a CA, or true with one: fine.
+    assert!(keys(tls).is_empty());
+    assert!(keys(&format!("{tls}require_client_cert = false\n")).is_empty());
+    assert!(keys(&format!(
+        "{tls}require_client_cert = true\ntls_client_ca_file = \"/ca.pem\"\n"
+    ))
+    .is_empty());
+}

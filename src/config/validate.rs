@@ -29,7 +29,15 @@ impl Config {
         }
         for (key, value) in [
             ("server.max_body_bytes", s.max_body_bytes),
+            (
+                "server.max_inflation_ratio",
+                u64::from(s.max_inflation_ratio),
+            ),
             ("server.max_connections", s.max_connections as u64),
+            (
+                "server.max_unauthenticated_per_address",
+                s.max_unauthenticated_per_address as u64,
+            ),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             ("server.http2_max_streams", u64::from(s.http2_max_streams)),
@@ -206,6 +214,15 @@ impl Config {
                 "client certificates need TLS: set tls_cert_file and tls_key_file too",
             ));
         }
+        // Requiring a certificate without a CA to verify it by would require nothing: the
+        // listener asks for client certificates only with tls_client_ca_file.
+        if s.require_client_cert == Some(true) && s.tls_client_ca_file.is_none() {
+            problems.push(ConfigProblem::new(
+                "server.require_client_cert",
+                "true needs tls_client_ca_file (the CAs client certificates are verified by); \
+                 set it, or set require_client_cert = false",
+            ));
+        }
         if s.max_header_bytes < 8192 && s.max_header_bytes > 0 {
             problems.push(ConfigProblem::new(
                 "server.max_header_bytes",
@@ -232,11 +249,8 @@ impl Config {
     /// `[kafka]` and `[global]`.
     fn kafka_and_global_problems(&self, problems: &mut Vec<ConfigProblem>) {
         for (i, pattern) in self.kafka.internal_topics.iter().enumerate() {
-            if let Err(e) = glob::Pattern::new(pattern) {
-                problems.push(ConfigProblem::new(
-                    format!("kafka.internal_topics[{i}]"),
-                    format!("is not a valid pattern: {e}"),
-                ));
+            if let Some(p) = crate::identity::topic_pattern_problem(pattern) {
+                problems.push(ConfigProblem::new(format!("kafka.internal_topics[{i}]"), p));
             }
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {

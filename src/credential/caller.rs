@@ -15,6 +15,9 @@ pub struct Caller {
     pub ip: Option<IpAddr>,
     /// The connection's verified client certificate (mTLS).
     pub cert: Option<Arc<ClientCertificate>>,
+    /// The connection's mark while none of its requests has authenticated (the produce
+    /// listener bounds such connections per address).
+    pub trust: Option<crate::server::ConnectionTrust>,
 }
 
 /// How a request authenticated.

@@ -71,6 +71,10 @@ pub enum AuthError {
     /// failure, see [`AuthError::is_failure`]), with `Retry-After` set to when the next fetch
     /// is allowed (this wait, at least a second).
     KeysUnavailable(std::time::Duration),
+    /// A token not verified before, from an address whose allowance of failed authentications
+    /// is spent for this long: refused without checking its signature (the pipeline answers
+    /// 429 `auth_failures`; not counted again).
+    Held(std::time::Duration),
 }
 
 impl AuthError {
@@ -81,6 +85,7 @@ impl AuthError {
             AuthError::CertificateExpired => "certificate_expired",
             AuthError::UnknownTenant(_) => "unknown_tenant",
             AuthError::KeysUnavailable(_) => "jwks_unavailable",
+            AuthError::Held(_) => "auth_failures",
         }
     }
 
@@ -90,8 +95,8 @@ impl AuthError {
     /// forged, and an uncounted 503 would let one address ask without limit which claims pass
     /// (the 503 says its issuer, audience, algorithm and expiry were accepted). A client that
     /// honours `Retry-After` spends one failure per fetch interval; past the allowance it hears
-    /// 429 `auth_failures` with the wait instead.
+    /// 429 `auth_failures` with the wait instead. `Held` is that 429 itself, not counted again.
     pub fn is_failure(&self) -> bool {
-        true
+        !matches!(self, AuthError::Held(_))
     }
 }

@@ -211,6 +211,7 @@ async fn a_certificate_names_its_tenant_by_the_configured_kind_and_ends_at_not_a
             cn: cn.map(str::to_string),
             not_after_unix: now + 5,
         })),
+        trust: None,
     };
     let id = |c: &Caller| {
         let (a, reg) = (&a, &reg);

@@ -33,6 +33,7 @@ impl Authenticator {
         tenants: &Tenants,
         token: &str,
         digest: [u8; 32],
+        held: &(dyn Fn() -> Option<std::time::Duration> + Sync),
     ) -> Result<Identity, AuthError> {
         let now = self.clock.unix_s();
         let generation = tenants.generation();
@@ -52,6 +53,11 @@ impl Authenticator {
             Cached::Live(Some(found)) => found,
             Cached::Expired => return Err(AuthError::Token(TokenProblem::Expired)),
             Cached::Live(None) | Cached::Missing => {
+                // Not verified before (or under older keys): an address over its allowance of
+                // failures gets no signature check, the costly step of a guess.
+                if let Some(wait) = held() {
+                    return Err(AuthError::Held(wait));
+                }
                 let (verified, keys_generation) = self.verify(token, now).await?;
                 let verified = Arc::new(verified);
                 let tenant = self.resolve_token(&tenants.load(), &verified);

@@ -89,6 +89,10 @@ pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
             .extensions
             .get::<Arc<crate::tls::ClientCertificate>>()
             .cloned(),
+        trust: parts
+            .extensions
+            .get::<crate::server::ConnectionTrust>()
+            .cloned(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::flight::{Flight, FlightState};
-use super::{Backend, Fingerprint, Idempotency, KeyDigest, StoreOp, StoredAnswer};
+use super::{Backend, Fingerprint, Idempotency, StoreOp, StoredAnswer, TenantKey};
 
 /// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
 /// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
@@ -14,7 +14,7 @@ use super::{Backend, Fingerprint, Idempotency, KeyDigest, StoreOp, StoredAnswer}
 #[derive(Debug)]
 pub struct Claim {
     pub(super) owner: Arc<Idempotency>,
-    pub(super) key: KeyDigest,
+    pub(super) key: TenantKey,
     pub(super) flight: Arc<Flight>,
     pub(super) sent: bool,
     pub(super) settled: bool,
@@ -33,20 +33,23 @@ impl Claim {
     pub async fn finish(mut self, fingerprint: Fingerprint, answer: StoredAnswer) {
         self.settled = true;
         let owner = self.owner.clone();
-        let (key, flight) = (self.key, self.flight.clone());
+        let (key, flight) = (self.key.clone(), self.flight.clone());
         match &owner.backend {
             Backend::Memory(store) => {
                 // Stored and landed under the flights' lock, so `begin` finds the flight or
                 // the answer, never neither.
                 let (waiting, stored) = {
                     let mut flights = owner.flights();
-                    if flights.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-                        flights.remove(&key);
+                    if flights
+                        .get(&key.digest)
+                        .is_some_and(|f| Arc::ptr_eq(f, &flight))
+                    {
+                        flights.remove(&key.digest);
                     }
                     // Retries attached to this flight each hold it (besides this claim and
                     // `flight`); no new one can attach now. Only for them is the answer copied.
                     let waiting = (Arc::strong_count(&flight) > 2).then(|| answer.clone());
-                    (waiting, store.put(key, fingerprint, answer))
+                    (waiting, store.put(&key, fingerprint, answer))
                 };
                 if !stored {
                     owner.stats.store_error(StoreOp::TooLarge);
@@ -77,7 +80,9 @@ impl Claim {
                                 // another request holds the key now.
                                 owner.stats.store_error(StoreOp::Store);
                                 tracing::warn!(
-                                    "idempotency: an answer was not stored: the key's claim                                      lapsed and another request holds it; a retry of it may                                      have been processed twice"
+                                    "idempotency: an answer was not stored: the key's claim \
+                                     lapsed and another request holds it; a retry of it may \
+                                     have been processed twice"
                                 );
                                 break;
                             }
@@ -106,7 +111,7 @@ impl Claim {
         self.flight.set(FlightState::Released);
         let owner = self.owner.clone();
         owner.land(&self.key, &self.flight);
-        owner.unclaim(self.key, self.flight.token).await;
+        owner.unclaim(self.key.clone(), self.flight.token).await;
     }
 
     /// The store said the key is not this request's: forget the local flight only.
@@ -134,7 +139,7 @@ impl Drop for Claim {
             (&self.owner.backend, tokio::runtime::Handle::try_current())
         {
             let owner = self.owner.clone();
-            let (key, token) = (self.key, self.flight.token);
+            let (key, token) = (self.key.clone(), self.flight.token);
             runtime.spawn(async move { owner.unclaim(key, token).await });
         }
     }

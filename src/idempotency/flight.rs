@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::{Fingerprint, StoredAnswer, Token};
+use super::{Fingerprint, StoredAnswer, TenantKey, Token};
 
 /// Where a flight stands; retries waiting on it wait for `Answered` or `Released`.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub enum FlightState {
 #[derive(Debug)]
 pub(super) struct Flight {
     pub(super) token: Token,
+    /// The key, with its tenant (what the store names and counts it by).
+    pub(super) key: TenantKey,
     state: Mutex<FlightState>,
     /// Wakes the retries waiting on this flight when its state changes.
     changed: Notify,
@@ -31,9 +33,10 @@ pub(super) struct Flight {
 }
 
 impl Flight {
-    pub(super) fn new(token: Token, held: bool) -> Self {
+    pub(super) fn new(token: Token, key: TenantKey, held: bool) -> Self {
         Self {
             token,
+            key,
             state: Mutex::new(FlightState::Claimed),
             changed: Notify::new(),
             held: std::sync::atomic::AtomicBool::new(held),

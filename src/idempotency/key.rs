@@ -11,6 +11,8 @@ use std::borrow::Cow;
 use axum::http::HeaderMap;
 use sha2::{Digest as _, Sha256};
 
+use crate::identity::TenantId;
+
 /// The header's name, as requests carry it.
 pub const HEADER: &str = "idempotency-key";
 
@@ -29,6 +31,14 @@ impl KeyDigest {
     pub fn to_hex(self) -> String {
         hex::encode(self.0)
     }
+}
+
+/// A key and the tenant whose it is: the stores share themselves out by tenant (each tenant's
+/// answers are counted and bounded as its own).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TenantKey {
+    pub tenant: TenantId,
+    pub digest: KeyDigest,
 }
 
 impl<'a> IdempotencyKey<'a> {
@@ -76,6 +86,14 @@ impl<'a> IdempotencyKey<'a> {
     /// The key's characters (visible ASCII).
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// The key within `tenant`'s scope, as the stores keep it.
+    pub fn scoped(&self, tenant: &TenantId) -> TenantKey {
+        TenantKey {
+            tenant: tenant.clone(),
+            digest: self.digest(tenant.as_str()),
+        }
     }
 
     /// The key within a tenant's scope, as it is kept.

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::{Corrupt, Fingerprint, KeyDigest, StoredAnswer, Token};
+use super::{Corrupt, Fingerprint, StoredAnswer, TenantKey, Token};
 
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,28 +66,29 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
     /// the key holds.
     fn claim<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         ttl: Duration,
     ) -> SharedFuture<'a, Option<Found>>;
 
     /// What `key` holds now (`None`: nothing, or given up).
-    fn read<'a>(&'a self, key: &'a KeyDigest) -> SharedFuture<'a, Option<Found>>;
+    fn read<'a>(&'a self, key: &'a TenantKey) -> SharedFuture<'a, Option<Found>>;
 
     /// Renews a claim: still being read (`None`) or pending with this fingerprint; false
     /// when another request holds the key.
     fn renew<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
     ) -> SharedFuture<'a, bool>;
 
-    /// Stores the answer (kept `ttl`); false when another request holds the key.
+    /// Stores the answer (kept `ttl`); false when another request holds the key. Each tenant's
+    /// answers are bounded in number: storing one past the bound drops that tenant's oldest.
     fn answer<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         fingerprint: Fingerprint,
         answer: &'a StoredAnswer,
@@ -99,7 +100,7 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
     /// again; a claim takes it as free.
     fn release<'a>(
         &'a self,
-        key: &'a KeyDigest,
+        key: &'a TenantKey,
         token: &'a Token,
         late_renewals: Duration,
     ) -> SharedFuture<'a, bool>;

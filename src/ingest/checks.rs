@@ -32,8 +32,29 @@ impl Ingest {
     /// against the client's address (behind trusted proxies, the address they forwarded for):
     /// decided and counted in one step, so concurrent failures cannot slip past the count.
     pub async fn identify(&self, peer: &Caller, headers: &HeaderMap) -> Result<Identity, ApiError> {
-        let failure = match self.auth.identify(&self.tenants, peer, headers).await {
-            Ok(who) => return Ok(who),
+        // Only asked before a token's signature is checked (see `Authenticator::identify_held`).
+        let held = || {
+            let client = self.proxies.client(peer.ip?, headers);
+            self.failures.over(client)
+        };
+        let failure = match self
+            .auth
+            .identify_held(&self.tenants, peer, headers, &held)
+            .await
+        {
+            Ok(who) => {
+                // The connection has authenticated: no longer counted against its address.
+                if let Some(trust) = &peer.trust {
+                    trust.verified();
+                }
+                return Ok(who);
+            }
+            Err(crate::credential::AuthError::Held(wait)) => {
+                self.failures
+                    .refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(ApiError::AuthFailures(wait));
+            }
             Err(e) if !e.is_failure() => return Err(ApiError::Auth(e)),
             Err(crate::credential::AuthError::Unauthorized) => ApiError::Unauthorized,
             Err(e) => ApiError::Auth(e),

@@ -4,15 +4,26 @@
 //! refused request is charged or written. A format that reports records one by one (Confluent's
 //! `records:batch`) takes a failed record into its answer instead
 //! ([`crate::body::ParseRecord::fail_record`]), and the rest go on.
+//!
+//! A raw schema the registry does not hold is registered here, and only here: after every
+//! record of the request was checked against its schema (a stream's record: that record), and
+//! after every other check that can refuse the request without the registry — the topic
+//! exists, and the tenant's budgets, the global budget, the adaptive and lag shares and the
+//! buffer would admit the request now (`Admission::check_to`, which takes nothing). Registering after admission instead would hold the request's buffer space and
+//! spent tokens across a registry call whose failure could not give them back (leased tokens
+//! in cluster mode are not returned); a request refused by admission in the moment between
+//! the check and the admission itself is the one way a registration can outlive its request,
+//! and it is charged to the tenant's registrations all the same.
 
 use std::borrow::Cow;
 
 use crate::body::RecordArena;
 use crate::identity::Topic;
 use crate::inflight_bodies::BodyHold;
+use crate::kafka::TopicInfo;
 use crate::outcome::ApiError;
-use crate::record::Record;
-use crate::schema::{Failure, Lookups, SchemaError, Wanted};
+use crate::record::{Charge, Record};
+use crate::schema::{Converted, Failure, Lookups, Pending, SchemaError, Side, Wanted};
 use crate::tenant::Tenant;
 
 use super::{BodyFormat, Ingest};
@@ -48,7 +59,10 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
         SchemaError::Violation(_) => ApiError::SchemaViolation(detail),
         SchemaError::NotFound(_) | SchemaError::NoRegistry => ApiError::SchemaNotFound(detail),
         SchemaError::Invalid(_) => ApiError::SchemaInvalid(detail),
+        SchemaError::Refused(_) => ApiError::SchemaRefused(detail),
         SchemaError::Unavailable(_) => ApiError::SchemaRegistryUnavailable(detail),
+        SchemaError::TooCostly(_) => ApiError::SchemaTooCostly(detail),
+        SchemaError::Busy(wait, _) => ApiError::SchemaBusy(*wait, detail),
     }
 }
 
@@ -75,6 +89,8 @@ impl Ingest {
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
         let mut lookups = Lookups::per_request();
+        // Records kept whose raw schemas wait to be registered: (record, place in `out`).
+        let mut deferred: Vec<(usize, usize, Vec<Pending>)> = Vec::new();
         let keep = |i: usize, converted: Result<ConvertedRecord, ApiError>| {
             let converted = match converted {
                 Ok(c) => c,
@@ -89,6 +105,9 @@ impl Ingest {
             };
             key_id = key_id.or(converted.key_id);
             value_id = value_id.or(converted.value_id);
+            if !converted.pending.is_empty() {
+                deferred.push((i, out.len(), converted.pending));
+            }
             out.push(&converted.record);
             // Held as it grows, not after: the new arena never outgrows the body budget.
             let held = out.held() as u64;
@@ -105,6 +124,7 @@ impl Ingest {
             records: &records,
             wanted: &wanted,
             first: 0,
+            whole: true,
         };
         if !self
             .convert_each(tenant, topic, to_convert, &mut lookups, keep)
@@ -112,6 +132,13 @@ impl Ingest {
         {
             drop(records);
             return Ok(arena);
+        }
+        if !deferred.is_empty() {
+            let ids = self
+                .register_deferred(tenant, topic, &mut out, deferred, format)
+                .await?;
+            key_id = key_id.or(ids.0);
+            value_id = value_id.or(ids.1);
         }
         if let Some(n) = notes {
             n.used_ids(key_id, value_id);
@@ -140,19 +167,83 @@ impl Ingest {
             return Ok(false);
         }
         for (i, r) in records.records.iter().enumerate() {
+            let at = (records.first + i, records.whole);
             let converted = self
-                .convert_record(
-                    tenant,
-                    topic,
-                    records.first + i,
-                    r,
-                    records.wanted.get(i),
-                    lookups,
-                )
+                .convert_record(tenant, topic, at, r, records.wanted.get(i), lookups)
                 .await;
             keep(i, converted)?;
         }
         Ok(true)
+    }
+
+    /// The request's raw schemas registered, once every record fit and the request would be
+    /// admitted, and their ids written into the kept records; a record whose registration
+    /// failed is the request's refusal, or (a batch) its own failure and left out. The ids
+    /// used, for the answer.
+    async fn register_deferred(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        out: &mut RecordArena,
+        deferred: Vec<(usize, usize, Vec<Pending>)>,
+        format: &BodyFormat<'_>,
+    ) -> Result<(Option<u32>, Option<u32>), ApiError> {
+        self.would_admit(tenant, topic, out.charge()).await?;
+        let (mut ids, mut failed) = ((None, None), Vec::new());
+        for (index, at, pending) in deferred {
+            for p in pending {
+                let id = match self.schemas.register(tenant.id.as_str(), &p).await {
+                    Ok(id) => id,
+                    Err(f) => {
+                        let error = failure_error(index, &f);
+                        let status = error.status().as_u16();
+                        if format.record.fail_record(index, status, error.detail()) {
+                            failed.push(at);
+                            break;
+                        }
+                        return Err(error);
+                    }
+                };
+                if p.header {
+                    out.overwrite(at, p.side == Side::Key, 1, &id.to_be_bytes());
+                }
+                match p.side {
+                    Side::Key => ids.0 = ids.0.or(Some(id)),
+                    Side::Value => ids.1 = ids.1.or(Some(id)),
+                }
+            }
+        }
+        if !failed.is_empty() {
+            *out = out.without(&failed);
+        }
+        Ok(ids)
+    }
+
+    /// Registers a stream record's pending raw schemas (the record is admitted alone).
+    async fn register_pending(&self, tenant: &Tenant, c: &mut Converted) -> Result<(), Failure> {
+        for pending in std::mem::take(&mut c.pending) {
+            let id = self.schemas.register(tenant.id.as_str(), &pending).await?;
+            c.set_id(pending.side, id);
+        }
+        Ok(())
+    }
+
+    /// Whether a request (of this charge) could be admitted now: the topic exists and no
+    /// budget, share or the buffer refuses it. Takes nothing.
+    async fn would_admit(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        charge: Charge,
+    ) -> Result<(), ApiError> {
+        match self.catalog.lookup(topic.as_str()).await {
+            Ok(TopicInfo::Exists { .. }) => {}
+            Ok(TopicInfo::Missing) => return Err(ApiError::UnknownTopic(topic.as_str().into())),
+            Err(e) => return Err(ApiError::KafkaUnavailable(e)),
+        }
+        self.admission
+            .check_to(tenant, Some(topic), charge)
+            .map_err(|d| self.denied(tenant, d))
     }
 
     /// Record `index` in its schemas, or its error (counted when the data did not fit).
@@ -160,16 +251,23 @@ impl Ingest {
         &self,
         tenant: &Tenant,
         topic: &Topic,
-        index: usize,
+        (index, whole): (usize, bool),
         r: &Record<'_>,
         wanted: Option<&Wanted>,
         lookups: &mut Lookups,
     ) -> Result<ConvertedRecord, ApiError> {
         let converted = self
             .schemas
-            .convert(topic, r.key.as_deref(), r.value.as_deref(), wanted, lookups)
+            .convert(
+                tenant.id.as_str(),
+                topic,
+                r.key.as_deref(),
+                r.value.as_deref(),
+                wanted,
+                lookups,
+            )
             .await;
-        let c = match converted {
+        let mut c = match converted {
             Ok(c) => c,
             Err(failure) => {
                 if matches!(failure.error, SchemaError::Violation(_)) {
@@ -178,6 +276,15 @@ impl Ingest {
                 return Err(failure_error(index, &failure));
             }
         };
+        // A stream's record is admitted alone: its schemas are registered now. A request's
+        // wait for every record ([`Ingest::register_deferred`]).
+        if !c.pending.is_empty() && !whole {
+            let charge = Charge::of(std::slice::from_ref(r));
+            self.would_admit(tenant, topic, charge).await?;
+            self.register_pending(tenant, &mut c)
+                .await
+                .map_err(|f| failure_error(index, &f))?;
+        }
         // A schema's defaults can make a small JSON value large: what a record becomes is
         // bounded like what it was sent as.
         let too_large = |side: &str, n: usize, limit: usize| {
@@ -199,6 +306,7 @@ impl Ingest {
         Ok(ConvertedRecord {
             key_id: c.key_id,
             value_id: c.value_id,
+            pending: std::mem::take(&mut c.pending),
             record: Record {
                 key: c.key.map(Cow::Owned).or_else(|| owned(r.key.as_deref())),
                 value: c
@@ -223,6 +331,8 @@ pub(super) struct ToConvert<'r, 'a> {
     pub records: &'r [Record<'a>],
     pub wanted: &'r [Wanted],
     pub first: usize,
+    /// The records are admitted together (a request), not one by one (a stream's).
+    pub whole: bool,
 }
 
 /// A record in its schemas, and the schema ids it was written with.
@@ -230,4 +340,6 @@ pub(super) struct ConvertedRecord {
     pub record: Record<'static>,
     pub key_id: Option<u32>,
     pub value_id: Option<u32>,
+    /// A request's raw schemas still to register (written with id 0 until then).
+    pub pending: Vec<Pending>,
 }

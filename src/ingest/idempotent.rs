@@ -4,10 +4,14 @@
 //!
 //! - **First request** with a key: processed as any other, its body hashed as it is decoded
 //!   (the fingerprint: tenant, method, path, acknowledgement, content type, body). Its answer
-//!   is stored once it is final — 202 at once, 200/207/502 once Kafka answered every record,
-//!   a 4xx decided after the whole body was read — and never when nothing was decided for
-//!   good: a 429 or 503 (nothing written), a 408, a refusal that cut the upload short (its
-//!   body, so its fingerprint, is unknown; a retry is decided again, the same way).
+//!   is stored once it is final — 202 at once, 200/207/502 once Kafka answered every record —
+//!   and only when records went to Kafka: a request refused whole (any 4xx, a 429, a 503)
+//!   wrote nothing and was charged nothing, so its answer is not stored and a retry is decided
+//!   again (the same way, unless the world changed: a schema registered, a topic made).
+//!   Storing them would let any tenant fill the store with answers it paid nothing for —
+//!   each as large as its error detail — and so shorten every other tenant's window; and a
+//!   stored refusal about the registry's or the broker's state would stand for `ttl_s` after
+//!   it stopped being true. (Stripe's keys do the same for requests that failed validation.)
 //! - **Retry, same fingerprint**: the stored answer, byte for byte, `Idempotent-Replayed:
 //!   true`; nothing is written or charged.
 //! - **Retry while the original's records are with Kafka** (a sync request that got 503, or
@@ -32,8 +36,8 @@ use super::{declared_length, drain_if_small, failed_at_enqueue, Ack, Answer, Bod
 use super::{Ingest, ProduceRequest, Respond};
 use crate::config::OnStoreError;
 use crate::idempotency::{
-    Begin, Claim, Fingerprint, Fingerprinter, FlightState, IdempotencyKey, KeyDigest, KeyOutcome,
-    RequestShape, StoredAnswer, Waiter,
+    Begin, Claim, Fingerprint, Fingerprinter, FlightState, IdempotencyKey, KeyOutcome,
+    RequestShape, StoredAnswer, TenantKey, Waiter,
 };
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureKind};
@@ -68,10 +72,10 @@ impl Ingest {
             ack: request.ack.as_str(),
             content_type,
         });
-        let digest = key.digest(tenant.id.as_str());
+        let key = key.scoped(&tenant.id);
         let declared = declared_length(request.headers);
         let stats = &self.idempotency.stats;
-        let begin = self.idempotency.begin(digest).await;
+        let begin = self.idempotency.begin(key.clone()).await;
         let fresh = match begin {
             Begin::Fresh(claim) => claim,
             Begin::InUse => {
@@ -130,7 +134,7 @@ impl Ingest {
                     return e.into();
                 }
                 stats.count(KeyOutcome::Attached);
-                return self.await_remote(digest, original).await;
+                return self.await_remote(key, original).await;
             }
         };
         stats.count(KeyOutcome::Processed);
@@ -160,18 +164,17 @@ impl Ingest {
                 Some(&mut print),
             )
             .await;
+        // Refused whole, or every entry of a batch failed: nothing was written or charged, so
+        // nothing is stored (see the module's comment) and the key is free again.
         let batch = match sent {
-            Ok(batch) => batch,
+            Ok(batch) if !batch.is_empty() => batch,
+            Ok(batch) => {
+                claim.release().await;
+                return Answer::Outcome(Ok(Produced::Settled(batch)));
+            }
             Err(e) => {
-                return match print.finish() {
-                    Some(fp) if decided_for_good(&e) => {
-                        keep(claim, fp, respond.respond(Err(e))).await
-                    }
-                    _ => {
-                        claim.release().await;
-                        e.into()
-                    }
-                }
+                claim.release().await;
+                return e.into();
             }
         };
         // Records are decoded only once the body has ended (`decode_body` marks it), so a
@@ -248,7 +251,7 @@ impl Ingest {
 
     /// Another replica's request is pending: read its key until the answer is there, up to
     /// the delivery timeout.
-    async fn await_remote(&self, key: KeyDigest, original: Fingerprint) -> Answer {
+    async fn await_remote(&self, key: TenantKey, original: Fingerprint) -> Answer {
         let deadline = tokio::time::Instant::now() + self.delivery_timeout;
         let mut pause = POLL_FIRST;
         loop {
@@ -304,11 +307,7 @@ impl Ingest {
             match tokio::time::timeout_at(deadline, body.frame()).await {
                 Err(_) => return Err(ApiError::BodyTimeout),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(ApiError::Malformed(format!(
-                        "the body could not be read: {e}"
-                    )))
-                }
+                Ok(Some(Err(e))) => return Err(self.unreadable(None, &e)),
                 Ok(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         received += data.len() as u64;
@@ -327,22 +326,6 @@ impl Ingest {
         self.idempotency.stats.count(KeyOutcome::Reused);
         Err(ApiError::IdempotencyKeyReused)
     }
-}
-
-/// An outcome that stands for the request, whenever it is sent again: a 4xx about the
-/// request itself. Not a 408 (the body did not arrive), 409 or 429 (try again later), nor
-/// any 5xx (nothing was decided); nor a 403 or 404 about the topic, which say how the world
-/// is now (a pattern may be granted, a topic made, or the metadata read was stale): kept for
-/// `ttl_s` they would stand a day after they stopped being true, and nothing was written, so
-/// a retry is processed afresh.
-fn decided_for_good(e: &ApiError) -> bool {
-    let status = e.status().as_u16();
-    (400..500).contains(&status)
-        && !matches!(status, 408 | 409 | 429)
-        && !matches!(
-            e,
-            ApiError::UnknownTopic(_) | ApiError::ForbiddenTopic(_) | ApiError::InternalTopic(_)
-        )
 }
 
 /// Every record failed without reaching Kafka (the producer could not take them): nothing

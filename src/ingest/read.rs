@@ -93,11 +93,7 @@ impl Ingest {
                     }
                     break;
                 }
-                Ok(Some(Err(e))) => {
-                    return Err(ApiError::Malformed(format!(
-                        "the body could not be read: {e}"
-                    )))
-                }
+                Ok(Some(Err(e))) => return Err(self.unreadable(Some(tenant), &e)),
                 Ok(Some(Ok(frame))) => frame,
             };
             let Ok(data) = frame.into_data() else {

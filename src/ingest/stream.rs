@@ -153,6 +153,7 @@ impl Ingest {
         // its records are admitted one by one, each within `max_body_bytes`.)
         self.open_check(tenant, &topic).await?;
         self.check_topic(&topic, &[]).await?;
+        let codings = super::coding::codings(request.headers)?;
         let hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
@@ -179,8 +180,10 @@ impl Ingest {
             numbered: 0,
             lookups: Lookups::per_request(),
             lookups_since: Instant::now(),
+            drain: super::coding::Drain::default(),
         };
-        let mut body = request.body;
+        let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);
+        pump.drain = drain;
         self.first_piece(tenant, &mut pump, &mut body).await?;
         tokio::spawn(pump.run(body));
         Ok(Reports::new(
@@ -200,7 +203,9 @@ impl Ingest {
         pump: &mut Pump<P>,
         body: &mut Body,
     ) -> Result<(), ApiError> {
-        let first = first_data(body, self.streams.idle).await?;
+        let first = first_data(body, self.streams.idle)
+            .await?
+            .map_err(|e| self.unreadable(Some(tenant), &e))?;
         if !pump.memory.set(first.len(), 0) {
             return Err(pump.busy());
         }
@@ -222,6 +227,7 @@ impl Ingest {
                 records: &records[..records.len().min(1)],
                 wanted: wanted.as_slice(),
                 first: 0,
+                whole: false,
             };
             let mut lookups = Lookups::per_request();
             self.convert_each(tenant, &pump.topic, to_convert, &mut lookups, |_, c| {
@@ -233,20 +239,19 @@ impl Ingest {
     }
 }
 
-/// The first data of a stream's body.
-async fn first_data(body: &mut Body, idle: Duration) -> Result<Bytes, ApiError> {
+/// The first data of a stream's body, or the error it broke off with.
+async fn first_data(
+    body: &mut Body,
+    idle: Duration,
+) -> Result<Result<Bytes, axum::Error>, ApiError> {
     loop {
         match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => return Err(ApiError::BodyTimeout),
             Ok(None) => return Err(ApiError::NoRecords),
-            Ok(Some(Err(e))) => {
-                return Err(ApiError::Malformed(format!(
-                    "the body could not be read: {e}"
-                )))
-            }
+            Ok(Some(Err(e))) => return Ok(Err(e)),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    return Ok(data);
+                    return Ok(Ok(data));
                 }
             }
         }

@@ -42,3 +42,44 @@ pub(super) fn encode(
         &cut,
     )
 }
+
+/// Content-coded bodies (`Content-Encoding`), per coding, read at scrape time: bodies, bytes
+/// as received (coded) and as inflated.
+#[derive(Debug)]
+pub struct CodingCollector(pub std::sync::Arc<crate::inflate::Counters>);
+
+impl prometheus_client::collector::Collector for CodingCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counts: Vec<_> = self.0.snapshot().collect();
+        let series = |pick: fn(&(crate::inflate::Coding, u64, u64, u64)) -> u64| {
+            counts
+                .iter()
+                .map(|c| (vec![("encoding", c.0.as_str())], ConstCounter::new(pick(c))))
+                .collect::<Vec<_>>()
+        };
+        family(
+            &mut encoder,
+            "body_encoded",
+            "Request bodies (and streams) received with a Content-Encoding, per coding (each layer of a stacked one)",
+            None,
+            C,
+            &series(|c| c.1),
+        )?;
+        family(
+            &mut encoder,
+            "body_encoded_received",
+            "Bytes each coding's decoder took in: as received on the wire, for the outermost layer",
+            Some(&Unit::Bytes),
+            C,
+            &series(|c| c.2),
+        )?;
+        family(
+            &mut encoder,
+            "body_encoded_inflated",
+            "Bytes each coding's decoder inflated them to",
+            Some(&Unit::Bytes),
+            C,
+            &series(|c| c.3),
+        )
+    }
+}

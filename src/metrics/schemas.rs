@@ -1,12 +1,15 @@
 //! The schema step's series: record values refused for not fitting their schema, per tenant
 //! and topic (bounded: past the schema room's limit of pairs, a tenant's further topics count
-//! under `_other`).
+//! under `_other`); requests refused by a bound of the step's work, per bound; and the
+//! step's threads' jobs, waiting and running.
 
 use std::sync::Arc;
 
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType::Counter as C;
+use prometheus_client::metrics::MetricType::Gauge as G;
 
 use super::{family, Labels};
 use crate::schema::Schemas;
@@ -35,6 +38,31 @@ impl prometheus_client::collector::Collector for SchemaCollector {
             None,
             C,
             &series,
+        )?;
+        let (refusals, (waiting, running)) = self.0.work_counts();
+        let series: Vec<(Labels<'_>, ConstCounter<u64>)> = refusals
+            .iter()
+            .map(|(bound, n)| (vec![("bound", *bound)], ConstCounter::new(*n)))
+            .collect();
+        family(
+            &mut encoder,
+            "schema_work_refusals",
+            "Records refused by a bound of the schema step's work: check_work (the cost model), check_cpu (max_check_cpu_ms), schema_memory (max_schema_memory_bytes, max_schema_patterns), wait (wait_ms), registrations (tenant_registrations_per_sec)",
+            None,
+            C,
+            &series,
+        )?;
+        let jobs: Vec<(Labels<'_>, ConstGauge<f64>)> = vec![
+            (vec![("state", "waiting")], ConstGauge::new(waiting as f64)),
+            (vec![("state", "running")], ConstGauge::new(running as f64)),
+        ];
+        family(
+            &mut encoder,
+            "schema_jobs",
+            "Schema compiles and record checks on the schema step's threads, waiting and running",
+            None,
+            G,
+            &jobs,
         )
     }
 }

@@ -38,11 +38,14 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::BodyTimeout | E::StreamIdle(_) | E::StreamTooLong(_) => {
             (StatusCode::REQUEST_TIMEOUT, 40801)
         }
-        E::BodyTooLarge { .. } | E::TooManyRecords { .. } | E::RecordTooLarge(_) => {
-            (StatusCode::PAYLOAD_TOO_LARGE, 41301)
-        }
+        E::BodyTooLarge { .. }
+        | E::InflationRatio(_)
+        | E::TooManyRecords { .. }
+        | E::RecordTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41301),
         E::ExceedsBurst(_) => (StatusCode::PAYLOAD_TOO_LARGE, 41302),
-        E::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501),
+        E::UnsupportedMediaType(_) | E::UnsupportedEncoding(_) => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501)
+        }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
         E::InvalidTopic(_) | E::InvalidPath(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
@@ -57,7 +60,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         // kafka-rest's 42203 is its JSON-to-schema conversion failure.
         E::SchemaViolation(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42203),
         E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
-        E::SchemaInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaInvalid(_) | E::SchemaRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
+        E::SchemaTooCostly(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42209),
+        E::SchemaBusy(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
         E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
@@ -72,7 +77,9 @@ pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
         ApiError::UnsupportedMediaType(detail) => detail.clone(),
         _ => e.detail(),
     };
-    error_with(status, code, message, retry_after(e), media_type)
+    let mut response = error_with(status, code, message, retry_after(e), media_type);
+    super::accept_encoding(e, response.headers_mut());
+    response
 }
 
 /// An error envelope with an explicit status and code (for conditions only Confluent's shapes
@@ -212,7 +219,8 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
         ApiError::RateLimited(r) => Some(r.retry_after),
         ApiError::AuthFailures(wait)
         | ApiError::IdempotencyKeyInUse(wait)
-        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait)) => Some(*wait),
+        | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
+        | ApiError::SchemaBusy(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
         _ => None,
     }

@@ -358,4 +358,18 @@ mod tests {
             "{keys:?}"
         );
     }
+
+    /// A registry (a state file, the shared log) naming a tenant `..` or `_other` is refused
+    /// like one the configuration names.
+    #[test]
+    fn a_registry_with_a_tenant_of_dots_only_or_the_metrics_sum_has_problems() {
+        for id in ["..", "_other"] {
+            let s = start(&[tenant(id, &["1"], 5)]);
+            let keys: Vec<String> = s.problems().into_iter().map(|p| p.key).collect();
+            assert!(
+                keys.contains(&format!("tenants[{id}].id")),
+                "{id}: {keys:?}"
+            );
+        }
+    }
 }

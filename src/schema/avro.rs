@@ -129,11 +129,14 @@ impl Walk<'_, '_> {
                 self.steps = left;
                 Ok(())
             }
-            None => Err(mismatch(
-                at,
-                "the value takes too many steps to write in its schema (its defaults included)"
-                    .into(),
-            )),
+            None => Err(Mismatch {
+                too_costly: true,
+                ..mismatch(
+                    at,
+                    "the value takes too many steps to write in its schema (its defaults included)"
+                        .into(),
+                )
+            }),
         }
     }
 

@@ -1,6 +1,8 @@
 //! A schema ready to use: its codec compiled within the shape bounds every parser is safe
 //! with, and what it writes (Confluent's wire format) or why a value does not fit.
 
+use std::sync::Arc;
+
 use super::{avro, json, protobuf, Format, Mismatch};
 
 pub(super) enum Codec {
@@ -22,12 +24,53 @@ impl std::fmt::Debug for Codec {
 /// A schema ready to use: its id and its codec.
 #[derive(Debug)]
 pub struct Compiled {
+    /// Its id in the registry; 0 while a raw schema is not yet looked up or registered.
     pub id: u32,
     pub format: Format,
-    pub(super) codec: Codec,
-    /// Bytes of schema text it was compiled from (what the cache counts).
-    pub(super) text_len: usize,
+    pub(super) codec: Arc<Codec>,
+    /// Bytes its compile kept on the heap (measured; an estimate where nothing counts).
+    pub(super) memory: usize,
 }
+
+/// The bounds of a compile (`[schema_registry]`).
+#[derive(Debug, Clone, Copy)]
+pub struct CompileBounds {
+    pub max_text: usize,
+    /// Most bytes the compiled schema may keep.
+    pub max_memory: usize,
+    pub json: json::JsonBounds,
+}
+
+impl Default for CompileBounds {
+    fn default() -> Self {
+        Self {
+            max_text: usize::MAX,
+            max_memory: usize::MAX,
+            json: json::JsonBounds::default(),
+        }
+    }
+}
+
+/// Why a schema was not compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompileError {
+    /// Not a valid schema of its format.
+    Invalid(String),
+    /// Over a bound on what it would cost (memory, patterns): 422 `schema_too_costly`.
+    TooCostly(String),
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(m) | Self::TooCostly(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Match-time memory a regex may add beyond its compile (its lazy DFA's cache), as the cache
+/// counts it.
+const PATTERN_CACHE_BYTES: usize = 64 * 1024;
 
 /// Deepest bracket nesting (`{`, `[`, `(`) a schema's text may have: the parsers and
 /// validators recurse on it (a Protobuf option value nested 1,500 deep overflows a worker's
@@ -87,12 +130,43 @@ pub(super) fn within_bounds(format: Format, text: &str, max_bytes: usize) -> Res
     Ok(())
 }
 
-pub(super) fn compile(format: Format, text: &str) -> Result<Codec, String> {
-    Ok(match format {
-        Format::Avro => Codec::Avro(Box::new(avro::AvroSchema::parse(text)?)),
-        Format::Json => Codec::Json(json::JsonSchema::parse(text)?),
-        Format::Protobuf => Codec::Protobuf(protobuf::ProtobufSchema::parse(text)?),
-    })
+/// Compiles a schema within its bounds, measuring what the compile keeps on the heap: a
+/// schema over `max_memory` is refused (and freed) here.
+pub(super) fn compile(
+    format: Format,
+    text: &str,
+    bounds: &CompileBounds,
+) -> Result<(Codec, usize), CompileError> {
+    within_bounds(format, text, bounds.max_text).map_err(CompileError::Invalid)?;
+    let (codec, measured) = crate::heap::measure(|| -> Result<Codec, CompileError> {
+        Ok(match format {
+            Format::Avro => Codec::Avro(Box::new(
+                avro::AvroSchema::parse(text).map_err(CompileError::Invalid)?,
+            )),
+            Format::Json => Codec::Json(json::JsonSchema::parse_within(text, bounds.json)?),
+            Format::Protobuf => Codec::Protobuf(
+                protobuf::ProtobufSchema::parse(text).map_err(CompileError::Invalid)?,
+            ),
+        })
+    });
+    let codec = codec?;
+    // Without the counting allocator (a benchmark's own), the multiples the review measured:
+    // a Protobuf descriptor pool ~150x its text, a JSON Schema validator ~25x, Avro ~16x.
+    let memory = measured.unwrap_or_else(|| {
+        let factor = match format {
+            Format::Avro => 16,
+            Format::Json => 32,
+            Format::Protobuf => 160,
+        };
+        text.len().saturating_mul(factor)
+    });
+    if memory > bounds.max_memory {
+        return Err(CompileError::TooCostly(format!(
+            "the compiled schema takes {memory} bytes of memory; at most {} ([schema_registry] max_schema_memory_bytes)",
+            bounds.max_memory
+        )));
+    }
+    Ok((codec, memory))
 }
 
 pub(super) fn format_name(format: Format) -> &'static str {
@@ -117,19 +191,39 @@ impl Compiled {
     /// A schema compiled from its text, as if the registry had given it this id (the
     /// benchmarks and tests use it; the gateway compiles what the registry answers).
     pub fn new(id: u32, format: Format, text: &str) -> Result<Self, String> {
-        within_bounds(format, text, usize::MAX)?;
+        let (codec, memory) =
+            compile(format, text, &CompileBounds::default()).map_err(|e| e.to_string())?;
         Ok(Self {
             id,
             format,
-            codec: compile(format, text)?,
-            text_len: text.len(),
+            codec: Arc::new(codec),
+            memory,
         })
+    }
+
+    /// The same schema under its registry id.
+    pub(super) fn with_id(&self, id: u32) -> Self {
+        Self {
+            id,
+            format: self.format,
+            codec: self.codec.clone(),
+            memory: self.memory,
+        }
+    }
+
+    /// What checking a value of `len` bytes may cost at most, in the JSON Schema cost model's
+    /// units (Avro and Protobuf walk a value in steps bounded by its size).
+    pub(super) fn work_bound(&self, len: usize) -> u64 {
+        match &*self.codec {
+            Codec::Json(j) => j.cost().saturating_mul(len as u64 + 1),
+            _ => len as u64,
+        }
     }
 
     /// `data` (JSON text) in Confluent's wire format under this schema, the payload at most
     /// `limit` bytes (Avro's defaults can make a small value large).
     pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
-        let payload = match &self.codec {
+        let payload = match &*self.codec {
             Codec::Protobuf(p) => p.encode(data)?,
             // Steps: a few per byte of the value as sent, and room for a schema's defaults.
             Codec::Avro(a) => {
@@ -147,23 +241,21 @@ impl Compiled {
         Ok(out)
     }
 
-    /// About what the compiled schema takes in memory: parsed schemas and validators are
-    /// many times their text, so the cache counts a multiple of the text by format and a
-    /// fixed part.
+    /// What the compiled schema takes in memory, as the cache counts it: what its compile
+    /// kept, its patterns' match caches, and a fixed part.
     pub(super) fn footprint(&self) -> usize {
-        // Measured by the review: a Protobuf descriptor pool is ~150x its text, a JSON Schema
-        // validator ~25x, an Avro schema ~16x.
-        let factor = match self.format {
-            Format::Avro => 16,
-            Format::Json => 32,
-            Format::Protobuf => 160,
+        let patterns = match &*self.codec {
+            Codec::Json(j) => j.patterns(),
+            _ => 0,
         };
-        self.text_len.saturating_mul(factor).saturating_add(1024)
+        self.memory
+            .saturating_add(patterns.saturating_mul(PATTERN_CACHE_BYTES))
+            .saturating_add(1024)
     }
 
     /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
     pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
-        match &self.codec {
+        match &*self.codec {
             Codec::Json(j) => j.check(&parse_json(data)?),
             // A contract's validate mode is for JSON Schema only (the configuration says so);
             // any other codec encodes to check.
@@ -174,6 +266,7 @@ impl Compiled {
 
 fn parse_json(data: &[u8]) -> Result<serde_json::Value, Mismatch> {
     serde_json::from_slice(data).map_err(|e| Mismatch {
+        too_costly: false,
         pointer: String::new(),
         message: format!("is not JSON: {e}"),
     })

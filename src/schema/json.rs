@@ -5,27 +5,86 @@
 
 use serde_json::Value;
 
-use super::Mismatch;
+mod cost;
+
+use super::compiled::CompileError;
+use super::{clip, Mismatch};
+use cost::{data_cost, nodes, patterns};
 
 #[derive(Debug)]
 pub struct JsonSchema {
     validator: jsonschema::Validator,
     /// The subschema checks one value can cause ([`expansion_within_bounds`]).
     cost: u64,
+    /// Its regexes (`pattern`, `patternProperties` keys).
+    patterns: usize,
     /// The schema's `title`, the record name of the RECORD_NAME strategy.
     pub record_name: Option<String>,
 }
 
+/// The bounds a JSON Schema is compiled within (`[schema_registry]`).
+#[derive(Debug, Clone, Copy)]
+pub struct JsonBounds {
+    /// Most `pattern`s and `patternProperties` keys (each is a regex compiled, and run).
+    pub max_patterns: usize,
+    /// Each regex's compiled size (the engine's `size_limit`): `\\w{2000}` is ~470 KB.
+    pub max_pattern_bytes: usize,
+}
+
+impl Default for JsonBounds {
+    fn default() -> Self {
+        Self {
+            max_patterns: 100,
+            max_pattern_bytes: 256 * 1024,
+        }
+    }
+}
+
 impl JsonSchema {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let schema: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-        let cost = expansion_within_bounds(&schema)?;
+        Self::parse_within(text, JsonBounds::default()).map_err(|e| e.to_string())
+    }
+
+    /// The subschema checks one value node can cause.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// Its regexes.
+    pub fn patterns(&self) -> usize {
+        self.patterns
+    }
+
+    pub(super) fn parse_within(text: &str, bounds: JsonBounds) -> Result<Self, CompileError> {
+        let schema: Value = serde_json::from_str(text)
+            .map_err(|e| CompileError::Invalid(format!("not JSON: {e}")))?;
+        let cost = expansion_within_bounds(&schema).map_err(CompileError::Invalid)?;
+        let patterns = patterns(&schema, 0);
+        if patterns > bounds.max_patterns {
+            return Err(CompileError::TooCostly(format!(
+                "the schema has {patterns} patterns (pattern, patternProperties); at most {} ([schema_registry] max_schema_patterns)",
+                bounds.max_patterns
+            )));
+        }
         // The linear-time regex engine: a `pattern` never backtracks (fancy-regex's did, up
-        // to 15 ms of CPU per record within its limit).
+        // to 15 ms of CPU per record within its limit). Each regex within a compiled size:
+        // regexes are many thousand times their text.
         let validator = jsonschema::options()
-            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .with_pattern_options(
+                jsonschema::PatternOptions::regex().size_limit(bounds.max_pattern_bytes),
+            )
             .build(&schema)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                let e = e.to_string();
+                CompileError::Invalid(if e.contains("regex") || e.contains("pattern") {
+                    format!(
+                        "{e} (a pattern compiles to at most {} bytes: [schema_registry] max_pattern_bytes)",
+                        bounds.max_pattern_bytes
+                    )
+                } else {
+                    e
+                })
+            })?;
         let record_name = schema
             .get("title")
             .and_then(Value::as_str)
@@ -33,6 +92,7 @@ impl JsonSchema {
         Ok(Self {
             validator,
             cost,
+            patterns,
             record_name,
         })
     }
@@ -44,12 +104,14 @@ impl JsonSchema {
         // The work of one check is about the schema's subschemas times the value's nodes: a
         // 14 KB schema against a 900 KB array was 29 s on a request thread.
         let work = self.cost.saturating_mul(nodes(value, 0));
+        // Stable code: the pipeline names this bound in a 422 `schema_too_costly`.
         if work > MAX_CHECK_WORK {
             return Err(Mismatch {
                 pointer: String::new(),
                 message: format!(
                     "checking it would take about {work} subschema checks, more than {MAX_CHECK_WORK}: send a smaller value or a simpler schema"
                 ),
+                too_costly: true,
             });
         }
         if self.validator.is_valid(value) {
@@ -61,10 +123,29 @@ impl JsonSchema {
             Ok(()) => Ok(()),
             Err(e) => Err(Mismatch {
                 pointer: e.instance_path().to_string(),
-                message: e.to_string(),
+                message: quoted_briefly(&e.to_string(), e.instance()),
+                too_costly: false,
             }),
         }
     }
+}
+
+/// An error's message with the value it quotes cut to [`super::MAX_QUOTE`] bytes (a
+/// `type` error quoted the whole 800 KB string).
+fn quoted_briefly(message: &str, instance: &Value) -> String {
+    if message.len() <= super::MAX_QUOTE {
+        return message.to_string();
+    }
+    let quoted = instance.to_string();
+    if quoted.len() > super::MAX_QUOTE && message.contains(&quoted) {
+        let short = format!(
+            "{}… ({} bytes)",
+            clip(&quoted, super::MAX_QUOTE),
+            quoted.len()
+        );
+        return message.replacen(&quoted, &short, 1);
+    }
+    message.to_string()
 }
 
 /// Most subschema visits one validation of the schema can make, counted over its `$ref`s
@@ -103,17 +184,6 @@ fn expansion_within_bounds(schema: &Value) -> Result<u64, String> {
 
 /// Most work one value's check may take: subschema checks times the value's nodes.
 pub const MAX_CHECK_WORK: u64 = 20_000_000;
-
-/// The nodes of a value (objects, arrays and scalars), for the work bound.
-fn nodes(value: &Value, depth: usize) -> u64 {
-    match value {
-        // The body decoder bounds nesting; this only keeps the count from recursing further.
-        _ if depth > 256 => 1,
-        Value::Array(items) => 1 + items.iter().map(|v| nodes(v, depth + 1)).sum::<u64>(),
-        Value::Object(o) => 1 + o.values().map(|v| nodes(v, depth + 1)).sum::<u64>(),
-        _ => 1,
-    }
-}
 
 struct Expansion<'a> {
     root: &'a Value,
@@ -169,7 +239,8 @@ impl Expansion<'_> {
                     let (c, cy) = match (key.as_str(), v) {
                         ("$ref", Value::String(target)) => self.reference(target)?,
                         // Data, not schemas: never validated as subschemas.
-                        ("enum" | "const" | "examples" | "default" | "required", _) => (1, false),
+                        ("enum" | "const", v) => (data_cost(key, v), false),
+                        ("examples" | "default" | "required", _) => (1, false),
                         (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
                             let (mut sum, mut any) = (1u64, false);
                             for e in entries.values() {

@@ -57,6 +57,7 @@ impl ProtobufSchema {
         // written deeper would be unreadable. A message nests no deeper than its JSON.
         if json_depth(text) > MAX_MESSAGE_DEPTH {
             return Err(Mismatch {
+                too_costly: false,
                 pointer: String::new(),
                 message: format!(
                     "nests deeper than {MAX_MESSAGE_DEPTH}, which Protobuf consumers refuse to read"
@@ -79,6 +80,7 @@ impl ProtobufSchema {
                         pointer.push(name);
                     }
                     Mismatch {
+                        too_costly: false,
                         pointer: pointer.to_string(),
                         message,
                     }
@@ -89,6 +91,7 @@ impl ProtobufSchema {
         // cost another 10% of the whole conversion (perf: `encoded_len` was the top symbol).
         let mut out = vec![0u8];
         message.encode(&mut out).map_err(|e| Mismatch {
+            too_costly: false,
             pointer: String::new(),
             message: e.to_string(),
         })?;
@@ -104,6 +107,7 @@ fn required(message: &DynamicMessage, at: &mut Pointer) -> Result<(), Mismatch> 
         {
             at.push(field.json_name());
             return Err(Mismatch {
+                too_costly: false,
                 pointer: at.to_string(),
                 message: "a required field is missing".into(),
             });

@@ -1,82 +1,125 @@
 //! Resolving what a record wants to a compiled schema: the cache, the registry calls and
 //! who may name which subject. Every miss is bounded (the request's [`Lookups`], the call
-//! slots, `timeout_ms`), every compile too (size, nesting, two at once on blocking threads).
+//! slots, `timeout_ms`), every compile too (size, nesting, measured memory, on the step's
+//! threads within the tenant's share). What the registry says is missing is remembered for
+//! [`MISSING_TTL`]; a raw schema is checked against its subject and the request's lookups
+//! before it is compiled, and looked up only after its data was checked
+//! ([`super::register`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::compiled::{compile, format_name, within_bounds, Codec, Compiled};
+use super::compiled::{format_name, Compiled};
+use super::register::RawUse;
 use super::registry::{CallError, RegistryClient};
 use super::{Format, Lookups, SchemaError, Schemas, Side, Source, Strategy, Use};
 use crate::identity::Topic;
+
+/// A schema resolved for a key or value: compiled, and, for a raw schema the gateway has no
+/// id for yet, what the registry must still be asked (its id is 0 until then).
+pub(super) struct Resolved {
+    pub schema: Arc<Compiled>,
+    pub raw: Option<RawUse>,
+}
 
 /// Compiled schemas by id, and what names resolve to which id, within the configured bounds.
 /// Eviction is oldest-first (a schema in use is simply compiled again after a miss).
 #[derive(Default)]
 pub(super) struct Cache {
-    by_id: HashMap<u32, Arc<Compiled>>,
-    order: VecDeque<u32>,
-    bytes: usize,
+    pub(super) by_id: HashMap<u32, Arc<Compiled>>,
+    pub(super) order: VecDeque<u32>,
+    pub(super) bytes: usize,
     /// (what names the subject, SHA-256 of the schema text) → id, for raw schemas.
-    raw: HashMap<RawKey, u32>,
-    raw_order: VecDeque<RawKey>,
+    pub(super) raw: HashMap<RawKey, u32>,
+    pub(super) raw_order: VecDeque<RawKey>,
     /// (subject, version or latest) → id and when it was asked.
-    versions: HashMap<(String, Option<i32>), (u32, Instant)>,
-    versions_order: VecDeque<(String, Option<i32>)>,
+    pub(super) versions: HashMap<(String, Option<i32>), (u32, Instant)>,
+    pub(super) versions_order: VecDeque<(String, Option<i32>)>,
     /// Ids the registry said do not exist, and when: asked again after [`MISSING_TTL`].
-    missing: HashMap<u32, Instant>,
+    pub(super) missing: HashMap<u32, Instant>,
+    /// Subjects' versions (or latest) the registry said do not exist, and when.
+    pub(super) missing_versions: HashMap<(String, Option<i32>), Instant>,
+    /// Raw schemas the registry said are not registered under a subject, and when.
+    pub(super) unregistered: HashMap<RawKey, Instant>,
+    /// Schemas (format and text digest) that did not compile, and why: a compile is
+    /// deterministic, so the same text is refused without compiling it again.
+    pub(super) failed: HashMap<(Format, [u8; 32]), SchemaError>,
+    pub(super) failed_order: VecDeque<(Format, [u8; 32])>,
+    /// Raw schemas compiled and not yet known to the registry (id 0), by text digest: a
+    /// client repeating one is not compiled again.
+    pub(super) drafts: HashMap<(Format, [u8; 32]), Arc<Compiled>>,
+    pub(super) drafts_order: VecDeque<(Format, [u8; 32])>,
 }
-
-/// Schemas compiled at once (each on a blocking thread: a large one takes tens of
-/// milliseconds, which must not stall the request threads).
-pub(super) const MAX_COMPILING: usize = 2;
-/// Stack of a compiling thread.
-const COMPILE_STACK: usize = 256 * 1024 * 1024;
 
 /// A raw schema's cache key: the scope its subject comes from, and its text's digest (the
 /// text itself is not kept twice).
-type RawKey = (String, [u8; 32]);
+pub(super) type RawKey = (String, [u8; 32]);
 
-fn raw_key(scope: String, text: &str) -> RawKey {
+pub(super) fn digest(text: &str) -> [u8; 32] {
     use sha2::Digest as _;
-    (scope, sha2::Sha256::digest(text.as_bytes()).into())
+    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
-/// How long "no such schema id" is remembered: a client repeating unknown ids costs the
-/// registry one call per id per this long.
-const MISSING_TTL: Duration = Duration::from_secs(5);
+/// Remembers `key` as missing, within `max` entries (expired ones go first).
+pub(super) fn remember_missing<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<K, Instant>,
+    key: K,
+    max: usize,
+) {
+    if map.len() >= max {
+        map.retain(|_, at| at.elapsed() < MISSING_TTL);
+    }
+    if map.len() < max {
+        map.insert(key, Instant::now());
+    }
+}
+
+/// Whether `key` was said missing less than [`MISSING_TTL`] ago.
+pub(super) fn still_missing<K: std::hash::Hash + Eq>(map: &HashMap<K, Instant>, key: &K) -> bool {
+    map.get(key).is_some_and(|at| at.elapsed() < MISSING_TTL)
+}
+
+/// How long "no such schema id / subject / version / registration" is remembered: a client
+/// repeating one costs the registry one call per this long (and a schema registered by
+/// someone else is seen at most this late).
+pub(super) const MISSING_TTL: Duration = Duration::from_secs(5);
 
 impl Schemas {
     /// The schema a key or value wants.
-    pub async fn resolve(
+    pub(super) async fn resolve(
         &self,
+        tenant: &str,
         topic: &Topic,
         side: Side,
         u: &Use,
         lookups: &mut Lookups,
-    ) -> Result<Arc<Compiled>, SchemaError> {
-        self.resolve_as(topic, side, u, lookups, false).await
+    ) -> Result<Resolved, SchemaError> {
+        self.resolve_as(tenant, topic, side, u, lookups, false)
+            .await
     }
 
     /// [`Schemas::resolve`]; `operator`: the use comes from the configuration (a contract's
     /// subject), not from a record, so any subject may be read.
     pub(super) async fn resolve_as(
         &self,
+        tenant: &str,
         topic: &Topic,
         side: Side,
         u: &Use,
         lookups: &mut Lookups,
         operator: bool,
-    ) -> Result<Arc<Compiled>, SchemaError> {
+    ) -> Result<Resolved, SchemaError> {
         let Some(client) = &self.client else {
             return Err(SchemaError::NoRegistry);
         };
-        let schema = match &u.source {
-            Source::Id(id) => self.by_id(client, *id, lookups).await?,
+        let (schema, raw) = match &u.source {
+            Source::Id(id) => (self.by_id(tenant, client, *id, lookups).await?, None),
             Source::Raw(format, text) => {
-                self.raw(client, topic, side, u, *format, text, lookups)
-                    .await?
+                let r = self
+                    .raw(tenant, topic, side, u, (*format, text), lookups)
+                    .await?;
+                (r.schema, r.raw)
             }
             Source::Version(version) => {
                 let subject = match (&u.subject, u.strategy) {
@@ -91,7 +134,10 @@ impl Schemas {
                 if !operator {
                     self.may_name(topic, &subject)?;
                 }
-                self.version(client, &subject, *version, lookups).await?
+                let schema = self
+                    .version(tenant, client, &subject, *version, lookups)
+                    .await?;
+                (schema, None)
             }
         };
         if let Some(expected) = u.format.filter(|f| *f != schema.format) {
@@ -102,7 +148,7 @@ impl Schemas {
                 format_name(expected)
             )));
         }
-        Ok(schema)
+        Ok(Resolved { schema, raw })
     }
 
     /// Whether a record of `topic` may name `subject`: the topic's own (`<topic>-...`) or an
@@ -135,7 +181,7 @@ impl Schemas {
         own_subject(topic, subject) && !contracted
     }
 
-    async fn call<T>(
+    pub(super) async fn call<T>(
         &self,
         f: impl std::future::Future<Output = Result<T, CallError>>,
     ) -> Result<T, CallError> {
@@ -164,6 +210,7 @@ impl Schemas {
 
     async fn by_id(
         &self,
+        tenant: &str,
         client: &RegistryClient,
         id: u32,
         lookups: &mut Lookups,
@@ -188,50 +235,21 @@ impl Schemas {
             Ok(r) => r,
             Err(CallError::NotFound(_)) => {
                 let mut cache = self.cache.lock();
-                if cache.missing.len() >= self.config.cache_entries {
-                    cache.missing.retain(|_, at| at.elapsed() < MISSING_TTL);
-                }
-                if cache.missing.len() < self.config.cache_entries {
-                    cache.missing.insert(id, Instant::now());
-                }
+                remember_missing(&mut cache.missing, id, self.config.cache_entries);
                 return Err(SchemaError::NotFound(format!(
                     "schema id {id} is not in the Schema Registry"
                 )));
             }
             Err(e) => return Err(call_error(e)),
         };
-        self.compiled(id, registered.format, &registered.schema)
+        self.compiled(tenant, id, registered.format, &registered.schema)
             .await
-    }
-
-    /// Compiles a schema's text within the shape bounds, on a blocking thread, at most
-    /// [`MAX_COMPILING`] at once.
-    async fn compile_bounded(&self, format: Format, text: &str) -> Result<Codec, String> {
-        within_bounds(format, text, self.config.max_schema_bytes)?;
-        let _permit = self
-            .compiling
-            .acquire()
-            .await
-            .map_err(|_| "closed".to_string())?;
-        let text = text.to_string();
-        // A thread of its own with a large stack: the parsers recurse on the schema's shape,
-        // and a shape the bounds above did not foresee must not overflow a worker's 2 MiB.
-        let (done, result) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("schema-compile".into())
-            .stack_size(COMPILE_STACK)
-            .spawn(move || {
-                let _ = done.send(compile(format, &text));
-            })
-            .map_err(|e| format!("the schema could not be compiled: {e}"))?;
-        result
-            .await
-            .map_err(|_| "the schema could not be compiled".to_string())?
     }
 
     /// Compiles a schema the registry gave (or takes the cached one) and keeps it.
     async fn compiled(
         &self,
+        tenant: &str,
         id: u32,
         format: Format,
         text: &str,
@@ -239,23 +257,17 @@ impl Schemas {
         if let Some(s) = self.cache.lock().by_id.get(&id) {
             return Ok(s.clone());
         }
-        let codec = self.compile_bounded(format, text).await.map_err(|e| {
-            SchemaError::Invalid(format!(
-                "schema {id} ({}) does not compile: {e}",
-                format_name(format)
-            ))
-        })?;
-        let compiled = Arc::new(Compiled {
-            id,
-            format,
-            codec,
-            text_len: text.len(),
-        });
+        let what = format!("schema {id} ({})", format_name(format));
+        let compiled = Arc::new(
+            self.compile_for(tenant, format, text, &what)
+                .await?
+                .with_id(id),
+        );
         self.keep(compiled.clone());
         Ok(compiled)
     }
 
-    fn keep(&self, compiled: Arc<Compiled>) {
+    pub(super) fn keep(&self, compiled: Arc<Compiled>) {
         let mut cache = self.cache.lock();
         if cache.by_id.contains_key(&compiled.id) {
             return;
@@ -276,6 +288,7 @@ impl Schemas {
 
     async fn version(
         &self,
+        tenant: &str,
         client: &RegistryClient,
         subject: &str,
         version: Option<i32>,
@@ -292,15 +305,23 @@ impl Schemas {
                 }
             }
         }
+        let not_found = |m: &str| {
+            SchemaError::NotFound(format!(
+                "subject {subject:?} has no {}{m}",
+                version.map_or_else(|| "schema".to_string(), |v| format!("version {v}"))
+            ))
+        };
+        if still_missing(&self.cache.lock().missing_versions, &key) {
+            return Err(not_found(" (the registry said so moments ago)"));
+        }
         lookups.take()?;
         let answer = self.call(client.version(subject, version)).await;
         let registered = match answer {
             Ok(r) => r,
             Err(CallError::NotFound(m)) => {
-                return Err(SchemaError::NotFound(format!(
-                    "subject {subject:?} has no {}: {m}",
-                    version.map_or_else(|| "schema".to_string(), |v| format!("version {v}"))
-                )))
+                let mut cache = self.cache.lock();
+                remember_missing(&mut cache.missing_versions, key, self.config.cache_entries);
+                return Err(not_found(&format!(": {m}")));
             }
             Err(e) => {
                 // The registry is down: the last answer for "latest" is better than none.
@@ -313,7 +334,7 @@ impl Schemas {
             }
         };
         let compiled = self
-            .compiled(registered.id, registered.format, &registered.schema)
+            .compiled(tenant, registered.id, registered.format, &registered.schema)
             .await?;
         let mut cache = self.cache.lock();
         if cache
@@ -332,17 +353,18 @@ impl Schemas {
         Ok(compiled)
     }
 
-    #[allow(clippy::too_many_arguments)] // the record's schema, its topic and side, the budget
+    /// A raw schema: from the cache, or compiled — after its subject and the request's
+    /// lookups are checked, so a schema this request may not use is never compiled — and
+    /// handed back with what the registry must still be asked ([`Resolved::raw`]).
     async fn raw(
         &self,
-        client: &RegistryClient,
+        tenant: &str,
         topic: &Topic,
         side: Side,
         u: &Use,
-        format: Format,
-        text: &str,
+        (format, text): (Format, &Arc<str>),
         lookups: &mut Lookups,
-    ) -> Result<Arc<Compiled>, SchemaError> {
+    ) -> Result<Resolved, SchemaError> {
         // What names the subject, with the text: a repeated raw schema (every record of a batch
         // carries it) is found without compiling it again.
         let scope = match (&u.subject, u.strategy) {
@@ -351,93 +373,66 @@ impl Schemas {
             (None, Strategy::RecordName) => format!("r:{}", side.as_str()),
             (None, Strategy::TopicRecordName) => format!("tr:{}", topic.as_str()),
         };
-        let key = raw_key(scope, text);
+        let digest = digest(text);
+        let key = (scope, digest);
         let cached = self.cache.lock().raw.get(&key).copied();
         if let Some(s) = cached.and_then(|id| self.cache.lock().by_id.get(&id).cloned()) {
-            return Ok(s);
+            return Ok(Resolved {
+                schema: s,
+                raw: None,
+            });
         }
-        // Compiled before anything is asked: a malformed schema never reaches the registry.
-        let codec = self.compile_bounded(format, text).await.map_err(|e| {
-            SchemaError::Invalid(format!(
-                "the {} schema does not compile: {e}",
-                format_name(format)
-            ))
-        })?;
-        let subject = match (&u.subject, u.strategy) {
-            (Some(s), _) => s.clone(),
-            (None, Strategy::TopicName) => format!("{}-{}", topic.as_str(), side.as_str()),
-            (None, strategy) => {
-                let Some(name) = codec.record_name() else {
+        // The subject, when the record names it or the topic does: checked before anything
+        // is compiled (RECORD_NAME's comes from the schema itself, so it is checked after).
+        let early = match (&u.subject, u.strategy) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Strategy::TopicName) => Some(format!("{}-{}", topic.as_str(), side.as_str())),
+            (None, _) => None,
+        };
+        if let Some(subject) = &early {
+            self.may_name(topic, subject)?;
+        }
+        // The lookup this schema will cost, and the registration it may need, before the
+        // compile they would follow.
+        if cached.is_none() {
+            lookups.reserve(&key)?;
+        }
+        let what = format!("the {} schema", format_name(format));
+        let draft = self.draft(tenant, format, text, &what).await?;
+        let subject = match early {
+            Some(s) => s,
+            None => {
+                let Some(name) = draft.codec.record_name() else {
                     return Err(SchemaError::Invalid(
                         "the schema has no record name for RECORD_NAME or TOPIC_RECORD_NAME".into(),
                     ));
                 };
-                if strategy == Strategy::RecordName {
+                let subject = if u.strategy == Strategy::RecordName {
                     name.to_string()
                 } else {
                     format!("{}-{name}", topic.as_str())
-                }
+                };
+                self.may_name(topic, &subject)?;
+                subject
             }
         };
-        self.may_name(topic, &subject)?;
         if let Some(id) = cached {
-            let compiled = Arc::new(Compiled {
-                id,
-                format,
-                codec,
-                text_len: text.len(),
-            });
+            let compiled = Arc::new(draft.with_id(id));
             self.keep(compiled.clone());
-            return Ok(compiled);
+            return Ok(Resolved {
+                schema: compiled,
+                raw: None,
+            });
         }
-        let subject = &subject;
-        // A lookup and perhaps a registration: two of the request's calls.
-        lookups.take()?;
-        lookups.take()?;
-        let id = match self.call(client.lookup(subject, format, text)).await.map_err(call_error)? {
-            Some(id) => id,
-            // A tenant registers only under its topic's own subjects (`<topic>-...`): a subject
-            // any topic may use (RECORD_NAME's, or one named outright) is another team's to
-            // evolve, so there it is looked up only.
-            None if self.config.auto_register && self.may_register(topic, subject) => self
-                .call(client.register(subject, format, text))
-                .await
-                .map_err(|e| match e {
-                    CallError::Refused(m) => SchemaError::Invalid(format!(
-                        "the Schema Registry refused to register the schema under {subject:?}: {m}"
-                    )),
-                    e => call_error(e),
-                })?,
-            None if self.config.auto_register => {
-                return Err(SchemaError::NotFound(format!(
-                    "the schema is not registered under subject {subject:?}; floodgate registers schemas only under the topic's own subjects ({}-...), never under a [[schemas]] contract's",
-                    topic.as_str()
-                )))
-            }
-            None => {
-                return Err(SchemaError::NotFound(format!(
-                    "the schema is not registered under subject {subject:?}, and [schema_registry] auto_register is off"
-                )))
-            }
-        };
-        let compiled = Arc::new(Compiled {
-            id,
-            format,
-            codec,
-            text_len: text.len(),
-        });
-        self.keep(compiled.clone());
-        let mut cache = self.cache.lock();
-        if cache.raw.insert(key.clone(), id).is_none() {
-            cache.raw_order.push_back(key);
-        }
-        while cache.raw.len() > self.config.cache_entries {
-            let Some(old) = cache.raw_order.pop_front() else {
-                break;
-            };
-            cache.raw.remove(&old);
-        }
-        Ok(compiled)
+        Ok(Resolved {
+            schema: draft,
+            raw: Some(RawUse {
+                subject,
+                format,
+                text: text.clone(),
+                key,
+            }),
+        })
     }
 }
 
@@ -450,7 +445,7 @@ pub(super) fn own_subject(topic: &Topic, subject: &str) -> bool {
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('-'))
 }
 
-fn call_error(e: CallError) -> SchemaError {
+pub(super) fn call_error(e: CallError) -> SchemaError {
     match e {
         CallError::NotFound(m) => SchemaError::NotFound(m),
         CallError::Refused(m) => SchemaError::Invalid(format!("the Schema Registry refused: {m}")),

@@ -78,3 +78,143 @@ fn a_topic_owns_only_its_own_subjects_and_never_a_contracts() {
         .may_name(&topic("orders"), "orders-value/../x")
         .is_err());
 }
+
+/// A float `enum` is compared element by element for every value it applies to: jsonschema
+/// hashes only enums of strings (and binary-searches integers for an integer value). One
+/// 1.1 MB record against such a schema was 46 s of CPU; it is refused before it runs now.
+#[test]
+fn an_enum_is_counted_by_its_size_unless_the_validator_hashes_it() {
+    let floats: Vec<f64> = (0..20_000).map(|i| f64::from(i) + 0.5).collect();
+    let schema = serde_json::json!({"type": "array", "items": {"enum": floats}});
+    let s = json::JsonSchema::parse(&schema.to_string()).expect("schema");
+    let value = serde_json::json!(vec![19_999.5; 100_000]);
+    let started = std::time::Instant::now();
+    let e = s.check(&value).expect_err("too costly");
+    assert!(e.too_costly, "{}", e.message);
+    assert!(e.message.contains("subschema checks"), "{}", e.message);
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Integers are searched, but a float value scans them all: counted by size too.
+    let ints: Vec<i64> = (0..20_000).collect();
+    let s = json::JsonSchema::parse(&serde_json::json!({"items": {"enum": ints}}).to_string())
+        .expect("schema");
+    assert!(
+        s.check(&serde_json::json!(vec![1.5; 100_000]))
+            .expect_err("costly")
+            .too_costly
+    );
+    // Strings are hashed: the same sizes are cheap, and checked.
+    let strings: Vec<String> = (0..20_000).map(|i| format!("s{i}")).collect();
+    let s = json::JsonSchema::parse(&serde_json::json!({"items": {"enum": strings}}).to_string())
+        .expect("schema");
+    assert!(s.check(&serde_json::json!(vec!["s19999"; 100_000])).is_ok());
+    // A large const is compared node by node.
+    let big: Vec<f64> = (0..5_000).map(f64::from).collect();
+    let s = json::JsonSchema::parse(&serde_json::json!({"items": {"const": big}}).to_string())
+        .expect("schema");
+    assert!(
+        s.check(&serde_json::json!(vec![[0.0]; 10_000]))
+            .expect_err("costly")
+            .too_costly
+    );
+}
+
+fn pattern_schema(patterns: usize, repeat: usize) -> String {
+    let props: serde_json::Map<String, serde_json::Value> = (0..patterns)
+        .map(|j| {
+            (
+                format!("f{j}"),
+                serde_json::json!({"type": "string", "pattern": format!("\\w{{{}}}", repeat + j)}),
+            )
+        })
+        .collect();
+    serde_json::json!({"type": "object", "properties": props}).to_string()
+}
+
+/// Regexes compile to thousands of times their text (`\w{2000}` is ~470 KB): their number and
+/// each one's compiled size are bounded, and a schema's memory is what its compile kept.
+#[test]
+fn patterns_are_bounded_in_count_and_size_and_a_schema_by_its_measured_memory() {
+    use compiled::{compile, CompileBounds, CompileError};
+    let bounds = CompileBounds {
+        max_text: 1 << 20,
+        max_memory: 16 << 20,
+        json: json::JsonBounds::default(),
+    };
+    // The review's schema: 1,000 properties, each `\w{2000+j}` (47 KB; 500 MB compiled).
+    let e = compile(Format::Json, &pattern_schema(1_000, 2_000), &bounds).expect_err("count");
+    assert!(
+        matches!(&e, CompileError::TooCostly(m) if m.contains("max_schema_patterns")),
+        "{e}"
+    );
+    let e = compile(Format::Json, &pattern_schema(1, 5_000), &bounds).expect_err("size");
+    assert!(e.to_string().contains("max_pattern_bytes"), "{e}");
+    // Within both, the compile is measured: 50 regexes of `\w{200}` keep megabytes, far more
+    // than the text times 32 the cache used to count.
+    let text = pattern_schema(50, 200);
+    let (_, memory) = compile(Format::Json, &text, &bounds).expect("within the bounds");
+    assert!(
+        memory > 100 * text.len(),
+        "{memory} bytes from {}",
+        text.len()
+    );
+    let tight = CompileBounds {
+        max_memory: memory / 2,
+        ..bounds
+    };
+    let e = compile(Format::Json, &text, &tight).expect_err("memory");
+    assert!(
+        matches!(&e, CompileError::TooCostly(m) if m.contains("max_schema_memory_bytes")),
+        "{e}"
+    );
+}
+
+/// A `type` error quoted the whole offending value: an 800 KB string made an 800 KB answer.
+#[test]
+fn an_error_quotes_at_most_a_few_hundred_bytes_of_the_value() {
+    let s = json::JsonSchema::parse(r#"{"type":"integer"}"#).expect("schema");
+    let e = s
+        .check(&serde_json::json!("x".repeat(800_000)))
+        .expect_err("a string");
+    assert!(e.message.len() < 2 * MAX_QUOTE, "{} bytes", e.message.len());
+    assert!(e.message.contains("is not of type"), "{}", e.message);
+    let failure = Failure {
+        side: Side::Value,
+        error: SchemaError::Violation(Mismatch {
+            too_costly: false,
+            pointer: "/a".repeat(10_000),
+            message: "é".repeat(10_000),
+        }),
+    };
+    assert!(failure.detail().len() < MAX_DETAIL + 64);
+}
+
+#[test]
+fn registrations_are_charged_to_the_tenant() {
+    let config = SchemaRegistryConfig {
+        url: Some("http://127.0.0.1:9".into()),
+        tenant_registrations_per_sec: 1,
+        tenant_registrations_burst: 2,
+        ..SchemaRegistryConfig::default()
+    };
+    let mut schemas = Schemas::new(&config, &[], (1024, 1024)).expect("schemas");
+    let clock = Arc::new(crate::budget::ManualClock::new());
+    schemas.set_clock(clock.clone());
+    assert!(schemas.take_registration("a").is_ok());
+    assert!(schemas.take_registration("a").is_ok());
+    match schemas.take_registration("a") {
+        Err(SchemaError::Busy(wait, detail)) => {
+            assert!(
+                wait <= Duration::from_secs(1) && !wait.is_zero(),
+                "{wait:?}"
+            );
+            assert!(detail.contains("tenant_registrations_per_sec"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        schemas.take_registration("b").is_ok(),
+        "another tenant's own"
+    );
+    clock.advance_ms(1_000);
+    assert!(schemas.take_registration("a").is_ok());
+}

@@ -18,15 +18,22 @@
 
 mod common;
 
+// The gateways run in this process: schema compiles are measured as in the binary.
+#[global_allocator]
+static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
+
 /// librdkafka's in-process mock cluster only.
 mod mock {
     mod adaptive;
     mod admin;
     mod backpressure;
     mod budgets;
+    mod descriptors;
+    mod encodings;
     mod first_scrape;
     mod holds;
     mod hostile;
+    mod idempotency_fairness;
     mod jwt;
     mod lag_guard;
     mod metadata;
@@ -45,10 +52,12 @@ mod mock {
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).
 mod tansu {
     mod confluent;
+    mod encodings;
     mod node_client;
     mod produce;
     mod registry;
     mod reload;
+    mod schema_costs;
     mod schemas;
     mod shutdown;
 }
@@ -61,6 +70,7 @@ mod redis {
     mod holds;
     mod idempotency;
     mod idempotency_cluster;
+    mod idempotency_fairness;
 }
 
 /// No broker at all.

@@ -101,7 +101,16 @@ async fn encode(
     lines: mpsc::Sender<Bytes>,
 ) {
     let mut out = Vec::new();
-    while let Some(report) = reports.next().await {
+    loop {
+        // A connection closed (its client gone, or cut for not reading) ends the encoding at
+        // once: the reports' hold on the body budget goes back now, not once Kafka answered.
+        let report = tokio::select! {
+            report = reports.next() => report,
+            () = lines.closed() => return,
+        };
+        let Some(report) = report else {
+            return;
+        };
         write_report(&mut out, &cluster, &topic, &report);
         drop(report);
         if out.len() < COALESCE_BYTES && reports.ready() {

@@ -253,13 +253,13 @@ async fn a_retry_while_the_original_is_read_is_409_with_retry_after() {
     assert_eq!(count(&s, KeyOutcome::Conflict), 1);
 }
 
-/// A 429 decided nothing: the key stays free and the retry is processed. A 4xx about the
-/// request itself, decided after the whole body was read (here 400, no records), is stored
-/// and replayed; a 404 (an unknown topic) is about the world, not the
-/// request — the topic may be made, or the metadata was stale — so it is not stored and the
-/// retry is processed.
+/// Only requests that wrote something have their answer stored. A 429 decided nothing: the
+/// key stays free and the retry is processed. A 4xx refused the whole request, wrote nothing
+/// and charged nothing (here 400, no records): not stored either, so the retry is decided
+/// again, and the same key may carry a corrected request; so is a 404 about the world (the
+/// topic may be made). What is stored is counted: nothing for the refusals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_429_stores_nothing_and_a_final_4xx_is_replayed() {
+async fn refusals_store_nothing_and_their_retries_are_decided_again() {
     let s = setup(|c| {
         c.tenants[0].records_per_sec = Some(2);
         c.tenants[0].records_burst = Some(2);
@@ -276,15 +276,25 @@ async fn a_429_stores_nothing_and_a_final_4xx_is_replayed() {
     let replay = post(&s, V1, Some("r"), &records("a", 2)).await;
     assert_eq!((replay.status, replay.replayed()), (StatusCode::OK, true));
     s.clock.advance_ms(1_000);
+    let stored = s.app.ingest.idempotency.memory().expect("memory").held().0;
     let bad = r#"{"records":[]}"#;
     let refused = post(&s, V1, Some("400"), bad).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
     let again = post(&s, V1, Some("400"), bad).await;
     assert_eq!(
         (again.status, again.replayed()),
-        (StatusCode::BAD_REQUEST, true)
+        (StatusCode::BAD_REQUEST, false),
+        "decided again, not replayed"
     );
-    assert_eq!(again.body, refused.body);
+    assert_eq!(again.body, refused.body, "the same way");
+    assert_eq!(
+        s.app.ingest.idempotency.memory().expect("memory").held().0,
+        stored,
+        "no answer stored for a refusal"
+    );
+    // The corrected request under the same key is processed (nothing was written before).
+    let fixed = post(&s, V1, Some("400"), &records("d", 1)).await;
+    assert_eq!((fixed.status, fixed.replayed()), (StatusCode::OK, false));
     let missing = "/v1/topics/test.missing/records";
     let gone = post(&s, missing, Some("404"), &records("c", 1)).await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);

@@ -163,6 +163,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             records,
             wanted,
             first: self.numbered,
+            whole: false,
         };
         // `keep` never fails: what fails is a record's own, and refuses that record alone.
         let _ = self

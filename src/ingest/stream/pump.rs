@@ -51,6 +51,8 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     pub(super) lookups: crate::schema::Lookups,
     /// When the stream's registry calls were last given back.
     pub(super) lookups_since: Instant,
+    /// Started when the stream ends early: a coded body's rest is drained as it came.
+    pub(super) drain: crate::ingest::coding::Drain,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
@@ -62,6 +64,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let Some(error) = end else {
             return; // the body ended (or broke off): nothing more will come
         };
+        self.drain.start();
         self.end(error).await;
         // Done with decoding: what the pump held goes back; the reports end once every queued
         // one is out (the queue closes with the pump).
@@ -89,8 +92,11 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                 frame = tokio::time::timeout_at(until, body.frame()) => match frame {
                     Err(_) => return Some(self.timed_out()),
                     Ok(None) => return self.finish().await,
-                    // The client went away, or its body broke off: nothing to say to it.
-                    Ok(Some(Err(_))) => return None,
+                    // The client went away, or its body broke off: nothing to say to it;
+                    // unless its coding refused it (invalid, or inflating past a bound).
+                    Ok(Some(Err(e))) => {
+                        return self.ingest.coding_refusal(Some(&self.tenant), &e)
+                    }
                     Ok(Some(Ok(frame))) => {
                         if let Ok(data) = frame.into_data() {
                             self.last_data = Instant::now();
@@ -229,6 +235,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     /// The stream's last report (held from the start), when the queue takes it within the
     /// stream's idle time.
     async fn end(&mut self, error: ApiError) {
+        self.liveness.ended();
         self.rest = Bytes::new();
         self.memory.set(self.decoder.footprint(), 0);
         let until = Instant::now() + self.ingest.streams.idle;

@@ -82,30 +82,58 @@ impl<N> Report<N> {
     }
 }
 /// How long a stream may live, as the connection loop sees it: moved on by every byte read
-/// and every report sent, never past the stream's longest time (each plus the delivery
-/// timeout, which the last reports may still need).
+/// and every report sent (by the idle time plus the delivery timeout), never past its cap:
+/// the stream's longest time plus the delivery timeout (no record is taken after its longest
+/// time, and the last ones sent have their answer within the delivery timeout), lowered when
+/// the stream ends early to its end plus the delivery timeout plus [`super::LINGER_MAX`].
+/// Past it, the connection is closed whether or not its client reads.
 #[derive(Debug)]
 pub(super) struct Liveness {
     deadline: StreamDeadline,
     grace: Duration,
-    cap: std::time::Instant,
+    delivery_timeout: Duration,
+    /// Nanoseconds after `opened` of the cap (an atomic: the pump lowers it, frames read it).
+    cap_ns: std::sync::atomic::AtomicU64,
+    opened: std::time::Instant,
 }
 
 impl Liveness {
     pub(super) fn new(bounds: &StreamBounds, delivery_timeout: Duration) -> Self {
         let now = std::time::Instant::now();
         let grace = bounds.idle + delivery_timeout;
+        let cap = bounds.max_duration + delivery_timeout;
         Self {
-            deadline: StreamDeadline::new(now + grace),
+            deadline: StreamDeadline::new(now + grace.min(cap)),
             grace,
-            cap: now + bounds.max_duration + grace,
+            delivery_timeout,
+            cap_ns: std::sync::atomic::AtomicU64::new(nanos(cap)),
+            opened: now,
         }
+    }
+
+    fn cap(&self) -> std::time::Instant {
+        self.opened + Duration::from_nanos(self.cap_ns.load(std::sync::atomic::Ordering::Acquire))
     }
 
     pub(super) fn touch(&self) {
         let now = std::time::Instant::now();
-        self.deadline.set((now + self.grace).min(self.cap));
+        self.deadline.set((now + self.grace).min(self.cap()));
     }
+
+    /// The stream ended early (now): its last reports need at most the delivery timeout, and
+    /// its client [`super::LINGER_MAX`] more to read them.
+    pub(super) fn ended(&self) {
+        let now = std::time::Instant::now();
+        let by =
+            now.saturating_duration_since(self.opened) + self.delivery_timeout + super::LINGER_MAX;
+        self.cap_ns
+            .fetch_min(nanos(by), std::sync::atomic::Ordering::AcqRel);
+        self.touch();
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The reports of one stream, in order, for its adapter to encode.

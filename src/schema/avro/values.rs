@@ -90,6 +90,7 @@ pub(super) fn kind(v: &Value) -> &'static str {
 
 pub(super) fn mismatch(at: &Pointer, message: String) -> Mismatch {
     Mismatch {
+        too_costly: false,
         pointer: at.to_string(),
         message,
     }

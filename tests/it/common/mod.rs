@@ -2,6 +2,7 @@
 //! broker (Tansu, started by scripts/test.sh) or librdkafka's mock cluster, and a consumer that
 //! reads records back by assigning partitions from offset 0.
 
+pub mod codings;
 pub mod exposition;
 pub mod faults;
 pub mod idp;
@@ -65,13 +66,20 @@ pub fn redis_url() -> String {
 pub struct OwnRedis {
     pub port: u16,
     child: Option<std::process::Child>,
+    /// Settings of the test's own (e.g. `--maxmemory 4mb`).
+    args: Vec<String>,
 }
 
 impl OwnRedis {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(args: &[&str]) -> Self {
         let mut own = Self {
             port: free_port(),
             child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         own.restart();
         own
@@ -86,6 +94,7 @@ impl OwnRedis {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(&self.args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

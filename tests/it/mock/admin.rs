@@ -525,3 +525,73 @@ async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
     }
     gw.shutdown().await;
 }
+
+/// Tenant ids of dots only (`.`, `..`: a client that normalises paths could never reach the
+/// tenant's routes again) and `_other` (the metrics' sum over tenants) are refused; an id that
+/// only contains dots, or starts like it, is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_of_dots_only_and_the_metrics_sum_are_not_tenant_ids() {
+    let cluster = cluster();
+    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    let t = Some(ADMIN_TOKEN);
+    let body = json!({"topics": ["a.*"]});
+    let (s, a) = admin(
+        &gw,
+        Method::PUT,
+        "/admin/tenants/_other",
+        Some(body.clone()),
+        t,
+    )
+    .await;
+    assert_eq!(
+        (s, a["error"].as_str()),
+        (422, Some("invalid_field")),
+        "{a}"
+    );
+    // Raw requests: an HTTP client would normalise the dots away.
+    for id in ["..", ".", "%2E%2E", "..."] {
+        let mut stream = tokio::net::TcpStream::connect(gw.admin)
+            .await
+            .expect("connect");
+        let text = body.to_string();
+        let request = format!(
+            "PUT /admin/tenants/{id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+            text.len()
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes())
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer)
+            .await
+            .expect("read");
+        assert!(
+            !answer.starts_with("HTTP/1.1 2"),
+            "{id}: {}",
+            answer.lines().next().unwrap_or_default()
+        );
+    }
+    for id in ["a..b", ".hidden", "_others"] {
+        let (s, a) = admin(
+            &gw,
+            Method::PUT,
+            &format!("/admin/tenants/{id}"),
+            Some(body.clone()),
+            t,
+        )
+        .await;
+        assert!(s < 300, "{id}: {s} {a}");
+    }
+    let (_, a) = admin(&gw, Method::GET, "/admin/tenants", None, t).await;
+    let ids: Vec<&str> = a["tenants"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        !ids.iter()
+            .any(|i| i.chars().all(|c| c == '.') || *i == "_other"),
+        "{ids:?}"
+    );
+    gw.shutdown().await;
+}

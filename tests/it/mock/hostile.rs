@@ -314,6 +314,9 @@ async fn concurrent_bad_keys_from_one_address_get_exactly_the_allowance() {
     let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
         cfg.server.auth_failures_per_sec = 1;
         cfg.server.auth_failures_burst = BURST;
+        // Every request on a connection of its own: the per-address bound on connections not
+        // yet authenticated (128 by default) would close some before they are counted here.
+        cfg.server.max_unauthenticated_per_address = SENT;
     })
     .await;
     let http = reqwest::Client::builder()

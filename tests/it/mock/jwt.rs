@@ -855,9 +855,11 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
 }
 
 /// Bad tokens count against the address's failed-authentication allowance like bad keys (the
-/// same limiter), and a valid token from that address is still admitted.
+/// same limiter). Once it is spent, a token not verified before is refused without its
+/// signature being checked (counted: the flood costs no verification), while a token already
+/// verified (in the cache) still passes; a new valid one passes once the allowance refills.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes() {
+async fn bad_tokens_spend_the_addresss_allowance_and_then_cost_no_verification() {
     let (rsa, attacker) = (Signer::rsa("rsa-1"), Signer::rsa("rsa-1"));
     let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.limiter";
@@ -868,6 +870,11 @@ async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes(
         c.server.auth_failures_burst = 3;
     })
     .await;
+    let verifications =
+        |m: &str| crate::common::exposition::sample(m, "floodgate_jwt_verifications_total") as u64;
+    let valid = rsa.sign(&claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &valid).await;
+    assert_eq!(status, 200, "{body}");
     let forged = attacker.sign(&claims(&gw, "orders-svc"));
     for i in 0..3 {
         let (status, _, body) = post(&gw, topic, &forged).await;
@@ -877,18 +884,50 @@ async fn bad_tokens_spend_the_addresss_allowance_and_a_valid_token_still_passes(
             "failure {i}"
         );
     }
+    // The failure that finds the allowance spent is refused (and known from then on).
     let (status, _, body) = post(&gw, topic, &forged).await;
     assert_eq!(
-        (status, body["error"].as_str()),
-        (429, Some("rate_limited")),
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
         "{body}"
     );
-    assert_eq!(body["reason"], "auth_failures");
-    let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
+    let checked = verifications(&scrape(&gw).await);
+    assert_eq!(checked, 5, "the valid token and four forged ones");
+    // 200 junk tokens more, each new (a random claim): all refused, none verified.
+    for i in 0..200 {
+        let mut junk_claims = claims(&gw, "orders-svc");
+        junk_claims["jti"] = json!(format!("junk-{i}"));
+        let (status, _, body) = post(&gw, topic, &attacker.sign(&junk_claims)).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (429, Some("auth_failures")),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        verifications(&scrape(&gw).await),
+        checked,
+        "no signature is checked while the address is over its allowance"
+    );
+    let (status, _, body) = post(&gw, topic, &valid).await;
     assert_eq!(
         status, 200,
-        "a valid token is never refused for its address: {body}"
+        "a verified token is never refused for its address: {body}"
     );
+    // A valid token not seen before waits, like any unverified token, until there is room.
+    let mut fresh_claims = claims(&gw, "orders-svc");
+    fresh_claims["jti"] = json!("fresh");
+    let fresh = rsa.sign(&fresh_claims);
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{body}"
+    );
+    gw.advance_ms(1_000);
+    let (status, _, body) = post(&gw, topic, &fresh).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(verifications(&scrape(&gw).await), checked + 1);
     gw.shutdown().await;
 }
 

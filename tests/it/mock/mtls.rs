@@ -72,7 +72,7 @@ async fn gateway(ca: &Ca, dir: &Path, require: bool, topic: &str) -> (Cluster, G
         c.server.tls_cert_file = Some(cert);
         c.server.tls_key_file = Some(key);
         c.server.tls_client_ca_file = Some(ca_file);
-        c.server.require_client_cert = require;
+        c.server.require_client_cert = Some(require);
         c.auth.client_cert.name = CertName::SanUri;
         c.tenants[0].cert_names = vec![SPIFFE.into()];
         c.tenants.push(tenant("other", "other-key", &["test.*"]));

@@ -389,3 +389,130 @@ async fn a_stream_of_white_space_has_no_records_and_a_long_one_is_not_too_large(
     assert_eq!(text.matches("\"error_code\":200").count(), 1000, "{text}");
     gw.shutdown().await;
 }
+
+/// Many streams from two tenants whose clients send and never read their reports (so the
+/// reports fill the sockets and the report queue): every connection is closed once the
+/// stream's longest time has passed by the delivery timeout — not the idle time later — and
+/// every byte of the body budget the streams held is given back. The gateway answers others
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_that_never_read_are_closed_at_their_longest_time_plus_the_delivery_timeout() {
+    const STREAMS: usize = 120;
+    let (_cluster, gw) = gateway_on_mock("test.stalled", Time::Real, |cfg| {
+        cfg.server.idle_timeout_ms = 60_000;
+        cfg.server.header_read_timeout_ms = 60_000;
+        cfg.compat.stream_max_duration_ms = 4_000;
+        cfg.compat.stream_idle_timeout_ms = 30_000;
+        cfg.compat.stream_max_unsettled = 64;
+        cfg.kafka.delivery_timeout_ms = 2_000;
+        cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
+    })
+    .await;
+    let bound = Duration::from_millis(4_000 + 2_000);
+    let addr = gw.addr;
+    let clients: Vec<_> = (0..STREAMS)
+        .map(|i| {
+            let key = if i % 2 == 0 { KEY } else { "beta-key" };
+            std::thread::spawn(move || deaf_stream(addr, key))
+        })
+        .collect();
+    let closed: Vec<(u16, Duration)> = tokio::task::spawn_blocking(move || {
+        clients
+            .into_iter()
+            .map(|c| c.join().expect("client"))
+            .collect()
+    })
+    .await
+    .expect("clients");
+    let mut times: Vec<_> = closed.iter().map(|(s, at)| (at.as_millis(), *s)).collect();
+    times.sort();
+    eprintln!("closed (ms after the stream opened, status): {times:?}");
+    let opened = closed.iter().filter(|(s, _)| *s == 200).count();
+    assert!(
+        opened >= STREAMS * 9 / 10,
+        "{opened} of {STREAMS} streams opened"
+    );
+    let last = closed.iter().map(|(_, at)| *at).max().unwrap_or_default();
+    // Within the bound, give or take a loaded machine's second (the watch looks every 250 ms).
+    assert!(
+        last <= bound + Duration::from_secs(1),
+        "a stream closed {last:?} after it opened (bound {bound:?})"
+    );
+    // Every stream's hold on the body budget is back.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let text = crate::common::exposition::scrape(&gw).await;
+        assert!(text.contains("\nfloodgate_body_inflight_bytes "), "{text}");
+        let held = crate::common::exposition::sample(&text, "floodgate_body_inflight_bytes ");
+        if held == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{held} body bytes still held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.shutdown().await;
+}
+
+/// One client that opens a stream with a small receive buffer, writes records as fast as the
+/// gateway takes them and never reads its reports. Returns the answer's status and how long
+/// after its head arrived (the stream opened) the gateway closed the connection.
+fn deaf_stream(addr: std::net::SocketAddr, key: &str) -> (u16, Duration) {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    socket.connect(&addr.into()).expect("connect");
+    let mut stream: std::net::TcpStream = socket.into();
+    let head = format!(
+        "POST /v3/clusters/c/topics/test.stalled/records HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {key}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).expect("head");
+    let many = "{}".repeat(200);
+    write_chunk(&mut stream, many.as_bytes()).expect("first records");
+    // The answer's head, byte by byte (no report is read): the stream is open.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match std::io::Read::read(&mut stream, &mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    let opened = Instant::now();
+    let status = String::from_utf8_lossy(&head)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if status != 200 {
+        return (status, Duration::ZERO);
+    }
+    stream
+        .set_write_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut closed_at = None;
+    while opened.elapsed() < Duration::from_secs(40) {
+        match write_chunk(&mut stream, many.as_bytes()) {
+            // Paced: 4,000 records a second fill the report path within a second, without
+            // taking the machine from the gateway.
+            Ok(()) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                closed_at = Some(opened.elapsed());
+                break;
+            }
+        }
+    }
+    // Not closed while writing: read what was sent, up to the end of the connection.
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut stream, &mut sink);
+    (status, closed_at.unwrap_or_else(|| opened.elapsed()))
+}

@@ -346,13 +346,13 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
 async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
     use floodgate::cluster::RedisKeys;
     use floodgate::idempotency::Found;
-    use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
+    use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
     let ttl = Duration::from_secs(60);
     let keys = RedisKeys::new(
         &redis_url(),
         &redis_prefix("keys-stale-renewal"),
-        Duration::from_secs(2),
-        Duration::from_secs(2),
+        (Duration::from_secs(2), Duration::from_secs(2)),
+        100,
     )
     .expect("client");
     keys.connect().await.expect("Redis");
@@ -361,7 +361,10 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
         Token(*b"fedcba9876543210fedcba9876543210"),
     );
     for (i, pending) in [None, Some(Fingerprint([7; 32]))].into_iter().enumerate() {
-        let key = KeyDigest([i as u8; 32]);
+        let key = TenantKey {
+            tenant: floodgate::identity::TenantId::new("acme"),
+            digest: KeyDigest([i as u8; 32]),
+        };
         assert_eq!(keys.claim(&key, &first, ttl).await.expect("claim"), None);
         if let Some(fp) = pending {
             assert!(keys
@@ -395,13 +398,13 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
 async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
     use floodgate::cluster::RedisKeys;
     use floodgate::idempotency::Found;
-    use floodgate::idempotency::{Fingerprint, KeyDigest, Token};
+    use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
     let ttl = Duration::from_secs(60);
     let keys = RedisKeys::new(
         &redis_url(),
         &redis_prefix("keys-lapsed-holder"),
-        Duration::from_secs(2),
-        Duration::from_secs(2),
+        (Duration::from_secs(2), Duration::from_secs(2)),
+        100,
     )
     .expect("client");
     keys.connect().await.expect("Redis");
@@ -409,7 +412,10 @@ async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
         Token(*b"0123456789abcdef0123456789abcdef"),
         Token(*b"fedcba9876543210fedcba9876543210"),
     );
-    let key = KeyDigest([42; 32]);
+    let key = TenantKey {
+        tenant: floodgate::identity::TenantId::new("acme"),
+        digest: KeyDigest([42; 32]),
+    };
     let fp = Fingerprint([9; 32]);
     assert_eq!(keys.claim(&key, &holder, ttl).await.expect("claim"), None);
     assert!(keys
@@ -440,7 +446,10 @@ async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
         Some(Found::Pending(holder, fp))
     );
     // A key another request holds (not gave up) is still left alone.
-    let key2 = KeyDigest([43; 32]);
+    let key2 = TenantKey {
+        tenant: floodgate::identity::TenantId::new("acme"),
+        digest: KeyDigest([43; 32]),
+    };
     assert_eq!(keys.claim(&key2, &other, ttl).await.expect("claim"), None);
     assert!(!keys
         .renew(&key2, &holder, Some(fp), ttl)

@@ -1,0 +1,110 @@
+//! What a piece of work keeps on the heap, measured where it runs: the gateway's global
+//! allocator counts each thread's live bytes (allocated minus freed), so
+//! [`measure`] can say what a schema compile really built — regexes and validators are
+//! thousands of times their text for some schemas, a handful for others, and a multiple of
+//! the text is wrong for both.
+//!
+//! The counter is one thread-local add per allocation and free (no lock, no atomic). A binary
+//! that does not install [`Counting`] (a benchmark with its own allocator) gets `None` from
+//! [`measure`], and callers fall back to an estimate.
+//!
+//! Layer: foundations. Imports nothing of floodgate's.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// The system allocator, counting each thread's live bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Counting;
+
+thread_local! {
+    // Const-initialised, no destructor: reading it never allocates, so the allocator can.
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+}
+
+fn add(n: i64) {
+    // During a thread's teardown the slot may be gone: that thread measures nothing then.
+    let _ = LIVE.try_with(|c| c.set(c.get().wrapping_add(n)));
+}
+
+fn size(layout: Layout) -> i64 {
+    i64::try_from(layout.size()).unwrap_or(i64::MAX)
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
+// contract; the only addition is a thread-local counter that never allocates.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout (the caller upholds `alloc`'s contract).
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            add(size(layout));
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            add(size(layout));
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` through this allocator with `layout`.
+        unsafe { System.dealloc(ptr, layout) };
+        add(-size(layout));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as `dealloc`; `new_size` is the caller's, checked by it.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            add(i64::try_from(new_size).unwrap_or(i64::MAX) - size(layout));
+        }
+        p
+    }
+}
+
+/// Bytes this thread holds now, as counted (only differences mean anything).
+fn live() -> i64 {
+    LIVE.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Runs `f` and says how many bytes it left allocated on this thread (what its result and
+/// anything it leaked hold), or `None` when the binary does not count (no [`Counting`]).
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Option<usize>) {
+    let before = live();
+    // A probe: a binary without the counting allocator sees no change.
+    let probe = std::hint::black_box(Vec::<u8>::with_capacity(64));
+    let counting = live() != before;
+    drop(probe);
+    let before = live();
+    let result = f();
+    let kept = live().saturating_sub(before).max(0);
+    let kept = usize::try_from(kept).unwrap_or(usize::MAX);
+    (result, counting.then_some(kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::measure;
+
+    #[test]
+    fn measures_what_the_work_keeps_not_what_it_freed() {
+        // The unit tests' binary installs the counting allocator (lib.rs).
+        let (kept, bytes) = measure(|| {
+            let scratch = vec![0u8; 1 << 20];
+            drop(scratch);
+            vec![1u8; 100_000]
+        });
+        let bytes = bytes.expect("the test binary counts");
+        assert!((100_000..200_000).contains(&bytes), "{bytes}");
+        assert_eq!(kept.len(), 100_000);
+        let ((), none) = measure(|| ());
+        assert_eq!(none, Some(0));
+    }
+}

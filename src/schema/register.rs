@@ -1,0 +1,283 @@
+//! A raw schema the gateway has no id for yet: looked up only once its record's data fit it,
+//! and registered only when the pipeline says the request passed every check that can
+//! refuse it without the registry ([`Schemas::register`]), charged to the tenant (its own
+//! registrations bucket). A refused request never adds a version to a subject — a new
+//! version moves the subject's `latest` for every writer of the topic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::compiled::Compiled;
+use super::registry::CallError;
+use super::resolve::{remember_missing, still_missing, RawKey, Resolved};
+use super::{Failure, Format, SchemaError, Schemas, Side};
+use crate::budget::{Clock, RateSpec};
+use crate::identity::Topic;
+
+/// A raw schema as a record named it: its subject, and what the registry is asked.
+#[derive(Debug)]
+pub(super) struct RawUse {
+    pub subject: String,
+    pub format: Format,
+    pub text: Arc<str>,
+    pub key: RawKey,
+}
+
+/// A record's raw schema that the registry does not hold: written with id 0 until
+/// [`Schemas::register`] gives its id ([`Converted::set_id`]).
+#[derive(Debug)]
+pub struct Pending {
+    pub side: Side,
+    /// The record's bytes start with the wire format's header (its id is at bytes 1 to 4);
+    /// `false`: JSON kept as sent (a validate contract).
+    pub header: bool,
+    raw: RawUse,
+    draft: Arc<Compiled>,
+}
+
+/// What one record became: its key and value in their schemas' wire format (`None`: as sent),
+/// the ids used, and the raw schemas still to register before it may be written.
+#[derive(Debug, Default)]
+pub struct Converted {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub key_id: Option<u32>,
+    pub value_id: Option<u32>,
+    pub pending: Vec<Pending>,
+}
+
+impl Converted {
+    /// The registry's id for `side`'s schema, written into its wire format's header.
+    pub fn set_id(&mut self, side: Side, id: u32) {
+        let (bytes, slot) = match side {
+            Side::Key => (&mut self.key, &mut self.key_id),
+            Side::Value => (&mut self.value, &mut self.value_id),
+        };
+        *slot = Some(id);
+        if let Some(header) = bytes.as_mut().and_then(|b| b.get_mut(1..5)) {
+            header.copy_from_slice(&id.to_be_bytes());
+        }
+    }
+}
+
+/// Registry calls one request may cause: a request naming many schemas the gateway has not
+/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
+/// request into thousands of registry calls.
+#[derive(Debug)]
+pub struct Lookups {
+    left: u32,
+    /// Raw schemas (scope and digest) whose lookup and registration this request already
+    /// reserved: its other records naming them cost nothing more.
+    reserved: Vec<RawKey>,
+}
+
+/// Registry calls a request (or a stream's piece) may cause.
+pub const LOOKUPS_PER_REQUEST: u32 = 16;
+
+impl Lookups {
+    pub fn per_request() -> Self {
+        Self {
+            left: LOOKUPS_PER_REQUEST,
+            reserved: Vec::new(),
+        }
+    }
+
+    /// No calls left.
+    pub fn none() -> Self {
+        Self {
+            left: 0,
+            reserved: Vec::new(),
+        }
+    }
+
+    /// A raw schema's lookup and registration, once per request.
+    pub(super) fn reserve(&mut self, key: &RawKey) -> Result<(), SchemaError> {
+        if self.reserved.contains(key) {
+            return Ok(());
+        }
+        self.take()?;
+        self.take()?;
+        self.reserved.push(key.clone());
+        Ok(())
+    }
+
+    pub(super) fn take(&mut self) -> Result<(), SchemaError> {
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(SchemaError::Invalid(format!(
+                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
+            ))),
+        }
+    }
+}
+
+/// Most tenants whose registrations are followed at once (full buckets are forgotten first).
+const MAX_TENANTS: usize = 10_000;
+
+impl Schemas {
+    /// After the data fit: the id a raw schema has under its subject, written into `out`, or
+    /// the registration it still needs ([`Converted::pending`]).
+    pub(super) async fn settle(
+        &self,
+        topic: &Topic,
+        side: Side,
+        r: Resolved,
+        out: &mut Converted,
+    ) -> Result<(), SchemaError> {
+        let Some(raw) = r.raw else {
+            out.set_id(side, r.schema.id);
+            return Ok(());
+        };
+        let Some(client) = &self.client else {
+            return Err(SchemaError::NoRegistry);
+        };
+        // The request's lookup for it was taken before it was compiled.
+        let known = if still_missing(&self.cache.lock().unregistered, &raw.key) {
+            None
+        } else {
+            let found = self
+                .call(client.lookup(&raw.subject, raw.format, &raw.text))
+                .await
+                .map_err(super::resolve::call_error)?;
+            if found.is_none() {
+                let mut cache = self.cache.lock();
+                remember_missing(
+                    &mut cache.unregistered,
+                    raw.key.clone(),
+                    self.config.cache_entries,
+                );
+            }
+            found
+        };
+        if let Some(id) = known {
+            self.known(&raw.key, &r.schema, id);
+            out.set_id(side, id);
+            return Ok(());
+        }
+        // A tenant registers only under its topic's own subjects (`<topic>-...`): a subject
+        // any topic may use (RECORD_NAME's, or one named outright) is another team's to
+        // evolve, so there it is looked up only.
+        if self.config.auto_register && self.may_register(topic, &raw.subject) {
+            let header = match side {
+                Side::Key => out.key.is_some(),
+                Side::Value => out.value.is_some(),
+            };
+            out.pending.push(Pending {
+                side,
+                header,
+                raw,
+                draft: r.schema,
+            });
+            return Ok(());
+        }
+        let subject = &raw.subject;
+        Err(SchemaError::NotFound(if self.config.auto_register {
+            format!(
+                "the schema is not registered under subject {subject:?}; floodgate registers schemas only under the topic's own subjects ({}-...), never under a [[schemas]] contract's",
+                topic.as_str()
+            )
+        } else {
+            format!(
+                "the schema is not registered under subject {subject:?}, and [schema_registry] auto_register is off"
+            )
+        }))
+    }
+
+    /// Registers a record's pending schema for `tenant`, whose request passed every other
+    /// check: one of the tenant's registrations (the request's call for it was taken before
+    /// the schema was compiled). Its id.
+    pub async fn register(&self, tenant: &str, pending: &Pending) -> Result<u32, Failure> {
+        let fail = |error| Failure {
+            side: pending.side,
+            error,
+        };
+        let raw = &pending.raw;
+        // An earlier record of the request (or another request) registered it already.
+        if let Some(id) = self.cache.lock().raw.get(&raw.key).copied() {
+            return Ok(id);
+        }
+        let Some(client) = &self.client else {
+            return Err(fail(SchemaError::NoRegistry));
+        };
+        self.take_registration(tenant).map_err(fail)?;
+        let subject = &raw.subject;
+        let id = self
+            .call(client.register(subject, raw.format, &raw.text))
+            .await
+            .map_err(|e| {
+                fail(match e {
+                    CallError::Refused(m) => SchemaError::Refused(format!(
+                        "the Schema Registry refused to register the schema under {subject:?}: {m}"
+                    )),
+                    e => super::resolve::call_error(e),
+                })
+            })?;
+        self.known(&raw.key, &pending.draft, id);
+        // The subject's latest is this one now: forget what was said of it.
+        let mut cache = self.cache.lock();
+        let latest = (subject.clone(), None);
+        cache.missing_versions.remove(&latest);
+        cache.versions.remove(&latest);
+        cache.unregistered.remove(&raw.key);
+        Ok(id)
+    }
+
+    /// Takes one of the tenant's registrations, or says when the next one comes.
+    pub(super) fn take_registration(&self, tenant: &str) -> Result<(), SchemaError> {
+        let spec = RateSpec {
+            per_sec: self.config.tenant_registrations_per_sec.max(1),
+            burst: self.config.tenant_registrations_burst.max(1),
+        };
+        let now = self.clock.now_ns();
+        let mut tats = self.registrations.lock();
+        if tats.len() >= MAX_TENANTS {
+            let full = spec.full_tat(now);
+            tats.retain(|_, tat| *tat > full);
+        }
+        let tat = tats
+            .get(tenant)
+            .copied()
+            .unwrap_or_else(|| spec.full_tat(now));
+        match spec.try_take(tat, now, 1) {
+            Ok(tat) => {
+                tats.insert(tenant.into(), tat);
+                Ok(())
+            }
+            Err(wait_ns) => {
+                self.count_refusal("registrations");
+                Err(SchemaError::Busy(
+                    Duration::from_nanos(wait_ns),
+                    format!(
+                        "this tenant registered {} new schemas lately, its most at once ([schema_registry] tenant_registrations_per_sec = {}, tenant_registrations_burst); retry in {} ms",
+                        spec.burst,
+                        spec.per_sec,
+                        Duration::from_nanos(wait_ns).as_millis().max(1)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Keeps a raw schema under the id the registry gave it.
+    fn known(&self, key: &RawKey, draft: &Arc<Compiled>, id: u32) {
+        self.keep(Arc::new(draft.with_id(id)));
+        let mut cache = self.cache.lock();
+        if cache.raw.insert(key.clone(), id).is_none() {
+            cache.raw_order.push_back(key.clone());
+        }
+        while cache.raw.len() > self.config.cache_entries {
+            let Some(old) = cache.raw_order.pop_front() else {
+                break;
+            };
+            cache.raw.remove(&old);
+        }
+    }
+
+    /// The clock registrations are counted on (tests step one).
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
+    }
+}

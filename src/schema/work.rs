@@ -1,0 +1,217 @@
+//! Where the schema step's CPU goes, and its bounds: a value is checked or converted on the
+//! request worker only when it is small and cheap by the cost model (a few KB); anything
+//! more, and every compile, runs on the [`super::pool`] within the tenant's share, a record's
+//! check within its CPU deadline. A compile that failed is remembered by its text's digest,
+//! and a compiled raw schema the registry does not know yet is kept as a draft, so a client
+//! repeating either costs no second compile.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::compiled::{compile, within_bounds, CompileError, Compiled};
+use super::pool::{thread_cpu, PoolError};
+use super::resolve::digest;
+use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
+
+/// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
+pub const WORK_BOUNDS: [&str; 5] = [
+    "check_cpu",
+    "check_work",
+    "registrations",
+    "schema_memory",
+    "wait",
+];
+
+/// A value at most this long is checked on the request worker when the cost model says it is
+/// cheap: handing it to the pool would cost more than the check.
+pub const INLINE_BYTES: usize = 4 * 1024;
+/// The cost model's most work done on a request worker (a few hundred microseconds).
+const INLINE_WORK: u64 = 200_000;
+
+/// Most failed compiles and drafts remembered.
+const REMEMBERED: usize = 256;
+
+impl Schemas {
+    /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
+    /// format (header id as the schema has it). On the request worker if small and cheap,
+    /// else on the pool within the tenant's share and the CPU deadline.
+    pub(super) async fn write(
+        &self,
+        tenant: &str,
+        schema: &Arc<Compiled>,
+        data: &[u8],
+        side: Side,
+        limit: usize,
+        keep_json: bool,
+    ) -> Result<Option<Vec<u8>>, Failure> {
+        let fail = |error| Failure { side, error };
+        let run = move |schema: &Compiled, data: &[u8]| -> Result<Option<Vec<u8>>, Mismatch> {
+            if keep_json {
+                schema.check(data).map(|()| None)
+            } else {
+                schema.encode(data, limit).map(Some)
+            }
+        };
+        let result = if data.len() <= INLINE_BYTES && schema.work_bound(data.len()) <= INLINE_WORK {
+            run(schema, data)
+        } else {
+            let (schema, data) = (schema.clone(), data.to_vec());
+            let deadline = self.max_check_cpu;
+            let job = move || {
+                let (cpu, wall) = (thread_cpu(), Instant::now());
+                let result = run(&schema, &data);
+                let spent = match (thread_cpu(), cpu) {
+                    (Some(now), Some(then)) => now.saturating_sub(then),
+                    _ => wall.elapsed(),
+                };
+                (result, spent)
+            };
+            let (result, spent) = self
+                .pool
+                .run(tenant, job)
+                .await
+                .map_err(|e| fail(self.pool_error(e, "checking the record")))?;
+            if spent > deadline {
+                self.count_refusal("check_cpu");
+                return Err(fail(SchemaError::TooCostly(format!(
+                    "checking it took {} ms of CPU, more than {} ms ([schema_registry] max_check_cpu_ms)",
+                    spent.as_millis(),
+                    deadline.as_millis()
+                ))));
+            }
+            result
+        };
+        result.map_err(|m| {
+            if m.too_costly {
+                self.count_refusal("check_work");
+                fail(SchemaError::TooCostly(m.message))
+            } else {
+                fail(SchemaError::Violation(m))
+            }
+        })
+    }
+
+    /// What a pool refusal means for the client.
+    fn pool_error(&self, e: PoolError, what: &str) -> SchemaError {
+        match e {
+            PoolError::Busy(wait) => {
+                self.count_refusal("wait");
+                SchemaError::Busy(
+                    wait,
+                    format!(
+                        "{what} waited {} ms for this tenant's share of the schema threads ([schema_registry] wait_ms, tenant_workers): retry shortly",
+                        wait.as_millis()
+                    ),
+                )
+            }
+            PoolError::Lost => SchemaError::Invalid(format!("{what} failed; it has been logged")),
+        }
+    }
+
+    /// A raw schema compiled with id 0 (a draft until the registry gives its id), or the one
+    /// compiled before.
+    pub(super) async fn draft(
+        &self,
+        tenant: &str,
+        format: Format,
+        text: &Arc<str>,
+        what: &str,
+    ) -> Result<Arc<Compiled>, SchemaError> {
+        let key = (format, digest(text));
+        if let Some(d) = self.cache.lock().drafts.get(&key) {
+            return Ok(d.clone());
+        }
+        let draft = Arc::new(self.compile_for(tenant, format, text, what).await?);
+        let mut cache = self.cache.lock();
+        if cache.drafts.insert(key, draft.clone()).is_none() {
+            cache.drafts_order.push_back(key);
+        }
+        // Drafts count as a share of the cache's bytes, beside the schemas kept by id.
+        let budget = self.config.cache_bytes / 4;
+        let mut bytes: usize = cache.drafts.values().map(|d| d.footprint()).sum();
+        while cache.drafts.len() > REMEMBERED || bytes > budget {
+            let Some(old) = cache.drafts_order.pop_front() else {
+                break;
+            };
+            if let Some(d) = cache.drafts.remove(&old) {
+                bytes = bytes.saturating_sub(d.footprint());
+            }
+        }
+        Ok(draft)
+    }
+
+    /// Compiles a schema on the pool within the tenant's share and the compile bounds;
+    /// a schema that failed before is refused without compiling.
+    pub(super) async fn compile_for(
+        &self,
+        tenant: &str,
+        format: Format,
+        text: &str,
+        what: &str,
+    ) -> Result<Compiled, SchemaError> {
+        // Size and nesting first, here: a schema too large is refused without waiting for a
+        // thread.
+        within_bounds(format, text, self.bounds.max_text)
+            .map_err(|e| SchemaError::Invalid(format!("{what} does not compile: {e}")))?;
+        let key = (format, digest(text));
+        if let Some(e) = self.cache.lock().failed.get(&key) {
+            return Err(e.clone());
+        }
+        let (bounds, owned) = (self.bounds, text.to_string());
+        let result = self
+            .pool
+            .run(tenant, move || compile(format, &owned, &bounds))
+            .await
+            .map_err(|e| self.pool_error(e, "compiling the schema"))?;
+        let error = match result {
+            Ok((codec, memory)) => {
+                return Ok(Compiled {
+                    id: 0,
+                    format,
+                    codec: Arc::new(codec),
+                    memory,
+                })
+            }
+            Err(CompileError::Invalid(e)) => {
+                SchemaError::Invalid(format!("{what} does not compile: {e}"))
+            }
+            Err(CompileError::TooCostly(e)) => {
+                self.count_refusal("schema_memory");
+                SchemaError::TooCostly(format!("{what}: {e}"))
+            }
+        };
+        let mut cache = self.cache.lock();
+        if cache.failed.insert(key, error.clone()).is_none() {
+            cache.failed_order.push_back(key);
+        }
+        while cache.failed.len() > REMEMBERED {
+            let Some(old) = cache.failed_order.pop_front() else {
+                break;
+            };
+            cache.failed.remove(&old);
+        }
+        Err(error)
+    }
+
+    /// Counts a refusal by the bound that refused it (one of [`WORK_BOUNDS`]).
+    pub(super) fn count_refusal(&self, bound: &'static str) {
+        debug_assert!(WORK_BOUNDS.contains(&bound), "{bound}");
+        *self.refusals.lock().entry(bound).or_default() += 1;
+    }
+
+    /// Refusals by bound, and the pool's jobs waiting and running, for the metrics.
+    pub fn work_counts(&self) -> (Vec<(&'static str, u64)>, (usize, usize)) {
+        // Every bound has its series from the first scrape, at 0 until it refuses.
+        let counted = self.refusals.lock();
+        let refusals = WORK_BOUNDS
+            .iter()
+            .map(|b| (*b, counted.get(b).copied().unwrap_or(0)))
+            .collect();
+        (refusals, self.pool.load())
+    }
+
+    /// The longest a job waits for the pool (the Retry-After of a `schema_busy`).
+    pub fn wait(&self) -> Duration {
+        self.pool.wait()
+    }
+}

@@ -1,0 +1,150 @@
+//! Connections that have not authenticated yet, bounded per client address: a connection
+//! counts against its address from its accept until one of its requests carries a valid
+//! credential (or until it closes). Without this, one client can hold every connection the
+//! listener allows — silent sockets each live `header_read_timeout_ms` — and every other
+//! client waits in the kernel's backlog. A connection over its address's allowance is closed
+//! at once, before a byte is read (counted). Peers that are trusted proxies are not counted:
+//! every client behind them shares their address, and the proxy bounds its own clients.
+//! IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::forwarded::TrustedProxies;
+
+/// The allowance, per listener.
+#[derive(Debug)]
+pub struct Unverified {
+    max: usize,
+    exempt: TrustedProxies,
+    counts: Mutex<HashMap<IpAddr, usize>>,
+    /// Connections closed at accept because their address held `max` unverified ones.
+    pub refused: AtomicU64,
+}
+
+/// A connection's mark, carried by each of its requests (an extension): the pipeline calls
+/// [`ConnectionTrust::verified`] once a request authenticated.
+#[derive(Debug, Clone)]
+pub struct ConnectionTrust(Arc<Slot>);
+
+#[derive(Debug)]
+struct Slot {
+    owner: Arc<Unverified>,
+    address: IpAddr,
+    counted: AtomicBool,
+}
+
+impl Unverified {
+    pub fn new(max: usize, exempt: TrustedProxies) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            exempt,
+            counts: Mutex::new(HashMap::new()),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new connection from `peer`: its mark, or `None` when its address already holds its
+    /// allowance of unverified connections (close it).
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ConnectionTrust> {
+        let address = crate::auth_failures::source(peer);
+        let counted = !self.exempt.trusts(peer);
+        if counted {
+            let mut counts = self.counts();
+            let n = counts.entry(address).or_insert(0);
+            if *n >= self.max {
+                drop(counts);
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            *n += 1;
+        }
+        Some(ConnectionTrust(Arc::new(Slot {
+            owner: self.clone(),
+            address,
+            counted: AtomicBool::new(counted),
+        })))
+    }
+
+    /// Unverified connections of `peer`'s address now.
+    pub fn held(&self, peer: IpAddr) -> usize {
+        let address = crate::auth_failures::source(peer);
+        self.counts().get(&address).copied().unwrap_or(0)
+    }
+
+    fn release(&self, address: IpAddr) {
+        let mut counts = self.counts();
+        if let Some(n) = counts.get_mut(&address) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&address);
+            }
+        }
+    }
+}
+
+impl ConnectionTrust {
+    /// A request on this connection authenticated: it no longer counts against its address.
+    pub fn verified(&self) {
+        if self.0.counted.swap(false, Ordering::AcqRel) {
+            self.0.owner.release(self.0.address);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if self.counted.swap(false, Ordering::AcqRel) {
+            self.owner.release(self.address);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
+        let proxies =
+            TrustedProxies::parse(&["10.9.0.0/16".into()], Default::default()).expect("proxies");
+        let guard = Unverified::new(2, proxies);
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        let first = guard.admit(a).expect("1st");
+        let second = guard.admit(a).expect("2nd");
+        assert!(guard.admit(a).is_none(), "3rd: over");
+        assert!(
+            guard.admit("10.0.0.2".parse().expect("ip")).is_some(),
+            "others unaffected"
+        );
+        first.verified();
+        first.verified(); // once only
+        assert_eq!(guard.held(a), 1);
+        let third = guard.admit(a).expect("room after an authentication");
+        drop(second);
+        drop(first); // verified already: gives nothing back twice
+        assert_eq!(guard.held(a), 1);
+        drop(third);
+        assert_eq!(guard.held(a), 0);
+        assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
+        // A trusted proxy is not counted, and IPv6 counts per /64.
+        let proxy: IpAddr = "10.9.1.1".parse().expect("ip");
+        let held: Vec<_> = (0..10)
+            .map(|_| guard.admit(proxy).expect("proxy"))
+            .collect();
+        assert_eq!(guard.held(proxy), 0);
+        drop(held);
+        let v6a = guard.admit("2001:db8::1".parse().expect("ip")).expect("v6");
+        let _v6b = guard.admit("2001:db8::2".parse().expect("ip")).expect("v6");
+        assert!(guard.admit("2001:db8::3".parse().expect("ip")).is_none());
+        drop(v6a);
+    }
+}

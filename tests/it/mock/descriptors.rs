@@ -1,0 +1,149 @@
+//! Descriptors under a low `RLIMIT_NOFILE`, on the real binary (started with `prlimit`, as
+//! systemd's or a container's default of 1,024 would start it): a client holding thousands of
+//! silent connections cannot take every descriptor and starve the produce API, and a soft limit
+//! below the hard one is raised at start-up.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use serde_json::json;
+
+const TOPIC: &str = "test.fds";
+
+/// The release of the binary under `soft:hard` descriptors, on `cluster`; killed when dropped.
+struct Limited {
+    child: Child,
+    produce: SocketAddr,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(cluster: &Cluster, soft: u64, hard: u64) -> Limited {
+    let dir = tempfile::tempdir().expect("dir");
+    let (port, admin) = (free_port(), free_port());
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+         [kafka]\nbootstrap_servers = \"{}\"\n[log]\nlevel = \"info\"\n\
+         [[tenants]]\nid = \"acme\"\napi_key_sha256 = [\"{}\"]\ntopics = [\"test.*\"]\n",
+        cluster.bootstrap_servers(),
+        floodgate::identity::ApiKeyHash::of_key(KEY).to_hex()
+    );
+    let path = dir.path().join("floodgate.toml");
+    std::fs::write(&path, config).expect("config");
+    let log = dir.path().join("floodgate.log");
+    let child = Command::new("prlimit")
+        .arg(format!("--nofile={soft}:{hard}"))
+        .arg(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("--config")
+        .arg(&path)
+        .env("FLOODGATE_ADMIN_TOKEN", "ops:fds-test-token-0123456789")
+        .stdout(std::fs::File::create(&log).expect("log"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prlimit (util-linux)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
+        assert!(Instant::now() < deadline, "floodgate did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Limited {
+        child,
+        produce: SocketAddr::from(([127, 0, 0, 1], port)),
+        log,
+        _dir: dir,
+    }
+}
+
+/// The soft and hard `Max open files` of a process.
+fn limits(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("line");
+    let n: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (n[0], n[1])
+}
+
+/// A produce request from `from` (another loopback address than the flood's).
+async fn produce(gw: SocketAddr, from: IpAddr) -> Result<u16, String> {
+    let client = reqwest::Client::builder()
+        .local_address(from)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
+    client
+        .post(format!("http://{gw}/v1/topics/{TOPIC}/records"))
+        .bearer_auth(KEY)
+        .json(&json!({"records": [{"value": 1}]}))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| e.to_string())
+}
+
+/// Under a hard limit of 1,024 (nothing to raise), `max_connections` is clamped to what fits
+/// and one address's 3,000 silent connections hold at most its allowance of unauthenticated
+/// ones: every produce request from another address is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
+    let cluster = mock_cluster(&[TOPIC]);
+    let gw = start(&cluster, 1024, 1024);
+    let other: IpAddr = "127.0.0.2".parse().expect("ip");
+    assert_eq!(
+        produce(gw.produce, other).await,
+        Ok(200),
+        "before the flood"
+    );
+    let mut silent = Vec::new();
+    for _ in 0..3000 {
+        // A refused connection is accepted and closed at once: the connect still succeeds.
+        if let Ok(s) = tokio::net::TcpStream::connect(gw.produce).await {
+            silent.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(produce(gw.produce, other).await);
+    }
+    assert_eq!(
+        answers,
+        vec![Ok(200); 3],
+        "produce requests during the flood"
+    );
+    drop(silent);
+    let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+    assert!(
+        log.contains("max_connections does not fit"),
+        "the clamp is said: {log}"
+    );
+    assert!(
+        !log.contains("accept failed"),
+        "no descriptor ran out: {log}"
+    );
+}
+
+/// A soft limit below the hard one is raised to it at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_soft_descriptor_limit_is_raised_to_the_hard_limit() {
+    let cluster = mock_cluster(&[TOPIC]);
+    let gw = start(&cluster, 1024, 16_384);
+    assert_eq!(limits(gw.child.id()), (16_384, 16_384));
+    assert_eq!(
+        produce(gw.produce, "127.0.0.1".parse().expect("ip")).await,
+        Ok(200)
+    );
+}

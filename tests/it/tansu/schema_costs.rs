@@ -1,0 +1,247 @@
+//! #37: the schema step's work before admission is bounded and charged. Each test is one of the
+//! review's attacks: a costly check, regexes that compile to gigabytes, compiles for subjects
+//! the tenant may not use, registrations by refused requests, unknown versions asked again
+//! and again. Against Tansu and the test Schema Registry.
+
+use std::time::{Duration, Instant};
+
+use crate::common::schema_registry::{Call, SchemaRegistry};
+use crate::common::*;
+use serde_json::{json, Value};
+
+const SLOW_KEY: &str = "test-key-slow";
+
+/// A gateway with the registry and two tenants: `acme` (unlimited) and `slow` (1 record/s).
+async fn gateway(registry: &SchemaRegistry, extra: &str) -> Gateway {
+    let text = format!("[schema_registry]\nurl = \"{}\"\n{extra}\n", registry.url());
+    let mut cfg = floodgate::config::Config::from_toml_with_env(&text, Vec::new())
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let base = config(&tansu());
+    cfg.kafka.bootstrap_servers = base.kafka.bootstrap_servers;
+    cfg.kafka.delivery_timeout_ms = base.kafka.delivery_timeout_ms;
+    cfg.server.shutdown_timeout_ms = base.server.shutdown_timeout_ms;
+    let mut slow = tenant("slow", SLOW_KEY, &["test.*"]);
+    slow.records_per_sec = Some(1);
+    slow.records_burst = Some(1);
+    cfg.tenants = vec![tenant("acme", KEY, &["test.*"]), slow];
+    Gateway::start(cfg).await
+}
+
+/// One v3 record: status and answer.
+async fn v3(gw: &Gateway, key: &str, topic: &str, record: &Value) -> (u16, Value, Duration) {
+    let started = Instant::now();
+    let response = client()
+        .post(format!(
+            "http://{}/v3/clusters/any-id/topics/{topic}/records",
+            gw.addr
+        ))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(record.to_string())
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let answer = serde_json::from_str(text.trim_end()).unwrap_or(Value::String(text));
+    (status, answer, started.elapsed())
+}
+
+fn message(answer: &Value) -> String {
+    answer["message"].as_str().unwrap_or_default().to_string()
+}
+
+/// A record of more than one body frame (~16 KB) is answered as a stream: its refusal is a
+/// report (`error_code` the HTTP status) under 200. Either way, the status the record got.
+fn refused_with(status: u16, answer: &Value) -> u64 {
+    if status == 200 {
+        answer["error_code"].as_u64().unwrap_or(200)
+    } else {
+        u64::from(status)
+    }
+}
+
+/// The review's regex schema: properties each with `\w{2000+j}` (1,000 of them: 47 KB of
+/// text, ~500 MB compiled).
+fn pattern_schema(count: usize, start: usize) -> String {
+    let props: serde_json::Map<String, Value> = (0..count)
+        .map(|j| {
+            (
+                format!("f{j}"),
+                json!({"type": "string", "pattern": format!("\\w{{{}}}", start + j)}),
+            )
+        })
+        .collect();
+    json!({"type": "object", "properties": props, "required": ["missing"]}).to_string()
+}
+
+#[tokio::test]
+async fn a_record_whose_check_would_cost_seconds_is_refused_before_it_runs() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.costly");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, "").await;
+    // A float enum is scanned in full for every element (46 s of CPU for this record).
+    let floats: Vec<f64> = (0..28_000).map(|i| f64::from(i) + 0.5).collect();
+    let schema = json!({"type": "array", "items": {"enum": floats}}).to_string();
+    let mut data = vec![27_999.5; 100_000];
+    data.push(-1.5);
+    let record = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": data}});
+    let (s, answer, took) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(refused_with(s, &answer), 422, "{answer}");
+    assert!(message(&answer).contains("subschema checks"), "{answer}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(registry.calls(Call::Register), 0, "nothing registered");
+    // A plain record of another request goes through meanwhile.
+    let (s, answer, _) = v3(
+        &gw,
+        KEY,
+        &topic,
+        &json!({"value": {"type": "JSON", "data": 1}}),
+    )
+    .await;
+    assert_eq!(s, 200, "{answer}");
+}
+
+#[tokio::test]
+async fn regexes_are_bounded_and_a_subject_is_checked_before_anything_compiles() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.patterns");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, "").await;
+    // Three 47 KB schemas took the review's gateway from 18 MiB to 1.5 GiB, each answered 422.
+    for i in 0..3 {
+        let schema = pattern_schema(1_000, 2_000 + i * 1_000);
+        let record =
+            json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"f0": "x"}}});
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert_eq!(refused_with(s, &answer), 422, "{answer}");
+        assert!(message(&answer).contains("max_schema_patterns"), "{answer}");
+    }
+    // One regex past its compiled size is refused naming the bound.
+    let record =
+        json!({"value": {"type": "JSONSCHEMA", "schema": pattern_schema(1, 5_000), "data": {}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(s, 422, "{answer}");
+    assert_eq!(answer["error_code"], 42205, "{answer}");
+    assert!(message(&answer).contains("max_pattern_bytes"), "{answer}");
+    // Another team's subject is refused before the schema is looked at: a subject error, not
+    // the schema's (which would be too costly to compile).
+    let record = json!({"value": {"type": "JSONSCHEMA", "subject": "someone-else-value",
+        "schema": pattern_schema(1_000, 2_000), "data": {"f0": "x"}}});
+    for _ in 0..3 {
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert_eq!(refused_with(s, &answer), 422, "{answer}");
+        assert!(message(&answer).contains("someone-else-value"), "{answer}");
+    }
+    assert_eq!(registry.total_calls(), 0, "the registry was never asked");
+}
+
+#[tokio::test]
+async fn refused_requests_never_register_a_schema() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.noreg");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, "").await;
+    let subject = format!("{topic}-value");
+    let schema = |i: usize| {
+        json!({"type": "object", "title": format!("t{i}"),
+               "properties": {"a": {"type": "integer"}}})
+        .to_string()
+    };
+    // Data that does not fit: 422, and the schema is never registered (it was, 300 versions).
+    for i in 0..20 {
+        let record =
+            json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": "no"}}});
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert_eq!(s, 422, "{answer}");
+        assert_eq!(answer["error_code"], 42203, "{answer}");
+    }
+    assert_eq!(registry.versions(&subject), Vec::<u32>::new());
+    assert_eq!(registry.calls(Call::Register), 0);
+    // A v2 request whose first record fits and whose second does not: the schema waits for
+    // every record, so nothing is registered.
+    let body = json!({"value_schema": schema(50), "records": [{"value": {"a": 1}}, {"value": {"a": "no"}}]});
+    let response = client()
+        .post(format!("http://{}/topics/{topic}", gw.addr))
+        .bearer_auth(KEY)
+        .header("content-type", "application/vnd.kafka.jsonschema.v2+json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 422);
+    assert_eq!(
+        registry.calls(Call::Register),
+        0,
+        "the first record's fit is not enough"
+    );
+    // A request its tenant's budget refuses registers nothing either.
+    let fits =
+        |i: usize| json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": 1}}});
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &fits(100)).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(registry.versions(&subject).len(), 1, "the admitted one's");
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &fits(101)).await;
+    assert_eq!(s, 429, "{answer}");
+    assert_eq!(
+        registry.versions(&subject).len(),
+        1,
+        "not the refused one's"
+    );
+}
+
+#[tokio::test]
+async fn a_tenants_registrations_are_charged_to_it() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.regs");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(
+        &registry,
+        "tenant_registrations_per_sec = 1\ntenant_registrations_burst = 2",
+    )
+    .await;
+    let record = |i: usize| {
+        json!({"value": {"type": "JSONSCHEMA",
+            "schema": json!({"type": "object", "title": format!("r{i}")}).to_string(), "data": {}}})
+    };
+    for i in 0..2 {
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record(i)).await;
+        assert_eq!(s, 200, "{answer}");
+    }
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(2)).await;
+    assert_eq!(s, 429, "{answer}");
+    assert_eq!(answer["error_code"], 42902, "{answer}");
+    assert!(
+        message(&answer).contains("tenant_registrations_per_sec"),
+        "{answer}"
+    );
+    assert_eq!(registry.versions(&format!("{topic}-value")).len(), 2);
+    // A schema already registered costs no registration.
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(0)).await;
+    assert_eq!(s, 200, "{answer}");
+}
+
+#[tokio::test]
+async fn unknown_subject_versions_are_remembered_like_unknown_ids() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.unknown");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, "").await;
+    for version in [json!({"schema_version": 7}), json!({})] {
+        let mut value = version.clone();
+        value["data"] = json!({"a": 1});
+        let before = registry.calls(Call::SubjectVersion);
+        for _ in 0..30 {
+            let (s, answer, _) = v3(&gw, KEY, &topic, &json!({"value": value})).await;
+            assert_eq!(s, 422, "{answer}");
+            assert_eq!(answer["error_code"], 42204, "{answer}");
+        }
+        // 30 calls each before.
+        assert_eq!(
+            registry.calls(Call::SubjectVersion) - before,
+            1,
+            "{version}: asked once"
+        );
+    }
+}
