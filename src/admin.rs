@@ -91,6 +91,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     open.method_not_allowed_fallback(not_allowed)
         .merge(admin)
         .fallback(|| async { ApiError::NotFound })
+        // The bound `http::extract::Body` names in its 413.
+        .layer(axum::extract::DefaultBodyLimit::max(
+            crate::http::extract::MAX_ADMIN_BODY_BYTES,
+        ))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             crate::outcome::panic_response,
         ))
@@ -340,6 +344,34 @@ mod tests {
             (s, body["error"].as_str()),
             (StatusCode::NOT_FOUND, Some("not_found"))
         );
+    }
+
+    /// A path segment that is not UTF-8 is a JSON 400 naming the parameter, and a body over
+    /// the admin API's limit a JSON 413: never axum's plain text.
+    #[tokio::test]
+    async fn unreadable_paths_and_oversized_bodies_are_json_errors() {
+        for (method, path, body, status, code) in [
+            ("GET", "/admin/tenants/%FF", 0, 400, "invalid_path"),
+            ("POST", "/admin/tenants/%FF/keys", 0, 400, "invalid_path"),
+            ("GET", "/admin/lag-guards/%FF", 0, 400, "invalid_path"),
+            ("PUT", "/admin/tenants/big", 3 << 20, 413, "body_too_large"),
+        ] {
+            let router = super::router(crate::app::state_for_tests());
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", "Bearer router-test-token")
+                .header("content-type", "application/json")
+                .body(Body::from(vec![b' '; body]))
+                .unwrap_or_default();
+            let response = router.oneshot(request).await.unwrap_or_else(|e| match e {});
+            assert_eq!(response.status().as_u16(), status, "{method} {path}");
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap_or_default();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            assert_eq!(body["error"], code, "{method} {path}: {body}");
+        }
     }
 
     #[tokio::test]

@@ -27,6 +27,9 @@ use crate::tenant::Tenant;
 mod adaptive;
 mod bounds;
 mod lag;
+mod pending;
+
+use pending::Pending;
 
 /// The longest wait an adaptive refusal names: the limit is decided again every interval, and
 /// a tenant's demand is remembered (halving every 5 s) while it waits.
@@ -132,19 +135,22 @@ impl Admission {
     }
 
     /// Whether a refusal is only a budget's refill short enough to hold the request for
-    /// (`[wait] max_ms`): the checks made before and while a body is read let it through, and
-    /// the pipeline holds it at admission for its tokens ([`crate::hold`]). Its wait is the
-    /// bucket's, exact to the nanosecond; other refusals (the buffer, the adaptive limit, a
-    /// lag guard) depend on Kafka and are never held.
+    /// (`[wait] max_ms`). Every check reports such a refusal only once nothing else refuses
+    /// the request (see [`Pending`]); the pipeline then lets it through the checks made
+    /// before and while the body is read only on a seat of the waiting room, and holds it at
+    /// admission for its tokens ([`crate::hold`]). Its wait is the bucket's, exact to the
+    /// nanosecond; other refusals (the buffer, the adaptive limit, a lag guard) depend on
+    /// Kafka and are never held.
     pub fn holdable(&self, refusal: &Refusal) -> bool {
         self.waits.enabled()
             && refusal.reason.is_rate()
             && refusal.retry_after <= self.waits.max_wait
     }
 
-    /// Waits `d` on the admission clock (a held request, between two decisions).
-    pub async fn hold_for(&self, d: Duration) {
-        self.clock.sleep(d).await;
+    /// Waits on the admission clock until it reads `until_ns` (a held request, between two
+    /// decisions).
+    pub async fn hold_until(&self, until_ns: u64) {
+        self.clock.sleep_until(until_ns).await;
     }
 
     /// Admission for a cluster member: buckets follow `sharing`.
@@ -260,6 +266,8 @@ impl Admission {
     /// Used while a body arrives: once the records read so far cannot be admitted, the whole
     /// request cannot either (budgets only fill up by waiting, and the request only grows).
     /// In cluster mode a slice that is short is topped up by the cluster's estimated level.
+    /// A refusal `[wait]` could hold comes only when nothing else refuses (the caller decides
+    /// whether the request may wait).
     pub fn check(&self, tenant: &Tenant, charge: Charge) -> Result<(), Denial> {
         self.check_to(tenant, None, charge)
     }
@@ -276,10 +284,9 @@ impl Admission {
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
         self.follow_lag(tenant, &mut state, topic, now, 0);
+        let mut pending = Pending::default();
         match self.plan(tenant, &state, topic, now, charge) {
             Ok(_nothing_charged) => {}
-            // Could be admitted after a short hold: the admission step holds it.
-            Err(Blocked::Denied(Denial::Refused(r))) if self.holdable(&r) => return Ok(()),
             Err(Blocked::Denied(d)) => {
                 if matches!(&d, Denial::Refused(r) if r.reason == Reason::ConsumerLag) {
                     // Refused mid-stream by a lag guard: the records read so far are demand
@@ -290,11 +297,13 @@ impl Admission {
             }
             Err(Blocked::Lease(_)) => {
                 if let Err(t) = state.buckets.estimate(now, charge) {
-                    self.unless_holdable(refused_plain(tenant_reason(t), t.wait_ns))
+                    pending
+                        .add(self, refused_plain(tenant_reason(t), t.wait_ns))
                         .map_err(Denial::Refused)?;
                 }
                 if let Err(g) = self.global.estimate(now, charge) {
-                    self.unless_holdable(refused_plain(global_reason(g), g.wait_ns))
+                    pending
+                        .add(self, refused_plain(global_reason(g), g.wait_ns))
                         .map_err(Denial::Refused)?;
                 }
             }
@@ -302,7 +311,7 @@ impl Admission {
         if !self.buffer.has_room(charge) {
             return Err(self.buffer_refusal(Reason::BufferFull));
         }
-        Ok(())
+        pending.finish().map_err(Denial::Refused)
     }
 
     /// The checks shared by `admit` and `check`, under the tenant's lock: what the tenant's
@@ -324,12 +333,21 @@ impl Admission {
             Err(Short::Wait(g)) => g.wait_ns,
             _ => 0,
         };
-        if let Err(Short::Wait(t)) = pending {
-            let wait = t.wait_ns.max(global_wait(&global));
-            return Err(refused(tenant_reason(t), wait).into());
-        }
-        if let Err(Short::Wait(g)) = global {
-            return Err(refused(global_reason(g), g.wait_ns).into());
+        // A budget's refusal comes first, unless [wait] could hold it: then the other checks
+        // speak first, so a request is never held (nor let through the checks before
+        // admission) only to be refused for something a hold does not change.
+        let rate = match (&pending, &global) {
+            (Err(Short::Wait(t)), _) => Some(refused_plain(
+                tenant_reason(*t),
+                t.wait_ns.max(global_wait(&global)),
+            )),
+            (_, Err(Short::Wait(g))) => Some(refused_plain(global_reason(*g), g.wait_ns)),
+            _ => None,
+        };
+        let mut held = Pending::default();
+        if let Some(r) = rate {
+            held.add(self, r)
+                .map_err(|r| Blocked::Denied(Denial::Refused(r)))?;
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
@@ -342,6 +360,11 @@ impl Admission {
         {
             return Err(self.buffer_refusal(Reason::TenantBuffer).into());
         }
+        if held.is_some() && !self.buffer.has_room(charge) {
+            return Err(self.buffer_refusal(Reason::BufferFull).into());
+        }
+        held.finish()
+            .map_err(|r| Blocked::Denied(Denial::Refused(r)))?;
         let need = LeaseNeed {
             charge,
             tenant: pending.as_ref().err().and_then(lease_of),
@@ -365,7 +388,8 @@ impl Admission {
 
     /// The early check made before the body is read: could this tenant be admitted with at
     /// least one record and `bytes_upper` bytes (the body's declared length, which bounds
-    /// the record bytes from above)? Charges nothing.
+    /// the record bytes from above)? Charges nothing. A refusal `[wait]` could hold comes only
+    /// when nothing else refuses (the caller decides whether the request may wait).
     pub fn precheck(&self, tenant: &Tenant, bytes_upper: u64) -> Result<(), Refusal> {
         self.precheck_to(tenant, None, bytes_upper)
     }
@@ -405,11 +429,12 @@ impl Admission {
         let cap = |burst: Option<u64>| burst.map_or(bytes_upper, |b| bytes_upper.min(b));
         let tenant_bytes = cap(spec.bytes.map(|s| s.burst));
         let global_bytes = cap(global_spec.bytes.map(|s| s.burst));
+        let mut pending = Pending::default();
         if let Err(t) = state.buckets.estimate(now, Charge::new(1, tenant_bytes)) {
-            self.unless_holdable(refused_plain(tenant_reason(t), t.wait_ns))?;
+            pending.add(self, refused_plain(tenant_reason(t), t.wait_ns))?;
         }
         if let Err(g) = self.global.estimate(now, Charge::new(1, global_bytes)) {
-            self.unless_holdable(refused_plain(global_reason(g), g.wait_ns))?;
+            pending.add(self, refused_plain(global_reason(g), g.wait_ns))?;
         }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(state.buffer_share);
@@ -420,7 +445,7 @@ impl Admission {
         if !self.buffer.has_room(Charge::new(1, 1)) {
             return Err(self.buffer_refusal_plain(Reason::BufferFull));
         }
-        Ok(())
+        pending.finish()
     }
 
     /// The tenant's and the global buckets as they are now.
@@ -441,17 +466,6 @@ impl Admission {
             tenant_bytes,
             global_records,
             global_bytes,
-        }
-    }
-}
-
-impl Admission {
-    /// A refusal, unless a short hold covers it.
-    fn unless_holdable(&self, refusal: Refusal) -> Result<(), Refusal> {
-        if self.holdable(&refusal) {
-            Ok(())
-        } else {
-            Err(refusal)
         }
     }
 }

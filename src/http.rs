@@ -5,6 +5,7 @@
 
 mod confluent_v2;
 mod confluent_v3;
+pub mod extract;
 pub mod ratelimit;
 mod v1;
 
@@ -245,6 +246,41 @@ mod tests {
             );
         }
     }
+
+    /// A path segment whose percent-encoding is not UTF-8 is a JSON 400 naming the parameter,
+    /// in Confluent's envelope under its prefixes, never axum's plain text.
+    #[tokio::test]
+    async fn an_unreadable_path_segment_is_a_json_400_naming_it() {
+        for (method, path, media, parameter) in [
+            ("POST", "/topics/%FF", V2, "topic"),
+            ("POST", "/topics/test.a/partitions/%FF", V2, "partition"),
+            ("POST", "/v3/clusters/c/topics/%FF/records", V3, "topic"),
+            (
+                "POST",
+                "/kafka/v3/clusters/%FF/topics/t/records:batch",
+                V3,
+                "cluster_id",
+            ),
+            ("GET", "/v3/clusters/%FF", V3, "cluster_id"),
+        ] {
+            let request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("authorization", "Bearer acme-key")
+                .header("content-type", "application/json")
+                .body(Body::empty())
+                .unwrap_or_default();
+            let (s, h, body) = call(request).await;
+            assert_eq!(s, StatusCode::BAD_REQUEST, "{method} {path}");
+            assert_eq!(h["content-type"], media, "{method} {path}");
+            assert_eq!(body["error_code"], 40001, "{body}");
+            let message = body["message"].as_str().unwrap_or_default();
+            assert!(message.contains(&format!("`{parameter}`")), "{message}");
+        }
+    }
+
+    const V2: &str = "application/vnd.kafka.v2+json";
+    const V3: &str = "application/json";
 
     #[tokio::test]
     async fn a_missing_or_unknown_key_is_401_with_a_challenge() {

@@ -59,7 +59,7 @@ use crate::kafka::{Batch, KafkaProducer, TopicCatalog};
 use crate::outcome::ApiError;
 pub use crate::record::Api;
 use crate::tenant::{Tenant, Tenants};
-use admit::refused;
+use admit::{refused, Held};
 use checks::credential_allows;
 pub use contracts::{failure_error, RecordSchemas};
 use read::{declared_length, drain_if_small, refused_unread};
@@ -244,12 +244,15 @@ impl Ingest {
         format: BodyFormat<'_>,
         print: Option<&mut Fingerprinter>,
     ) -> Result<Arc<Batch>, ApiError> {
-        if let Err(e) = self.early_check(tenant, topic, declared) {
+        // Its place in [wait]'s waiting room: a seat taken by a check before admission is
+        // kept until admission decides, and given back on every way out.
+        let mut held = Held::new();
+        if let Err(e) = self.early_check(tenant, topic, declared, &mut held) {
             drain_if_small(declared, body).await;
             return Err(e);
         }
         let (arena, mut hold) = self
-            .read_records(tenant, topic, body, declared, format, print)
+            .read_records(tenant, topic, body, declared, format, print, &mut held)
             .await?;
         let arena = self
             .apply_schemas(tenant, topic, arena, &mut hold, &format)
@@ -262,7 +265,7 @@ impl Ingest {
             // admitted or sent, and the answer lists each failure.
             return Ok(Arc::new(Batch::empty(tenant.stats().clone())));
         }
-        let lease = self.admit(tenant, topic, arena.charge()).await?;
+        let lease = self.admit(tenant, topic, arena.charge(), &mut held).await?;
         let batch = self.send(tenant, topic, &records, lease);
         drop(records);
         drop(arena);

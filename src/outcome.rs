@@ -20,10 +20,12 @@ use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 
 pub mod admin;
 pub mod confluent;
+mod panic;
 mod produced;
 mod readiness;
 
 pub use admin::AdminError;
+pub use panic::panic_response;
 pub use produced::Produced;
 pub use readiness::Readiness;
 
@@ -105,6 +107,9 @@ pub enum ApiError {
     NotFound,
     /// The path is served, not with this method (the answer's `Allow` names those it is).
     MethodNotAllowed(String),
+    /// A path parameter that cannot be read (percent-encoded bytes that are not UTF-8): the
+    /// detail names the parameter.
+    InvalidPath(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -164,6 +169,7 @@ impl ApiError {
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
+            Self::InvalidPath(_) => "invalid_path",
         }
     }
 
@@ -178,6 +184,7 @@ impl ApiError {
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::IdempotencyUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidTopic(_)
+            | Self::InvalidPath(_)
             | Self::Malformed(_)
             | Self::InvalidRecord(_)
             | Self::NoRecords
@@ -219,6 +226,7 @@ impl ApiError {
                 "missing or unknown API key (send Authorization: Bearer <key>)".into()
             }
             Self::InvalidTopic(d)
+            | Self::InvalidPath(d)
             | Self::Malformed(d)
             | Self::InvalidRecord(d)
             | Self::EntryId(d)
@@ -361,22 +369,6 @@ fn rate_limited_detail(r: &Refusal) -> String {
             r.retry_after_ms()
         ),
     }
-}
-
-/// The answer when a handler panicked (tower-http's CatchPanicLayer calls this): a JSON 500 that
-/// says nothing of the panic, which goes to the log instead.
-pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    tracing::error!(panic = %message, "a request handler panicked");
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        Json(json!({"error": "internal", "detail": "internal error; it has been logged"})),
-    )
-        .into_response()
 }
 
 /// A 429's body.

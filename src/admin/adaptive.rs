@@ -5,13 +5,13 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 
 use super::api::{parse, AppRef};
 use crate::app::AppState;
+use crate::http::extract::Body;
 use crate::outcome::AdminError;
 use crate::registry::Actor;
 
@@ -114,7 +114,7 @@ pub async fn get(axum::extract::State(app): AppRef) -> Response {
 pub async fn put(
     axum::extract::State(app): AppRef,
     Extension(actor): Extension<Actor>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AdminError> {
     let settings: crate::config::AdaptiveConfig = parse(&body)?;
     let global = app.registry.snapshot().await.global;

@@ -1,7 +1,6 @@
 //! `/admin/global` (the global budget, with its live tokens) and `/admin/audit` (the shared
 //! registry's recent changes).
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -10,6 +9,7 @@ use serde_json::{json, Value};
 use super::api::{change, parse, AppRef};
 use crate::app::AppState;
 use crate::config::GlobalBudgetConfig;
+use crate::http::extract::Body;
 use crate::outcome::AdminError;
 use crate::registry::Actor;
 
@@ -37,7 +37,7 @@ pub async fn get(State(app): AppRef) -> Response {
 pub async fn put(
     State(app): AppRef,
     Extension(actor): Extension<Actor>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AdminError> {
     let global: GlobalBudgetConfig = parse(&body)?;
     let saved = change(&app, &actor, "global.put", |state| {

@@ -4,8 +4,6 @@
 //! `[[lag_guards]]` apply again at the next start (as with `/admin/adaptive`). In a cluster,
 //! each replica is told separately.
 
-use axum::body::Bytes;
-use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -14,6 +12,7 @@ use serde_json::{json, Value};
 use super::api::{parse, AppRef};
 use crate::app::AppState;
 use crate::config::LagGuardConfig;
+use crate::http::extract::{Body, Path};
 use crate::lag_agent::GuardStatus;
 use crate::outcome::{AdminError, ApiError};
 use crate::registry::Actor;
@@ -71,7 +70,7 @@ pub async fn put(
     axum::extract::State(app): AppRef,
     Extension(actor): Extension<Actor>,
     Path(name): Path<String>,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AdminError> {
     let mut value: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::Malformed(e.to_string()))?;

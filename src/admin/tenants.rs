@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::http::extract::{Body, Path};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -322,7 +323,7 @@ pub async fn put(
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AdminError> {
     let expected = if_match(&headers)?;
     let settings: TenantBody = parse(&body)?;
@@ -354,7 +355,7 @@ pub async fn patch(
     Extension(actor): Extension<Actor>,
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, AdminError> {
     let expected = if_match(&headers)?;
     let patch: serde_json::Map<String, Value> = parse(&body)?;

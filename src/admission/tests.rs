@@ -357,3 +357,58 @@ fn an_adaptive_refusal_names_the_wait_to_the_next_plan_not_the_starved_share() {
     cell.store(plan(3, Some(1), now));
     assert_eq!(wait(&admission), crate::admission::MAX_ADAPTIVE_WAIT);
 }
+
+/// With `[wait]`, a refusal a hold could cover is reported only once nothing else refuses: a
+/// request short of tokens due in 20 ms that the buffer cannot take either hears the buffer's
+/// refusal at once — before its body is read, while it is read, and at admission — instead of
+/// being let through (and held) only to be refused for the buffer after all.
+#[test]
+fn a_holdable_wait_never_hides_a_refusal_a_hold_cannot_change() {
+    let plain = rig(BudgetSpec::default(), 1 << 30, 10);
+    let mut r = rig(BudgetSpec::default(), 1 << 30, 10);
+    r.admission = r.admission.with_waits(WaitRoom::new(100 * MS, 8, 8));
+    let reason = |d: Result<(), Denial>| match d {
+        Err(Denial::Refused(r)) => (r.reason, r.retry_after),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    for (rig, waits) in [(&plain, false), (&r, true)] {
+        let t = tenant("a", Some((50, 10)), None, 1.0);
+        // The tenant's burst fills the buffer (10 records) and empties its bucket.
+        let burst = rig
+            .admission
+            .admit(&t, Charge::new(10, 10))
+            .0
+            .expect("burst");
+        let one = Charge::new(1, 1);
+        let check = reason(rig.admission.check(&t, one));
+        let admit = refusal(rig.admission.admit(&t, one).0).reason;
+        let early = rig.admission.precheck(&t, 1).expect_err("refused").reason;
+        if waits {
+            let full = Reason::BufferFull;
+            assert_eq!((check.0, admit, early), (full, full, full));
+        } else {
+            // Without [wait], the budget speaks first, as it always has.
+            assert_eq!(check, (Reason::TenantRecords, 20 * MS));
+            assert_eq!(
+                (admit, early),
+                (Reason::TenantRecords, Reason::TenantRecords)
+            );
+        }
+        // The buffer has room again: only the wait is left, and every check says it, for the
+        // pipeline to hold the request on a seat (or refuse it, with no seat free).
+        drop(burst);
+        assert_eq!(
+            reason(rig.admission.check(&t, one)),
+            (Reason::TenantRecords, 20 * MS)
+        );
+        let early = rig.admission.precheck(&t, 1).expect_err("refused");
+        assert_eq!(
+            (early.reason, early.retry_after),
+            (Reason::TenantRecords, 20 * MS)
+        );
+        assert_eq!(rig.admission.holdable(&early), waits);
+        rig.clock.advance_ms(20);
+        assert!(rig.admission.check(&t, one).is_ok());
+        assert!(rig.admission.admit(&t, one).0.is_ok());
+    }
+}

@@ -24,9 +24,12 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
         self.unix_ns() / 1_000_000_000
     }
 
-    /// Waits `d` by this clock: the runtime's timer for a real clock; a manual clock waits
-    /// until a test has stepped it that far, so a wait is tested without sleeping.
-    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+    /// Waits until this clock reads `until_ns`: the runtime's timer for a real clock; a manual
+    /// clock waits until a test has stepped it that far, so a wait is tested without sleeping.
+    /// A deadline, not a duration: a wait decided at one reading ends at the same instant
+    /// however much later it starts.
+    fn sleep_until(&self, until_ns: u64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let d = Duration::from_nanos(until_ns.saturating_sub(self.now_ns()));
         Box::pin(tokio::time::sleep(d))
     }
 }
@@ -69,7 +72,7 @@ impl Clock for MonotonicClock {
 pub struct ManualClock {
     now: AtomicU64,
     unix_start_ns: AtomicU64,
-    /// Wakes what waits on this clock ([`Clock::sleep`]) at every step.
+    /// Wakes what waits on this clock ([`Clock::sleep_until`]) at every step.
     stepped: tokio::sync::Notify,
 }
 
@@ -109,10 +112,7 @@ impl Clock for ManualClock {
             .saturating_add(self.now_ns())
     }
 
-    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        let until = self
-            .now_ns()
-            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    fn sleep_until(&self, until: u64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             loop {
                 // Registered before the check: a step between the two still wakes it.

@@ -96,8 +96,10 @@ pub fn burst_costs(tenant: &TenantConfig, wait: &WaitConfig) -> Vec<(&'static st
                  [wait] max_ms (at least {one_ms}) to hold such requests instead"
             )
         } else {
-            // What a hold covers: a request of at most this many records (bytes).
-            let covered = rate.saturating_mul(wait.max_ms) / 1000;
+            // What a hold covers: a request of at most this many records (bytes) — what
+            // refills within max_ms, and never more than the burst (a larger request can
+            // never be admitted: 413 exceeds_burst).
+            let covered = (rate.saturating_mul(wait.max_ms) / 1000).min(burst);
             format!(
                 "{key} {burst} is below {unit}_per_sec {rate}: waits up to [wait] max_ms ({} ms) \
                  are held, which covers a request of up to {covered} {unit} at a time; a longer \
@@ -159,7 +161,18 @@ mod tests {
             ..WaitConfig::default()
         };
         let costs = burst_costs(&tenant(50, 10), &on);
-        assert!(costs[0].1.contains("up to 12 records"), "{}", costs[0].1);
+        assert!(costs[0].1.contains("up to 10 records"), "{}", costs[0].1);
+        // What refills within max_ms when the burst holds more: 100/s × 250 ms.
+        let costs = burst_costs(&tenant(100, 50), &on);
+        assert!(costs[0].1.contains("up to 25 records"), "{}", costs[0].1);
+        // Never more than the burst: 10/s × 1000 ms refills 10, but a request over the burst
+        // of 2 is 413 exceeds_burst however long it waits.
+        let second = WaitConfig {
+            max_ms: 1000,
+            ..WaitConfig::default()
+        };
+        let costs = burst_costs(&tenant(10, 2), &second);
+        assert!(costs[0].1.contains("up to 2 records"), "{}", costs[0].1);
         assert!(burst_costs(&tenant(50, 50), &off).is_empty());
         assert!(burst_costs(&TenantConfig::default(), &off).is_empty());
         let warnings = burst_warnings(&[tenant(50, 50), tenant(50, 10)], &off);

@@ -67,8 +67,9 @@ pub enum AuthError {
     UnknownTenant(Method),
     /// The issuer's keys could not be fetched, or a key unknown here may have been rotated in
     /// since the last fetch and the next is not allowed yet, so a possibly valid token cannot
-    /// be checked: 503 `jwks_unavailable` (not counted as the client's failure), with
-    /// `Retry-After` set to when the next fetch is allowed (this wait, at least a second).
+    /// be checked: 503 `jwks_unavailable` (counted against the address's allowance like any
+    /// failure, see [`AuthError::is_failure`]), with `Retry-After` set to when the next fetch
+    /// is allowed (this wait, at least a second).
     KeysUnavailable(std::time::Duration),
     /// A token not verified before, from an address whose allowance of failed authentications
     /// is spent for this long: refused without checking its signature (the pipeline answers
@@ -88,8 +89,14 @@ impl AuthError {
         }
     }
 
-    /// Whether this counts against the address's failed-authentication allowance.
+    /// Whether this counts against the address's failed-authentication allowance: every
+    /// failure does, `jwks_unavailable` included. A token naming a key the gateway does not
+    /// hold may be one the issuer rotated in since the last fetch, but it may as well be
+    /// forged, and an uncounted 503 would let one address ask without limit which claims pass
+    /// (the 503 says its issuer, audience, algorithm and expiry were accepted). A client that
+    /// honours `Retry-After` spends one failure per fetch interval; past the allowance it hears
+    /// 429 `auth_failures` with the wait instead. `Held` is that 429 itself, not counted again.
     pub fn is_failure(&self) -> bool {
-        !matches!(self, AuthError::KeysUnavailable(_) | AuthError::Held(_))
+        !matches!(self, AuthError::Held(_))
     }
 }

@@ -193,9 +193,13 @@ pub enum Fetched {
     Fresh,
     /// Not now: the last fetch was less than `min_refetch_s` ago (or the keys come from a file).
     Throttled,
-    /// A fetch that ended while this one waited for it is this one's answer (its keys, or its
-    /// failure: [`KeySource::last_failed`]).
+    /// A fetch that began after this one was asked for, and ended while it waited, is this
+    /// one's answer (its keys, or its failure: [`KeySource::last_failed`]).
     Joined,
+    /// Only fetches that began before this one was asked for ended while it waited: their
+    /// keys may predate the token's (the issuer may have published its key since they read
+    /// the set), and the throttle allows no other fetch yet.
+    JoinedEarlier,
     /// The fetch failed; the keys held before stay.
     Failed(String),
 }
@@ -364,20 +368,28 @@ impl KeySource {
         // the lock is free and this costs nothing. Whoever held it before us may have just
         // fetched: then the throttle says no and the caller looks at the new keys.
         let before = self.finished.load(Ordering::Acquire);
+        let begun = self.fetches.load(Ordering::Acquire);
         let _one = self.fetching.lock().await;
         let now = self.clock.now_ns();
         // A fetch that ended while this one waited is this one's answer, due or not: a fetch
         // slower than `min_refetch_s` (a hanging server) would otherwise make every waiter
         // fetch again in turn, and the last of a queue wait one timeout per request before it.
+        // Fetches run one at a time under the lock, so one begun since `begun` was read has
+        // ended by now: it read the set after this request came.
         if self.finished.load(Ordering::Acquire) != before {
-            return (Fetched::Joined, self.min_refetch);
+            let fetched = if self.fetches.load(Ordering::Acquire) != begun {
+                Fetched::Joined
+            } else {
+                Fetched::JoinedEarlier
+            };
+            return (fetched, self.min_refetch);
         }
         if !self.due(now) {
             return (Fetched::Throttled, self.min_refetch);
         }
         self.last_attempt_ns.store(now, Ordering::Release);
         self.attempted.store(true, Ordering::Release);
-        self.fetches.fetch_add(1, Ordering::Relaxed);
+        self.fetches.fetch_add(1, Ordering::AcqRel);
         let outcome = self.fetch_now(client, url, *max_bytes).await;
         self.finished.fetch_add(1, Ordering::Release);
         outcome

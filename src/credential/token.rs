@@ -152,6 +152,9 @@ impl Authenticator {
                 let unavailable = AuthError::KeysUnavailable(issuer.keys.next_fetch_in());
                 match fetched {
                     Fetched::Failed(_) => return Err(unavailable),
+                    // Joined a fetch that read the set before this token came: the key may
+                    // have been published since.
+                    Fetched::JoinedEarlier => return Err(unavailable),
                     Fetched::Throttled | Fetched::Joined if issuer.keys.last_failed() => {
                         return Err(unavailable)
                     }

@@ -17,11 +17,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::app::AppState;
+use crate::http::extract::Path;
 use parking_lot::Mutex;
 
 use super::ratelimit;

@@ -21,7 +21,7 @@ mod stream;
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -30,6 +30,7 @@ use super::ratelimit;
 use crate::app::AppState;
 use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
+use crate::http::extract::Path;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
 use crate::outcome::confluent::{
     error_response, unknown_cluster, v3_batch_answer, v3_batch_error, V3_MEDIA_TYPE as JSON,

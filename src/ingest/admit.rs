@@ -1,12 +1,15 @@
 //! Admission as the pipeline asks for it: every budget charged and buffer space reserved for
 //! the whole request, or nothing; in cluster mode with bounded lease calls. Every 429 is
-//! counted against the tenant where it is decided.
+//! counted against the tenant where it is decided. With `[wait]`, a request refused only for
+//! a short wait is held for its tokens on a seat of the waiting room ([`Held`]).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Ingest;
-use crate::admission::{Blocked, BucketsView};
+use crate::admission::{Blocked, BucketsView, LeaseNeed};
 use crate::buffer::BufferLease;
+use crate::hold::{Seat, WaitRoom};
 use crate::identity::Topic;
 use crate::outcome::ApiError;
 use crate::record::Charge;
@@ -16,21 +19,27 @@ use crate::tenant::Tenant;
 impl Ingest {
     /// Charges every budget and reserves buffer space for the whole request, or nothing.
     /// In cluster mode a request the local slices cannot cover waits for one lease call (the
-    /// missing tokens, or the refusal) and is decided again.
-    pub async fn admit(
-        &self,
-        tenant: &Tenant,
+    /// missing tokens, or the refusal) and is decided again. `held` is the request's place in
+    /// `[wait]`'s waiting room (a seat it may have taken before its body was read).
+    pub(super) async fn admit<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         topic: &Topic,
         charge: Charge,
+        held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
         // Two lease rounds cover a tenant and a global slice both short.
-        self.admit_with(tenant, topic, charge, &mut 2).await
+        self.admit_counted(tenant, topic, charge, &mut 2, held)
+            .await
     }
 
-    /// [`Ingest::admit`] with at most `leases` lease calls (counted down), so a caller
-    /// admitting many records one by one (a stream's chunk) bounds its calls to Redis. A
-    /// request still short of leased tokens when they are used up is refused with a short
-    /// wait: other requests took the tokens first, or the caller has spent its calls.
+    /// [`Ingest::admit`] for one of a stream's records, with at most `leases` lease calls
+    /// (counted down), so a caller admitting many records one by one (a stream's chunk)
+    /// bounds its calls to Redis. Never held (a stream's own bounds — its credential, its
+    /// longest time, shutdown — are checked between its records, not during a hold): a
+    /// record refused for a short wait gets its 429 report at once, and so does one still
+    /// short of leased tokens when the calls are used up (other requests took the tokens
+    /// first, or the caller has spent its calls).
     pub async fn admit_with(
         &self,
         tenant: &Tenant,
@@ -38,8 +47,20 @@ impl Ingest {
         charge: Charge,
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
+        self.admit_counted(tenant, topic, charge, leases, &mut Held::never())
+            .await
+    }
+
+    async fn admit_counted<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        topic: &Topic,
+        charge: Charge,
+        leases: &mut u32,
+        held: &mut Held<'a>,
+    ) -> Result<BufferLease, ApiError> {
         tenant.stats().offered(charge.records, charge.bytes);
-        let admitted = self.admit_counted(tenant, topic, charge, leases).await;
+        let admitted = self.decide(tenant, topic, charge, leases, held).await;
         if let Err(ApiError::RateLimited(_)) = &admitted {
             // Its body was read: the status page shows the records refused, not just requests.
             tenant.stats().refused_records(charge.records);
@@ -47,86 +68,120 @@ impl Ingest {
         admitted
     }
 
-    async fn admit_counted(
-        &self,
-        tenant: &Tenant,
+    async fn decide<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         topic: &Topic,
         charge: Charge,
         leases: &mut u32,
+        held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
-        let mut held = Held::default();
-        let last_need = loop {
+        let room = &*self.admission.waits;
+        loop {
+            // When the refusal's wait is counted from: a hold ends at this reading plus the
+            // wait, however late it starts.
+            let mut asked = self.admission.now_ns();
             let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
-            match decision {
+            let refusal = match decision {
                 Ok(lease) => {
-                    held.admitted(&self.admission.waits);
+                    held.admitted(room);
                     tenant.stats().admitted(charge.records, charge.bytes);
                     return Ok(lease);
                 }
-                Err(Blocked::Denied(Denial::Refused(r))) if self.admission.holdable(&r) => {
-                    if let Err(r) = self.hold(tenant, &mut held, r).await {
-                        return Err(refused(tenant, r));
-                    }
-                }
+                Err(Blocked::Denied(Denial::Refused(r))) => r,
                 Err(Blocked::Denied(denial)) => {
-                    held.refused(&self.admission.waits);
+                    held.refused(room);
                     return Err(self.denied(tenant, denial));
                 }
-                Err(Blocked::Lease(need)) => {
-                    let Some(cluster) = self.cluster.as_ref().filter(|_| *leases > 0) else {
-                        break need;
-                    };
-                    *leases -= 1;
-                    if let Err(refusal) = cluster.lease_for(tenant, need).await {
-                        held.refused(&self.admission.waits);
-                        return Err(refused(tenant, refusal));
+                Err(Blocked::Lease(need)) => match self.cluster.as_ref().filter(|_| *leases > 0) {
+                    Some(cluster) => {
+                        *leases -= 1;
+                        asked = self.admission.now_ns();
+                        match cluster.lease_for(tenant, need).await {
+                            Ok(()) => continue,
+                            Err(refusal) => refusal,
+                        }
                     }
-                }
+                    None => contended(need),
+                },
+            };
+            let until = asked.saturating_add(duration_ns(refusal.retry_after));
+            if let Err(r) = self.hold(tenant, held, refusal, until).await {
+                held.refused(room);
+                return Err(refused(tenant, r));
             }
-        };
-        held.refused(&self.admission.waits);
-        let reason = match (last_need.tenant, last_need.global) {
-            (Some(m), _) if m.records > 0 => Reason::TenantRecords,
-            (Some(_), _) => Reason::TenantBytes,
-            (None, Some(m)) if m.records > 0 => Reason::GlobalRecords,
-            _ => Reason::GlobalBytes,
-        };
-        Err(refused(
-            tenant,
-            Refusal {
-                reason,
-                retry_after: CONTENDED_RETRY,
-                class: None,
-                lag: None,
-            },
-        ))
+            // Cluster mode: each hold earns one more lease call, HELD_LEASES at most, so a
+            // held request asks Redis a bounded number of times however its holds go.
+            if held.leases < HELD_LEASES {
+                held.leases += 1;
+                *leases = leases.saturating_add(1);
+            }
+        }
     }
 
-    /// `[wait]`: holds a request refused only for a short wait until its tokens are due, on a
-    /// seat of the waiting room (taken on its first hold, kept until it is decided), so the
-    /// admission decision can be asked again. Refused when no seat is free, or when the wait
-    /// would take its hold past `max_ms` (another request took the tokens meanwhile).
-    async fn hold<'a>(
+    /// A stream about to open: could one record be admitted now? With `[wait]`, a stream
+    /// short only of tokens due within `max_ms` is held for them as a request is, on a seat
+    /// given back once it opens: a single v3 record (sent as a stream of one) is held as a
+    /// `/v1` request is. Its records, once it is open, are never held ([`Ingest::admit_with`]).
+    pub(super) async fn open_check(&self, tenant: &Tenant, topic: &Topic) -> Result<(), ApiError> {
+        let room = &*self.admission.waits;
+        let mut held = Held::new();
+        loop {
+            let asked = self.admission.now_ns();
+            let Err(refusal) = self.admission.precheck_to(tenant, Some(topic), 1) else {
+                held.admitted(room);
+                return Ok(());
+            };
+            let until = asked.saturating_add(duration_ns(refusal.retry_after));
+            if let Err(r) = self.hold(tenant, &mut held, refusal, until).await {
+                held.refused(room);
+                return Err(refused(tenant, r));
+            }
+        }
+    }
+
+    /// `[wait]`: a refusal a check made before admission found (the early check, or the one
+    /// after a chunk of the body) lets the request through only if it has a seat of the
+    /// waiting room or takes one now, to be held at admission; a request finding no seat is
+    /// refused at once, before it uploads (more of) its body. Refusals a hold cannot change
+    /// are refused as they are.
+    pub(super) fn seated<'a>(
         &'a self,
         tenant: &'a Tenant,
         held: &mut Held<'a>,
         refusal: Refusal,
     ) -> Result<(), Refusal> {
-        let room = &self.admission.waits;
-        let now = self.admission.now_ns();
+        if !held.may_hold || !self.admission.holdable(&refusal) {
+            return Err(refusal);
+        }
         if held.seat.is_none() {
-            match room.enter(&tenant.held) {
-                Some(seat) => held.seat = Some((seat, now)),
+            match self.admission.waits.enter(&tenant.held) {
+                Some(seat) => held.seat = Some(seat),
                 None => return Err(refusal),
             }
         }
-        let since = held.seat.as_ref().map_or(now, |(_, since)| *since);
-        let spent = Duration::from_nanos(now.saturating_sub(since));
-        if spent + refusal.retry_after > room.max_wait {
-            held.refused(room);
+        Ok(())
+    }
+
+    /// `[wait]`: holds a request refused only for a short wait until `until` (admission
+    /// clock: when its tokens are due), on its seat of the waiting room (taken now if it has
+    /// none), so the admission decision can be asked again. Refused when it may not be held,
+    /// when no seat is free, or when its holds would end past `max_ms` after the first began
+    /// (another request took the tokens meanwhile).
+    async fn hold<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        held: &mut Held<'a>,
+        refusal: Refusal,
+        until: u64,
+    ) -> Result<(), Refusal> {
+        self.seated(tenant, held, refusal.clone())?;
+        let since = *held.since.get_or_insert(self.admission.now_ns());
+        let max = duration_ns(self.admission.waits.max_wait);
+        if until.saturating_sub(since) > max {
             return Err(refusal);
         }
-        self.admission.hold_for(refusal.retry_after).await;
+        self.admission.hold_until(until).await;
         Ok(())
     }
 
@@ -157,28 +212,75 @@ pub(super) fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
     ApiError::RateLimited(refusal)
 }
 
-/// A request's seat in the waiting room while it is held, and when it took it (admission
-/// clock); what became of it is counted once it is decided.
-#[derive(Default)]
-struct Held<'a> {
-    seat: Option<(crate::hold::Seat<'a>, u64)>,
+/// A request still short of leased tokens once its lease calls are spent: other requests
+/// took the tokens first, or the caller has spent its calls.
+fn contended(need: LeaseNeed) -> Refusal {
+    let reason = match (need.tenant, need.global) {
+        (Some(m), _) if m.records > 0 => Reason::TenantRecords,
+        (Some(_), _) => Reason::TenantBytes,
+        (None, Some(m)) if m.records > 0 => Reason::GlobalRecords,
+        _ => Reason::GlobalBytes,
+    };
+    Refusal {
+        reason,
+        retry_after: CONTENDED_RETRY,
+        class: None,
+        lag: None,
+    }
+}
+
+/// A request's place in `[wait]`'s waiting room, from its early check to its admission: the
+/// seat it took (at the early check, after a chunk of its body, or at admission, whichever
+/// first found it short of tokens), and when its first hold began (admission clock). The seat
+/// is given back when this is dropped — on every way out of the pipeline — and what became of
+/// a seated request is counted once it is decided.
+pub(super) struct Held<'a> {
+    seat: Option<Seat<'a>>,
+    since: Option<u64>,
+    /// Lease calls its holds have earned so far (cluster mode).
+    leases: u32,
+    /// Whether the request may be held at all (a stream's records never are).
+    may_hold: bool,
 }
 
 impl Held<'_> {
-    fn admitted(&mut self, room: &crate::hold::WaitRoom) {
-        if self.seat.take().is_some() {
-            room.admitted
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// A request that may be held, with no seat yet.
+    pub(super) fn new() -> Self {
+        Self {
+            seat: None,
+            since: None,
+            leases: 0,
+            may_hold: true,
         }
     }
 
-    fn refused(&mut self, room: &crate::hold::WaitRoom) {
+    /// A request that is never held.
+    fn never() -> Self {
+        Self {
+            may_hold: false,
+            ..Self::new()
+        }
+    }
+
+    fn admitted(&mut self, room: &WaitRoom) {
         if self.seat.take().is_some() {
-            room.refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            room.admitted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn refused(&mut self, room: &WaitRoom) {
+        if self.seat.take().is_some() {
+            room.refused.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
 /// Retry hint for a request whose leased tokens were taken by others while it waited.
 const CONTENDED_RETRY: Duration = Duration::from_millis(10);
+
+/// Cluster mode: the most lease calls a request's holds earn it (on top of its own two).
+const HELD_LEASES: u32 = 4;
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -4,7 +4,7 @@
 
 use axum::http::HeaderMap;
 
-use super::refused;
+use super::{refused, Held};
 use crate::credential::{Caller, Identity};
 use crate::identity::Topic;
 use crate::kafka::TopicInfo;
@@ -84,12 +84,15 @@ impl Ingest {
 
     /// Before the body is read: is it too large to accept, and could the tenant be admitted
     /// with one record and the declared length in bytes (which bounds the record bytes from
-    /// above)? Charges nothing.
-    pub fn early_check(
-        &self,
-        tenant: &Tenant,
+    /// above)? Charges nothing. With `[wait]`, a request short only of tokens due within
+    /// `max_ms` goes on if it can take a seat in the waiting room (`held`), and hears its 429
+    /// now, before it uploads, if it cannot.
+    pub(super) fn early_check<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         topic: &Topic,
         declared: Option<u64>,
+        held: &mut Held<'a>,
     ) -> Result<(), ApiError> {
         if declared.is_some_and(|n| n > self.max_body_bytes) {
             return Err(ApiError::BodyTooLarge {
@@ -98,6 +101,7 @@ impl Ingest {
         }
         self.admission
             .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
+            .or_else(|refusal| self.seated(tenant, held, refusal))
             .map_err(|refusal| refused(tenant, refusal))
     }
 

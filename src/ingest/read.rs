@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
-use super::{refused, Answer, BodyFormat, Ingest, ProduceRequest};
+use super::{refused, Answer, BodyFormat, Held, Ingest, ProduceRequest};
 use crate::body::{BodyError, Decoder, RecordArena};
 use crate::idempotency::Fingerprinter;
 use crate::identity::Topic;
@@ -25,25 +25,31 @@ impl Ingest {
     /// before the first byte is read, a chunked body's chunks as they arrive; the hold is given
     /// back when dropped). After every chunk the records decoded so far are checked against
     /// the tenant's budgets, its buffer share and the buffer: the moment they cannot be
-    /// admitted, the request is refused and the rest of the body is never read.
+    /// admitted, the request is refused and the rest of the body is never read — unless, with
+    /// `[wait]`, they are short only of tokens due within `max_ms` and the request has (or
+    /// takes now) a seat in the waiting room (`held`, kept until admission).
     ///
     /// A tenant's bodies together may hold at most its `max_buffer_share` of the budget. An
     /// upload refused before its end is read on (and discarded) for a moment after the answer
     /// is sent — see [`linger`] — so the client sees the answer instead of a reset.
-    pub async fn read_records(
-        &self,
-        tenant: &Tenant,
+    #[allow(clippy::too_many_arguments)] // one call site: the request's parts, passed through
+    pub(super) async fn read_records<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         topic: &Topic,
         mut body: Body,
         declared: Option<u64>,
         format: BodyFormat<'_>,
         print: Option<&mut Fingerprinter>,
+        held: &mut Held<'a>,
     ) -> Result<(RecordArena, BodyHold), ApiError> {
         let mut hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         match self
-            .decode_body(tenant, topic, &mut body, &mut hold, declared, format, print)
+            .decode_body(
+                tenant, topic, &mut body, &mut hold, declared, format, print, held,
+            )
             .await
         {
             Ok(arena) => Ok((arena, hold)),
@@ -56,15 +62,16 @@ impl Ingest {
     }
 
     #[allow(clippy::too_many_arguments)] // one call site: the request's parts, passed through
-    async fn decode_body(
-        &self,
-        tenant: &Tenant,
+    async fn decode_body<'a>(
+        &'a self,
+        tenant: &'a Tenant,
         topic: &Topic,
         body: &mut Body,
         hold: &mut BodyHold,
         declared: Option<u64>,
         format: BodyFormat<'_>,
         mut print: Option<&mut Fingerprinter>,
+        held: &mut Held<'a>,
     ) -> Result<RecordArena, ApiError> {
         if !hold.grow(declared.unwrap_or(0)) {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
@@ -109,7 +116,14 @@ impl Ingest {
 
             if charge.records > checked.records {
                 checked = charge;
-                if let Err(denial) = self.admission.check_to(tenant, Some(topic), charge) {
+                // [wait]: a short wait goes on only on a seat of the waiting room.
+                let checked = match self.admission.check_to(tenant, Some(topic), charge) {
+                    Err(Denial::Refused(r)) => {
+                        self.seated(tenant, held, r).map_err(Denial::Refused)
+                    }
+                    other => other,
+                };
+                if let Err(denial) = checked {
                     let cut = match denial {
                         Denial::Refused(_) => {
                             tenant.stats().refused_records(charge.records);

@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::contracts::ToConvert;
-use super::{refused, Api, Ingest, RecordSchemas};
+use super::{Api, Ingest, RecordSchemas};
 use crate::body::{Decoder, Framing, RecordNotes};
 use crate::credential::Identity;
 use crate::outcome::ApiError;
@@ -151,9 +151,7 @@ impl Ingest {
         }
         // Could one record be admitted now? (A stream's length bounds nothing per record:
         // its records are admitted one by one, each within `max_body_bytes`.)
-        self.admission
-            .precheck_to(tenant, Some(&topic), 1)
-            .map_err(|refusal| refused(tenant, refusal))?;
+        self.open_check(tenant, &topic).await?;
         self.check_topic(&topic, &[]).await?;
         let codings = super::coding::codings(request.headers)?;
         let hold = self

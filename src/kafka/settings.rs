@@ -3,7 +3,8 @@
 //! compacted log's writer, reader and admin client, the lag guards' offset readers).
 //!
 //! The produce path's producer: three layers, later wins: safe defaults for a gateway
-//! (acks=all, idempotence, short linger, lz4, 5 in-flight requests per connection), then the
+//! (acks=all, idempotence, short linger, lz4, 5 in-flight requests per connection, Java's
+//! murmur2 partitioner for keyed records), then the
 //! operator's `[kafka.producer]` table, then the queue limits that keep librdkafka's own queue
 //! strictly larger than our buffer (so our buffer, which answers 429, is always the bound that
 //! is hit first, and librdkafka never answers `QueueFull` mid-request). Every other client
@@ -29,6 +30,12 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("allow.auto.create.topics", "false"),
     // Queue depth, in-flight requests, broker rtt and throttle for /metrics.
     ("statistics.interval.ms", "5000"),
+    // A keyed record lands on the partition Kafka's Java producer (and so Confluent's REST
+    // Proxy, Kafka Streams, every JVM client) picks for its key: murmur2 of the key, as
+    // Utils.toPositive(murmur2(key)) % partitions. librdkafka's own default (consistent_random,
+    // CRC32) sends the same key elsewhere, splitting a key's records between two partitions
+    // when floodgate and a Java producer write one topic. Records without a key: random.
+    ("partitioner", "murmur2_random"),
 ];
 
 /// How to reach the cluster, for floodgate's other clients (the compacted log's and the offset
@@ -171,6 +178,13 @@ mod tests {
         assert_eq!(c.get("acks"), Some("all"));
         assert_eq!(c.get("enable.idempotence"), Some("true"));
         assert_eq!(c.get("linger.ms"), Some("50"));
+        assert_eq!(c.get("partitioner"), Some("murmur2_random"));
+        kafka.producer.insert(
+            "partitioner".into(),
+            PropertyValue::Text("consistent".into()),
+        );
+        let c = client_config(&kafka, &BufferConfig::default());
+        assert_eq!(c.get("partitioner"), Some("consistent"), "configurable");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
         E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
-        E::InvalidTopic(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
+        E::InvalidTopic(_) | E::InvalidPath(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
             (StatusCode::BAD_REQUEST, 40001)
         }
         E::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, 50301),

@@ -39,6 +39,7 @@ mod mock {
     mod metadata;
     mod metrics;
     mod mtls;
+    mod partitioner;
     mod reliability;
     mod retry_after;
     mod slow_clients;
@@ -67,6 +68,7 @@ mod tansu {
 mod redis {
     mod cluster;
     mod dashboards;
+    mod holds;
     mod idempotency;
     mod idempotency_cluster;
     mod idempotency_fairness;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use super::{cluster_id, error, is_json, other_cluster, JSON};
 use crate::app::AppState;
 use crate::body::confluent::{DataType, V3Record, V3Types};
+use crate::http::extract::Path;
 use crate::http::ratelimit;
 use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;

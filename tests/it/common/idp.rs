@@ -135,6 +135,9 @@ pub struct JwksServer {
     fetches: Arc<AtomicU64>,
     /// While set, a fetch is counted and then never answered.
     hang: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, a fetch reads the document and is answered with it only once unset: a
+    /// slow fetch that read the set before a change made meanwhile.
+    paused: Arc<tokio::sync::watch::Sender<bool>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -150,6 +153,7 @@ impl JwksServer {
             doc: Arc::new(Mutex::new(doc)),
             fetches: Arc::new(AtomicU64::new(0)),
             hang: Arc::default(),
+            paused: Arc::new(tokio::sync::watch::channel(false).0),
             stop: None,
             task: None,
         };
@@ -159,16 +163,19 @@ impl JwksServer {
 
     fn serve(&mut self, listener: tokio::net::TcpListener) {
         let (doc, fetches, hang) = (self.doc.clone(), self.fetches.clone(), self.hang.clone());
+        let paused = self.paused.clone();
         let app = axum::Router::new().route(
             "/jwks",
             axum::routing::get(move || {
                 let (doc, fetches, hang) = (doc.clone(), fetches.clone(), hang.clone());
+                let mut paused = paused.subscribe();
                 async move {
+                    let body = doc.lock().expect("doc").clone();
                     fetches.fetch_add(1, Ordering::SeqCst);
                     if hang.load(Ordering::SeqCst) {
                         std::future::pending::<()>().await;
                     }
-                    let body = doc.lock().expect("doc").clone();
+                    let _ = paused.wait_for(|p| !*p).await;
                     (
                         [
                             ("content-type", "application/json"),
@@ -201,6 +208,11 @@ impl JwksServer {
     /// Accept fetches but never answer them (`false`: answer again).
     pub fn hang(&self, hang: bool) {
         self.hang.store(hang, Ordering::SeqCst);
+    }
+
+    /// Answer fetches only once unpaused, each with the document it read when it came.
+    pub fn pause(&self, paused: bool) {
+        self.paused.send_replace(paused);
     }
 
     pub fn fetches(&self) -> u64 {

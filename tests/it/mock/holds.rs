@@ -132,10 +132,12 @@ async fn every_wire_format_is_held_the_same_way() {
     gw.shutdown().await;
 }
 
-/// Each record of a v3 stream is admitted on its own, through the same hold: the record over
-/// the burst waits for its tokens (the stream's pump with it) and is written.
+/// An open v3 stream's records are never held: a hold would suspend the stream's own bounds
+/// (its credential, its longest time, shutdown) with its admitted records unsent. The record
+/// over the burst gets its 429 report at once, with its wait in milliseconds, while the clock
+/// stands still. Only the open is held (before the stream exists), as a request is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_record_is_held_like_a_request() {
+async fn a_stream_record_is_never_held() {
     use std::io::Write as _;
     let (_cluster, gw) = gateway(250, 8).await;
     let addr = gw.addr;
@@ -149,17 +151,112 @@ async fn a_stream_record_is_held_like_a_request() {
         stream.write_all(b"0\r\n\r\n").expect("end");
         crate::common::v3::read_reports(&mut reader)
     });
-    held(&gw, 1).await;
-    gw.advance_ms(20);
-    let reports = reader.await.expect("reader");
+    // Real time, bounded: the reports come without the clock moving, or never.
+    let reports = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("every report without a hold")
+        .expect("reader");
     assert_eq!(reports.len(), 11, "{reports:?}");
-    for r in &reports {
+    for r in &reports[..10] {
         assert_eq!(r["error_code"], 200, "{r}");
     }
+    assert_eq!(reports[10]["error_code"], 429, "{}", reports[10]);
+    assert_eq!(reports[10]["retry_after_ms"], 20, "{}", reports[10]);
     let m = scrape(&gw).await;
     assert_eq!(
-        sample(&m, "floodgate_admission_holds_total{outcome=\"admitted\"}"),
-        1.0
+        sample(&m, "floodgate_admission_holds_total{outcome=\"admitted\"}")
+            + sample(&m, "floodgate_admission_holds_total{outcome=\"full\"}"),
+        0.0,
+        "nothing held, no seat asked for"
+    );
+    // A stream opened on the empty budget: its open is held for one record's tokens, then
+    // its first record is written and its second, 20 ms short again, reported 429 at once.
+    let reader = tokio::task::spawn_blocking(move || {
+        let (mut stream, mut reader) =
+            crate::common::v3::open_stream(addr, "/v3/clusters/c/topics/test.hold/records");
+        let records: String = (0..2)
+            .map(|i| json!({"value": {"type": "JSON", "data": i}}).to_string())
+            .collect();
+        crate::common::v3::write_chunk(&mut stream, records.as_bytes()).expect("records");
+        stream.write_all(b"0\r\n\r\n").expect("end");
+        crate::common::v3::read_reports(&mut reader)
+    });
+    held(&gw, 1).await;
+    gw.advance_ms(20);
+    let reports = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("every report after the open's hold")
+        .expect("reader");
+    let codes: Vec<_> = reports.iter().map(|r| r["error_code"].clone()).collect();
+    assert_eq!(codes, vec![json!(200), json!(429)], "{reports:?}");
+    gw.shutdown().await;
+}
+
+/// Sends a request's head and the first half of its body.
+async fn half_upload(addr: std::net::SocketAddr, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/test.hold/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream
+        .write_all(&body.as_bytes()[..body.len() / 2])
+        .await
+        .expect("half");
+    stream
+}
+
+/// The answer read before the rest of the body is sent (real time, bounded: a refusal is
+/// answered at once).
+async fn answer_before_the_rest(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answered before its body ended")
+        .expect("read");
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// A refusal stays cheap with `[wait]`: a request short of tokens takes its seat at the early
+/// check and keeps it while its body arrives; a request finding no seat hears its 429 before
+/// it uploads its body, and a seat is given back when its request goes away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_finding_no_seat_hears_429_before_it_uploads() {
+    let (_cluster, gw) = gateway(250, 1).await;
+    let url = gw.url("test.hold");
+    let (s, _, a) = post_json(&url, KEY, &records(10)).await;
+    assert_eq!(s, 200, "{a}");
+    let body = records(1).to_string();
+    // Short of tokens (20 ms): its seat is taken before its body is read.
+    let slow = half_upload(gw.addr, &body).await;
+    held(&gw, 1).await;
+    // The tenant's one seat is taken: refused before the rest of its body is sent.
+    let mut refused = half_upload(gw.addr, &body).await;
+    let answer = answer_before_the_rest(&mut refused).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("\"retry_after_ms\":20"), "{answer}");
+    // The slow client goes away: its seat is given back.
+    drop(slow);
+    held(&gw, 0).await;
+    let next = spawn_post(url.clone(), records(1));
+    held(&gw, 1).await;
+    gw.advance_ms(20);
+    let (s, a) = next.await.expect("task");
+    assert_eq!(s, 200, "{a}");
+    let m = scrape(&gw).await;
+    let outcome = |o: &str| {
+        sample(
+            &m,
+            &format!("floodgate_admission_holds_total{{outcome=\"{o}\"}}"),
+        )
+    };
+    assert_eq!(
+        (outcome("admitted"), outcome("refused"), outcome("full")),
+        (1.0, 0.0, 1.0)
     );
     gw.shutdown().await;
 }

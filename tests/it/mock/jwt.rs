@@ -931,6 +931,100 @@ async fn bad_tokens_spend_the_addresss_allowance_and_then_cost_no_verification()
     gw.shutdown().await;
 }
 
+/// Tokens naming a key the gateway does not hold spend the address's failure allowance too:
+/// each 503 `jwks_unavailable` tells its sender that its issuer, audience, algorithm and
+/// expiry were accepted, so one address may not ask without limit. Past the allowance: 429
+/// `auth_failures`, no JWKS fetch, and a token verified before still passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_kids_spend_the_addresss_allowance() {
+    let rsa = Signer::rsa("rsa-1");
+    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
+    let topic = "test.jwt.unknown-kids";
+    let url = idp.url();
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        c.server.auth_failures_per_sec = 1;
+        c.server.auth_failures_burst = 3;
+    })
+    .await;
+    let valid = rsa.sign(&claims(&gw, "orders-svc"));
+    assert_eq!(post(&gw, topic, &valid).await.0, 200);
+    // Within min_refetch_s of the start-up fetch: each unknown kid is told to come back.
+    for i in 0..3 {
+        let forged = rsa.sign_as(&format!("bogus-{i}"), &claims(&gw, "orders-svc"));
+        let (status, _, body) = post(&gw, topic, &forged).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (503, Some("jwks_unavailable")),
+            "failure {i}"
+        );
+    }
+    let forged = rsa.sign_as("bogus-3", &claims(&gw, "orders-svc"));
+    let (status, _, body) = post(&gw, topic, &forged).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{body}"
+    );
+    assert_eq!(idp.fetches(), 1, "only the start-up fetch");
+    assert_eq!(post(&gw, topic, &valid).await.0, 200, "verified before");
+    gw.shutdown().await;
+}
+
+/// A valid token that joins a fetch begun before it came (before its key was published) is
+/// told to come back when the next fetch is allowed (503 `jwks_unavailable`), not 401: the
+/// set that fetch read may predate its key. The next fetch admits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_token_joining_a_fetch_begun_before_its_key_is_told_to_come_back() {
+    let (old, new) = (Signer::rsa("rsa-1"), Signer::ed("ed-2"));
+    let idp = JwksServer::start(idp::jwks(&[&old])).await;
+    let topic = "test.jwt.joined";
+    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    // The keys are held (the start-up fetch is done), and the next fetch is due.
+    let (status, _, body) = post(&gw, topic, &old.sign(&claims(&gw, "orders-svc"))).await;
+    assert_eq!(status, 200, "{body}");
+    let fetched = idp.fetches();
+    gw.advance_ms(60_000);
+    // A forged kid starts a fetch, which reads the set and is answered only once unpaused.
+    idp.pause(true);
+    let send = |token: String| {
+        let url = gw.url(topic);
+        tokio::spawn(async move {
+            let (status, headers, body) =
+                post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
+            (
+                status,
+                body["error"].as_str().map(str::to_string),
+                headers.get("retry-after").cloned(),
+            )
+        })
+    };
+    let forged = send(old.sign_as("bogus", &claims(&gw, "orders-svc")));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while idp.fetches() == fetched {
+        assert!(std::time::Instant::now() < deadline, "no fetch started");
+        tokio::task::yield_now().await;
+    }
+    // The issuer publishes a new key; a valid token with it queues behind that fetch (real
+    // time, only so that it is queued before the fetch ends).
+    idp.set(idp::jwks(&[&old, &new]));
+    let valid = new.sign(&claims(&gw, "orders-svc"));
+    let joined = send(valid.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    idp.pause(false);
+    let (status, code, _) = forged.await.expect("task");
+    assert_eq!((status, code.as_deref()), (401, Some("token_key_unknown")));
+    let (status, code, wait) = joined.await.expect("task");
+    assert_eq!((status, code.as_deref()), (503, Some("jwks_unavailable")));
+    assert_eq!(wait.expect("retry-after"), "60");
+    assert_eq!(idp.fetches(), fetched + 1, "one fetch");
+    gw.advance_ms(60_000);
+    let (status, _, body) = post(&gw, topic, &valid).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(idp.fetches(), fetched + 2);
+    gw.shutdown().await;
+}
+
 /// A fetch slower than `min_refetch_s` (a hanging JWKS server) is waited for once by the
 /// requests that queued behind it: they use its outcome rather than each fetching again in
 /// turn (which made the last of a queue of N wait N timeouts).
