@@ -82,7 +82,17 @@ async fn counters_move_by_exactly_the_driven_amounts() {
         "{a}"
     );
 
-    let m = scrape(&gw).await;
+    // A request's delivery is timed just after its answer is released (the producer's
+    // callback completes the batch, then observes): the last one may land a moment after
+    // the client has its answer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut m = scrape(&gw).await;
+    while !m.contains("floodgate_kafka_delivery_duration_seconds_count 5")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        m = scrape(&gw).await;
+    }
     let acme = |what: &str| sample(&m, &format!("floodgate_{what}"));
     assert_eq!(
         acme("tenant_requests_total{tenant=\"acme\",outcome=\"admitted\"}"),
