@@ -523,16 +523,16 @@ spec["components"]["responses"] = {
 spec["components"]["securitySchemes"]["basicKey"] = {"type": "http", "scheme": "basic", "description": "Basic with the API key as the password (Confluent Cloud's clients); the user name is not checked"}
 
 # #43: every produce route takes a content-coded body, decoded in the pipeline (one place for
-# every wire format), so the same header and answers are added to each.
-CONTENT_ENCODING = {"name": "Content-Encoding", "in": "header", "required": False,
-    "schema": {"type": "string", "example": "gzip"},
-    "description": "The body's content coding: gzip (or x-gzip), deflate (zlib, or raw deflate), zstd (frames with a window of at most 8 MiB), snappy (the framing format, or one raw block as Vector sends it; x-snappy-framed too), identity. Up to 2 stacked, in the order applied (\"gzip, zstd\": decoded zstd first). The body is read inflated a piece at a time: max_body_bytes bounds it as sent and as inflated, a body inflating past [server] max_inflation_ratio (100) times what was sent (past its first 64 KiB) is 413 while it inflates, and the tenants' byte budgets count the records as inflated. Anything else is 415 with Accept-Encoding."}
+# every wire format), so the same words and answers are added to each. The coding is said in
+# the operation's description, not as a header parameter: like Content-Type it describes the
+# body, and a fuzzer filling in the parameter would send plain bodies labelled gzip.
+CONTENT_ENCODING = {"description": "Content-Encoding, the body's content coding: gzip (or x-gzip), deflate (zlib, or raw deflate), zstd (frames with a window of at most 8 MiB), snappy (the framing format, or one raw block as Vector sends it; x-snappy-framed too), identity. Up to 2 stacked, in the order applied (\"gzip, zstd\": decoded zstd first). The body is read inflated a piece at a time: max_body_bytes bounds it as sent and as inflated, a body inflating past [server] max_inflation_ratio (100) times what was sent (past its first 64 KiB) is 413 while it inflates, and the tenants' byte budgets count the records as inflated. Anything else is 415 with Accept-Encoding."}
 ACCEPT_ENCODING = {"Accept-Encoding": {"description": "on a 415 for the Content-Encoding: the codings accepted", "schema": {"type": "string", "example": "gzip, deflate, zstd, snappy, identity"}}}
 for path, item in paths.items():
     op = item.get("post")
     if not op or not any(path.startswith(p) for p in ("/v1/topics/", "/topics/", "/v3/", "/kafka/v3/")):
         continue
-    op["parameters"].append(CONTENT_ENCODING)
+    op["description"] = (op.get("description", "") + "\n\n" + CONTENT_ENCODING["description"]).strip()
     r = op["responses"]
     confluent = not path.startswith("/v1/")
     r["415"]["description"] += "; " + ("" if confluent else "unsupported_encoding: ") + "a Content-Encoding not decoded here, or more than 2 stacked (" + ("41501, " if confluent else "") + "with Accept-Encoding)"

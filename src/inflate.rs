@@ -173,6 +173,10 @@ struct Slot {
     input_end: bool,
     consumed: u64,
     produced: u64,
+    /// Input consumed since this stage last wrote anything: past a piece, the task yields
+    /// (empty deflate blocks, gzip members or zstd frames make no output, so no piece would
+    /// ever mark a turn, and the ratio bound never sees them).
+    idle: usize,
 }
 
 impl Slot {
@@ -283,6 +287,7 @@ impl Inflater {
                     input_end: false,
                     consumed: 0,
                     produced: 0,
+                    idle: 0,
                 }
             })
             .collect();
@@ -362,6 +367,11 @@ impl Inflater {
             slot.start += used;
             slot.consumed += used as u64;
             slot.produced += wrote as u64;
+            slot.idle = if wrote > 0 { 0 } else { slot.idle + used };
+            let turn_over = slot.idle >= PIECE;
+            if turn_over {
+                slot.idle = 0;
+            }
             if slot.start == slot.input.len() {
                 slot.input.clear();
                 slot.start = 0;
@@ -371,6 +381,9 @@ impl Inflater {
             self.check_bounds(i)?;
             if wrote > 0 {
                 return Ok(Filled::Wrote(wrote));
+            }
+            if turn_over {
+                return Ok(Filled::Again);
             }
             if used > 0 {
                 continue;

@@ -281,7 +281,7 @@ impl ApiError {
             Self::UnsupportedMediaType(got) => format!(
                 "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
             ),
-            Self::BodyTooLarge { limit } => format!("the body is larger than {limit} bytes"),
+            Self::BodyTooLarge { limit } => format!("the body (as inflated, if it is compressed) is larger than {limit} bytes"),
             Self::InflationRatio(ratio) => format!(
                 "the body inflates to more than {ratio} times its coded size (server.max_inflation_ratio): \
                  refused as a compression bomb; send it less compressed, or in smaller requests"

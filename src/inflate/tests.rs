@@ -454,3 +454,36 @@ fn an_inner_layer_that_makes_nothing_of_a_piece_hands_back_again() {
 }
 
 mod raw;
+
+/// A hostile review of #43: 8 MB of empty dynamic-Huffman deflate blocks (or empty gzip
+/// members, zstd frames) inflate to nothing, so no piece marked a turn and one poll decoded
+/// all of it (up to 0.36 s of CPU on a request worker). A piece of input without output now
+/// hands back `Again`, so the task yields.
+#[test]
+fn input_that_inflates_to_nothing_hands_back_again_every_piece() {
+    // Empty gzip members: 20 bytes each of header and trailer, nothing inside.
+    let member = gzip(b"");
+    let wire: Vec<u8> = member
+        .iter()
+        .copied()
+        .cycle()
+        .take(member.len() * 20_000)
+        .collect();
+    let counters = Arc::new(Counters::default());
+    let mut inflater = Inflater::new(codings("gzip"), limits(), counters).expect("a coding");
+    inflater.push(&wire).expect("pushed");
+    inflater.end_input();
+    let mut turns = 0;
+    loop {
+        match inflater.next_piece().expect("valid") {
+            Next::Again => turns += 1,
+            Next::End => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        turns >= wire.len() / PIECE,
+        "{turns} turns for {} bytes",
+        wire.len()
+    );
+}

@@ -143,9 +143,16 @@ pub(super) fn regex_format_cost(value: &Value, depth: usize) -> u64 {
             .iter()
             .map(|v| regex_format_cost(v, depth + 1))
             .fold(0, u64::saturating_add),
+        // Keys too: `propertyNames: {"format": "regex"}` parses each one.
         Value::Object(o) => o
-            .values()
-            .map(|v| regex_format_cost(v, depth + 1))
+            .iter()
+            .map(|(k, v)| {
+                let steps = k.len() as u64 / STRING_STEP;
+                steps
+                    .saturating_mul(steps)
+                    .saturating_mul(2)
+                    .saturating_add(regex_format_cost(v, depth + 1))
+            })
             .fold(0, u64::saturating_add),
         _ => 0,
     }
@@ -270,6 +277,15 @@ mod tests {
         let e = s.check(&json!(names)).expect_err("too costly");
         assert!(e.too_costly, "{}", e.message);
         assert!(s.check(&json!("^[a-z]+$")).is_ok());
+        // The same string as a key under `propertyNames` (a fourth review of #37: 14.4 s).
+        let keys = JsonSchema::parse(
+            r#"{"$schema":"http://json-schema.org/draft-07/schema#","propertyNames":{"format":"regex"}}"#,
+        )
+        .expect("schema");
+        let e = keys
+            .check(&json!({ names.clone(): 1 }))
+            .expect_err("too costly");
+        assert!(e.too_costly, "{}", e.message);
 
         let mut level =
             json!({"type":"object","properties":{"zz":{}},"unevaluatedProperties":false});
@@ -285,6 +301,12 @@ mod tests {
             matches!(refused, Err(_) | Ok(Err(true))),
             "compiled and checked: {refused:?}"
         );
+        // A chain hidden under a data keyword is not taken; a property named `default` is.
+        let hidden = r##"{"default":{"a0":{"anyOf":[{"$ref":"#/default/a1"}]},"a1":{}},"items":{"anyOf":[{"$ref":"#/default/a0"}],"unevaluatedProperties":false}}"##;
+        let e = JsonSchema::parse(hidden).expect_err("refused");
+        assert!(e.contains("holds data"), "{e}");
+        let named = r##"{"properties":{"default":{"type":"string"}},"items":{"$ref":"#/properties/default"}}"##;
+        assert!(JsonSchema::parse(named).is_ok());
         let shallow = JsonSchema::parse(
             r#"{"anyOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false}"#,
         )

@@ -199,6 +199,11 @@ impl<'a> Expansion<'a> {
                 ))
             }
         };
+        if let Some(keyword) = into_data(pointer) {
+            return Err(format!(
+                "$ref {target:?} points into {keyword}, which holds data, not schemas: floodgate does not take it"
+            ));
+        }
         if let Some(c) = self.memo.get(pointer) {
             return Ok((*c, false));
         }
@@ -219,4 +224,28 @@ impl<'a> Expansion<'a> {
         }
         Ok((c, cyclic && on_cycle))
     }
+}
+
+/// Keywords whose values are data: this walk counts them as data, so a `$ref` into one would
+/// hide a schema from it (a fourth review of #37 chained 990 `anyOf`s under `default`).
+const DATA: [&str; 5] = ["default", "examples", "example", "enum", "const"];
+/// Keywords whose entries are schemas under names of the schema author's choosing.
+const NAMED: [&str; 5] = [
+    "properties",
+    "$defs",
+    "definitions",
+    "patternProperties",
+    "dependentSchemas",
+];
+
+/// The data keyword a JSON pointer passes through as a keyword (not as a property's name).
+fn into_data(pointer: &str) -> Option<&str> {
+    let mut previous = "";
+    for segment in pointer.split('/').skip(1) {
+        if DATA.contains(&segment) && !NAMED.contains(&previous) {
+            return Some(segment);
+        }
+        previous = segment;
+    }
+    None
 }
