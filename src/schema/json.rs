@@ -10,9 +10,7 @@ mod expansion;
 
 use super::compiled::CompileError;
 use super::{clip, Mismatch};
-use cost::{
-    has_format_regex, has_unique_items, nodes, patterns, regex_format_cost, unique_items_cost,
-};
+use cost::{nodes, patterns, regex_format_cost, unique_items_cost, uses};
 pub use expansion::MAX_EXPANSION;
 use expansion::{expansion_within_bounds, weighted_cost};
 
@@ -107,8 +105,8 @@ impl JsonSchema {
             validator,
             cost,
             patterns,
-            unique_items: has_unique_items(&schema, 0),
-            regex_format: has_format_regex(&schema, 0),
+            unique_items: uses(&schema, "uniqueItems", &Value::Bool(true), 0),
+            regex_format: uses(&schema, "format", &Value::from("regex"), 0),
             record_name,
         })
     }

@@ -117,16 +117,22 @@ pub(super) fn unique_items_cost(value: &Value, depth: usize) -> u64 {
     }
 }
 
-/// Whether a schema uses `uniqueItems: true` anywhere.
-pub(super) fn has_unique_items(v: &Value, depth: usize) -> bool {
+/// Whether a schema has `keyword: value` anywhere (`uniqueItems: true`, `format: "regex"`).
+pub(super) fn uses(v: &Value, keyword: &str, value: &Value, depth: usize) -> bool {
     match v {
         _ if depth > 256 => false,
-        Value::Array(items) => items.iter().any(|i| has_unique_items(i, depth + 1)),
-        Value::Object(o) => o.iter().any(|(k, v)| {
-            (k == "uniqueItems" && v == &Value::Bool(true)) || has_unique_items(v, depth + 1)
-        }),
+        Value::Array(items) => items.iter().any(|i| uses(i, keyword, value, depth + 1)),
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, v)| (k == keyword && v == value) || uses(v, keyword, value, depth + 1)),
         _ => false,
     }
+}
+
+/// A string's 64-byte steps, squared, twice: what the regex parser's name checks cost on it.
+fn squared_steps(s: &str) -> u64 {
+    let steps = s.len() as u64 / STRING_STEP;
+    steps.saturating_mul(steps).saturating_mul(2)
 }
 
 /// What `format: "regex"` may cost on `value`: the regex parser checks each named group
@@ -135,10 +141,7 @@ pub(super) fn has_unique_items(v: &Value, depth: usize) -> bool {
 pub(super) fn regex_format_cost(value: &Value, depth: usize) -> u64 {
     match value {
         _ if depth > 256 => 0,
-        Value::String(s) => {
-            let steps = s.len() as u64 / STRING_STEP;
-            steps.saturating_mul(steps).saturating_mul(2)
-        }
+        Value::String(s) => squared_steps(s),
         Value::Array(items) => items
             .iter()
             .map(|v| regex_format_cost(v, depth + 1))
@@ -146,28 +149,9 @@ pub(super) fn regex_format_cost(value: &Value, depth: usize) -> u64 {
         // Keys too: `propertyNames: {"format": "regex"}` parses each one.
         Value::Object(o) => o
             .iter()
-            .map(|(k, v)| {
-                let steps = k.len() as u64 / STRING_STEP;
-                steps
-                    .saturating_mul(steps)
-                    .saturating_mul(2)
-                    .saturating_add(regex_format_cost(v, depth + 1))
-            })
+            .map(|(k, v)| squared_steps(k).saturating_add(regex_format_cost(v, depth + 1)))
             .fold(0, u64::saturating_add),
         _ => 0,
-    }
-}
-
-/// Whether a schema uses `format: "regex"` anywhere (asserted by draft 7's default, and
-/// counted whatever the draft).
-pub(super) fn has_format_regex(v: &Value, depth: usize) -> bool {
-    match v {
-        _ if depth > 256 => false,
-        Value::Array(items) => items.iter().any(|i| has_format_regex(i, depth + 1)),
-        Value::Object(o) => o
-            .iter()
-            .any(|(k, v)| (k == "format" && v == "regex") || has_format_regex(v, depth + 1)),
-        _ => false,
     }
 }
 
