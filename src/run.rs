@@ -231,7 +231,12 @@ fn serve_listeners(
     let s = &config.server;
     let descriptors = crate::descriptors::prepare(s.max_connections);
     if descriptors.clamped(s.max_connections) {
+        state
+            .ingest
+            .unverified
+            .fit_to(descriptors.max_connections, s.max_connections);
         tracing::warn!(
+            unauthenticated_per_address = state.ingest.unverified.allowance(),
             max_connections = s.max_connections,
             serving = descriptors.max_connections,
             descriptors = descriptors.soft,

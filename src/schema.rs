@@ -333,7 +333,15 @@ impl Schemas {
                 .await
                 .map_err(fail(Side::Key))?;
             let bytes = self
-                .write(tenant, &r.schema, data, Side::Key, self.limits.0, false)
+                .write(
+                    tenant,
+                    &r.schema,
+                    data,
+                    Side::Key,
+                    self.limits.0,
+                    false,
+                    lookups,
+                )
                 .await?;
             out.key = bytes;
             self.settle(topic, Side::Key, r, &mut out)
@@ -368,6 +376,7 @@ impl Schemas {
                 Side::Value,
                 self.limits.1,
                 keep_json,
+                lookups,
             )
             .await?;
         self.settle(topic, Side::Value, r, &mut out)

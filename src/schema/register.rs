@@ -63,12 +63,17 @@ impl Converted {
     }
 }
 
-/// Registry calls one request may cause: a request naming many schemas the gateway has not
-/// seen (a raw schema per record, unknown ids) is refused past this, instead of turning one
-/// request into thousands of registry calls.
+/// What one request may make the schema step do outside its tenant's shares: registry calls
+/// (a request naming many schemas the gateway has not seen — a raw schema per record, unknown
+/// ids — is refused past this, instead of turning one request into thousands of registry
+/// calls), and check work on the request worker (past it, the request's records are checked
+/// on the pool, within the tenant's share: a request of a thousand records each cheap enough
+/// to check inline must not hold a request worker for all of them).
 #[derive(Debug)]
 pub struct Lookups {
     left: u32,
+    /// The cost model's work the request may still do on the request worker.
+    inline_work: u64,
     /// Whose lookups these are: each call is also one of the tenant's
     /// (`tenant_lookups_per_sec`).
     tenant: Arc<str>,
@@ -79,13 +84,28 @@ pub struct Lookups {
 
 /// Registry calls a request (or a stream's piece) may cause.
 pub const LOOKUPS_PER_REQUEST: u32 = 16;
+/// The cost model's work a request (or a stream's piece) may do on the request worker over all
+/// its records: ten records at the most one may do there (a few milliseconds).
+pub const INLINE_WORK_PER_REQUEST: u64 = 10 * super::work::INLINE_WORK;
 
 impl Lookups {
     pub fn per_request(tenant: &str) -> Self {
         Self {
             left: LOOKUPS_PER_REQUEST,
+            inline_work: INLINE_WORK_PER_REQUEST,
             tenant: tenant.into(),
             reserved: Vec::new(),
+        }
+    }
+
+    /// `work` done on the request worker, if the request has that much left of its allowance.
+    pub(super) fn take_inline(&mut self, work: u64) -> bool {
+        match self.inline_work.checked_sub(work) {
+            Some(left) => {
+                self.inline_work = left;
+                true
+            }
+            None => false,
         }
     }
 
@@ -93,6 +113,7 @@ impl Lookups {
     pub fn none() -> Self {
         Self {
             left: 0,
+            inline_work: 0,
             tenant: Arc::from(""),
             reserved: Vec::new(),
         }

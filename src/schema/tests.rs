@@ -250,3 +250,81 @@ fn registry_lookups_are_charged_to_their_tenant() {
     clock.advance_ms(1_000);
     assert!(schemas.take_lookup(&mut Lookups::per_request("a")).is_ok());
 }
+
+/// Review 4 of #37: the inline check's allowance was per record, so a request of a thousand
+/// records, each just cheap enough to check on the request worker, ran them all there. A
+/// request's inline work is bounded: past it, its records go to the pool, within the tenant's
+/// share — here held by another job of the tenant's, so they wait their turn and are refused
+/// `schema_busy` past `wait_ms`, while the request worker stays free.
+#[tokio::test]
+async fn a_requests_inline_checks_are_bounded_and_the_rest_go_to_the_pool() {
+    let config = SchemaRegistryConfig {
+        workers: 1,
+        tenant_workers: 1,
+        wait_ms: 200,
+        ..SchemaRegistryConfig::default()
+    };
+    let schemas = Arc::new(Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas"));
+    let text = r#"{"type":"object","properties":{"s":{"type":"string","maxLength":5000}}}"#;
+    let schema = Arc::new(
+        schemas
+            .compile_for("a", Format::Json, text, "the schema")
+            .await
+            .expect("compiles"),
+    );
+    let data = format!(r#"{{"s":"{}"}}"#, "x".repeat(3_000)).into_bytes();
+    let work = schema.work_bound(data.len());
+    assert!(
+        work <= super::work::INLINE_WORK,
+        "one record is cheap: {work}"
+    );
+    let inline = usize::try_from(super::register::INLINE_WORK_PER_REQUEST / work).expect("fits");
+    assert!(inline >= 2, "{work}");
+
+    // The tenant's one share of the pool, held until released.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = {
+        let schemas = schemas.clone();
+        tokio::spawn(async move {
+            schemas
+                .pool
+                .run("a", move || {
+                    let _ = started.send(());
+                    let _ = held.recv();
+                })
+                .await
+        })
+    };
+    running.await.expect("the tenant's share is held");
+    let write = |allowance: &mut Lookups| {
+        let (schemas, schema, data) = (schemas.clone(), schema.clone(), data.clone());
+        let mut taken = std::mem::replace(allowance, Lookups::none());
+        async move {
+            let r = schemas
+                .write("a", &schema, &data, Side::Value, 1 << 20, true, &mut taken)
+                .await;
+            (r, taken)
+        }
+    };
+    let mut allowance = Lookups::per_request("a");
+    for i in 0..inline {
+        let (r, back) = write(&mut allowance).await;
+        allowance = back;
+        assert!(r.is_ok(), "record {i} is checked inline: {r:?}");
+    }
+    let (r, back) = write(&mut allowance).await;
+    match r {
+        Err(Failure {
+            error: SchemaError::Busy(..),
+            ..
+        }) => {}
+        other => panic!("past the request's inline work, the pool: {other:?}"),
+    }
+    // A new request has its own allowance.
+    let (r, _) = write(&mut Lookups::per_request("a")).await;
+    assert!(r.is_ok(), "{r:?}");
+    drop(back);
+    release.send(()).expect("held");
+    assert!(blocker.await.expect("joined").is_ok());
+}

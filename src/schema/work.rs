@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::compiled::{compile, within_bounds, CompileError, Compiled};
 use super::pool::{thread_cpu, PoolError};
+use super::register::Lookups;
 use super::resolve::digest;
 use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
@@ -26,16 +27,19 @@ pub const WORK_BOUNDS: [&str; 6] = [
 /// A value at most this long is checked on the request worker when the cost model says it is
 /// cheap: handing it to the pool would cost more than the check.
 pub const INLINE_BYTES: usize = 4 * 1024;
-/// The cost model's most work done on a request worker (a few hundred microseconds).
-const INLINE_WORK: u64 = 200_000;
+/// The cost model's most work one record's check does on a request worker (a few hundred
+/// microseconds); a request does at most [`super::register::INLINE_WORK_PER_REQUEST`] there.
+pub(super) const INLINE_WORK: u64 = 200_000;
 
 /// Most failed compiles and drafts remembered.
 const REMEMBERED: usize = 256;
 
 impl Schemas {
     /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
-    /// format (header id as the schema has it). On the request worker if small and cheap,
-    /// else on the pool within the tenant's share and the CPU deadline.
+    /// format (header id as the schema has it). On the request worker if small and cheap and
+    /// the request (`allowance`) has that much inline work left, else on the pool within the
+    /// tenant's share and the CPU deadline.
+    #[allow(clippy::too_many_arguments)] // two call sites (key, value): one record's parts
     pub(super) async fn write(
         &self,
         tenant: &str,
@@ -44,6 +48,7 @@ impl Schemas {
         side: Side,
         limit: usize,
         keep_json: bool,
+        allowance: &mut Lookups,
     ) -> Result<Option<Vec<u8>>, Failure> {
         let fail = |error| Failure { side, error };
         let run = move |schema: &Compiled, data: &[u8]| -> Result<Option<Vec<u8>>, Mismatch> {
@@ -53,7 +58,10 @@ impl Schemas {
                 schema.encode(data, limit).map(Some)
             }
         };
-        let result = if data.len() <= INLINE_BYTES && schema.work_bound(data.len()) <= INLINE_WORK {
+        let work = schema.work_bound(data.len());
+        let inline =
+            data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
+        let result = if inline {
             run(schema, data)
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());

@@ -6,10 +6,13 @@
 //! at once, before a byte is read (counted). Peers that are trusted proxies are not counted:
 //! every client behind them shares their address, and the proxy bounds its own clients.
 //! IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
+//! When the descriptor limit forces fewer connections than configured, the allowance shrinks
+//! in the same proportion ([`Unverified::fit_to`]): else a few addresses would still take
+//! every slot the listener has left.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::forwarded::TrustedProxies;
@@ -17,7 +20,7 @@ use crate::forwarded::TrustedProxies;
 /// The allowance, per listener.
 #[derive(Debug)]
 pub struct Unverified {
-    max: usize,
+    max: AtomicUsize,
     exempt: TrustedProxies,
     counts: Mutex<HashMap<IpAddr, usize>>,
     /// Connections closed at accept because their address held `max` unverified ones.
@@ -39,11 +42,30 @@ struct Slot {
 impl Unverified {
     pub fn new(max: usize, exempt: TrustedProxies) -> Arc<Self> {
         Arc::new(Self {
-            max,
+            max: AtomicUsize::new(max),
             exempt,
             counts: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
         })
+    }
+
+    /// The listener serves `serving` connections of the `configured` ones: each address may
+    /// hold the same share of them unverified as configured (at least one).
+    pub fn fit_to(&self, serving: usize, configured: usize) {
+        if serving >= configured || configured == 0 {
+            return;
+        }
+        let _ = self
+            .max
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |max| {
+                let scaled = (max as u128 * serving as u128 / configured as u128) as usize;
+                Some(scaled.max(1))
+            });
+    }
+
+    /// Unverified connections an address may hold now.
+    pub fn allowance(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
     }
 
     fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
@@ -60,7 +82,7 @@ impl Unverified {
         if counted {
             let mut counts = self.counts();
             let n = counts.entry(address).or_insert(0);
-            if *n >= self.max {
+            if *n >= self.max.load(Ordering::Relaxed) {
                 drop(counts);
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return None;
@@ -146,5 +168,24 @@ mod tests {
         let _v6b = guard.admit("2001:db8::2".parse().expect("ip")).expect("v6");
         assert!(guard.admit("2001:db8::3".parse().expect("ip")).is_none());
         drop(v6a);
+    }
+
+    /// Review of #37 (F5): under a 1,024-descriptor limit each listener serves 384 of 4,096
+    /// configured connections, and 4 addresses x 128 silent ones took them all. The allowance
+    /// shrinks with the listener: 128 x 384 / 4,096 = 12.
+    #[test]
+    fn a_listener_serving_fewer_connections_allows_each_address_fewer() {
+        let guard = Unverified::new(128, TrustedProxies::default());
+        guard.fit_to(4_096, 4_096);
+        assert_eq!(guard.allowance(), 128, "nothing clamped: unchanged");
+        guard.fit_to(384, 4_096);
+        assert_eq!(guard.allowance(), 12);
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        let held: Vec<_> = (0..12).map(|_| guard.admit(a).expect("within")).collect();
+        assert!(guard.admit(a).is_none(), "the 13th is over");
+        drop(held);
+        let tiny = Unverified::new(2, TrustedProxies::default());
+        tiny.fit_to(32, 4_096);
+        assert_eq!(tiny.allowance(), 1, "never below one");
     }
 }
