@@ -291,7 +291,8 @@ struct Figures {
     /// offered requests admitted during the fault.
     first_refused: [Option<f64>; 3],
     fault_admitted: [f64; 3],
-    /// Cuts while the fault lasted, and in the 20 s after it.
+    /// Cuts before the fault (during a ramp), while it lasted, and in the 20 s after it.
+    cuts_before: u64,
     cuts_during: u64,
     cuts_after: u64,
     /// What the healthy path carries (records/s, measured before the gateway starts).
@@ -325,6 +326,7 @@ impl Figures {
                 of(&|r| r.fault_admitted[1]),
                 of(&|r| r.fault_admitted[2]),
             ],
+            cuts_before: of(&|r| r.cuts_before as f64) as u64,
             cuts_during: of(&|r| r.cuts_during as f64) as u64,
             cuts_after: of(&|r| r.cuts_after as f64) as u64,
             capacity: of(&|r| r.capacity),
@@ -340,7 +342,8 @@ impl Figures {
             "offered {:.0} rec/s; pre-fault admitted {:.0} rec/s; 1-5 s after the fault {:.0} \
              ({:.0} %), 8-14 s after {:.0} ({:.0} %); first adaptive refusal in the fault: \
              critical {}, standard {}, batch {}; admitted during the fault: critical {:.0} %, \
-             standard {:.0} %, batch {:.0} %; cuts in the fault {}, in the 20 s after {}; the \
+             standard {:.0} %, batch {:.0} %; cuts before the fault {}, in it {}, in the 20 s \
+             after {}; the \
              limit's median \
              over the last 10 s {:.0} rec/s (the path carries {:.0}, the ceiling is {}); other \
              answers {}, unanswered {}",
@@ -356,6 +359,7 @@ impl Figures {
             100.0 * self.fault_admitted[0],
             100.0 * self.fault_admitted[1],
             100.0 * self.fault_admitted[2],
+            self.cuts_before,
             self.cuts_during,
             self.cuts_after,
             self.settled,
@@ -366,10 +370,14 @@ impl Figures {
         )
     }
 
-    /// After a ramp: the fault is seen (cut) and shed batch first; nothing else is judged
-    /// (the ramp itself was cut, so the pre-fault rate is a recovery's, not the path's).
+    /// After a ramp: the ramp itself is seen (a path 20 x slower than its baseline is cut),
+    /// and so is the fault after it, batch shed first; nothing else is judged (the ramp was
+    /// cut, so the pre-fault rate is a recovery's, not the path's).
     fn ramp_failures(&self) -> Vec<String> {
         let mut failed = Vec::new();
+        if self.cuts_before == 0 {
+            failed.push("the ramp to +150 ms (~20 x the path) was never cut".to_string());
+        }
         if self.cuts_during == 0 {
             failed.push("the 300 ms fault after the ramp was never cut".to_string());
         }
@@ -617,6 +625,7 @@ async fn run_once(scenario: Scenario) -> (Figures, Vec<String>) {
         late: rate(end + 8.0, end + 14.0),
         first_refused,
         fault_admitted,
+        cuts_before: cuts_at(start),
         cuts_during: cuts_at(end) - cuts_at(start),
         cuts_after: cuts_at(end + AFTER_S) - cuts_at(end),
         capacity,
