@@ -170,6 +170,10 @@ impl AdaptiveAgent {
         if settings.enabled && !self.settings.load().enabled {
             // Switched on: what was delivered while it was off is no reading of now.
             let _ = self.kafka.delivery_latency.take();
+            self.previous
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .forget_window();
         }
         let mut controller = self.controller();
         if !settings.enabled {

@@ -58,6 +58,9 @@ pub struct Signals {
     pub limit_used: f64,
     /// Requests refused by the adaptive limit in the interval.
     pub refused: u64,
+    /// Intervals the latency window spans: the agent merges intervals of too few deliveries
+    /// into the next (0 and 1: this interval alone).
+    pub window_intervals: u32,
 }
 
 /// Why the limit fell.
@@ -95,8 +98,12 @@ pub enum Move {
     Hold(&'static str),
 }
 
-/// Deliveries needed in an interval before its p90 counts (as a signal or for the baseline).
-const MIN_DELIVERIES: u64 = 20;
+/// Deliveries needed in a window before its p90 counts (as a signal or for the baseline).
+pub const MIN_DELIVERIES: u64 = 20;
+/// A window is not merged over more intervals than this: then its p90 counts from
+/// [`MIN_FEW_DELIVERIES`] (a quiet path is still watched, every 4 s at the default interval).
+pub const MAX_WINDOW_INTERVALS: u32 = 8;
+pub const MIN_FEW_DELIVERIES: u64 = 5;
 
 /// Share of the limit's rate that counts as having reached it.
 const REACHED: f64 = 0.9;
@@ -145,10 +152,14 @@ pub struct Controller {
     cut_wait_ms: u64,
     /// The p90 at the last latency cut (ms): the next cut compares against it.
     cut_reading: Option<f64>,
-    /// The last interval's reading, if it measured one: a cut on latency needs it over the
-    /// target too (none measured: this interval's is the evidence, as in a fault's first
-    /// intervals, when few requests come back).
+    /// The last reading measured (a window of enough deliveries): a cut on latency needs it
+    /// over the target too. Kept over intervals of too few deliveries: at a low rate a window
+    /// spans several intervals, and one slow window is a blip until the next agrees.
     previous_reading: Option<f64>,
+    /// When the last reading was measured: the baseline learns over the time between them.
+    last_reading_ns: Option<u64>,
+    /// The last step's deliveries when they were too few to measure (for the reason).
+    unmeasured: Option<(u64, u32)>,
     /// The pressure the last step saw.
     pressure: Option<Cause>,
     /// Whether the producers reached the limit (or were refused by it) in the last healthy
@@ -175,6 +186,8 @@ impl Controller {
             cut_wait_ms: settings.decrease_cooldown_ms,
             cut_reading: None,
             previous_reading: None,
+            last_reading_ns: None,
+            unmeasured: None,
             pressure: None,
             reached: false,
             last: Move::Hold("ceiling"),
@@ -253,6 +266,11 @@ impl Controller {
         self.baseline.healthy_below_ms(&self.settings)
     }
 
+    /// The last step's deliveries and the intervals they span, when too few to measure.
+    pub fn unmeasured(&self) -> Option<(u64, u32)> {
+        self.unmeasured
+    }
+
     /// The path's baseline: its latency at its best, and how much it wanders.
     pub fn baseline(&self) -> Baseline {
         self.baseline
@@ -264,10 +282,13 @@ impl Controller {
 
     /// One interval's decision.
     pub fn step(&mut self, now_ns: u64, s: Signals) -> Move {
-        let measured = s.deliveries >= MIN_DELIVERIES;
+        let measured = s.deliveries >= MIN_DELIVERIES
+            || (s.deliveries >= MIN_FEW_DELIVERIES && s.window_intervals >= MAX_WINDOW_INTERVALS);
         let reading = s.latency_ms.filter(|_| measured);
+        self.unmeasured =
+            (!measured && s.deliveries > 0).then_some((s.deliveries, s.window_intervals));
         let dt_s = self
-            .last_step_ns
+            .last_reading_ns
             .map_or(0.0, |p| now_ns.saturating_sub(p) as f64 / 1e9);
         // Judged against what was known before this reading.
         let target = self.target_ms();
@@ -281,9 +302,11 @@ impl Controller {
         // Slow in this interval and in the one before, each on its own: a slower path, not a
         // blip.
         let above = matches!((reading, target), (Some(x), Some(t)) if x > t);
-        let before = std::mem::replace(&mut self.previous_reading, reading);
+        let before = self.previous_reading;
         let slow = above && before.zip(target).is_none_or(|(p, t)| p > t);
         if let Some(x) = reading {
+            self.previous_reading = Some(x);
+            self.last_reading_ns = Some(now_ns);
             self.baseline.learn(x, dt_s, slow, &self.settings);
         }
         let cause = if s.throttle_ms > 0 {

@@ -2,7 +2,9 @@
 //! the signals the controller steps on.
 //!
 //! The latency signal is the delivery p90 of the requests Kafka answered since the last tick
-//! (its window: one `interval_ms`), from an HDR histogram at 1 % resolution
+//! (its window: one `interval_ms`; an interval of fewer than `MIN_DELIVERIES` is merged into
+//! the next, up to `MAX_WINDOW_INTERVALS`, so a quiet path is measured over a longer window,
+//! not left unwatched), from an HDR histogram at 1 % resolution
 //! (`kafka::DeliveryLatency`). The p50, p99 and slowest are read from the same window for
 //! the admin API and the status page. librdkafka's own windows (`int_latency`, `outbuf_latency`,
 //! `rtt`) come every `statistics.interval.ms` (5 s) as averages over it: they say where the
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use super::stats::Reading;
 use super::{AdaptiveAgent, Ceiling};
-use crate::adaptive::controller::Signals;
+use crate::adaptive::controller::{Signals, MAX_WINDOW_INTERVALS, MIN_DELIVERIES};
 use crate::kafka::LatencyWindow;
 use crate::refusal::Reason;
 use crate::tenant::Tenant;
@@ -43,9 +45,35 @@ pub(super) struct Previous {
     /// records waited is a lower bound on the age of the oldest record in flight.
     waiting_since_ns: Option<u64>,
     delivered_at_ns: u64,
+    /// Deliveries of the last intervals, too few to read alone, and how many intervals they
+    /// span: merged into the next.
+    pending: Option<(LatencyWindow, u32)>,
 }
 
 impl Previous {
+    /// This interval's deliveries, with those of the intervals before it that were too few to
+    /// read (and how many intervals that spans); kept to merge into the next when still too
+    /// few.
+    fn window(&mut self, now: LatencyWindow) -> (LatencyWindow, u32) {
+        let (mut window, mut spans) = (now, 1);
+        if let Some((earlier, k)) = self.pending.take() {
+            // Windows share their bounds, so adding cannot fail; if it did, this interval
+            // alone is read.
+            if window.add(&earlier).is_ok() {
+                spans = k.saturating_add(1);
+            }
+        }
+        if window.count() < MIN_DELIVERIES && spans < MAX_WINDOW_INTERVALS {
+            self.pending = Some((window.clone(), spans));
+        }
+        (window, spans)
+    }
+
+    /// Forgets deliveries kept for merging (the agent was switched off meanwhile).
+    pub(super) fn forget_window(&mut self) {
+        self.pending = None;
+    }
+
     /// Seconds since the last tick (at least a millisecond).
     pub(super) fn secs(&self, now: u64) -> f64 {
         (now.saturating_sub(self.at_ns) as f64 / 1e9).max(1e-3)
@@ -86,10 +114,11 @@ impl Previous {
 /// The quantile the controller follows.
 const FOLLOWED: f64 = 0.9;
 
-/// This interval's deliveries read out.
-fn read(now: &LatencyWindow) -> Reading {
+/// A window's deliveries read out.
+fn read(now: &LatencyWindow, intervals: u32) -> Reading {
     Reading {
         deliveries: now.count(),
+        intervals,
         p50_ms: now.quantile_ms(0.5),
         p90_ms: now.quantile_ms(FOLLOWED),
         p99_ms: now.quantile_ms(0.99),
@@ -137,14 +166,17 @@ impl AdaptiveAgent {
         limit: f64,
     ) -> (Signals, Reading) {
         let secs = previous.secs(now);
-        let reading = read(&self.kafka.delivery_latency.take());
-        let deliveries = reading.deliveries;
+        let fresh = self.kafka.delivery_latency.take();
+        let delivered = fresh.count() > 0;
+        let (window, window_intervals) = previous.window(fresh);
+        let reading = read(&window, window_intervals);
+        let deliveries = window.count();
         let buffer = &self.admission.buffer;
         let (held_bytes, held_records) = buffer.held();
         let fill = (held_bytes as f64 / buffer.max_bytes().max(1) as f64)
             .max(held_records as f64 / buffer.max_records().max(1) as f64);
         let waiting = held_records > 0 || held_bytes > 0;
-        let stalled_ms = previous.stalled_ms(now, deliveries > 0, waiting);
+        let stalled_ms = previous.stalled_ms(now, delivered, waiting);
         let used = |admitted: u64, before: u64, ceiling: Option<u64>| {
             ceiling.map_or(0.0, |c| {
                 admitted.saturating_sub(before) as f64 / secs / (c as f64 * limit).max(1.0)
@@ -175,6 +207,7 @@ impl AdaptiveAgent {
                 ceiling.bytes,
             )),
             refused: counts.refused.saturating_sub(previous.refused),
+            window_intervals,
         };
         (signals, reading)
     }

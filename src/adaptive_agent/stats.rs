@@ -11,8 +11,10 @@ use crate::config::Priority;
 /// delivered). The controller follows `p90_ms`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Reading {
-    /// Requests Kafka answered in the interval.
+    /// Requests Kafka answered in the window.
     pub deliveries: u64,
+    /// Intervals the window spans (intervals of too few deliveries are merged into the next).
+    pub intervals: u32,
     pub p50_ms: Option<f64>,
     pub p90_ms: Option<f64>,
     pub p99_ms: Option<f64>,

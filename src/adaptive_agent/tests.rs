@@ -228,3 +228,46 @@ fn switched_on_it_reads_only_what_was_delivered_since() {
         "{judged:?}"
     );
 }
+
+/// Intervals of too few deliveries are merged into the next until a reading has enough: at 15
+/// deliveries a second (the hostile review's 100-record requests), a 300 ms path is read every
+/// 1.5 s, not never.
+#[test]
+fn intervals_of_too_few_deliveries_are_merged_into_one_reading() {
+    let (agent, clock) = agent(AdaptiveConfig {
+        enabled: true,
+        max_records_per_sec: Some(10_000),
+        ..AdaptiveConfig::default()
+    });
+    let interval = |n: u32| {
+        for _ in 0..n {
+            agent
+                .kafka
+                .delivery_latency
+                .record(std::time::Duration::from_millis(300));
+        }
+        clock.advance_ms(500);
+        agent.tick();
+        agent.stats.reading().0
+    };
+    let first = interval(7);
+    assert_eq!((first.deliveries, first.intervals), (7, 1));
+    let second = interval(7);
+    assert_eq!((second.deliveries, second.intervals), (14, 2));
+    let third = interval(7);
+    assert_eq!((third.deliveries, third.intervals), (21, 3));
+    assert!(
+        third.p90_ms.is_some_and(|p| (p - 300.0).abs() < 3.0),
+        "{third:?}"
+    );
+    // A reading was made: the next window starts afresh.
+    let fourth = interval(25);
+    assert_eq!((fourth.deliveries, fourth.intervals), (25, 1));
+    // A quiet path: at most 8 intervals are merged.
+    let mut last = fourth;
+    for _ in 0..8 {
+        last = interval(1);
+    }
+    assert_eq!((last.deliveries, last.intervals), (8, 8));
+    assert_eq!(interval(1).intervals, 1);
+}

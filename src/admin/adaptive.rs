@@ -67,7 +67,7 @@ fn signal(
 ) -> Value {
     json!({
         "followed": "p90",
-        "window_ms": settings.interval_ms,
+        "window_ms": settings.interval_ms.saturating_mul(u64::from(reading.intervals.max(1))),
         "resolution": crate::kafka::LATENCY_RESOLUTION,
         "deliveries": reading.deliveries,
         "value_ms": reading.p90_ms,

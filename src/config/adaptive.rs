@@ -114,8 +114,15 @@ impl AdaptiveConfig {
             ));
         }
         const HOUR_MS: u64 = 3_600_000;
+        // A window shorter than 100 ms holds too few deliveries to read (the agent merges
+        // them over at most 8 intervals); longer than a minute is no control loop.
+        if !(100..=60_000).contains(&self.interval_ms) {
+            problems.push(ConfigProblem::new(
+                "adaptive.interval_ms",
+                "must be from 100 to 60000 (one minute)",
+            ));
+        }
         for (key, v) in [
-            ("interval_ms", Some(self.interval_ms)),
             ("min_target_ms", Some(self.min_target_ms)),
             ("decrease_cooldown_ms", Some(self.decrease_cooldown_ms)),
             ("increase_cooldown_ms", Some(self.increase_cooldown_ms)),

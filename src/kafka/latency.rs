@@ -83,6 +83,14 @@ impl LatencyWindow {
         self.0.len()
     }
 
+    /// Adds `other`'s deliveries to this window (windows of one process share their bounds).
+    pub fn add(
+        &mut self,
+        other: &LatencyWindow,
+    ) -> Result<(), hdrhistogram::errors::AdditionError> {
+        self.0.add(&other.0)
+    }
+
     /// The `q` quantile in ms (within [`RESOLUTION`]); `None` for an empty window.
     pub fn quantile_ms(&self, q: f64) -> Option<f64> {
         (self.count() > 0).then(|| self.0.value_at_quantile(q) as f64 / 1000.0)

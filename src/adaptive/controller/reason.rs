@@ -1,7 +1,7 @@
 //! Where the limit stands, as a word (`phase`) and a sentence (`reason`), for the admin API,
 //! the status page and the metrics.
 
-use super::{Cause, Controller, Move};
+use super::{Cause, Controller, Move, MAX_WINDOW_INTERVALS, MIN_DELIVERIES, MIN_FEW_DELIVERIES};
 
 impl Controller {
     /// Where the limit stands, as a word for the admin API and the metrics.
@@ -69,14 +69,22 @@ impl Controller {
                 pct(v)
             )
         });
-        if self.phase() == "ceiling" {
-            return "at the ceiling: Kafka is healthy and the configured budgets alone decide"
-                .into();
+        // What the latency says when nothing is wrong: healthy, or too little to tell (a quiet
+        // path is not called healthy beside a slow p90 of a handful of deliveries).
+        let fine = self.unmeasured.map_or_else(
+            || format!("Kafka is healthy (p90 under {healthy})"),
+            |(n, k)| {
+                format!(
+                    "no latency reading yet ({n} deliveries over {k} interval(s): a reading \
+                     needs {MIN_DELIVERIES}, or {MIN_FEW_DELIVERIES} over \
+                     {MAX_WINDOW_INTERVALS} intervals)"
+                )
+            },
+        );
+        if self.phase() == "ceiling" || self.last == Move::Hold("ceiling") {
+            return format!("at the ceiling: {fine}; the configured budgets alone decide");
         }
         match (self.last, self.pressure) {
-            (Move::Hold("ceiling"), _) => {
-                "at the ceiling: Kafka is healthy and the configured budgets alone decide".into()
-            }
             (Move::Decrease(c), _) => format!(
                 "cut to {} because {}; cuts again in {} ms while it lasts (doubled by each cut \
                  the latency did not answer)",
@@ -101,20 +109,20 @@ impl Controller {
                  (or records waiting with too few deliveries to measure)"
             ),
             (Move::Recover, _) => format!(
-                "Kafka is healthy (p90 under {healthy}): growing x{} per {} ms interval back to \
+                "{fine}: growing x{} per {} ms interval back to \
                  {carried}; there in {:.1} s{suspect}",
                 s.recovery_factor,
                 s.interval_ms,
                 self.time_to_recover_s()
             ),
             _ if !self.reached => format!(
-                "Kafka is healthy (p90 under {healthy}) and producers use less than the limit: \
+                "{fine} and producers use less than the limit: \
                  giving it back toward the ceiling by {} of it every {} ms",
                 pct(s.increase_step),
                 self.probe_wait_ms
             ),
             (_, _) => format!(
-                "Kafka is healthy and the limit is used: probing above {level} by {} of the \
+                "{fine} and the limit is used: probing above {level} by {} of the \
                  ceiling every {} ms (doubled by each probe that brought pressure)",
                 pct(s.increase_step),
                 self.probe_wait_ms

@@ -202,7 +202,51 @@ fn without_a_configured_target_the_baseline_sets_it() {
         ..Signals::default()
     };
     assert_eq!(c.step(10 * S, sparse), Move::Hold("ceiling"));
-    assert_eq!(c.step(11 * S, slow()), Move::Decrease(Cause::Latency));
+    assert!(
+        c.reason().contains("no latency reading yet"),
+        "{}",
+        c.reason()
+    );
+    // The last reading measured (5 ms) was healthy: one slow window is a blip until the next
+    // agrees.
+    assert_eq!(c.step(11 * S, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(
+        c.step(11 * S + S / 2, slow()),
+        Move::Decrease(Cause::Latency)
+    );
+}
+
+/// The hostile review of #44: 15 deliveries a second (100-record requests) is fewer than a
+/// reading needs in any half-second interval, so a 300 ms fault went unseen and the reason
+/// said "Kafka is healthy" beside a 590 ms p90. The agent merges such intervals (see
+/// `adaptive_agent`); a window that reached its longest counts from a handful.
+#[test]
+fn a_window_of_few_deliveries_counts_once_it_spans_its_longest() {
+    let mut c = Controller::new(settings());
+    c.step(0, fast(0.5));
+    let few = |k: u32| Signals {
+        deliveries: 7,
+        latency_ms: Some(590.0),
+        buffer_fill: 0.01,
+        window_intervals: k,
+        ..Signals::default()
+    };
+    for k in 1..MAX_WINDOW_INTERVALS {
+        assert!(!matches!(
+            c.step(u64::from(k) * STEP, few(k)),
+            Move::Decrease(_)
+        ));
+        assert!(!c.reason().contains("Kafka is healthy"), "{}", c.reason());
+    }
+    let at = |n: u64| u64::from(MAX_WINDOW_INTERVALS) * STEP + n * 4 * S;
+    assert_eq!(
+        c.step(at(0), few(MAX_WINDOW_INTERVALS)),
+        Move::Hold("unconfirmed")
+    );
+    assert_eq!(
+        c.step(at(1), few(MAX_WINDOW_INTERVALS)),
+        Move::Decrease(Cause::Latency)
+    );
 }
 
 /// The default settings (interval 500 ms, cut x0.7 per 2 s, floor 5 %, slow start x2 per

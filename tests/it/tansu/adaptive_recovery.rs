@@ -16,7 +16,10 @@
 //!   it, not a fraction.
 //!
 //! The same with a base delay of 20 ms (a slower but healthy path, as a cluster across zones
-//! is). The broker's own address is the proxy's (Tansu advertises it), so every client of the
+//! is). And once after a slow **ramp** (the hostile review of #44: answers delayed ×1.04 more
+//! every 0.5 s, to +150 ms over 40 s, held 10 s, then 5 s healthy): before, the learned noise
+//! fed itself on the ramp, the target rose to ~950 ms and the 300 ms fault after it was never
+//! cut; it must be cut, batch first. The broker's own address is the proxy's (Tansu advertises it), so every client of the
 //! gateway goes through it. Each run prints the controller's trace (`GET /admin/adaptive`
 //! every 0.5 s from the fault on). `FLOODGATE_RECOVERY_RUNS=5` repeats a scenario five times
 //! in a row (as scripts/test.sh does), and the judgement is on the median over the runs of each
@@ -67,6 +70,49 @@ struct Scenario {
     base: Duration,
     /// Added while the fault lasts.
     fault: Duration,
+    /// Zero, or: from `FAULT_AT`, a ramp of the added delay to this (x1.04 per 0.5 s of the
+    /// path's ~7 ms), held `RAMP_HOLD_S`, then `RAMP_HEALTHY_S` healthy before the fault.
+    ramp_to: Duration,
+}
+
+const RAMP_HOLD_S: f64 = 10.0;
+const RAMP_HEALTHY_S: f64 = 5.0;
+
+impl Scenario {
+    /// The added delay `k` ramp steps in (ms): the path's ~7 ms grown x1.04 per step.
+    fn ramp_step_ms(k: u32) -> f64 {
+        7.0 * 1.04f64.powf(f64::from(k)) - 7.0
+    }
+
+    /// Seconds the ramp takes to reach `ramp_to`.
+    fn ramp_s(&self) -> f64 {
+        let to = self.ramp_to.as_secs_f64() * 1000.0;
+        if to <= 0.0 {
+            return 0.0;
+        }
+        let steps = (0..).find(|k| Self::ramp_step_ms(*k) >= to).unwrap_or(0);
+        0.5 * f64::from(steps)
+    }
+
+    /// When the fault begins (s from the first request).
+    fn fault_at(&self) -> f64 {
+        if self.ramp_to.is_zero() {
+            FAULT_AT
+        } else {
+            FAULT_AT + self.ramp_s() + RAMP_HOLD_S + RAMP_HEALTHY_S
+        }
+    }
+
+    /// The delay the ramp sets at `at` (s), before the fault.
+    fn ramp_delay(&self, at: f64) -> Duration {
+        let into = at - FAULT_AT;
+        if self.ramp_to.is_zero() || into < 0.0 || into >= self.ramp_s() + RAMP_HOLD_S {
+            return self.base;
+        }
+        let k = (into / 0.5) as u32;
+        let added = Duration::from_secs_f64(Self::ramp_step_ms(k) / 1000.0).min(self.ramp_to);
+        self.base + added
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +291,9 @@ struct Figures {
     /// offered requests admitted during the fault.
     first_refused: [Option<f64>; 3],
     fault_admitted: [f64; 3],
+    /// Cuts before the fault (during a ramp), while it lasted, and in the 20 s after it.
+    cuts_before: u64,
+    cuts_during: u64,
     cuts_after: u64,
     /// What the healthy path carries (records/s, measured before the gateway starts).
     capacity: f64,
@@ -277,6 +326,8 @@ impl Figures {
                 of(&|r| r.fault_admitted[1]),
                 of(&|r| r.fault_admitted[2]),
             ],
+            cuts_before: of(&|r| r.cuts_before as f64) as u64,
+            cuts_during: of(&|r| r.cuts_during as f64) as u64,
             cuts_after: of(&|r| r.cuts_after as f64) as u64,
             capacity: of(&|r| r.capacity),
             settled: of(&|r| r.settled),
@@ -291,7 +342,9 @@ impl Figures {
             "offered {:.0} rec/s; pre-fault admitted {:.0} rec/s; 1-5 s after the fault {:.0} \
              ({:.0} %), 8-14 s after {:.0} ({:.0} %); first adaptive refusal in the fault: \
              critical {}, standard {}, batch {}; admitted during the fault: critical {:.0} %, \
-             standard {:.0} %, batch {:.0} %; cuts in the 20 s after {}; the limit's median \
+             standard {:.0} %, batch {:.0} %; cuts before the fault {}, in it {}, in the 20 s \
+             after {}; the \
+             limit's median \
              over the last 10 s {:.0} rec/s (the path carries {:.0}, the ceiling is {}); other \
              answers {}, unanswered {}",
             self.offered,
@@ -306,6 +359,8 @@ impl Figures {
             100.0 * self.fault_admitted[0],
             100.0 * self.fault_admitted[1],
             100.0 * self.fault_admitted[2],
+            self.cuts_before,
+            self.cuts_during,
             self.cuts_after,
             self.settled,
             self.capacity,
@@ -313,6 +368,34 @@ impl Figures {
             self.other,
             self.failed,
         )
+    }
+
+    /// After a ramp: the ramp itself is seen (a path 20 x slower than its baseline is cut),
+    /// and so is the fault after it, batch shed first; nothing else is judged (the ramp was
+    /// cut, so the pre-fault rate is a recovery's, not the path's).
+    fn ramp_failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        if self.cuts_before == 0 {
+            failed.push("the ramp to +150 ms (~20 x the path) was never cut".to_string());
+        }
+        if self.cuts_during == 0 {
+            failed.push("the 300 ms fault after the ramp was never cut".to_string());
+        }
+        let at = |o: Option<f64>| o.unwrap_or(f64::INFINITY);
+        if !(self.first_refused[2].is_some()
+            && at(self.first_refused[2]) <= at(self.first_refused[1])
+            && at(self.first_refused[1]) <= at(self.first_refused[0]))
+        {
+            failed.push(format!("batch refused first: {:?}", self.first_refused));
+        }
+        if self.other != 0 {
+            failed.push(format!(
+                "{} answers not 202/429 adaptive: {:?}",
+                self.other,
+                OTHER.lock().expect("other")
+            ));
+        }
+        failed
     }
 
     /// Every judgement of the run; the failures, if any.
@@ -465,13 +548,17 @@ async fn run_once(scenario: Scenario) -> (Figures, Vec<String>) {
         .map(|c| offer(gw.url(&topic), c, t0, events.clone(), stop.clone()))
         .collect();
 
-    let (start, end) = (FAULT_AT, FAULT_AT + FAULT_S);
+    let start = scenario.fault_at();
+    let end = start + FAULT_S;
     let mut polls = Vec::new();
     let mut faulted = false;
     let mut healed = false;
     let mut next = Duration::ZERO;
     loop {
         let at = t0.elapsed().as_secs_f64();
+        if !faulted && at < start {
+            proxy.set_delay(scenario.ramp_delay(at));
+        }
         if !faulted && at >= start {
             proxy.set_delay(scenario.base + scenario.fault);
             faulted = true;
@@ -538,6 +625,8 @@ async fn run_once(scenario: Scenario) -> (Figures, Vec<String>) {
         late: rate(end + 8.0, end + 14.0),
         first_refused,
         fault_admitted,
+        cuts_before: cuts_at(start),
+        cuts_during: cuts_at(end) - cuts_at(start),
         cuts_after: cuts_at(end + AFTER_S) - cuts_at(end),
         capacity,
         settled: median(
@@ -606,6 +695,7 @@ async fn a_300_ms_fault_on_a_real_broker_path_is_recovered_from_without_a_saw_to
         Scenario {
             base: Duration::ZERO,
             fault: Duration::from_millis(300),
+            ramp_to: Duration::ZERO,
         },
     )
     .await;
@@ -618,7 +708,27 @@ async fn on_a_path_20_ms_slower_the_limit_settles_at_what_the_path_carries() {
         Scenario {
             base: Duration::from_millis(20),
             fault: Duration::from_millis(300),
+            ramp_to: Duration::ZERO,
         },
     )
     .await;
+}
+
+/// Once (the ramp alone takes 40 s): a path slowing x1.04 an interval to +150 ms, held, then
+/// healthy 5 s, then the 300 ms fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_latency_ramp_does_not_blind_the_controller_to_the_fault_after_it() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let (figures, trace) = run_once(Scenario {
+        base: Duration::ZERO,
+        fault: Duration::from_millis(300),
+        ramp_to: Duration::from_millis(150),
+    })
+    .await;
+    eprintln!("after a ramp: {}", figures.summary());
+    for line in &trace {
+        eprintln!("  {line}");
+    }
+    let failed = figures.ramp_failures();
+    assert!(failed.is_empty(), "after a ramp: {failed:#?}");
 }
