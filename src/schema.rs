@@ -26,9 +26,11 @@
 pub mod avro;
 mod compiled;
 pub mod json;
+mod lookups;
 mod pointer;
 pub mod pool;
 pub mod protobuf;
+mod raw;
 mod register;
 pub mod registry;
 mod resolve;
@@ -49,7 +51,8 @@ use resolve::{Cache, Resolved};
 
 pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
-pub use register::{Converted, Lookups, Pending, LOOKUPS_PER_REQUEST};
+pub use lookups::{Lookups, LOOKUPS_PER_REQUEST};
+pub use register::{Converted, Pending};
 
 pub use crate::quote::{clip, MAX_QUOTE};
 
@@ -451,6 +454,23 @@ impl Schemas {
             .iter()
             .map(|((t, p), n)| (t.clone(), p.clone(), *n))
             .collect()
+    }
+}
+
+/// Why a schema was not compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompileError {
+    /// Not a valid schema of its format.
+    Invalid(String),
+    /// Over a bound on what it would cost (memory, patterns): 422 `schema_too_costly`.
+    TooCostly(String),
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(m) | Self::TooCostly(m) => f.write_str(m),
+        }
     }
 }
 

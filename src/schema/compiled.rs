@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{avro, json, protobuf, Format, Mismatch};
+use super::{avro, json, protobuf, CompileError, Format, Mismatch};
 
 pub(super) enum Codec {
     Avro(Box<avro::AvroSchema>),
@@ -47,23 +47,6 @@ impl Default for CompileBounds {
             max_text: usize::MAX,
             max_memory: usize::MAX,
             json: json::JsonBounds::default(),
-        }
-    }
-}
-
-/// Why a schema was not compiled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CompileError {
-    /// Not a valid schema of its format.
-    Invalid(String),
-    /// Over a bound on what it would cost (memory, patterns): 422 `schema_too_costly`.
-    TooCostly(String),
-}
-
-impl std::fmt::Display for CompileError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Invalid(m) | Self::TooCostly(m) => f.write_str(m),
         }
     }
 }

@@ -8,8 +8,7 @@ use serde_json::Value;
 mod cost;
 mod expansion;
 
-use super::compiled::CompileError;
-use super::{clip, Mismatch};
+use super::{clip, CompileError, Mismatch};
 use cost::{nodes, patterns, regex_format_cost, unique_items_cost, uses};
 pub use expansion::MAX_EXPANSION;
 use expansion::{expansion_within_bounds, weighted_cost};

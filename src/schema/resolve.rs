@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::compiled::{format_name, Compiled};
-use super::register::RawUse;
+use super::raw::{digest, RawKey, RawUse};
 use super::registry::{CallError, RegistryClient};
 use super::{Format, Lookups, SchemaError, Schemas, Side, Source, Strategy, Use};
 use crate::identity::Topic;
@@ -50,15 +50,6 @@ pub(super) struct Cache {
     /// client repeating one is not compiled again.
     pub(super) drafts: HashMap<(Format, [u8; 32]), Arc<Compiled>>,
     pub(super) drafts_order: VecDeque<(Format, [u8; 32])>,
-}
-
-/// A raw schema's cache key: the scope its subject comes from, and its text's digest (the
-/// text itself is not kept twice).
-pub(super) type RawKey = (String, [u8; 32]);
-
-pub(super) fn digest(text: &str) -> [u8; 32] {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
 /// Remembers `key` as missing, within `max` entries (expired ones go first).

@@ -134,7 +134,7 @@ fn pattern_schema(patterns: usize, repeat: usize) -> String {
 /// each one's compiled size are bounded, and a schema's memory is what its compile kept.
 #[test]
 fn patterns_are_bounded_in_count_and_size_and_a_schema_by_its_measured_memory() {
-    use compiled::{compile, CompileBounds, CompileError};
+    use compiled::{compile, CompileBounds};
     let bounds = CompileBounds {
         max_text: 1 << 20,
         max_memory: 16 << 20,
@@ -275,10 +275,10 @@ async fn a_requests_inline_checks_are_bounded_and_the_rest_go_to_the_pool() {
     let data = format!(r#"{{"s":"{}"}}"#, "x".repeat(3_000)).into_bytes();
     let work = schema.work_bound(data.len());
     assert!(
-        work <= super::work::INLINE_WORK,
+        work <= super::lookups::INLINE_WORK,
         "one record is cheap: {work}"
     );
-    let inline = usize::try_from(super::register::INLINE_WORK_PER_REQUEST / work).expect("fits");
+    let inline = usize::try_from(super::lookups::INLINE_WORK_PER_REQUEST / work).expect("fits");
     assert!(inline >= 2, "{work}");
 
     // The tenant's one share of the pool, held until released.

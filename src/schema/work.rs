@@ -8,11 +8,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::compiled::{compile, within_bounds, CompileError, Compiled};
+use super::compiled::{compile, within_bounds, Compiled};
 use super::pool::{thread_cpu, PoolError};
-use super::register::Lookups;
-use super::resolve::digest;
-use super::{Failure, Format, Mismatch, SchemaError, Schemas, Side};
+use super::lookups::{Lookups, INLINE_WORK};
+use super::raw::digest;
+use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
 pub const WORK_BOUNDS: [&str; 6] = [
@@ -27,10 +27,6 @@ pub const WORK_BOUNDS: [&str; 6] = [
 /// A value at most this long is checked on the request worker when the cost model says it is
 /// cheap: handing it to the pool would cost more than the check.
 pub const INLINE_BYTES: usize = 4 * 1024;
-/// The cost model's most work one record's check does on a request worker (a few hundred
-/// microseconds); a request does at most [`super::register::INLINE_WORK_PER_REQUEST`] there.
-pub(super) const INLINE_WORK: u64 = 200_000;
-
 /// Most failed compiles and drafts remembered.
 const REMEMBERED: usize = 256;
 

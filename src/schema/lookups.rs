@@ -1,0 +1,92 @@
+//! What one request may make the schema step do outside its tenant's shares: a few registry
+//! calls and a few milliseconds of checks on the request worker.
+
+use std::sync::Arc;
+
+use super::raw::RawKey;
+use super::SchemaError;
+
+/// The cost model's most work one record's check does on a request worker (a few hundred
+/// microseconds); a request does at most [`INLINE_WORK_PER_REQUEST`] there.
+pub(super) const INLINE_WORK: u64 = 200_000;
+
+/// What one request may make the schema step do outside its tenant's shares: registry calls
+/// (a request naming many schemas the gateway has not seen — a raw schema per record, unknown
+/// ids — is refused past this, instead of turning one request into thousands of registry
+/// calls), and check work on the request worker (past it, the request's records are checked
+/// on the pool, within the tenant's share: a request of a thousand records each cheap enough
+/// to check inline must not hold a request worker for all of them).
+#[derive(Debug)]
+pub struct Lookups {
+    left: u32,
+    /// The cost model's work the request may still do on the request worker.
+    inline_work: u64,
+    /// Whose lookups these are: each call is also one of the tenant's
+    /// (`tenant_lookups_per_sec`).
+    pub(super) tenant: Arc<str>,
+    /// Raw schemas (scope and digest) whose lookup and registration this request already
+    /// reserved: its other records naming them cost nothing more.
+    reserved: Vec<RawKey>,
+}
+
+/// Registry calls a request (or a stream's piece) may cause.
+pub const LOOKUPS_PER_REQUEST: u32 = 16;
+/// The cost model's work a request (or a stream's piece) may do on the request worker over all
+/// its records: ten records at the most one may do there (a few milliseconds).
+pub const INLINE_WORK_PER_REQUEST: u64 = 10 * INLINE_WORK;
+
+impl Lookups {
+    pub fn per_request(tenant: &str) -> Self {
+        Self {
+            left: LOOKUPS_PER_REQUEST,
+            inline_work: INLINE_WORK_PER_REQUEST,
+            tenant: tenant.into(),
+            reserved: Vec::new(),
+        }
+    }
+
+    /// `work` done on the request worker, if the request has that much left of its allowance.
+    pub(super) fn take_inline(&mut self, work: u64) -> bool {
+        match self.inline_work.checked_sub(work) {
+            Some(left) => {
+                self.inline_work = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// No calls left.
+    pub fn none() -> Self {
+        Self {
+            left: 0,
+            inline_work: 0,
+            tenant: Arc::from(""),
+            reserved: Vec::new(),
+        }
+    }
+
+    /// A raw schema's lookup and registration, once per request.
+    pub(super) fn reserve(&mut self, key: &RawKey) -> Result<(), SchemaError> {
+        if self.reserved.contains(key) {
+            return Ok(());
+        }
+        self.take()?;
+        self.take()?;
+        self.reserved.push(key.clone());
+        Ok(())
+    }
+
+    pub(super) fn take(&mut self) -> Result<(), SchemaError> {
+        match self.left.checked_sub(1) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(SchemaError::Invalid(format!(
+                "the request names more schemas the gateway has not cached than one request may look up ({LOOKUPS_PER_REQUEST}); send them in smaller requests, or by id"
+            ))),
+        }
+    }
+}
+
