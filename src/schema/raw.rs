@@ -22,4 +22,3 @@ pub(super) struct RawUse {
     pub text: Arc<str>,
     pub key: RawKey,
 }
-

@@ -11,11 +11,11 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::compiled::Compiled;
-use super::registry::CallError;
 use super::lookups::Lookups;
 use super::raw::{RawKey, RawUse};
+use super::registry::CallError;
 use super::resolve::{remember_missing, still_missing, Resolved};
-use super::{Failure, Format, SchemaError, Schemas, Side};
+use super::{Failure, SchemaError, Schemas, Side};
 use crate::budget::{Clock, RateSpec};
 use crate::identity::Topic;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::compiled::{compile, within_bounds, Compiled};
-use super::pool::{thread_cpu, PoolError};
 use super::lookups::{Lookups, INLINE_WORK};
+use super::pool::{thread_cpu, PoolError};
 use super::raw::digest;
 use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
