@@ -347,7 +347,7 @@ impl Schemas {
                 )
                 .await?;
             out.key = bytes;
-            self.settle(topic, Side::Key, r, &mut out)
+            self.settle(tenant, topic, Side::Key, r, &mut out)
                 .await
                 .map_err(fail(Side::Key))?;
         }
@@ -382,7 +382,7 @@ impl Schemas {
                 lookups,
             )
             .await?;
-        self.settle(topic, Side::Value, r, &mut out)
+        self.settle(tenant, topic, Side::Value, r, &mut out)
             .await
             .map_err(fail(Side::Value))?;
         // A value naming its own schema on a contracted topic is held to the contract too:

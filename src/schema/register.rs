@@ -64,6 +64,7 @@ impl Schemas {
     /// the registration it still needs ([`Converted::pending`]).
     pub(super) async fn settle(
         &self,
+        tenant: &str,
         topic: &Topic,
         side: Side,
         r: Resolved,
@@ -95,7 +96,7 @@ impl Schemas {
             found
         };
         if let Some(id) = known {
-            self.known(&raw.key, &r.schema, id);
+            self.known(tenant, &raw.key, &r.schema, id);
             out.set_id(side, id);
             return Ok(());
         }
@@ -157,7 +158,7 @@ impl Schemas {
                     e => super::resolve::call_error(e),
                 })
             })?;
-        self.known(&raw.key, &pending.draft, id);
+        self.known(tenant, &raw.key, &pending.draft, id);
         // The subject's latest is this one now: forget what was said of it.
         let mut cache = self.cache.lock();
         let latest = (subject.clone(), None);
@@ -233,8 +234,8 @@ impl Schemas {
     }
 
     /// Keeps a raw schema under the id the registry gave it.
-    fn known(&self, key: &RawKey, draft: &Arc<Compiled>, id: u32) {
-        self.keep(Arc::new(draft.with_id(id)));
+    fn known(&self, tenant: &str, key: &RawKey, draft: &Arc<Compiled>, id: u32) {
+        self.keep(tenant, Arc::new(draft.with_id(id)));
         let mut cache = self.cache.lock();
         if cache.raw.insert(key.clone(), id).is_none() {
             cache.raw_order.push_back(key.clone());

@@ -24,12 +24,18 @@ pub(super) struct Resolved {
 }
 
 /// Compiled schemas by id, and what names resolve to which id, within the configured bounds.
-/// Eviction is oldest-first (a schema in use is simply compiled again after a miss).
+/// Each compiled schema is charged to the tenant whose request brought it in; over a bound,
+/// the oldest schema of the tenant holding the largest share goes first (a schema in use is
+/// simply compiled again after a miss). Oldest-first over everyone let one tenant naming a
+/// dozen costly schemas in refused requests evict every other tenant's.
 #[derive(Default)]
 pub(super) struct Cache {
     pub(super) by_id: HashMap<u32, Arc<Compiled>>,
     pub(super) order: VecDeque<u32>,
     pub(super) bytes: usize,
+    /// Who each compiled schema is charged to, and each tenant's bytes and entries.
+    pub(super) owner: HashMap<u32, Arc<str>>,
+    pub(super) held: HashMap<Arc<str>, (usize, usize)>,
     /// (what names the subject, SHA-256 of the schema text) → id, for raw schemas.
     pub(super) raw: HashMap<RawKey, u32>,
     pub(super) raw_order: VecDeque<RawKey>,
@@ -50,6 +56,44 @@ pub(super) struct Cache {
     /// client repeating one is not compiled again.
     pub(super) drafts: HashMap<(Format, [u8; 32]), Arc<Compiled>>,
     pub(super) drafts_order: VecDeque<(Format, [u8; 32])>,
+}
+
+impl Cache {
+    /// Evicts the oldest compiled schema of the tenant holding the largest share of the cache
+    /// (by bytes or by entries, whichever is the larger share); `false` when nothing is left.
+    fn evict_from_largest(&mut self, max_entries: usize, max_bytes: usize) -> bool {
+        let share = |(bytes, entries): (usize, usize)| {
+            (bytes as f64 / max_bytes as f64).max(entries as f64 / max_entries as f64)
+        };
+        let Some(largest) = self
+            .held
+            .iter()
+            .max_by(|a, b| share(*a.1).total_cmp(&share(*b.1)))
+            .map(|(t, _)| t.clone())
+        else {
+            return false;
+        };
+        let at = self
+            .order
+            .iter()
+            .position(|id| self.owner.get(id).is_some_and(|o| *o == largest));
+        let Some(id) = at.and_then(|i| self.order.remove(i)) else {
+            // Its bookkeeping has no schema left: forget it, and try the next.
+            self.held.remove(&largest);
+            return !self.held.is_empty();
+        };
+        let bytes = self.by_id.remove(&id).map_or(0, |s| s.footprint());
+        self.bytes = self.bytes.saturating_sub(bytes);
+        self.owner.remove(&id);
+        if let Some(h) = self.held.get_mut(&largest) {
+            h.0 = h.0.saturating_sub(bytes);
+            h.1 = h.1.saturating_sub(1);
+            if h.1 == 0 {
+                self.held.remove(&largest);
+            }
+        }
+        true
+    }
 }
 
 /// Remembers `key` as missing, within `max` entries (expired ones go first).
@@ -254,25 +298,31 @@ impl Schemas {
                 .await?
                 .with_id(id),
         );
-        self.keep(compiled.clone());
+        self.keep(tenant, compiled.clone());
         Ok(compiled)
     }
 
-    pub(super) fn keep(&self, compiled: Arc<Compiled>) {
+    pub(super) fn keep(&self, tenant: &str, compiled: Arc<Compiled>) {
         let mut cache = self.cache.lock();
         if cache.by_id.contains_key(&compiled.id) {
             return;
         }
-        cache.bytes += compiled.footprint();
-        cache.order.push_back(compiled.id);
-        cache.by_id.insert(compiled.id, compiled);
-        while cache.by_id.len() > self.config.cache_entries || cache.bytes > self.config.cache_bytes
-        {
-            let Some(old) = cache.order.pop_front() else {
+        let (id, bytes) = (compiled.id, compiled.footprint());
+        let tenant: Arc<str> = tenant.into();
+        cache.bytes += bytes;
+        cache.order.push_back(id);
+        cache.by_id.insert(id, compiled);
+        let held = cache.held.entry(tenant.clone()).or_default();
+        held.0 += bytes;
+        held.1 += 1;
+        cache.owner.insert(id, tenant);
+        let (max_entries, max_bytes) = (
+            self.config.cache_entries.max(1),
+            self.config.cache_bytes.max(1),
+        );
+        while cache.by_id.len() > max_entries || cache.bytes > max_bytes {
+            if !cache.evict_from_largest(max_entries, max_bytes) {
                 break;
-            };
-            if let Some(s) = cache.by_id.remove(&old) {
-                cache.bytes -= s.footprint();
             }
         }
     }
@@ -409,7 +459,7 @@ impl Schemas {
         };
         if let Some(id) = cached {
             let compiled = Arc::new(draft.with_id(id));
-            self.keep(compiled.clone());
+            self.keep(tenant, compiled.clone());
             return Ok(Resolved {
                 schema: compiled,
                 raw: None,

@@ -328,3 +328,34 @@ async fn a_requests_inline_checks_are_bounded_and_the_rest_go_to_the_pool() {
     release.send(()).expect("held");
     assert!(blocker.await.expect("joined").is_ok());
 }
+
+/// Review 5 of #37: the compiled-schema cache evicted oldest-first over every tenant, so a
+/// tenant naming a dozen costly schemas in refused requests evicted everyone else's (51 % of
+/// a victim's requests then waited on the registry and were refused `schema_busy`). Over a
+/// bound, the tenant holding the largest share loses its own oldest.
+#[tokio::test]
+async fn a_tenant_filling_the_schema_cache_evicts_its_own_schemas_not_others() {
+    let config = SchemaRegistryConfig {
+        cache_entries: 10,
+        ..SchemaRegistryConfig::default()
+    };
+    let schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
+    let compiled = schemas
+        .compile_for("victim", Format::Json, r#"{"type":"integer"}"#, "the schema")
+        .await
+        .expect("compiles");
+    for id in 1..=3 {
+        schemas.keep("victim", Arc::new(compiled.with_id(id)));
+    }
+    for id in 100..=140 {
+        schemas.keep("attacker", Arc::new(compiled.with_id(id)));
+    }
+    let cache = schemas.cache.lock();
+    assert_eq!(cache.by_id.len(), 10);
+    for id in 1..=3 {
+        assert!(cache.by_id.contains_key(&id), "the victim's schema {id} was evicted");
+    }
+    // The attacker keeps its newest.
+    assert!(cache.by_id.contains_key(&140) && !cache.by_id.contains_key(&100));
+    assert_eq!(cache.held.get("attacker").map(|h| h.1), Some(7));
+}
