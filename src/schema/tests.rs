@@ -341,7 +341,12 @@ async fn a_tenant_filling_the_schema_cache_evicts_its_own_schemas_not_others() {
     };
     let schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
     let compiled = schemas
-        .compile_for("victim", Format::Json, r#"{"type":"integer"}"#, "the schema")
+        .compile_for(
+            "victim",
+            Format::Json,
+            r#"{"type":"integer"}"#,
+            "the schema",
+        )
         .await
         .expect("compiles");
     for id in 1..=3 {
@@ -353,7 +358,10 @@ async fn a_tenant_filling_the_schema_cache_evicts_its_own_schemas_not_others() {
     let cache = schemas.cache.lock();
     assert_eq!(cache.by_id.len(), 10);
     for id in 1..=3 {
-        assert!(cache.by_id.contains_key(&id), "the victim's schema {id} was evicted");
+        assert!(
+            cache.by_id.contains_key(&id),
+            "the victim's schema {id} was evicted"
+        );
     }
     // The attacker keeps its newest.
     assert!(cache.by_id.contains_key(&140) && !cache.by_id.contains_key(&100));

@@ -102,16 +102,45 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         if records.is_empty() {
             return (None, Vec::new());
         }
-        let mut converted = self.convert(&records, wanted, lookups).await;
+        // Only the records the budgets would take now are converted: a stream far over its
+        // budget makes the gateway do no schema work for records it refuses anyway.
+        let admissible = self.admissible(&records);
+        let mut converted = if admissible == 0 {
+            Vec::new()
+        } else {
+            self.convert(&records[..admissible], wanted, 0, lookups)
+                .await
+        };
         let partitions = self.partitions().await;
         let mut leases = self.lease_group(arena, &converted).await;
         let mut lease: Option<BufferLease> = None;
         let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
         let mut fates = Vec::with_capacity(records.len());
-        for (i, record) in records.into_iter().enumerate() {
-            let record = match converted.get_mut(i).and_then(Option::take) {
-                None => Ok(record),
-                Some(c) => c,
+        for (i, sent) in records.iter().enumerate() {
+            let record = if i < admissible {
+                match converted.get_mut(i).and_then(Option::take) {
+                    None => Ok(sent.clone()),
+                    Some(c) => c,
+                }
+            } else {
+                // Past what the budgets took at the start: refused as sent, unless tokens came
+                // meanwhile — then converted alone, now.
+                let raw = std::slice::from_ref(sent);
+                if let Err(denial) =
+                    self.ingest
+                        .admission
+                        .check_to(&self.tenant, Some(&self.topic), Charge::of(raw))
+                {
+                    fates.push(Err(self.refuse(denial, Charge::of(raw))));
+                    continue;
+                }
+                let mut one = self
+                    .convert(raw, wanted.get(i..).unwrap_or_default(), i, lookups)
+                    .await;
+                match one.pop().flatten() {
+                    None => Ok(sent.clone()),
+                    Some(c) => c,
+                }
             };
             let fate = self.admit_record(&partitions, record, &mut leases).await;
             fates.push(fate.map(|(taken, record)| {
@@ -136,6 +165,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         &self,
         records: &[Record<'_>],
         wanted: &[Wanted],
+        from: usize,
         lookups: &mut Lookups,
     ) -> Vec<Option<Result<Record<'static>, ApiError>>> {
         let mut converted = Vec::new();
@@ -162,7 +192,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let to_convert = ToConvert {
             records,
             wanted,
-            first: self.numbered,
+            first: self.numbered + from,
             whole: false,
         };
         // `keep` never fails: what fails is a record's own, and refuses that record alone.
@@ -235,6 +265,48 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         Ok((taken, record))
     }
 
+    /// How many of the group's records, in order, every budget would admit now as they were
+    /// sent (the schema step may change their size: each is checked again when admitted). A
+    /// few checks (a binary search), none taking.
+    fn admissible(&self, records: &[Record<'_>]) -> usize {
+        let check = |n: usize| {
+            self.ingest.admission.check_to(
+                &self.tenant,
+                Some(&self.topic),
+                Charge::of(&records[..n]),
+            )
+        };
+        if check(records.len()).is_ok() {
+            return records.len();
+        }
+        // check(lo) passes (none passes trivially), check(hi) fails.
+        let (mut lo, mut hi) = (0, records.len());
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if check(mid).is_ok() {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// A record the budgets refuse: counted as refused (and as demand when a limit below the
+    /// tenant's own budget refused it: that limit should see it).
+    fn refuse(&self, denial: Denial, charge: Charge) -> ApiError {
+        if let Denial::Refused(r) = &denial {
+            self.tenant.stats().refused_records(1);
+            if matches!(
+                r.reason,
+                crate::refusal::Reason::Adaptive | crate::refusal::Reason::ConsumerLag
+            ) {
+                self.tenant.stats().offered(charge.records, charge.bytes);
+            }
+        }
+        self.ingest.denied(&self.tenant, denial)
+    }
+
     /// One record: checked against every budget first (a record the tenant's own budgets
     /// refuse is not demand and costs no lease call), then admitted.
     async fn admit_one(
@@ -248,18 +320,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             .admission
             .check_to(&self.tenant, Some(&self.topic), charge)
         {
-            if let Denial::Refused(r) = &denial {
-                self.tenant.stats().refused_records(1);
-                // Refused by a limit below the tenant's own budget: it is demand that limit
-                // should see.
-                if matches!(
-                    r.reason,
-                    crate::refusal::Reason::Adaptive | crate::refusal::Reason::ConsumerLag
-                ) {
-                    self.tenant.stats().offered(charge.records, charge.bytes);
-                }
-            }
-            return Err(ingest.denied(&self.tenant, denial));
+            return Err(self.refuse(denial, charge));
         }
         ingest
             .admit_with(&self.tenant, &self.topic, charge, leases)

@@ -245,3 +245,50 @@ async fn unknown_subject_versions_are_remembered_like_unknown_ids() {
         );
     }
 }
+
+/// Review 5 of #37: a v3 stream's records were all converted (checked, compiled, looked up)
+/// before its budget refused them: two streams from a tenant allowed 1 record/s had 268k-330k
+/// records checked in 15 s, all then refused and charged nothing. Now only the records every
+/// budget would take are converted: a stream of ten records naming ten new schemas, from a
+/// tenant allowed one, costs one compile and one registry lookup, not ten.
+#[tokio::test]
+async fn a_stream_over_its_budget_converts_only_what_it_may_send() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.streamcost");
+    create_topic(&tansu(), &topic, 1).await;
+    let gw = gateway(&registry, "").await;
+    let (addr, path) = (
+        gw.addr,
+        format!("/v3/clusters/any-id/topics/{topic}/records"),
+    );
+    let reports = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let (mut stream, mut reader) = crate::common::v3::open_stream_with(addr, &path, SLOW_KEY);
+        let mut body = Vec::new();
+        for i in 0..10 {
+            let schema = json!({"type": "object", "title": format!("s{i}"),
+                                "properties": {"a": {"type": "integer"}}})
+            .to_string();
+            let record =
+                json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"a": i}}});
+            body.extend_from_slice(record.to_string().as_bytes());
+            body.push(b'\n');
+        }
+        // One chunk: the ten records are decoded, and admitted, as one group.
+        crate::common::v3::write_chunk(&mut stream, &body).expect("write");
+        stream.write_all(b"0\r\n\r\n").expect("end");
+        crate::common::v3::read_reports(&mut reader)
+    })
+    .await
+    .expect("client");
+    let codes: Vec<Value> = reports.iter().map(|r| r["error_code"].clone()).collect();
+    let mut expected = vec![json!(200)];
+    expected.extend(std::iter::repeat_n(json!(429), 9));
+    assert_eq!(codes, expected, "{reports:?}");
+    assert_eq!(
+        registry.calls(Call::Lookup),
+        1,
+        "only the admitted record's schema is looked up"
+    );
+    gw.shutdown().await;
+}
