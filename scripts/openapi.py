@@ -65,7 +65,7 @@ schemas = {
             "error": {"type": "string", "description": "stable code"},
             "detail": {"type": "string"},
             "field": {"type": "string", "description": "422 only: the offending field"},
-            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "auth_failures"], "description": "429 only"},
+            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "auth_failures", "tenant_connections"], "description": "429 only"},
             "retry_after_ms": {"type": "integer", "minimum": 0, "maximum": 86400000, "description": "429, and 409 idempotency_key_in_use"},
             "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
             "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},

@@ -160,6 +160,7 @@ impl AppState {
             proxies: parts::proxies(config),
             unverified: crate::server::Unverified::new(
                 config.server.max_unauthenticated_per_address,
+                config.server.max_connections_per_tenant,
                 parts::proxies(config),
             ),
             delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),

@@ -64,6 +64,9 @@ pub enum ApiError {
     RateLimited(Refusal),
     /// Too many failed authentications from this address: wait this long.
     AuthFailures(std::time::Duration),
+    /// The tenant holds its allowance of connections (`max_connections_per_tenant`, this many):
+    /// this connection closes after the answer.
+    TenantConnections(usize),
     BodyTimeout,
     /// A stream had no new record for its idle time (milliseconds).
     StreamIdle(u64),
@@ -153,7 +156,9 @@ impl ApiError {
             Self::ExceedsBurst(_) => "exceeds_burst",
             Self::UnknownTopic(_) => "unknown_topic",
             Self::UnknownPartition(_) => "unknown_partition",
-            Self::RateLimited(_) | Self::AuthFailures(_) => "rate_limited",
+            Self::RateLimited(_) | Self::AuthFailures(_) | Self::TenantConnections(_) => {
+                "rate_limited"
+            }
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => "body_timeout",
             Self::KafkaUnavailable(_) => "kafka_unavailable",
             Self::IdempotencyKey(_) => "invalid_idempotency_key",
@@ -201,7 +206,9 @@ impl ApiError {
             | Self::ExceedsBurst(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnknownTopic(_) | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Self::RateLimited(_) | Self::AuthFailures(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::AuthFailures(_) | Self::TenantConnections(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Self::BodyTimeout | Self::StreamIdle(_) | Self::StreamTooLong(_) => {
                 StatusCode::REQUEST_TIMEOUT
             }
@@ -298,6 +305,9 @@ impl ApiError {
             Self::AuthFailures(wait) => format!(
                 "too many failed authentications from this address; retry in {} ms",
                 wait_ms(*wait)
+            ),
+            Self::TenantConnections(n) => format!(
+                "this tenant holds its {n} connections ([server] max_connections_per_tenant): this one closes; send on the ones it has"
             ),
             Self::BodyTimeout => "the request body was not received in time".into(),
             Self::ShuttingDown => "floodgate is shutting down; retry on another instance".into(),
@@ -396,6 +406,19 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs()));
+                response
+            }
+            Self::TenantConnections(_) => {
+                let body = json!({
+                    "error": self.code(),
+                    "reason": "tenant_connections",
+                    "retry_after_ms": 1000,
+                    "detail": self.detail(),
+                });
+                let mut response = (status, Json(body)).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
                 response
             }
             Self::AuthFailures(wait) => {

@@ -237,6 +237,7 @@ async fn drive<I>(
         http1: protocol == Protocol::Http1,
     });
     let tracker = activity.clone();
+    let closing = peer.trust.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = tracker.begin();
         let router = router.clone();
@@ -260,6 +261,7 @@ async fn drive<I>(
     let io = TokioIo::new(io);
     let watch = Watch {
         activity: &activity,
+        closing: closing.as_ref(),
         first: bounds.header_read_timeout,
         idle: bounds.idle_timeout,
         stop: &mut stop,
@@ -302,6 +304,8 @@ async fn drive<I>(
 /// too long or the server stops, and dropping it if it then takes longer than the idle time.
 struct Watch<'a> {
     activity: &'a Arc<Activity>,
+    /// Closes the connection gracefully when it says so (over its tenant's connections).
+    closing: Option<&'a ConnectionTrust>,
     first: Duration,
     idle: Duration,
     stop: &'a mut watch::Receiver<bool>,
@@ -318,6 +322,13 @@ impl Watch<'_> {
             let _ = self.stop.wait_for(|stop| *stop).await;
         };
         tokio::pin!(stopping);
+        let told = async {
+            match self.closing {
+                Some(trust) => trust.closing().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(told);
         // Phase 1: serve until idle too long or told to stop; a stalled streamed answer ends
         // the connection at once — woken at its deadline, not a check later.
         let mut wait = check;
@@ -325,6 +336,7 @@ impl Watch<'_> {
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
+                () = &mut told => break,
                 () = self.activity.deadline_added.notified() => {
                     wait = STREAM_CHECK.min(check);
                 }

@@ -30,6 +30,10 @@ pub struct ServerConfig {
     /// requests authenticates (silent ones included); more are closed at once. Trusted
     /// proxies are not counted.
     pub max_unauthenticated_per_address: usize,
+    /// Connections one tenant may hold on the produce listener once authenticated (a
+    /// connection counts against the tenant its first authenticated request names); a request
+    /// that would bind one more is refused 429 and its connection closed.
+    pub max_connections_per_tenant: usize,
     /// Time allowed for a new connection to finish its TLS handshake, show which HTTP version
     /// it speaks and send its first request head; and for every later HTTP/1 request head.
     /// In milliseconds.
@@ -100,6 +104,7 @@ impl Default for ServerConfig {
             max_inflation_ratio: 100,
             max_connections: 4096,
             max_unauthenticated_per_address: 128,
+            max_connections_per_tenant: 1024,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             http2_max_streams: 32,

@@ -38,6 +38,10 @@ impl Config {
                 "server.max_unauthenticated_per_address",
                 s.max_unauthenticated_per_address as u64,
             ),
+            (
+                "server.max_connections_per_tenant",
+                s.max_connections_per_tenant as u64,
+            ),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             ("server.http2_max_streams", u64::from(s.http2_max_streams)),

@@ -43,9 +43,14 @@ impl Ingest {
             .await
         {
             Ok(who) => {
-                // The connection has authenticated: no longer counted against its address.
+                // The connection has authenticated: counted against its tenant now, not its
+                // address.
                 if let Some(trust) = &peer.trust {
-                    trust.verified();
+                    if !trust.verified_as(who.tenant.id.as_str()) {
+                        return Err(ApiError::TenantConnections(
+                            self.unverified.tenant_allowance(),
+                        ));
+                    }
                 }
                 return Ok(who);
             }

@@ -47,7 +47,9 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501)
         }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
-        E::RateLimited(_) | E::AuthFailures(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
+        E::RateLimited(_) | E::AuthFailures(_) | E::TenantConnections(_) => {
+            (StatusCode::TOO_MANY_REQUESTS, 42901)
+        }
         E::InvalidTopic(_) | E::InvalidPath(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
             (StatusCode::BAD_REQUEST, 40001)
         }
@@ -221,7 +223,9 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
         | ApiError::IdempotencyKeyInUse(wait)
         | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
         | ApiError::SchemaBusy(wait, _) => Some(*wait),
-        ApiError::SchemaRegistryUnavailable(_) => Some(std::time::Duration::from_secs(1)),
+        ApiError::SchemaRegistryUnavailable(_) | ApiError::TenantConnections(_) => {
+            Some(std::time::Duration::from_secs(1))
+        }
         _ => None,
     }
 }

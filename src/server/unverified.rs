@@ -6,6 +6,11 @@
 //! at once, before a byte is read (counted). Peers that are trusted proxies are not counted:
 //! every client behind them shares their address, and the proxy bounds its own clients.
 //! IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
+//! Once authenticated, a connection counts against its **tenant** instead
+//! (`max_connections_per_tenant`): else one tenant with a valid key could open and keep every
+//! connection the listener allows, and the others could not connect at all. A request that
+//! would bind one more connection to a tenant holding its allowance is refused (429
+//! `tenant_connections`) and its connection closed after the answer.
 //! When the descriptor limit forces fewer connections than configured, the allowance shrinks
 //! in the same proportion ([`Unverified::fit_to`]): else a few addresses would still take
 //! every slot the listener has left.
@@ -21,6 +26,9 @@ use crate::forwarded::TrustedProxies;
 #[derive(Debug)]
 pub struct Unverified {
     max: AtomicUsize,
+    /// Authenticated connections a tenant may hold, and how many each holds.
+    max_per_tenant: AtomicUsize,
+    tenants: Mutex<HashMap<Arc<str>, usize>>,
     exempt: TrustedProxies,
     counts: Mutex<HashMap<IpAddr, usize>>,
     /// Connections closed at accept because their address held `max` unverified ones.
@@ -37,12 +45,21 @@ struct Slot {
     owner: Arc<Unverified>,
     address: IpAddr,
     counted: AtomicBool,
+    /// A trusted proxy's connection: counted against neither an address nor a tenant.
+    exempt: bool,
+    /// The tenant the connection counts against once a request authenticated.
+    tenant: Mutex<Option<Arc<str>>>,
+    /// Set when the connection must close after its answers (over its tenant's allowance).
+    closing: AtomicBool,
+    close: tokio::sync::Notify,
 }
 
 impl Unverified {
-    pub fn new(max: usize, exempt: TrustedProxies) -> Arc<Self> {
+    pub fn new(max: usize, max_per_tenant: usize, exempt: TrustedProxies) -> Arc<Self> {
         Arc::new(Self {
             max: AtomicUsize::new(max),
+            max_per_tenant: AtomicUsize::new(max_per_tenant.max(1)),
+            tenants: Mutex::new(HashMap::new()),
             exempt,
             counts: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
@@ -55,12 +72,28 @@ impl Unverified {
         if serving >= configured || configured == 0 {
             return;
         }
-        let _ = self
-            .max
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |max| {
+        for bound in [&self.max, &self.max_per_tenant] {
+            let _ = bound.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |max| {
                 let scaled = (max as u128 * serving as u128 / configured as u128) as usize;
                 Some(scaled.max(1))
             });
+        }
+    }
+
+    /// Authenticated connections a tenant may hold now.
+    pub fn tenant_allowance(&self) -> usize {
+        self.max_per_tenant.load(Ordering::Relaxed)
+    }
+
+    /// Connections counted against `tenant` now.
+    pub fn held_by(&self, tenant: &str) -> usize {
+        self.tenant_counts().get(tenant).copied().unwrap_or(0)
+    }
+
+    fn tenant_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        self.tenants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Unverified connections an address may hold now.
@@ -93,6 +126,10 @@ impl Unverified {
             owner: self.clone(),
             address,
             counted: AtomicBool::new(counted),
+            exempt: !counted,
+            tenant: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            close: tokio::sync::Notify::new(),
         })))
     }
 
@@ -120,12 +157,64 @@ impl ConnectionTrust {
             self.0.owner.release(self.0.address);
         }
     }
+
+    /// A request on this connection authenticated as `tenant`: the connection counts against
+    /// its address no more, and against the tenant from its first such request. `false` when
+    /// the tenant already holds its allowance: refuse the request; the connection closes
+    /// after its answers.
+    pub fn verified_as(&self, tenant: &str) -> bool {
+        let slot = &self.0;
+        if !slot.exempt {
+            let mut bound = slot
+                .tenant
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if bound.is_none() {
+                let owner = &slot.owner;
+                let mut counts = owner.tenant_counts();
+                let n = counts.entry(Arc::from(tenant)).or_insert(0);
+                if *n >= owner.max_per_tenant.load(Ordering::Relaxed) {
+                    drop(counts);
+                    slot.closing.store(true, Ordering::Release);
+                    slot.close.notify_one();
+                    return false;
+                }
+                *n += 1;
+                *bound = Some(Arc::from(tenant));
+            }
+        }
+        self.verified();
+        true
+    }
+
+    /// Resolves once the connection must close (a request was refused for its tenant's
+    /// connections); never otherwise.
+    pub async fn closing(&self) {
+        if self.0.closing.load(Ordering::Acquire) {
+            return;
+        }
+        self.0.close.notified().await;
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         if self.counted.swap(false, Ordering::AcqRel) {
             self.owner.release(self.address);
+        }
+        let bound = self
+            .tenant
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(tenant) = bound {
+            let mut counts = self.owner.tenant_counts();
+            if let Some(n) = counts.get_mut(&tenant) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(&tenant);
+                }
+            }
         }
     }
 }
@@ -138,7 +227,7 @@ mod tests {
     fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
         let proxies =
             TrustedProxies::parse(&["10.9.0.0/16".into()], Default::default()).expect("proxies");
-        let guard = Unverified::new(2, proxies);
+        let guard = Unverified::new(2, 1_000, proxies);
         let a: IpAddr = "10.0.0.1".parse().expect("ip");
         let first = guard.admit(a).expect("1st");
         let second = guard.admit(a).expect("2nd");
@@ -175,7 +264,7 @@ mod tests {
     /// shrinks with the listener: 128 x 384 / 4,096 = 12.
     #[test]
     fn a_listener_serving_fewer_connections_allows_each_address_fewer() {
-        let guard = Unverified::new(128, TrustedProxies::default());
+        let guard = Unverified::new(128, 1_024, TrustedProxies::default());
         guard.fit_to(4_096, 4_096);
         assert_eq!(guard.allowance(), 128, "nothing clamped: unchanged");
         guard.fit_to(384, 4_096);
@@ -184,8 +273,37 @@ mod tests {
         let held: Vec<_> = (0..12).map(|_| guard.admit(a).expect("within")).collect();
         assert!(guard.admit(a).is_none(), "the 13th is over");
         drop(held);
-        let tiny = Unverified::new(2, TrustedProxies::default());
+        let tiny = Unverified::new(2, 8, TrustedProxies::default());
         tiny.fit_to(32, 4_096);
         assert_eq!(tiny.allowance(), 1, "never below one");
+    }
+
+    /// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections
+    /// and kept them with 429s; no other tenant could connect. A tenant holds at most its
+    /// allowance; past it a request is refused and its connection told to close.
+    #[test]
+    fn an_authenticated_connection_counts_against_its_tenant() {
+        let guard = Unverified::new(128, 2, TrustedProxies::default());
+        let a: IpAddr = "10.0.0.1".parse().expect("ip");
+        let first = guard.admit(a).expect("1st");
+        let second = guard.admit(a).expect("2nd");
+        let third = guard.admit(a).expect("3rd");
+        assert!(first.verified_as("greedy"));
+        assert!(first.verified_as("greedy"), "the same connection again");
+        assert!(second.verified_as("greedy"));
+        assert_eq!(guard.held_by("greedy"), 2);
+        assert!(!third.verified_as("greedy"), "over its allowance");
+        assert!(third.0.closing.load(Ordering::Acquire), "told to close");
+        assert!(third.verified_as("other"), "another tenant's own");
+        drop(first);
+        assert_eq!(guard.held_by("greedy"), 1);
+        let fourth = guard.admit(a).expect("4th");
+        assert!(fourth.verified_as("greedy"), "room after one closed");
+        guard.fit_to(1_024, 4_096);
+        assert_eq!(
+            guard.tenant_allowance(),
+            1,
+            "scaled with the listener, at least one"
+        );
     }
 }

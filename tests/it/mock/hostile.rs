@@ -585,3 +585,72 @@ async fn the_cluster_id_is_disclosed_only_after_authentication() {
     }
     gw.shutdown().await;
 }
+
+/// Review 5 of #37: one tenant with a valid key opened and authenticated every connection the
+/// listener allows (4,096) and kept them busy with 429s; another tenant's new connections
+/// timed out. A tenant holds at most `max_connections_per_tenant`: a request that would bind
+/// one more is answered 429 `tenant_connections` and its connection closed after the answer;
+/// another tenant still connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_cannot_hold_every_connection() {
+    let c = cluster();
+    let mut cfg = config(&c.bootstrap_servers());
+    cfg.server.max_connections_per_tenant = 2;
+    cfg.tenants
+        .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    let gw = Gateway::start(cfg).await;
+    let request = |key: &str| {
+        let body = r#"{"records":[{"value":1}]}"#;
+        format!(
+            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+        s.write_all(request(KEY).as_bytes()).await.expect("write");
+        let mut buf = [0u8; 1024];
+        let n = s.read(&mut buf).await.expect("read");
+        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        held.push(s);
+    }
+    let mut third = TcpStream::connect(gw.addr).await.expect("connect");
+    third
+        .write_all(request(KEY).as_bytes())
+        .await
+        .expect("write");
+    let answer = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .expect("answered and closed within 5 s");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("tenant_connections"), "{answer}");
+    // Another tenant is not refused for the first one's connections.
+    let mut other = TcpStream::connect(gw.addr).await.expect("connect");
+    other
+        .write_all(request("other-key-000000000000").as_bytes())
+        .await
+        .expect("write");
+    let mut buf = [0u8; 1024];
+    let n = other.read(&mut buf).await.expect("read");
+    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // One of the tenant's closes: its next connection is served.
+    drop(held.pop());
+    let mut served = false;
+    for _ in 0..50 {
+        // The closed connection's count is given back once the server sees it close.
+        let mut again = TcpStream::connect(gw.addr).await.expect("connect");
+        let _ = again.write_all(request(KEY).as_bytes()).await;
+        let n = again.read(&mut buf).await.unwrap_or(0);
+        if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(served, "a connection closed gives its place back");
+    gw.shutdown().await;
+}
