@@ -408,30 +408,21 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after_secs()));
                 response
             }
-            Self::TenantConnections(_) => {
+            Self::AuthFailures(_) | Self::TenantConnections(_) => {
+                let (reason, wait) = match &self {
+                    Self::AuthFailures(wait) => ("auth_failures", *wait),
+                    _ => ("tenant_connections", std::time::Duration::from_secs(1)),
+                };
                 let body = json!({
                     "error": self.code(),
-                    "reason": "tenant_connections",
-                    "retry_after_ms": 1000,
+                    "reason": reason,
+                    "retry_after_ms": wait_ms(wait),
                     "detail": self.detail(),
                 });
                 let mut response = (status, Json(body)).into_response();
                 response
                     .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
-                response
-            }
-            Self::AuthFailures(wait) => {
-                let body = json!({
-                    "error": self.code(),
-                    "reason": "auth_failures",
-                    "retry_after_ms": wait_ms(*wait),
-                    "detail": self.detail(),
-                });
-                let mut response = (status, Json(body)).into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(*wait)));
+                    .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(wait)));
                 response
             }
             Self::IdempotencyKeyInUse(wait) | Self::SchemaBusy(wait, _) => {
