@@ -285,8 +285,7 @@ impl Controller {
         let measured = s.deliveries >= MIN_DELIVERIES
             || (s.deliveries >= MIN_FEW_DELIVERIES && s.window_intervals >= MAX_WINDOW_INTERVALS);
         let reading = s.latency_ms.filter(|_| measured);
-        self.unmeasured =
-            (!measured && s.deliveries > 0).then_some((s.deliveries, s.window_intervals));
+        self.unmeasured = (!measured).then_some((s.deliveries, s.window_intervals.max(1)));
         let dt_s = self
             .last_reading_ns
             .map_or(0.0, |p| now_ns.saturating_sub(p) as f64 / 1e9);
@@ -343,8 +342,12 @@ impl Controller {
                     // ...and none at all is a slow broker answering in bursts, not a healthy one
                     // (as is anything unmeasured before a target is known).
                     (None, _) if s.buffer_fill > 0.0 => false,
-                    // Nothing waiting (idle), or no target yet: no sign of trouble.
-                    (None, _) | (_, None) => true,
+                    // Nothing waiting: a few deliveries still say how the broker answers — slow
+                    // ones are no reason to grow (the limit must not undo its own cuts between
+                    // readings of a quiet path).
+                    (None, Some(h)) => s.latency_ms.is_none_or(|x| x < h),
+                    // No target yet: no sign of trouble.
+                    (None, None) | (_, None) => true,
                 } && s.buffer_fill < self.settings.buffer_pressure / 2.0;
                 self.reached = s.limit_used >= REACHED || s.refused > 0;
                 if healthy && whole {

@@ -6,7 +6,7 @@ use super::{Cause, Controller, Move, MAX_WINDOW_INTERVALS, MIN_DELIVERIES, MIN_F
 impl Controller {
     /// Where the limit stands, as a word for the admin API and the metrics.
     pub fn phase(&self) -> &'static str {
-        if self.limit >= 1.0 && self.pressure.is_none() {
+        if self.limit >= 1.0 && self.pressure.is_none() && self.last != Move::Hold("unconfirmed") {
             return "ceiling";
         }
         match (self.last, self.pressure) {
@@ -41,9 +41,10 @@ impl Controller {
         let pct = |v: f64| format!("{:.0} %", v * 100.0);
         let s = &self.settings;
         let target = self.target_words();
-        let healthy = self
-            .healthy_below_ms()
-            .map_or_else(|| "healthy".to_string(), |h| format!("{h:.1} ms"));
+        let healthy = self.healthy_below_ms().map_or_else(
+            || "the healthy line (not learned yet)".to_string(),
+            |h| format!("{h:.1} ms"),
+        );
         let pressure = |c: Cause| match c {
             Cause::Latency => {
                 format!("delivery p90 is above {target} in this interval and the one before")
@@ -72,7 +73,10 @@ impl Controller {
         // What the latency says when nothing is wrong: healthy, or too little to tell (a quiet
         // path is not called healthy beside a slow p90 of a handful of deliveries).
         let fine = self.unmeasured.map_or_else(
-            || format!("Kafka is healthy (p90 under {healthy})"),
+            || match self.healthy_below_ms() {
+                Some(_) => format!("Kafka is healthy (p90 under {healthy})"),
+                None => "no sign of trouble (the path's baseline is still being learned)".into(),
+            },
             |(n, k)| {
                 format!(
                     "no latency reading yet ({n} deliveries over {k} interval(s): a reading \
@@ -106,7 +110,7 @@ impl Controller {
             ),
             (Move::Hold("dead_band"), None) => format!(
                 "holding in the dead band: delivery p90 between {healthy} and {target} \
-                 (or records waiting with too few deliveries to measure)"
+                 (or too few deliveries to measure, and those slow or records waiting)"
             ),
             (Move::Recover, _) => format!(
                 "{fine}: growing x{} per {} ms interval back to \

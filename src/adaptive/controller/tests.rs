@@ -291,3 +291,25 @@ fn at_the_floor() -> (Controller, u64) {
 }
 
 mod recovery;
+
+/// Re-review of #44: at one delivery a second the windows stay too small to read, and the
+/// limit grew back between readings on intervals whose few deliveries read p90 561 ms (the
+/// buffer empty at the tick). Slow deliveries, however few, are no reason to grow.
+#[test]
+fn a_few_slow_deliveries_do_not_grow_the_limit_between_readings() {
+    let mut c = Controller::new(settings());
+    // No reading before it: this one is the evidence.
+    assert_eq!(c.step(0, slow()), Move::Decrease(Cause::Latency));
+    let cut = c.limit();
+    let few_slow = Signals {
+        deliveries: 2,
+        latency_ms: Some(561.0),
+        window_intervals: 1,
+        ..Signals::default()
+    };
+    for i in 2..40 {
+        c.step(i * STEP, few_slow);
+        assert!(c.limit() <= cut, "grew to {} at step {i}", c.limit());
+    }
+    assert!(!c.reason().contains("healthy ("), "{}", c.reason());
+}
