@@ -151,8 +151,9 @@ impl Unverified {
 }
 
 impl ConnectionTrust {
-    /// A request on this connection authenticated: it no longer counts against its address.
-    pub fn verified(&self) {
+    /// A request on this connection authenticated: it no longer counts against its address
+    /// (reached through [`ConnectionTrust::verified_as`], which also counts it for its tenant).
+    fn verified(&self) {
         if self.0.counted.swap(false, Ordering::AcqRel) {
             self.0.owner.release(self.0.address);
         }
