@@ -19,13 +19,21 @@ pub struct ProtobufSchema {
     pub record_name: Option<String>,
 }
 
-/// Serves the schema text as the one file, and Google's well-known types beside it.
-struct Source(String);
+/// Serves the schema as the one file, and Google's well-known types beside it.
+///
+/// The file is served parsed and without its source positions: checking a descriptor
+/// against its positions finds each error's place by a scan of all of them, so a schema of
+/// n faults (17,500 duplicate field numbers in 286 KB) took the checker O(n²) — 12.9 s of
+/// CPU for one refused request. Without them the same schema is refused in 0.1 s; errors
+/// still name the field, only not its line.
+struct Source(prost_reflect::prost_types::FileDescriptorProto);
 
 impl protox::file::FileResolver for Source {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
         if name == FILE {
-            return protox::file::File::from_source(name, &self.0);
+            return Ok(protox::file::File::from_file_descriptor_proto(
+                self.0.clone(),
+            ));
         }
         protox::file::GoogleFileResolver::new().open_file(name)
     }
@@ -33,7 +41,11 @@ impl protox::file::FileResolver for Source {
 
 impl ProtobufSchema {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut compiler = protox::Compiler::with_file_resolver(Source(text.to_string()));
+        let parsed = protox::file::File::from_source(FILE, text).map_err(|e| e.to_string())?;
+        let mut descriptor = parsed.file_descriptor_proto().clone();
+        drop(parsed);
+        descriptor.source_code_info = None;
+        let mut compiler = protox::Compiler::with_file_resolver(Source(descriptor));
         compiler.include_imports(true);
         compiler.open_file(FILE).map_err(|e| e.to_string())?;
         let pool = compiler.descriptor_pool();
@@ -205,6 +217,11 @@ mod tests {
             .expect_err("unknown nested field");
         assert_eq!(e.pointer, "/lines/1/q~1ty", "{}", e.message);
         assert!(ProtobufSchema::parse("message {").is_err());
+        // Checked without source positions (see `Source`): the fault is still named.
+        let e =
+            ProtobufSchema::parse(r#"syntax = "proto3"; message M { int32 a = 1; int32 b = 1; }"#)
+                .expect_err("duplicate number");
+        assert!(e.contains("field number '1' is already used"), "{e}");
         assert!(ProtobufSchema::parse(r#"syntax = "proto3"; import "other.proto";"#).is_err());
     }
 
