@@ -5,17 +5,20 @@
 //!   judged against the path's own [`Baseline`] (or a configured target). The p90, not the
 //!   p99: the p99 of a half-second window is its two or three slowest requests — one
 //!   scheduler hiccup — while a slower broker slows them all (a tenth of them is enough).
-//! - **Cut**: on pressure — the p90 above the target in the interval and in the one before
-//!   it, each on its own (evidence of a slower path, not a blip: a broker or proxy stalled for
-//!   200 ms slows a tenth or more of one interval's requests, and its p50 does not move), records waiting longer than the target with no delivery at all
-//!   (a stalled broker), the broker throttling, the buffer filling — the limit is multiplied
-//!   by `decrease_factor`, never below the floor, at most once per decrease cool-down (a cut
+//! - **Cut**: on pressure — the p90 above the target in the interval and in one of the two
+//!   before it (evidence of a slower path, not a blip: a broker or proxy stalled for 200 ms
+//!   slows a tenth or more of one interval's requests, and its p50 does not move; see
+//!   [`evidence`]), records waiting longer than the target with no delivery at all (a stalled
+//!   broker), the broker throttling, the buffer filling — the limit is multiplied by
+//!   `decrease_factor`, never below the floor, at most once per decrease cool-down (a cut
 //!   needs time to show in the signals). A cut the latency did not answer (the p90 at the next
 //!   cut within a quarter of the p90 at this one: a slower path, not a loaded one) doubles
-//!   that wait, up to [`MAX_CUT_BACKOFF`] times: cutting deeper on the cool-down's clock would
-//!   only measure how long the fault lasted, refuse producers for nothing, and make the
-//!   recovery longer. Pressure after the limit has grown again cuts at once: the fault is
-//!   back, or the growth caused it.
+//!   that wait, up to [`MAX_CUT_BACKOFF`] times, until a reading is healthy: cutting deeper on
+//!   the cool-down's clock would only measure how long the fault lasted, refuse producers for
+//!   nothing, and make the recovery longer. A latency the floor did not move is accepted as
+//!   the path's own, and the limit grows back under it ([`evidence`]). Pressure
+//!   after the limit has grown again cuts at once: the fault is back, or the growth caused
+//!   it.
 //! - **Recover**: the *recovery level* is the highest share of the ceiling Kafka carried over a
 //!   whole interval at healthy latency — the ceiling itself while nothing was carried yet (a
 //!   fault present from start-up). Below it, every healthy interval multiplies the limit by
@@ -36,7 +39,9 @@
 
 use super::baseline::Baseline;
 use crate::config::AdaptiveConfig;
+use evidence::{Cut, Evidence};
 
+pub mod evidence;
 mod reason;
 
 /// What the agent measured over the last interval.
@@ -104,6 +109,9 @@ pub const MIN_DELIVERIES: u64 = 20;
 /// [`MIN_FEW_DELIVERIES`] (a quiet path is still watched, every 4 s at the default interval).
 pub const MAX_WINDOW_INTERVALS: u32 = 8;
 pub const MIN_FEW_DELIVERIES: u64 = 5;
+/// A window of fewer than [`MIN_FEW_DELIVERIES`] is merged on up to this many intervals (16 s
+/// at the default interval); past it, only the stall signal watches a path that quiet.
+pub const LONGEST_WINDOW_INTERVALS: u32 = 32;
 
 /// Share of the limit's rate that counts as having reached it.
 const REACHED: f64 = 0.9;
@@ -114,9 +122,6 @@ const MAX_PROBE_BACKOFF: u64 = 32;
 /// Cuts the latency did not answer stretch the wait between cuts to at most this many
 /// decrease cool-downs.
 const MAX_CUT_BACKOFF: u64 = 8;
-
-/// A latency within this fraction of the one at the last cut did not answer it.
-const UNANSWERED: f64 = 0.25;
 
 #[derive(Debug, Clone)]
 pub struct Controller {
@@ -148,14 +153,10 @@ pub struct Controller {
     /// capacity is then probed ever more rarely, not cut every few seconds.
     probe_wait_ms: u64,
     /// The wait between cuts: the decrease cool-down, doubled by every latency cut the latency
-    /// did not answer (up to [`MAX_CUT_BACKOFF`] times), reset when the pressure ends.
+    /// did not answer (up to [`MAX_CUT_BACKOFF`] times), reset by a healthy reading.
     cut_wait_ms: u64,
-    /// The p90 at the last latency cut (ms): the next cut compares against it.
-    cut_reading: Option<f64>,
-    /// The last reading measured (a window of enough deliveries): a cut on latency needs it
-    /// over the target too. Kept over intervals of too few deliveries: at a low rate a window
-    /// spans several intervals, and one slow window is a blip until the next agrees.
-    previous_reading: Option<f64>,
+    /// The readings before this one, and whether the cuts on them were answered.
+    evidence: Evidence,
     /// When the last reading was measured: the baseline learns over the time between them.
     last_reading_ns: Option<u64>,
     /// The last step's deliveries when they were too few to measure (for the reason).
@@ -184,8 +185,7 @@ impl Controller {
             probed: false,
             probe_wait_ms: settings.increase_cooldown_ms,
             cut_wait_ms: settings.decrease_cooldown_ms,
-            cut_reading: None,
-            previous_reading: None,
+            evidence: Evidence::default(),
             last_reading_ns: None,
             unmeasured: None,
             pressure: None,
@@ -255,15 +255,23 @@ impl Controller {
             .unwrap_or(self.settings.min_target_ms as f64 * self.settings.baseline_factor)
     }
 
-    /// Delivery p90 above which Kafka counts as slow; `None` while it is still unknown
-    /// (no configured target and no baseline yet).
+    /// Delivery p90 above which Kafka counts as slow (the baseline's target, or above a
+    /// latency accepted as the path's own); `None` while it is still unknown (no configured
+    /// target and no baseline yet).
     pub fn target_ms(&self) -> Option<f64> {
-        self.baseline.target_ms(&self.settings)
+        let t = self.baseline.target_ms(&self.settings)?;
+        Some(self.evidence.slow_line(t))
     }
 
     /// Delivery p90 under which Kafka counts as healthy (between it and the target: hold).
     pub fn healthy_below_ms(&self) -> Option<f64> {
-        self.baseline.healthy_below_ms(&self.settings)
+        let h = self.baseline.healthy_below_ms(&self.settings)?;
+        Some(self.evidence.healthy_line(h))
+    }
+
+    /// The p90 that cuts did not move, taken as the path's own for now (ms).
+    pub fn accepted_ms(&self) -> Option<f64> {
+        self.evidence.accepted()
     }
 
     /// The last step's deliveries and the intervals they span, when too few to measure.
@@ -298,13 +306,15 @@ impl Controller {
         } else {
             0.0
         };
-        // Slow in this interval and in the one before, each on its own: a slower path, not a
-        // blip.
+        // Slow in this interval and in one of the two before: a slower path, not a blip.
         let above = matches!((reading, target), (Some(x), Some(t)) if x > t);
-        let before = self.previous_reading;
-        let slow = above && before.zip(target).is_none_or(|(p, t)| p > t);
+        let slow = above && target.is_some_and(|t| self.evidence.confirms(t));
         if let Some(x) = reading {
-            self.previous_reading = Some(x);
+            self.evidence.read(
+                x,
+                self.baseline.healthy_below_ms(&self.settings),
+                self.baseline.target_ms(&self.settings),
+            );
             self.last_reading_ns = Some(now_ns);
             self.baseline.learn(x, dt_s, slow, &self.settings);
         }
@@ -329,9 +339,12 @@ impl Controller {
         let decision = match cause {
             Some(cause) => self.cut(now_ns, cause, reading),
             None => {
-                // The pressure is over: the next one is cut on the cool-down's clock again.
-                self.cut_wait_ms = self.settings.decrease_cooldown_ms;
-                self.cut_reading = None;
+                // Healthy again: the next pressure is cut on the cool-down's clock. A reading
+                // that only dips under the target keeps the back-off (a path whose p90 sits at
+                // the target dips every few intervals).
+                if matches!((reading, healthy_below), (Some(x), Some(h)) if x < h) {
+                    self.cut_wait_ms = self.settings.decrease_cooldown_ms;
+                }
                 let healthy = match (reading, healthy_below) {
                     (Some(x), Some(h)) => x < h,
                     // Too few deliveries to count as pressure while records wait: the ones
@@ -396,23 +409,34 @@ impl Controller {
 
     fn cut(&mut self, now_ns: u64, cause: Cause, reading: Option<f64>) -> Move {
         let cooldown_ns = self.cut_wait_ms.saturating_mul(1_000_000);
-        if self.limit <= self.settings.floor {
-            return Move::Hold("floor");
-        }
+        let at_floor = self.limit <= self.settings.floor;
         if self.grown_from.is_none() && self.since(self.last_decrease_ns, now_ns) < cooldown_ns {
-            return Move::Hold("cooldown");
+            return Move::Hold(if at_floor { "floor" } else { "cooldown" });
         }
         let reading = reading.filter(|_| cause == Cause::Latency);
-        let unanswered = matches!((self.cut_reading, reading),
-            (Some(before), Some(now)) if (now - before).abs() <= UNANSWERED * before);
-        if unanswered && self.grown_from.is_none() {
+        let verdict = reading.map_or(Cut::Answered, |x| {
+            self.evidence.cut_due(x, self.grown_from.is_some())
+        });
+        if let (true, Cut::Unanswered, Some(x)) = (at_floor, verdict, reading) {
+            // The load is at the floor and the latency where it was: the path's own. No
+            // more holding, and none of the pressure's back-off.
+            self.evidence.accept(x);
+            self.pressure = None;
+            self.cut_wait_ms = self.settings.decrease_cooldown_ms;
+            return Move::Hold("accepted");
+        }
+        if verdict == Cut::Unanswered {
             let most = self
                 .settings
                 .decrease_cooldown_ms
                 .saturating_mul(MAX_CUT_BACKOFF);
             self.cut_wait_ms = self.cut_wait_ms.saturating_mul(2).min(most);
         }
-        self.cut_reading = reading;
+        if at_floor {
+            // Judged as a cut would be, on its clock.
+            self.last_decrease_ns = Some(now_ns);
+            return Move::Hold("floor");
+        }
         if let Some(from) = self.grown_from.take() {
             if !self.probed {
                 // Growth toward the recovery level brought pressure back. Once is the fault

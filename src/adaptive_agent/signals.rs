@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use super::stats::Reading;
 use super::{AdaptiveAgent, Ceiling};
-use crate::adaptive::controller::{Signals, MAX_WINDOW_INTERVALS, MIN_DELIVERIES};
+use crate::adaptive::controller::{
+    Signals, LONGEST_WINDOW_INTERVALS, MAX_WINDOW_INTERVALS, MIN_DELIVERIES, MIN_FEW_DELIVERIES,
+};
 use crate::kafka::LatencyWindow;
 use crate::refusal::Reason;
 use crate::tenant::Tenant;
@@ -63,7 +65,13 @@ impl Previous {
                 spans = k.saturating_add(1);
             }
         }
-        if window.count() < MIN_DELIVERIES && spans < MAX_WINDOW_INTERVALS {
+        // Under MIN_DELIVERIES a window grows to MAX_WINDOW_INTERVALS; under
+        // MIN_FEW_DELIVERIES on to LONGEST_WINDOW_INTERVALS (1 delivery/s is read every 5 s,
+        // not thrown away every 4).
+        let n = window.count();
+        let grows = (n < MIN_DELIVERIES && spans < MAX_WINDOW_INTERVALS)
+            || (n < MIN_FEW_DELIVERIES && spans < LONGEST_WINDOW_INTERVALS);
+        if grows {
             self.pending = Some((window.clone(), spans));
         }
         (window, spans)

@@ -31,6 +31,8 @@ pub struct Judged {
     /// Healthy below, slow above the target (`None` while unknown).
     pub healthy_below_ms: Option<f64>,
     pub target_ms: Option<f64>,
+    /// A p90 that cuts did not move, taken as the path's own (the lines follow it).
+    pub accepted_ms: Option<f64>,
 }
 
 /// What the metrics and the admin API show of the agent.
@@ -166,6 +168,7 @@ impl AdaptiveStats {
             noise_ms: baseline.noise_ms(),
             healthy_below_ms: controller.healthy_below_ms(),
             target_ms: controller.target_ms(),
+            accepted_ms: controller.accepted_ms(),
         };
     }
 }

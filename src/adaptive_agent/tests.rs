@@ -270,4 +270,20 @@ fn intervals_of_too_few_deliveries_are_merged_into_one_reading() {
     }
     assert_eq!((last.deliveries, last.intervals), (8, 8));
     assert_eq!(interval(1).intervals, 1);
+    // The re-review: one delivery a second (every other interval) never made a window of 5
+    // in 8 intervals, and each was thrown away; under 5 a window grows on, to 32 intervals.
+    // (The window holds the one delivery just above.)
+    let sparse: Vec<_> = (0..9).map(|i| interval(i % 2)).collect();
+    let read = sparse[7];
+    assert_eq!((read.deliveries, read.intervals), (5, 9), "{sparse:?}");
+    assert!(read.p90_ms.is_some(), "{read:?}");
+    assert_eq!(sparse[8].intervals, 1, "read: the next starts afresh");
+    for _ in 0..31 {
+        last = interval(0);
+    }
+    assert_eq!(
+        last.intervals, 32,
+        "nothing: the window grows to its longest"
+    );
+    assert_eq!(interval(0).intervals, 1, "and is dropped");
 }

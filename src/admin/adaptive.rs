@@ -78,11 +78,13 @@ fn signal(
         "noise_ms": judged.noise_ms,
         "healthy_below_ms": judged.healthy_below_ms,
         "target_ms": judged.target_ms,
-        "target_from": match (settings.target_delivery_ms, judged.target_ms) {
-            (Some(_), _) => Some("configured"),
-            (None, Some(_)) => Some("baseline"),
-            (None, None) => None,
+        "target_from": match (settings.target_delivery_ms, judged.target_ms, judged.accepted_ms) {
+            (_, Some(_), Some(_)) => Some("accepted"),
+            (Some(_), _, _) => Some("configured"),
+            (None, Some(_), None) => Some("baseline"),
+            (None, None, _) => None,
         },
+        "accepted_ms": judged.accepted_ms,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Where the limit stands, as a word (`phase`) and a sentence (`reason`), for the admin API,
 //! the status page and the metrics.
 
+use super::evidence::ACCEPTED_SLOW;
 use super::{Cause, Controller, Move, MAX_WINDOW_INTERVALS, MIN_DELIVERIES, MIN_FEW_DELIVERIES};
 
 impl Controller {
@@ -14,7 +15,7 @@ impl Controller {
             (Move::Decrease(_), _) => "cutting",
             (Move::Hold("floor"), _) => "floor",
             (Move::Hold(_), Some(_)) => "cutting",
-            (Move::Hold("dead_band" | "unconfirmed"), None) => "dead_band",
+            (Move::Hold("dead_band" | "unconfirmed" | "accepted"), None) => "dead_band",
             (Move::Recover, _) => "recovering",
             (Move::Increase | Move::Hold(_), _) if !self.reached => "demand_below_limit",
             (Move::Increase | Move::Hold(_), _) => "probing",
@@ -26,6 +27,12 @@ impl Controller {
         let Some(t) = self.target_ms() else {
             return "the target".to_string();
         };
+        if let Some(a) = self.accepted_ms().filter(|a| t <= a * ACCEPTED_SLOW) {
+            return format!(
+                "{t:.1} ms ({ACCEPTED_SLOW} x {a:.1} ms, a p90 that cutting to the floor did \
+                 not move: the path's own until it is healthy again)"
+            );
+        }
         match (self.settings.target_delivery_ms, self.baseline.value_ms()) {
             (None, Some(b)) => format!(
                 "{t:.1} ms ({} x the path's baseline of {b:.1} ms + 4 x its noise of {:.1} ms)",
@@ -47,7 +54,10 @@ impl Controller {
         );
         let pressure = |c: Cause| match c {
             Cause::Latency => {
-                format!("delivery p90 is above {target} in this interval and the one before")
+                format!(
+                    "delivery p90 is above {target} in this interval and in one of the two \
+                     before"
+                )
             }
             Cause::Throttle => "the broker throttles".to_string(),
             Cause::Buffer => format!("the buffer is over {} full", pct(s.buffer_pressure)),
@@ -105,8 +115,13 @@ impl Controller {
                 self.cut_wait_ms
             ),
             (Move::Hold("unconfirmed"), None) => format!(
-                "holding: delivery p90 above {target} in this interval only (the one before was \
-                 under it): a blip until the next one agrees"
+                "holding: delivery p90 above {target} in this interval only (the two before \
+                 were under it): a blip until the next one agrees"
+            ),
+            (Move::Hold("accepted"), None) => format!(
+                "not held at the floor: the delivery p90 stayed where it was with the load cut to \
+                 the floor, so it is the path's latency, not the load's; slow is now above \
+                 {target}"
             ),
             (Move::Hold("dead_band"), None) => format!(
                 "holding in the dead band: delivery p90 between {healthy} and {target} \

@@ -127,9 +127,10 @@ fn a_fault_that_returns_during_recovery_cuts_again_at_once() {
         c.reason()
     );
     // (0.28 was reached from 0.14 without a whole healthy interval at 0.28: still suspect.)
+    // Slow two readings after the last slow one: confirmed at once.
     assert_eq!(
         run(&mut c, &mut t, 2, |_| slow()),
-        [Move::Hold("unconfirmed"), Move::Decrease(Cause::Latency)]
+        [Move::Decrease(Cause::Latency), Move::Hold("cooldown")]
     );
     assert!((c.recover_to() - 0.14).abs() < 1e-9, "{}", c.recover_to());
     assert_eq!(c.suspect(), None);
