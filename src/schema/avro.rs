@@ -9,6 +9,7 @@
 //! specification's and small enough to own.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use apache_avro::schema::{EnumSchema, Name, Namespace, RecordSchema, Schema, UnionSchema};
 use serde_json::Value;
@@ -36,7 +37,21 @@ pub struct AvroSchema {
     enums: HashMap<Name, HashMap<String, usize>>,
     /// The full name of the top-level named type, if it is one (RECORD_NAME strategy).
     pub record_name: Option<String>,
+    /// Steps a value visited costs: 1, and 1 more per [`NAME_BYTES_PER_STEP`] bytes of the
+    /// schema's longest name. A visit copies or hashes a name (a reference resolved in its
+    /// namespace, a default looked up by its record's full name, a field's name on the
+    /// pointer), so with a 255 KB namespace one small item cost ~23 copies of it, counted as
+    /// ~3 steps: 28 s of CPU for a 60 KB value.
+    step_cost: u64,
 }
+
+/// Names (full names, field names, enum symbols) longer than this are refused: real ones are
+/// tens of bytes.
+pub const MAX_NAME_BYTES: usize = 512;
+/// A visit costs one more step per this many bytes of the schema's longest name.
+const NAME_BYTES_PER_STEP: usize = 32;
+/// The walk reads the clock every this many steps (a backstop: the step budget is the bound).
+const CLOCK_EVERY: u32 = 4096;
 
 /// Deepest nesting followed through a schema: a recursive schema meeting a deeply nested value
 /// must not exhaust the stack (the body decoder already bounds JSON depth; this bounds the walk).
@@ -60,6 +75,12 @@ impl AvroSchema {
             Schema::Fixed(f) => Some(f.name.fullname(None)),
             _ => None,
         };
+        let longest = longest_name(&names);
+        if longest > MAX_NAME_BYTES {
+            return Err(format!(
+                "the schema has a name of {longest} bytes; at most {MAX_NAME_BYTES}"
+            ));
+        }
         let enums = names
             .iter()
             .filter_map(|(name, schema)| match schema {
@@ -80,6 +101,7 @@ impl AvroSchema {
             defaults,
             enums,
             record_name,
+            step_cost: 1 + (longest / NAME_BYTES_PER_STEP) as u64,
         })
     }
 
@@ -90,7 +112,16 @@ impl AvroSchema {
     /// The walk also takes at most `steps` steps (a value or default visited is one): items
     /// that write nothing (nulls, empty records) do not grow the datum, but visiting millions
     /// of them from a schema's defaults would still be unbounded work.
-    pub fn encode(&self, value: &Value, limit: usize, steps: u64) -> Result<Vec<u8>, Mismatch> {
+    ///
+    /// Past `deadline` the walk stops too (read every few thousand steps): a backstop for
+    /// anything the step count misses, so the check's CPU bound holds while it runs.
+    pub fn encode(
+        &self,
+        value: &Value,
+        limit: usize,
+        steps: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::with_capacity(64);
         let mut at = Pointer::default();
         Walk {
@@ -100,6 +131,9 @@ impl AvroSchema {
             out: &mut out,
             limit,
             steps,
+            step_cost: self.step_cost,
+            deadline,
+            clock_in: CLOCK_EVERY,
         }
         .value(&self.root, value, &mut at, &None, 0)?;
         if out.len() > limit {
@@ -118,13 +152,49 @@ struct Walk<'s, 'o> {
     limit: usize,
     /// Steps left.
     steps: u64,
+    /// What one step of the walk costs, by the schema's longest name.
+    step_cost: u64,
+    deadline: Option<Instant>,
+    /// Steps until the clock is read again.
+    clock_in: u32,
+}
+
+/// The longest name a walk copies or hashes: a named type's full name, a record's field
+/// name, an enum's symbol.
+fn longest_name(names: &HashMap<Name, Schema>) -> usize {
+    names
+        .iter()
+        .map(|(name, schema)| {
+            let full = name.name.len() + name.namespace.as_ref().map_or(0, |n| n.len() + 1);
+            let inner = match schema {
+                Schema::Record(r) => r.fields.iter().map(|f| f.name.len()).max(),
+                Schema::Enum(e) => e.symbols.iter().map(String::len).max(),
+                _ => None,
+            };
+            full.max(inner.unwrap_or(0))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 impl Walk<'_, '_> {
     /// Takes `n` steps from the budget: a value visited is one, a search through a large
     /// enum or union costs in proportion (their names are compared one by one).
     fn charge(&mut self, n: u64, at: &Pointer) -> Result<(), Mismatch> {
-        match self.steps.checked_sub(n) {
+        self.clock_in = self.clock_in.saturating_sub(1);
+        if self.clock_in == 0 {
+            self.clock_in = CLOCK_EVERY;
+            if self.deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(Mismatch {
+                    too_costly: true,
+                    ..mismatch(
+                        at,
+                        "writing the value in its schema ran past its time".into(),
+                    )
+                });
+            }
+        }
+        match self.steps.checked_sub(n.saturating_mul(self.step_cost)) {
             Some(left) => {
                 self.steps = left;
                 Ok(())
@@ -312,7 +382,7 @@ impl Walk<'_, '_> {
                 format!("record {} has no field {extra:?}", r.name.name),
             ));
         }
-        let ns = r.name.namespace.clone();
+        let ns = &r.name.namespace;
         for field in &r.fields {
             at.push(&field.name);
             let default = || {
@@ -321,7 +391,7 @@ impl Walk<'_, '_> {
                     .or(field.default.as_ref())
             };
             match fields.get(&field.name) {
-                Some(value) => self.value(&field.schema, value, at, &ns, depth + 1)?,
+                Some(value) => self.value(&field.schema, value, at, ns, depth + 1)?,
                 None => match default() {
                     // A union's default is its first branch's value (the specification's rule),
                     // never a branch named or guessed.
@@ -329,11 +399,11 @@ impl Walk<'_, '_> {
                         Schema::Union(u) => match u.variants().first() {
                             Some(first) => {
                                 self.long(0);
-                                self.value(first, default, at, &ns, depth + 1)?;
+                                self.value(first, default, at, ns, depth + 1)?;
                             }
                             None => return Err(mismatch(at, "an empty union has no value".into())),
                         },
-                        schema => self.value(schema, default, at, &ns, depth + 1)?,
+                        schema => self.value(schema, default, at, ns, depth + 1)?,
                     },
                     None => return Err(mismatch(at, "a required field is missing".into())),
                 },
@@ -352,8 +422,11 @@ impl Walk<'_, '_> {
         depth: usize,
     ) -> Result<(), Mismatch> {
         let branches = u.variants();
-        // Branches are matched by name or kind one by one.
-        self.charge(branches.len() as u64, at)?;
+        // Branches are matched by name or kind one by one (a fixed's by its string's length).
+        let per_branch = v
+            .as_str()
+            .map_or(1, |s| 1 + (s.len() / NAME_BYTES_PER_STEP) as u64);
+        self.charge((branches.len() as u64).saturating_mul(per_branch), at)?;
         if v.is_null() {
             if let Some(i) = branches.iter().position(|b| matches!(b, Schema::Null)) {
                 self.long(i as i64);

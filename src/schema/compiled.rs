@@ -238,12 +238,27 @@ impl Compiled {
     /// `data` (JSON text) in Confluent's wire format under this schema, the payload at most
     /// `limit` bytes (Avro's defaults can make a small value large).
     pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
+        self.encode_by(data, limit, None)
+    }
+
+    /// [`Self::encode`], stopped past `deadline` where the codec can stop (Avro's walk; a
+    /// JSON Schema check is bounded by its cost model before it starts, a Protobuf value's
+    /// mapping is linear in it).
+    pub fn encode_by(
+        &self,
+        data: &[u8],
+        limit: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<u8>, Mismatch> {
         let payload = match &*self.codec {
             Codec::Protobuf(p) => p.encode(data)?,
             // Steps: a few per byte of the value as sent, and room for a schema's defaults.
-            Codec::Avro(a) => {
-                a.encode(&parse_json(data)?, limit, 16 * data.len() as u64 + 16_384)?
-            }
+            Codec::Avro(a) => a.encode(
+                &parse_json(data)?,
+                limit,
+                16 * data.len() as u64 + 16_384,
+                deadline,
+            )?,
             Codec::Json(j) => {
                 j.check(&parse_json(data)?)?;
                 data.to_vec()
@@ -270,11 +285,20 @@ impl Compiled {
 
     /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
     pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
+        self.check_by(data, None)
+    }
+
+    /// [`Self::check`], stopped past `deadline` as [`Self::encode_by`] is.
+    pub fn check_by(
+        &self,
+        data: &[u8],
+        deadline: Option<std::time::Instant>,
+    ) -> Result<(), Mismatch> {
         match &*self.codec {
             Codec::Json(j) => j.check(&parse_json(data)?),
             // A contract's validate mode is for JSON Schema only (the configuration says so);
             // any other codec encodes to check.
-            _ => self.encode(data, usize::MAX).map(drop),
+            _ => self.encode_by(data, usize::MAX, deadline).map(drop),
         }
     }
 }

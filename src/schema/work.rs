@@ -47,24 +47,29 @@ impl Schemas {
         allowance: &mut Lookups,
     ) -> Result<Option<Vec<u8>>, Failure> {
         let fail = |error| Failure { side, error };
-        let run = move |schema: &Compiled, data: &[u8]| -> Result<Option<Vec<u8>>, Mismatch> {
+        let run = move |schema: &Compiled,
+                        data: &[u8],
+                        deadline: Option<Instant>|
+              -> Result<Option<Vec<u8>>, Mismatch> {
             if keep_json {
-                schema.check(data).map(|()| None)
+                schema.check_by(data, deadline).map(|()| None)
             } else {
-                schema.encode(data, limit).map(Some)
+                schema.encode_by(data, limit, deadline).map(Some)
             }
         };
         let work = schema.work_bound(data.len());
         let inline =
             data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
         let result = if inline {
-            run(schema, data)
+            run(schema, data, None)
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
             let job = move || {
                 let (cpu, wall) = (thread_cpu(), Instant::now());
-                let result = run(&schema, &data);
+                // A walk that outruns its cost model stops at twice the CPU deadline in wall
+                // time (wall >= CPU: a preempted check is not stopped early).
+                let result = run(&schema, &data, Some(wall + deadline * 2));
                 let spent = match (thread_cpu(), cpu) {
                     (Some(now), Some(then)) => now.saturating_sub(then),
                     _ => wall.elapsed(),

@@ -15,7 +15,7 @@ const USER: &str = r#"{"type":"record","name":"User","namespace":"t","fields":[
 fn encodes_as_apache_avro_does() {
     let s = AvroSchema::parse(USER).expect("schema");
     let v = json!({"name":"ann","age":42,"email":{"string":"a@x"},"tags":["a","b"]});
-    let ours = s.encode(&v, LIMIT, STEPS).expect("valid");
+    let ours = s.encode(&v, LIMIT, STEPS, None).expect("valid");
     let theirs = {
         use apache_avro::types::Value as A;
         let record = A::Record(vec![
@@ -35,7 +35,7 @@ fn encodes_as_apache_avro_does() {
     assert_eq!(ours, theirs);
     // Defaulted fields give the bytes of their defaults.
     let defaulted = s
-        .encode(&json!({"name":"ann","age":42}), LIMIT, STEPS)
+        .encode(&json!({"name":"ann","age":42}), LIMIT, STEPS, None)
         .expect("defaults");
     let expected = {
         use apache_avro::types::Value as A;
@@ -53,6 +53,7 @@ fn encodes_as_apache_avro_does() {
         &json!({"name":"ann","age":42,"email":"a@x","tags":["a","b"]}),
         LIMIT,
         STEPS,
+        None,
     );
     assert_eq!(bare.expect("bare"), theirs);
     assert_eq!(s.record_name.as_deref(), Some("t.User"));
@@ -61,7 +62,7 @@ fn encodes_as_apache_avro_does() {
 #[test]
 fn mismatches_name_the_field() {
     let s = AvroSchema::parse(USER).expect("schema");
-    let e = |v: Value| s.encode(&v, LIMIT, STEPS).expect_err("invalid");
+    let e = |v: Value| s.encode(&v, LIMIT, STEPS, None).expect_err("invalid");
     let m = e(json!({"name":"ann","age":"42"}));
     assert_eq!(m.pointer, "/age");
     assert!(
@@ -92,14 +93,14 @@ fn recursive_schemas_are_bounded() {
     )
     .expect("schema");
     assert!(s
-        .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT, STEPS)
+        .encode(&json!({"next":{"Node":{"next":null}}}), LIMIT, STEPS, None)
         .is_ok());
     let mut deep = json!({"next": null});
     for _ in 0..200 {
         deep = json!({ "next": deep });
     }
     assert!(
-        s.encode(&deep, LIMIT, STEPS).is_err(),
+        s.encode(&deep, LIMIT, STEPS, None).is_err(),
         "bounded, not a stack overflow"
     );
 }
@@ -132,7 +133,7 @@ fn defaults_cannot_expand_past_the_limit() {
         schema.len()
     );
     let e = s
-        .encode(&json!({}), 64 * 1024, STEPS)
+        .encode(&json!({}), 64 * 1024, STEPS, None)
         .expect_err("too large");
     assert!(
         e.message.contains("larger than 65536 bytes"),
@@ -145,7 +146,7 @@ fn defaults_cannot_expand_past_the_limit() {
     )
     .expect("schema");
     assert_eq!(
-        small.encode(&json!({}), 64, STEPS).expect("default"),
+        small.encode(&json!({}), 64, STEPS, None).expect("default"),
         vec![2, b'd']
     );
 }
@@ -162,15 +163,18 @@ fn a_bare_union_value_is_chosen_by_its_kind_without_trying_branches() {
     for _ in 0..60 {
         deep = json!({ "n": deep });
     }
-    let e = s.encode(&deep, LIMIT, STEPS).expect_err("ambiguous");
+    let e = s.encode(&deep, LIMIT, STEPS, None).expect_err("ambiguous");
     assert!(e.message.contains("more than one branch"), "{}", e.message);
     assert!(s
-        .encode(&json!({"n": {"N": {"n": null}}}), LIMIT, STEPS)
+        .encode(&json!({"n": {"N": {"n": null}}}), LIMIT, STEPS, None)
         .is_ok());
     let u = AvroSchema::parse(r#"["null","int","string"]"#).expect("union");
-    assert_eq!(u.encode(&json!(5), LIMIT, STEPS).expect("int"), vec![2, 10]);
     assert_eq!(
-        u.encode(&json!("a"), LIMIT, STEPS).expect("string"),
+        u.encode(&json!(5), LIMIT, STEPS, None).expect("int"),
+        vec![2, 10]
+    );
+    assert_eq!(
+        u.encode(&json!("a"), LIMIT, STEPS, None).expect("string"),
         vec![4, 2, b'a']
     );
 }
@@ -195,7 +199,7 @@ fn defaults_that_write_nothing_are_bounded_in_steps() {
     }
     let s = AvroSchema::parse(&schema).expect("schema");
     let e = s
-        .encode(&json!({}), LIMIT, 100_000)
+        .encode(&json!({}), LIMIT, 100_000, None)
         .expect_err("too many steps");
     assert!(e.message.contains("too many steps"), "{}", e.message);
 }
@@ -209,7 +213,7 @@ fn a_union_default_is_its_first_branch() {
     )
     .expect("schema");
     // m: branch 0 (the map), one entry "string" -> "x"; i: branch 0 (int) 1.
-    let bytes = s.encode(&json!({}), LIMIT, STEPS).expect("defaults");
+    let bytes = s.encode(&json!({}), LIMIT, STEPS, None).expect("defaults");
     assert_eq!(
         bytes,
         vec![0, 2, 12, b's', b't', b'r', b'i', b'n', b'g', 2, b'x', 0, 0, 2]
@@ -224,7 +228,8 @@ fn a_record_named_with_a_leading_dot_keeps_its_defaults() {
     )
     .expect("schema");
     assert_eq!(
-        s.encode(&json!({"i": {}}), LIMIT, STEPS).expect("default"),
+        s.encode(&json!({"i": {}}), LIMIT, STEPS, None)
+            .expect("default"),
         vec![14]
     );
 }
@@ -240,5 +245,63 @@ fn a_large_enum_is_looked_up_not_searched() {
     // 1,000 lookups of the last symbol within a budget a linear search would spend 5,000
     // times over.
     let v = json!(vec!["S39999"; 1000]);
-    assert!(s.encode(&v, LIMIT, 10_000).is_ok());
+    assert!(s.encode(&v, LIMIT, 10_000, None).is_ok());
+}
+
+/// A record that holds a list of itself, with 20 defaulted fields, in namespace `ns`.
+fn self_listing(ns: &str) -> AvroSchema {
+    let fields: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"name":"f{i}","type":"int","default":0}}"#))
+        .collect();
+    AvroSchema::parse(&format!(
+        r#"{{"type":"record","name":"R","namespace":"{ns}","fields":[
+            {{"name":"c","type":{{"type":"array","items":"R"}},"default":[]}},{}]}}"#,
+        fields.join(",")
+    ))
+    .expect("schema")
+}
+
+/// The hostile review of #37 (round 7): every visit copies or hashes a name, so a 255 KB
+/// namespace made each small item cost ~23 copies of it for ~3 steps: 28 s of CPU for a 60 KB
+/// value within its step budget. Names are bounded, and a visit costs by the longest.
+#[test]
+fn a_visit_costs_by_the_schema_s_longest_name() {
+    let long = "n".repeat(MAX_NAME_BYTES + 1);
+    let e = AvroSchema::parse(&format!(
+        r#"{{"type":"record","name":"R","namespace":"{long}","fields":[]}}"#
+    ))
+    .expect_err("too long a name");
+    assert!(e.contains("at most 512"), "{e}");
+    let field = AvroSchema::parse(&format!(
+        r#"{{"type":"record","name":"R","fields":[{{"name":"{long}","type":"int"}}]}}"#
+    ));
+    assert!(field.is_err(), "a field's name is bounded too");
+    // 2,000 items of `{}`: what the gateway's budget (16 steps a byte) allows.
+    let items = json!({ "c": vec![json!({}); 2000] });
+    let steps = 16 * items.to_string().len() as u64 + 16_384;
+    assert!(self_listing("a.b")
+        .encode(&items, LIMIT, steps, None)
+        .is_ok());
+    let e = self_listing(&"n".repeat(500))
+        .encode(&items, LIMIT, steps, None)
+        .expect_err("long names cost more");
+    assert!(e.too_costly, "{}", e.message);
+}
+
+/// Past its deadline a walk stops (read every few thousand steps), whatever its budget.
+#[test]
+fn a_walk_stops_at_its_deadline() {
+    let s = self_listing("a.b");
+    let items = json!({ "c": vec![json!({}); 2000] });
+    let past = Instant::now().checked_sub(std::time::Duration::from_secs(1));
+    let e = s
+        .encode(&items, LIMIT, u64::MAX, past)
+        .expect_err("past its deadline");
+    assert!(
+        e.too_costly && e.message.contains("ran past its time"),
+        "{}",
+        e.message
+    );
+    let ahead = Instant::now() + std::time::Duration::from_secs(3600);
+    assert!(s.encode(&items, LIMIT, u64::MAX, Some(ahead)).is_ok());
 }
