@@ -184,7 +184,7 @@ impl Ingest {
 
     async fn produce_for(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
     ) -> Answer {
@@ -237,7 +237,7 @@ impl Ingest {
     /// `print`, for a keyed request, takes every body byte as it is read.
     async fn process(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         body: Body,
         declared: Option<u64>,

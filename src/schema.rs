@@ -51,7 +51,7 @@ use resolve::{Cache, Resolved};
 
 pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
-pub use lookups::{Lookups, LOOKUPS_PER_REQUEST};
+pub use lookups::{Admissible, Lookups, LOOKUPS_PER_REQUEST};
 pub use register::{Converted, Pending};
 
 pub use crate::quote::{clip, MAX_QUOTE};
@@ -160,6 +160,9 @@ pub enum SchemaError {
     /// The tenant's share of the schema step is taken for longer than the wait limit, or its
     /// registrations are spent: retry after this long (429 `schema_busy`).
     Busy(Duration, String),
+    /// The request could no longer be admitted when its check was to start (its budgets were
+    /// spent while it queued): the caller answers with admission's own refusal.
+    Inadmissible,
 }
 
 /// A record's failure: which side, and why.
@@ -184,6 +187,7 @@ impl Failure {
             | SchemaError::Refused(d)
             | SchemaError::TooCostly(d)
             | SchemaError::Busy(_, d) => format!("{side}: {d}"),
+            SchemaError::Inadmissible => format!("{side}: the request can no longer be admitted"),
             SchemaError::NoRegistry => format!(
                 "{side}: schemas need a Schema Registry, and this gateway has none configured ([schema_registry] url)"
             ),

@@ -16,6 +16,7 @@
 //! and it is charged to the tenant's registrations all the same.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use crate::body::RecordArena;
 use crate::identity::Topic;
@@ -63,6 +64,11 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
         SchemaError::Unavailable(_) => ApiError::SchemaRegistryUnavailable(detail),
         SchemaError::TooCostly(_) => ApiError::SchemaTooCostly(detail),
         SchemaError::Busy(wait, _) => ApiError::SchemaBusy(*wait, detail),
+        // Answered with admission's own refusal where the request is known
+        // ([`Ingest::convert_record`]); anywhere else, retry in a second.
+        SchemaError::Inadmissible => {
+            ApiError::SchemaBusy(std::time::Duration::from_secs(1), detail)
+        }
     }
 }
 
@@ -72,7 +78,7 @@ impl Ingest {
     /// without a contract pass untouched, and a request with none costs nothing here.
     pub async fn apply_schemas(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         arena: RecordArena,
         hold: &mut BodyHold,
@@ -88,7 +94,13 @@ impl Ingest {
         let before = hold.bytes();
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
-        let mut lookups = Lookups::per_request(tenant.id.as_str());
+        let charge = Charge::of(&records);
+        let still = {
+            let (admission, tenant, topic) =
+                (self.admission.clone(), tenant.clone(), topic.clone());
+            move || admission.check_to(&tenant, Some(&topic), charge).is_ok()
+        };
+        let mut lookups = Lookups::per_request(tenant.id.as_str()).with_admission(Arc::new(still));
         // Records kept whose raw schemas wait to be registered: (record, place in `out`).
         let mut deferred: Vec<(usize, usize, Vec<Pending>)> = Vec::new();
         let keep = |i: usize, converted: Result<ConvertedRecord, ApiError>| {
@@ -269,6 +281,16 @@ impl Ingest {
             .await;
         let mut c = match converted {
             Ok(c) => c,
+            Err(Failure {
+                error: SchemaError::Inadmissible,
+                ..
+            }) => {
+                // Its budgets were spent while its check queued: admission's own refusal (or,
+                // admissible again by now, a retry).
+                let charge = Charge::of(std::slice::from_ref(r));
+                self.would_admit(tenant, topic, charge).await?;
+                return Err(self.busy(tenant));
+            }
             Err(failure) => {
                 if matches!(failure.error, SchemaError::Violation(_)) {
                     self.schemas.count_violation(tenant.id.as_str(), topic);

@@ -55,7 +55,7 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 impl Ingest {
     pub(super) async fn produce_keyed(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         request: ProduceRequest<'_>,
         format: BodyFormat<'_>,
@@ -145,7 +145,7 @@ impl Ingest {
     /// The first request with its key: the usual pipeline, then the answer stored.
     async fn process_claimed(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         request: ProduceRequest<'_>,
         format: BodyFormat<'_>,

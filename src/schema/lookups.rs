@@ -16,7 +16,6 @@ pub(super) const INLINE_WORK: u64 = 200_000;
 /// calls), and check work on the request worker (past it, the request's records are checked
 /// on the pool, within the tenant's share: a request of a thousand records each cheap enough
 /// to check inline must not hold a request worker for all of them).
-#[derive(Debug)]
 pub struct Lookups {
     left: u32,
     /// The cost model's work the request may still do on the request worker.
@@ -27,6 +26,28 @@ pub struct Lookups {
     /// Raw schemas (scope and digest) whose lookup and registration this request already
     /// reserved: its other records naming them cost nothing more.
     reserved: Vec<RawKey>,
+    /// Whether the request could still be admitted (takes nothing), asked when its check
+    /// starts on a schema thread.
+    admissible: Option<Admissible>,
+}
+
+/// Whether a request could be admitted now — its budgets, shares and the buffer — taking
+/// nothing. Asked when a check's job *starts* on a schema thread, not only when it queues: a
+/// tenant's requests queue for its share of the threads, and one whose budget its earlier
+/// requests spent meanwhile is refused there, before it parses its value (16 queued 918 KB
+/// JSON Schema records, 14 of them refused by admission after their checks, took RSS to
+/// 196 MiB).
+pub type Admissible = Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl std::fmt::Debug for Lookups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lookups")
+            .field("left", &self.left)
+            .field("inline_work", &self.inline_work)
+            .field("tenant", &self.tenant)
+            .field("admissible", &self.admissible.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Registry calls a request (or a stream's piece) may cause.
@@ -42,7 +63,18 @@ impl Lookups {
             inline_work: INLINE_WORK_PER_REQUEST,
             tenant: tenant.into(),
             reserved: Vec::new(),
+            admissible: None,
         }
+    }
+
+    /// The request's checks on the schema threads first ask `admissible`.
+    pub fn with_admission(mut self, admissible: Admissible) -> Self {
+        self.admissible = Some(admissible);
+        self
+    }
+
+    pub(super) fn admissible(&self) -> Option<Admissible> {
+        self.admissible.clone()
     }
 
     /// `work` done on the request worker, if the request has that much left of its allowance.
@@ -63,6 +95,7 @@ impl Lookups {
             inline_work: 0,
             tenant: Arc::from(""),
             reserved: Vec::new(),
+            admissible: None,
         }
     }
 

@@ -15,9 +15,10 @@ use super::raw::digest;
 use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
-pub const WORK_BOUNDS: [&str; 6] = [
+pub const WORK_BOUNDS: [&str; 7] = [
     "check_cpu",
     "check_work",
+    "inadmissible",
     "lookups",
     "registrations",
     "schema_memory",
@@ -65,7 +66,11 @@ impl Schemas {
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
+            let admissible = allowance.admissible();
             let job = move || {
+                if admissible.is_some_and(|still| !still()) {
+                    return None;
+                }
                 let (cpu, wall) = (thread_cpu(), Instant::now());
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
@@ -74,13 +79,17 @@ impl Schemas {
                     (Some(now), Some(then)) => now.saturating_sub(then),
                     _ => wall.elapsed(),
                 };
-                (result, spent)
+                Some((result, spent))
             };
-            let (result, spent) = self
+            let Some((result, spent)) = self
                 .pool
                 .run(tenant, job)
                 .await
-                .map_err(|e| fail(self.pool_error(e, "checking the record")))?;
+                .map_err(|e| fail(self.pool_error(e, "checking the record")))?
+            else {
+                self.count_refusal("inadmissible");
+                return Err(fail(SchemaError::Inadmissible));
+            };
             if spent > deadline {
                 self.count_refusal("check_cpu");
                 return Err(fail(SchemaError::TooCostly(format!(
