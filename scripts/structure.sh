@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The structure rules of docs/ARCHITECTURE.md that the compiler does not check: no source file
 # over 500 lines, rdkafka used only in kafka/ (and dev.rs's embedded mock cluster), redis only in
-# cluster/. Function length is clippy's too_many_lines (clippy.toml); circles are farm-studio's.
+# cluster/. Function length is clippy's too_many_lines (clippy.toml); import circles are read off
+# the module graph drawn at each restructuring (docs/ARCHITECTURE.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
