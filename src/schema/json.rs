@@ -250,6 +250,31 @@ mod tests {
         ] {
             assert!(JsonSchema::parse(&schema.to_string()).is_err(), "{schema}");
         }
+        // Review 8 of #37: draft-04's `id` rebases references as `$id` does. Under it,
+        // `#/definitions/a0` is the nested resource's own chain; the walk followed the root's.
+        let rebased = |draft: &str| {
+            let mut own = serde_json::Map::new();
+            for i in 0..12 {
+                let next = format!("#/definitions/a{}", i + 1);
+                own.insert(
+                    format!("a{i}"),
+                    json!({"anyOf": [{"$ref": next}, {"$ref": next}]}),
+                );
+            }
+            own.insert("a12".into(), json!({"type": "string"}));
+            let cheap: serde_json::Map<String, Value> =
+                (0..13).map(|i| (format!("a{i}"), json!({}))).collect();
+            json!({"$schema": draft, "definitions": cheap, "type": "object",
+                   "properties": {"id": {"type": "string"},
+                                  "x": {"anyOf": [{"id": "http://x.example/n", "definitions": own,
+                                                   "allOf": [{"$ref": "#/definitions/a0"}]}]}}})
+            .to_string()
+        };
+        let e = JsonSchema::parse(&rebased("http://json-schema.org/draft-04/schema#"))
+            .expect_err("a nested id in draft-04");
+        assert!(e.contains("a nested id"), "{e}");
+        // In later drafts `id` is no keyword (and a property named `id` never was one).
+        assert!(JsonSchema::parse(&rebased("http://json-schema.org/draft-07/schema#")).is_ok());
         // A DAG hidden under a keyword an allow-list would not name is counted too.
         let mut hidden = serde_json::Map::new();
         for i in 0..23 {

@@ -16,7 +16,10 @@ const MAX_ANALYSIS_STEPS: u64 = 1_000_000;
 /// floodgate does not follow the way the validator does:
 /// - only local JSON-pointer references (`"$ref": "#"` or `"#/..."`, no `%` escapes) are
 ///   taken; `$anchor`, `$dynamicRef`, `$recursiveRef`, a nested `$id` (which rebases
-///   references) are refused;
+///   references) are refused, and so is a nested `id` in a draft-03 or draft-04 schema (their
+///   `$id`: a `"#/definitions/a"` under it is that subschema's own, while this walk followed
+///   the root's — 2 KB whose walk counted a few dozen checks made the validator branch 2^21
+///   times, 9–14 s of CPU and 3 GiB for one refused request);
 /// - the subschemas one check can visit — every object and array under any keyword, each
 ///   `$ref` counted as its target's (memoised) — stay under [`MAX_EXPANSION`];
 /// - a recursive schema (a `$ref` cycle) may reach its cycle through at most one subschema
@@ -53,6 +56,8 @@ struct Expansion<'a> {
     /// `$ref` targets being expanded.
     stack: Vec<String>,
     steps: u64,
+    /// The schema is draft-03 or draft-04, where `id` is what later drafts call `$id`.
+    legacy_id: bool,
 }
 
 /// Applicators whose subschemas check the value itself (in place): `unevaluatedProperties`
@@ -98,6 +103,10 @@ impl<'a> Expansion<'a> {
             memo: std::collections::HashMap::new(),
             stack: Vec::new(),
             steps: 0,
+            legacy_id: root
+                .get("$schema")
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.contains("draft-04") || s.contains("draft-03")),
         }
     }
 
@@ -128,6 +137,11 @@ impl<'a> Expansion<'a> {
                 }
                 if !root && o.contains_key("$id") {
                     return Err("a nested $id is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")".into());
+                }
+                // A string: in a schema object `id` is the keyword; a property or definition
+                // named `id` holds an object.
+                if !root && self.legacy_id && o.get("id").is_some_and(Value::is_string) {
+                    return Err("a nested id (a draft-04 schema's $id) is not taken: floodgate follows only local JSON-pointer $refs (\"#/...\")".into());
                 }
                 for (key, v) in o {
                     let (c, cy) = match (key.as_str(), v) {
