@@ -5,7 +5,7 @@
 //!   judged against the path's own [`Baseline`] (or a configured target). The p90, not the
 //!   p99: the p99 of a half-second window is its two or three slowest requests — one
 //!   scheduler hiccup — while a slower broker slows them all (a tenth of them is enough).
-//! - **Cut**: on pressure — the p90 above the target in the interval and in one of the two
+//! - **Cut**: on pressure — the p90 above the target in the interval and in one of the three
 //!   before it (evidence of a slower path, not a blip: a broker or proxy stalled for 200 ms
 //!   slows a tenth or more of one interval's requests, and its p50 does not move; see
 //!   [`evidence`]), records waiting longer than the target with no delivery at all (a stalled
@@ -40,8 +40,10 @@
 use super::baseline::Baseline;
 use crate::config::AdaptiveConfig;
 use evidence::{Cut, Evidence};
+use level::Level;
 
 pub mod evidence;
+mod level;
 mod reason;
 
 /// What the agent measured over the last interval.
@@ -119,6 +121,10 @@ const REACHED: f64 = 0.9;
 /// Failed probes stretch the wait between probes to at most this many increase cool-downs.
 const MAX_PROBE_BACKOFF: u64 = 32;
 
+/// Seconds without a cut after which a limit healthy at the recovery level ends the episode
+/// (a level lowered in it may be lowered again by a later one).
+const CALM_S: u64 = 10;
+
 /// Cuts the latency did not answer stretch the wait between cuts to at most this many
 /// decrease cool-downs.
 const MAX_CUT_BACKOFF: u64 = 8;
@@ -136,14 +142,8 @@ pub struct Controller {
     /// The limit before its latest growth, until the grown-to level has stayed healthy for a
     /// decrease cool-down: pressure in that time is the broker refusing the growth.
     grown_from: Option<f64>,
-    /// The highest share of the ceiling Kafka carried over a whole healthy interval (lowered
-    /// when growing toward it brought pressure back twice); `None` until one was seen — then
-    /// slow start aims at the ceiling.
-    recover_to: Option<f64>,
-    /// The limit a growth toward the recovery level reached when pressure came back, until the
-    /// limit has carried that much at healthy latency: pressure during growth once more lowers
-    /// the level.
-    suspect: Option<f64>,
+    /// What slow start brings the limit back to.
+    level: Level,
     /// The latest stall seen (ms), for the reason.
     stalled_ms: f64,
     /// Whether the latest growth was a probe above the recovery level.
@@ -179,8 +179,7 @@ impl Controller {
             last_decrease_ns: None,
             last_change_ns: None,
             grown_from: None,
-            recover_to: None,
-            suspect: None,
+            level: Level::default(),
             stalled_ms: 0.0,
             probed: false,
             probe_wait_ms: settings.increase_cooldown_ms,
@@ -224,17 +223,17 @@ impl Controller {
     /// The level healthy signals bring the limit back to by slow start (fraction of the
     /// ceiling): what Kafka carried at healthy latency, or the ceiling while nothing was.
     pub fn recover_to(&self) -> f64 {
-        self.recover_to.unwrap_or(1.0)
+        self.level.get()
     }
 
     /// Whether the recovery level was learned (carried at healthy latency), not assumed.
     pub fn level_learned(&self) -> bool {
-        self.recover_to.is_some()
+        self.level.learned()
     }
 
     /// The limit at which growth last brought pressure back, while unconfirmed.
     pub fn suspect(&self) -> Option<f64> {
-        self.suspect
+        self.level.suspect()
     }
 
     /// Seconds of healthy signals that bring the limit to the recovery level (an upper bound:
@@ -306,7 +305,7 @@ impl Controller {
         } else {
             0.0
         };
-        // Slow in this interval and in one of the two before: a slower path, not a blip.
+        // Slow in this interval and in one of the three before: a slower path, not a blip.
         let above = matches!((reading, target), (Some(x), Some(t)) if x > t);
         let slow = above && target.is_some_and(|t| self.evidence.confirms(t));
         if let Some(x) = reading {
@@ -389,15 +388,9 @@ impl Controller {
         } else {
             (used * self.limit).min(self.limit)
         };
-        // With nothing learned, a limit below the ceiling is one a fault cut (at start-up):
-        // what it carries is no level to stop at, and slow start aims at the ceiling.
-        let learn = self.recover_to.is_some() || self.limit >= 1.0;
-        if learn && carried.is_finite() && carried > 0.0 {
-            self.recover_to = Some(self.recover_to.map_or(carried, |r| r.max(carried)));
-        }
-        if self.suspect.is_some_and(|s| self.limit >= s) {
-            self.suspect = None;
-        }
+        let calm_ns = CALM_S.saturating_mul(1_000_000_000);
+        let calm = self.since(self.last_decrease_ns, now_ns) >= calm_ns;
+        self.level.carried(self.limit, carried, calm);
         let settle_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
         if self.grown_from.is_some() && self.since(self.last_change_ns, now_ns) >= settle_ns {
             self.grown_from = None;
@@ -417,10 +410,14 @@ impl Controller {
         let verdict = reading.map_or(Cut::Answered, |x| {
             self.evidence.cut_due(x, self.grown_from.is_some())
         });
+        let floor_ms = self.baseline.floor_ms();
         if let (true, Cut::Unanswered, Some(x)) = (at_floor, verdict, reading) {
-            // The load is at the floor and the latency where it was: the path's own. No
-            // more holding, and none of the pressure's back-off.
-            self.evidence.accept(x);
+            // The load is at the floor and the latency where it was: the path's own (unless
+            // far past its baseline: a fault). No more holding, none of the back-off.
+            if !self.evidence.accept(x, floor_ms) {
+                self.last_decrease_ns = Some(now_ns);
+                return Move::Hold("floor");
+            }
             self.pressure = None;
             self.cut_wait_ms = self.settings.decrease_cooldown_ms;
             return Move::Hold("accepted");
@@ -439,15 +436,7 @@ impl Controller {
         }
         if let Some(from) = self.grown_from.take() {
             if !self.probed {
-                // Growth toward the recovery level brought pressure back. Once is the fault
-                // flapping (the level stays); again before the limit was healthy at the
-                // suspect level, the broker takes less than it did: recovery stops below it.
-                if self.suspect.is_some() {
-                    self.recover_to = Some(self.recover_to.map_or(from, |r| r.min(from)));
-                    self.suspect = None;
-                } else {
-                    self.suspect = Some(self.limit);
-                }
+                self.level.pressure_during_growth(from, self.limit);
             } else {
                 let most = self
                     .settings

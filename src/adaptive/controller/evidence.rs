@@ -2,17 +2,20 @@
 //! reading is confirmed by the ones before it, and whether the cuts made on them were
 //! answered.
 //!
-//! - **Confirmed**: a reading over the line counts as pressure when one of the two readings
-//!   before it was over the line too. Two in a row would miss a stall that repeats every
-//!   other interval (300 ms of every second at the default interval read slow, fast, slow,
-//!   fast and was never cut); one alone is a blip (a scheduler hiccup slows a tenth of one
-//!   interval's deliveries).
+//! - **Confirmed**: a reading over the line counts as pressure when one of the [`LOOK_BACK`]
+//!   readings before it was over the line too. Two in a row would miss a stall that repeats
+//!   every other interval (300 ms of every second at the default interval read slow, fast,
+//!   slow, fast and was never cut), two of three one every third; one alone is a blip (a
+//!   scheduler hiccup slows a tenth of one interval's deliveries), and so is one every fourth
+//!   interval or rarer (2 s apart at the default interval).
 //! - **Answered**: a latency cut is answered when the p90 at the next cut moved by more than
 //!   [`UNANSWERED`] of the p90 at this one. The cut's reading is kept until a reading is
 //!   healthy, not dropped by one that merely dips under the target (a path whose p90 sits at
 //!   the target dips every few intervals), so the controller's back-off holds.
 //! - **Accepted**: a cut due at the floor that the latency did not answer (the load down to
-//!   the floor, the p90 where it was) says the latency is the path's, not the load's. Holding
+//!   the floor, the p90 where it was) says the latency is the path's, not the load's — up to
+//!   [`ACCEPT_AT_MOST`] x the baseline's floor (a path that much slower is a fault, however
+//!   long: a 300 ms stall on a 7 ms path stays cut at the floor while it lasts). Holding
 //!   the floor would refuse producers for nothing: the reading is *accepted*, the line moves
 //!   to [`ACCEPTED_SLOW`] x it (a latency that rises with load from there is cut again), and
 //!   readings under [`ACCEPTED_HEALTHY`] x it grow the limit back. Only the floor tells: a
@@ -26,12 +29,16 @@ pub(super) const UNANSWERED: f64 = 0.25;
 pub const ACCEPTED_SLOW: f64 = 1.5;
 /// ...and readings under this multiple of it healthy.
 pub const ACCEPTED_HEALTHY: f64 = 1.25;
+/// Readings before the latest that may confirm it.
+pub const LOOK_BACK: usize = 3;
+/// A latency over this multiple of the baseline's floor is never accepted.
+pub const ACCEPT_AT_MOST: f64 = 16.0;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Evidence {
-    /// The two readings measured before the latest (newest first): kept over intervals of too
-    /// few deliveries, so at a low rate one slow window still needs another to agree.
-    recent: [Option<f64>; 2],
+    /// The readings measured before the latest (newest first): kept over intervals of too few
+    /// deliveries, so at a low rate one slow window still needs another to agree.
+    recent: [Option<f64>; LOOK_BACK],
     /// The p90 at the last latency cut (ms): the next cut compares against it.
     cut_reading: Option<f64>,
     /// The p90 the floor did not move (ms): the path's own for now.
@@ -51,8 +58,8 @@ impl Evidence {
             .map_or(healthy, |a| healthy.max(a * ACCEPTED_HEALTHY))
     }
 
-    /// Whether one of the two readings before this one was over `line` too (or none was
-    /// measured yet: the first reading over the line is not held back for want of history).
+    /// Whether one of the readings before this one was over `line` too (or none was measured
+    /// yet: the first reading over the line is not held back for want of history).
     pub(super) fn confirms(&self, line: f64) -> bool {
         self.recent.iter().all(Option::is_none) || self.recent.iter().flatten().any(|r| *r > line)
     }
@@ -60,7 +67,8 @@ impl Evidence {
     /// Remembers a measured reading; `healthy_below` is the baseline's own healthy line (not
     /// widened by an accepted latency), `target` the baseline's target.
     pub(super) fn read(&mut self, x: f64, healthy_below: Option<f64>, target: Option<f64>) {
-        self.recent = [Some(x), self.recent[0]];
+        self.recent.rotate_right(1);
+        self.recent[0] = Some(x);
         if healthy_below.is_some_and(|h| x < h) {
             // The path is back at its baseline: the cuts' story is over.
             self.cut_reading = None;
@@ -89,10 +97,15 @@ impl Evidence {
         }
     }
 
-    /// The floor did not move `now` (ms): it is the path's latency.
-    pub(super) fn accept(&mut self, now: f64) {
+    /// The floor did not move `now` (ms): the path's latency, if within [`ACCEPT_AT_MOST`] x
+    /// `floor_ms` (the baseline's floor). Whether it was accepted.
+    pub(super) fn accept(&mut self, now: f64, floor_ms: Option<f64>) -> bool {
+        if !floor_ms.is_some_and(|f| now <= ACCEPT_AT_MOST * f) {
+            return false;
+        }
         self.accepted = Some(now);
         self.cut_reading = None;
+        true
     }
 
     /// The accepted latency (ms), if any.

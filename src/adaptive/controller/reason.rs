@@ -55,7 +55,7 @@ impl Controller {
         let pressure = |c: Cause| match c {
             Cause::Latency => {
                 format!(
-                    "delivery p90 is above {target} in this interval and in one of the two \
+                    "delivery p90 is above {target} in this interval and in one of the three \
                      before"
                 )
             }
@@ -73,7 +73,7 @@ impl Controller {
         } else {
             "the ceiling (nothing carried at healthy latency yet)".to_string()
         };
-        let suspect = self.suspect.map_or_else(String::new, |v| {
+        let suspect = self.level.suspect().map_or_else(String::new, |v| {
             format!(
                 "; pressure came back once at {}: again before it is healthy there lowers the \
                  level",
@@ -83,9 +83,16 @@ impl Controller {
         // What the latency says when nothing is wrong: healthy, or too little to tell (a quiet
         // path is not called healthy beside a slow p90 of a handful of deliveries).
         let fine = self.unmeasured.map_or_else(
-            || match self.healthy_below_ms() {
-                Some(_) => format!("Kafka is healthy (p90 under {healthy})"),
-                None => "no sign of trouble (the path's baseline is still being learned)".into(),
+            || match (self.healthy_below_ms(), self.accepted_ms()) {
+                (Some(_), Some(a)) => format!(
+                    "Kafka answers at the p90 accepted as its path's own ({a:.1} ms, {:.0} x \
+                     its baseline: cutting to the floor did not move it; p90 under {healthy})",
+                    a / self.baseline.value_ms().unwrap_or(a).max(1e-3)
+                ),
+                (Some(_), None) => format!("Kafka is healthy (p90 under {healthy})"),
+                (None, _) => {
+                    "no sign of trouble (the path's baseline is still being learned)".into()
+                }
             },
             |(n, k)| {
                 format!(
@@ -115,7 +122,7 @@ impl Controller {
                 self.cut_wait_ms
             ),
             (Move::Hold("unconfirmed"), None) => format!(
-                "holding: delivery p90 above {target} in this interval only (the two before \
+                "holding: delivery p90 above {target} in this interval only (the three before \
                  were under it): a blip until the next one agrees"
             ),
             (Move::Hold("accepted"), None) => format!(

@@ -106,17 +106,23 @@ fn the_limit_never_goes_below_the_floor() {
 /// near it) was cut to the floor in 76 s and held there for 3.5 minutes, each reading that
 /// dipped under the target resetting the cuts' back-off. A latency no cut moves, down to the
 /// floor, is the path's: accepted, the limit restored by slow start, and cut again only when
-/// the latency rises with the load from there.
+/// the latency rises with the load from there. Not a fault's, though: 80 x the baseline stays
+/// cut while it lasts.
 #[test]
 fn a_latency_the_floor_does_not_move_is_accepted_as_the_paths_own() {
-    let mut c = Controller::new(settings());
+    let settings = AdaptiveConfig {
+        target_delivery_ms: Some(20),
+        ..settings()
+    };
+    let mut c = Controller::new(settings.clone());
     let mut t = 0;
     run(&mut c, &mut t, 10, |l| load(1.0, l));
-    // From now on the path answers in 400 ms at any load; some readings dip under the target.
+    // From now on the path answers in 60 ms (12 x its 5 ms) at any load; some readings dip
+    // under the target.
     let mut i = 0;
     let mut path = |_: f64| {
         i += 1;
-        let x = if i % 4 == 0 { 90.0 } else { 400.0 };
+        let x = if i % 5 == 0 { 15.0 } else { 60.0 };
         Signals {
             latency_ms: Some(x),
             ..slow()
@@ -133,26 +139,36 @@ fn a_latency_the_floor_does_not_move_is_accepted_as_the_paths_own() {
     }
     // Cuts at 2, 4, 8 and then 16 s apart (none reset by the dips): nine to the floor.
     assert!(t - fault >= 90 * S, "{} s", (t - fault) / S);
-    assert_eq!(c.accepted_ms(), Some(400.0));
-    assert_eq!(c.target_ms(), Some(600.0));
+    assert_eq!(c.accepted_ms(), Some(60.0));
+    assert_eq!(c.target_ms(), Some(90.0));
     assert!(c.reason().contains("path's latency"), "{}", c.reason());
     let from = t;
     while c.limit() < 1.0 {
         run(&mut c, &mut t, 1, &mut path);
         assert!(t - from <= 3 * S, "{}", c.limit());
     }
+    assert!(
+        c.reason().contains("accepted as its path's own"),
+        "{}",
+        c.reason()
+    );
     // A latency that rises with the load from there is pressure again.
     let worse = |_: f64| Signals {
-        latency_ms: Some(700.0),
+        latency_ms: Some(100.0),
         ..slow()
     };
-    assert_eq!(
-        run(&mut c, &mut t, 2, worse),
-        [Move::Hold("unconfirmed"), Move::Decrease(Cause::Latency)]
-    );
+    let moves = run(&mut c, &mut t, 2, worse);
+    assert!(moves.contains(&Move::Decrease(Cause::Latency)), "{moves:?}");
     // Healthy by the baseline again: forgotten.
     run(&mut c, &mut t, 1, |l| load(1.0, l));
-    assert_eq!((c.accepted_ms(), c.target_ms()), (None, Some(100.0)));
+    assert_eq!((c.accepted_ms(), c.target_ms()), (None, Some(20.0)));
+
+    // A fault 80 x the path: held at the floor for as long as it lasts.
+    let mut c = Controller::new(settings);
+    let mut t = 0;
+    run(&mut c, &mut t, 10, |l| load(1.0, l));
+    run(&mut c, &mut t, 600, |_| slow());
+    assert_eq!((c.limit(), c.accepted_ms()), (0.05, None));
 }
 
 #[test]
@@ -183,40 +199,47 @@ fn above_the_recovery_level_it_grows_once_per_cooldown_used_or_not() {
     assert_eq!(c.phase(), "probing");
 }
 
-/// One interval's p90 over the target is a blip unless one of the two before it agrees: no
+/// One interval's p90 over the target is a blip unless one of the three before it agrees: no
 /// cut on a hiccup, a cut when it lasts or repeats.
 #[test]
-fn a_slow_interval_the_two_before_do_not_confirm_is_no_cut() {
+fn a_slow_interval_the_three_before_do_not_confirm_is_no_cut() {
     let mut c = learned_half();
     // A blip at the ceiling, then healthy again: nothing moves.
     assert_eq!(c.step(3 * S / 2, slow()), Move::Hold("unconfirmed"));
-    assert_eq!(c.step(2 * S, fast(0.5)), Move::Hold("ceiling"));
-    assert_eq!(c.step(5 * S / 2, fast(0.5)), Move::Hold("ceiling"));
+    for k in 4..7 {
+        assert_eq!(c.step(k * S / 2, fast(0.5)), Move::Hold("ceiling"));
+    }
     // Slow twice in a row: cut.
-    assert_eq!(c.step(3 * S, slow()), Move::Hold("unconfirmed"));
-    assert_eq!(c.step(7 * S / 2, slow()), Move::Decrease(Cause::Latency));
+    assert_eq!(c.step(7 * S / 2, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(4 * S, slow()), Move::Decrease(Cause::Latency));
     // Below the ceiling, a blip holds in the dead band's phase and says so.
     assert_eq!(c.step(10 * S, fast(0.5)), Move::Increase);
     assert_eq!(c.step(21 * S / 2, fast(0.5)), Move::Hold("cooldown"));
-    assert_eq!(c.step(11 * S, slow()), Move::Hold("unconfirmed"));
+    assert_eq!(c.step(11 * S, fast(0.5)), Move::Increase);
+    assert_eq!(c.step(23 * S / 2, slow()), Move::Hold("unconfirmed"));
     assert_eq!(c.phase(), "dead_band");
     assert!(c.reason().contains("this interval only"), "{}", c.reason());
-    assert_eq!(c.step(23 * S / 2, fast(1.0)), Move::Increase);
+    assert_eq!(c.step(12 * S, fast(1.0)), Move::Increase);
 }
 
-/// The re-review of #44: a stall that repeats every other interval (300 ms of every second)
-/// read slow, fast, slow, fast, and two slow readings in a row never came: 0 cuts in 30 s.
+/// The re-reviews of #44: a stall that repeats every other interval (300 ms of every second)
+/// read slow, fast, slow, fast, and two slow readings in a row never came: 0 cuts in 30 s;
+/// then one every third interval read slow, fast, fast. Both are cut; one every fourth is a
+/// blip.
 #[test]
-fn a_stall_every_other_interval_is_cut() {
-    let mut c = learned_half();
-    let moves: Vec<Move> = (0..8)
-        .map(|i| {
-            let s = if i % 2 == 0 { slow() } else { fast(0.5) };
-            c.step(S + (i + 1) * S / 2, s)
-        })
-        .collect();
-    assert_eq!(moves[0], Move::Hold("unconfirmed"), "{moves:?}");
-    assert_eq!(moves[2], Move::Decrease(Cause::Latency), "{moves:?}");
+fn a_stall_every_second_or_third_interval_is_cut() {
+    for (period, cut) in [(2, true), (3, true), (4, false)] {
+        let mut c = learned_half();
+        let moves: Vec<Move> = (0..12)
+            .map(|i| {
+                let s = if i % period == 0 { slow() } else { fast(0.5) };
+                c.step(S + (i + 1) * S / 2, s)
+            })
+            .collect();
+        assert_eq!(moves[0], Move::Hold("unconfirmed"), "{moves:?}");
+        let cuts = moves.iter().any(|m| matches!(m, Move::Decrease(_)));
+        assert_eq!(cuts, cut, "period {period}: {moves:?}");
+    }
 }
 
 #[test]
