@@ -43,6 +43,27 @@ impl Controller {
         }
     }
 
+    /// What the latency says when nothing is wrong: healthy, the path's accepted latency, or
+    /// too little to tell (a quiet path is not called healthy beside a slow p90 of a handful
+    /// of deliveries).
+    fn fine(&self, healthy: &str) -> String {
+        if let Some((n, k)) = self.unmeasured {
+            return format!(
+                "no latency reading yet ({n} deliveries over {k} interval(s): a reading needs \
+                 {MIN_DELIVERIES}, or {MIN_FEW_DELIVERIES} over {MAX_WINDOW_INTERVALS} intervals)"
+            );
+        }
+        match (self.healthy_below_ms(), self.accepted_ms()) {
+            (Some(_), Some(a)) => format!(
+                "Kafka answers at the p90 accepted as its path's own ({a:.1} ms, {:.0} x its \
+                 baseline: cutting to the floor did not move it; p90 under {healthy})",
+                a / self.baseline.value_ms().unwrap_or(a).max(1e-3)
+            ),
+            (Some(_), None) => format!("Kafka is healthy (p90 under {healthy})"),
+            (None, _) => "no sign of trouble (the path's baseline is still being learned)".into(),
+        }
+    }
+
     /// Why the limit is where it is, in one sentence.
     pub fn reason(&self) -> String {
         let pct = |v: f64| format!("{:.0} %", v * 100.0);
@@ -80,28 +101,7 @@ impl Controller {
                 pct(v)
             )
         });
-        // What the latency says when nothing is wrong: healthy, or too little to tell (a quiet
-        // path is not called healthy beside a slow p90 of a handful of deliveries).
-        let fine = self.unmeasured.map_or_else(
-            || match (self.healthy_below_ms(), self.accepted_ms()) {
-                (Some(_), Some(a)) => format!(
-                    "Kafka answers at the p90 accepted as its path's own ({a:.1} ms, {:.0} x \
-                     its baseline: cutting to the floor did not move it; p90 under {healthy})",
-                    a / self.baseline.value_ms().unwrap_or(a).max(1e-3)
-                ),
-                (Some(_), None) => format!("Kafka is healthy (p90 under {healthy})"),
-                (None, _) => {
-                    "no sign of trouble (the path's baseline is still being learned)".into()
-                }
-            },
-            |(n, k)| {
-                format!(
-                    "no latency reading yet ({n} deliveries over {k} interval(s): a reading \
-                     needs {MIN_DELIVERIES}, or {MIN_FEW_DELIVERIES} over \
-                     {MAX_WINDOW_INTERVALS} intervals)"
-                )
-            },
-        );
+        let fine = self.fine(&healthy);
         if self.phase() == "ceiling" || self.last == Move::Hold("ceiling") {
             return format!("at the ceiling: {fine}; the configured budgets alone decide");
         }
