@@ -27,8 +27,9 @@
 //!   limit grows toward the level marks the limit it reached as *suspect* but keeps the level
 //!   (one flap of the fault says nothing of the broker's capacity); pressure that returns
 //!   again before the limit has been healthy at the suspect level lowers the level to the
-//!   limit before that growth (the broker takes less than it did). So a flapping fault costs
-//!   no recovery time, and a lasting loss of capacity costs two overshoots, not a sawtooth.
+//!   limit before that growth (the broker takes less than it did). So a fault that flaps once
+//!   costs no recovery time, and a lasting loss of capacity costs two overshoots, not a
+//!   sawtooth ([`level`]: and why a fault flapping every other interval lowers it too).
 //! - **Probe**: at or above the level, the limit grows by `increase_step` at most once per
 //!   increase cool-down (doubled by each probe that brought pressure), back to the ceiling:
 //!   what the broker takes there is unknown, and a limit the producers do not reach refuses
@@ -120,10 +121,6 @@ const REACHED: f64 = 0.9;
 
 /// Failed probes stretch the wait between probes to at most this many increase cool-downs.
 const MAX_PROBE_BACKOFF: u64 = 32;
-
-/// Seconds without a cut after which a limit healthy at the recovery level ends the episode
-/// (a level lowered in it may be lowered again by a later one).
-const CALM_S: u64 = 10;
 
 /// Cuts the latency did not answer stretch the wait between cuts to at most this many
 /// decrease cool-downs.
@@ -388,9 +385,7 @@ impl Controller {
         } else {
             (used * self.limit).min(self.limit)
         };
-        let calm_ns = CALM_S.saturating_mul(1_000_000_000);
-        let calm = self.since(self.last_decrease_ns, now_ns) >= calm_ns;
-        self.level.carried(self.limit, carried, calm);
+        self.level.carried(self.limit, carried);
         let settle_ns = self.settings.decrease_cooldown_ms.saturating_mul(1_000_000);
         if self.grown_from.is_some() && self.since(self.last_change_ns, now_ns) >= settle_ns {
             self.grown_from = None;

@@ -7,11 +7,12 @@
 //! healthy at the suspect level lowers the level to the limit before that growth (the broker
 //! takes less than it did).
 //!
-//! A broker that lost capacity is then healthy at the lowered level. Pressure at or below a
-//! level lowered in this episode says the opposite: a fault that comes and goes whatever the
-//! load (a stall every other interval lowered the level at every flap, 0.5 -> 0.06 of the
-//! ceiling in 30 s, and recovery afterwards took the additive probe's 10 s). The level is then
-//! restored, and not lowered again until the limit has been healthy at it for a while.
+//! Known limit: a fault that flaps every other interval looks, interval by interval, exactly
+//! like a broker that lost capacity (slow at the level, healthy at 0.7 of it), and lowers the
+//! level the same way (0.5 -> 0.06 of the ceiling over 30 s of flapping; recovery after it is
+//! the additive probe's). Restoring a level on pressure at or below it was tried: it took two
+//! losses of capacity in one episode for a flap and saw-toothed (5-7 cuts in 9 s) until the
+//! baseline crept. A smaller broker's saw-tooth is the worse failure, so the level stays.
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Level {
@@ -20,11 +21,6 @@ pub(super) struct Level {
     /// The limit a growth toward the level reached when pressure came back, until the limit
     /// has carried that much at healthy latency.
     suspect: Option<f64>,
-    /// The level before this episode lowered it.
-    before_lowering: Option<f64>,
-    /// Pressure came at or below the lowered level: a flapping fault; the level is not
-    /// lowered again until the episode is over.
-    flapping: bool,
 }
 
 impl Level {
@@ -41,9 +37,8 @@ impl Level {
         self.suspect
     }
 
-    /// A whole healthy interval at `limit` that carried `carried`; `calm`: no cut for long
-    /// enough that the episode is over once the limit is at the level.
-    pub(super) fn carried(&mut self, limit: f64, carried: f64, calm: bool) {
+    /// A whole healthy interval at `limit` that carried `carried`.
+    pub(super) fn carried(&mut self, limit: f64, carried: f64) {
         // With nothing learned, a limit below the ceiling is one a fault cut (at start-up):
         // what it carries is no level to stop at, and slow start aims at the ceiling.
         let learn = self.carried.is_some() || limit >= 1.0;
@@ -53,10 +48,6 @@ impl Level {
         if self.suspect.is_some_and(|s| limit >= s) {
             self.suspect = None;
         }
-        if calm && limit >= self.get() {
-            self.before_lowering = None;
-            self.flapping = false;
-        }
     }
 
     /// Growth toward the level, from `from`, brought pressure back at `limit`.
@@ -65,17 +56,8 @@ impl Level {
             self.suspect = Some(limit);
             return;
         }
-        if let Some(before) = self.before_lowering {
-            if limit <= self.get() + 1e-9 {
-                // At or below a level already lowered: not a smaller broker.
-                self.carried = Some(before);
-                self.flapping = true;
-                return;
-            }
-        }
-        if !self.flapping {
-            self.before_lowering.get_or_insert(self.get());
-            self.carried = Some(self.carried.map_or(from, |r| r.min(from)));
-        }
+        // Again before the limit was healthy at the suspect level: the broker takes less
+        // than it did, and recovery stops below it.
+        self.carried = Some(self.carried.map_or(from, |r| r.min(from)));
     }
 }
