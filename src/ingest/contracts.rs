@@ -90,11 +90,16 @@ impl Ingest {
             Some(n) => n.take_wanted(&records)?,
             None => Vec::new(),
         };
+        if !self.schemas.applies(topic, &wanted) {
+            // Nothing to convert: no gate, no allocation, on the path most requests take.
+            drop(records);
+            return Ok(arena);
+        }
         let mut out = RecordArena::default();
         let before = hold.bytes();
         let mut grown = 0u64;
         let (mut key_id, mut value_id) = (None, None);
-        let charge = Charge::of(&records);
+        let charge = arena.charge();
         let still = {
             let (admission, tenant, topic) =
                 (self.admission.clone(), tenant.clone(), topic.clone());
