@@ -24,6 +24,7 @@
 //! Layer: domain. Imports configuration and the record type; the pipeline imports it.
 
 pub mod avro;
+mod call_slots;
 mod compiled;
 pub mod json;
 mod lookups;
@@ -218,7 +219,8 @@ pub struct Schemas {
     open_subjects: Vec<glob::Pattern>,
     config: SchemaRegistryConfig,
     cache: Mutex<Cache>,
-    calls: tokio::sync::Semaphore,
+    /// Registry calls in flight, in all and per tenant.
+    calls: call_slots::CallSlots,
     contracts: Vec<(TopicPatterns, ContractConfig)>,
     /// Values refused for not fitting a schema, per tenant and topic.
     violations: Mutex<HashMap<Series, u64>>,
@@ -295,7 +297,10 @@ impl Schemas {
             open_subjects,
             config: config.clone(),
             cache: Mutex::default(),
-            calls: tokio::sync::Semaphore::new(config.max_concurrent_calls.max(1)),
+            calls: call_slots::CallSlots::new(
+                config.max_concurrent_calls,
+                config.tenant_concurrent_calls,
+            ),
             contracts,
             violations: Mutex::default(),
         })

@@ -64,6 +64,10 @@ pub struct SchemaRegistryConfig {
     /// Registry calls in flight at once (more wait, within their timeout): a burst of unknown
     /// schema ids cannot open unbounded connections to the registry.
     pub max_concurrent_calls: usize,
+    /// Of those, the most one tenant's requests may have in flight (its further calls wait
+    /// for its own, within their timeout, then 429 `schema_busy`): else one tenant naming
+    /// unknown ids on a slow registry holds every slot and the others get 503.
+    pub tenant_concurrent_calls: usize,
 }
 
 impl Default for SchemaRegistryConfig {
@@ -91,6 +95,7 @@ impl Default for SchemaRegistryConfig {
             username_env: None,
             password_env: None,
             max_concurrent_calls: 16,
+            tenant_concurrent_calls: 4,
         }
     }
 }
@@ -206,6 +211,14 @@ impl SchemaRegistryConfig {
             problems.push(ConfigProblem::new(
                 "schema_registry.max_concurrent_calls",
                 "must be at least 1",
+            ));
+        }
+        if self.tenant_concurrent_calls == 0
+            || self.tenant_concurrent_calls > self.max_concurrent_calls.max(1)
+        {
+            problems.push(ConfigProblem::new(
+                "schema_registry.tenant_concurrent_calls",
+                "must be at least 1 and at most max_concurrent_calls",
             ));
         }
         if self.username_env.is_some() != self.password_env.is_some() {

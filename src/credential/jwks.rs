@@ -49,6 +49,10 @@ pub struct KeySet {
     pub keys: Vec<VerifyKey>,
     /// Keys of the document that were skipped (unsupported type, curve or use, bad values).
     pub skipped: usize,
+    /// The source's key-set generation this set is (see [`KeySource::generation`]): kept
+    /// with the keys, so a reader gets both from one load. Read apart, a request could see
+    /// the new keys with the old generation and its cached token be verified again.
+    pub generation: u64,
 }
 
 /// What a token's header asks for: the key to verify it with.
@@ -210,10 +214,6 @@ pub struct KeySource {
     origin: Origin,
     allowed: Vec<Algorithm>,
     keys: ArcSwap<KeySet>,
-    /// Changes of the key set so far: a fetched document that differs from the last one (by
-    /// SHA-256) counts one. A token verified under an earlier generation is verified again
-    /// on its next request, so a key the issuer withdrew stops admitting its cached tokens.
-    generation: AtomicU64,
     last_digest: parking_lot::Mutex<[u8; 32]>,
     clock: Arc<dyn Clock>,
     min_refetch: Duration,
@@ -292,7 +292,6 @@ impl KeySource {
             origin,
             allowed: s.allowed,
             keys: ArcSwap::from_pointee(set),
-            generation: AtomicU64::new(0),
             last_digest: parking_lot::Mutex::new([0; 32]),
             clock,
             min_refetch: s.min_refetch,
@@ -307,9 +306,12 @@ impl KeySource {
         }
     }
 
-    /// The key set's generation (see the field): read before looking a key up.
+    /// The key set's generation: changes of the key set so far (a fetched document that
+    /// differs from the last one by SHA-256 counts one). A token verified under an earlier
+    /// generation is verified again on its next request, so a key the issuer withdrew stops
+    /// admitting its cached tokens.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.keys.load().generation
     }
 
     pub fn keys(&self) -> arc_swap::Guard<Arc<KeySet>> {
@@ -411,14 +413,15 @@ impl KeySource {
                     url,
                     format!("the JWKS has no usable key ({} skipped)", set.skipped),
                 ),
-                Ok(set) => {
+                Ok(mut set) => {
                     use sha2::Digest as _;
                     let digest: [u8; 32] = sha2::Sha256::digest(&bytes).into();
                     let mut last = self.last_digest.lock();
                     if *last != digest {
+                        // Fetches run one at a time (under `fetching`): nobody else stores.
+                        set.generation = self.keys.load().generation + 1;
                         self.keys.store(Arc::new(set));
                         *last = digest;
-                        self.generation.fetch_add(1, Ordering::AcqRel);
                     }
                     drop(last);
                     self.last_failed.store(false, Ordering::Release);

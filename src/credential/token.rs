@@ -130,8 +130,8 @@ impl Authenticator {
             now,
         )
         .map_err(bad)?;
-        // Read before the keys: a set stored after this is newer than the one verified with.
-        let mut keys_generation = issuer.keys.generation();
+        // The set and its generation come from one load (a set stored after it is newer than
+        // the one verified with).
         let mut keys = issuer.keys.keys();
         // Only a kid the issuer does not have is worth a refetch: a known kid named with
         // another algorithm (key confusion) is refused as it stands.
@@ -143,7 +143,6 @@ impl Authenticator {
             )
         {
             let (fetched, _) = issuer.keys.fetch().await;
-            keys_generation = issuer.keys.generation();
             keys = issuer.keys.keys();
             if matches!(
                 keys.find(parsed.kid.as_deref(), parsed.alg),
@@ -186,6 +185,7 @@ impl Authenticator {
                 return Err(bad(TokenProblem::UnknownKey(detail.into())));
             }
         };
+        let keys_generation = keys.generation;
         self.verifications.fetch_add(1, Ordering::Relaxed);
         let valid = jsonwebtoken::crypto::verify(
             parsed.signature,

@@ -82,7 +82,7 @@ impl Schemas {
             None
         } else {
             let found = self
-                .call(client.lookup(&raw.subject, raw.format, &raw.text))
+                .call(tenant, client.lookup(&raw.subject, raw.format, &raw.text))
                 .await
                 .map_err(super::resolve::call_error)?;
             if found.is_none() {
@@ -148,7 +148,7 @@ impl Schemas {
         self.take_registration(tenant).map_err(fail)?;
         let subject = &raw.subject;
         let id = self
-            .call(client.register(subject, raw.format, &raw.text))
+            .call(tenant, client.register(subject, raw.format, &raw.text))
             .await
             .map_err(|e| {
                 fail(match e {

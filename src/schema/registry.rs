@@ -29,6 +29,9 @@ pub enum CallError {
     Refused(String),
     /// No answer in time, no connection, a 5xx, or an answer that is not the API's.
     Unavailable(String),
+    /// Not asked: the caller's tenant held its whole share of the call slots for the whole
+    /// wait (its own calls are the load; 429 `schema_busy`).
+    OwnShareTaken(String),
 }
 
 pub struct RegistryClient {

@@ -216,33 +216,6 @@ impl Schemas {
         own_subject(topic, subject) && !contracted
     }
 
-    pub(super) async fn call<T>(
-        &self,
-        f: impl std::future::Future<Output = Result<T, CallError>>,
-    ) -> Result<T, CallError> {
-        let timeout = Duration::from_millis(self.config.timeout_ms);
-        // Waiting for a call slot counts against the same timeout as the call.
-        let started = tokio::time::Instant::now();
-        let permit = tokio::time::timeout(timeout, self.calls.acquire())
-            .await
-            .map_err(|_| {
-                CallError::Unavailable(
-                    "the Schema Registry is busy: too many calls in flight".into(),
-                )
-            })?
-            .map_err(|_| CallError::Unavailable("closed".into()))?;
-        let left = timeout.saturating_sub(started.elapsed());
-        let answer = tokio::time::timeout(left.max(Duration::from_millis(1)), f)
-            .await
-            .unwrap_or_else(|_| {
-                Err(CallError::Unavailable(
-                    "the Schema Registry did not answer in time".into(),
-                ))
-            });
-        drop(permit);
-        answer
-    }
-
     async fn by_id(
         &self,
         tenant: &str,
@@ -266,7 +239,7 @@ impl Schemas {
             }
         }
         self.take_lookup(lookups)?;
-        let registered = match self.call(client.by_id(id)).await {
+        let registered = match self.call(tenant, client.by_id(id)).await {
             Ok(r) => r,
             Err(CallError::NotFound(_)) => {
                 let mut cache = self.cache.lock();
@@ -356,7 +329,7 @@ impl Schemas {
             return Err(not_found(" (the registry said so moments ago)"));
         }
         self.take_lookup(lookups)?;
-        let answer = self.call(client.version(subject, version)).await;
+        let answer = self.call(tenant, client.version(subject, version)).await;
         let registered = match answer {
             Ok(r) => r,
             Err(CallError::NotFound(m)) => {
@@ -491,5 +464,7 @@ pub(super) fn call_error(e: CallError) -> SchemaError {
         CallError::NotFound(m) => SchemaError::NotFound(m),
         CallError::Refused(m) => SchemaError::Invalid(format!("the Schema Registry refused: {m}")),
         CallError::Unavailable(m) => SchemaError::Unavailable(m),
+        // Its own calls are in flight: one of them ends within a call's timeout.
+        CallError::OwnShareTaken(m) => SchemaError::Busy(Duration::from_secs(1), m),
     }
 }

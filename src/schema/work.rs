@@ -15,12 +15,13 @@ use super::raw::digest;
 use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
-pub const WORK_BOUNDS: [&str; 7] = [
+pub const WORK_BOUNDS: [&str; 8] = [
     "check_cpu",
     "check_work",
     "inadmissible",
     "lookups",
     "registrations",
+    "registry_calls",
     "schema_memory",
     "wait",
 ];

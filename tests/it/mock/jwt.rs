@@ -412,9 +412,16 @@ async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
         let (status, _, body) = post(&gw, topic, &token).await;
         assert_eq!(status, 200, "{body}");
     }
-    assert!(scrape(&gw)
-        .await
-        .contains("floodgate_jwt_verifications_total 1\n"));
+    let metrics = scrape(&gw).await;
+    assert!(
+        metrics.contains("floodgate_jwt_verifications_total 1\n"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("floodgate_jw"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // exp is 600 s away, leeway 30 s: accepted at 629 s, refused from 630 s, from the cache.
     gw.advance_ms(629_000);
     assert_eq!(post(&gw, topic, &token).await.0, 200);
@@ -948,7 +955,8 @@ async fn unknown_kids_spend_the_addresss_allowance() {
     })
     .await;
     let valid = rsa.sign(&claims(&gw, "orders-svc"));
-    assert_eq!(post(&gw, topic, &valid).await.0, 200);
+    let (status, _, body) = post(&gw, topic, &valid).await;
+    assert_eq!(status, 200, "{body}");
     // Within min_refetch_s of the start-up fetch: each unknown kid is told to come back.
     for i in 0..3 {
         let forged = rsa.sign_as(&format!("bogus-{i}"), &claims(&gw, "orders-svc"));
@@ -967,7 +975,8 @@ async fn unknown_kids_spend_the_addresss_allowance() {
         "{body}"
     );
     assert_eq!(idp.fetches(), 1, "only the start-up fetch");
-    assert_eq!(post(&gw, topic, &valid).await.0, 200, "verified before");
+    let (status, _, body) = post(&gw, topic, &valid).await;
+    assert_eq!(status, 200, "verified before: {body}");
     gw.shutdown().await;
 }
 

@@ -292,3 +292,74 @@ async fn a_stream_over_its_budget_converts_only_what_it_may_send() {
     );
     gw.shutdown().await;
 }
+
+/// Review 9 of #37: the registry's call slots were one queue for everyone. With a slow registry
+/// (0.8–1.5 s a call) a tenant allowed 1 record/s kept all of them busy with lookups of unknown
+/// ids, and another tenant's first record of a registered schema waited behind them past the
+/// call's timeout: 503. Now a tenant holds at most `tenant_concurrent_calls` of the slots; its
+/// further calls wait for its own and then get 429 `schema_busy`, and the other tenant's call
+/// starts at once.
+#[tokio::test]
+async fn one_tenants_registry_calls_leave_the_others_their_slots() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.slots");
+    create_topic(&tansu(), &topic, 1).await;
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let id = registry.register(
+        &format!("{topic}-value"),
+        crate::common::schema_registry::SchemaType::Json,
+        &schema,
+    );
+    let gw = gateway(
+        &registry,
+        "timeout_ms = 2000\nmax_concurrent_calls = 4\ntenant_concurrent_calls = 2",
+    )
+    .await;
+    registry.set_delay(Duration::from_millis(1_500));
+    let flood: Vec<_> = (0..6)
+        .map(|i| {
+            let (addr, topic) = (gw.addr, topic.clone());
+            tokio::spawn(async move {
+                let record = json!({"value": {"schema_id": 900_000 + i, "data": {"a": 1}}});
+                let response = client()
+                    .post(format!(
+                        "http://{addr}/v3/clusters/any-id/topics/{topic}/records"
+                    ))
+                    .bearer_auth(SLOW_KEY)
+                    .header("content-type", "application/json")
+                    .body(record.to_string())
+                    .send()
+                    .await
+                    .expect("request");
+                let status = response.status().as_u16();
+                let answer: Value = response.json().await.unwrap_or_default();
+                (status, answer)
+            })
+        })
+        .collect();
+    // The flood's calls have reached the registry (and the rest of it the gateway).
+    while registry.calls(Call::SchemaById) < 2 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, answer, took) = v3(
+        &gw,
+        KEY,
+        &topic,
+        &json!({"value": {"schema_id": id, "data": {"a": 1}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer} after {took:?}");
+    let mut answers = Vec::new();
+    for request in flood {
+        answers.push(request.await.expect("flood"));
+    }
+    let busy = answers
+        .iter()
+        .filter(|(s, a)| {
+            *s == 429 && a["error_code"] == 42902 && message(a).contains("tenant_concurrent_calls")
+        })
+        .count();
+    assert!(busy >= 1, "{answers:?}");
+    gw.shutdown().await;
+}
