@@ -129,6 +129,18 @@ pub(super) fn uses(v: &Value, keyword: &str, value: &Value, depth: usize) -> boo
     }
 }
 
+/// Whether a schema has `keyword` anywhere, whatever its value.
+pub(super) fn has(v: &Value, keyword: &str, depth: usize) -> bool {
+    match v {
+        _ if depth > 256 => false,
+        Value::Array(items) => items.iter().any(|i| has(i, keyword, depth + 1)),
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, v)| k == keyword || has(v, keyword, depth + 1)),
+        _ => false,
+    }
+}
+
 /// A string's 64-byte steps, squared, twice: what the regex parser's name checks cost on it.
 fn squared_steps(s: &str) -> u64 {
     let steps = s.len() as u64 / STRING_STEP;
