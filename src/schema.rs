@@ -28,6 +28,7 @@ mod call_slots;
 mod compiled;
 pub mod json;
 mod lookups;
+mod parse_memory;
 mod pointer;
 pub mod pool;
 pub mod protobuf;

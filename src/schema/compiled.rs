@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::parse_memory::{estimate, MAX_PARSE_MEMORY};
 use super::{avro, json, protobuf, CompileError, Format, Mismatch};
 
 pub(super) enum Codec {
@@ -250,6 +251,7 @@ impl Compiled {
         limit: usize,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<u8>, Mismatch> {
+        parse_within_memory(data)?;
         let payload = match &*self.codec {
             Codec::Protobuf(p) => p.encode(data)?,
             // Steps: a few per byte of the value as sent, and room for a schema's defaults.
@@ -295,12 +297,33 @@ impl Compiled {
         deadline: Option<std::time::Instant>,
     ) -> Result<(), Mismatch> {
         match &*self.codec {
-            Codec::Json(j) => j.check(&parse_json(data)?),
+            Codec::Json(j) => {
+                parse_within_memory(data)?;
+                j.check(&parse_json(data)?)
+            }
             // A contract's validate mode is for JSON Schema only (the configuration says so);
             // any other codec encodes to check.
             _ => self.encode_by(data, usize::MAX, deadline).map(drop),
         }
     }
+}
+
+/// Whether the value's parsed form fits [`MAX_PARSE_MEMORY`] (see [`super::parse_memory`]):
+/// asked before any codec reads it.
+fn parse_within_memory(data: &[u8]) -> Result<(), Mismatch> {
+    let memory = estimate(data);
+    if memory <= MAX_PARSE_MEMORY {
+        return Ok(());
+    }
+    Err(Mismatch {
+        too_costly: true,
+        pointer: String::new(),
+        message: format!(
+            "reading it for its schema would take about {} MiB of memory, more than {} MiB: send a smaller value, or one of fewer and larger parts",
+            memory.div_ceil(1024 * 1024),
+            MAX_PARSE_MEMORY / (1024 * 1024)
+        ),
+    })
 }
 
 fn parse_json(data: &[u8]) -> Result<serde_json::Value, Mismatch> {

@@ -438,3 +438,33 @@ async fn a_check_whose_request_can_no_longer_be_admitted_does_nothing() {
     assert!(write(true).await.is_ok());
     assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 2);
 }
+
+/// Review 9 of #37: a JSON Schema check parses the value into a tree many times its text (a
+/// 918 KB array of one-key objects is ~90 MB), whatever the schema. A value whose tree would
+/// pass `MAX_PARSE_MEMORY` is refused before any codec reads it; one of plain numbers of the
+/// same size still fits.
+#[test]
+fn a_value_whose_parsed_tree_would_take_too_much_memory_is_refused_before_it_is_read() {
+    let objects = format!("[{}{{\"a\":0}}]", "{\"a\":0},".repeat(120_000));
+    let numbers = format!("[{}0]", "1,".repeat(450_000));
+    for (format, schema) in [
+        (Format::Json, r#"{"type":"array"}"#),
+        (
+            Format::Avro,
+            r#"{"type":"array","items":{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}}"#,
+        ),
+    ] {
+        let compiled = Compiled::new(1, format, schema).expect("schema");
+        let e = compiled
+            .encode(objects.as_bytes(), usize::MAX)
+            .expect_err("too much");
+        assert!(e.too_costly, "{format:?}: {}", e.message);
+        assert!(e.message.contains("MiB of memory"), "{}", e.message);
+    }
+    let json = Compiled::new(1, Format::Json, r#"{"type":"array"}"#).expect("schema");
+    let e = json
+        .check(objects.as_bytes())
+        .expect_err("validate mode too");
+    assert!(e.too_costly, "{}", e.message);
+    assert!(json.check(numbers.as_bytes()).is_ok());
+}
