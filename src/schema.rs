@@ -33,6 +33,7 @@ mod pointer;
 pub mod pool;
 pub mod protobuf;
 mod raw;
+mod refused_work;
 mod register;
 pub mod registry;
 mod resolve;
@@ -213,6 +214,8 @@ pub struct Schemas {
     registrations: Mutex<HashMap<Arc<str>, u64>>,
     /// Each tenant's registry lookups (GCRA TATs), on `clock`.
     lookups: Mutex<HashMap<Arc<str>, u64>>,
+    /// The CPU each tenant's refused checks took, charged to it.
+    refused_work: refused_work::RefusedWork,
     clock: Arc<dyn Clock>,
     /// Refusals by the bound that refused, for the metrics.
     refusals: Mutex<HashMap<&'static str, u64>>,
@@ -293,6 +296,10 @@ impl Schemas {
             max_check_cpu: Duration::from_millis(config.max_check_cpu_ms),
             registrations: Mutex::default(),
             lookups: Mutex::default(),
+            refused_work: refused_work::RefusedWork::new(
+                config.tenant_refused_check_ms_per_sec,
+                config.tenant_refused_check_ms_burst,
+            ),
             clock: Arc::new(MonotonicClock::new()),
             refusals: Mutex::default(),
             open_subjects,

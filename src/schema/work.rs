@@ -15,11 +15,12 @@ use super::raw::digest;
 use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
-pub const WORK_BOUNDS: [&str; 8] = [
+pub const WORK_BOUNDS: [&str; 9] = [
     "check_cpu",
     "check_work",
     "inadmissible",
     "lookups",
+    "refused_checks",
     "registrations",
     "registry_calls",
     "schema_memory",
@@ -59,11 +60,22 @@ impl Schemas {
                 schema.encode_by(data, limit, deadline).map(Some)
             }
         };
+        self.refused_work
+            .may_check(&*self.clock, tenant)
+            .map_err(|wait| fail(self.refused_work_spent(wait)))?;
         let work = schema.work_bound(data.len());
         let inline =
             data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
         let result = if inline {
-            run(schema, data, None)
+            let started = Instant::now();
+            let result = run(schema, data, None);
+            if result.is_err() {
+                // On the request worker, without a preemption in a few microseconds: its wall
+                // time is its CPU.
+                self.refused_work
+                    .charge(&*self.clock, tenant, started.elapsed());
+            }
+            result
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
@@ -91,6 +103,9 @@ impl Schemas {
                 self.count_refusal("inadmissible");
                 return Err(fail(SchemaError::Inadmissible));
             };
+            if spent > deadline || result.is_err() {
+                self.refused_work.charge(&*self.clock, tenant, spent);
+            }
             if spent > deadline {
                 self.count_refusal("check_cpu");
                 return Err(fail(SchemaError::TooCostly(format!(
@@ -109,6 +124,21 @@ impl Schemas {
                 fail(SchemaError::Violation(m))
             }
         })
+    }
+
+    /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.
+    fn refused_work_spent(&self, wait: std::time::Duration) -> SchemaError {
+        self.count_refusal("refused_checks");
+        let spec = self.refused_work.spec();
+        SchemaError::Busy(
+            wait,
+            format!(
+                "this tenant's records that did not fit their schemas took {} ms of CPU lately, its most at once ([schema_registry] tenant_refused_check_ms_per_sec = {}, tenant_refused_check_ms_burst); retry in {} ms",
+                spec.burst,
+                spec.per_sec,
+                wait.as_millis().max(1)
+            ),
+        )
     }
 
     /// What a pool refusal means for the client.

@@ -363,3 +363,42 @@ async fn one_tenants_registry_calls_leave_the_others_their_slots() {
     assert!(busy >= 1, "{answers:?}");
     gw.shutdown().await;
 }
+
+/// Review 10 of #37: a record refused by its check paid nothing, so a tenant could send invalid
+/// records without pause (0.37 s of CPU each, two tenants held both schema threads). Now a
+/// refused check's CPU is charged to its tenant's `tenant_refused_check_ms_*` bucket: once it
+/// is spent, the tenant's records are refused before their check (429 `schema_busy`), valid
+/// ones too, until it is paid off; another tenant's bucket is its own.
+#[tokio::test]
+async fn a_tenants_refused_checks_spend_its_own_check_time() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.refusedwork");
+    create_topic(&tansu(), &topic, 1).await;
+    // 1 ms of refused checks a second: one refusal is a second's debt or more.
+    let gw = gateway(
+        &registry,
+        "tenant_refused_check_ms_per_sec = 1\ntenant_refused_check_ms_burst = 1",
+    )
+    .await;
+    let schema =
+        json!({"type": "array", "items": {"type": "string", "pattern": "^(a|b)*$"}}).to_string();
+    let record =
+        |data: Value| json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": data}});
+    // 20,000 strings that match, then a number: the whole array is checked before it fails.
+    let mut invalid = vec![json!("abababababababab"); 20_000];
+    invalid.push(json!(1));
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(json!(invalid))).await;
+    assert_eq!(refused_with(s, &answer), 422, "{answer}");
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(json!(["ab"]))).await;
+    assert_eq!(s, 429, "{answer}");
+    assert_eq!(answer["error_code"], 42902, "{answer}");
+    assert!(
+        message(&answer).contains("tenant_refused_check_ms_per_sec"),
+        "{answer}"
+    );
+    // Another tenant's invalid record is checked and refused on its own account.
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &record(json!([1]))).await;
+    assert_eq!(s, 422, "{answer}");
+    assert_eq!(answer["error_code"], 42203, "{answer}");
+    gw.shutdown().await;
+}
