@@ -215,7 +215,7 @@ pub struct Schemas {
     /// Each tenant's registry lookups (GCRA TATs), on `clock`.
     lookups: Mutex<HashMap<Arc<str>, u64>>,
     /// The CPU each tenant's refused checks took, charged to it.
-    refused_work: refused_work::RefusedWork,
+    refused_work: Arc<refused_work::RefusedWork>,
     clock: Arc<dyn Clock>,
     /// Refusals by the bound that refused, for the metrics.
     refusals: Mutex<HashMap<&'static str, u64>>,
@@ -296,10 +296,10 @@ impl Schemas {
             max_check_cpu: Duration::from_millis(config.max_check_cpu_ms),
             registrations: Mutex::default(),
             lookups: Mutex::default(),
-            refused_work: refused_work::RefusedWork::new(
+            refused_work: Arc::new(refused_work::RefusedWork::new(
                 config.tenant_refused_check_ms_per_sec,
                 config.tenant_refused_check_ms_burst,
-            ),
+            )),
             clock: Arc::new(MonotonicClock::new()),
             refusals: Mutex::default(),
             open_subjects,

@@ -94,7 +94,7 @@ impl Default for SchemaRegistryConfig {
             tenant_lookups_per_sec: 10,
             tenant_lookups_burst: 100,
             tenant_refused_check_ms_per_sec: 200,
-            tenant_refused_check_ms_burst: 2_000,
+            tenant_refused_check_ms_burst: 1_000,
             max_schema_bytes: 256 * 1024,
             open_subjects: Vec::new(),
             latest_ttl_ms: 30_000,

@@ -80,10 +80,18 @@ impl Schemas {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
             let admissible = allowance.admissible();
+            let (refused_work, clock, who) = (
+                self.refused_work.clone(),
+                self.clock.clone(),
+                tenant.to_string(),
+            );
             let job = move || {
                 if admissible.is_some_and(|still| !still()) {
-                    return None;
+                    return Err(None);
                 }
+                // Asked again when its turn comes: the tenant's checks queued before its
+                // refused ones spent its time must not all run.
+                refused_work.may_check(&*clock, &who).map_err(Some)?;
                 let (cpu, wall) = (thread_cpu(), Instant::now());
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
@@ -92,16 +100,20 @@ impl Schemas {
                     (Some(now), Some(then)) => now.saturating_sub(then),
                     _ => wall.elapsed(),
                 };
-                Some((result, spent))
+                Ok((result, spent))
             };
-            let Some((result, spent)) = self
+            let (result, spent) = match self
                 .pool
                 .run(tenant, job)
                 .await
                 .map_err(|e| fail(self.pool_error(e, "checking the record")))?
-            else {
-                self.count_refusal("inadmissible");
-                return Err(fail(SchemaError::Inadmissible));
+            {
+                Ok(ran) => ran,
+                Err(None) => {
+                    self.count_refusal("inadmissible");
+                    return Err(fail(SchemaError::Inadmissible));
+                }
+                Err(Some(wait)) => return Err(fail(self.refused_work_spent(wait))),
             };
             if spent > deadline || result.is_err() {
                 self.refused_work.charge(&*self.clock, tenant, spent);
