@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The structure rules of docs/ARCHITECTURE.md that the compiler does not check: no source file
 # over 500 lines, rdkafka used only in kafka/ (and dev.rs's embedded mock cluster), redis only in
-# cluster/. Function length is clippy's too_many_lines (clippy.toml); import circles are read off
-# the module graph drawn at each restructuring (docs/ARCHITECTURE.md).
+# cluster/, and the seven layers (scripts/layers.py: every module has one, in src/lib.rs's list,
+# and none names a module of a higher layer). Function length is clippy's too_many_lines
+# (clippy.toml); with nothing importing upward, no import circle crosses layers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -20,4 +21,5 @@ if out=$(grep -rln --include='*.rs' -E '(^|[^_a-z])redis::|use redis' src | grep
   echo "structure: redis used outside cluster/: $out"
   status=1
 fi
+python3 scripts/layers.py src || status=1
 exit $status
