@@ -297,8 +297,8 @@ impl Schemas {
             registrations: Mutex::default(),
             lookups: Mutex::default(),
             refused_work: Arc::new(refused_work::RefusedWork::new(
-                config.tenant_refused_check_ms_per_sec,
-                config.tenant_refused_check_ms_burst,
+                config.tenant_refused_work_ms_per_sec,
+                config.tenant_refused_work_ms_burst,
             )),
             clock: Arc::new(MonotonicClock::new()),
             refusals: Mutex::default(),

@@ -1,16 +1,17 @@
-//! The CPU a tenant's *refused* checks took, charged to the tenant. An admitted record pays for
-//! its check through the tenant's budgets; a record refused by its check (422
-//! `schema_violation`, `schema_too_costly`) paid nothing, so a tenant allowed 1 record/s could
+//! The CPU a tenant's *refused* work took — checks that refused a record, compiles that refused
+//! a schema — charged to the tenant. An admitted record pays for its check through the
+//! tenant's budgets; a record refused by its check (422 `schema_violation`,
+//! `schema_too_costly`) or by its schema's compile (`schema_invalid`) paid nothing, so a tenant allowed 1 record/s could
 //! send invalid records without pause. Review 10 of #37: 0.37 s of CPU per refusal (3.5 KB
 //! against 100 patterns under `anyOf`), 27 refusals in 10 s from one tenant; two such tenants
 //! held both schema threads and another tenant's checks waited 0.9–1.2 s. And small invalid
 //! records checked on the request workers took 0.95 ms each, 965 a second from one tenant.
 //!
-//! Each tenant has a bucket of CPU milliseconds (`tenant_refused_check_ms_per_sec`,
-//! `tenant_refused_check_ms_burst`). A refused check takes what it spent, measured, even past
-//! what is left (the bucket then owes it); while the bucket is empty the tenant's records are
-//! refused before their check with 429 `schema_busy` and the time until it holds a millisecond
-//! again. A tenant whose records fit its schemas never spends it.
+//! Each tenant has a bucket of CPU milliseconds (`tenant_refused_work_ms_per_sec`,
+//! `tenant_refused_work_ms_burst`). Refused work takes what it spent, measured, even past what
+//! is left (the bucket then owes it); while the bucket is empty the tenant's records are
+//! refused before their check or compile with 429 `schema_busy` and the time until it holds a
+//! millisecond again. A tenant whose records fit valid schemas never spends it.
 
 use std::collections::HashMap;
 use std::sync::Arc;

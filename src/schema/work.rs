@@ -20,7 +20,7 @@ pub const WORK_BOUNDS: [&str; 9] = [
     "check_work",
     "inadmissible",
     "lookups",
-    "refused_checks",
+    "refused_work",
     "registrations",
     "registry_calls",
     "schema_memory",
@@ -96,11 +96,7 @@ impl Schemas {
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
                 let result = run(&schema, &data, Some(wall + deadline * 2));
-                let spent = match (thread_cpu(), cpu) {
-                    (Some(now), Some(then)) => now.saturating_sub(then),
-                    _ => wall.elapsed(),
-                };
-                Ok((result, spent))
+                Ok((result, cpu_since(cpu, wall)))
             };
             let (result, spent) = match self
                 .pool
@@ -140,12 +136,12 @@ impl Schemas {
 
     /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.
     fn refused_work_spent(&self, wait: std::time::Duration) -> SchemaError {
-        self.count_refusal("refused_checks");
+        self.count_refusal("refused_work");
         let spec = self.refused_work.spec();
         SchemaError::Busy(
             wait,
             format!(
-                "this tenant's records that did not fit their schemas took {} ms of CPU lately, its most at once ([schema_registry] tenant_refused_check_ms_per_sec = {}, tenant_refused_check_ms_burst); retry in {} ms",
+                "this tenant's records and schemas that the schema step refused took {} ms of CPU lately, its most at once ([schema_registry] tenant_refused_work_ms_per_sec = {}, tenant_refused_work_ms_burst); retry in {} ms",
                 spec.burst,
                 spec.per_sec,
                 wait.as_millis().max(1)
@@ -219,12 +215,23 @@ impl Schemas {
         if let Some(e) = self.cache.lock().failed.get(&key) {
             return Err(e.clone());
         }
+        // A compile that fails is refused work like a failed check: the tenant pays its CPU.
+        self.refused_work
+            .may_check(&*self.clock, tenant)
+            .map_err(|wait| self.refused_work_spent(wait))?;
         let (bounds, owned) = (self.bounds, text.to_string());
-        let result = self
+        let (result, spent) = self
             .pool
-            .run(tenant, move || compile(format, &owned, &bounds))
+            .run(tenant, move || {
+                let (cpu, wall) = (thread_cpu(), Instant::now());
+                let result = compile(format, &owned, &bounds);
+                (result, cpu_since(cpu, wall))
+            })
             .await
             .map_err(|e| self.pool_error(e, "compiling the schema"))?;
+        if result.is_err() {
+            self.refused_work.charge(&*self.clock, tenant, spent);
+        }
         let error = match result {
             Ok((codec, memory)) => {
                 return Ok(Compiled {
@@ -275,5 +282,14 @@ impl Schemas {
     /// The longest a job waits for the pool (the Retry-After of a `schema_busy`).
     pub fn wait(&self) -> Duration {
         self.pool.wait()
+    }
+}
+
+/// The thread's CPU since `cpu` was read (its wall time since `wall` where the platform
+/// measures no thread CPU).
+fn cpu_since(cpu: Option<std::time::Duration>, wall: Instant) -> std::time::Duration {
+    match (thread_cpu(), cpu) {
+        (Some(now), Some(then)) => now.saturating_sub(then),
+        _ => wall.elapsed(),
     }
 }

@@ -366,7 +366,7 @@ async fn one_tenants_registry_calls_leave_the_others_their_slots() {
 
 /// Review 10 of #37: a record refused by its check paid nothing, so a tenant could send invalid
 /// records without pause (0.37 s of CPU each, two tenants held both schema threads). Now a
-/// refused check's CPU is charged to its tenant's `tenant_refused_check_ms_*` bucket: once it
+/// refused check's CPU is charged to its tenant's `tenant_refused_work_ms_*` bucket: once it
 /// is spent, the tenant's records are refused before their check (429 `schema_busy`), valid
 /// ones too, until it is paid off; another tenant's bucket is its own.
 #[tokio::test]
@@ -377,7 +377,7 @@ async fn a_tenants_refused_checks_spend_its_own_check_time() {
     // 1 ms of refused checks a second: one refusal is a second's debt or more.
     let gw = gateway(
         &registry,
-        "tenant_refused_check_ms_per_sec = 1\ntenant_refused_check_ms_burst = 1",
+        "tenant_refused_work_ms_per_sec = 1\ntenant_refused_work_ms_burst = 1",
     )
     .await;
     let schema =
@@ -393,7 +393,7 @@ async fn a_tenants_refused_checks_spend_its_own_check_time() {
     assert_eq!(s, 429, "{answer}");
     assert_eq!(answer["error_code"], 42902, "{answer}");
     assert!(
-        message(&answer).contains("tenant_refused_check_ms_per_sec"),
+        message(&answer).contains("tenant_refused_work_ms_per_sec"),
         "{answer}"
     );
     // Another tenant's invalid record is checked and refused on its own account.

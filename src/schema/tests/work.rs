@@ -1,0 +1,183 @@
+//! The schema step's work a refused or inadmissible request makes it do: at most what its
+//! bounds say (reviews 7, 9 and 10 of #37).
+
+use super::super::*;
+
+/// Review 7 of #37: a tenant's requests queue for its share of the schema threads, and those
+/// its earlier requests' admission left no budget for were still parsed and checked there (16
+/// queued 918 KB records, 14 then refused by admission: RSS 21 -> 196 MiB). A check asks
+/// whether its request could still be admitted when it starts, and does nothing if not.
+#[tokio::test]
+async fn a_check_whose_request_can_no_longer_be_admitted_does_nothing() {
+    let schemas = Arc::new(
+        Schemas::new(&SchemaRegistryConfig::default(), &[], (1 << 20, 1 << 20)).expect("schemas"),
+    );
+    let text = r#"{"type":"array","items":{"type":"object"}}"#;
+    let schema = Arc::new(
+        schemas
+            .compile_for("a", Format::Json, text, "the schema")
+            .await
+            .expect("compiles"),
+    );
+    // Past the inline size: checked on the pool.
+    let data = format!("[{}{{}}]", "{},".repeat(5_000)).into_bytes();
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let write = |admissible: bool| {
+        let (schemas, schema, data, asked) =
+            (schemas.clone(), schema.clone(), data.clone(), asked.clone());
+        async move {
+            let still = move || {
+                asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                admissible
+            };
+            let mut lookups = Lookups::per_request("a").with_admission(Arc::new(still));
+            schemas
+                .write(
+                    "a",
+                    &schema,
+                    &data,
+                    Side::Value,
+                    1 << 20,
+                    true,
+                    &mut lookups,
+                )
+                .await
+        }
+    };
+    match write(false).await {
+        Err(Failure {
+            error: SchemaError::Inadmissible,
+            ..
+        }) => {}
+        other => panic!("not admissible: not checked, {other:?}"),
+    }
+    assert!(write(true).await.is_ok());
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 2);
+}
+
+/// Review 9 of #37: a JSON Schema check parses the value into a tree many times its text (a
+/// 918 KB array of one-key objects is ~90 MB), whatever the schema. A value whose tree would
+/// pass `MAX_PARSE_MEMORY` is refused before any codec reads it; one of plain numbers of the
+/// same size still fits.
+#[test]
+fn a_value_whose_parsed_tree_would_take_too_much_memory_is_refused_before_it_is_read() {
+    let objects = format!("[{}{{\"a\":0}}]", "{\"a\":0},".repeat(120_000));
+    let numbers = format!("[{}0]", "1,".repeat(450_000));
+    for (format, schema) in [
+        (Format::Json, r#"{"type":"array"}"#),
+        (
+            Format::Avro,
+            r#"{"type":"array","items":{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}}"#,
+        ),
+    ] {
+        let compiled = Compiled::new(1, format, schema).expect("schema");
+        let e = compiled
+            .encode(objects.as_bytes(), usize::MAX)
+            .expect_err("too much");
+        assert!(e.too_costly, "{format:?}: {}", e.message);
+        assert!(e.message.contains("MiB of memory"), "{}", e.message);
+    }
+    let json = Compiled::new(1, Format::Json, r#"{"type":"array"}"#).expect("schema");
+    let e = json
+        .check(objects.as_bytes())
+        .expect_err("validate mode too");
+    assert!(e.too_costly, "{}", e.message);
+    assert!(json.check(numbers.as_bytes()).is_ok());
+}
+
+/// Review 10 of #37: refused work paid nothing. A tenant's failed compiles and failed checks
+/// spend its `tenant_refused_work_ms_*` bucket; spent, its next compile or check is refused
+/// before it runs (429 `schema_busy`), on a stepped clock until paid off; another tenant's is
+/// its own.
+#[tokio::test]
+async fn refused_compiles_and_checks_spend_the_tenants_refused_work() {
+    let config = SchemaRegistryConfig {
+        tenant_refused_work_ms_per_sec: 1,
+        tenant_refused_work_ms_burst: 1,
+        ..SchemaRegistryConfig::default()
+    };
+    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
+    let clock = Arc::new(crate::budget::ManualClock::new());
+    schemas.set_clock(clock.clone());
+    let busy = |r: Result<Compiled, SchemaError>| matches!(r, Err(SchemaError::Busy(..)));
+    // A schema that does not compile: refused, and charged (at least a millisecond).
+    let bad = schemas
+        .compile_for("a", Format::Json, r#"{"type": 7}"#, "the schema")
+        .await;
+    assert!(matches!(bad, Err(SchemaError::Invalid(_))), "{bad:?}");
+    // Another invalid schema, and a valid one, from the same tenant: refused before compiling.
+    for text in [r#"{"type": 8}"#, r#"{"type": "object"}"#] {
+        let r = schemas
+            .compile_for("a", Format::Json, text, "the schema")
+            .await;
+        assert!(busy(r), "{text}");
+    }
+    // Another tenant compiles.
+    let ok = schemas
+        .compile_for("b", Format::Json, r#"{"type": "array"}"#, "the schema")
+        .await
+        .expect("b compiles");
+    // A check that fails spends b's: its next check is refused before it runs.
+    let schema = Arc::new(ok.with_id(1));
+    let mut lookups = Lookups::per_request("b");
+    let r = schemas
+        .write(
+            "b",
+            &schema,
+            b"{}",
+            Side::Value,
+            1 << 20,
+            true,
+            &mut lookups,
+        )
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(Failure {
+                error: SchemaError::Violation(_),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = schemas
+        .write(
+            "b",
+            &schema,
+            b"[]",
+            Side::Value,
+            1 << 20,
+            true,
+            &mut lookups,
+        )
+        .await;
+    assert!(
+        matches!(
+            r,
+            Err(Failure {
+                error: SchemaError::Busy(..),
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Paid off on the clock: a tenant's refused millisecond is a second at 1 ms/s.
+    clock.advance_ms(2_000);
+    assert!(schemas
+        .compile_for("a", Format::Json, r#"{"type": "object"}"#, "the schema")
+        .await
+        .is_ok());
+    let r = schemas
+        .write(
+            "b",
+            &schema,
+            b"[]",
+            Side::Value,
+            1 << 20,
+            true,
+            &mut lookups,
+        )
+        .await;
+    assert!(r.is_ok(), "{r:?}");
+}
