@@ -4,7 +4,7 @@
 module of a higher layer through a `crate::` or `super::` path. Prints each upward path with
 its file and line; exits 1 if there is one, or a module without a layer.
 
-Unit tests are not held to it (files named tests.rs, and a file's text from its first
+Unit tests are not held to it (a `tests` module's files, and a file's text from its first
 `#[cfg(test)]` module on): a pipeline step's tests may build the whole application to drive
 it. The code they test may not.
 
@@ -122,7 +122,7 @@ def main() -> int:
         own = layer_of.get(here[0])
         if own is None:
             continue
-        if path.name == "tests.rs":
+        if "tests" in here:
             continue
         text = strip_comments(path.read_text())
         test_module = re.search(r"#\[cfg\(test\)\]\s*(pub(\([a-z]+\))?\s+)?mod\s", text)
