@@ -29,11 +29,20 @@ async fn gateway(registry: &SchemaRegistry, extra: &str) -> Gateway {
 
 /// One v3 record: status and answer.
 async fn v3(gw: &Gateway, key: &str, topic: &str, record: &Value) -> (u16, Value, Duration) {
+    v3_to(gw.addr, key, topic, record).await
+}
+
+/// [`v3`] to a gateway's address (from a task of its own).
+async fn v3_to(
+    addr: std::net::SocketAddr,
+    key: &str,
+    topic: &str,
+    record: &Value,
+) -> (u16, Value, Duration) {
     let started = Instant::now();
     let response = client()
         .post(format!(
-            "http://{}/v3/clusters/any-id/topics/{topic}/records",
-            gw.addr
+            "http://{addr}/v3/clusters/any-id/topics/{topic}/records"
         ))
         .bearer_auth(key)
         .header("content-type", "application/json")
@@ -321,18 +330,7 @@ async fn one_tenants_registry_calls_leave_the_others_their_slots() {
             let (addr, topic) = (gw.addr, topic.clone());
             tokio::spawn(async move {
                 let record = json!({"value": {"schema_id": 900_000 + i, "data": {"a": 1}}});
-                let response = client()
-                    .post(format!(
-                        "http://{addr}/v3/clusters/any-id/topics/{topic}/records"
-                    ))
-                    .bearer_auth(SLOW_KEY)
-                    .header("content-type", "application/json")
-                    .body(record.to_string())
-                    .send()
-                    .await
-                    .expect("request");
-                let status = response.status().as_u16();
-                let answer: Value = response.json().await.unwrap_or_default();
+                let (status, answer, _) = v3_to(addr, SLOW_KEY, &topic, &record).await;
                 (status, answer)
             })
         })
