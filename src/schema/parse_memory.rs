@@ -12,7 +12,8 @@
 //! - every value: its slot in its parent (32 bytes), three times over for the vector's growth;
 //! - a non-empty array: its first allocation (4 slots); an array of one-element arrays is
 //!   ~40× its text;
-//! - an object: a B-tree leaf of ~700 bytes per 11 keys, and each key's `String`;
+//! - an object: a B-tree leaf of ~700 bytes per 11 keys, and each key's `String`, and 64
+//!   bytes even when empty (a Protobuf message of no fields kept 97 bytes with its slot);
 //! - a string: its bytes.
 
 /// Most bytes a value's parsed tree may take (the estimate's).
@@ -26,6 +27,9 @@ const ARRAY: u64 = 4 * 32;
 /// A B-tree leaf (11 keys and values, lengths, parent link), per 11 keys of an object.
 const LEAF: u64 = 720;
 const LEAF_KEYS: u32 = 11;
+/// An object, empty or not: what a Protobuf message costs beside its fields (a
+/// `DynamicMessage` of no fields kept 97 bytes in its parent's list, measured).
+const OBJECT: u64 = 64;
 /// A key: its `String` (24 bytes) in the leaf, and its allocation's rounding.
 const KEY: u64 = 48;
 /// Deepest nesting followed (serde_json refuses a value deeper than 128).
@@ -114,6 +118,9 @@ pub fn estimate(data: &[u8]) -> u64 {
         match b {
             b'"' => in_string = true,
             b'[' | b'{' => {
+                if b == b'{' {
+                    total += OBJECT;
+                }
                 if depth < DEPTH {
                     counts[depth] = 0;
                     is_object[depth] = b == b'{';

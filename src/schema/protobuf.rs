@@ -252,4 +252,35 @@ mod tests {
         assert!(e.message.contains("deeper than 100"), "{}", e.message);
         assert_eq!(json_depth(br#"{"a":"{{{{","b":[1]}"#), 2, "strings skipped");
     }
+
+    /// The parse-memory bound (`schema::parse_memory`) holds for a Protobuf value too: what the
+    /// dynamic message of a ~1 MB value keeps is within its estimate (measured by the counting
+    /// allocator the unit tests run under).
+    #[test]
+    fn a_messages_memory_is_within_the_parse_estimate() {
+        for (proto, data) in [
+            (
+                "syntax = \"proto3\"; message M { repeated E items = 1; } message E {}",
+                format!("{{\"items\":[{}{{}}]}}", "{},".repeat(300_000)),
+            ),
+            (
+                "syntax = \"proto3\"; message M { repeated int32 items = 1; }",
+                format!("{{\"items\":[{}0]}}", "0,".repeat(450_000)),
+            ),
+            (
+                "syntax = \"proto3\"; message M { repeated E items = 1; } message E { int32 a = 1; }",
+                format!("{{\"items\":[{}{{\"a\":1}}]}}", "{\"a\":1},".repeat(120_000)),
+            ),
+        ] {
+            let s = ProtobufSchema::parse(proto).expect("proto");
+            let (message, kept) = crate::heap::measure(|| {
+                let mut de = serde_json::Deserializer::from_slice(data.as_bytes());
+                DynamicMessage::deserialize(s.message.clone(), &mut de).expect("message")
+            });
+            let kept = kept.expect("counted") as u64;
+            let estimate = super::super::parse_memory::estimate(data.as_bytes());
+            assert!(kept <= estimate, "{proto}: kept {kept} > {estimate}");
+            drop(message);
+        }
+    }
 }
