@@ -136,14 +136,16 @@ impl AppState {
             config.server.max_inflight_body_bytes,
         ));
         let metrics_token = parts::scrape_token(config, metrics_token)?;
-        let schemas = Arc::new(
-            crate::schema::Schemas::new(
-                &config.schema_registry,
-                &config.schemas,
-                (config.limits.max_key_bytes, config.limits.max_value_bytes),
-            )
-            .map_err(BuildError::Schemas)?,
-        );
+        let mut schemas = crate::schema::Schemas::new(
+            &config.schema_registry,
+            &config.schemas,
+            (config.limits.max_key_bytes, config.limits.max_value_bytes),
+        )
+        .map_err(BuildError::Schemas)?;
+        // The tenants' schema allowances (registrations, lookups, unpaid work) count on the
+        // gateway's clock, like its budgets (a test steps it).
+        schemas.set_clock(clock.clone());
+        let schemas = Arc::new(schemas);
         let ingest = Ingest {
             tenants: registry.tenants().clone(),
             auth,

@@ -8,6 +8,8 @@
 //! that does not install [`Counting`] (a benchmark with its own allocator) gets `None` from
 //! [`measure`], and callers fall back to an estimate.
 //!
+//! [`give_back`] returns what such work freed to the system.
+//!
 //! Layer: foundations. Imports nothing of floodgate's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -66,6 +68,21 @@ unsafe impl GlobalAlloc for Counting {
             add(i64::try_from(new_size).unwrap_or(i64::MAX) - size(layout));
         }
         p
+    }
+}
+
+/// Gives the allocator's free pages back to the system (glibc's `malloc_trim`). Work that
+/// builds a large transient heap in many small pieces — a schema compile: 30+ MB for a 255 KB
+/// regex alternation that keeps 1.7 MB — otherwise leaves glibc holding it (ten such compiles
+/// kept RSS 70 MiB higher), and each thread's arena holds its own. A no-op where the C library
+/// is not glibc.
+pub fn give_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: malloc_trim takes no pointer, touches only the allocator's own free lists, and
+    // may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -33,10 +33,10 @@ mod pointer;
 pub mod pool;
 pub mod protobuf;
 mod raw;
-mod refused_work;
 mod register;
 pub mod registry;
 mod resolve;
+mod unpaid_work;
 mod work;
 
 use std::collections::HashMap;
@@ -215,7 +215,7 @@ pub struct Schemas {
     /// Each tenant's registry lookups (GCRA TATs), on `clock`.
     lookups: Mutex<HashMap<Arc<str>, u64>>,
     /// The CPU each tenant's refused checks took, charged to it.
-    refused_work: Arc<refused_work::RefusedWork>,
+    unpaid_work: Arc<unpaid_work::UnpaidWork>,
     clock: Arc<dyn Clock>,
     /// Refusals by the bound that refused, for the metrics.
     refusals: Mutex<HashMap<&'static str, u64>>,
@@ -296,9 +296,9 @@ impl Schemas {
             max_check_cpu: Duration::from_millis(config.max_check_cpu_ms),
             registrations: Mutex::default(),
             lookups: Mutex::default(),
-            refused_work: Arc::new(refused_work::RefusedWork::new(
-                config.tenant_refused_work_ms_per_sec,
-                config.tenant_refused_work_ms_burst,
+            unpaid_work: Arc::new(unpaid_work::UnpaidWork::new(
+                config.tenant_unpaid_work_ms_per_sec,
+                config.tenant_unpaid_work_ms_burst,
             )),
             clock: Arc::new(MonotonicClock::new()),
             refusals: Mutex::default(),

@@ -46,12 +46,12 @@ pub struct SchemaRegistryConfig {
     /// ids made 174 registry calls a second, slowing every tenant's first use of a schema.
     pub tenant_lookups_per_sec: u64,
     pub tenant_lookups_burst: u64,
-    /// CPU milliseconds one tenant's *refused* work (checks that refused a record, compiles
-    /// that refused a schema) may take per second, sustained, and at once: an admitted record
-    /// pays for its check through the budgets, refused work through this (then 429
-    /// `schema_busy` until it is paid off).
-    pub tenant_refused_work_ms_per_sec: u64,
-    pub tenant_refused_work_ms_burst: u64,
+    /// CPU milliseconds of the schema step no budget pays for (every compile, and every check
+    /// that refused its record) one tenant may cause per second, sustained, and at once: an
+    /// admitted record pays for its check through the budgets, the rest is paid through this
+    /// (then 429 `schema_busy` until it is paid off).
+    pub tenant_unpaid_work_ms_per_sec: u64,
+    pub tenant_unpaid_work_ms_burst: u64,
     /// Largest schema text compiled, from a record or from the registry.
     pub max_schema_bytes: usize,
     /// Subjects (glob patterns) a record may name outright or by `RECORD_NAME`, besides its
@@ -94,8 +94,8 @@ impl Default for SchemaRegistryConfig {
             tenant_registrations_burst: 10,
             tenant_lookups_per_sec: 10,
             tenant_lookups_burst: 100,
-            tenant_refused_work_ms_per_sec: 200,
-            tenant_refused_work_ms_burst: 1_000,
+            tenant_unpaid_work_ms_per_sec: 200,
+            tenant_unpaid_work_ms_burst: 1_000,
             max_schema_bytes: 256 * 1024,
             open_subjects: Vec::new(),
             latest_ttl_ms: 30_000,
@@ -330,10 +330,10 @@ impl SchemaRegistryConfig {
             "tenant_lookups_per_sec and tenant_lookups_burst must be 1 to 1000000",
         );
         check(
-            (1..=1_000_000).contains(&self.tenant_refused_work_ms_per_sec)
-                && (1..=1_000_000).contains(&self.tenant_refused_work_ms_burst),
-            "tenant_refused_work_ms_per_sec",
-            "tenant_refused_work_ms_per_sec and tenant_refused_work_ms_burst must be 1 to 1000000",
+            (1..=1_000_000).contains(&self.tenant_unpaid_work_ms_per_sec)
+                && (1..=1_000_000).contains(&self.tenant_unpaid_work_ms_burst),
+            "tenant_unpaid_work_ms_per_sec",
+            "tenant_unpaid_work_ms_per_sec and tenant_unpaid_work_ms_burst must be 1 to 1000000",
         );
         problems
     }

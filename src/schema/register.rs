@@ -248,7 +248,8 @@ impl Schemas {
         }
     }
 
-    /// The clock registrations are counted on (tests step one).
+    /// The clock the tenants' allowances (registrations, lookups, unpaid work) count on: the
+    /// gateway's.
     pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
         self.clock = clock;
     }

@@ -20,10 +20,10 @@ pub const WORK_BOUNDS: [&str; 9] = [
     "check_work",
     "inadmissible",
     "lookups",
-    "refused_work",
     "registrations",
     "registry_calls",
     "schema_memory",
+    "unpaid_work",
     "wait",
 ];
 
@@ -60,9 +60,9 @@ impl Schemas {
                 schema.encode_by(data, limit, deadline).map(Some)
             }
         };
-        self.refused_work
+        self.unpaid_work
             .may_check(&*self.clock, tenant)
-            .map_err(|wait| fail(self.refused_work_spent(wait)))?;
+            .map_err(|wait| fail(self.unpaid_work_spent(wait)))?;
         let work = schema.work_bound(data.len());
         let inline =
             data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
@@ -72,7 +72,7 @@ impl Schemas {
             if result.is_err() {
                 // On the request worker, without a preemption in a few microseconds: its wall
                 // time is its CPU.
-                self.refused_work
+                self.unpaid_work
                     .charge(&*self.clock, tenant, started.elapsed());
             }
             result
@@ -80,8 +80,8 @@ impl Schemas {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
             let admissible = allowance.admissible();
-            let (refused_work, clock, who) = (
-                self.refused_work.clone(),
+            let (unpaid_work, clock, who) = (
+                self.unpaid_work.clone(),
                 self.clock.clone(),
                 tenant.to_string(),
             );
@@ -91,7 +91,7 @@ impl Schemas {
                 }
                 // Asked again when its turn comes: the tenant's checks queued before its
                 // refused ones spent its time must not all run.
-                refused_work.may_check(&*clock, &who).map_err(Some)?;
+                unpaid_work.may_check(&*clock, &who).map_err(Some)?;
                 let (cpu, wall) = (thread_cpu(), Instant::now());
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
@@ -109,10 +109,10 @@ impl Schemas {
                     self.count_refusal("inadmissible");
                     return Err(fail(SchemaError::Inadmissible));
                 }
-                Err(Some(wait)) => return Err(fail(self.refused_work_spent(wait))),
+                Err(Some(wait)) => return Err(fail(self.unpaid_work_spent(wait))),
             };
             if spent > deadline || result.is_err() {
-                self.refused_work.charge(&*self.clock, tenant, spent);
+                self.unpaid_work.charge(&*self.clock, tenant, spent);
             }
             if spent > deadline {
                 self.count_refusal("check_cpu");
@@ -135,13 +135,13 @@ impl Schemas {
     }
 
     /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.
-    fn refused_work_spent(&self, wait: std::time::Duration) -> SchemaError {
-        self.count_refusal("refused_work");
-        let spec = self.refused_work.spec();
+    fn unpaid_work_spent(&self, wait: std::time::Duration) -> SchemaError {
+        self.count_refusal("unpaid_work");
+        let spec = self.unpaid_work.spec();
         SchemaError::Busy(
             wait,
             format!(
-                "this tenant's records and schemas that the schema step refused took {} ms of CPU lately, its most at once ([schema_registry] tenant_refused_work_ms_per_sec = {}, tenant_refused_work_ms_burst); retry in {} ms",
+                "this tenant's schema compiles and refused checks took {} ms of CPU lately, its most at once ([schema_registry] tenant_unpaid_work_ms_per_sec = {}, tenant_unpaid_work_ms_burst); retry in {} ms",
                 spec.burst,
                 spec.per_sec,
                 wait.as_millis().max(1)
@@ -215,23 +215,24 @@ impl Schemas {
         if let Some(e) = self.cache.lock().failed.get(&key) {
             return Err(e.clone());
         }
-        // A compile that fails is refused work like a failed check: the tenant pays its CPU.
-        self.refused_work
+        // No budget pays for a compile, whatever becomes of the request: the tenant does.
+        self.unpaid_work
             .may_check(&*self.clock, tenant)
-            .map_err(|wait| self.refused_work_spent(wait))?;
+            .map_err(|wait| self.unpaid_work_spent(wait))?;
         let (bounds, owned) = (self.bounds, text.to_string());
         let (result, spent) = self
             .pool
             .run(tenant, move || {
                 let (cpu, wall) = (thread_cpu(), Instant::now());
                 let result = compile(format, &owned, &bounds);
+                // What the compile built and freed, back to the system: else each schema
+                // thread's arena keeps its largest compile's transient heap.
+                crate::heap::give_back();
                 (result, cpu_since(cpu, wall))
             })
             .await
             .map_err(|e| self.pool_error(e, "compiling the schema"))?;
-        if result.is_err() {
-            self.refused_work.charge(&*self.clock, tenant, spent);
-        }
+        self.unpaid_work.charge(&*self.clock, tenant, spent);
         let error = match result {
             Ok((codec, memory)) => {
                 return Ok(Compiled {

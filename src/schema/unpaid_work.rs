@@ -1,17 +1,22 @@
-//! The CPU a tenant's *refused* work took — checks that refused a record, compiles that refused
-//! a schema — charged to the tenant. An admitted record pays for its check through the
-//! tenant's budgets; a record refused by its check (422 `schema_violation`,
-//! `schema_too_costly`) or by its schema's compile (`schema_invalid`) paid nothing, so a tenant allowed 1 record/s could
-//! send invalid records without pause. Review 10 of #37: 0.37 s of CPU per refusal (3.5 KB
-//! against 100 patterns under `anyOf`), 27 refusals in 10 s from one tenant; two such tenants
-//! held both schema threads and another tenant's checks waited 0.9–1.2 s. And small invalid
-//! records checked on the request workers took 0.95 ms each, 965 a second from one tenant.
+//! The schema step's CPU that no budget pays for, charged to the tenant that caused it: every
+//! compile, and every check that refused its record. An admitted record pays for its check
+//! through the tenant's budgets (records, bytes); nothing paid for a compile, nor for the check
+//! of a record refused by it (422 `schema_violation`, `schema_too_costly`), so a tenant allowed
+//! 1 record/s could make the step work without pause:
+//! - review 10 of #37: 0.37 s of CPU per refused check (3.5 KB against 100 patterns under
+//!   `anyOf`), 27 in 10 s from one tenant; two such tenants held both schema threads and
+//!   another tenant's checks waited 0.9–1.2 s; small invalid records checked on the request
+//!   workers took 0.95 ms each, 965 a second from one tenant;
+//! - review 11: a new raw schema per request (a 255 KB `pattern`), its data then refused:
+//!   75 ms of compile per request, 1,500× a 401, a core per attacking tenant, RSS +90 MiB in
+//!   ten requests.
 //!
-//! Each tenant has a bucket of CPU milliseconds (`tenant_refused_work_ms_per_sec`,
-//! `tenant_refused_work_ms_burst`). Refused work takes what it spent, measured, even past what
+//! Each tenant has a bucket of CPU milliseconds (`tenant_unpaid_work_ms_per_sec`,
+//! `tenant_unpaid_work_ms_burst`). Unpaid work takes what it spent, measured, even past what
 //! is left (the bucket then owes it); while the bucket is empty the tenant's records are
 //! refused before their check or compile with 429 `schema_busy` and the time until it holds a
-//! millisecond again. A tenant whose records fit valid schemas never spends it.
+//! millisecond again. A tenant whose records fit schemas it has compiled never spends it; a
+//! new schema costs its compile once (then it is cached).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,13 +30,13 @@ use crate::budget::{Clock, RateSpec};
 const MAX_TENANTS: usize = 10_000;
 
 /// Each tenant's bucket of CPU milliseconds for refused checks.
-pub(super) struct RefusedWork {
+pub(super) struct UnpaidWork {
     spec: RateSpec,
     /// Each tenant's TAT, in ticks of `1 / per_sec` (see [`crate::budget::RateSpec`]).
     tats: Mutex<HashMap<Arc<str>, u64>>,
 }
 
-impl RefusedWork {
+impl UnpaidWork {
     pub(super) fn new(ms_per_sec: u64, burst_ms: u64) -> Self {
         Self {
             spec: RateSpec {
@@ -88,7 +93,7 @@ mod tests {
     #[test]
     fn refused_checks_spend_the_tenants_milliseconds_and_the_others_keep_theirs() {
         let clock = ManualClock::new();
-        let work = RefusedWork::new(100, 1_000);
+        let work = UnpaidWork::new(100, 1_000);
         assert!(work.may_check(&clock, "a").is_ok(), "nothing spent yet");
         // Two refusals of 400 ms: 200 ms left.
         work.charge(&clock, "a", Duration::from_millis(400));
@@ -111,7 +116,7 @@ mod tests {
     #[test]
     fn a_full_bucket_is_forgotten_when_many_tenants_are_followed() {
         let clock = ManualClock::new();
-        let work = RefusedWork::new(1_000, 1_000);
+        let work = UnpaidWork::new(1_000, 1_000);
         for n in 0..MAX_TENANTS {
             work.charge(&clock, &format!("t{n}"), Duration::from_millis(1));
         }
