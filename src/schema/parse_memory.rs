@@ -32,6 +32,12 @@ const LEAF_KEYS: u32 = 11;
 const OBJECT: u64 = 64;
 /// A key: its `String` (24 bytes) in the leaf, and its allocation's rounding.
 const KEY: u64 = 48;
+/// The most one byte of text adds to the estimate (a key's `:`: its leaf and its `String`;
+/// a `{` adds 96 + 128 + 64): a value of at most `MAX_PARSE_MEMORY / MOST_PER_BYTE` bytes
+/// (64 KiB) fits whatever it holds, and is not scanned.
+pub const MOST_PER_BYTE: u64 = LEAF + KEY;
+// A value's opening byte adds its slot, its array's first allocation and an object's part.
+const _: () = assert!(VALUE + ARRAY + OBJECT <= MOST_PER_BYTE);
 /// Deepest nesting followed (serde_json refuses a value deeper than 128).
 const DEPTH: usize = 130;
 
@@ -194,6 +200,18 @@ mod tests {
             let estimate = estimate(text.as_bytes());
             assert!(estimate >= measured, "{name}: {estimate} < {measured}");
             assert!(estimate <= measured * 4, "{name}: {estimate} ≫ {measured}");
+        }
+    }
+
+    #[test]
+    fn no_byte_adds_more_than_the_most_per_byte() {
+        // The densest texts there are: one-key objects, and nested arrays of objects.
+        for text in [
+            format!("[{}{{\"\":0}}]", "{\"\":0},".repeat(9_000)),
+            format!("[{}{{}}]", "[{},".repeat(9_000)),
+            "{\"\":".repeat(120),
+        ] {
+            assert!(estimate(text.as_bytes()) <= text.len() as u64 * MOST_PER_BYTE);
         }
     }
 
