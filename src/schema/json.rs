@@ -9,7 +9,10 @@ mod cost;
 mod expansion;
 
 use super::{clip, CompileError, Mismatch};
-use cost::{has, nodes, patterns, regex_format_cost, unique_items_cost, uses};
+use cost::{
+    control_escapes, has, nodes, patterns, regex_format_cost, unique_items_cost, uses,
+    MAX_CONTROL_ESCAPES,
+};
 pub use expansion::MAX_EXPANSION;
 use expansion::{expansion_within_bounds, weighted_cost};
 
@@ -69,6 +72,12 @@ impl JsonSchema {
         let schema: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Invalid(format!("not JSON: {e}")))?;
         expansion_within_bounds(&schema).map_err(CompileError::Invalid)?;
+        let escapes = control_escapes(&schema, 0);
+        if escapes > MAX_CONTROL_ESCAPES {
+            return Err(CompileError::TooCostly(format!(
+                "the schema has {escapes} ECMA control escapes (\\cX) in its strings; at most {MAX_CONTROL_ESCAPES} (each makes the regex translation read its whole pattern again)"
+            )));
+        }
         let patterns = patterns(&schema, 0);
         if patterns > bounds.max_patterns {
             return Err(CompileError::TooCostly(format!(
@@ -380,5 +389,45 @@ mod tests {
                 .pointer,
             "/0"
         );
+    }
+
+    /// Review 12 of #37: jsonschema-regex parses a pattern once more for each `\cX` in it
+    /// (65,000 in 256 KB: ~110 s of CPU). More than 16 in a schema are refused before any
+    /// regex is built.
+    #[test]
+    fn control_escapes_are_bounded_before_any_regex_is_built() {
+        let schema = |n: usize| {
+            json!({"type": "string", "pattern": format!("^{}$", "\\cA".repeat(n))}).to_string()
+        };
+        let s = JsonSchema::parse(&schema(16)).expect("16 compile");
+        assert!(
+            s.check(&json!("\u{1}".repeat(16))).is_ok(),
+            "\\cA is control-A"
+        );
+        let e = JsonSchema::parse(&schema(17)).expect_err("17");
+        assert!(e.contains("control escapes"), "{e}");
+        // Wherever they hide: a $ref may make any string a pattern.
+        let hidden = json!({"$defs": {"x": {"const": "\\cA".repeat(17)}}}).to_string();
+        assert!(JsonSchema::parse(&hidden).is_err());
+    }
+
+    /// Review 12 of #37: a pattern under a `$ref` cycle was weighed (an NFA compiled) at
+    /// every visit of the cost walk: 4,096 times for 51 `$ref`s. It is weighed once.
+    #[test]
+    fn a_pattern_under_a_ref_cycle_is_weighed_once() {
+        let fan = |to: &str| -> Vec<Value> { (0..16).map(|_| json!({"$ref": to})).collect() };
+        // z is on a cycle (through a property), so its cost is not memoised: y's 16 and the
+        // root's 16 references walk it 256 times.
+        let schema = json!({
+            "allOf": fan("#/$defs/y"),
+            "$defs": {
+                "y": {"allOf": fan("#/$defs/z")},
+                "z": {"pattern": "^(ab|cd|ef)$", "properties": {"n": {"$ref": "#/$defs/z"}}}
+            }
+        });
+        cost::WEIGHED.with(|n| n.set(0));
+        let parsed = JsonSchema::parse(&schema.to_string());
+        assert!(parsed.is_ok(), "{:?}", parsed.err());
+        assert_eq!(cost::WEIGHED.with(std::cell::Cell::get), 1);
     }
 }

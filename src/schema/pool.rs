@@ -201,7 +201,12 @@ impl Pool {
         }
         self.shared.ready.notify_one();
         // Withdrawn if this future is dropped before the job starts (the client went away).
-        let withdraw = Withdraw(state.clone());
+        let tenant: Arc<str> = tenant.into();
+        let withdraw = Withdraw {
+            state: state.clone(),
+            shared: self.shared.clone(),
+            tenant: tenant.clone(),
+        };
         let mut result = result;
         let answer = match tokio::time::timeout(self.wait, &mut result).await {
             Ok(r) => r.map_err(|_| PoolError::Lost),
@@ -210,6 +215,7 @@ impl Pool {
                     .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
+                    self.shared.purge(&tenant);
                     Err(PoolError::Busy(self.wait))
                 } else {
                     // Started just now: its result comes (bounded by the job's own bounds).
@@ -222,14 +228,40 @@ impl Pool {
     }
 }
 
-/// Marks a queued job cancelled when its caller stops waiting.
-struct Withdraw(Arc<AtomicU8>);
+/// Marks a queued job cancelled when its caller stops waiting, and drops it from its queue.
+struct Withdraw {
+    state: Arc<AtomicU8>,
+    shared: Arc<Shared>,
+    tenant: Arc<str>,
+}
 
 impl Drop for Withdraw {
     fn drop(&mut self) {
-        let _ = self
-            .0
-            .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
+        if self
+            .state
+            .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.shared.purge(&self.tenant);
+        }
+    }
+}
+
+impl Shared {
+    /// Drops `tenant`'s cancelled jobs now, with what they hold (a value's copy: up to a record
+    /// each). Left in the queue until a thread came to the tenant, the refused requests of a
+    /// review of #37 held 190 MiB there while every thread was busy, and counted against the
+    /// tenant's queue.
+    fn purge(&self, tenant: &Arc<str>) {
+        let mut state = self.state.lock();
+        let Some(lane) = state.lanes.get_mut(tenant) else {
+            return;
+        };
+        lane.jobs
+            .retain(|j| j.state.load(Ordering::Acquire) != CANCELLED);
+        if lane.jobs.is_empty() && lane.running == 0 {
+            state.lanes.remove(tenant);
+        }
     }
 }
 
@@ -342,6 +374,14 @@ mod tests {
         let r = ran.clone();
         let second = pool.run("b", move || r.store(1, Ordering::SeqCst)).await;
         assert_eq!(second, Err(PoolError::Busy(Duration::from_millis(200))));
+        // Refused, it is gone from the queue at once, with what it held (its closure's `r`),
+        // while the thread is still busy.
+        assert_eq!(
+            Arc::strong_count(&ran),
+            1,
+            "the refused job's closure was dropped"
+        );
+        assert_eq!(pool.load(), (0, 1));
         let _ = finish.send(());
         assert_eq!(first.await.expect("task"), Ok(()));
         // The pool is free again, and the refused job did not run late.

@@ -69,6 +69,8 @@ pub(super) fn patterns(v: &Value, depth: usize) -> usize {
 /// every byte. A pattern the engine cannot compile (refused later by the validator itself)
 /// costs its text's length.
 pub(super) fn pattern_cost(pattern: &str) -> u64 {
+    #[cfg(test)]
+    WEIGHED.with(|n| n.set(n.get() + 1));
     let states = jsonschema_regex::to_rust_regex(pattern)
         .ok()
         .and_then(|rust| {
@@ -82,6 +84,12 @@ pub(super) fn pattern_cost(pattern: &str) -> u64 {
         })
         .map_or(pattern.len(), |nfa| nfa.states().len());
     1 + states as u64 * PATTERN_WEIGHT
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Regexes weighed on this thread (tests: a pattern is weighed once per schema).
+    pub(super) static WEIGHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Subschema checks one NFA state costs per string node (64 bytes). Measured on the release
@@ -128,6 +136,29 @@ pub(super) fn uses(v: &Value, keyword: &str, value: &Value, depth: usize) -> boo
         _ => false,
     }
 }
+
+/// ECMA control escapes (`\cX`) in a schema's strings and keys, anywhere: the regex
+/// translation (jsonschema-regex) rewrites one and parses the whole pattern again for each, so
+/// a pattern of N costs N parses of itself (a review of #37: 8,000 in a 32 KB pattern were
+/// 3.7 s of CPU, 65,000 in 256 KB about 110 s). Counted everywhere, not only under `pattern`:
+/// a `$ref` may point a pattern's place anywhere in the document.
+pub(super) fn control_escapes(v: &Value, depth: usize) -> usize {
+    let count = |s: &str| s.matches("\\c").count();
+    match v {
+        _ if depth > 256 => 0,
+        Value::String(s) => count(s),
+        Value::Array(items) => items.iter().map(|i| control_escapes(i, depth + 1)).sum(),
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| count(k) + control_escapes(v, depth + 1))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Most ECMA control escapes (`\cX`) a JSON Schema's patterns may hold in all: at 16, the
+/// translation parses its patterns at most 16 more times (milliseconds at the largest).
+pub(super) const MAX_CONTROL_ESCAPES: usize = 16;
 
 /// Whether a schema has `keyword` anywhere, whatever its value.
 pub(super) fn has(v: &Value, keyword: &str, depth: usize) -> bool {
