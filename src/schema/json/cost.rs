@@ -92,6 +92,14 @@ thread_local! {
     pub(super) static WEIGHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Subschema checks a `contentMediaType` or `contentEncoding` costs per string node (64
+/// bytes): under draft 6 and 7 jsonschema parses (or base64-decodes) the whole string again for
+/// each such keyword. Measured (review 13 of #37): one `contentMediaType: application/json`
+/// over a 650 KB string (10,000 nodes) took 0.10 s of CPU, ~10 µs a node, about 200 checks
+/// at the model's ~50 ns (20 million is the ~1 s a record may take); 600 of them took 15–33 s
+/// while the model counted each as one check.
+pub(super) const CONTENT_WEIGHT: u64 = 256;
+
 /// Subschema checks one NFA state costs per string node (64 bytes). Measured on the release
 /// binary: 100 patterns `[ab]*a[ab]{200}xN` (210 states each) against a 4 KB string took
 /// 0.56–0.97 s of CPU, about 8 ns per state and byte. At 16 that string is 21.8 million, over

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::cost::{data_cost, pattern_cost};
+use super::cost::{data_cost, pattern_cost, CONTENT_WEIGHT};
 
 /// Most subschema visits one validation of the schema can make, counted over its `$ref`s
 /// (a chain of `anyOf: [$ref a1, $ref a1]` 23 long is 8 million visits from 1.7 KB).
@@ -164,6 +164,10 @@ impl<'a> Expansion<'a> {
                             let keys: Vec<u64> =
                                 entries.keys().map(|k| self.pattern_weight(k)).collect();
                             (keys.into_iter().fold(c, u64::saturating_add), cy)
+                        }
+                        // The string parsed or decoded again, whole, for each.
+                        ("contentMediaType" | "contentEncoding", _) if self.weigh_patterns => {
+                            (CONTENT_WEIGHT, false)
                         }
                         ("examples" | "default" | "required", _) => (1, false),
                         (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
