@@ -254,18 +254,20 @@ impl Ingest {
         let (arena, mut hold) = self
             .read_records(tenant, topic, body, declared, format, print, &mut held)
             .await?;
-        let arena = self
+        // The topic and partitions first: a record refused for them costs no schema work.
+        self.check_topic(topic, &arena.records()).await?;
+        let (arena, owed) = self
             .apply_schemas(tenant, topic, arena, &mut hold, &format)
             .await?;
         let records = arena.records();
         tracing::Span::current().record("records", records.len());
-        self.check_topic(topic, &records).await?;
         if records.is_empty() {
             // Every entry failed and the format reports them one by one (a batch): nothing is
             // admitted or sent, and the answer lists each failure.
             return Ok(Arc::new(Batch::empty(tenant.stats().clone())));
         }
         let lease = self.admit(tenant, topic, arena.charge(), &mut held).await?;
+        owed.admitted();
         let batch = self.send(tenant, topic, &records, lease);
         drop(records);
         drop(arena);

@@ -26,6 +26,7 @@
 pub mod avro;
 mod call_slots;
 mod compiled;
+mod convert;
 pub mod json;
 mod lookups;
 mod parse_memory;
@@ -56,6 +57,7 @@ pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
 pub use lookups::{Admissible, Lookups, LOOKUPS_PER_REQUEST};
 pub use register::{Converted, Pending};
+pub use unpaid_work::ChecksOwed;
 
 pub use crate::quote::{clip, MAX_QUOTE};
 
@@ -330,122 +332,6 @@ impl Schemas {
     pub fn applies(&self, topic: &Topic, wanted: &[Wanted]) -> bool {
         self.contract(topic).is_some()
             || wanted.iter().any(|w| w.key.is_some() || w.value.is_some())
-    }
-
-    /// One record's key and value in their schemas (`key`/`value`: the JSON text as sent;
-    /// `None` is a Kafka null, written as null). A raw schema the registry does not hold yet
-    /// comes back in [`Converted::pending`]: the pipeline registers it ([`Schemas::register`])
-    /// once the request passed every other check, or drops it.
-    pub async fn convert(
-        &self,
-        tenant: &str,
-        topic: &Topic,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        wanted: Option<&Wanted>,
-        lookups: &mut Lookups,
-    ) -> Result<Converted, Failure> {
-        let mut out = Converted::default();
-        let fail = |side| move |error| Failure { side, error };
-        if let (Some(data), Some(u)) = (key, wanted.and_then(|w| w.key.as_ref())) {
-            let r = self
-                .resolve(tenant, topic, Side::Key, u, lookups)
-                .await
-                .map_err(fail(Side::Key))?;
-            let bytes = self
-                .write(
-                    tenant,
-                    &r.schema,
-                    data,
-                    Side::Key,
-                    self.limits.0,
-                    false,
-                    lookups,
-                )
-                .await?;
-            out.key = bytes;
-            self.settle(tenant, topic, Side::Key, r, &mut out)
-                .await
-                .map_err(fail(Side::Key))?;
-        }
-        let own = wanted.and_then(|w| w.value.as_ref());
-        let contract = self.contract(topic);
-        // A validate contract keeps the JSON as sent, even when the record names the
-        // contract's schema itself.
-        let keep_json = contract.is_some_and(|c| c.mode == ContractMode::Validate);
-        let Some(data) = value else {
-            return Ok(out);
-        };
-        let r = match (own, contract) {
-            (Some(u), _) => self
-                .resolve(tenant, topic, Side::Value, u, lookups)
-                .await
-                .map_err(fail(Side::Value))?,
-            (None, Some(c)) => self
-                .contract_schema(tenant, topic, c, lookups)
-                .await
-                .map(|schema| Resolved { schema, raw: None })
-                .map_err(fail(Side::Value))?,
-            (None, None) => return Ok(out),
-        };
-        out.value = self
-            .write(
-                tenant,
-                &r.schema,
-                data,
-                Side::Value,
-                self.limits.1,
-                keep_json,
-                lookups,
-            )
-            .await?;
-        self.settle(tenant, topic, Side::Value, r, &mut out)
-            .await
-            .map_err(fail(Side::Value))?;
-        // A value naming its own schema on a contracted topic is held to the contract too:
-        // the schema must be the contract's (any other id, registered anywhere, would be a
-        // way around it).
-        if let (Some(_), Some(c)) = (own, contract) {
-            let required = self
-                .contract_schema(tenant, topic, c, lookups)
-                .await
-                .map_err(fail(Side::Value))?;
-            if out.value_id != Some(required.id) {
-                return Err(Failure {
-                    side: Side::Value,
-                    error: SchemaError::Violation(Mismatch {
-                        too_costly: false,
-                        pointer: String::new(),
-                        message: format!(
-                            "topic {:?} has a data contract: values are written in schema {} (the latest of its subject), not {}",
-                            topic.as_str(),
-                            required.id,
-                            out.value_id.map_or_else(|| "a schema the registry does not hold".into(), |id| id.to_string())
-                        ),
-                    }),
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    /// The schema a topic's contract holds its values to: the latest of its subject.
-    async fn contract_schema(
-        &self,
-        tenant: &str,
-        topic: &Topic,
-        contract: &ContractConfig,
-        lookups: &mut Lookups,
-    ) -> Result<Arc<Compiled>, SchemaError> {
-        let u = Use {
-            source: Source::Version(None),
-            subject: contract.subject.clone(),
-            strategy: Strategy::TopicName,
-            format: Some(contract.format),
-        };
-        self.resolve_as(tenant, topic, Side::Value, &u, lookups, true)
-            .await
-            .map(|r| r.schema)
     }
 
     /// Counts a record refused for its schema.

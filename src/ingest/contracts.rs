@@ -24,7 +24,7 @@ use crate::inflight_bodies::BodyHold;
 use crate::kafka::TopicInfo;
 use crate::outcome::ApiError;
 use crate::record::{Charge, Record};
-use crate::schema::{Converted, Failure, Lookups, Pending, SchemaError, Side, Wanted};
+use crate::schema::{ChecksOwed, Converted, Failure, Lookups, Pending, SchemaError, Side, Wanted};
 use crate::tenant::Tenant;
 
 use super::{BodyFormat, Ingest};
@@ -74,8 +74,9 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
 
 impl Ingest {
     /// The records in their schemas' wire format (a new arena, held against the body budget
-    /// while both exist), or the request's refusal. Records that want no schema on a topic
-    /// without a contract pass untouched, and a request with none costs nothing here.
+    /// while both exist), with what their checks cost (owed until they are admitted), or the
+    /// request's refusal. Records that want no schema on a topic without a contract pass
+    /// untouched, and a request with none costs nothing here.
     pub async fn apply_schemas(
         &self,
         tenant: &Arc<Tenant>,
@@ -83,17 +84,19 @@ impl Ingest {
         arena: RecordArena,
         hold: &mut BodyHold,
         format: &BodyFormat<'_>,
-    ) -> Result<RecordArena, ApiError> {
+    ) -> Result<(RecordArena, ChecksOwed), ApiError> {
         let notes = format.schemas;
         let records = arena.records();
         let wanted = match notes {
             Some(n) => n.take_wanted(&records)?,
             None => Vec::new(),
         };
+        // Every way out before admission charges what the request's passed checks cost.
+        let mut owed = self.schemas.owed(tenant.id.as_str());
         if !self.schemas.applies(topic, &wanted) {
             // Nothing to convert: no gate, no allocation, on the path most requests take.
             drop(records);
-            return Ok(arena);
+            return Ok((arena, owed));
         }
         let mut out = RecordArena::default();
         let before = hold.bytes();
@@ -120,6 +123,7 @@ impl Ingest {
                     return Err(error);
                 }
             };
+            owed.add(converted.checked);
             key_id = key_id.or(converted.key_id);
             value_id = value_id.or(converted.value_id);
             if !converted.pending.is_empty() {
@@ -148,7 +152,7 @@ impl Ingest {
             .await?
         {
             drop(records);
-            return Ok(arena);
+            return Ok((arena, owed));
         }
         if !deferred.is_empty() {
             let ids = self
@@ -165,7 +169,7 @@ impl Ingest {
         // The old arena is gone: what is held is what the body needed or the new arena, the
         // larger.
         let _ = hold.resize(before.max(out.held() as u64));
-        Ok(out)
+        Ok((out, owed))
     }
 
     /// The schema step over some records, the one loop every path shares: each record's key
@@ -278,8 +282,7 @@ impl Ingest {
             .convert(
                 tenant.id.as_str(),
                 topic,
-                r.key.as_deref(),
-                r.value.as_deref(),
+                (r.key.as_deref(), r.value.as_deref()),
                 wanted,
                 lookups,
             )
@@ -303,6 +306,9 @@ impl Ingest {
                 return Err(failure_error(index, &failure));
             }
         };
+        // Its checks passed: owed by the record from here, charged if it is refused below.
+        let mut owed = self.schemas.owed(tenant.id.as_str());
+        owed.add(std::mem::take(&mut c.checked));
         // A stream's record is admitted alone: its schemas are registered now. A request's
         // wait for every record ([`Ingest::register_deferred`]).
         if !c.pending.is_empty() && !whole {
@@ -331,6 +337,7 @@ impl Ingest {
         }
         let owned = |b: Option<&[u8]>| b.map(|b| Cow::Owned(b.to_vec()));
         Ok(ConvertedRecord {
+            checked: owed.hand_over(),
             key_id: c.key_id,
             value_id: c.value_id,
             pending: std::mem::take(&mut c.pending),
@@ -369,4 +376,6 @@ pub(super) struct ConvertedRecord {
     pub value_id: Option<u32>,
     /// A request's raw schemas still to register (written with id 0 until then).
     pub pending: Vec<Pending>,
+    /// The CPU its checks took, owed until it is admitted ([`ChecksOwed`]).
+    pub checked: std::time::Duration,
 }

@@ -181,6 +181,7 @@ impl Ingest {
             lookups: Lookups::per_request(tenant.id.as_str()),
             lookups_since: Instant::now(),
             drain: super::coding::Drain::default(),
+            first: None,
         };
         let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);
         pump.drain = drain;
@@ -230,10 +231,13 @@ impl Ingest {
                 whole: false,
             };
             let mut lookups = Lookups::per_request(tenant.id.as_str());
+            let mut first = None;
             self.convert_each(tenant, &pump.topic, to_convert, &mut lookups, |_, c| {
-                c.map(drop)
+                first = Some(c?);
+                Ok(())
             })
             .await?;
+            pump.first = first;
         }
         Ok(())
     }

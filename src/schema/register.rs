@@ -40,6 +40,8 @@ pub struct Converted {
     pub key_id: Option<u32>,
     pub value_id: Option<u32>,
     pub pending: Vec<Pending>,
+    /// The CPU its checks took: owed until the record is admitted ([`super::ChecksOwed`]).
+    pub checked: std::time::Duration,
 }
 
 impl Converted {

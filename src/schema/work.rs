@@ -12,6 +12,7 @@ use super::compiled::{compile, within_bounds, Compiled};
 use super::lookups::{Lookups, INLINE_WORK};
 use super::pool::{thread_cpu, PoolError};
 use super::raw::digest;
+use super::unpaid_work::ChecksOwed;
 use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
@@ -35,9 +36,11 @@ const REMEMBERED: usize = 256;
 
 impl Schemas {
     /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
-    /// format (header id as the schema has it). On the request worker if small and cheap and
-    /// the request (`allowance`) has that much inline work left, else on the pool within the
-    /// tenant's share and the CPU deadline.
+    /// format (header id as the schema has it), with the CPU its check took. On the request
+    /// worker if small and cheap and the request (`allowance`) has that much inline work left,
+    /// else on the pool within the tenant's share and the CPU deadline. A refused check is
+    /// charged to the tenant's unpaid work here; a passed one is owed by its record until the
+    /// record is admitted ([`super::ChecksOwed`]).
     #[allow(clippy::too_many_arguments)] // two call sites (key, value): one record's parts
     pub(super) async fn write(
         &self,
@@ -48,7 +51,7 @@ impl Schemas {
         limit: usize,
         keep_json: bool,
         allowance: &mut Lookups,
-    ) -> Result<Option<Vec<u8>>, Failure> {
+    ) -> Result<(Option<Vec<u8>>, Duration), Failure> {
         let fail = |error| Failure { side, error };
         let run = move |schema: &Compiled,
                         data: &[u8],
@@ -66,16 +69,16 @@ impl Schemas {
         let work = schema.work_bound(data.len());
         let inline =
             data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
-        let result = if inline {
+        let (result, spent) = if inline {
             let started = Instant::now();
             let result = run(schema, data, None);
+            // On the request worker, without a preemption in a few microseconds: its wall
+            // time is its CPU.
+            let spent = started.elapsed();
             if result.is_err() {
-                // On the request worker, without a preemption in a few microseconds: its wall
-                // time is its CPU.
-                self.unpaid_work
-                    .charge(&*self.clock, tenant, started.elapsed());
+                self.unpaid_work.charge(&*self.clock, tenant, spent);
             }
-            result
+            (result, spent)
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
@@ -122,16 +125,22 @@ impl Schemas {
                     deadline.as_millis()
                 ))));
             }
-            result
+            (result, spent)
         };
-        result.map_err(|m| {
+        let written = result.map_err(|m| {
             if m.too_costly {
                 self.count_refusal("check_work");
                 fail(SchemaError::TooCostly(m.message))
             } else {
                 fail(SchemaError::Violation(m))
             }
-        })
+        })?;
+        Ok((written, spent))
+    }
+
+    /// What `tenant`'s records will owe for their passed checks, nothing yet.
+    pub fn owed(&self, tenant: &str) -> ChecksOwed {
+        ChecksOwed::new(self.unpaid_work.clone(), self.clock.clone(), tenant)
     }
 
     /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.

@@ -4,6 +4,7 @@
 //! and every record's report queued in order.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -43,7 +44,8 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             self.lookups_since = Instant::now();
         }
         let mut lookups = std::mem::replace(&mut self.lookups, Lookups::none());
-        let (batch, fates) = self.admit(&arena, &wanted, &mut lookups).await;
+        let first = self.first.take();
+        let (batch, fates) = self.admit(&arena, &wanted, &mut lookups, first).await;
         self.lookups = lookups;
         self.numbered += notes.len();
         let mut queued = 0u64;
@@ -91,25 +93,39 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         Ok(())
     }
 
-    /// Each record's fate: its index in the batch sent, or why it was refused.
+    /// Each record's fate: its index in the batch sent, or why it was refused. `first`: the
+    /// body's one record, converted already.
     async fn admit(
         &self,
         arena: &RecordArena,
         wanted: &[Wanted],
         lookups: &mut Lookups,
+        first: Option<ConvertedRecord>,
     ) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
         let records = arena.records();
+        // What the checks of the records refused below cost: no budget paid for them.
+        let mut owed = self.ingest.schemas.owed(self.tenant.id.as_str());
         if records.is_empty() {
             return (None, Vec::new());
         }
         // Only the records the budgets would take now are converted: a stream far over its
         // budget makes the gateway do no schema work for records it refuses anyway.
         let admissible = self.admissible(&records);
-        let mut converted = if admissible == 0 {
-            Vec::new()
-        } else {
-            self.convert(&records[..admissible], wanted, 0, lookups)
-                .await
+        let mut converted = match first {
+            Some(c) if admissible == 1 && records.len() == 1 => {
+                let base = usize::try_from(self.memory.decoding()).unwrap_or(usize::MAX);
+                vec![Some(self.hold_converted(base, &mut 0, c))]
+            }
+            unused => {
+                // Its budgets refuse it now: what its check cost is owed.
+                owed.add(unused.map_or(Duration::ZERO, |c| c.checked));
+                if admissible == 0 {
+                    Vec::new()
+                } else {
+                    self.convert(&records[..admissible], wanted, 0, lookups)
+                        .await
+                }
+            }
         };
         let partitions = self.partitions().await;
         let mut leases = self.lease_group(arena, &converted).await;
@@ -117,10 +133,10 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
         let mut fates = Vec::with_capacity(records.len());
         for (i, sent) in records.iter().enumerate() {
-            let record = if i < admissible {
+            let (record, checked) = if i < admissible {
                 match converted.get_mut(i).and_then(Option::take) {
-                    None => Ok(sent.clone()),
-                    Some(c) => c,
+                    None => (Ok(sent.clone()), Duration::ZERO),
+                    Some(c) => split(c),
                 }
             } else {
                 // Past what the budgets took at the start: refused as sent, unless tokens came
@@ -138,11 +154,14 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                     .convert(raw, wanted.get(i..).unwrap_or_default(), i, lookups)
                     .await;
                 match one.pop().flatten() {
-                    None => Ok(sent.clone()),
-                    Some(c) => c,
+                    None => (Ok(sent.clone()), Duration::ZERO),
+                    Some(c) => split(c),
                 }
             };
             let fate = self.admit_record(&partitions, record, &mut leases).await;
+            if fate.is_err() {
+                owed.add(checked);
+            }
             fates.push(fate.map(|(taken, record)| {
                 match lease.as_mut() {
                     None => lease = Some(taken),
@@ -167,26 +186,16 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         wanted: &[Wanted],
         from: usize,
         lookups: &mut Lookups,
-    ) -> Vec<Option<Result<Record<'static>, ApiError>>> {
+    ) -> Vec<Option<Result<Checked, ApiError>>> {
         let mut converted = Vec::new();
         // What the records become is held against the stream's share of the body budget
         // while they wait to be sent, on top of the records decoded.
         let base = usize::try_from(self.memory.decoding()).unwrap_or(usize::MAX);
         let mut extra = 0usize;
         let keep = |_, c: Result<ConvertedRecord, ApiError>| {
-            let c = c.and_then(|c| {
-                let size = usize::try_from(c.record.size()).unwrap_or(usize::MAX);
-                if self
-                    .memory
-                    .set(base.saturating_add(extra).saturating_add(size), 0)
-                {
-                    extra += size;
-                    Ok(c)
-                } else {
-                    Err(self.busy())
-                }
-            });
-            converted.push(Some(c.map(|c| c.record)));
+            converted.push(Some(
+                c.and_then(|c| self.hold_converted(base, &mut extra, c)),
+            ));
             Ok(())
         };
         let to_convert = ToConvert {
@@ -201,6 +210,31 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             .convert_each(&self.tenant, &self.topic, to_convert, lookups, keep)
             .await;
         converted
+    }
+
+    /// A converted record held against the stream's share of the body budget, on top of the
+    /// records decoded (`base`) and those converted before it (`extra`), or refused.
+    fn hold_converted(
+        &self,
+        base: usize,
+        extra: &mut usize,
+        c: ConvertedRecord,
+    ) -> Result<Checked, ApiError> {
+        let size = usize::try_from(c.record.size()).unwrap_or(usize::MAX);
+        if self
+            .memory
+            .set(base.saturating_add(*extra).saturating_add(size), 0)
+        {
+            *extra += size;
+            Ok((c.record, c.checked))
+        } else {
+            // Refused after its checks passed: they are the tenant's unpaid work.
+            self.ingest
+                .schemas
+                .owed(self.tenant.id.as_str())
+                .add(c.checked);
+            Err(self.busy())
+        }
     }
 
     /// The topic's partitions, or why they are not known (then every record's refusal).
@@ -219,7 +253,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     async fn lease_group(
         &self,
         arena: &RecordArena,
-        converted: &[Option<Result<Record<'static>, ApiError>>],
+        converted: &[Option<Result<Checked, ApiError>>],
     ) -> u32 {
         let ingest = &self.ingest;
         let Some(cluster) = &ingest.cluster else {
@@ -229,7 +263,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             arena.charge()
         } else {
             let mut charge = Charge::default();
-            for c in converted.iter().flatten().flatten() {
+            for (c, _) in converted.iter().flatten().flatten() {
                 charge.records += 1;
                 charge.bytes += c.size();
             }
@@ -336,5 +370,17 @@ fn same_refusal(a: &ApiError, b: &ApiError) -> bool {
             x.reason == y.reason && x.class == y.class && x.lag == y.lag
         }
         _ => a == b,
+    }
+}
+
+/// A record after the schema step, with the CPU its checks took (owed until it is admitted).
+type Checked = (Record<'static>, Duration);
+
+/// A converted record's outcome and what its checks cost (nothing when it was refused: a
+/// refused record's checks were charged where it was refused).
+fn split(c: Result<Checked, ApiError>) -> (Result<Record<'static>, ApiError>, Duration) {
+    match c {
+        Ok((record, checked)) => (Ok(record), checked),
+        Err(e) => (Err(e), Duration::ZERO),
     }
 }

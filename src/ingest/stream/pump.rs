@@ -53,6 +53,9 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     pub(super) lookups_since: Instant,
     /// Started when the stream ends early: a coded body's rest is drained as it came.
     pub(super) drain: crate::ingest::coding::Drain,
+    /// A body of one record, converted before the stream was answered: admitted as it is,
+    /// not converted twice.
+    pub(super) first: Option<crate::ingest::contracts::ConvertedRecord>,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.

@@ -10,6 +10,7 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 const SLOW_KEY: &str = "test-key-slow";
+const PADDED_KEY: &str = "test-key-padded";
 
 /// A gateway with the registry and two tenants: `acme` (unlimited) and `slow` (1 record/s).
 async fn gateway(registry: &SchemaRegistry, extra: &str) -> Gateway {
@@ -27,7 +28,11 @@ fn gateway_config(registry: &SchemaRegistry, extra: &str) -> floodgate::config::
     let mut slow = tenant("slow", SLOW_KEY, &["test.*"]);
     slow.records_per_sec = Some(1);
     slow.records_burst = Some(1);
-    cfg.tenants = vec![tenant("acme", KEY, &["test.*"]), slow];
+    // 1,000 bytes at once: a record its schema's defaults make larger is refused by it.
+    let mut padded = tenant("padded", PADDED_KEY, &["test.*"]);
+    padded.bytes_per_sec = Some(1_000);
+    padded.bytes_burst = Some(1_000);
+    cfg.tenants = vec![tenant("acme", KEY, &["test.*"]), slow, padded];
     cfg
 }
 
@@ -415,5 +420,85 @@ async fn a_tenants_compiles_and_refused_checks_spend_its_own_unpaid_work() {
     gw.advance_ms(60_000);
     let (s, answer, _) = v3(&gw, KEY, &topic, &record(json!(["ab"]))).await;
     assert_eq!(s, 200, "{answer}");
+    gw.shutdown().await;
+}
+
+/// A record whose checks passed and which was refused after them — its partition does not
+/// exist (a v3 record, admitted alone), its request's budgets refuse it (a v2 request of two
+/// records) — had its checks paid by no budget: they spend its tenant's unpaid work as a
+/// refused check does (review 13 of #37: a key checked for 0.3 s beside a value that failed
+/// cost the tenant nothing for the key).
+#[tokio::test]
+async fn checks_passed_by_records_refused_later_spend_the_tenants_unpaid_work() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.owedchecks");
+    create_topic(&tansu(), &topic, 1).await;
+    // 1 ms a second, 1 at once: any check owed spends it.
+    let gw = Gateway::start_manual(gateway_config(
+        &registry,
+        "tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1",
+    ))
+    .await;
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let record = |partition: Option<u32>| {
+        let mut r = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"a": 1}}});
+        if let Some(p) = partition {
+            r["partition_id"] = json!(p);
+        }
+        r
+    };
+    let busy = |s: u16, answer: &Value| {
+        s == 429 && message(answer).contains("tenant_unpaid_work_ms_per_sec")
+    };
+    // The other tenant compiles the schema (and pays for it): the slow tenant's bucket is full.
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(None)).await;
+    assert!(busy(s, &answer), "the compile spent acme's: {s} {answer}");
+    gw.advance_ms(60_000);
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record(None)).await;
+    assert_eq!(s, 200, "{answer}");
+
+    // Its check passes, its partition does not exist: the check is owed.
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &record(Some(5))).await;
+    assert_eq!(refused_with(s, &answer), 404, "{answer}");
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &record(None)).await;
+    assert!(busy(s, &answer), "the 404's check was owed: {s} {answer}");
+    gw.advance_ms(60_000);
+    let (s, answer, _) = v3(&gw, SLOW_KEY, &topic, &record(None)).await;
+    assert_eq!(s, 200, "paid off: {answer}");
+
+    // A request's record that fits its Avro schema and grows by its default past the bytes
+    // burst: the budget refuses it (413) after its check, and the check is owed.
+    let pad = "x".repeat(3_000);
+    let avro = json!({"type": "record", "name": "Padded",
+                      "fields": [{"name": "pad", "type": "string", "default": pad}]})
+    .to_string();
+    let v2 = |value: Value| {
+        client()
+            .post(format!("http://{}/topics/{topic}", gw.addr))
+            .bearer_auth(PADDED_KEY)
+            .header("content-type", "application/vnd.kafka.avro.v2+json")
+            .body(json!({"value_schema": avro, "records": [{"value": value}]}).to_string())
+            .send()
+    };
+    let answer = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.expect("json"))
+    };
+    // Compiled, and its compile paid off.
+    let _ = v2(json!({"pad": "y"})).await.expect("request");
+    gw.advance_ms(60_000);
+    let (s, body) = answer(v2(json!({"pad": "y"})).await.expect("request")).await;
+    assert_eq!(s, 200, "{body}");
+    gw.advance_ms(60_000);
+    let (s, body) = answer(v2(json!({})).await.expect("request")).await;
+    assert_eq!(
+        s, 413,
+        "the budget's refusal of what the record became: {body}"
+    );
+    let (s, body) = answer(v2(json!({"pad": "y"})).await.expect("request")).await;
+    assert!(
+        busy(s, &body),
+        "the refused record's check was owed: {s} {body}"
+    );
     gw.shutdown().await;
 }
