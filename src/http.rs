@@ -324,6 +324,36 @@ mod tests {
             );
             assert!(h.get("ratelimit").is_some(), "{path}");
         }
+        // Answers that produce nothing go through the pipeline's authenticated entry too: the
+        // cluster reads, and a produce path refused before its topic is known.
+        for (path, status) in [
+            ("/v3/clusters", StatusCode::OK),
+            ("/kafka/v3/clusters/elsewhere", StatusCode::NOT_FOUND),
+            ("/v1/topics/%FF/records", StatusCode::BAD_REQUEST),
+        ] {
+            let method = if path.starts_with("/v1/") {
+                "POST"
+            } else {
+                "GET"
+            };
+            let request = |key: Option<&str>| {
+                let mut r = Request::builder().method(method).uri(path);
+                if let Some(key) = key {
+                    r = r.header("authorization", format!("Bearer {key}"));
+                }
+                r.body(Body::empty()).unwrap_or_default()
+            };
+            let (s, h, _) = call(request(Some("acme-key"))).await;
+            assert_eq!(s, status, "{path}");
+            assert!(h.get("ratelimit-policy").is_some(), "{path}");
+            let (s, h, _) = call(request(None)).await;
+            assert_eq!(
+                s,
+                StatusCode::UNAUTHORIZED,
+                "{path}: a stranger learns nothing"
+            );
+            assert!(h.get("ratelimit").is_none(), "{path}");
+        }
     }
 
     #[tokio::test]

@@ -259,7 +259,7 @@ impl Ingest {
             .read_records(tenant, topic, body, declared, format, print, &mut held)
             .await?;
         // The topic and partitions first: a record refused for them costs no schema work.
-        self.check_topic(topic, &arena.records()).await?;
+        self.check_topic(topic, arena.partitions()).await?;
         let (arena, owed) = self
             .apply_schemas(tenant, topic, arena, &mut hold, &format)
             .await?;

@@ -149,6 +149,11 @@ impl RecordArena {
         out
     }
 
+    /// The partition each record names, in order (without building the records).
+    pub fn partitions(&self) -> impl Iterator<Item = Option<i32>> + '_ {
+        self.records.iter().map(|s| s.partition)
+    }
+
     /// The records, borrowing from the arena.
     pub fn records(&self) -> Vec<Record<'_>> {
         let slice = |r: &Range<usize>| self.bytes.get(r.clone()).unwrap_or_default();

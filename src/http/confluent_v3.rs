@@ -99,28 +99,26 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 
 pub async fn list_clusters(State(app): State<Arc<AppState>>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    if let Err(e) = app
-        .ingest
-        .authenticate(super::v1::peer(&parts), &parts.headers)
+    let list = || {
+        let prefix = prefix_of(parts.uri.path());
+        let id = cluster_id(&app);
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "kind": "KafkaClusterList",
+                "metadata": {"self": format!("http://{host}{prefix}/clusters"), "next": null},
+                "data": [cluster_json(&parts.headers, prefix, &id)],
+            }),
+        )
+    };
+    app.ingest
+        .answer_authenticated(&super::v1::peer(&parts), &parts.headers, error, list)
         .await
-    {
-        return error(&e);
-    }
-    let prefix = prefix_of(parts.uri.path());
-    let id = cluster_id(&app);
-    let host = parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "kind": "KafkaClusterList",
-            "metadata": {"self": format!("http://{host}{prefix}/clusters"), "next": null},
-            "data": [cluster_json(&parts.headers, prefix, &id)],
-        }),
-    )
 }
 
 pub async fn get_cluster(
@@ -129,21 +127,19 @@ pub async fn get_cluster(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    if let Err(e) = app
-        .ingest
-        .authenticate(super::v1::peer(&parts), &parts.headers)
+    let describe = || {
+        let id = cluster_id(&app);
+        if requested != id {
+            return unknown_cluster(&requested, &id);
+        }
+        json_response(
+            StatusCode::OK,
+            &cluster_json(&parts.headers, prefix_of(parts.uri.path()), &id),
+        )
+    };
+    app.ingest
+        .answer_authenticated(&super::v1::peer(&parts), &parts.headers, error, describe)
         .await
-    {
-        return error(&e);
-    }
-    let id = cluster_id(&app);
-    if requested != id {
-        return unknown_cluster(&requested, &id);
-    }
-    json_response(
-        StatusCode::OK,
-        &cluster_json(&parts.headers, prefix_of(parts.uri.path()), &id),
-    )
 }
 
 /// The answer to a request naming another cluster, when the operator asked for the check —
@@ -157,14 +153,12 @@ async fn other_cluster(
     if !app.compat.check_cluster_id || requested == id {
         return None;
     }
-    if let Err(e) = app
-        .ingest
-        .authenticate(super::v1::peer(parts), &parts.headers)
-        .await
-    {
-        return Some(error(&e));
-    }
-    Some(unknown_cluster(requested, &id))
+    let unknown = || unknown_cluster(requested, &id);
+    Some(
+        app.ingest
+            .answer_authenticated(&super::v1::peer(parts), &parts.headers, error, unknown)
+            .await,
+    )
 }
 
 /// A v3 route's 415: the content type sent, and what this route takes instead.

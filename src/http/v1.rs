@@ -37,11 +37,16 @@ pub async fn produce(
     let topic = match &topic {
         Ok(Path(t)) => t.as_str(),
         Err(e) => {
-            // Authentication still comes first: an unauthenticated client learns nothing.
-            if let Err(e) = app.ingest.authenticate(peer(&parts), &parts.headers).await {
-                return e.into_response();
-            }
-            return ApiError::InvalidTopic(e.body_text()).into_response();
+            let invalid = ApiError::InvalidTopic(e.body_text());
+            return app
+                .ingest
+                .answer_authenticated(
+                    &peer(&parts),
+                    &parts.headers,
+                    |e| e.clone().into_response(),
+                    || invalid.into_response(),
+                )
+                .await;
         }
     };
     let wire = ack_mode(parts.uri.query()).and_then(|ack| {

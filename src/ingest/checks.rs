@@ -3,26 +3,39 @@
 //! all — and, once the records are known, whether the topic and their partitions exist.
 
 use axum::http::HeaderMap;
+use axum::response::Response;
 
 use super::{refused, Held};
 use crate::credential::{Caller, Identity};
 use crate::identity::Topic;
 use crate::kafka::TopicInfo;
 use crate::outcome::ApiError;
-use crate::record::Record;
 use crate::tenant::Tenant;
-use std::sync::Arc;
 
 use super::Ingest;
 
 impl Ingest {
-    /// The tenant the request's credential belongs to (see [`Ingest::identify`]).
-    pub async fn authenticate(
+    /// The pipeline's entry for an answer that produces nothing (Confluent's cluster reads, a
+    /// produce path refused before its topic is known): the caller is authenticated as every
+    /// produce request is ([`Ingest::identify`]), and only then `answer`ed — an
+    /// unauthenticated client learns nothing from it; the answer carries the tenant's buckets
+    /// as every answer to an authenticated client does. `refuse` is the adapter's encoder of
+    /// the authentication's refusal. No adapter authenticates on its own.
+    pub async fn answer_authenticated(
         &self,
-        peer: Caller,
+        peer: &Caller,
         headers: &HeaderMap,
-    ) -> Result<Arc<Tenant>, ApiError> {
-        self.identify(&peer, headers).await.map(|who| who.tenant)
+        refuse: impl FnOnce(&ApiError) -> Response,
+        answer: impl FnOnce() -> Response,
+    ) -> Response {
+        match self.identify(peer, headers).await {
+            Err(e) => refuse(&e),
+            Ok(who) => {
+                let mut response = answer();
+                response.extensions_mut().insert(self.view(&who.tenant));
+                response
+            }
+        }
     }
 
     /// Who the request is: its API key, JWT or client certificate, as
@@ -110,8 +123,13 @@ impl Ingest {
             .map_err(|refusal| refused(tenant, refusal))
     }
 
-    /// Does the topic exist, and does every record's partition?
-    pub async fn check_topic(&self, topic: &Topic, records: &[Record<'_>]) -> Result<(), ApiError> {
+    /// Does the topic exist, and does the partition every record names (`named`, in record
+    /// order)?
+    pub async fn check_topic(
+        &self,
+        topic: &Topic,
+        named: impl Iterator<Item = Option<i32>>,
+    ) -> Result<(), ApiError> {
         let partitions = match self
             .catalog
             .lookup(topic.as_str())
@@ -121,8 +139,8 @@ impl Ingest {
             TopicInfo::Missing => return Err(ApiError::UnknownTopic(topic.as_str().to_string())),
             TopicInfo::Exists { partitions } => partitions,
         };
-        for (i, r) in records.iter().enumerate() {
-            if let Some(detail) = missing_partition(r, partitions) {
+        for (i, p) in named.enumerate() {
+            if let Some(detail) = missing_partition(p, partitions) {
                 return Err(ApiError::UnknownPartition(format!("record {i}: {detail}")));
             }
         }
@@ -131,10 +149,10 @@ impl Ingest {
 }
 
 /// The one partition check, for a request's records and a stream's: the partition a record
-/// names, when a topic of `partitions` does not have it (a record naming none is placed by
-/// the producer).
-pub(super) fn missing_partition(record: &Record<'_>, partitions: u32) -> Option<String> {
-    let p = record.partition.filter(|p| *p as u32 >= partitions)?;
+/// names (`named`), when a topic of `partitions` does not have it (a record naming none is
+/// placed by the producer).
+pub(super) fn missing_partition(named: Option<i32>, partitions: u32) -> Option<String> {
+    let p = named.filter(|p| *p as u32 >= partitions)?;
     Some(format!(
         "partition {p} does not exist (the topic has {partitions})"
     ))

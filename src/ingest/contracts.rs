@@ -86,18 +86,21 @@ impl Ingest {
         format: &BodyFormat<'_>,
     ) -> Result<(RecordArena, ChecksOwed), ApiError> {
         let notes = format.schemas;
-        let records = arena.records();
-        let wanted = match notes {
-            Some(n) => n.take_wanted(&records)?,
-            None => Vec::new(),
+        // Built only when a format says what its records want, or when they are converted:
+        // `/v1` records on a topic without a contract pass without it.
+        let listed = notes.map(|_| arena.records());
+        let wanted = match (notes, &listed) {
+            (Some(n), Some(records)) => n.take_wanted(records)?,
+            _ => Vec::new(),
         };
         // Every way out before admission charges what the request's passed checks cost.
         let mut owed = self.schemas.owed(tenant.id.as_str());
         if !self.schemas.applies(topic, &wanted) {
             // Nothing to convert: no gate, no allocation, on the path most requests take.
-            drop(records);
+            drop(listed);
             return Ok((arena, owed));
         }
+        let records = listed.unwrap_or_else(|| arena.records());
         let mut out = RecordArena::default();
         let before = hold.bytes();
         let mut grown = 0u64;

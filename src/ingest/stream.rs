@@ -154,7 +154,7 @@ impl Ingest {
         // Could one record be admitted now? (A stream's length bounds nothing per record:
         // its records are admitted one by one, each within `max_body_bytes`.)
         self.open_check(tenant, &topic).await?;
-        self.check_topic(&topic, &[]).await?;
+        self.check_topic(&topic, std::iter::empty()).await?;
         let codings = super::coding::codings(request.headers)?;
         let hold = self
             .inflight_bodies

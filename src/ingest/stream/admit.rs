@@ -290,7 +290,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     ) -> Result<(BufferLease, Record<'r>), ApiError> {
         let record = record?;
         let n = partitions.as_ref().map_err(Clone::clone)?;
-        if let Some(detail) = crate::ingest::checks::missing_partition(&record, *n) {
+        if let Some(detail) = crate::ingest::checks::missing_partition(record.partition, *n) {
             return Err(ApiError::UnknownPartition(detail));
         }
         let taken = self.admit_one(&record, leases).await?;
