@@ -10,7 +10,7 @@ use super::{ConfigProblem, TenantConfig};
 /// told to the client instead.
 pub const MAX_WAIT_MS: u64 = 1000;
 
-/// Holding requests for their tokens (README: "Retry-After and the wait").
+/// Holding requests for their tokens (docs/book/src/budgets.md: "Retry-After and the wait").
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WaitConfig {

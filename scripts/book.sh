@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The book (docs/book, mdBook): build it and fail on a broken internal link, in the book or in
+# the README (scripts/book-links.py). CI runs it after the build; mdbook is installed by .ci/run
+# (`cargo install --locked mdbook`, pinned there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MDBOOK="${MDBOOK:-mdbook}"
+if ! command -v "$MDBOOK" >/dev/null 2>&1; then
+  MDBOOK="${CARGO_HOME:-$HOME/.cargo}/bin/mdbook"
+fi
+
+# mdbook keeps stale pages of removed chapters: build from an empty folder.
+rm -rf docs/book/book
+"$MDBOOK" build docs/book
+python3 scripts/book-links.py docs/book/book README.md
