@@ -11,7 +11,7 @@ use super::{ConfigProblem, TenantConfig};
 pub const MAX_WAIT_MS: u64 = 1000;
 
 /// Holding requests for their tokens (docs/book/src/budgets.md: "Retry-After and the wait").
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WaitConfig {
     /// A request refused only because a tenant or global budget refills in at most this many
