@@ -225,6 +225,8 @@ pub(crate) fn state_for_tests() -> Arc<AppState> {
         id: "acme".into(),
         api_key_sha256: vec![ApiKeyHash::of_key("acme-key").to_hex()],
         topics: vec!["test.*".into()],
+        // A bucket, so its answers carry the RateLimit fields (and a stranger's can be seen not to).
+        records_per_sec: Some(1_000),
         ..Default::default()
     }];
     let tokens = AdminTokens::parse("ops:router-test-token").expect("tokens");

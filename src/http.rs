@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::admission::BucketsView;
 use crate::app::AppState;
 use crate::metrics::HttpLabels;
 use crate::outcome::ApiError;
@@ -102,8 +103,10 @@ fn answer_outside_routes(path: &str, e: &ApiError) -> Response {
 }
 
 /// The one middleware of the produce listener (one, because each costs an allocation per
-/// request): once shutdown starts no new work is taken on open connections, and every answer
-/// is timed, refusals included.
+/// request): once shutdown starts no new work is taken on open connections, every answer
+/// is timed, refusals included, and an answer the pipeline gave its tenant's buckets
+/// ([`crate::admission::BucketsView`]) carries them as the RateLimit fields — written here
+/// once for every wire format.
 async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let path = request.uri().path();
@@ -116,7 +119,7 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
     } else {
         "other"
     };
-    let response = if state.is_draining() {
+    let mut response = if state.is_draining() {
         ApiError::ShuttingDown.into_response()
     } else if !state.registry.is_loaded() {
         // Tenants are not known yet: not a 401 for a key that may well be valid.
@@ -127,6 +130,9 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
     } else {
         next.run(request).await
     };
+    if let Some(buckets) = response.extensions_mut().remove::<BucketsView>() {
+        ratelimit::insert(response.headers_mut(), &buckets);
+    }
     state
         .metrics
         .http_seconds
@@ -294,6 +300,29 @@ mod tests {
                 h.get("ratelimit").is_none(),
                 "no bucket state for strangers"
             );
+        }
+    }
+
+    /// Every produce route's answer to an authenticated client carries its buckets as the
+    /// RateLimit fields, refusals included: written once, at the edge, for every wire format.
+    #[tokio::test]
+    async fn every_produce_route_answers_its_tenant_with_the_ratelimit_fields() {
+        for path in [
+            "/v1/topics/test.a/records",
+            "/topics/test.a",
+            "/topics/test.a/partitions/0",
+            "/v3/clusters/c/topics/test.a/records",
+            "/kafka/v3/clusters/c/topics/test.a/records:batch",
+        ] {
+            // A content type no format takes: refused after authentication, before the body.
+            let (s, h, _) = call(post(path, Some("acme-key"), "text/plain")).await;
+            assert!(s.is_client_error(), "{path}: {s}");
+            assert_eq!(
+                h.get("ratelimit-policy").and_then(|v| v.to_str().ok()),
+                Some("\"tenant-records\";q=1000;w=1;qu=\"records\""),
+                "{path}"
+            );
+            assert!(h.get("ratelimit").is_some(), "{path}");
         }
     }
 

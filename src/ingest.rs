@@ -115,8 +115,10 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    /// Runs the whole pipeline. Returns the tenant once authenticated (its buckets go into
-    /// every answer's RateLimit fields) and the answer, written by the request's encoder.
+    /// Runs the whole pipeline. Returns the answer, written by the request's encoder; once the
+    /// tenant is authenticated, its buckets ride along as the response's [`BucketsView`]
+    /// extension, which the HTTP edge renders into the RateLimit fields (once, for every wire
+    /// format).
     ///
     /// `format` is the wire format's body format for this request, or what the adapter found
     /// wrong with the request's format (content type, query): reported after the key and the
@@ -125,13 +127,13 @@ impl Ingest {
         &self,
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
-    ) -> (Option<Arc<Tenant>>, Response) {
+    ) -> Response {
         let respond = request.respond;
         let who = match self.identify(&request.peer, request.headers).await {
             Ok(who) => who,
             Err(e) => {
                 drain_if_small(declared_length(request.headers), request.body).await;
-                return (None, respond.respond(Err(e)));
+                return respond.respond(Err(e));
             }
         };
         let tenant = who.tenant.clone();
@@ -152,7 +154,7 @@ impl Ingest {
                     .await
             }
         };
-        let response = match answer {
+        let mut response = match answer {
             Answer::Outcome(outcome) => {
                 tenant.stats().count_api(api, outcome.is_ok());
                 span.in_scope(|| match &outcome {
@@ -179,7 +181,9 @@ impl Ingest {
                 answer.response(replayed)
             }
         };
-        (Some(tenant), response)
+        // Every answer to an authenticated client says where its buckets stand.
+        response.extensions_mut().insert(self.view(&tenant));
+        response
     }
 
     async fn produce_for(

@@ -56,6 +56,15 @@ pub struct SchemaRegistryConfig {
     /// The burst of `tenant_unpaid_work_ms_per_sec`: unpaid milliseconds one tenant may cause
     /// at once.
     pub tenant_unpaid_work_ms_burst: u64,
+    /// CPU of a passing check that an admitted record's budgets pay for, in microseconds:
+    /// `paid_check_us`, plus `paid_check_us_per_kib` for each KiB of the key or value checked
+    /// (ten times what a check of ordinary schemas costs). The rest is the tenant's unpaid
+    /// work: else a record of a few KB whose schema makes its check cost 0.3 s bought that
+    /// much of a schema thread for one record of budget, and two tenants allowed 1 record/s
+    /// held both threads.
+    pub paid_check_us: u64,
+    /// See `paid_check_us`: the microseconds paid for each KiB of the key or value checked.
+    pub paid_check_us_per_kib: u64,
     /// Largest schema text compiled, from a record or from the registry.
     pub max_schema_bytes: usize,
     /// Subjects (glob patterns) a record may name outright or by `RECORD_NAME`, besides its
@@ -101,6 +110,8 @@ impl Default for SchemaRegistryConfig {
             tenant_lookups_burst: 100,
             tenant_unpaid_work_ms_per_sec: 200,
             tenant_unpaid_work_ms_burst: 1_000,
+            paid_check_us: 1_000,
+            paid_check_us_per_kib: 100,
             max_schema_bytes: 256 * 1024,
             open_subjects: Vec::new(),
             latest_ttl_ms: 30_000,
@@ -342,6 +353,11 @@ impl SchemaRegistryConfig {
                 && (1..=1_000_000).contains(&self.tenant_unpaid_work_ms_burst),
             "tenant_unpaid_work_ms_per_sec",
             "tenant_unpaid_work_ms_per_sec and tenant_unpaid_work_ms_burst must be 1 to 1000000",
+        );
+        check(
+            self.paid_check_us <= 1_000_000 && self.paid_check_us_per_kib <= 1_000_000,
+            "paid_check_us",
+            "paid_check_us and paid_check_us_per_kib must be 0 to 1000000",
         );
         problems
     }

@@ -25,7 +25,6 @@ use crate::app::AppState;
 use crate::http::extract::Path;
 use parking_lot::Mutex;
 
-use super::ratelimit;
 use crate::body::confluent::{V2Format, V2Record, V2Side, V2_FRAMING};
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
 use crate::outcome::confluent::{
@@ -321,12 +320,7 @@ async fn produce_to(
         body,
         respond: &respond,
     };
-    let (tenant, mut response) = app
-        .ingest
+    app.ingest
         .produce(request, format.map_err(|e| e.clone()))
-        .await;
-    if let Some(tenant) = tenant {
-        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
-    }
-    response
+        .await
 }

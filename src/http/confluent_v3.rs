@@ -26,7 +26,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use super::ratelimit;
 use crate::app::AppState;
 use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
@@ -295,11 +294,7 @@ pub async fn produce_batch(
         body,
         respond: &respond,
     };
-    let (tenant, mut response) = app.ingest.produce(request, format).await;
-    if let Some(tenant) = tenant {
-        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
-    }
-    response
+    app.ingest.produce(request, format).await
 }
 
 /// The schema step reads what each v3 record's key and value want from the parser.

@@ -9,7 +9,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::ratelimit;
 use crate::app::AppState;
 use crate::body::v1::V1Record;
 use crate::body::Format;
@@ -70,12 +69,7 @@ pub async fn produce(
         body,
         respond: &OwnShapes,
     };
-    let (tenant, mut response) = app.ingest.produce(request, decoder).await;
-    // Every answer to an authenticated client says where its buckets stand.
-    if let Some(tenant) = tenant {
-        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
-    }
-    response
+    app.ingest.produce(request, decoder).await
 }
 
 /// The client's address and verified client certificate, as the connection loop recorded them.

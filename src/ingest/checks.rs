@@ -122,14 +122,22 @@ impl Ingest {
             TopicInfo::Exists { partitions } => partitions,
         };
         for (i, r) in records.iter().enumerate() {
-            if let Some(p) = r.partition.filter(|p| *p as u32 >= partitions) {
-                return Err(ApiError::UnknownPartition(format!(
-                    "record {i}: partition {p} does not exist (the topic has {partitions})"
-                )));
+            if let Some(detail) = missing_partition(r, partitions) {
+                return Err(ApiError::UnknownPartition(format!("record {i}: {detail}")));
             }
         }
         Ok(())
     }
+}
+
+/// The one partition check, for a request's records and a stream's: the partition a record
+/// names, when a topic of `partitions` does not have it (a record naming none is placed by
+/// the producer).
+pub(super) fn missing_partition(record: &Record<'_>, partitions: u32) -> Option<String> {
+    let p = record.partition.filter(|p| *p as u32 >= partitions)?;
+    Some(format!(
+        "partition {p} does not exist (the topic has {partitions})"
+    ))
 }
 
 /// A credential's own limits on the topic (a JWT's topics claim), checked right after

@@ -212,19 +212,19 @@ impl Ingest {
         self.would_admit(tenant, topic, out.charge()).await?;
         let (mut ids, mut failed) = ((None, None), Vec::new());
         for (index, at, pending) in deferred {
-            for p in pending {
-                let id = match self.schemas.register(tenant.id.as_str(), &p).await {
-                    Ok(id) => id,
-                    Err(f) => {
-                        let error = failure_error(index, &f);
-                        let status = error.status().as_u16();
-                        if format.record.fail_record(index, status, error.detail()) {
-                            failed.push(at);
-                            break;
-                        }
-                        return Err(error);
+            let registered = match self.schemas.register(tenant.id.as_str(), &pending).await {
+                Ok(registered) => registered,
+                Err(f) => {
+                    let error = failure_error(index, &f);
+                    let status = error.status().as_u16();
+                    if format.record.fail_record(index, status, error.detail()) {
+                        failed.push(at);
+                        continue;
                     }
-                };
+                    return Err(error);
+                }
+            };
+            for (p, id) in pending.iter().zip(registered) {
                 if p.header {
                     out.overwrite(at, p.side == Side::Key, 1, &id.to_be_bytes());
                 }
@@ -242,9 +242,10 @@ impl Ingest {
 
     /// Registers a stream record's pending raw schemas (the record is admitted alone).
     async fn register_pending(&self, tenant: &Tenant, c: &mut Converted) -> Result<(), Failure> {
-        for pending in std::mem::take(&mut c.pending) {
-            let id = self.schemas.register(tenant.id.as_str(), &pending).await?;
-            c.set_id(pending.side, id);
+        let pending = std::mem::take(&mut c.pending);
+        let ids = self.schemas.register(tenant.id.as_str(), &pending).await?;
+        for (p, id) in pending.iter().zip(ids) {
+            c.set_id(p.side, id);
         }
         Ok(())
     }

@@ -47,6 +47,7 @@ use tokio::time::Instant;
 
 use super::contracts::ToConvert;
 use super::{Api, Ingest, RecordSchemas};
+use crate::admission::BucketsView;
 use crate::body::{Decoder, Framing, RecordNotes};
 use crate::credential::Identity;
 use crate::outcome::ApiError;
@@ -109,13 +110,14 @@ pub struct StreamRequest<'a> {
 
 impl Ingest {
     /// Opens a stream: the checks every produce request gets before its body, then the first
-    /// piece of the body (an error there is the whole request's answer). Returns the tenant
-    /// once authenticated and the stream's reports; the stream runs on its own task.
+    /// piece of the body (an error there is the whole request's answer). Returns the tenant's
+    /// buckets once it is authenticated (the answer's RateLimit fields: the adapter attaches
+    /// them to its response) and the stream's reports; the stream runs on its own task.
     pub async fn open_stream<P: RecordNotes + RecordSchemas + 'static>(
         self: &Arc<Self>,
         request: StreamRequest<'_>,
         parser: Result<P, ApiError>,
-    ) -> (Option<Arc<Tenant>>, Result<Reports<P::Note>, ApiError>) {
+    ) -> (Option<BucketsView>, Result<Reports<P::Note>, ApiError>) {
         let who = match self.identify(&request.peer, request.headers).await {
             Ok(who) => who,
             Err(e) => return (None, Err(e)),
@@ -127,7 +129,7 @@ impl Ingest {
             Ok(()) => self.open_for(&tenant, who, request, parser).await,
         };
         tenant.stats().count_api(api, opened.is_ok());
-        (Some(tenant), opened)
+        (Some(self.view(&tenant)), opened)
     }
 
     async fn open_for<P: RecordNotes + RecordSchemas + 'static>(

@@ -131,10 +131,35 @@ impl Schemas {
         }))
     }
 
-    /// Registers a record's pending schema for `tenant`, whose request passed every other
-    /// check: one of the tenant's registrations (the request's call for it was taken before
-    /// the schema was compiled). Its id.
-    pub async fn register(&self, tenant: &str, pending: &Pending) -> Result<u32, Failure> {
+    /// Registers one record's pending schemas (its key's, its value's) for `tenant`, whose
+    /// request passed every other check: the tenant's registrations for all of them are taken
+    /// at once, before the first is registered, so a record is never half registered for want
+    /// of its tenant's registrations (review 14 of #37: a refused request's key schema moved
+    /// its subject's latest). The request's calls for them were taken before they were
+    /// compiled. Their ids, in order.
+    pub async fn register(&self, tenant: &str, pending: &[Pending]) -> Result<Vec<u32>, Failure> {
+        let new = {
+            let cache = self.cache.lock();
+            pending
+                .iter()
+                .filter(|p| !cache.raw.contains_key(&p.raw.key))
+                .map(|p| p.side)
+                .collect::<Vec<_>>()
+        };
+        if let Some(&side) = new.first() {
+            let n = u64::try_from(new.len()).unwrap_or(u64::MAX);
+            self.take_registrations(tenant, n)
+                .map_err(|error| Failure { side, error })?;
+        }
+        let mut ids = Vec::with_capacity(pending.len());
+        for p in pending {
+            ids.push(self.register_one(tenant, p).await?);
+        }
+        Ok(ids)
+    }
+
+    /// Registers a pending schema whose registration the tenant paid for. Its id.
+    async fn register_one(&self, tenant: &str, pending: &Pending) -> Result<u32, Failure> {
         let fail = |error| Failure {
             side: pending.side,
             error,
@@ -147,7 +172,6 @@ impl Schemas {
         let Some(client) = &self.client else {
             return Err(fail(SchemaError::NoRegistry));
         };
-        self.take_registration(tenant).map_err(fail)?;
         let subject = &raw.subject;
         let id = self
             .call(tenant, client.register(subject, raw.format, &raw.text))
@@ -170,13 +194,14 @@ impl Schemas {
         Ok(id)
     }
 
-    /// Takes one of the tenant's registrations, or says when the next one comes.
-    pub(super) fn take_registration(&self, tenant: &str) -> Result<(), SchemaError> {
+    /// Takes `n` of the tenant's registrations, all or none, or says when they come.
+    pub(super) fn take_registrations(&self, tenant: &str, n: u64) -> Result<(), SchemaError> {
         let spec = RateSpec {
             per_sec: self.config.tenant_registrations_per_sec.max(1),
             burst: self.config.tenant_registrations_burst.max(1),
         };
-        self.take_tenant(&self.registrations, spec, tenant)
+        // A record needing more than the burst (two with a burst of one) takes the whole burst.
+        self.take_tenant(&self.registrations, spec, tenant, n.min(spec.burst))
             .map_err(|wait| {
                 self.count_refusal("registrations");
                 SchemaError::Busy(
@@ -198,7 +223,7 @@ impl Schemas {
             per_sec: self.config.tenant_lookups_per_sec.max(1),
             burst: self.config.tenant_lookups_burst.max(1),
         };
-        self.take_tenant(&self.lookups, spec, &lookups.tenant)
+        self.take_tenant(&self.lookups, spec, &lookups.tenant, 1)
             .map_err(|wait| {
                 self.count_refusal("lookups");
                 SchemaError::Busy(
@@ -213,12 +238,13 @@ impl Schemas {
             })
     }
 
-    /// One token of `tenant`'s bucket in `tats`, or how long until the next.
+    /// `n` tokens of `tenant`'s bucket in `tats`, or how long until they are there.
     fn take_tenant(
         &self,
         tats: &Mutex<HashMap<Arc<str>, u64>>,
         spec: RateSpec,
         tenant: &str,
+        n: u64,
     ) -> Result<(), Duration> {
         let now = self.clock.now_ns();
         let mut tats = tats.lock();
@@ -230,7 +256,7 @@ impl Schemas {
             .get(tenant)
             .copied()
             .unwrap_or_else(|| spec.full_tat(now));
-        let tat = spec.try_take(tat, now, 1).map_err(Duration::from_nanos)?;
+        let tat = spec.try_take(tat, now, n).map_err(Duration::from_nanos)?;
         tats.insert(tenant.into(), tat);
         Ok(())
     }

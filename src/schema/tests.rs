@@ -218,9 +218,9 @@ fn registrations_are_charged_to_the_tenant() {
     let mut schemas = Schemas::new(&config, &[], (1024, 1024)).expect("schemas");
     let clock = Arc::new(crate::budget::ManualClock::new());
     schemas.set_clock(clock.clone());
-    assert!(schemas.take_registration("a").is_ok());
-    assert!(schemas.take_registration("a").is_ok());
-    match schemas.take_registration("a") {
+    assert!(schemas.take_registrations("a", 1).is_ok());
+    assert!(schemas.take_registrations("a", 1).is_ok());
+    match schemas.take_registrations("a", 1) {
         Err(SchemaError::Busy(wait, detail)) => {
             assert!(
                 wait <= Duration::from_secs(1) && !wait.is_zero(),
@@ -231,11 +231,11 @@ fn registrations_are_charged_to_the_tenant() {
         other => panic!("{other:?}"),
     }
     assert!(
-        schemas.take_registration("b").is_ok(),
+        schemas.take_registrations("b", 1).is_ok(),
         "another tenant's own"
     );
     clock.advance_ms(1_000);
-    assert!(schemas.take_registration("a").is_ok());
+    assert!(schemas.take_registrations("a", 1).is_ok());
 }
 
 /// A review of #37: refused requests naming unknown ids made 174 registry calls a second, each

@@ -1,8 +1,10 @@
 //! The schema step's CPU that no budget pays for, charged to the tenant that caused it: every
-//! compile, and every check that refused its record. An admitted record pays for its check
-//! through the tenant's budgets (records, bytes); nothing paid for a compile, nor for the check
-//! of a record refused by it (422 `schema_violation`, `schema_too_costly`), so a tenant allowed
-//! 1 record/s could make the step work without pause:
+//! compile, every check that refused its record, the checks of a record refused after they
+//! passed ([`ChecksOwed`]), and what a passing check costs past what an admitted record pays
+//! for (`paid_check_us`, `paid_check_us_per_kib`). An admitted record pays for an ordinary
+//! check through the tenant's budgets (records, bytes); nothing paid for a compile, nor for the
+//! check of a record refused by it (422 `schema_violation`, `schema_too_costly`), so a tenant
+//! allowed 1 record/s could make the step work without pause:
 //! - review 10 of #37: 0.37 s of CPU per refused check (3.5 KB against 100 patterns under
 //!   `anyOf`), 27 in 10 s from one tenant; two such tenants held both schema threads and
 //!   another tenant's checks waited 0.9–1.2 s; small invalid records checked on the request

@@ -36,7 +36,8 @@ const REMEMBERED: usize = 256;
 
 impl Schemas {
     /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
-    /// format (header id as the schema has it), with the CPU its check took. On the request
+    /// format (header id as the schema has it), with the CPU its check took up to what an
+    /// admitted record pays for ([`Schemas::paid_check`]; the rest is charged now). On the request
     /// worker if small and cheap and the request (`allowance`) has that much inline work left,
     /// else on the pool within the tenant's share and the CPU deadline. A refused check is
     /// charged to the tenant's unpaid work here; a passed one is owed by its record until the
@@ -127,6 +128,12 @@ impl Schemas {
             }
             (result, spent)
         };
+        // What the record's budgets pay for; past it the check is unpaid work, charged now.
+        let paid = self.paid_check(data.len());
+        if result.is_ok() && spent > paid {
+            self.unpaid_work
+                .charge(&*self.clock, tenant, spent.saturating_sub(paid));
+        }
         let written = result.map_err(|m| {
             if m.too_costly {
                 self.count_refusal("check_work");
@@ -135,7 +142,18 @@ impl Schemas {
                 fail(SchemaError::Violation(m))
             }
         })?;
-        Ok((written, spent))
+        Ok((written, spent.min(paid)))
+    }
+
+    /// The CPU of a passing check of `len` bytes that an admitted record's budgets pay for
+    /// (`paid_check_us`, `paid_check_us_per_kib`).
+    fn paid_check(&self, len: usize) -> Duration {
+        let kib = u64::try_from(len / 1024).unwrap_or(u64::MAX);
+        let us = self
+            .config
+            .paid_check_us
+            .saturating_add(self.config.paid_check_us_per_kib.saturating_mul(kib));
+        Duration::from_micros(us)
     }
 
     /// What `tenant`'s records will owe for their passed checks, nothing yet.

@@ -20,7 +20,6 @@ use super::{cluster_id, error, is_json, other_cluster, JSON};
 use crate::app::AppState;
 use crate::body::confluent::{DataType, V3Record, V3Types};
 use crate::http::extract::Path;
-use crate::http::ratelimit;
 use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;
 use crate::outcome::confluent::{v3_refusal, v3_report, Described};
@@ -54,7 +53,7 @@ pub async fn produce_records(
         topic: &topic,
         body,
     };
-    let (tenant, opened) = app.ingest.open_stream(request, parser).await;
+    let (buckets, opened) = app.ingest.open_stream(request, parser).await;
     let mut response = match opened {
         Ok(reports) => {
             let deadline = reports.deadline();
@@ -70,8 +69,8 @@ pub async fn produce_records(
         }
         Err(e) => error(&e),
     };
-    if let Some(tenant) = tenant {
-        ratelimit::insert(response.headers_mut(), &app.ingest.view(&tenant));
+    if let Some(buckets) = buckets {
+        response.extensions_mut().insert(buckets);
     }
     response
 }

@@ -290,10 +290,8 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     ) -> Result<(BufferLease, Record<'r>), ApiError> {
         let record = record?;
         let n = partitions.as_ref().map_err(Clone::clone)?;
-        if let Some(p) = record.partition.filter(|p| *p as u32 >= *n) {
-            return Err(ApiError::UnknownPartition(format!(
-                "partition {p} does not exist (the topic has {n})"
-            )));
+        if let Some(detail) = crate::ingest::checks::missing_partition(&record, *n) {
+            return Err(ApiError::UnknownPartition(detail));
         }
         let taken = self.admit_one(&record, leases).await?;
         Ok((taken, record))

@@ -162,7 +162,7 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
         max_records: None,
         schemas: None,
     };
-    let (_, produced) = app.ingest.produce(request, Ok(format)).await;
+    let produced = app.ingest.produce(request, Ok(format)).await;
     assert_eq!(produced.status(), axum::http::StatusCode::ACCEPTED);
 
     let directory = app.ingest.tenants.load();

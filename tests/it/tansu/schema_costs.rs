@@ -502,3 +502,95 @@ async fn checks_passed_by_records_refused_later_spend_the_tenants_unpaid_work() 
     );
     gw.shutdown().await;
 }
+
+/// An admitted record's budgets pay for a passing check up to `paid_check_us` (+ per KiB);
+/// past it the check is unpaid work (review 14 of #37: a 3.5 KB value whose schema made its
+/// passing check cost 0.31 s bought that much of a schema thread for one record of budget,
+/// and two tenants allowed 1 record/s held both threads). Here nothing is paid for: the
+/// first valid record's check spends the bucket, and the next is refused before its check;
+/// with the default allowance the same records are both written.
+#[tokio::test]
+async fn passing_checks_past_what_a_record_pays_for_spend_unpaid_work() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.paidcheck");
+    create_topic(&tansu(), &topic, 1).await;
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let record = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"a": 1}}});
+    let busy = |s: u16, answer: &Value| {
+        s == 429 && message(answer).contains("tenant_unpaid_work_ms_per_sec")
+    };
+    for (paid, second_busy) in [
+        ("paid_check_us = 0\npaid_check_us_per_kib = 0", true),
+        ("", false),
+    ] {
+        let gw = Gateway::start_manual(gateway_config(
+            &registry,
+            &format!("tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1\n{paid}"),
+        ))
+        .await;
+        // The compile spends the bucket; paid off, the schema is cached.
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert!(busy(s, &answer) || s == 200, "{s} {answer}");
+        gw.advance_ms(60_000);
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert_eq!(s, 200, "{paid:?}: {answer}");
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert_eq!(busy(s, &answer), second_busy, "{paid:?}: {s} {answer}");
+        if !second_busy {
+            assert_eq!(s, 200, "{answer}");
+        }
+        gw.shutdown().await;
+    }
+}
+
+/// A record's key and value schemas are registered together or not at all for want of the
+/// tenant's registrations (review 14 of #37: the key's was registered, the value's refused
+/// 429, and the refused request had moved the key subject's latest).
+#[tokio::test]
+async fn a_records_key_and_value_schemas_take_their_registrations_together() {
+    let registry = SchemaRegistry::start().await;
+    let topic = unique_topic("test.regpair");
+    create_topic(&tansu(), &topic, 1).await;
+    // Three registrations at once, none more on the stepped clock.
+    let gw = Gateway::start_manual(gateway_config(
+        &registry,
+        "tenant_registrations_per_sec = 1\ntenant_registrations_burst = 3",
+    ))
+    .await;
+    let schema = |i: usize| {
+        json!({"type": "object", "title": format!("t{i}"),
+               "properties": {"a": {"type": "integer"}}})
+        .to_string()
+    };
+    let v2 = |body: Value| {
+        client()
+            .post(format!("http://{}/topics/{topic}", gw.addr))
+            .bearer_auth(KEY)
+            .header("content-type", "application/vnd.kafka.jsonschema.v2+json")
+            .body(body.to_string())
+            .send()
+    };
+    // Two of the three spent on value schemas.
+    for i in 0..2 {
+        let body = json!({"value_schema": schema(i), "records": [{"value": {"a": 1}}]});
+        let response = v2(body).await.expect("request");
+        assert_eq!(response.status().as_u16(), 200, "{i}");
+    }
+    // A record with a new key schema and a new value schema needs two: refused whole.
+    let body = json!({"key_schema": schema(10), "value_schema": schema(11),
+                      "records": [{"key": {"a": 1}, "value": {"a": 1}}]});
+    let response = v2(body.clone()).await.expect("request");
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(
+        registry.versions(&format!("{topic}-key")),
+        Vec::<u32>::new(),
+        "the refused record's key schema is not registered"
+    );
+    // Two more registrations: both are registered, and the record written.
+    gw.advance_ms(2_000);
+    let response = v2(body).await.expect("request");
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(registry.versions(&format!("{topic}-key")).len(), 1);
+    assert_eq!(registry.versions(&format!("{topic}-value")).len(), 3);
+    gw.shutdown().await;
+}
