@@ -37,7 +37,7 @@ USER 65532:65532
 # addresses; inside a container they listen on 0.0.0.0 (deploy/kubernetes/base/floodgate.toml).
 EXPOSE 8080 9090
 # Mount the configuration here (a ConfigMap); every secret comes from the environment or a
-# mounted file (FLOODGATE_ADMIN_TOKEN or FLOODGATE_ADMIN_TOKEN_FILE, and so on: README "Deploy").
+# mounted file (FLOODGATE_ADMIN_TOKEN or FLOODGATE_ADMIN_TOKEN_FILE, and so on: book, "Deploy").
 ENV FLOODGATE_CONFIG=/etc/floodgate/floodgate.toml
 # Exec form, no shell in between: SIGTERM reaches floodgate itself, which stops taking
 # requests, drains within [server] shutdown_timeout_ms and exits 0 when Kafka has confirmed

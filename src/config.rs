@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The whole gateway configuration.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Listeners and connection-level bounds.
@@ -98,6 +98,7 @@ mod lag;
 pub mod librdkafka;
 mod load;
 mod problem;
+mod reference;
 mod schemas;
 mod server;
 mod split;
@@ -121,6 +122,7 @@ pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
 pub use lag::LagGuardConfig;
 pub use problem::{ConfigError, ConfigProblem};
+pub use reference::reference_markdown;
 pub use schemas::{
     check_subject, ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig,
 };

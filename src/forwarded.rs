@@ -24,7 +24,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// The one header the trusted proxies write the client's address into.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 pub enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, ...` (nginx, HAProxy, AWS ALB, most load balancers).
     #[default]

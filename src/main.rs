@@ -1,4 +1,5 @@
-//! The `floodgate` command: run the gateway, check a configuration, or start the dev setup.
+//! The `floodgate` command: run the gateway, check a configuration, start the dev setup, or
+//! print the configuration reference.
 
 // #27: no function over 100 lines outside tests (clippy.toml sets the threshold).
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
@@ -47,6 +48,9 @@ enum Command {
     CheckConfig,
     /// Run on an in-process Kafka-protocol broker with a demo tenant (data in memory only).
     Dev,
+    /// Print the configuration reference (Markdown: every table and key with its type, default
+    /// and doc comment), generated from the config structs; the book's copy is this output.
+    ConfigReference,
     /// Move the tenant registry between a state file and the shared registry topic
     /// (`[kafka]` and `[cluster] registry_topic` of the configuration say where it is).
     Registry {
@@ -88,6 +92,10 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Command::Dev => dev_command(&cli.config),
+        Command::ConfigReference => {
+            print!("{}", floodgate::config::reference_markdown());
+            ExitCode::SUCCESS
+        }
     }
 }
 

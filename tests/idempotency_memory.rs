@@ -84,7 +84,7 @@ async fn a_flood_of_unique_keys_stays_within_max_bytes() {
             grown as f64 / (1 << 20) as f64
         );
         assert!(held <= max_bytes, "counted {held} > {max_bytes}");
-        // The bound, as the README states it: max_bytes, plus a few MiB of allocator slack.
+        // The bound, as the book states it: max_bytes, plus a few MiB of allocator slack.
         assert!(
             grown <= max_bytes + (8 << 20),
             "RSS grew {grown} bytes, more than max_bytes + 8 MiB"

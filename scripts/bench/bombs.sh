@@ -3,7 +3,7 @@
 # zeros in ~1 MB of gzip and in a ~32 KB zstd frame (level 19: the largest window accepted,
 # 8 MiB), and the same 1 GiB of JSON white space (valid JSON to its last byte, so only the
 # inflation bounds stop it) — with floodgate's RSS sampled every 50 ms (VmRSS, and VmHWM, the
-# kernel's peak) against the README's bound: 11 MiB + 1.3 × [buffer] max_bytes + about
+# kernel's peak) against the book's bound (Guarantees): 11 MiB + 1.3 × [buffer] max_bytes + about
 # 3 × max_inflight_body_bytes + 64 KiB per open connection. Default bounds (64 MiB body budget,
 # 64 MiB buffer, max_body_bytes 8 MiB, max_inflation_ratio 100). The bombs are made once and
 # kept in scripts/bench/out/. Python's zstandard from scripts/clients.sh's venv. The flood comes

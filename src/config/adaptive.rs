@@ -6,9 +6,11 @@ use super::{ConfigProblem, GlobalBudgetConfig};
 
 /// Adaptive broker protection: an admission limit below the configured budgets that follows
 /// Kafka's own signals (see `adaptive`). Off unless `enabled`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdaptiveConfig {
+    /// Follow Kafka's own signals and lower an admission limit below the configured budgets
+    /// when Kafka slows down, refusing the least important traffic first.
     pub enabled: bool,
     /// How often the controller looks at the signals, in milliseconds.
     pub interval_ms: u64,
@@ -36,7 +38,11 @@ pub struct AdaptiveConfig {
     /// Below the recovery level, the limit is multiplied by this once per healthy interval
     /// (slow start): back from the 5 % floor to the ceiling in 5 intervals at 2.0.
     pub recovery_factor: f64,
+    /// Least time between two cuts, in milliseconds (doubled, up to 8 times, after a cut the
+    /// latency did not answer).
     pub decrease_cooldown_ms: u64,
+    /// Least time between two steps of growth above the recovery level, in milliseconds
+    /// (doubled, up to 32 times, after a probe that brought pressure).
     pub increase_cooldown_ms: u64,
     /// The limit never goes below this fraction of the ceiling.
     pub floor: f64,

@@ -16,7 +16,7 @@ use super::ConfigProblem;
 use crate::identity::TenantId;
 
 /// Credentials besides API keys.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Issuers whose JWT bearer tokens are accepted (none: only API keys and certificates).
@@ -42,7 +42,7 @@ impl Default for AuthConfig {
 }
 
 /// One issuer of JWT bearer tokens.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JwtIssuerConfig {
     /// The `iss` claim, compared exactly (`https://idp.example.com/realms/prod`).
@@ -111,7 +111,9 @@ fn default_tenant_claim() -> String {
 pub const ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
 
 /// Which name of a client certificate names its tenant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CertName {
     /// A URI subject alternative name (a SPIFFE id: `spiffe://mesh/ns/acme/sa/orders`).
@@ -124,7 +126,7 @@ pub enum CertName {
 }
 
 /// How a verified client certificate names its tenant.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClientCertConfig {
     /// `san_uri` (default), `san_dns` or `cn`. With several names of that kind, the first one

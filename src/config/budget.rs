@@ -6,7 +6,7 @@ use super::ConfigProblem;
 use crate::budget::{BudgetSpec, RateSpec};
 
 /// The global broker-protection budget; unset rates mean "unlimited".
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GlobalBudgetConfig {
     /// Records per second summed over all tenants.

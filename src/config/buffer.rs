@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The bounded downstream buffer.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BufferConfig {
     /// Most record bytes (key + value + header names and values) held between enqueue and
@@ -28,7 +28,7 @@ impl Default for BufferConfig {
 
 /// Per-request bounds (the `[limits]` section). Defaults stay below Kafka's default
 /// `message.max.bytes` (1 MB).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestBounds {
     /// Most records in one request.

@@ -7,7 +7,7 @@ use super::ConfigProblem;
 
 /// Cluster mode: tenant and global budgets shared by every replica through Redis, spent
 /// locally from leased slices (see `cluster`).
-#[derive(Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// `redis://host:port/db` or `rediss://...` (TLS); unset: budgets are this replica's own.

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Confluent REST Proxy compatibility.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompatConfig {
     /// The cluster id the v3 routes report; unset: the Kafka cluster's own id from metadata.

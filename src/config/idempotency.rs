@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::ConfigProblem;
 
 /// What a keyed request gets when the key store (Redis, in cluster mode) does not answer.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OnStoreError {
     /// 503 `idempotency_unavailable`: nothing written, nothing charged (the default: a client
@@ -17,7 +17,7 @@ pub enum OnStoreError {
 }
 
 /// `Idempotency-Key`: answers kept per tenant and key, replayed to retries.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdempotencyConfig {
     /// How long a stored answer is replayed, in seconds from when it was stored.

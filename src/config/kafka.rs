@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::librdkafka;
 
 /// The Kafka cluster and the producer's librdkafka properties.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaConfig {
     /// `host:port[,host:port...]` of the brokers to bootstrap from.
@@ -68,7 +68,7 @@ impl Default for KafkaConfig {
 
 /// The `[kafka.producer]` table. Its `Debug` form redacts secrets, so a configuration can be
 /// logged or shown in an error without leaking a password.
-#[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct ProducerProperties(pub BTreeMap<String, PropertyValue>);
 
@@ -101,7 +101,7 @@ impl std::fmt::Debug for ProducerProperties {
 
 /// A librdkafka property value: TOML strings, integers, floats and booleans are all accepted
 /// and handed to librdkafka as their text.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum PropertyValue {
     Text(String),

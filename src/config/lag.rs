@@ -10,7 +10,7 @@ use super::{topic_pattern_problems, ConfigProblem};
 /// while the lag is far behind (C: the group's observed consumption rate), rising with the
 /// draining lag to C — until the consumers are shown to absorb what producers offer
 /// (`lag::guard::release`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LagGuardConfig {
     /// How the admin API and the metrics name it: 1 to 64 of a-z A-Z 0-9 - _ .

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{topic_pattern_problems, ConfigProblem};
 
 /// The Confluent Schema Registry floodgate resolves schemas with.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchemaRegistryConfig {
     /// The registry's base URL (`http://` or `https://`); unset: no schema formats are served.
@@ -40,17 +40,21 @@ pub struct SchemaRegistryConfig {
     /// Schemas one tenant may register per second, sustained, and at once (a tenant's raw
     /// schemas are registered only for requests that passed every other check).
     pub tenant_registrations_per_sec: u64,
+    /// The burst of `tenant_registrations_per_sec`: schemas one tenant may register at once.
     pub tenant_registrations_burst: u64,
     /// Registry lookups (an id or a subject's version the gateway has not cached) one tenant's
     /// requests may cause per second, sustained, and at once: refused requests naming unknown
     /// ids made 174 registry calls a second, slowing every tenant's first use of a schema.
     pub tenant_lookups_per_sec: u64,
+    /// The burst of `tenant_lookups_per_sec`: lookups one tenant's requests may cause at once.
     pub tenant_lookups_burst: u64,
     /// CPU milliseconds of the schema step no budget pays for (every compile, and every check
     /// that refused its record) one tenant may cause per second, sustained, and at once: an
     /// admitted record pays for its check through the budgets, the rest is paid through this
     /// (then 429 `schema_busy` until it is paid off).
     pub tenant_unpaid_work_ms_per_sec: u64,
+    /// The burst of `tenant_unpaid_work_ms_per_sec`: unpaid milliseconds one tenant may cause
+    /// at once.
     pub tenant_unpaid_work_ms_burst: u64,
     /// CPU of a passing check that an admitted record's budgets pay for, in microseconds:
     /// `paid_check_us`, plus `paid_check_us_per_kib` for each KiB of the key or value checked
@@ -59,6 +63,7 @@ pub struct SchemaRegistryConfig {
     /// much of a schema thread for one record of budget, and two tenants allowed 1 record/s
     /// held both threads.
     pub paid_check_us: u64,
+    /// See `paid_check_us`: the microseconds paid for each KiB of the key or value checked.
     pub paid_check_us_per_kib: u64,
     /// Largest schema text compiled, from a record or from the registry.
     pub max_schema_bytes: usize,
@@ -74,6 +79,7 @@ pub struct SchemaRegistryConfig {
     /// Environment variables holding the registry's basic-auth user name and password (each
     /// may instead be given as a file, named by `<name>_FILE`).
     pub username_env: Option<String>,
+    /// See `username_env`: the variable holding the password.
     pub password_env: Option<String>,
     /// Registry calls in flight at once (more wait, within their timeout): a burst of unknown
     /// schema ids cannot open unbounded connections to the registry.
@@ -119,7 +125,7 @@ impl Default for SchemaRegistryConfig {
 }
 
 /// A schema's format.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SchemaFormat {
     Avro,
@@ -128,7 +134,7 @@ pub enum SchemaFormat {
 }
 
 /// What a contract does with a record's value.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ContractMode {
     /// The JSON value is checked against the JSON Schema and written unchanged.
@@ -139,12 +145,15 @@ pub enum ContractMode {
 
 /// A data contract on topics: every record value written to them must fit the subject's
 /// latest schema, whatever API wrote it.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContractConfig {
     /// Topic patterns the contract covers (the first matching contract applies).
     pub topics: Vec<String>,
+    /// The schema's format.
     pub format: SchemaFormat,
+    /// `validate`: the JSON value is checked against the JSON Schema and written unchanged;
+    /// `serialize`: it is converted to the format's Confluent wire format.
     pub mode: ContractMode,
     /// The subject whose latest schema applies; default `<topic>-value` (TopicNameStrategy).
     #[serde(default)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// Listeners and connection-level bounds.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address of the produce listener.
@@ -53,6 +53,8 @@ pub struct ServerConfig {
     /// beyond that, the address's failing requests are answered 429 instead of 401 until its
     /// allowance refills. A request with a valid key or token is never refused for them.
     pub auth_failures_per_sec: u32,
+    /// The burst of `auth_failures_per_sec`: failed authentications one address may make at
+    /// once.
     pub auth_failures_burst: u32,
     /// Reverse proxies and load balancers (CIDR blocks or addresses) whose `forwarded_header`
     /// says who the client is, so failed authentications are counted against the client, not
@@ -125,7 +127,7 @@ impl Default for ServerConfig {
 }
 
 /// Admin API settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     /// Name of the environment variable that holds the admin bearer token (never the token);

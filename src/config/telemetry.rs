@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// `/metrics`: how many per-tenant series, and who may read them.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Which tenants get series of their own: `all` (every tenant: a scrape grows with the
@@ -30,7 +30,7 @@ impl Default for MetricsConfig {
 }
 
 /// `[metrics] per_tenant`.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PerTenant {
     All,
@@ -39,7 +39,7 @@ pub enum PerTenant {
 }
 
 /// Logging.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// `text` for people, `json` for log pipelines.
@@ -57,7 +57,7 @@ impl Default for LogConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,

@@ -9,7 +9,7 @@ use crate::identity::{ApiKeyHash, TenantId};
 
 /// One tenant. `Default` is a tenant with no id, no keys and no topics (invalid until those are
 /// set), so code and tests write only the fields they care about.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// Stable identifier, used in logs, metrics and the admin API.
@@ -71,10 +71,14 @@ pub struct TenantConfig {
 }
 
 /// A JWT a tenant accepts: its issuer and the value of the issuer's tenant claim.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[derive(
+    Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct JwtClaim {
+    /// An issuer of `[[auth.jwt]]` (its `issuer`).
     pub issuer: String,
+    /// The value of that issuer's `tenant_claim` that names this tenant.
     pub value: String,
 }
 
@@ -90,7 +94,9 @@ fn exact_strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, 
 }
 
 /// A tenant's priority class under the adaptive limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     Critical,

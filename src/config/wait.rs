@@ -10,8 +10,8 @@ use super::{ConfigProblem, TenantConfig};
 /// told to the client instead.
 pub const MAX_WAIT_MS: u64 = 1000;
 
-/// Holding requests for their tokens (README: "Retry-After and the wait").
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// Holding requests for their tokens (docs/book/src/budgets.md: "Retry-After and the wait").
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WaitConfig {
     /// A request refused only because a tenant or global budget refills in at most this many

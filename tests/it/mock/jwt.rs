@@ -714,7 +714,7 @@ async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
 
 /// `check-config` refuses what start-up would: a bad `[[auth.jwt]]` (named by issuer index and
 /// field) and a `jwks_file` that is not a JWK set, and accepts a worked example like the
-/// README's.
+/// book's (docs/book/src/identity.md).
 #[test]
 fn check_config_validates_issuers_and_reads_their_jwks_files() {
     let dir = tempfile::tempdir().expect("dir");

@@ -462,7 +462,7 @@ async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
     assert!(s == 200 || s == 201, "{s} {body}");
 }
 
-/// Rotating the secret the way the README says — every replica first accepts the new secret
+/// Rotating the secret the way the book says — every replica first accepts the new secret
 /// (`old,new`), then signs with it (`new,old`), then drops the old one — loses no change made
 /// on any replica at any step and never leaves two replicas holding different tenants; the
 /// entries only `old` verifies are signed again, and once the gauge of them reads 0 a replica
