@@ -327,9 +327,9 @@ async fn a_client_that_reads_no_reports_is_no_longer_read_and_holds_a_bounded_qu
     drop((tx, reports));
 }
 
-/// The README states what a queued report costs; keep it true.
+/// The book (docs/book/src/guarantees.md) states what a queued report costs; keep it true.
 #[test]
-fn a_queued_report_costs_what_the_readme_says() {
+fn a_queued_report_costs_what_the_book_says() {
     let entry = cost::<V3Types>(None);
     eprintln!("a queued v3 report costs {entry} bytes; fixed {FIXED}");
     assert!(entry <= 96, "a queued v3 report costs {entry} bytes");
