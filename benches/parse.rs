@@ -3,8 +3,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use floodgate::body::{parse, Format};
 use floodgate::config::RequestBounds;
+use floodgate::http::v1::{parse, Format};
 
 fn bodies() -> (String, String, String) {
     let value = |i: usize| {

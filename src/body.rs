@@ -21,20 +21,20 @@
 //! sent). An envelope's side fields ([`Framing::EnvelopeSide`]) go to
 //! [`ParseRecord::side_field`].
 //!
+//! The record shapes themselves live with their wire format, each in its folder under `http`
+//! (`http::v1::record`, `http::confluent::record`): they implement [`ParseRecord`] for this
+//! decoder, which knows none of them. What their serde shapes share is here, so no format
+//! borrows from another: [`json_prefix`], [`shallow`] and [`whole`].
+//!
 //! Layer: domain (wire decoding). Imports only configuration bounds and the record type; the HTTP
 //! adapters pick a framing and a record parser, and nothing here knows about tenants, budgets
 //! or Kafka.
 
 pub mod arena;
-pub mod confluent;
-mod format;
 pub mod scan;
-pub mod v1;
-mod v1_fast;
 
 pub use crate::record::Record;
 pub use arena::RecordArena;
-pub use format::Format;
 pub use scan::Framing;
 
 use crate::config::RequestBounds;
@@ -196,6 +196,29 @@ pub(crate) fn json_prefix<'a, T: serde::Deserialize<'a>>(text: &'a [u8]) -> Opti
     let mut values = serde_json::Deserializer::from_slice(text).into_iter::<T>();
     let value = values.next()?.ok()?;
     Some((value, values.byte_offset()))
+}
+
+/// A whole number in the field's range; `7.0` counts as 7 (some JSON writers send it so). Every
+/// wire format's serde record shape reads its numbers through it (`deserialize_with`), so they
+/// agree on what a number is.
+pub(crate) fn whole<'de, D: serde::Deserializer<'de>, T: TryFrom<i64>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    let value = <serde_json::Number as serde::Deserialize>::deserialize(d)?;
+    let whole = match (value.as_i64(), value.as_f64()) {
+        (Some(i), _) => Some(i),
+        // 2^63 itself is out of range (`i64::MAX as f64` rounds up to it).
+        (None, Some(x)) if x.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&x) => {
+            Some(x as i64)
+        }
+        _ => None,
+    };
+    whole
+        .and_then(|i| T::try_from(i).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format_args!("{value} is not a whole number in range"))
+        })
 }
 
 /// Decodes one body, chunk by chunk, with the record parser `P`.
@@ -465,18 +488,6 @@ impl<P: ParseRecord> Sink for Take<'_, P> {
         *self.total += 1;
         Ok(Some(len))
     }
-}
-
-/// Decodes a whole body at once (for tests, benches and the fuzz target; the gateway feeds a
-/// [`Decoder`] as chunks arrive).
-pub fn parse(
-    format: Format,
-    body: &[u8],
-    bounds: &RequestBounds,
-) -> Result<RecordArena, BodyError> {
-    let mut decoder = Decoder::new(format.framing(), v1::V1Record, bounds);
-    decoder.push(body)?;
-    decoder.finish()
 }
 
 #[cfg(test)]

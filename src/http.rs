@@ -1,13 +1,15 @@
-//! The produce listener: its routes (one adapter per wire format on the shared ingest pipeline)
-//! and its one edge middleware.
+//! The produce listener: its routes and its one edge middleware. Each wire format is one folder
+//! here — its record parser, its adapters on the shared ingest pipeline and its answers —
+//! ([`v1`], [`confluent`]), registered in this file's route table and router; what the
+//! formats share (the decoder, the pipeline, the outcomes) lives in lower layers and knows none
+//! of them.
 //!
-//! Layer: HTTP edges. Imports the app state, the pipeline and the outcome room.
+//! Layer: HTTP edges. Imports the app state, the pipeline, the outcome room and the decoder.
 
-mod confluent_v2;
-mod confluent_v3;
+pub mod confluent;
 pub mod extract;
 pub mod ratelimit;
-mod v1;
+pub mod v1;
 
 use std::sync::Arc;
 
@@ -25,35 +27,38 @@ use crate::outcome::ApiError;
 /// The produce listener's routes and methods (documented in `openapi.json`; a test checks it).
 pub const ROUTES: &[(&str, &[&str])] = &[
     (v1::PRODUCE, &["post"]),
-    (confluent_v2::TOPIC, &["post"]),
-    (confluent_v2::PARTITION, &["post"]),
-    (confluent_v3::CLUSTERS[0], &["get"]),
-    (confluent_v3::CLUSTERS[1], &["get"]),
-    (confluent_v3::CLUSTER[0], &["get"]),
-    (confluent_v3::CLUSTER[1], &["get"]),
-    (confluent_v3::RECORDS[0], &["post"]),
-    (confluent_v3::RECORDS[1], &["post"]),
-    (confluent_v3::BATCH[0], &["post"]),
-    (confluent_v3::BATCH[1], &["post"]),
+    (confluent::v2::TOPIC, &["post"]),
+    (confluent::v2::PARTITION, &["post"]),
+    (confluent::v3::CLUSTERS[0], &["get"]),
+    (confluent::v3::CLUSTERS[1], &["get"]),
+    (confluent::v3::CLUSTER[0], &["get"]),
+    (confluent::v3::CLUSTER[1], &["get"]),
+    (confluent::v3::RECORDS[0], &["post"]),
+    (confluent::v3::RECORDS[1], &["post"]),
+    (confluent::v3::BATCH[0], &["post"]),
+    (confluent::v3::BATCH[1], &["post"]),
 ];
 
 pub fn router(state: Arc<AppState>) -> Router {
     let mut router = Router::new()
         .route(v1::PRODUCE, post(v1::produce))
-        .route(confluent_v2::TOPIC, post(confluent_v2::produce))
+        .route(confluent::v2::TOPIC, post(confluent::v2::produce))
         .route(
-            confluent_v2::PARTITION,
-            post(confluent_v2::produce_partition),
+            confluent::v2::PARTITION,
+            post(confluent::v2::produce_partition),
         );
     for i in 0..2 {
         router = router
-            .route(confluent_v3::CLUSTERS[i], get(confluent_v3::list_clusters))
-            .route(confluent_v3::CLUSTER[i], get(confluent_v3::get_cluster))
             .route(
-                confluent_v3::RECORDS[i],
-                post(confluent_v3::produce_records),
+                confluent::v3::CLUSTERS[i],
+                get(confluent::v3::list_clusters),
             )
-            .route(confluent_v3::BATCH[i], post(confluent_v3::produce_batch));
+            .route(confluent::v3::CLUSTER[i], get(confluent::v3::get_cluster))
+            .route(
+                confluent::v3::RECORDS[i],
+                post(confluent::v3::produce_records),
+            )
+            .route(confluent::v3::BATCH[i], post(confluent::v3::produce_batch));
     }
     router
         .method_not_allowed_fallback(method_not_allowed)
@@ -73,12 +78,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// read `error_code` and `message` there, even from a path or method floodgate does not serve.
 fn confluent_media(path: &str) -> Option<&'static str> {
     if path == "/topics" || path.starts_with("/topics/") {
-        Some(crate::outcome::confluent::V2_MEDIA_TYPE)
+        Some(confluent::answers::V2_MEDIA_TYPE)
     } else if ["/v3", "/kafka/v3"]
         .iter()
         .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
     {
-        Some(crate::outcome::confluent::V3_MEDIA_TYPE)
+        Some(confluent::answers::V3_MEDIA_TYPE)
     } else {
         None
     }
@@ -97,7 +102,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 fn answer_outside_routes(path: &str, e: &ApiError) -> Response {
     match confluent_media(path) {
-        Some(media) => crate::outcome::confluent::error_response(e, media),
+        Some(media) => confluent::answers::error_response(e, media),
         None => e.clone().into_response(),
     }
 }

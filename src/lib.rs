@@ -38,7 +38,7 @@
 //!    errors in their own enum), then [`ingest`] (the produce pipeline every wire format
 //!    shares).
 //! 6. Assembly — [`app`] (the shared state).
-//! 7. HTTP edges — [`http`] (produce routes, one adapter per wire format, and the IETF
+//! 7. HTTP edges — [`http`] (produce routes, one folder per wire format, and the IETF
 //!    `RateLimit` fields), [`admin`] (admin routes, from one table), [`reload`] (SIGHUP),
 //!    [`run`] (one run: start, serve, drain), [`telemetry`] (logging), [`dev`] (the embedded
 //!    broker).

@@ -3,7 +3,8 @@
 //! API's ([`AdminError`], with `From` for registry errors), produce results ([`Produced`]:
 //! 202, 200, 502, 503), and readiness ([`Readiness`]). Error bodies are
 //! `{"error": CODE, "detail": "..."}` with stable codes; internal details stay in the logs.
-//! Wire formats with other shapes (Confluent's) map the same values in their own encoder.
+//! Wire formats with other shapes (Confluent's) map the same values in their own encoder, in
+//! their folder under `http` (`http::confluent::answers`).
 //!
 //! Layer: outcomes and pipeline. Imports the values it answers for (refusals, body errors,
 //! delivery batches, registry errors); imported by the ingest pipeline and the HTTP edges.
@@ -19,7 +20,6 @@ use crate::credential::AuthError;
 use crate::refusal::{wait_ms, wait_secs, Denial, Refusal, TooLarge};
 
 pub mod admin;
-pub mod confluent;
 mod panic;
 mod produced;
 mod readiness;

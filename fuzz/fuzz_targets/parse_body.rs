@@ -3,9 +3,10 @@
 //! two formats, Confluent v2's envelope with its side fields, and a v3 batch that notes failed
 //! entries instead of failing.
 
-use floodgate::body::confluent::{V2Format, V2Record, V3Record, V2_FRAMING};
-use floodgate::body::{parse, Decoder, Format, Framing};
+use floodgate::body::{Decoder, Framing};
 use floodgate::config::RequestBounds;
+use floodgate::http::confluent::record::{V2Format, V2Record, V3Record, V2_FRAMING};
+use floodgate::http::v1::{parse, Format};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,10 @@
 use super::*;
 use std::borrow::Cow;
 
+// The decoder's tests run it with the wire formats' own record parsers.
+use crate::http::confluent::record as confluent;
+use crate::http::v1::{self, parse, Format};
+
 fn limits() -> RequestBounds {
     RequestBounds::default()
 }

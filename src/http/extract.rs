@@ -1,9 +1,10 @@
 //! Extractors that answer in the listener's own error shape, never axum's plain text: path
 //! parameters (a segment whose percent-encoding is not UTF-8 is a JSON 400 `invalid_path`
 //! naming the parameter, in Confluent's envelope under its prefixes) and whole bodies (one
-//! over the limit is a JSON 413 `body_too_large`). Both listeners use them.
+//! over the limit is a JSON 413 `body_too_large`). Both listeners use them. And the caller
+//! ([`peer`]: address, client certificate, trust) every produce adapter hands the pipeline.
 //!
-//! Layer: HTTP edges. Imports the outcome room.
+//! Layer: HTTP edges. Imports the outcome room and the caller's parts (credential, tls, server).
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -71,5 +72,23 @@ impl std::ops::Deref for Body {
 
     fn deref(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// The client's address and verified client certificate, as the connection loop recorded them.
+pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
+    crate::credential::Caller {
+        ip: parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip()),
+        cert: parts
+            .extensions
+            .get::<std::sync::Arc<crate::tls::ClientCertificate>>()
+            .cloned(),
+        trust: parts
+            .extensions
+            .get::<crate::server::ConnectionTrust>()
+            .cloned(),
     }
 }

@@ -1,6 +1,16 @@
 //! The `/v1` wire format: `POST /v1/topics/{topic}/records` with a JSON (`{"records":[...]}`)
 //! or NDJSON body, `?async=true` for a 202 once enqueued. An adapter on the ingest pipeline:
 //! it picks the decoder for the content type and encodes the outcome in floodgate's own shape.
+//!
+//! The format's own parts live here too: [`format`] (which `Content-Type` is which framing),
+//! [`record`] (the record shape, through serde_json, naming every error) and `fast` (the
+//! common record read in one pass). The decoder they plug into is [`crate::body`]'s.
+//!
+//! Layer: HTTP edges. Imports the app state, the pipeline, the outcome room and the decoder.
+
+mod fast;
+pub mod format;
+pub mod record;
 
 use std::sync::Arc;
 
@@ -10,10 +20,12 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use crate::app::AppState;
-use crate::body::v1::V1Record;
-use crate::body::Format;
+use crate::body::{BodyError, Decoder, RecordArena};
+use crate::config::RequestBounds;
 use crate::ingest::{Ack, Api, BodyFormat, OwnShapes, ProduceRequest};
 use crate::outcome::ApiError;
+pub use format::Format;
+pub use record::V1Record;
 
 /// The route, as registered and as documented in `openapi.json`.
 pub const PRODUCE: &str = "/v1/topics/{topic}/records";
@@ -41,7 +53,7 @@ pub async fn produce(
             return app
                 .ingest
                 .answer_authenticated(
-                    &peer(&parts),
+                    &super::extract::peer(&parts),
                     &parts.headers,
                     |e| e.clone().into_response(),
                     || invalid.into_response(),
@@ -66,7 +78,7 @@ pub async fn produce(
     };
     let request = ProduceRequest {
         api: Api::V1,
-        peer: peer(&parts),
+        peer: super::extract::peer(&parts),
         headers: &parts.headers,
         path: parts.uri.path(),
         topic,
@@ -75,24 +87,6 @@ pub async fn produce(
         respond: &OwnShapes,
     };
     app.ingest.produce(request, decoder).await
-}
-
-/// The client's address and verified client certificate, as the connection loop recorded them.
-pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
-    crate::credential::Caller {
-        ip: parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip()),
-        cert: parts
-            .extensions
-            .get::<Arc<crate::tls::ClientCertificate>>()
-            .cloned(),
-        trust: parts
-            .extensions
-            .get::<crate::server::ConnectionTrust>()
-            .cloned(),
-    }
 }
 
 /// `?async=true` answers 202 once records are handed to the producer.
@@ -116,4 +110,16 @@ fn ack_mode(query: Option<&str>) -> Result<Ack, ApiError> {
         }
     }
     Ok(ack)
+}
+
+/// Decodes a whole `/v1` body at once (for tests, benches and the fuzz target; the gateway
+/// feeds a [`Decoder`] as chunks arrive).
+pub fn parse(
+    format: Format,
+    body: &[u8],
+    bounds: &RequestBounds,
+) -> Result<RecordArena, BodyError> {
+    let mut decoder = Decoder::new(format.framing(), V1Record, bounds);
+    decoder.push(body)?;
+    decoder.finish()
 }

@@ -7,9 +7,9 @@ use axum::http::header;
 use super::*;
 use crate::access::AdminTokens;
 use crate::app::{AppState, BuildOptions};
-use crate::body::confluent::{V3Record, V3Types};
 use crate::budget::ManualClock;
 use crate::config::{Config, Priority, TenantConfig};
+use crate::http::confluent::record::{V3Record, V3Types};
 use crate::inflight_bodies::InflightBodies;
 use crate::ingest::test_body::Chunks;
 use crate::kafka::MockCluster;
@@ -158,7 +158,7 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
     };
     let format = crate::ingest::BodyFormat {
         framing: Framing::Envelope("records"),
-        record: &crate::body::v1::V1Record,
+        record: &crate::http::v1::V1Record,
         max_records: None,
         schemas: None,
     };

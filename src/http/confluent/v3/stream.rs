@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 
 use super::{cluster_id, error, is_json, other_cluster, JSON};
 use crate::app::AppState;
-use crate::body::confluent::{DataType, V3Record, V3Types};
+use crate::http::confluent::answers::{v3_refusal, v3_report, Described};
+use crate::http::confluent::record::{DataType, V3Record, V3Types};
 use crate::http::extract::Path;
 use crate::ingest::stream::{Report, Reports, Said, StreamRequest, REPORT_COALESCE};
 use crate::ingest::Api;
-use crate::outcome::confluent::{v3_refusal, v3_report, Described};
 
 /// Settled reports are written together up to this much (held by the stream), so a chunk of
 /// records costs one write rather than one per record.
@@ -48,7 +48,7 @@ pub async fn produce_records(
     };
     let request = StreamRequest {
         api: Api::V3,
-        peer: crate::http::v1::peer(&parts),
+        peer: crate::http::extract::peer(&parts),
         headers: &parts.headers,
         topic: &topic,
         body,

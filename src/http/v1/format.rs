@@ -1,6 +1,6 @@
 //! Which `/v1` format a request's `Content-Type` names, and how its body is framed.
 
-use super::Framing;
+use crate::body::Framing;
 
 /// The `/v1` formats a produce request may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,9 +8,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
 
-use super::ApiError;
-use crate::body::confluent::V3Entry;
+use super::record::V3Entry;
 use crate::kafka::{Batch, DeliveryFailure, FailureKind, Outcome};
+use crate::outcome::ApiError;
 use crate::refusal::{wait_ms, wait_secs};
 
 /// v2's response media type.
@@ -80,7 +80,7 @@ pub fn error_response(e: &ApiError, media_type: &'static str) -> Response {
         _ => e.detail(),
     };
     let mut response = error_with(status, code, message, retry_after(e), media_type);
-    super::accept_encoding(e, response.headers_mut());
+    crate::outcome::accept_encoding(e, response.headers_mut());
     response
 }
 
@@ -175,7 +175,7 @@ pub fn v3_batch_answer(cluster: &str, topic: &str, batch: &Batch, seen: &[V3Entr
             continue;
         }
         let types = entry.types;
-        let described = |t: Option<crate::body::confluent::DataType>, size: usize| {
+        let described = |t: Option<super::record::DataType>, size: usize| {
             t.map(|t| Described {
                 data_type: t.as_str(),
                 size,

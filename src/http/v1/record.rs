@@ -12,7 +12,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{ParseRecord, RecordArena, RecordError};
+use crate::body::{whole, ParseRecord, RecordArena, RecordError};
 use crate::config::RequestBounds;
 use crate::record::Record;
 
@@ -33,7 +33,7 @@ impl ParseRecord for V1Record {
         bounds: &RequestBounds,
         arena: &mut RecordArena,
     ) -> Result<(), RecordError> {
-        if super::v1_fast::record_into(text, bounds, arena, true).is_some() {
+        if super::fast::record_into(text, bounds, arena, true).is_some() {
             return Ok(());
         }
         arena.push(&serde_parse(text, bounds)?);
@@ -46,7 +46,7 @@ impl ParseRecord for V1Record {
         bounds: &RequestBounds,
         arena: &mut RecordArena,
     ) -> Option<usize> {
-        super::v1_fast::record_into(text, bounds, arena, false).or_else(|| {
+        super::fast::record_into(text, bounds, arena, false).or_else(|| {
             let (record, len) = serde_prefix(text, bounds)?;
             arena.push(&record);
             Some(len)
@@ -86,9 +86,9 @@ pub(crate) fn serde_prefix<'a>(
     bounds: &RequestBounds,
 ) -> Option<(Record<'a>, usize)> {
     let _limit = HeaderLimit::set(bounds.max_headers_bytes);
-    let (wire, len) = super::json_prefix::<WireRecord<'a>>(text)?;
+    let (wire, len) = crate::body::json_prefix::<WireRecord<'a>>(text)?;
     if let Some(Some(raw)) = wire.value {
-        if !super::shallow(raw.get()) {
+        if !crate::body::shallow(raw.get()) {
             return None;
         }
     }
@@ -153,25 +153,6 @@ fn headers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Headers<'de>>, D::E
     Headers::deserialize(d).map(Some)
 }
 
-/// A whole number in the field's range; `7.0` counts as 7 (some JSON writers send it so).
-pub(crate) fn whole<'de, D: Deserializer<'de>, T: TryFrom<i64>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    let value = serde_json::Number::deserialize(d)?;
-    let whole = match (value.as_i64(), value.as_f64()) {
-        (Some(i), _) => Some(i),
-        // 2^63 itself is out of range (`i64::MAX as f64` rounds up to it).
-        (None, Some(x)) if x.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&x) => {
-            Some(x as i64)
-        }
-        _ => None,
-    };
-    whole
-        .and_then(|i| T::try_from(i).ok())
-        .map(Some)
-        .ok_or_else(|| de::Error::custom(format_args!("{value} is not a whole number in range")))
-}
-
 /// Tells `"field": null` (Some(None)) from an absent field (None, via `default`).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<&'de RawValue>>, D::Error> {
     Option::<&'de RawValue>::deserialize(d).map(Some)
@@ -191,7 +172,7 @@ impl fmt::Display for RecordProblem {
 }
 
 fn decode_b64<'a>(field: &str, text: &str) -> Result<Cow<'a, [u8]>, RecordProblem> {
-    super::v1_fast::LENIENT_B64
+    super::fast::LENIENT_B64
         .decode(text)
         .map(Cow::Owned)
         .map_err(|e| RecordProblem::Invalid(format!("{field} is not valid base64: {e}")))

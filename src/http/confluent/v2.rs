@@ -25,11 +25,11 @@ use crate::app::AppState;
 use crate::http::extract::Path;
 use parking_lot::Mutex;
 
-use crate::body::confluent::{V2Format, V2Record, V2Side, V2_FRAMING};
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
-use crate::outcome::confluent::{
+use super::answers::{
     error_response, error_with, not_acceptable, v2_produced, V1_MEDIA_TYPE, V2_MEDIA_TYPE,
 };
+use super::record::{V2Format, V2Record, V2Side, V2_FRAMING};
+use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
 use crate::outcome::{ApiError, Produced};
 use crate::record::Record;
 use crate::schema;
@@ -312,7 +312,7 @@ async fn produce_to(
     });
     let request = ProduceRequest {
         api: Api::V2,
-        peer: super::v1::peer(&parts),
+        peer: crate::http::extract::peer(&parts),
         headers: &parts.headers,
         path: parts.uri.path(),
         topic: &topic,

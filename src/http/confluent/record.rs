@@ -31,7 +31,7 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 
-use super::RecordError;
+use crate::body::RecordError;
 use crate::config::RequestBounds;
 use crate::record::Record;
 pub use v2::{V2Format, V2Record, V2Side, V2_FRAMING, V2_SIDE_FIELDS};
@@ -72,7 +72,7 @@ where
     struct Whole<T>(Option<T>);
     impl<'de, T: TryFrom<i64>> serde::Deserialize<'de> for Whole<T> {
         fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            crate::body::v1::whole(d).map(Whole)
+            crate::body::whole(d).map(Whole)
         }
     }
     Ok(<Option<Whole<T>> as serde::Deserialize>::deserialize(d)?.and_then(|w| w.0))

@@ -15,7 +15,7 @@
 //! outcomes by entry position.
 //!
 //! An adapter: it decodes the URL and the framing and encodes answers; statuses and bodies
-//! come from `outcome::confluent`.
+//! come from [`super::answers`].
 
 mod stream;
 
@@ -26,14 +26,14 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
+use super::answers::{
+    error_response, unknown_cluster, v3_batch_answer, v3_batch_error, V3_MEDIA_TYPE as JSON,
+};
+use super::record::{V3Entry, V3Record};
 use crate::app::AppState;
-use crate::body::confluent::{V3Entry, V3Record};
 use crate::body::Framing;
 use crate::http::extract::Path;
 use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
-use crate::outcome::confluent::{
-    error_response, unknown_cluster, v3_batch_answer, v3_batch_error, V3_MEDIA_TYPE as JSON,
-};
 use crate::outcome::{ApiError, Produced};
 
 pub use stream::produce_records;
@@ -117,7 +117,12 @@ pub async fn list_clusters(State(app): State<Arc<AppState>>, request: Request) -
         )
     };
     app.ingest
-        .answer_authenticated(&super::v1::peer(&parts), &parts.headers, error, list)
+        .answer_authenticated(
+            &crate::http::extract::peer(&parts),
+            &parts.headers,
+            error,
+            list,
+        )
         .await
 }
 
@@ -138,7 +143,12 @@ pub async fn get_cluster(
         )
     };
     app.ingest
-        .answer_authenticated(&super::v1::peer(&parts), &parts.headers, error, describe)
+        .answer_authenticated(
+            &crate::http::extract::peer(&parts),
+            &parts.headers,
+            error,
+            describe,
+        )
         .await
 }
 
@@ -156,7 +166,12 @@ async fn other_cluster(
     let unknown = || unknown_cluster(requested, &id);
     Some(
         app.ingest
-            .answer_authenticated(&super::v1::peer(parts), &parts.headers, error, unknown)
+            .answer_authenticated(
+                &crate::http::extract::peer(parts),
+                &parts.headers,
+                error,
+                unknown,
+            )
             .await,
     )
 }
@@ -280,7 +295,7 @@ pub async fn produce_batch(
     };
     let request = ProduceRequest {
         api: Api::V3,
-        peer: super::v1::peer(&parts),
+        peer: crate::http::extract::peer(&parts),
         headers: &parts.headers,
         path: parts.uri.path(),
         topic: &topic,

@@ -1,5 +1,5 @@
 use super::*;
-use crate::body::v1::{serde_parse, serde_prefix};
+use crate::http::v1::record::{serde_parse, serde_prefix};
 use crate::record::Record;
 
 /// The fast reader into an arena that already holds a record: what it accepted (the arena
