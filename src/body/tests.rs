@@ -1,8 +1,8 @@
 use super::*;
 use std::borrow::Cow;
 
-// The decoder's tests run it with the wire formats' own record parsers.
-use crate::http::confluent::record as confluent;
+// The decoder's tests run it with `/v1`'s record parser, floodgate's own format (Confluent's
+// bodies are tested in their folder, `http::confluent::record`).
 use crate::http::v1::{self, parse, Format};
 
 fn limits() -> RequestBounds {
@@ -346,5 +346,3 @@ fn every_cut_of_a_body_decodes_alike() {
         );
     }
 }
-
-mod confluent_bodies;

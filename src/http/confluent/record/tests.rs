@@ -197,3 +197,5 @@ fn v3_nulls_are_absent_as_in_kafka_rest() {
         .parse(br#"{"headers":[{"name":null,"value":"eA=="}]}"#, &bounds())
         .is_err());
 }
+
+mod bodies;

@@ -1,6 +1,31 @@
-//! Confluent's bodies: v2's nesting bound and side fields, v3 batches' failed entries.
+//! Confluent's bodies through the decoder: v2's nesting bound and side fields, v3 batches'
+//! failed entries.
 
-use super::*;
+use crate::body::{BodyError, Decoder, Framing, ParseRecord, RecordArena, MAX_VALUE_DEPTH};
+use crate::config::RequestBounds;
+use crate::http::confluent::record as confluent;
+use crate::http::v1;
+use crate::record::Record;
+
+fn limits() -> RequestBounds {
+    RequestBounds::default()
+}
+
+/// Decoded records, owned, so tests can hold them past the arena.
+fn owned(arena: RecordArena) -> Vec<Record<'static>> {
+    arena
+        .records()
+        .into_iter()
+        .map(Record::into_owned)
+        .collect()
+}
+
+fn malformed(result: Result<Vec<Record<'static>>, BodyError>) -> String {
+    match result {
+        Err(BodyError::Malformed(detail) | BodyError::Invalid(detail)) => detail,
+        other => panic!("expected a malformed-body error, got {other:?}"),
+    }
+}
 
 /// Confluent v2's JSON keys and values are bounded like `/v1` values, on either path.
 #[test]
