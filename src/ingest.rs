@@ -47,7 +47,7 @@ use axum::body::Body;
 use axum::response::Response;
 use tracing::Instrument as _;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, BucketsView};
 use crate::auth_failures::AuthFailures;
 use crate::cluster::Cluster;
 use crate::config::RequestBounds;
@@ -146,8 +146,8 @@ impl Ingest {
             records = tracing::field::Empty,
         );
         let api = request.api;
-        let answer = match credential_allows(&who, request.topic) {
-            Err(e) => refused_unread(e, request).await,
+        let (answer, view) = match credential_allows(&who, request.topic) {
+            Err(e) => (refused_unread(e, request).await, None),
             Ok(()) => {
                 self.produce_for(&tenant, request, format)
                     .instrument(span.clone())
@@ -181,8 +181,10 @@ impl Ingest {
                 answer.response(replayed)
             }
         };
-        // Every answer to an authenticated client says where its buckets stand.
-        response.extensions_mut().insert(self.view(&tenant));
+        // Every answer to an authenticated client says where its buckets stand: as its
+        // admission left them, or as they are now for a request refused before admission.
+        let view = view.map_or_else(|| self.view(&tenant), |v| self.shown(v));
+        response.extensions_mut().insert(view);
         response
     }
 
@@ -191,22 +193,25 @@ impl Ingest {
         tenant: &Arc<Tenant>,
         request: ProduceRequest<'_>,
         format: Result<BodyFormat<'_>, ApiError>,
-    ) -> Answer {
+    ) -> (Answer, Option<BucketsView>) {
         let topic = match self.topic(tenant, request.topic) {
             Ok(t) => t,
-            Err(e) => return refused_unread(e, request).await,
+            Err(e) => return (refused_unread(e, request).await, None),
         };
         tracing::Span::current().record("topic", topic.as_str());
         let format = match format {
             Ok(f) => f,
-            Err(e) => return refused_unread(e, request).await,
+            Err(e) => return (refused_unread(e, request).await, None),
         };
         let codings = match coding::codings(request.headers) {
             Ok(c) => c,
-            Err(e) => return refused_unread(e, request).await,
+            Err(e) => return (refused_unread(e, request).await, None),
         };
         let key = match IdempotencyKey::from_headers(request.headers) {
-            Err(detail) => return refused_unread(ApiError::IdempotencyKey(detail), request).await,
+            Err(detail) => {
+                let e = ApiError::IdempotencyKey(detail);
+                return (refused_unread(e, request).await, None);
+            }
             Ok(key) => key,
         };
         // From here on every reader of the body reads it inflated, until the answer is
@@ -217,8 +222,10 @@ impl Ingest {
         request.body = body;
         let answer = match key {
             Some(key) => {
-                self.produce_keyed(tenant, &topic, request, format, key)
-                    .await
+                let answer = self
+                    .produce_keyed(tenant, &topic, request, format, key)
+                    .await;
+                (answer, None)
             }
             None => {
                 let declared = declared_length(request.headers);
@@ -227,10 +234,13 @@ impl Ingest {
                     .process(tenant, &topic, request.body, declared, format, None)
                     .await;
                 drain.start();
-                Answer::Outcome(match sent {
-                    Ok(batch) => self.settle(batch, ack).await,
-                    Err(e) => Err(e),
-                })
+                match sent {
+                    Ok(sent) => (
+                        Answer::Outcome(self.settle(sent.batch, ack).await),
+                        sent.view,
+                    ),
+                    Err(e) => (Answer::Outcome(Err(e)), None),
+                }
             }
         };
         drain.start();
@@ -247,7 +257,7 @@ impl Ingest {
         declared: Option<u64>,
         format: BodyFormat<'_>,
         print: Option<&mut Fingerprinter>,
-    ) -> Result<Arc<Batch>, ApiError> {
+    ) -> Result<Admitted, ApiError> {
         // Its place in [wait]'s waiting room: a seat taken by a check before admission is
         // kept until admission decides, and given back on every way out.
         let mut held = Held::new();
@@ -268,7 +278,8 @@ impl Ingest {
         if records.is_empty() {
             // Every entry failed and the format reports them one by one (a batch): nothing is
             // admitted or sent, and the answer lists each failure.
-            return Ok(Arc::new(Batch::empty(tenant.stats().clone())));
+            let batch = Arc::new(Batch::empty(tenant.stats().clone()));
+            return Ok(Admitted { batch, view: None });
         }
         let lease = self.admit(tenant, topic, arena.charge(), &mut held).await?;
         owed.admitted();
@@ -276,6 +287,16 @@ impl Ingest {
         drop(records);
         drop(arena);
         drop(hold);
-        Ok(batch)
+        Ok(Admitted {
+            batch,
+            view: held.view(),
+        })
     }
+}
+
+/// A request's records handed to the producer, and the buckets as its admission decision left
+/// them (`None` when nothing was admitted: every entry of a batch failed).
+struct Admitted {
+    batch: Arc<Batch>,
+    view: Option<BucketsView>,
 }

@@ -81,7 +81,10 @@ impl Ingest {
             // When the refusal's wait is counted from: a hold ends at this reading plus the
             // wait, however late it starts.
             let mut asked = self.admission.now_ns();
-            let (decision, _view) = self.admission.admit_to(tenant, Some(topic), charge);
+            let (decision, view) = self.admission.admit_to(tenant, Some(topic), charge);
+            // Taken under the decision's own lock: the answer's RateLimit fields need no
+            // second look at the buckets.
+            held.view = Some(view);
             let refusal = match decision {
                 Ok(lease) => {
                     held.admitted(room);
@@ -176,11 +179,12 @@ impl Ingest {
         until: u64,
     ) -> Result<(), Refusal> {
         self.seated(tenant, held, refusal.clone())?;
-        let since = *held.since.get_or_insert(self.admission.now_ns());
+        let since = held.since.unwrap_or_else(|| self.admission.now_ns());
         let max = duration_ns(self.admission.waits.max_wait);
         if until.saturating_sub(since) > max {
             return Err(refusal);
         }
+        held.since = Some(since);
         self.admission.hold_until(until).await;
         Ok(())
     }
@@ -196,7 +200,12 @@ impl Ingest {
     /// The buckets a tenant is shown in its RateLimit fields: its own, and the global ones
     /// unless the operator hides them.
     pub fn view(&self, tenant: &Tenant) -> BucketsView {
-        let mut view = self.admission.view(tenant);
+        self.shown(self.admission.view(tenant))
+    }
+
+    /// `view` as the tenant may see it: the global buckets hidden unless the operator shows
+    /// them.
+    pub(super) fn shown(&self, mut view: BucketsView) -> BucketsView {
         if !self.admission.global.visible_to_tenants() {
             view.global_records = None;
             view.global_bytes = None;
@@ -241,6 +250,8 @@ pub(super) struct Held<'a> {
     leases: u32,
     /// Whether the request may be held at all (a stream's records never are).
     may_hold: bool,
+    /// The buckets as the last admission decision left them (taken under its lock).
+    view: Option<BucketsView>,
 }
 
 impl Held<'_> {
@@ -251,6 +262,7 @@ impl Held<'_> {
             since: None,
             leases: 0,
             may_hold: true,
+            view: None,
         }
     }
 
@@ -262,14 +274,23 @@ impl Held<'_> {
         }
     }
 
+    /// The buckets as the admission decision left them, if one was made.
+    pub(super) fn view(&self) -> Option<BucketsView> {
+        self.view
+    }
+
     fn admitted(&mut self, room: &WaitRoom) {
         if self.seat.take().is_some() {
             room.admitted.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    /// Refused: counted as a hold that ended in a refusal only if the request was held at
+    /// all. One refused before its first hold (its wait past `max_ms` from the start) gives
+    /// its seat back uncounted, as a request cut short while its body arrives does: whether
+    /// that is decided after a chunk or at admission must not change the count.
     fn refused(&mut self, room: &WaitRoom) {
-        if self.seat.take().is_some() {
+        if self.seat.take().is_some() && self.since.is_some() {
             room.refused.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -96,7 +96,7 @@ impl Ingest {
                         .process(tenant, topic, request.body, declared, format, None)
                         .await;
                     return Answer::Outcome(match sent {
-                        Ok(batch) => self.settle(batch, ack).await,
+                        Ok(sent) => self.settle(sent.batch, ack).await,
                         Err(e) => Err(e),
                     });
                 }
@@ -167,10 +167,10 @@ impl Ingest {
         // Refused whole, or every entry of a batch failed: nothing was written or charged, so
         // nothing is stored (see the module's comment) and the key is free again.
         let batch = match sent {
-            Ok(batch) if !batch.is_empty() => batch,
-            Ok(batch) => {
+            Ok(sent) if !sent.batch.is_empty() => sent.batch,
+            Ok(sent) => {
                 claim.release().await;
-                return Answer::Outcome(Ok(Produced::Settled(batch)));
+                return Answer::Outcome(Ok(Produced::Settled(sent.batch)));
             }
             Err(e) => {
                 claim.release().await;

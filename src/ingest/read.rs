@@ -1,11 +1,12 @@
 //! Reading a request's body: decoded as it arrives, held against the body budget, checked
-//! against the tenant's budgets after every chunk, and cut short the moment it cannot be
-//! admitted. A request refused early has its body drained if small, or read on for a moment
+//! against the tenant's budgets after every chunk but the last (admission itself comes
+//! next), and cut short the moment it cannot be admitted. A request refused early has its body drained if small, or read on for a moment
 //! (lingering), so the client hears the answer rather than a reset.
 
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::body::HttpBody as _;
 use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
@@ -110,32 +111,46 @@ impl Ingest {
             if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
                 return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
             }
-            let charge = decoder
+            let read = decoder
                 .push(&data)
                 .map_err(|e| self.cut_short(cut_for(&e), e.into()))?;
-
-            if charge.records > checked.records {
-                checked = charge;
-                // [wait]: a short wait goes on only on a seat of the waiting room.
-                let checked = match self.admission.check_to(tenant, Some(topic), charge) {
-                    Err(Denial::Refused(r)) => {
-                        self.seated(tenant, held, r).map_err(Denial::Refused)
-                    }
-                    other => other,
-                };
-                if let Err(denial) = checked {
-                    let cut = match denial {
-                        Denial::Refused(_) => {
-                            tenant.stats().refused_records(charge.records);
-                            Cut::RateLimited
-                        }
-                        Denial::TooLarge(_) => Cut::ExceedsBurst,
-                    };
-                    return Err(self.cut_short(cut, self.denied(tenant, denial)));
-                }
+            // Could the records read so far still be admitted? Not asked of a body that has
+            // ended (its length all read): admission itself comes next. So a body of one chunk
+            // meets admission twice in all (the early check, the decision), one of N chunks at
+            // most N + 1 times.
+            if read.records > checked.records && !body.is_end_stream() {
+                checked = read;
+                self.still_admissible(tenant, topic, read, held)?;
             }
         }
         Ok(decoder.finish()?)
+    }
+
+    /// Mid-upload: could `read` (the records read so far) be admitted now? If not, the whole
+    /// request cannot be either, and it is cut short before the rest is read. With `[wait]`, a
+    /// short wait goes on only on a seat of the waiting room.
+    fn still_admissible<'a>(
+        &'a self,
+        tenant: &'a Tenant,
+        topic: &Topic,
+        read: Charge,
+        held: &mut Held<'a>,
+    ) -> Result<(), ApiError> {
+        let checked = match self.admission.check_to(tenant, Some(topic), read) {
+            Err(Denial::Refused(r)) => self.seated(tenant, held, r).map_err(Denial::Refused),
+            other => other,
+        };
+        let Err(denial) = checked else {
+            return Ok(());
+        };
+        let cut = match denial {
+            Denial::Refused(_) => {
+                tenant.stats().refused_records(read.records);
+                Cut::RateLimited
+            }
+            Denial::TooLarge(_) => Cut::ExceedsBurst,
+        };
+        Err(self.cut_short(cut, self.denied(tenant, denial)))
     }
 
     pub(super) fn busy(&self, tenant: &Tenant) -> ApiError {
@@ -181,7 +196,6 @@ const LINGER_TIME: Duration = Duration::from_secs(1);
 /// [`LINGER_TIME`], like nginx's lingering close), while the answer goes out; then the
 /// connection closes. Nothing read here is kept.
 fn linger(mut body: Body) {
-    use axum::body::HttpBody as _;
     if body.is_end_stream() {
         return;
     }
