@@ -22,8 +22,16 @@ pub fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The value of the unlabelled series `name`, scraped now; `None` if the scrape fails or the
-/// series is absent.
+/// The value of the series `name` (labels included, if any, as the exposition writes them) in
+/// a scrape; `None` if absent.
+pub fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The value of the series `name`, scraped now; `None` if the scrape fails or the series is
+/// absent.
 pub async fn metric(gw: &Gateway, name: &str) -> Option<f64> {
     let text = reqwest::get(gw.admin_url("/metrics"))
         .await
@@ -31,9 +39,7 @@ pub async fn metric(gw: &Gateway, name: &str) -> Option<f64> {
         .text()
         .await
         .ok()?;
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    value(&text, name)
 }
 
 /// `promtool check metrics` on an exposition: its problems, or `Ok`.
