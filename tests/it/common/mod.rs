@@ -173,6 +173,20 @@ pub fn unique_topic(prefix: &str) -> String {
     )
 }
 
+/// A topic of the test's own on Tansu, with `partitions`, created and visible in its metadata.
+pub async fn tansu_topic(prefix: &str, partitions: i32) -> String {
+    let topic = unique_topic(prefix);
+    create_topic(&tansu(), &topic, partitions).await;
+    topic
+}
+
+/// A topic of the test's own on Tansu (see [`tansu_topic`]) and a gateway on Tansu with the
+/// test configuration: how most tests of what reaches Kafka start.
+pub async fn on_tansu(prefix: &str, partitions: i32) -> (String, Gateway) {
+    let topic = tansu_topic(prefix, partitions).await;
+    (topic, Gateway::start(config(&tansu())).await)
+}
+
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
     let admin: AdminClient<_> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -324,6 +338,19 @@ pub async fn loopback_listeners() -> Listeners {
         produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
         admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
     }
+}
+
+/// The test [`config`] on Tansu, with what `toml` says read first: for sections a test writes as
+/// an operator would (a Schema Registry, contracts).
+pub fn config_with_toml(toml: &str) -> Config {
+    let mut cfg = Config::from_toml_with_env(toml, Vec::new())
+        .unwrap_or_else(|e| panic!("the test configuration is refused: {e}\n{toml}"));
+    let base = config(&tansu());
+    cfg.kafka.bootstrap_servers = base.kafka.bootstrap_servers;
+    cfg.kafka.delivery_timeout_ms = base.kafka.delivery_timeout_ms;
+    cfg.server.shutdown_timeout_ms = base.server.shutdown_timeout_ms;
+    cfg.tenants = base.tenants;
+    cfg
 }
 
 pub struct Gateway {
