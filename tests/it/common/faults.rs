@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -53,11 +53,8 @@ impl OwnTansu {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("tansu (scripts/tansu.sh install)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let patience = (Duration::from_secs(10), Duration::from_millis(20));
+        super::wait_for_port(port, patience, "tansu");
         Self {
             port,
             child,

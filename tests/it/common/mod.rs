@@ -7,6 +7,7 @@ pub mod delay_proxy;
 pub mod exposition;
 pub mod faults;
 pub mod idp;
+pub mod load;
 pub mod schema_registry;
 pub mod v3;
 
@@ -24,6 +25,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Headers;
 use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use reqwest::Method;
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -101,11 +104,8 @@ impl OwnRedis {
             .spawn()
             .expect("redis-server (apt-get install -y redis-server)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let patience = (Duration::from_secs(5), Duration::from_millis(20));
+        wait_for_port(self.port, patience, "redis-server");
     }
 
     /// Kills it (SIGKILL, by PID).
@@ -132,10 +132,30 @@ pub fn tansu() -> String {
 
 /// Every record of `topic` on Tansu, read back as [`read_back`] does (off the runtime's threads).
 pub async fn read_tansu(topic: &str, partitions: i32, expected: usize) -> Vec<Consumed> {
-    let (b, t) = (tansu(), topic.to_string());
+    read_all(&tansu(), topic, partitions, expected).await
+}
+
+/// [`read_back`] from an async test: the consumer polls on a blocking thread, so the gateway
+/// running on the test's runtime keeps being served meanwhile.
+pub async fn read_all(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+) -> Vec<Consumed> {
+    let (b, t) = (bootstrap.to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || read_back(&b, &t, partitions, expected))
         .await
         .expect("reader")
+}
+
+/// The records' values as text (an absent value as ""), in the order given: what most tests
+/// compare against what they sent.
+pub fn value_texts(records: &[Consumed]) -> Vec<String> {
+    records
+        .iter()
+        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
+        .collect()
 }
 
 /// A topic name no other test uses.
@@ -151,6 +171,20 @@ pub fn unique_topic(prefix: &str) -> String {
             .map(|d| d.as_micros())
             .unwrap_or(0)
     )
+}
+
+/// A topic of the test's own on Tansu, with `partitions`, created and visible in its metadata.
+pub async fn tansu_topic(prefix: &str, partitions: i32) -> String {
+    let topic = unique_topic(prefix);
+    create_topic(&tansu(), &topic, partitions).await;
+    topic
+}
+
+/// A topic of the test's own on Tansu (see [`tansu_topic`]) and a gateway on Tansu with the
+/// test configuration: how most tests of what reaches Kafka start.
+pub async fn on_tansu(prefix: &str, partitions: i32) -> (String, Gateway) {
+    let topic = tansu_topic(prefix, partitions).await;
+    (topic, Gateway::start(config(&tansu())).await)
 }
 
 pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
@@ -192,6 +226,19 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Gives the first tenant ("acme") a records budget: `per_sec` refilled, `burst` at most at once.
+/// Most budget tests start from one.
+pub fn limit_records(cfg: &mut Config, per_sec: u64, burst: u64) {
+    cfg.tenants[0].records_per_sec = Some(per_sec);
+    cfg.tenants[0].records_burst = Some(burst);
+}
+
+/// Gives the first tenant ("acme") a bytes budget, as [`limit_records`] does records.
+pub fn limit_bytes(cfg: &mut Config, per_sec: u64, burst: u64) {
+    cfg.tenants[0].bytes_per_sec = Some(per_sec);
+    cfg.tenants[0].bytes_burst = Some(burst);
 }
 
 pub fn tenant(id: &str, key: &str, topics: &[&str]) -> TenantConfig {
@@ -240,6 +287,20 @@ pub async fn gateway_on_mock(
     (cluster, gw)
 }
 
+/// [`gateway_on_mock`] on a clock the test steps, the tenant's records budget `per_sec`,
+/// `burst` at once: how most budget tests start.
+pub async fn gateway_with_records(topic: &str, per_sec: u64, burst: u64) -> (Cluster, Gateway) {
+    gateway_on_mock(topic, Time::Manual, |cfg| {
+        limit_records(cfg, per_sec, burst)
+    })
+    .await
+}
+
+/// [`gateway_with_records`] for a bytes budget.
+pub async fn gateway_with_bytes(topic: &str, per_sec: u64, burst: u64) -> (Cluster, Gateway) {
+    gateway_on_mock(topic, Time::Manual, |cfg| limit_bytes(cfg, per_sec, burst)).await
+}
+
 /// A configuration for tests: loopback listeners (bound by the harness), a tenant "acme"
 /// with key [`KEY`] allowed on `test.*`, small timeouts.
 pub fn config(bootstrap: &str) -> Config {
@@ -249,6 +310,47 @@ pub fn config(bootstrap: &str) -> Config {
     c.server.shutdown_timeout_ms = 10_000;
     c.tenants = vec![tenant("acme", KEY, &["test.*"])];
     c
+}
+
+/// Run options as every test gateway has them: budgets on `clock`, the admin tokens
+/// [`ADMIN_TOKENS`]. For tests that add options of their own.
+pub fn run_options(clock: Arc<dyn Clock>) -> floodgate::RunOptions {
+    let mut options = floodgate::RunOptions::new(clock);
+    options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    options
+}
+
+/// [`run_options`] on the monotonic clock.
+pub fn monotonic_options() -> floodgate::RunOptions {
+    run_options(Arc::new(MonotonicClock::new()))
+}
+
+/// The options of a cluster member: budgets and the shared buckets in Redis follow `clock`.
+pub fn clustered_options(clock: &Arc<ManualClock>) -> floodgate::RunOptions {
+    let mut options = run_options(clock.clone());
+    options.cluster_clock = Some(clock.clone());
+    options
+}
+
+/// A produce and an admin listener on free loopback ports, for `floodgate::run`.
+pub async fn loopback_listeners() -> Listeners {
+    Listeners {
+        produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+    }
+}
+
+/// The test [`config`] on Tansu, with what `toml` says read first: for sections a test writes as
+/// an operator would (a Schema Registry, contracts).
+pub fn config_with_toml(toml: &str) -> Config {
+    let mut cfg = Config::from_toml_with_env(toml, Vec::new())
+        .unwrap_or_else(|e| panic!("the test configuration is refused: {e}\n{toml}"));
+    let base = config(&tansu());
+    cfg.kafka.bootstrap_servers = base.kafka.bootstrap_servers;
+    cfg.kafka.delivery_timeout_ms = base.kafka.delivery_timeout_ms;
+    cfg.server.shutdown_timeout_ms = base.server.shutdown_timeout_ms;
+    cfg.tenants = base.tenants;
+    cfg
 }
 
 pub struct Gateway {
@@ -278,10 +380,7 @@ impl Gateway {
     /// Starts a cluster member: budgets and the shared buckets in Redis follow `clock`, which
     /// the test steps (and may share between members).
     pub async fn start_clustered(config: Config, clock: Arc<ManualClock>) -> Self {
-        let mut options = floodgate::RunOptions::new(clock.clone());
-        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-        options.cluster_clock = Some(clock.clone());
-        Self::launch(config, options, Some(clock)).await
+        Self::launch(config, clustered_options(&clock), Some(clock)).await
     }
 
     async fn start_with(config: Config, manual: Option<Arc<ManualClock>>) -> Self {
@@ -289,9 +388,7 @@ impl Gateway {
             Some(m) => m.clone(),
             None => Arc::new(MonotonicClock::new()),
         };
-        let mut options = floodgate::RunOptions::new(clock);
-        options.admin_tokens = Some(AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-        Self::launch(config, options, manual).await
+        Self::launch(config, run_options(clock), manual).await
     }
 
     async fn launch(
@@ -303,10 +400,7 @@ impl Gateway {
             options.registry_secrets =
                 Some(floodgate::registry::RegistrySecrets::parse(REGISTRY_SECRET).expect("secret"));
         }
-        let listeners = Listeners {
-            produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
-            admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
-        };
+        let listeners = loopback_listeners().await;
         let addr = listeners.produce.local_addr().expect("addr");
         let admin = listeners.admin.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -359,6 +453,23 @@ impl Gateway {
     }
 }
 
+/// Runs `command` (a real client the test drives) off the runtime's threads, so the gateway it
+/// talks to keeps being served; its standard output. Fails, naming `what` and with what it
+/// printed, unless it succeeded.
+pub async fn client_output(mut command: std::process::Command, what: &str) -> Vec<u8> {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("client task")
+        .unwrap_or_else(|e| panic!("{what} does not run: {e}"));
+    assert!(
+        output.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
 /// The test certificate and key (for localhost and 127.0.0.1) and the CA that signed them.
 pub const TLS_FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
 
@@ -403,20 +514,55 @@ pub async fn post_raw(
     content_type: &str,
     body: impl Into<reqwest::Body>,
 ) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
-    let response = client()
-        .post(url)
-        .bearer_auth(key)
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.expect("body");
+    let (status, headers, text) =
+        post_text(url, key, &[("content-type", content_type)], body).await;
     let json = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("response is not JSON ({e}): {text}"));
     (status, headers, json)
+}
+
+/// POSTs `body` with `key` and the given headers; status, headers and the answer as text (or
+/// a line saying it could not be read). For answers that are not `/v1`'s JSON: Confluent's shapes,
+/// streams' reports, refusals of coded or malformed bodies.
+pub async fn post_text(
+    url: &str,
+    key: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut request = client().post(url).bearer_auth(key).body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response
+        .text()
+        .await
+        .unwrap_or_else(|e| format!("(the answer could not be read: {e})"));
+    (status, headers, text)
+}
+
+/// A `/v1` produce with an `Idempotency-Key`: status, whether it was a replay
+/// (`Idempotent-Replayed`), and the answer.
+pub async fn post_keyed(
+    url: &str,
+    api_key: &str,
+    idempotency_key: &str,
+    body: &serde_json::Value,
+) -> (u16, bool, serde_json::Value) {
+    let r = client()
+        .post(url)
+        .bearer_auth(api_key)
+        .header("idempotency-key", idempotency_key)
+        .json(body)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    let replayed = r.headers().contains_key("idempotent-replayed");
+    (status, replayed, r.json().await.unwrap_or_default())
 }
 
 /// A record as read back from Kafka.
@@ -481,6 +627,72 @@ pub fn read_back(bootstrap: &str, topic: &str, partitions: i32, expected: usize)
     }
     out.sort_by_key(|c| (c.partition, c.offset));
     out
+}
+
+/// A GET on the admin API with the test gateways' admin token (as most admin calls are made).
+pub async fn admin_get(gw: &Gateway, path: &str) -> (u16, Value) {
+    admin(gw, Method::GET, path, None, Some(ADMIN_TOKEN)).await
+}
+
+/// A PUT of `body` on the admin API with the admin token.
+pub async fn admin_put(gw: &Gateway, path: &str, body: Value) -> (u16, Value) {
+    admin(gw, Method::PUT, path, Some(body), Some(ADMIN_TOKEN)).await
+}
+
+/// A PATCH of `body` on the admin API with the admin token.
+pub async fn admin_patch(gw: &Gateway, path: &str, body: Value) -> (u16, Value) {
+    admin(gw, Method::PATCH, path, Some(body), Some(ADMIN_TOKEN)).await
+}
+
+/// A POST without a body on the admin API (issuing a key) with the admin token.
+pub async fn admin_post(gw: &Gateway, path: &str) -> (u16, Value) {
+    admin(gw, Method::POST, path, None, Some(ADMIN_TOKEN)).await
+}
+
+/// A DELETE on the admin API with the admin token.
+pub async fn admin_delete(gw: &Gateway, path: &str) -> (u16, Value) {
+    admin(gw, Method::DELETE, path, None, Some(ADMIN_TOKEN)).await
+}
+
+/// How many requests `tenant` has had admitted, as the admin API's tenant view counts them.
+pub async fn admitted_requests(gw: &Gateway, tenant: &str) -> u64 {
+    let (_, body) = admin_get(gw, &format!("/admin/tenants/{tenant}")).await;
+    body["live"]["admitted"]["requests"].as_u64().unwrap_or(0)
+}
+
+/// Each `offsets[i][field]` (`partition` or `offset`) of a `/v1` answer, which must have them.
+pub fn offsets(answer: &Value, field: &str) -> Vec<i64> {
+    answer["offsets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("offsets: {answer}"))
+        .iter()
+        .map(|o| {
+            o[field]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{field}: {answer}"))
+        })
+        .collect()
+}
+
+/// The `id` of each item of the array `list` in `answer` (an admin listing's tenants, a
+/// batch's successes or failures); the answer must have that array.
+pub fn listed_ids<'a>(answer: &'a Value, list: &str) -> Vec<&'a str> {
+    answer[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}: {answer}"))
+        .iter()
+        .filter_map(|v| v["id"].as_str())
+        .collect()
+}
+
+/// Waits (real time, polling `every`) until something listens on loopback `port`, as a
+/// process the test started does once it is up; fails naming `what` after `within`.
+pub fn wait_for_port(port: u16, (within, every): (Duration, Duration), what: &str) {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(every);
+    }
 }
 
 /// An admin call: method, path, optional JSON body, token.

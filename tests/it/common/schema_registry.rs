@@ -517,6 +517,22 @@ fn posted_schema(body: &Bytes) -> Result<(SchemaType, String), Box<Response>> {
     Ok((kind, text.trim().to_string()))
 }
 
+/// The body of a lookup or a registration, as an extractor: schema type and text. A body that
+/// is not one is answered 422 before the handler runs.
+struct Posted(SchemaType, String);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Posted {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let (kind, text) = posted_schema(&body).map_err(|r| *r)?;
+        Ok(Self(kind, text))
+    }
+}
+
 fn version_body(subject: &str, version: usize, id: u32, stored: &Stored, text: String) -> Value {
     with_type(
         json!({"subject": subject, "version": version, "id": id, "schema": text}),
@@ -527,12 +543,8 @@ fn version_body(subject: &str, version: usize, id: u32, stored: &Stored, text: S
 async fn lookup(
     State(shared): State<Arc<Shared>>,
     Path(subject): Path<String>,
-    body: Bytes,
+    Posted(kind, text): Posted,
 ) -> Response {
-    let (kind, text) = match posted_schema(&body) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
     let data = shared.data.lock().expect("data");
     let Some(ids) = data.subjects.get(&subject) else {
         return subject_not_found(&subject);
@@ -559,12 +571,8 @@ async fn lookup(
 async fn register(
     State(shared): State<Arc<Shared>>,
     Path(subject): Path<String>,
-    body: Bytes,
+    Posted(kind, text): Posted,
 ) -> Response {
-    let (kind, text) = match posted_schema(&body) {
-        Ok(s) => s,
-        Err(r) => return *r,
-    };
     if let Err(e) = check(kind, &text) {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -88,6 +88,15 @@ impl<R: BufRead> ReportReader<R> {
         }
     }
 
+    /// Every report still to come, until the body or the connection ends.
+    pub fn rest(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(r) = self.next() {
+            out.push(r);
+        }
+        out
+    }
+
     /// Reads one chunk into `pending`; false at the body's or the connection's end.
     fn chunk(&mut self) -> bool {
         let mut line = String::new();
@@ -111,10 +120,40 @@ impl<R: BufRead> ReportReader<R> {
 pub fn read_reports(reader: &mut BufReader<TcpStream>) -> Vec<Value> {
     let status = read_head(reader);
     assert_eq!(status, 200);
+    ReportReader::new(reader).rest()
+}
+
+/// Reads the head (which must be 200) and the first report, which must say its record was
+/// written; the reader, for the reports after it.
+pub fn first_written(mut reader: BufReader<TcpStream>) -> ReportReader<BufReader<TcpStream>> {
+    assert_eq!(read_head(&mut reader), 200);
     let mut reports = ReportReader::new(reader);
-    let mut out = Vec::new();
-    while let Some(r) = reports.next() {
-        out.push(r);
-    }
-    out
+    let first = reports.next();
+    assert_eq!(
+        first.as_ref().map(|r| r["error_code"].clone()),
+        Some(Value::from(200)),
+        "{first:?}"
+    );
+    reports
+}
+
+/// A whole stream, as Confluent's example client runs one: opens `path`, writes `chunks` from
+/// a thread of their own and ends the body, while this thread reads every report. Blocking:
+/// call it from `spawn_blocking`.
+pub fn stream_chunks(
+    addr: SocketAddr,
+    path: &str,
+    chunks: impl IntoIterator<Item = Vec<u8>> + Send + 'static,
+) -> Vec<Value> {
+    let (mut stream, mut reader) = open_stream(addr, path);
+    let writer = std::thread::spawn(move || {
+        for chunk in chunks {
+            write_chunk(&mut stream, &chunk).expect("write");
+        }
+        stream.write_all(b"0\r\n\r\n").expect("end");
+        stream
+    });
+    let reports = read_reports(&mut reader);
+    drop(writer.join());
+    reports
 }

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::exposition::{scrape, value};
+use crate::common::load::offer;
 use crate::common::*;
 use floodgate::config::{Config, Priority};
-use reqwest::Method;
-use serde_json::json;
 
 const TOPIC: &str = "test.adaptive";
 
@@ -49,61 +49,23 @@ fn sender(
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let http = reqwest::Client::new();
-        let body = json!({"records": (0..10).map(|i| json!({"value": i})).collect::<Vec<_>>()});
-        let pace = (per_sec > 0).then(|| Duration::from_nanos(1_000_000_000 / per_sec));
-        let mut next = tokio::time::Instant::now();
-        while !stop.load(Relaxed) {
-            if let Some(p) = pace {
-                next += p;
-                tokio::time::sleep_until(next).await;
-            }
-            let Ok(response) = http
-                .post(format!("{url}?async=true"))
-                .bearer_auth(key)
-                .json(&body)
-                .send()
-                .await
-            else {
-                continue;
-            };
-            let status = response.status().as_u16();
-            let reason = response
-                .json::<serde_json::Value>()
-                .await
-                .ok()
-                .and_then(|v| v["reason"].as_str().map(String::from));
-            match (status, reason.as_deref()) {
-                (202, _) => tally.admitted.fetch_add(10, Relaxed),
-                (429, Some("adaptive")) => tally.adaptive.fetch_add(1, Relaxed),
-                (429, _) => tally.budget.fetch_add(1, Relaxed),
-                _ => tally.other.fetch_add(1, Relaxed),
-            };
-        }
+    offer(url, key, per_sec, stop, move |status, _, answer| {
+        match (status, answer["reason"].as_str()) {
+            (202, _) => tally.admitted.fetch_add(10, Relaxed),
+            (429, Some("adaptive")) => tally.adaptive.fetch_add(1, Relaxed),
+            (429, _) => tally.budget.fetch_add(1, Relaxed),
+            _ => tally.other.fetch_add(1, Relaxed),
+        };
     })
 }
 
+/// The series `name` now (NaN when absent).
 async fn metric(gw: &Gateway, name: &str) -> f64 {
-    let text = reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(f64::NAN)
+    value(&scrape(gw).await, name).unwrap_or(f64::NAN)
 }
 
 fn buffer_fill(text: &str) -> f64 {
-    let get = |name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let get = |name: &str| value(text, name).unwrap_or(0.0);
     (get("floodgate_buffer_held_records") / get("floodgate_buffer_capacity_records").max(1.0))
         .max(get("floodgate_buffer_held_bytes") / get("floodgate_buffer_capacity_bytes").max(1.0))
 }
@@ -142,12 +104,7 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
     let mut worst_fill = 0.0f64;
     let mut fell_after = None;
     while slowed.elapsed() < Duration::from_secs(8) {
-        let text = reqwest::get(gw.admin_url("/metrics"))
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = scrape(&gw).await;
         worst_fill = worst_fill.max(buffer_fill(&text));
         if fell_after.is_none() && metric(&gw, "floodgate_adaptive_limit_ratio").await < 1.0 {
             fell_after = Some(slowed.elapsed());
@@ -162,7 +119,7 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
     let low = metric(&gw, "floodgate_adaptive_limit_ratio").await;
     assert!(low < 0.5, "limit {low}");
     // Why it is there, in the admin API: the cause, and where healthy signals take it back.
-    let (_, view) = admin(&gw, Method::GET, "/admin/adaptive", None, Some(ADMIN_TOKEN)).await;
+    let (_, view) = admin_get(&gw, "/admin/adaptive").await;
     // Cutting (or at the floor) while the p99 is over the target, or while records wait with
     // nothing delivered for longer than it (a 300 ms round trip at a low limit: the stall
     // signal); holding while deliveries are too sparse to measure with records waiting.
@@ -228,7 +185,7 @@ async fn a_slow_broker_lowers_the_limit_before_the_buffer_fills_and_it_recovers_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let recovered = fast.elapsed();
-    let (_, status) = admin(&gw, Method::GET, "/admin/status", None, Some(ADMIN_TOKEN)).await;
+    let (_, status) = admin_get(&gw, "/admin/status").await;
     assert_eq!(status["adaptive"]["phase"], "ceiling", "{status}");
     // Held there: sampled for three seconds after recovery.
     let held = Instant::now();
@@ -280,14 +237,7 @@ async fn under_a_low_limit_batch_is_refused_first_and_critical_keeps_its_share()
         cfg.tenants.extend([standard, batch]);
     })
     .await;
-    let (s, view) = admin(
-        &gw,
-        Method::GET,
-        "/admin/tenants/batch",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (s, view) = admin_get(&gw, "/admin/tenants/batch").await;
     assert_eq!((s, view["priority"].as_str()), (200, Some("batch")));
     let stop = Arc::new(AtomicBool::new(false));
     let tallies: Vec<Arc<Tally>> = (0..3).map(|_| Arc::new(Tally::default())).collect();
@@ -331,7 +281,7 @@ async fn under_a_low_limit_batch_is_refused_first_and_critical_keeps_its_share()
     let refused_before: u64 = tallies.iter().map(|t| t.adaptive.load(Relaxed)).sum();
     let admitted_before: Vec<u64> = tallies.iter().map(|t| t.admitted.load(Relaxed)).collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, view) = admin(&gw, Method::GET, "/admin/adaptive", None, Some(ADMIN_TOKEN)).await;
+    let (_, view) = admin_get(&gw, "/admin/adaptive").await;
     assert!(
         tallies
             .iter()

@@ -1,18 +1,30 @@
 //! The admin API: live tenant administration, key issuance and revocation, persistence across
 //! restarts, refusal of a corrupt state file, and every 401/422 path.
 
-use std::sync::Arc;
-
 use crate::common::*;
-use floodgate::budget::MonotonicClock;
-use rdkafka::mocking::MockCluster;
+use floodgate::config::Config;
 use reqwest::Method;
 use serde_json::json;
 
-fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("test.admin", 1, 1).expect("topic");
-    cluster
+/// A gateway on the mock cluster with "test.admin", on the real clock.
+async fn gateway() -> (Cluster, Gateway) {
+    gateway_on_mock("test.admin", Time::Real, |_| {}).await
+}
+
+/// A mock cluster with "test.admin", a folder of the test's own, and a configuration whose
+/// state file is `file` in that folder (not created).
+fn with_state_file(file: &str) -> (Cluster, tempfile::TempDir, Config) {
+    let cluster = mock_cluster(&["test.admin"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.admin.state_file = Some(dir.path().join(file));
+    (cluster, dir, cfg)
+}
+
+/// Sets tenant `id`'s records budget through the admin API; the answer.
+async fn set_records(gw: &Gateway, id: &str, per_sec: u64, burst: u64) -> (u16, serde_json::Value) {
+    let budget = json!({"records_per_sec": per_sec, "records_burst": burst});
+    admin_patch(gw, &format!("/admin/tenants/{id}"), budget).await
 }
 
 fn one_record() -> serde_json::Value {
@@ -21,8 +33,7 @@ fn one_record() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_admin_call_needs_a_valid_token() {
-    let cluster = cluster();
-    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
+    let (_cluster, gw) = gateway().await;
     for (method, path) in [
         (Method::GET, "/admin/tenants"),
         (Method::GET, "/admin/tenants/acme"),
@@ -56,11 +67,11 @@ async fn every_admin_call_needs_a_valid_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_configured_token_the_admin_api_is_closed() {
-    let cluster = cluster();
-    let mut options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+    let cluster = mock_cluster(&["test.admin"]);
+    let mut options = monotonic_options();
     options.admin_tokens = Some(floodgate::access::AdminTokens::parse("").expect("tokens"));
     let gw = Gateway::start_options(config(&cluster.bootstrap_servers()), options).await;
-    let (s, a) = admin(&gw, Method::GET, "/admin/tenants", None, Some(ADMIN_TOKEN)).await;
+    let (s, a) = admin_get(&gw, "/admin/tenants").await;
     assert_eq!(s, 401);
     assert!(
         a["detail"].as_str().unwrap_or("").contains("disabled"),
@@ -71,20 +82,16 @@ async fn without_a_configured_token_the_admin_api_is_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_created_live_works_at_once_and_a_lowered_budget_applies_at_once() {
-    let cluster = cluster();
-    let gw = Gateway::start_manual(config(&cluster.bootstrap_servers())).await;
-    let t = Some(ADMIN_TOKEN);
+    let (_cluster, gw) = gateway_on_mock("test.admin", Time::Manual, |_| {}).await;
 
-    let (s, a) = admin(
+    let (s, a) = admin_put(
         &gw,
-        Method::PUT,
         "/admin/tenants/beta",
-        Some(json!({"topics":["test.*"],"records_per_sec":100,"records_burst":100})),
-        t,
+        json!({"topics":["test.*"],"records_per_sec":100,"records_burst":100}),
     )
     .await;
     assert_eq!(s, 201, "{a}");
-    let (s, key) = admin(&gw, Method::POST, "/admin/tenants/beta/keys", None, t).await;
+    let (s, key) = admin_post(&gw, "/admin/tenants/beta/keys").await;
     assert_eq!(s, 201, "{key}");
     let api_key = key["api_key"]
         .as_str()
@@ -96,7 +103,7 @@ async fn a_tenant_created_live_works_at_once_and_a_lowered_budget_applies_at_onc
     assert_eq!(s, 200, "{a}");
 
     // The key is listed by id only.
-    let (s, view) = admin(&gw, Method::GET, "/admin/tenants/beta", None, t).await;
+    let (s, view) = admin_get(&gw, "/admin/tenants/beta").await;
     assert_eq!(s, 200);
     assert_eq!(view["keys"], json!([{"key_id": key_id}]));
     assert!(!view.to_string().contains(&api_key));
@@ -105,14 +112,7 @@ async fn a_tenant_created_live_works_at_once_and_a_lowered_budget_applies_at_onc
 
     // Lower the rate to 1/s with burst 3: the bucket keeps its level, clamped to 3 — so the
     // fourth request in the same instant is refused (no clock step in between).
-    let (s, a) = admin(
-        &gw,
-        Method::PATCH,
-        "/admin/tenants/beta",
-        Some(json!({"records_per_sec":1,"records_burst":3})),
-        t,
-    )
-    .await;
+    let (s, a) = set_records(&gw, "beta", 1, 3).await;
     assert_eq!(s, 200, "{a}");
     assert_eq!(a["live"]["tokens"]["records"], 3);
     for _ in 0..3 {
@@ -125,59 +125,36 @@ async fn a_tenant_created_live_works_at_once_and_a_lowered_budget_applies_at_onc
         (429, Some("tenant_records")),
         "{a}"
     );
-    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/beta", None, t).await;
+    let (_, view) = admin_get(&gw, "/admin/tenants/beta").await;
     assert_eq!(view["live"]["rejected"]["tenant_records"], 1);
 
     // Raising it again does not refill the bucket either.
-    let (_, a) = admin(
-        &gw,
-        Method::PATCH,
-        "/admin/tenants/beta",
-        Some(json!({"records_per_sec":1000,"records_burst":1000})),
-        t,
-    )
-    .await;
+    let (_, a) = set_records(&gw, "beta", 1000, 1000).await;
     assert_eq!(a["live"]["tokens"]["records"], 0);
 
     // Revoke: the next request with that key is 401.
-    let (s, _) = admin(
-        &gw,
-        Method::DELETE,
-        &format!("/admin/tenants/beta/keys/{key_id}"),
-        None,
-        t,
-    )
-    .await;
+    let (s, _) = admin_delete(&gw, &format!("/admin/tenants/beta/keys/{key_id}")).await;
     assert_eq!(s, 204);
     let (s, _, _) = post_json(&url, &api_key, &one_record()).await;
     assert_eq!(s, 401);
-    let (s, a) = admin(
-        &gw,
-        Method::DELETE,
-        &format!("/admin/tenants/beta/keys/{key_id}"),
-        None,
-        t,
-    )
-    .await;
+    let (s, a) = admin_delete(&gw, &format!("/admin/tenants/beta/keys/{key_id}")).await;
     assert_eq!((s, a["error"].as_str()), (404, Some("key_not_found")));
 
     // Delete a tenant: its key stops working.
     let (s, _, _) = post_json(&url, KEY, &one_record()).await;
     assert_eq!(s, 200);
-    let (s, _) = admin(&gw, Method::DELETE, "/admin/tenants/acme", None, t).await;
+    let (s, _) = admin_delete(&gw, "/admin/tenants/acme").await;
     assert_eq!(s, 204);
     let (s, _, _) = post_json(&url, KEY, &one_record()).await;
     assert_eq!(s, 401);
-    let (s, a) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    let (s, a) = admin_get(&gw, "/admin/tenants/acme").await;
     assert_eq!((s, a["error"].as_str()), (404, Some("tenant_not_found")));
     gw.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_values_are_422_naming_the_field() {
-    let cluster = cluster();
-    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
-    let t = Some(ADMIN_TOKEN);
+    let (_cluster, gw) = gateway().await;
     let cases = [
         (
             json!({"topics":["a.*"],"records_per_sec":0}),
@@ -208,7 +185,7 @@ async fn invalid_values_are_422_naming_the_field() {
         (json!({"records_per_sec":5}), "topics"),
     ];
     for (body, field) in cases {
-        let (s, a) = admin(&gw, Method::PUT, "/admin/tenants/x", Some(body.clone()), t).await;
+        let (s, a) = admin_put(&gw, "/admin/tenants/x", body.clone()).await;
         assert_eq!(
             (s, a["error"].as_str()),
             (422, Some("invalid_field")),
@@ -219,38 +196,22 @@ async fn invalid_values_are_422_naming_the_field() {
             "{body}: {a}"
         );
     }
-    let (s, a) = admin(
-        &gw,
-        Method::PATCH,
-        "/admin/tenants/acme",
-        Some(json!({"records_per_sec":0})),
-        t,
-    )
-    .await;
+    let (s, a) = admin_patch(&gw, "/admin/tenants/acme", json!({"records_per_sec":0})).await;
     assert_eq!(
         (s, a["field"].as_str()),
         (422, Some("records_per_sec")),
         "{a}"
     );
-    let (s, a) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/global",
-        Some(json!({"bytes_per_sec":0})),
-        t,
-    )
-    .await;
+    let (s, a) = admin_put(&gw, "/admin/global", json!({"bytes_per_sec":0})).await;
     assert_eq!(
         (s, a["field"].as_str()),
         (422, Some("bytes_per_sec")),
         "{a}"
     );
-    let (s, a) = admin(
+    let (s, a) = admin_put(
         &gw,
-        Method::PUT,
         "/admin/global",
-        Some(json!({"bytes_per_sec":1000,"bytes_burst":4})),
-        t,
+        json!({"bytes_per_sec":1000,"bytes_burst":4}),
     )
     .await;
     assert_eq!((s, a["field"].as_str()), (422, Some("bytes_burst")), "{a}");
@@ -259,7 +220,7 @@ async fn invalid_values_are_422_naming_the_field() {
         "{a}"
     );
     // Nothing invalid was applied.
-    let (s, a) = admin(&gw, Method::GET, "/admin/tenants", None, t).await;
+    let (s, a) = admin_get(&gw, "/admin/tenants").await;
     assert_eq!(s, 200);
     assert_eq!(a["tenants"].as_array().map(Vec::len), Some(1), "{a}");
     gw.shutdown().await;
@@ -267,35 +228,20 @@ async fn invalid_values_are_422_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_tenants_keys_and_budgets_are_as_they_were() {
-    let cluster = cluster();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("tenants.state.json");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.admin.state_file = Some(state.clone());
-    let t = Some(ADMIN_TOKEN);
-
+    let (_cluster, _dir, cfg) = with_state_file("tenants.state.json");
     let gw = Gateway::start(cfg.clone()).await;
-    let (s, _) = admin(
+    let (s, _) = admin_put(
         &gw,
-        Method::PUT,
         "/admin/tenants/gamma",
-        Some(json!({"topics":["test.*"],"bytes_per_sec":5000,"bytes_burst":7000})),
-        t,
+        json!({"topics":["test.*"],"bytes_per_sec":5000,"bytes_burst":7000}),
     )
     .await;
     assert_eq!(s, 201);
-    let (_, key) = admin(&gw, Method::POST, "/admin/tenants/gamma/keys", None, t).await;
+    let (_, key) = admin_post(&gw, "/admin/tenants/gamma/keys").await;
     let api_key = key["api_key"].as_str().expect("key").to_string();
-    let (s, _) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/global",
-        Some(json!({"records_per_sec":777})),
-        t,
-    )
-    .await;
+    let (s, _) = admin_put(&gw, "/admin/global", json!({"records_per_sec":777})).await;
     assert_eq!(s, 200);
-    let (s, _) = admin(&gw, Method::DELETE, "/admin/tenants/acme", None, t).await;
+    let (s, _) = admin_delete(&gw, "/admin/tenants/acme").await;
     assert_eq!(s, 204);
     gw.shutdown().await;
 
@@ -304,37 +250,25 @@ async fn after_a_restart_tenants_keys_and_budgets_are_as_they_were() {
     assert_eq!(s, 200, "{a}");
     let (s, _, _) = post_json(&gw.url("test.admin"), KEY, &one_record()).await;
     assert_eq!(s, 401, "a tenant deleted through the API stays deleted");
-    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/gamma", None, t).await;
+    let (_, view) = admin_get(&gw, "/admin/tenants/gamma").await;
     assert_eq!(
         (view["bytes_per_sec"].as_u64(), view["bytes_burst"].as_u64()),
         (Some(5000), Some(7000))
     );
-    let (_, global) = admin(&gw, Method::GET, "/admin/global", None, t).await;
+    let (_, global) = admin_get(&gw, "/admin/global").await;
     assert_eq!(global["records_per_sec"], 777);
     gw.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_state_file_stops_start_up_with_file_and_position() {
-    let cluster = cluster();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("broken.state.json");
-    std::fs::write(
-        &state,
-        "{\"version\": 1,\n \"tenants\": {\"a\": {\"id\": \"a\", \"topics\": [}}\n",
-    )
-    .expect("write");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.admin.state_file = Some(state.clone());
-    let listeners = floodgate::Listeners {
-        produce: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind"),
-        admin: tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind"),
-    };
-    let options = floodgate::RunOptions::new(Arc::new(MonotonicClock::new()));
+    let (_cluster, _dir, cfg) = with_state_file("broken.state.json");
+    let state = cfg.admin.state_file.clone().expect("state file");
+    let broken = "{\"version\": 1,\n \"tenants\": {\"a\": {\"id\": \"a\", \"topics\": [}}\n";
+    std::fs::write(&state, broken).expect("write");
+    let listeners = loopback_listeners().await;
+    let options =
+        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
     let err = floodgate::run(cfg, listeners, options, async {})
         .await
         .expect_err("refused");
@@ -353,13 +287,9 @@ async fn a_corrupt_state_file_stops_start_up_with_file_and_position() {
 /// changed in the file (a key removed, a tenant added) and keeps what the API did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_applies_file_edits_and_keeps_api_changes() {
-    let cluster = cluster();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.admin.state_file = Some(dir.path().join("state/tenants.json"));
-    let t = Some(ADMIN_TOKEN);
+    let (_cluster, _dir, mut cfg) = with_state_file("state/tenants.json");
     let gw = Gateway::start(cfg.clone()).await;
-    let (s, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;
+    let (s, key) = admin_post(&gw, "/admin/tenants/acme/keys").await;
     assert_eq!(s, 201);
     let issued = key["api_key"].as_str().expect("key").to_string();
     gw.shutdown().await;
@@ -380,25 +310,19 @@ async fn a_restart_applies_file_edits_and_keeps_api_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_save_changes_nothing() {
-    let cluster = cluster();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_cluster, dir, mut cfg) = with_state_file("state/tenants.json");
     let state_dir = dir.path().join("state");
-    let mut cfg = config(&cluster.bootstrap_servers());
     cfg.tenants[0].records_per_sec = Some(100);
-    cfg.admin.state_file = Some(state_dir.join("tenants.json"));
     let gw = Gateway::start(cfg).await;
-    let t = Some(ADMIN_TOKEN);
-    let (s, _) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    let (s, _) = admin_get(&gw, "/admin/tenants/acme").await;
     assert_eq!(s, 200);
     // The state file's folder becomes unwritable: the next save fails.
     std::fs::remove_dir_all(&state_dir).expect("remove");
     std::fs::write(&state_dir, "not a folder").expect("block it");
-    let (s, a) = admin(
+    let (s, a) = admin_patch(
         &gw,
-        Method::PATCH,
         "/admin/tenants/acme",
-        Some(json!({"records_per_sec": 1, "records_burst": 1, "topics": ["nothing.*"]})),
-        t,
+        json!({"records_per_sec": 1, "records_burst": 1, "topics": ["nothing.*"]}),
     )
     .await;
     assert_eq!(
@@ -407,7 +331,7 @@ async fn a_failed_save_changes_nothing() {
         "{a}"
     );
     // Nothing of the change is in force: budget and topics are as before.
-    let (_, view) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+    let (_, view) = admin_get(&gw, "/admin/tenants/acme").await;
     assert_eq!(view["records_per_sec"], 100, "{view}");
     for _ in 0..3 {
         let (s, _, a) = post_json(&gw.url("test.admin"), KEY, &one_record()).await;
@@ -420,17 +344,14 @@ async fn a_failed_save_changes_nothing() {
 /// once, while others are created and deleted between pages; a prefix narrows the listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
-    let cluster = cluster();
-    let mut cfg = config(&cluster.bootstrap_servers());
-    for i in 0..200 {
-        cfg.tenants.push(tenant(
-            &format!("t{i:03}"),
-            &format!("key-{i}"),
-            &["test.*"],
-        ));
-    }
-    let gw = Gateway::start_manual(cfg).await;
-    let t = Some(ADMIN_TOKEN);
+    let (_cluster, gw) = gateway_on_mock("test.admin", Time::Manual, |cfg| {
+        for i in 0..200 {
+            let key = format!("key-{i}");
+            cfg.tenants
+                .push(tenant(&format!("t{i:03}"), &key, &["test.*"]));
+        }
+    })
+    .await;
     let mut seen: Vec<String> = Vec::new();
     let mut after: Option<String> = None;
     let mut deleted = Vec::new();
@@ -440,16 +361,11 @@ async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
             Some(a) => format!("/admin/tenants?limit=30&after={a}"),
             None => "/admin/tenants?limit=30".into(),
         };
-        let (s, body) = admin(&gw, Method::GET, &path, None, t).await;
+        let (s, body) = admin_get(&gw, &path).await;
         assert_eq!(s, 200, "{body}");
-        let ids: Vec<String> = body["tenants"]
-            .as_array()
-            .expect("tenants")
-            .iter()
-            .filter_map(|v| v["id"].as_str().map(String::from))
-            .collect();
+        let ids = listed_ids(&body, "tenants");
         assert!(ids.len() <= 30);
-        seen.extend(ids);
+        seen.extend(ids.into_iter().map(String::from));
         // Between pages: one tenant already listed and one not yet listed go away, and new
         // ones appear before and after the cursor.
         page += 1;
@@ -457,25 +373,16 @@ async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
             format!("t{:03}", page * 7),
             format!("t{:03}", 199 - page * 5),
         ] {
-            let (s, _) = admin(
-                &gw,
-                Method::DELETE,
-                &format!("/admin/tenants/{id}"),
-                None,
-                t,
-            )
-            .await;
+            let (s, _) = admin_delete(&gw, &format!("/admin/tenants/{id}")).await;
             if s == 204 {
                 deleted.push(id);
             }
         }
         for id in [format!("a-new-{page}"), format!("z-new-{page}")] {
-            let (s, b) = admin(
+            let (s, b) = admin_put(
                 &gw,
-                Method::PUT,
                 &format!("/admin/tenants/{id}"),
-                Some(json!({"topics": ["test.*"]})),
-                t,
+                json!({"topics": ["test.*"]}),
             )
             .await;
             assert_eq!(s, 201, "{b}");
@@ -495,28 +402,16 @@ async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
             assert!(seen.contains(&id), "{id} existed throughout and was listed");
         }
     }
-    let (s, body) = admin(
-        &gw,
-        Method::GET,
-        "/admin/tenants?prefix=t19&limit=1000",
-        None,
-        t,
-    )
-    .await;
+    let (s, body) = admin_get(&gw, "/admin/tenants?prefix=t19&limit=1000").await;
     assert_eq!(s, 200);
-    let ids: Vec<&str> = body["tenants"]
-        .as_array()
-        .expect("tenants")
-        .iter()
-        .filter_map(|v| v["id"].as_str())
-        .collect();
+    let ids = listed_ids(&body, "tenants");
     assert!(
         !ids.is_empty() && ids.iter().all(|id| id.starts_with("t19")),
         "{ids:?}"
     );
     assert_eq!(body["next"], serde_json::Value::Null);
     for bad in ["limit=0", "limit=1001", "limit=x", "colour=red"] {
-        let (s, body) = admin(&gw, Method::GET, &format!("/admin/tenants?{bad}"), None, t).await;
+        let (s, body) = admin_get(&gw, &format!("/admin/tenants?{bad}")).await;
         assert_eq!(
             (s, body["error"].as_str()),
             (422, Some("invalid_field")),
@@ -531,18 +426,9 @@ async fn tenant_pages_list_every_tenant_once_while_tenants_come_and_go() {
 /// only contains dots, or starts like it, is fine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_of_dots_only_and_the_metrics_sum_are_not_tenant_ids() {
-    let cluster = cluster();
-    let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
-    let t = Some(ADMIN_TOKEN);
+    let (_cluster, gw) = gateway().await;
     let body = json!({"topics": ["a.*"]});
-    let (s, a) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/tenants/_other",
-        Some(body.clone()),
-        t,
-    )
-    .await;
+    let (s, a) = admin_put(&gw, "/admin/tenants/_other", body.clone()).await;
     assert_eq!(
         (s, a["error"].as_str()),
         (422, Some("invalid_field")),
@@ -573,21 +459,11 @@ async fn ids_of_dots_only_and_the_metrics_sum_are_not_tenant_ids() {
         );
     }
     for id in ["a..b", ".hidden", "_others"] {
-        let (s, a) = admin(
-            &gw,
-            Method::PUT,
-            &format!("/admin/tenants/{id}"),
-            Some(body.clone()),
-            t,
-        )
-        .await;
+        let (s, a) = admin_put(&gw, &format!("/admin/tenants/{id}"), body.clone()).await;
         assert!(s < 300, "{id}: {s} {a}");
     }
-    let (_, a) = admin(&gw, Method::GET, "/admin/tenants", None, t).await;
-    let ids: Vec<&str> = a["tenants"]
-        .as_array()
-        .map(|t| t.iter().filter_map(|t| t["id"].as_str()).collect())
-        .unwrap_or_default();
+    let (_, a) = admin_get(&gw, "/admin/tenants").await;
+    let ids = listed_ids(&a, "tenants");
     assert!(
         !ids.iter()
             .any(|i| i.chars().all(|c| c == '.') || *i == "_other"),

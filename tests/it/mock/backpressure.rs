@@ -64,14 +64,8 @@ async fn a_stalled_broker_fills_the_buffer_and_further_requests_get_429_at_once(
     }
     assert_eq!(gw.shutdown().await.unconfirmed_records, 0);
 
-    let b = cluster.bootstrap_servers();
-    let got = tokio::task::spawn_blocking(move || read_back(&b, "test.stall", 2, 30))
-        .await
-        .expect("reader");
-    let values: Vec<String> = got
-        .iter()
-        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let got = read_all(&cluster.bootstrap_servers(), "test.stall", 2, 30).await;
+    let values = value_texts(&got);
     assert_eq!(
         values.len(),
         30,

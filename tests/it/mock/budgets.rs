@@ -16,13 +16,20 @@ fn records(n: usize, tag: &str) -> serde_json::Value {
     json!({ "records": r })
 }
 
+/// What the server sends first on `stream` (one read, at most 4 KiB), which must come within
+/// 5 s (`what` says why it should).
+async fn answer(stream: &mut tokio::net::TcpStream, what: &str) -> String {
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_records_429_says_exactly_when_to_come_back() {
-    let (cluster, gw) = gateway_on_mock("test.budget", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(10);
-        cfg.tenants[0].records_burst = Some(10);
-    })
-    .await;
+    let (cluster, gw) = gateway_with_records("test.budget", 10, 10).await;
     let url = gw.url("test.budget");
 
     let (s, h, a) = post_json(&url, KEY, &records(8, "burst")).await;
@@ -61,10 +68,7 @@ async fn tenant_records_429_says_exactly_when_to_come_back() {
     assert_eq!((s, a["retry_after_ms"].as_u64()), (429, Some(100)), "{a}");
 
     gw.shutdown().await;
-    let b = cluster.bootstrap_servers();
-    let got = tokio::task::spawn_blocking(move || read_back(&b, "test.budget", 1, 13))
-        .await
-        .expect("reader");
+    let got = read_all(&cluster.bootstrap_servers(), "test.budget", 1, 13).await;
     assert_eq!(got.len(), 13, "refused records must not be in Kafka");
     assert!(got.iter().all(
         |c| !String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).contains("refused")
@@ -74,8 +78,7 @@ async fn tenant_records_429_says_exactly_when_to_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_and_global_budgets_refuse_with_their_own_reasons() {
     let (_cluster, gw) = gateway_on_mock("test.bytes", Time::Manual, |cfg| {
-        cfg.tenants[0].bytes_per_sec = Some(1000);
-        cfg.tenants[0].bytes_burst = Some(1000);
+        limit_bytes(cfg, 1000, 1000);
         cfg.tenants.push(tenant("other", "other-key", &["test.*"]));
         cfg.global.records_per_sec = Some(100);
         cfg.global.records_burst = Some(20);
@@ -117,11 +120,7 @@ async fn bytes_and_global_budgets_refuse_with_their_own_reasons() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_larger_than_the_burst_is_413_not_429() {
-    let (_cluster, gw) = gateway_on_mock("test.burst", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(100);
-        cfg.tenants[0].records_burst = Some(5);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.burst", 100, 5).await;
     let (s, h, a) = post_json(&gw.url("test.burst"), KEY, &records(6, "x")).await;
     assert_eq!(
         (s, a["error"].as_str()),
@@ -136,11 +135,7 @@ async fn a_request_larger_than_the_burst_is_413_not_429() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_upload_is_refused_before_its_body_is_sent() {
-    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Manual, |cfg| {
-        cfg.tenants[0].bytes_per_sec = Some(10_000);
-        cfg.tenants[0].bytes_burst = Some(10_000);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_bytes("test.slow", 10_000, 10_000).await;
     let (s, _, _) = post_json(
         &gw.url("test.slow"),
         KEY,
@@ -158,12 +153,7 @@ async fn a_slow_upload_is_refused_before_its_body_is_sent() {
          Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.expect("write");
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
-        .await
-        .expect("answered without waiting for the body")
-        .expect("read");
-    let text = String::from_utf8_lossy(&buf[..n]);
+    let text = answer(&mut stream, "answered without waiting for the body").await;
     assert!(text.starts_with("HTTP/1.1 429"), "{text}");
     assert!(text.contains("\"reason\":\"tenant_bytes\""), "{text}");
     // 998 bytes left (9000 value + 2 quotes charged), 5000 declared: 4002 bytes at 10000/s.
@@ -174,8 +164,7 @@ async fn a_slow_upload_is_refused_before_its_body_is_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_within_budget_is_untouched_by_a_noisy_neighbour() {
     let (_cluster, gw) = gateway_on_mock("test.iso", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(10);
-        cfg.tenants[0].records_burst = Some(10);
+        limit_records(cfg, 10, 10);
         let mut quiet = tenant("quiet", "quiet-key", &["test.*"]);
         quiet.records_per_sec = Some(10);
         quiet.records_burst = Some(10);
@@ -200,11 +189,7 @@ async fn a_tenant_within_budget_is_untouched_by_a_noisy_neighbour() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_429_for_a_small_body_keeps_the_connection_open() {
-    let (_cluster, gw) = gateway_on_mock("test.keepalive", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(1);
-        cfg.tenants[0].records_burst = Some(1);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.keepalive", 1, 1).await;
     let (s, _, _) = post_json(&gw.url("test.keepalive"), KEY, &records(1, "only")).await;
     assert_eq!(s, 200);
 
@@ -222,12 +207,7 @@ async fn an_early_429_for_a_small_body_keeps_the_connection_open() {
             .write_all(request.as_bytes())
             .await
             .expect("write on the same connection");
-        let mut buf = vec![0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
-            .await
-            .expect("answered")
-            .expect("read");
-        let text = String::from_utf8_lossy(&buf[..n]);
+        let text = answer(&mut stream, "answered").await;
         assert!(text.starts_with("HTTP/1.1 429"), "round {round}: {text}");
         assert!(
             !text.to_ascii_lowercase().contains("connection: close"),
@@ -270,12 +250,10 @@ async fn the_global_buckets_can_be_hidden_from_tenants() {
     );
     assert!(h.get("retry-after").is_some());
     // The operator shows them again, live.
-    let (s, _) = admin(
+    let (s, _) = admin_put(
         &gw,
-        reqwest::Method::PUT,
         "/admin/global",
-        Some(json!({"records_per_sec": 100, "records_burst": 3})),
-        Some(ADMIN_TOKEN),
+        json!({"records_per_sec": 100, "records_burst": 3}),
     )
     .await;
     assert_eq!(s, 200);
@@ -291,11 +269,7 @@ async fn the_global_buckets_can_be_hidden_from_tenants() {
 /// budget cannot be flooded with empty records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_records_are_charged_their_overhead() {
-    let (_cluster, gw) = gateway_on_mock("test.empty", Time::Manual, |cfg| {
-        cfg.tenants[0].bytes_per_sec = Some(100);
-        cfg.tenants[0].bytes_burst = Some(100);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_bytes("test.empty", 100, 100).await;
     let url = gw.url("test.empty");
     let empty =
         |n: usize| json!({"records": (0..n).map(|_| json!({"value": null})).collect::<Vec<_>>()});

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use serde_json::json;
@@ -50,11 +50,8 @@ fn start(cluster: &Cluster, soft: u64, hard: u64) -> Limited {
         .stderr(Stdio::null())
         .spawn()
         .expect("prlimit (util-linux)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
-        assert!(Instant::now() < deadline, "floodgate did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let patience = (Duration::from_secs(20), Duration::from_millis(50));
+    wait_for_port(admin, patience, "floodgate");
     Limited {
         child,
         produce: SocketAddr::from(([127, 0, 0, 1], port)),

@@ -11,24 +11,48 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 /// POSTs `body` with `Content-Encoding: encoding`; status, headers, answer text.
-async fn post_coded(
+async fn post_coded_as(
     url: &str,
     content_type: &str,
     encoding: &str,
     body: Vec<u8>,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let response = client()
-        .post(url)
-        .bearer_auth(KEY)
-        .header("content-type", content_type)
-        .header("content-encoding", encoding)
-        .body(body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    (status, headers, response.text().await.unwrap_or_default())
+    let headers = [
+        ("content-type", content_type),
+        ("content-encoding", encoding),
+    ];
+    post_text(url, KEY, &headers, body).await
+}
+
+/// A gateway on the mock cluster with `topic`, on the real clock, and its `/v1` URL for it.
+async fn gateway(topic: &str) -> (Cluster, Gateway, String) {
+    let (cluster, gw) = gateway_on_mock(topic, Time::Real, |_| {}).await;
+    let url = gw.url(topic);
+    (cluster, gw, url)
+}
+
+/// [`post_coded_as`] a JSON body.
+async fn post_coded(
+    url: &str,
+    encoding: &str,
+    body: Vec<u8>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    post_coded_as(url, "application/json", encoding, body).await
+}
+
+/// [`post_coded`] a body that must be answered `status`; the answer's text. `what` says which.
+async fn answered(url: &str, encoding: &str, body: Vec<u8>, status: u16, what: &str) -> String {
+    let (got, _, text) = post_coded(url, encoding, body).await;
+    assert_eq!(got, status, "{what}: {text}");
+    text
+}
+
+/// 1 GiB of `fill` inside `{"records":[...]}`, in gzip and in zstd: each coding and its bomb.
+fn bombs(fill: Fill) -> [(&'static str, Vec<u8>); 2] {
+    [
+        ("gzip", gzip_bomb(fill).to_vec()),
+        ("zstd", zstd_bomb(fill).to_vec()),
+    ]
 }
 
 fn records(n: usize, size: usize) -> Vec<u8> {
@@ -68,14 +92,9 @@ async fn inflated(gw: &Gateway, encoding: &str) -> (f64, f64) {
 /// ratio inflated (128 KiB: not 1 GiB, nor `max_body_bytes`), and nothing held after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bomb_is_refused_while_it_inflates_naming_the_ratio() {
-    let (_cluster, gw) = gateway_on_mock("test.bomb", Time::Real, |_| {}).await;
-    let url = gw.url("test.bomb");
-    for (encoding, bomb) in [
-        ("gzip", gzip_bomb(Fill::Spaces)),
-        ("zstd", zstd_bomb(Fill::Spaces)),
-    ] {
-        let (status, _, text) = post_coded(&url, "application/json", encoding, bomb.to_vec()).await;
-        assert_eq!(status, 413, "{encoding}: {text}");
+    let (_cluster, gw, url) = gateway("test.bomb").await;
+    for (encoding, bomb) in bombs(Fill::Spaces) {
+        let text = answered(&url, encoding, bomb, 413, encoding).await;
         let answer: Value = serde_json::from_str(&text).expect("json");
         assert_eq!(answer["error"], "body_too_large", "{text}");
         let detail = answer["detail"].as_str().unwrap_or_default();
@@ -97,14 +116,9 @@ async fn a_bomb_is_refused_while_it_inflates_naming_the_ratio() {
 /// 1 GiB of zeros is not JSON: refused at its first inflated piece (400), a piece inflated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bomb_of_zeros_is_refused_at_its_first_piece() {
-    let (_cluster, gw) = gateway_on_mock("test.zeros", Time::Real, |_| {}).await;
-    let url = gw.url("test.zeros");
-    for (encoding, bomb) in [
-        ("gzip", gzip_bomb(Fill::Zeros)),
-        ("zstd", zstd_bomb(Fill::Zeros)),
-    ] {
-        let (status, _, text) = post_coded(&url, "application/json", encoding, bomb.to_vec()).await;
-        assert_eq!(status, 400, "{encoding}: {text}");
+    let (_cluster, gw, url) = gateway("test.zeros").await;
+    for (encoding, bomb) in bombs(Fill::Zeros) {
+        let text = answered(&url, encoding, bomb, 400, encoding).await;
         assert!(text.contains("malformed_body"), "{text}");
         let (inflated, _) = inflated(&gw, encoding).await;
         assert!(inflated <= 256.0 * 1024.0, "{encoding}: {inflated}");
@@ -117,8 +131,7 @@ async fn a_bomb_of_zeros_is_refused_at_its_first_piece() {
 /// hold one more decoder), none answered 200, and the budget is whole again afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bombs_at_once_are_each_refused_and_the_budget_comes_back() {
-    let (_cluster, gw) = gateway_on_mock("test.bombs", Time::Real, |_| {}).await;
-    let url = gw.url("test.bombs");
+    let (_cluster, gw, url) = gateway("test.bombs").await;
     let (gz, zs) = (gzip_bomb(Fill::Spaces), zstd_bomb(Fill::Spaces));
     let posts: Vec<_> = (0..50)
         .map(|i| {
@@ -127,9 +140,7 @@ async fn bombs_at_once_are_each_refused_and_the_budget_comes_back() {
             } else {
                 (url.clone(), zs.to_vec(), "zstd")
             };
-            tokio::spawn(
-                async move { post_coded(&url, "application/json", encoding, body).await.0 },
-            )
+            tokio::spawn(async move { post_coded(&url, encoding, body).await.0 })
         })
         .collect();
     let mut statuses = Vec::new();
@@ -157,14 +168,12 @@ async fn max_body_bytes_bounds_the_inflated_body() {
     let body = records(200, 1000);
     let wire = gzip(&body);
     assert!(wire.len() < 10_000, "{}", wire.len());
-    let (status, _, text) =
-        post_coded(&gw.url("test.inflated"), "application/json", "gzip", wire).await;
+    let (status, _, text) = post_coded(&gw.url("test.inflated"), "gzip", wire).await;
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("100000 bytes"), "{text}");
     // Under the limit, the same kind of body is admitted.
     let small = gzip(&records(20, 1000));
-    let (status, _, text) =
-        post_coded(&gw.url("test.inflated"), "application/json", "gzip", small).await;
+    let (status, _, text) = post_coded(&gw.url("test.inflated"), "gzip", small).await;
     assert_eq!(status, 200, "{text}");
     gw.shutdown().await;
 }
@@ -173,24 +182,14 @@ async fn max_body_bytes_bounds_the_inflated_body() {
 /// of values in a 1 KB zstd body against a 10 KB bytes burst can never be admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn byte_budgets_charge_the_inflated_records() {
-    let (_cluster, gw) = gateway_on_mock("test.charge", Time::Manual, |cfg| {
-        cfg.tenants[0].bytes_per_sec = Some(10_000);
-        cfg.tenants[0].bytes_burst = Some(10_000);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_bytes("test.charge", 10_000, 10_000).await;
     let wire = zstd(&records(20, 1000));
     assert!(wire.len() < 2_000, "{}", wire.len());
-    let (status, _, text) =
-        post_coded(&gw.url("test.charge"), "application/json", "zstd", wire).await;
+    let (status, _, text) = post_coded(&gw.url("test.charge"), "zstd", wire).await;
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("exceeds_burst"), "{text}");
-    let (status, _, text) = post_coded(
-        &gw.url("test.charge"),
-        "application/json",
-        "zstd",
-        zstd(&records(5, 1000)),
-    )
-    .await;
+    let (status, _, text) =
+        post_coded(&gw.url("test.charge"), "zstd", zstd(&records(5, 1000))).await;
     assert_eq!(status, 200, "{text}");
     gw.shutdown().await;
 }
@@ -240,7 +239,7 @@ async fn unknown_codings_are_415_with_accept_encoding_everywhere() {
     for (url, content_type, body, code) in &routes {
         for encoding in ["br", "gzip, gzip, gzip", "compress"] {
             let (status, headers, text) =
-                post_coded(url, content_type, encoding, body.clone()).await;
+                post_coded_as(url, content_type, encoding, body.clone()).await;
             assert_eq!(status, 415, "{url} {encoding}: {text}");
             assert!(text.contains(code), "{url}: {text}");
             assert_eq!(
@@ -249,7 +248,7 @@ async fn unknown_codings_are_415_with_accept_encoding_everywhere() {
                 "{url}"
             );
         }
-        let (status, _, text) = post_coded(url, content_type, "identity", body.clone()).await;
+        let (status, _, text) = post_coded_as(url, content_type, "identity", body.clone()).await;
         assert!((200..300).contains(&status), "{url} identity: {text}");
     }
     gw.shutdown().await;
@@ -279,13 +278,7 @@ async fn an_invalid_coded_body_is_400_naming_its_coding() {
         ),
     ];
     for (encoding, body, says) in &cases {
-        let (status, _, text) = post_coded(
-            &gw.url("test.broken"),
-            "application/json",
-            encoding,
-            body.clone(),
-        )
-        .await;
+        let (status, _, text) = post_coded(&gw.url("test.broken"), encoding, body.clone()).await;
         assert_eq!(status, 400, "{encoding}: {text}");
         assert!(
             text.contains("malformed_body") && text.contains(says),
@@ -294,7 +287,6 @@ async fn an_invalid_coded_body_is_400_naming_its_coding() {
     }
     let (status, _, text) = post_coded(
         &format!("{base}/v3/clusters/c/topics/test.broken/records"),
-        "application/json",
         "gzip",
         b"{\"value\":{\"type\":\"JSON\",\"data\":1}}".to_vec(),
     )
@@ -309,8 +301,7 @@ async fn an_invalid_coded_body_is_400_naming_its_coding() {
 /// and so is the same records in another coding; other records under the key are 422.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_coded_request_is_replayed_to_its_retry() {
-    let (_cluster, gw) = gateway_on_mock("test.keyed", Time::Real, |_| {}).await;
-    let url = gw.url("test.keyed");
+    let (_cluster, gw, url) = gateway("test.keyed").await;
     let body = records(3, 10);
     let send = |encoding: &'static str, wire: Vec<u8>| {
         let url = url.clone();
@@ -341,11 +332,7 @@ async fn a_keyed_coded_request_is_replayed_to_its_retry() {
 /// switch it would inflate up to a megabyte of what nobody reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_coded_upload_is_drained_as_it_came() {
-    let (_cluster, gw) = gateway_on_mock("test.drain", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(100);
-        cfg.tenants[0].records_burst = Some(100);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.drain", 100, 100).await;
     // 6,000 records of noise (it hardly compresses): 800 KB of gzip, 1.3 MB inflated.
     let mut x = 0x2545_f491_4f6c_dd1d_u64;
     let items: Vec<Value> = (0..6000)
@@ -369,8 +356,7 @@ async fn a_refused_coded_upload_is_drained_as_it_came() {
         "{}",
         wire.len()
     );
-    let (status, _, text) =
-        post_coded(&gw.url("test.drain"), "application/json", "gzip", wire).await;
+    let (status, _, text) = post_coded(&gw.url("test.drain"), "gzip", wire).await;
     assert_eq!(status, 413, "{text}");
     assert!(text.contains("exceeds_burst"), "{text}");
     tokio::time::sleep(Duration::from_millis(1500)).await;

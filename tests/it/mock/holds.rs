@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::exposition::{metric, sample, scrape};
+use crate::common::v3::stream_chunks;
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -17,12 +18,42 @@ fn records(n: usize) -> Value {
 /// A tenant at 50 records/s with a burst of 10 (= rate / 5), and `[wait]` as given.
 async fn gateway(max_ms: u64, per_tenant: usize) -> (Cluster, Gateway) {
     gateway_on_mock("test.hold", Time::Manual, move |cfg| {
-        cfg.tenants[0].records_per_sec = Some(50);
-        cfg.tenants[0].records_burst = Some(10);
+        limit_records(cfg, 50, 10);
         cfg.wait.max_ms = max_ms;
         cfg.wait.max_requests_per_tenant = per_tenant;
     })
     .await
+}
+
+/// [`gateway`], with the burst spent by one request of ten records (admitted): the next record
+/// is 20 ms away. Its produce URL.
+async fn emptied(max_ms: u64, per_tenant: usize) -> (Cluster, Gateway, String) {
+    let (cluster, gw) = gateway(max_ms, per_tenant).await;
+    let url = gw.url("test.hold");
+    let (s, _, a) = post_json(&url, KEY, &records(10)).await;
+    assert_eq!(s, 200, "{a}");
+    (cluster, gw, url)
+}
+
+/// The holds counted so far: admitted, refused (after the hold), full (no seat).
+async fn holds(gw: &Gateway) -> (f64, f64, f64) {
+    let m = scrape(gw).await;
+    let outcome = |o: &str| {
+        sample(
+            &m,
+            &format!("floodgate_admission_holds_total{{outcome=\"{o}\"}}"),
+        )
+    };
+    (outcome("admitted"), outcome("refused"), outcome("full"))
+}
+
+/// A v3 stream of `n` JSON records in one chunk, from a blocking task: its reports.
+fn stream_records(addr: std::net::SocketAddr, n: usize) -> tokio::task::JoinHandle<Vec<Value>> {
+    let records: String = (0..n)
+        .map(|i| json!({"value": {"type": "JSON", "data": i}}).to_string())
+        .collect();
+    let path = "/v3/clusters/c/topics/test.hold/records";
+    tokio::task::spawn_blocking(move || stream_chunks(addr, path, [records.into_bytes()]))
 }
 
 /// Waits (real time, bounded) until `n` requests are held.
@@ -46,10 +77,7 @@ fn spawn_post(url: String, body: Value) -> tokio::task::JoinHandle<(u16, Value)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_wait_is_held_and_admitted_instead_of_a_429() {
-    let (_cluster, gw) = gateway(150, 8).await;
-    let url = gw.url("test.hold");
-    let (s, _, a) = post_json(&url, KEY, &records(10)).await;
-    assert_eq!(s, 200, "{a}");
+    let (_cluster, gw, url) = emptied(150, 8).await;
     // The bucket is empty: one record is 20 ms away. The early check lets it in, its body is
     // read, and admission holds it until the clock has moved 20 ms.
     let one = spawn_post(url.clone(), records(1));
@@ -64,20 +92,10 @@ async fn a_short_wait_is_held_and_admitted_instead_of_a_429() {
     let (s, h, a) = post_json(&url, KEY, &records(10)).await;
     assert_eq!((s, a["retry_after_ms"].as_u64()), (429, Some(200)), "{a}");
     assert_eq!(h["retry-after"], "1");
-    let m = scrape(&gw).await;
-    let outcome = |o: &str| {
-        sample(
-            &m,
-            &format!("floodgate_admission_holds_total{{outcome=\"{o}\"}}"),
-        )
-    };
-    assert_eq!(
-        (outcome("admitted"), outcome("refused"), outcome("full")),
-        (1.0, 0.0, 0.0)
-    );
+    assert_eq!(holds(&gw).await, (1.0, 0.0, 0.0));
     assert_eq!(
         sample(
-            &m,
+            &scrape(&gw).await,
             "floodgate_tenant_requests_total{tenant=\"acme\",outcome=\"rejected\"}"
         ),
         1.0,
@@ -90,9 +108,7 @@ async fn a_short_wait_is_held_and_admitted_instead_of_a_429() {
 /// wire format.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_wire_format_is_held_the_same_way() {
-    let (_cluster, gw) = gateway(250, 8).await;
-    let (s, _, a) = post_json(&gw.url("test.hold"), KEY, &records(10)).await;
-    assert_eq!(s, 200, "{a}");
+    let (_cluster, gw, _) = emptied(250, 8).await;
     let base = format!("http://{}", gw.addr);
     let requests = [
         (
@@ -124,11 +140,7 @@ async fn every_wire_format_is_held_the_same_way() {
             assert_eq!(a["error_code"], 200, "the v3 report says written: {a}");
         }
     }
-    let m = scrape(&gw).await;
-    assert_eq!(
-        sample(&m, "floodgate_admission_holds_total{outcome=\"admitted\"}"),
-        3.0
-    );
+    assert_eq!(holds(&gw).await.0, 3.0);
     gw.shutdown().await;
 }
 
@@ -138,19 +150,8 @@ async fn every_wire_format_is_held_the_same_way() {
 /// stands still. Only the open is held (before the stream exists), as a request is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_record_is_never_held() {
-    use std::io::Write as _;
     let (_cluster, gw) = gateway(250, 8).await;
-    let addr = gw.addr;
-    let reader = tokio::task::spawn_blocking(move || {
-        let (mut stream, mut reader) =
-            crate::common::v3::open_stream(addr, "/v3/clusters/c/topics/test.hold/records");
-        let records: String = (0..11)
-            .map(|i| json!({"value": {"type": "JSON", "data": i}}).to_string())
-            .collect();
-        crate::common::v3::write_chunk(&mut stream, records.as_bytes()).expect("records");
-        stream.write_all(b"0\r\n\r\n").expect("end");
-        crate::common::v3::read_reports(&mut reader)
-    });
+    let reader = stream_records(gw.addr, 11);
     // Real time, bounded: the reports come without the clock moving, or never.
     let reports = tokio::time::timeout(Duration::from_secs(10), reader)
         .await
@@ -162,25 +163,11 @@ async fn a_stream_record_is_never_held() {
     }
     assert_eq!(reports[10]["error_code"], 429, "{}", reports[10]);
     assert_eq!(reports[10]["retry_after_ms"], 20, "{}", reports[10]);
-    let m = scrape(&gw).await;
-    assert_eq!(
-        sample(&m, "floodgate_admission_holds_total{outcome=\"admitted\"}")
-            + sample(&m, "floodgate_admission_holds_total{outcome=\"full\"}"),
-        0.0,
-        "nothing held, no seat asked for"
-    );
+    let (admitted, _, full) = holds(&gw).await;
+    assert_eq!(admitted + full, 0.0, "nothing held, no seat asked for");
     // A stream opened on the empty budget: its open is held for one record's tokens, then
     // its first record is written and its second, 20 ms short again, reported 429 at once.
-    let reader = tokio::task::spawn_blocking(move || {
-        let (mut stream, mut reader) =
-            crate::common::v3::open_stream(addr, "/v3/clusters/c/topics/test.hold/records");
-        let records: String = (0..2)
-            .map(|i| json!({"value": {"type": "JSON", "data": i}}).to_string())
-            .collect();
-        crate::common::v3::write_chunk(&mut stream, records.as_bytes()).expect("records");
-        stream.write_all(b"0\r\n\r\n").expect("end");
-        crate::common::v3::read_reports(&mut reader)
-    });
+    let reader = stream_records(gw.addr, 2);
     held(&gw, 1).await;
     gw.advance_ms(20);
     let reports = tokio::time::timeout(Duration::from_secs(10), reader)
@@ -226,10 +213,7 @@ async fn answer_before_the_rest(stream: &mut tokio::net::TcpStream) -> String {
 /// it uploads its body, and a seat is given back when its request goes away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_finding_no_seat_hears_429_before_it_uploads() {
-    let (_cluster, gw) = gateway(250, 1).await;
-    let url = gw.url("test.hold");
-    let (s, _, a) = post_json(&url, KEY, &records(10)).await;
-    assert_eq!(s, 200, "{a}");
+    let (_cluster, gw, url) = emptied(250, 1).await;
     let body = records(1).to_string();
     // Short of tokens (20 ms): its seat is taken before its body is read.
     let slow = half_upload(gw.addr, &body).await;
@@ -247,17 +231,7 @@ async fn a_request_finding_no_seat_hears_429_before_it_uploads() {
     gw.advance_ms(20);
     let (s, a) = next.await.expect("task");
     assert_eq!(s, 200, "{a}");
-    let m = scrape(&gw).await;
-    let outcome = |o: &str| {
-        sample(
-            &m,
-            &format!("floodgate_admission_holds_total{{outcome=\"{o}\"}}"),
-        )
-    };
-    assert_eq!(
-        (outcome("admitted"), outcome("refused"), outcome("full")),
-        (1.0, 0.0, 1.0)
-    );
+    assert_eq!(holds(&gw).await, (1.0, 0.0, 1.0));
     gw.shutdown().await;
 }
 
@@ -266,10 +240,7 @@ async fn a_request_finding_no_seat_hears_429_before_it_uploads() {
 /// within max_ms is refused after its hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_are_bounded_in_seats_and_in_time() {
-    let (_cluster, gw) = gateway(30, 2).await;
-    let url = gw.url("test.hold");
-    let (s, _, a) = post_json(&url, KEY, &records(10)).await;
-    assert_eq!(s, 200, "{a}");
+    let (_cluster, gw, url) = emptied(30, 2).await;
     let first = spawn_post(url.clone(), records(1));
     let second = spawn_post(url.clone(), records(1));
     held(&gw, 2).await;
@@ -282,19 +253,9 @@ async fn holds_are_bounded_in_seats_and_in_time() {
     let mut statuses = vec![first.await.expect("task").0, second.await.expect("task").0];
     statuses.sort_unstable();
     assert_eq!(statuses, vec![200, 429]);
-    let m = scrape(&gw).await;
-    let outcome = |o: &str| {
-        sample(
-            &m,
-            &format!("floodgate_admission_holds_total{{outcome=\"{o}\"}}"),
-        )
-    };
+    assert_eq!(holds(&gw).await, (1.0, 1.0, 1.0));
     assert_eq!(
-        (outcome("admitted"), outcome("refused"), outcome("full")),
-        (1.0, 1.0, 1.0)
-    );
-    assert_eq!(
-        sample(&m, "floodgate_admission_held_requests"),
+        sample(&scrape(&gw).await, "floodgate_admission_held_requests"),
         0.0,
         "seats given back"
     );
@@ -305,26 +266,17 @@ async fn holds_are_bounded_in_seats_and_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_below_its_rate_is_warned_by_the_admin_api() {
     let (_cluster, gw) = gateway(0, 8).await;
-    let (s, body) = admin(
-        &gw,
-        reqwest::Method::GET,
-        "/admin/tenants/acme",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (s, body) = admin_get(&gw, "/admin/tenants/acme").await;
     assert_eq!(s, 200, "{body}");
     let warning = &body["warnings"][0];
     assert_eq!(warning["field"], "records_burst", "{body}");
     let detail = warning["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("about 20% of its rate"), "{detail}");
     // Raised to one second of its rate: no warning.
-    let (s, body) = admin(
+    let (s, body) = admin_patch(
         &gw,
-        reqwest::Method::PATCH,
         "/admin/tenants/acme",
-        Some(json!({"records_per_sec": 50, "records_burst": 50})),
-        Some(ADMIN_TOKEN),
+        json!({"records_per_sec": 50, "records_burst": 50}),
     )
     .await;
     assert_eq!(s, 200, "{body}");

@@ -3,16 +3,33 @@
 
 use std::time::Duration;
 
+use crate::common::exposition::scrape;
 use crate::common::*;
-use rdkafka::mocking::MockCluster;
+use floodgate::config::Config;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn cluster() -> Cluster {
-    let c = MockCluster::new(1).expect("mock");
-    c.create_topic("test.hostile", 1, 1).expect("topic");
-    c
+/// A gateway on the mock cluster with "test.hostile", on the real clock, after `edit`.
+async fn gateway(edit: impl FnOnce(&mut Config)) -> (Cluster, Gateway) {
+    gateway_on_mock("test.hostile", Time::Real, edit).await
+}
+
+/// A connection to `gw`'s produce listener on which `bytes` were written.
+async fn sent(gw: &Gateway, bytes: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    stream
+}
+
+/// An address allowed `burst` failed authentications at once, one more a second.
+fn failures(cfg: &mut Config, burst: u32) {
+    cfg.server.auth_failures_per_sec = 1;
+    cfg.server.auth_failures_burst = burst;
+}
+
+fn one() -> serde_json::Value {
+    json!({"records":[{"value":1}]})
 }
 
 /// Everything the server sends until it closes the connection (or `limit` passes).
@@ -33,15 +50,9 @@ async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_finishes_its_headers_is_cut_off() {
-    let c = cluster();
-    let mut cfg = config(&c.bootstrap_servers());
-    cfg.server.header_read_timeout_ms = 300;
-    let gw = Gateway::start(cfg).await;
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    stream
-        .write_all(b"POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\n")
-        .await
-        .expect("write");
+    let (_c, gw) = gateway(|cfg| cfg.server.header_read_timeout_ms = 300).await;
+    let head = b"POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\n";
+    let mut stream = sent(&gw, head).await;
     let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await;
     assert!(
         answer.is_some(),
@@ -52,19 +63,12 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_trickles_in_gets_408() {
-    let c = cluster();
-    let mut cfg = config(&c.bootstrap_servers());
-    cfg.server.body_read_timeout_ms = 300;
-    let gw = Gateway::start(cfg).await;
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (_c, gw) = gateway(|cfg| cfg.server.body_read_timeout_ms = 300).await;
     let head = format!(
         "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
          Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"records\""
     );
-    stream.write_all(head.as_bytes()).await.expect("write");
-    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
-        .await
-        .unwrap_or_default();
+    let answer = answer(&mut sent(&gw, head.as_bytes()).await).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("\"error\":\"body_timeout\""), "{answer}");
     gw.shutdown().await;
@@ -72,10 +76,7 @@ async fn a_body_that_trickles_in_gets_408() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_limit_wait_until_one_closes() {
-    let c = cluster();
-    let mut cfg = config(&c.bootstrap_servers());
-    cfg.server.max_connections = 2;
-    let gw = Gateway::start(cfg).await;
+    let (_c, gw) = gateway(|cfg| cfg.server.max_connections = 2).await;
     let idle1 = TcpStream::connect(gw.addr).await.expect("connect");
     let _idle2 = TcpStream::connect(gw.addr).await.expect("connect");
     tokio::time::sleep(Duration::from_millis(200)).await; // let the server accept both
@@ -83,11 +84,10 @@ async fn connections_beyond_the_limit_wait_until_one_closes() {
         .timeout(Duration::from_millis(700))
         .build()
         .expect("client");
-    let one = json!({"records":[{"value":1}]});
     let third = quick
         .post(gw.url("test.hostile"))
         .bearer_auth(KEY)
-        .json(&one)
+        .json(&one())
         .send()
         .await;
     assert!(
@@ -95,24 +95,21 @@ async fn connections_beyond_the_limit_wait_until_one_closes() {
         "a third connection is not served while two are open"
     );
     drop(idle1);
-    let (s, _, a) = post_json(&gw.url("test.hostile"), KEY, &one).await;
+    let (s, _, a) = post_json(&gw.url("test.hostile"), KEY, &one()).await;
     assert_eq!(s, 200, "{a}");
     gw.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_are_refused() {
-    let c = cluster();
-    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
+    let (_c, gw) = gateway(|_| {}).await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let head = format!(
         "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nX-Junk: {}\r\n\r\n",
         "a".repeat(200 * 1024)
     );
     let _ = stream.write_all(head.as_bytes()).await;
-    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
-        .await
-        .unwrap_or_default();
+    let answer = answer(&mut stream).await;
     assert!(
         answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
         "{answer}"
@@ -122,9 +119,8 @@ async fn oversized_headers_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topic_names_are_checked_after_url_decoding() {
-    let c = cluster();
-    let gw = Gateway::start(config(&c.bootstrap_servers())).await;
-    let one = json!({"records":[{"value":1}]});
+    let (_c, gw) = gateway(|_| {}).await;
+    let one = one();
     let at = |raw: &str| format!("http://{}/v1/topics/{raw}/records", gw.addr);
     // %2E is '.', so this is test.hostile, which the tenant may write.
     let (s, _, a) = post_json(&at("test%2Ehostile"), KEY, &one).await;
@@ -155,13 +151,13 @@ async fn answer(stream: &mut TcpStream) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_in_flight_share_one_memory_budget() {
-    let c = cluster();
-    let mut cfg = config(&c.bootstrap_servers());
-    cfg.server.max_inflight_body_bytes = 10_000;
-    cfg.server.max_body_bytes = 10_000;
-    // The whole budget may go to this tenant (its share bounds it otherwise).
-    cfg.tenants[0].max_buffer_share = Some(1.0);
-    let gw = Gateway::start(cfg).await;
+    let (_c, gw) = gateway(|cfg| {
+        cfg.server.max_inflight_body_bytes = 10_000;
+        cfg.server.max_body_bytes = 10_000;
+        // The whole budget may go to this tenant (its share bounds it otherwise).
+        cfg.tenants[0].max_buffer_share = Some(1.0);
+    })
+    .await;
     let head = |len: &str| {
         format!(
             "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
@@ -172,21 +168,14 @@ async fn bodies_in_flight_share_one_memory_budget() {
     let value = "x".repeat(8_000 - 26);
     let body = format!(r#"{{"records":[{{"value":"{value}"}}]}}"#);
     assert_eq!(body.len(), 8_000);
-    let mut slow = TcpStream::connect(gw.addr).await.expect("connect");
-    slow.write_all(head("Content-Length: 8000\r\n").as_bytes())
-        .await
-        .expect("write");
+    let mut slow = sent(&gw, head("Content-Length: 8000\r\n").as_bytes()).await;
     slow.write_all(&body.as_bytes()[..100])
         .await
         .expect("write");
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // Another body of 3,000 bytes does not fit beside it: refused at once, before it is sent.
-    let mut other = TcpStream::connect(gw.addr).await.expect("connect");
-    other
-        .write_all(head("Content-Length: 3000\r\n").as_bytes())
-        .await
-        .expect("write");
+    let mut other = sent(&gw, head("Content-Length: 3000\r\n").as_bytes()).await;
     let text = answer(&mut other).await;
     assert!(text.starts_with("HTTP/1.1 429"), "{text}");
     assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
@@ -196,11 +185,7 @@ async fn bodies_in_flight_share_one_memory_budget() {
     );
 
     // A chunked upload is held chunk by chunk: its first chunk fits, the second does not.
-    let mut chunked = TcpStream::connect(gw.addr).await.expect("connect");
-    chunked
-        .write_all(head("Transfer-Encoding: chunked\r\n").as_bytes())
-        .await
-        .expect("write");
+    let mut chunked = sent(&gw, head("Transfer-Encoding: chunked\r\n").as_bytes()).await;
     // (One record whose value is still arriving: valid so far, so only the budget can stop it.)
     let opening = format!("{{\"records\":[{{\"value\":\"{}", "y".repeat(2000 - 22));
     assert_eq!(opening.len(), 2000);
@@ -232,12 +217,9 @@ async fn bodies_in_flight_share_one_memory_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_that_keeps_failing_authentication_is_refused_but_its_valid_keys_are_not() {
-    let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
-        cfg.server.auth_failures_per_sec = 1;
-        cfg.server.auth_failures_burst = 3;
-    })
-    .await;
-    let one = json!({"records":[{"value":1}]});
+    let (_cluster, gw) =
+        gateway_on_mock("test.hostile", Time::Manual, |cfg| failures(cfg, 3)).await;
+    let one = one();
     let url = gw.url("test.hostile");
     for _ in 0..3 {
         let (s, _, a) = post_json(&url, "wrong-key", &one).await;
@@ -263,14 +245,7 @@ async fn an_address_that_keeps_failing_authentication_is_refused_but_its_valid_k
     assert_eq!(s, 200, "{a}");
     // The admin listener keeps its own accounting: a valid token is served, and the
     // produce listener's failures do not count there.
-    let (s, a) = admin(
-        &gw,
-        reqwest::Method::GET,
-        "/admin/tenants",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (s, a) = admin_get(&gw, "/admin/tenants").await;
     assert_eq!(s, 200, "{a}");
     let (s, a) = admin(
         &gw,
@@ -285,14 +260,7 @@ async fn an_address_that_keeps_failing_authentication_is_refused_but_its_valid_k
     gw.advance_ms(1000);
     let (s, _, a) = post_json(&url, "wrong-key", &one).await;
     assert_eq!(s, 401, "{a}");
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let metrics = scrape(&gw).await;
     for series in [
         "floodgate_auth_failures_total{listener=\"produce\",outcome=\"failed\"} 4",
         "floodgate_auth_failures_total{listener=\"produce\",outcome=\"refused\"} 1",
@@ -312,8 +280,7 @@ async fn concurrent_bad_keys_from_one_address_get_exactly_the_allowance() {
     const BURST: u32 = 20;
     const SENT: usize = 200;
     let (_cluster, gw) = gateway_on_mock("test.hostile", Time::Manual, |cfg| {
-        cfg.server.auth_failures_per_sec = 1;
-        cfg.server.auth_failures_burst = BURST;
+        failures(cfg, BURST);
         // Every request on a connection of its own: the per-address bound on connections not
         // yet authenticated (128 by default) would close some before they are counted here.
         cfg.server.max_unauthenticated_per_address = SENT;
@@ -371,13 +338,12 @@ async fn concurrent_bad_keys_from_one_address_get_exactly_the_allowance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_penalised() {
     let (_cluster, gw) = gateway_on_mock("test.proxied", Time::Manual, |cfg| {
-        cfg.server.auth_failures_per_sec = 1;
-        cfg.server.auth_failures_burst = 2;
+        failures(cfg, 2);
         cfg.server.trusted_proxies = vec!["127.0.0.0/8".into()];
     })
     .await;
     let url = gw.url("test.proxied");
-    let one = json!({"records":[{"value":1}]});
+    let one = one();
     let send = |key: &'static str, forwarded_for: &'static str| {
         let (url, one) = (url.clone(), one.clone());
         async move {
@@ -408,11 +374,8 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_the_one_penalised() {
     // A client cannot choose its address: what it writes is left of what the proxy added.
     assert_eq!(send("wrong-key", "1.1.1.1, 203.0.113.1").await, 429);
 
-    let (_cluster2, direct) = gateway_on_mock("test.direct", Time::Manual, |cfg| {
-        cfg.server.auth_failures_per_sec = 1;
-        cfg.server.auth_failures_burst = 2;
-    })
-    .await;
+    let (_cluster2, direct) =
+        gateway_on_mock("test.direct", Time::Manual, |cfg| failures(cfg, 2)).await;
     let url = direct.url("test.direct");
     for i in 0..4 {
         // No trusted proxy: the header changes nothing, the peer is counted.
@@ -441,17 +404,12 @@ async fn a_client_cannot_pick_its_address_with_the_header_the_proxy_does_not_set
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        let r = request
-            .json(&json!({"records":[{"value":1}]}))
-            .send()
-            .await
-            .expect("sent");
+        let r = request.json(&one()).send().await.expect("sent");
         r.status().as_u16()
     };
     for header in ["x-forwarded-for", "forwarded"] {
         let (_cluster, gw) = gateway_on_mock("test.proxied", Time::Manual, |cfg| {
-            cfg.server.auth_failures_per_sec = 1;
-            cfg.server.auth_failures_burst = 2;
+            failures(cfg, 2);
             cfg.server.trusted_proxies = vec!["127.0.0.0/8".into()];
             if header == "forwarded" {
                 cfg.server.forwarded_header = floodgate::forwarded::ForwardedHeader::Forwarded;
@@ -498,7 +456,7 @@ async fn no_key_may_write_an_internal_topic_whatever_its_patterns() {
     let gw = Gateway::start(cfg).await;
     let base = format!("http://{}", gw.addr);
     for topic in internal {
-        let (s, _, a) = post_json(&gw.url(topic), KEY, &json!({"records": [{"value": 1}]})).await;
+        let (s, _, a) = post_json(&gw.url(topic), KEY, &one()).await;
         assert_eq!(
             (s, a["error"].as_str()),
             (403, Some("forbidden_topic")),
@@ -526,25 +484,14 @@ async fn no_key_may_write_an_internal_topic_whatever_its_patterns() {
             ),
         ];
         for (url, content_type, body) in answers {
-            let r = client()
-                .post(&url)
-                .bearer_auth(KEY)
-                .header("content-type", content_type)
-                .body(body)
-                .send()
-                .await
-                .expect("sent");
-            let status = r.status().as_u16();
-            let text = r.text().await.unwrap_or_default();
+            let (status, _, text) =
+                post_text(&url, KEY, &[("content-type", content_type)], body).await;
             assert_eq!(status, 403, "{url}: {text}");
             assert!(text.contains("40301"), "{url}: {text}");
         }
     }
     gw.shutdown().await;
-    let b = cluster.bootstrap_servers();
-    let got = tokio::task::spawn_blocking(move || read_back(&b, "_floodgate_registry", 1, 0))
-        .await
-        .expect("reader");
+    let got = read_all(&cluster.bootstrap_servers(), "_floodgate_registry", 1, 0).await;
     assert!(
         got.is_empty(),
         "nothing reached the registry topic: {got:?}"
@@ -566,16 +513,10 @@ async fn the_cluster_id_is_disclosed_only_after_authentication() {
         "/v3/clusters/wrong/topics/test.cid/records:batch",
     ] {
         for (key, status) in [("nope", 401), (KEY, 404)] {
-            let r = client()
-                .post(format!("{base}{path}"))
-                .bearer_auth(key)
-                .header("content-type", "application/json")
-                .body("{}")
-                .send()
-                .await
-                .expect("sent");
-            assert_eq!(r.status().as_u16(), status, "{path} with {key}");
-            let text = r.text().await.unwrap_or_default();
+            let url = format!("{base}{path}");
+            let (got, _, text) =
+                post_text(&url, key, &[("content-type", "application/json")], "{}").await;
+            assert_eq!(got, status, "{path} with {key}");
             assert_eq!(
                 text.contains("lkc-secret-id"),
                 status == 404,
@@ -593,12 +534,12 @@ async fn the_cluster_id_is_disclosed_only_after_authentication() {
 /// another tenant still connects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenant_cannot_hold_every_connection() {
-    let c = cluster();
-    let mut cfg = config(&c.bootstrap_servers());
-    cfg.server.max_connections_per_tenant = 2;
-    cfg.tenants
-        .push(tenant("other", "other-key-000000000000", &["test.*"]));
-    let gw = Gateway::start(cfg).await;
+    let (_c, gw) = gateway(|cfg| {
+        cfg.server.max_connections_per_tenant = 2;
+        cfg.tenants
+            .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    })
+    .await;
     let request = |key: &str| {
         let body = r#"{"records":[{"value":1}]}"#;
         format!(
@@ -609,30 +550,21 @@ async fn one_tenant_cannot_hold_every_connection() {
     };
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-        s.write_all(request(KEY).as_bytes()).await.expect("write");
+        let mut s = sent(&gw, request(KEY).as_bytes()).await;
         let mut buf = [0u8; 1024];
         let n = s.read(&mut buf).await.expect("read");
         let head = String::from_utf8_lossy(&buf[..n]).into_owned();
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         held.push(s);
     }
-    let mut third = TcpStream::connect(gw.addr).await.expect("connect");
-    third
-        .write_all(request(KEY).as_bytes())
-        .await
-        .expect("write");
+    let mut third = sent(&gw, request(KEY).as_bytes()).await;
     let answer = read_until_closed(&mut third, Duration::from_secs(5))
         .await
         .expect("answered and closed within 5 s");
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("tenant_connections"), "{answer}");
     // Another tenant is not refused for the first one's connections.
-    let mut other = TcpStream::connect(gw.addr).await.expect("connect");
-    other
-        .write_all(request("other-key-000000000000").as_bytes())
-        .await
-        .expect("write");
+    let mut other = sent(&gw, request("other-key-000000000000").as_bytes()).await;
     let mut buf = [0u8; 1024];
     let n = other.read(&mut buf).await.expect("read");
     let head = String::from_utf8_lossy(&buf[..n]).into_owned();

@@ -8,18 +8,9 @@ use serde_json::{json, Value};
 
 const TOPIC: &str = "test.fair";
 
+/// [`post_keyed`] to [`TOPIC`] with the idempotency key `key`.
 pub async fn keyed(gw: &Gateway, key: &str, api_key: &str, body: &Value) -> (u16, bool, Value) {
-    let r = client()
-        .post(gw.url(TOPIC))
-        .bearer_auth(api_key)
-        .header("idempotency-key", key)
-        .json(body)
-        .send()
-        .await
-        .expect("request");
-    let status = r.status().as_u16();
-    let replayed = r.headers().contains_key("idempotent-replayed");
-    (status, replayed, r.json().await.unwrap_or_default())
+    post_keyed(&gw.url(TOPIC), api_key, key, body).await
 }
 
 /// The flood: `refused` keyed requests refused whole (400 no records, 404 unknown partition)

@@ -3,7 +3,7 @@
 //! here, a gateway on librdkafka's mock cluster whose clock the test steps (exp, nbf, the
 //! refetch throttle and the cache's expiry follow it; nothing sleeps to wait).
 
-use crate::common::exposition::scrape;
+use crate::common::exposition::{scrape, value};
 use crate::common::idp::{JwksServer, Signer};
 use crate::common::*;
 use floodgate::budget::Clock as _;
@@ -45,6 +45,23 @@ fn claims(gw: &Gateway, client_id: &str) -> Value {
            "iat": now, "nbf": now, "exp": now + 600})
 }
 
+/// A JWKS server with `signers`' keys, and a gateway on the mock cluster (on a clock the test
+/// steps) trusting it as [`ISSUER`], configured by `edit` after that.
+async fn behind_idp(
+    topic: &str,
+    signers: &[&Signer],
+    edit: impl FnOnce(&mut Config),
+) -> (JwksServer, Cluster, Gateway) {
+    let idp = JwksServer::start(idp::jwks(signers)).await;
+    let url = idp.url();
+    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
+        with_issuer(url)(c);
+        edit(c);
+    })
+    .await;
+    (idp, cluster, gw)
+}
+
 async fn post(gw: &Gateway, topic: &str, token: &str) -> (u16, reqwest::header::HeaderMap, Value) {
     post_json(
         &gw.url(topic),
@@ -54,64 +71,110 @@ async fn post(gw: &Gateway, topic: &str, token: &str) -> (u16, reqwest::header::
     .await
 }
 
-/// The value of the unlabelled series `name` in a scrape.
-fn sample(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|n| n.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+/// A token for "orders-svc" (acme's client), valid now, signed by `signer` under `kid` (its
+/// own when `None`).
+fn orders_token(gw: &Gateway, signer: &Signer, kid: Option<&str>) -> String {
+    let c = claims(gw, "orders-svc");
+    match kid {
+        Some(kid) => signer.sign_as(kid, &c),
+        None => signer.sign(&c),
+    }
 }
 
-async fn admitted_requests(gw: &Gateway, tenant: &str) -> u64 {
-    let body: Value = client()
-        .get(gw.admin_url(&format!("/admin/tenants/{tenant}")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("admin")
-        .json()
-        .await
-        .expect("json");
-    body["live"]["admitted"]["requests"].as_u64().unwrap_or(0)
+/// The status of a produce with a fresh "orders-svc" token from `signer` (see
+/// [`orders_token`]).
+async fn produce_as(gw: &Gateway, topic: &str, signer: &Signer, kid: Option<&str>) -> u16 {
+    post(gw, topic, &orders_token(gw, signer, kid)).await.0
+}
+
+/// A produce with `token` that must be admitted; `what` says which.
+async fn assert_admitted(gw: &Gateway, topic: &str, token: &str, what: &str) {
+    let (status, _, body) = post(gw, topic, token).await;
+    assert_eq!(status, 200, "{what}: {body}");
+}
+
+/// A produce with `token` that must be refused with `status` and the error `code` (in
+/// `error`, or in `reason` for a 429); `what` says which.
+async fn assert_refused(
+    gw: &Gateway,
+    topic: &str,
+    token: &str,
+    status: u16,
+    code: &str,
+    what: &str,
+) {
+    let (got, _, body) = post(gw, topic, token).await;
+    let field = if status == 429 { "reason" } else { "error" };
+    assert_eq!(
+        (got, body[field].as_str()),
+        (status, Some(code)),
+        "{what}: {body}"
+    );
+}
+
+/// A Confluent v2 produce of one record with `token`: the raw answer.
+async fn post_v2(gw: &Gateway, topic: &str, token: &str, body: &str) -> (u16, String) {
+    let content_type = ("content-type", "application/vnd.kafka.json.v2+json");
+    let url = format!("http://{}/topics/{topic}", gw.addr);
+    let (status, _, text) = post_text(&url, token, &[content_type], body.to_string()).await;
+    (status, text)
+}
+
+/// A produce with `token`, sent from a task of its own (concurrent ones share a fetch): its
+/// status, error code and `Retry-After`.
+fn spawn_post(
+    gw: &Gateway,
+    topic: &str,
+    token: String,
+) -> tokio::task::JoinHandle<(u16, Option<String>, Option<String>)> {
+    let url = gw.url(topic);
+    tokio::spawn(async move {
+        let (status, headers, body) =
+            post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
+        let wait = headers
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        (status, body["error"].as_str().map(str::to_string), wait)
+    })
+}
+
+/// The series `name` in a scrape of `gw`, which must be there.
+async fn series(gw: &Gateway, name: &str) -> f64 {
+    let text = scrape(gw).await;
+    value(&text, name).unwrap_or_else(|| panic!("{name} in {text}"))
+}
+
+/// The count of signature checks so far.
+async fn verifications(gw: &Gateway) -> f64 {
+    series(gw, "floodgate_jwt_verifications_total").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn valid_tokens_of_each_algorithm_are_admitted_and_charged_to_the_mapped_tenant() {
     let (rsa, ec, ed) = (Signer::rsa("rsa-1"), Signer::ec("ec-1"), Signer::ed("ed-1"));
-    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec, &ed])).await;
     let topic = "test.jwt.valid";
-    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (_idp, cluster, gw) = behind_idp(topic, &[&rsa, &ec, &ed], |_| {}).await;
 
     for signer in [&rsa, &ec, &ed] {
-        let token = signer.sign(&claims(&gw, "orders-svc"));
-        let (status, _, body) = post(&gw, topic, &token).await;
+        let (status, _, body) = post(&gw, topic, &orders_token(&gw, signer, None)).await;
         assert_eq!(status, 200, "{:?}: {body}", signer.alg);
     }
     // The same token on Confluent's v2 and v3 routes: one seam for every wire format.
-    let token = rsa.sign(&claims(&gw, "orders-svc"));
-    let v2 = client()
-        .post(format!("http://{}/topics/{topic}", gw.addr))
-        .bearer_auth(&token)
-        .header("content-type", "application/vnd.kafka.json.v2+json")
-        .body(r#"{"records":[{"value":{"n":2}}]}"#)
-        .send()
-        .await
-        .expect("v2");
-    assert_eq!(v2.status(), 200, "{:?}", v2.text().await);
-    let v3 = client()
-        .post(format!(
+    let token = orders_token(&gw, &rsa, None);
+    let (v2_status, v2_body) =
+        post_v2(&gw, topic, &token, r#"{"records":[{"value":{"n":2}}]}"#).await;
+    assert_eq!(v2_status, 200, "{v2_body}");
+    let (v3_status, _, v3_body) = post_text(
+        &format!(
             "http://{}/v3/clusters/lkc-floodgate/topics/{topic}/records",
             gw.addr
-        ))
-        .bearer_auth(&token)
-        .header("content-type", "application/json")
-        .body(r#"{"value":{"type":"JSON","data":{"n":3}}}"#)
-        .send()
-        .await
-        .expect("v3");
-    let v3_status = v3.status();
-    let v3_body = v3.text().await.unwrap_or_default();
+        ),
+        &token,
+        &[("content-type", "application/json")],
+        r#"{"value":{"type":"JSON","data":{"n":3}}}"#,
+    )
+    .await;
     assert_eq!(v3_status, 200, "{v3_body}");
     assert!(v3_body.contains("\"error_code\":200"), "{v3_body}");
 
@@ -131,9 +194,8 @@ async fn valid_tokens_of_each_algorithm_are_admitted_and_charged_to_the_mapped_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
     let rsa = Signer::rsa("rsa-1");
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.bad";
-    let (cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (_idp, cluster, gw) = behind_idp(topic, &[&rsa], |_| {}).await;
     let valid = claims(&gw, "orders-svc");
     let now = valid["iat"].as_u64().expect("now");
     let with = |field: &str, value: Value| {
@@ -243,16 +305,9 @@ async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
         }
     }
     // Confluent's shapes say the same code in their message.
-    let v2 = client()
-        .post(format!("http://{}/topics/{topic}", gw.addr))
-        .bearer_auth(&cases[0].1)
-        .header("content-type", "application/vnd.kafka.json.v2+json")
-        .body(r#"{"records":[{"value":1}]}"#)
-        .send()
-        .await
-        .expect("v2");
-    assert_eq!(v2.status(), 401);
-    let body: Value = v2.json().await.expect("json");
+    let (status, text) = post_v2(&gw, topic, &cases[0].1, r#"{"records":[{"value":1}]}"#).await;
+    assert_eq!(status, 401);
+    let body: Value = serde_json::from_str(&text).expect("json");
     assert_eq!(body["error_code"], 40101);
     assert!(
         body["message"]
@@ -286,18 +341,16 @@ async fn bad_tokens_are_refused_with_a_clear_code_and_nothing_is_written() {
 async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_most_once_per_min_refetch(
 ) {
     let (old, new) = (Signer::ec("2026-01"), Signer::ed("2026-02"));
-    let idp = JwksServer::start(idp::jwks(&[&old])).await;
     let topic = "test.jwt.rotation";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let (status, _, body) = post(&gw, topic, &old.sign(&claims(&gw, "orders-svc"))).await;
-    assert_eq!(status, 200, "{body}");
+    let (idp, _cluster, gw) = behind_idp(topic, &[&old], |_| {}).await;
+    assert_admitted(&gw, topic, &orders_token(&gw, &old, None), "old key").await;
     assert_eq!(idp.fetches(), 1, "the start-up fetch");
 
     // The IdP rotates a new key in. Within min_refetch_s (60 s) of the last fetch, a token
     // with its kid is told to come back when the next fetch is allowed (no fetch now).
     idp.set(idp::jwks(&[&old, &new]));
     gw.advance_ms(45_000);
-    let rotated = new.sign(&claims(&gw, "orders-svc"));
+    let rotated = orders_token(&gw, &new, None);
     let (status, headers, body) = post(&gw, topic, &rotated).await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -315,8 +368,7 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
     assert_eq!(idp.fetches(), 1, "throttled");
     // A client that honours Retry-After is admitted, after one refetch.
     gw.advance_ms(15_000);
-    let (status, _, body) = post(&gw, topic, &rotated).await;
-    assert_eq!(status, 200, "{body}");
+    assert_admitted(&gw, topic, &rotated, "after Retry-After").await;
     assert_eq!(idp.fetches(), 2, "one refetch");
 
     // A flood of tokens naming kids nobody has, concurrently: no refetch until min_refetch_s
@@ -326,21 +378,15 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
     for round in 0..3 {
         let floods: Vec<_> = (0..40)
             .map(|i| {
-                let token = old.sign_as(&format!("bogus-{round}-{i}"), &claims(&gw, "orders-svc"));
-                let url = gw.url(topic);
-                tokio::spawn(async move {
-                    let (status, headers, body) =
-                        post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
-                    let wait = headers
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-                    (status, body["error"].as_str().map(str::to_string), wait)
-                })
+                let kid = format!("bogus-{round}-{i}");
+                spawn_post(&gw, topic, orders_token(&gw, &old, Some(&kid)))
             })
             .collect();
         let mut unknown = 0;
         for f in floods {
-            match f.await.expect("task") {
+            let (status, code, wait) = f.await.expect("task");
+            let wait = wait.map(|w| w.parse::<u64>().unwrap_or_else(|_| panic!("{w}")));
+            match (status, code, wait) {
                 (401, Some(code), None) if code == "token_key_unknown" => unknown += 1,
                 (503, Some(code), Some(wait)) if code == "jwks_unavailable" => {
                     assert!((1..=60).contains(&wait), "{wait}");
@@ -362,24 +408,15 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_jwks_server_down_cached_keys_keep_working() {
     let rsa = Signer::rsa("rsa-1");
-    let mut idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.down";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let (status, _, _) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
-    assert_eq!(status, 200);
+    let (mut idp, _cluster, gw) = behind_idp(topic, &[&rsa], |_| {}).await;
+    assert_eq!(produce_as(&gw, topic, &rsa, None).await, 200);
     idp.stop().await;
     gw.advance_ms(120_000);
     // A token never seen before (so verified now) with a key held from before the outage.
-    let fresh = rsa.sign(&claims(&gw, "orders-svc"));
-    let (status, _, body) = post(&gw, topic, &fresh).await;
-    assert_eq!(status, 200, "{body}");
+    assert_admitted(&gw, topic, &orders_token(&gw, &rsa, None), "held key").await;
     // A kid the held keys lack: the refetch fails, so the gateway cannot tell — 503, not 401.
-    let (status, headers, body) = post(
-        &gw,
-        topic,
-        &rsa.sign_as("rsa-2", &claims(&gw, "orders-svc")),
-    )
-    .await;
+    let (status, headers, body) = post(&gw, topic, &orders_token(&gw, &rsa, Some("rsa-2"))).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (503, Some("jwks_unavailable")),
@@ -387,16 +424,10 @@ async fn with_the_jwks_server_down_cached_keys_keep_working() {
     );
     assert!(headers.contains_key("retry-after"));
     // Confluent's shape: its own code, not the Idempotency-Key store's 50303.
-    let v2 = client()
-        .post(format!("http://{}/topics/{topic}", gw.addr))
-        .bearer_auth(rsa.sign_as("rsa-3", &claims(&gw, "orders-svc")))
-        .header("content-type", "application/vnd.kafka.json.v2+json")
-        .body(r#"{"records":[{"value":1}]}"#)
-        .send()
-        .await
-        .expect("v2");
-    assert_eq!(v2.status(), 503);
-    let body: Value = v2.json().await.expect("json");
+    let token = orders_token(&gw, &rsa, Some("rsa-3"));
+    let (status, text) = post_v2(&gw, topic, &token, r#"{"records":[{"value":1}]}"#).await;
+    assert_eq!(status, 503);
+    let body: Value = serde_json::from_str(&text).expect("json");
     assert_eq!(body["error_code"], 50304, "{body}");
     gw.shutdown().await;
 }
@@ -404,13 +435,11 @@ async fn with_the_jwks_server_down_cached_keys_keep_working() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
     let ed = Signer::ed("ed-1");
-    let idp = JwksServer::start(idp::jwks(&[&ed])).await;
     let topic = "test.jwt.cache";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let token = ed.sign(&claims(&gw, "orders-svc"));
+    let (_idp, _cluster, gw) = behind_idp(topic, &[&ed], |_| {}).await;
+    let token = orders_token(&gw, &ed, None);
     for _ in 0..20 {
-        let (status, _, body) = post(&gw, topic, &token).await;
-        assert_eq!(status, 200, "{body}");
+        assert_admitted(&gw, topic, &token, "steady").await;
     }
     let metrics = scrape(&gw).await;
     assert!(
@@ -426,11 +455,7 @@ async fn a_steady_producer_pays_one_verification_and_its_token_ends_at_exp() {
     gw.advance_ms(629_000);
     assert_eq!(post(&gw, topic, &token).await.0, 200);
     gw.advance_ms(1_000);
-    let (status, _, body) = post(&gw, topic, &token).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (401, Some("token_expired"))
-    );
+    assert_refused(&gw, topic, &token, 401, "token_expired", "expired").await;
     assert!(scrape(&gw)
         .await
         .contains("floodgate_jwt_verifications_total 1\n"));
@@ -450,59 +475,36 @@ async fn the_topics_claim_only_narrows_the_tenants_patterns() {
     let token = rsa.sign(&c);
     assert_eq!(post(&gw, "test.a", &token).await.0, 200);
     // Outside the token's list, though the tenant may write it.
-    let (status, _, body) = post(&gw, "test.b", &token).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (403, Some("forbidden_topic"))
-    );
+    assert_refused(&gw, "test.b", &token, 403, "forbidden_topic", "test.b").await;
     // Inside the token's list, but not the tenant's: a token never widens.
-    let (status, _, body) = post(&gw, "other.a", &token).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (403, Some("forbidden_topic"))
-    );
+    assert_refused(&gw, "other.a", &token, 403, "forbidden_topic", "other.a").await;
     // Without the claim: the tenant's own patterns.
-    assert_eq!(
-        post(&gw, "test.b", &rsa.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, "test.b", &rsa, None).await, 200);
     gw.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
     let ec = Signer::ec("ec-1");
-    let idp = JwksServer::start(idp::jwks(&[&ec])).await;
     let topic = "test.jwt.registry";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (_idp, _cluster, gw) = behind_idp(topic, &[&ec], |_| {}).await;
     let token = ec.sign(&claims(&gw, "billing-svc"));
-    let (status, _, body) = post(&gw, topic, &token).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (403, Some("unknown_tenant"))
-    );
+    assert_refused(
+        &gw,
+        topic,
+        &token,
+        403,
+        "unknown_tenant",
+        "no tenant's claim",
+    )
+    .await;
 
     // The admin API gives tenant "other" the claim: the same (cached) token now belongs to it.
-    let put = client()
-        .put(gw.admin_url("/admin/tenants/other"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"topics": ["test.*"],
-                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
-        .send()
-        .await
-        .expect("put");
-    assert!(put.status().is_success(), "{:?}", put.text().await);
-    let view: Value = client()
-        .get(gw.admin_url("/admin/tenants/other"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let billing = json!({"topics": ["test.*"],
+                         "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]});
+    let (status, put) = admin_put(&gw, "/admin/tenants/other", billing.clone()).await;
+    assert!((200..300).contains(&status), "{put}");
+    let (_, view) = admin_get(&gw, "/admin/tenants/other").await;
     assert_eq!(
         view["jwt_claims"],
         json!([JwtClaim {
@@ -510,35 +512,18 @@ async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
             value: "billing-svc".into()
         }])
     );
-    let (status, _, body) = post(&gw, topic, &token).await;
-    assert_eq!(status, 200, "{body}");
+    assert_admitted(&gw, topic, &token, "claim given").await;
     assert_eq!(admitted_requests(&gw, "other").await, 1);
 
     // Two tenants cannot hold the same claim.
-    let clash = client()
-        .put(gw.admin_url("/admin/tenants/acme"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"topics": ["test.*"],
-                      "jwt_claims": [{"issuer": ISSUER, "value": "billing-svc"}]}))
-        .send()
-        .await
-        .expect("put");
-    assert_eq!(clash.status(), 422, "{:?}", clash.text().await);
+    let (status, clash) = admin_put(&gw, "/admin/tenants/acme", billing).await;
+    assert_eq!(status, 422, "{clash}");
 
     // A PATCH replaces the list like any field: the old client's token no longer belongs.
-    let patch = client()
-        .patch(gw.admin_url("/admin/tenants/other"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"jwt_claims": [{"issuer": ISSUER, "value": "billing-v2"}]}))
-        .send()
-        .await
-        .expect("patch");
-    assert_eq!(patch.status(), 200, "{:?}", patch.text().await);
-    let (status, _, body) = post(&gw, topic, &token).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (403, Some("unknown_tenant"))
-    );
+    let claims_v2 = json!({"jwt_claims": [{"issuer": ISSUER, "value": "billing-v2"}]});
+    let (status, patch) = admin_patch(&gw, "/admin/tenants/other", claims_v2).await;
+    assert_eq!(status, 200, "{patch}");
+    assert_refused(&gw, topic, &token, 403, "unknown_tenant", "claim replaced").await;
     let v2 = ec.sign(&claims(&gw, "billing-v2"));
     assert_eq!(post(&gw, topic, &v2).await.0, 200);
     gw.shutdown().await;
@@ -547,27 +532,19 @@ async fn the_claims_a_tenant_accepts_go_through_the_registry_like_keys() {
 /// Every fetch from here on needs a kid the gateway has not seen: a fresh token naming one.
 async fn refetch(gw: &Gateway, topic: &str, signer: &Signer, kid: &str) -> (u16, Value) {
     gw.advance_ms(60_000);
-    let (status, _, body) = post(gw, topic, &signer.sign_as(kid, &claims(gw, "orders-svc"))).await;
+    let (status, _, body) = post(gw, topic, &orders_token(gw, signer, Some(kid))).await;
     (status, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_held_keys() {
     let rsa = Signer::rsa("rsa-1");
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.hostile-idp";
-    let url = idp.url();
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
-        with_issuer(url)(c);
+    let (idp, _cluster, gw) = behind_idp(topic, &[&rsa], |c| {
         c.auth.jwt[0].fetch_timeout_ms = 300;
     })
     .await;
-    assert_eq!(
-        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, topic, &rsa, None).await, 200);
     let held = idp.fetches();
 
     let huge = format!(
@@ -594,8 +571,7 @@ async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_hel
         );
         assert_eq!(idp.fetches(), held + 1 + round as u64, "{what}: one fetch");
         // A token never seen before, signed with the key held from before: still verified.
-        let (status, _, body) = post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc"))).await;
-        assert_eq!(status, 200, "{what}: {body}");
+        assert_admitted(&gw, topic, &orders_token(&gw, &rsa, None), what).await;
     }
 
     // A server that accepts and never answers: one fetch, bounded by fetch_timeout_ms, which a
@@ -607,17 +583,15 @@ async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_hel
     let started = std::time::Instant::now();
     let burst: Vec<_> = (0..20)
         .map(|i| {
-            let token = rsa.sign_as(&format!("hang-{i}"), &claims(&gw, "orders-svc"));
-            let url = gw.url(topic);
-            tokio::spawn(async move {
-                post_json(&url, &token, &json!({"records": [{"value": 1}]}))
-                    .await
-                    .0
-            })
+            spawn_post(
+                &gw,
+                topic,
+                orders_token(&gw, &rsa, Some(&format!("hang-{i}"))),
+            )
         })
         .collect();
     for b in burst {
-        assert_eq!(b.await.expect("task"), 503);
+        assert_eq!(b.await.expect("task").0, 503);
     }
     assert!(
         started.elapsed() < std::time::Duration::from_secs(3),
@@ -625,12 +599,7 @@ async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_hel
         started.elapsed()
     );
     assert_eq!(idp.fetches(), before + 1);
-    assert_eq!(
-        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, topic, &rsa, None).await, 200);
     let metrics = scrape(&gw).await;
     assert!(
         metrics.contains(&format!(
@@ -644,24 +613,13 @@ async fn a_jwks_answering_garbage_nothing_usable_too_much_or_never_keeps_the_hel
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_known_kid_named_with_another_alg_is_refused_without_a_refetch() {
     let (rsa, ec) = (Signer::rsa("shared"), Signer::ec("ec-1"));
-    let idp = JwksServer::start(idp::jwks(&[&rsa, &ec])).await;
     let topic = "test.jwt.kid-confusion";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    assert_eq!(
-        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    let (idp, _cluster, gw) = behind_idp(topic, &[&rsa, &ec], |_| {}).await;
+    assert_eq!(produce_as(&gw, topic, &rsa, None).await, 200);
     let fetches = idp.fetches();
     gw.advance_ms(60_000);
     // Signed with the EC key, naming the RSA key's kid.
-    let (status, _, body) = post(
-        &gw,
-        topic,
-        &ec.sign_as("shared", &claims(&gw, "orders-svc")),
-    )
-    .await;
+    let (status, _, body) = post(&gw, topic, &orders_token(&gw, &ec, Some("shared"))).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (401, Some("token_key_unknown")),
@@ -692,7 +650,7 @@ async fn a_token_of_one_tenant_cannot_write_another_tenants_topic() {
     cfg.tenants
         .push(tenant("billing", "billing-key", &["billing.*"]));
     let gw = Gateway::start_manual(cfg).await;
-    let token = rsa.sign(&claims(&gw, "orders-svc")); // acme's: test.*
+    let token = orders_token(&gw, &rsa, None); // acme's: test.*
     assert_eq!(post(&gw, "test.a", &token).await.0, 200);
     let (status, _, body) = post(&gw, "billing.a", &token).await;
     assert_eq!(
@@ -803,10 +761,9 @@ jwt_claims = [{{ issuer = "{ISSUER}", value = "billing-svc" }}]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
     let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
-    let idp = JwksServer::start(idp::jwks(&[&old])).await;
     let topic = "test.jwt.withdrawn";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let cached = old.sign(&claims(&gw, "orders-svc"));
+    let (idp, _cluster, gw) = behind_idp(topic, &[&old], |_| {}).await;
+    let cached = orders_token(&gw, &old, None);
     for _ in 0..3 {
         assert_eq!(post(&gw, topic, &cached).await.0, 200);
     }
@@ -814,51 +771,29 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
     // new set (here through a token naming the new kid, after the throttle allows a refetch).
     idp.set(idp::jwks(&[&new]));
     gw.advance_ms(60_000);
-    assert_eq!(
-        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, topic, &new, None).await, 200);
     // A cached token whose key is gone is verified again and refused: at once with 503 (the
     // set was read less than min_refetch_s ago, so its kid could be one rotated in since),
     // then, once the next fetch is allowed and finds no such key, with 401.
-    let (status, _, body) = post(&gw, topic, &cached).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (503, Some("jwks_unavailable")),
-        "a cached token whose key is gone: {body}"
-    );
+    let gone = "a cached token whose key is gone";
+    assert_refused(&gw, topic, &cached, 503, "jwks_unavailable", gone).await;
     gw.advance_ms(60_000);
-    let (status, _, body) = post(&gw, topic, &cached).await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (401, Some("token_key_unknown")),
-        "a cached token whose key is gone: {body}"
-    );
+    assert_refused(&gw, topic, &cached, 401, "token_key_unknown", gone).await;
     // The same document fetched again changes nothing: cached tokens stay cached.
-    let steady = new.sign(&claims(&gw, "orders-svc"));
+    let steady = orders_token(&gw, &new, None);
     assert_eq!(post(&gw, topic, &steady).await.0, 200);
     gw.advance_ms(60_000);
-    assert_eq!(
-        post(
-            &gw,
-            topic,
-            &new.sign_as("nobody", &claims(&gw, "orders-svc"))
-        )
-        .await
-        .0,
-        401
-    );
-    let verifications = |m: &str| sample(m, "floodgate_jwt_verifications_total") as u64;
-    let before = verifications(&scrape(&gw).await);
+    assert_eq!(produce_as(&gw, topic, &new, Some("nobody")).await, 401);
+    let before = verifications(&gw).await;
     assert_eq!(post(&gw, topic, &steady).await.0, 200);
-    assert_eq!(
-        verifications(&scrape(&gw).await),
-        before,
-        "no verification again"
-    );
+    assert_eq!(verifications(&gw).await, before, "no verification again");
     gw.shutdown().await;
+}
+
+/// An address allowed three failed authentications at once, one more a second.
+fn few_failures(c: &mut Config) {
+    c.server.auth_failures_per_sec = 1;
+    c.server.auth_failures_burst = 3;
 }
 
 /// Bad tokens count against the address's failed-authentication allowance like bad keys (the
@@ -868,73 +803,41 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tokens_spend_the_addresss_allowance_and_then_cost_no_verification() {
     let (rsa, attacker) = (Signer::rsa("rsa-1"), Signer::rsa("rsa-1"));
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.limiter";
-    let url = idp.url();
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
-        with_issuer(url)(c);
-        c.server.auth_failures_per_sec = 1;
-        c.server.auth_failures_burst = 3;
-    })
-    .await;
-    let verifications =
-        |m: &str| crate::common::exposition::sample(m, "floodgate_jwt_verifications_total") as u64;
-    let valid = rsa.sign(&claims(&gw, "orders-svc"));
-    let (status, _, body) = post(&gw, topic, &valid).await;
-    assert_eq!(status, 200, "{body}");
-    let forged = attacker.sign(&claims(&gw, "orders-svc"));
+    let (_idp, _cluster, gw) = behind_idp(topic, &[&rsa], few_failures).await;
+    let valid = orders_token(&gw, &rsa, None);
+    assert_admitted(&gw, topic, &valid, "valid").await;
+    let forged = orders_token(&gw, &attacker, None);
     for i in 0..3 {
-        let (status, _, body) = post(&gw, topic, &forged).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (401, Some("token_signature")),
-            "failure {i}"
-        );
+        let what = format!("failure {i}");
+        assert_refused(&gw, topic, &forged, 401, "token_signature", &what).await;
     }
     // The failure that finds the allowance spent is refused (and known from then on).
-    let (status, _, body) = post(&gw, topic, &forged).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (429, Some("auth_failures")),
-        "{body}"
-    );
-    let checked = verifications(&scrape(&gw).await);
-    assert_eq!(checked, 5, "the valid token and four forged ones");
+    assert_refused(&gw, topic, &forged, 429, "auth_failures", "spent").await;
+    let checked = verifications(&gw).await;
+    assert_eq!(checked, 5.0, "the valid token and four forged ones");
     // 200 junk tokens more, each new (a random claim): all refused, none verified.
     for i in 0..200 {
         let mut junk_claims = claims(&gw, "orders-svc");
         junk_claims["jti"] = json!(format!("junk-{i}"));
-        let (status, _, body) = post(&gw, topic, &attacker.sign(&junk_claims)).await;
-        assert_eq!(
-            (status, body["reason"].as_str()),
-            (429, Some("auth_failures")),
-            "{body}"
-        );
+        let junk = attacker.sign(&junk_claims);
+        assert_refused(&gw, topic, &junk, 429, "auth_failures", "junk").await;
     }
     assert_eq!(
-        verifications(&scrape(&gw).await),
+        verifications(&gw).await,
         checked,
         "no signature is checked while the address is over its allowance"
     );
-    let (status, _, body) = post(&gw, topic, &valid).await;
-    assert_eq!(
-        status, 200,
-        "a verified token is never refused for its address: {body}"
-    );
+    let never = "a verified token is never refused for its address";
+    assert_admitted(&gw, topic, &valid, never).await;
     // A valid token not seen before waits, like any unverified token, until there is room.
     let mut fresh_claims = claims(&gw, "orders-svc");
     fresh_claims["jti"] = json!("fresh");
     let fresh = rsa.sign(&fresh_claims);
-    let (status, _, body) = post(&gw, topic, &fresh).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (429, Some("auth_failures")),
-        "{body}"
-    );
+    assert_refused(&gw, topic, &fresh, 429, "auth_failures", "fresh").await;
     gw.advance_ms(1_000);
-    let (status, _, body) = post(&gw, topic, &fresh).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(verifications(&scrape(&gw).await), checked + 1);
+    assert_admitted(&gw, topic, &fresh, "fresh, after the refill").await;
+    assert_eq!(verifications(&gw).await, checked + 1.0);
     gw.shutdown().await;
 }
 
@@ -945,38 +848,20 @@ async fn bad_tokens_spend_the_addresss_allowance_and_then_cost_no_verification()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_kids_spend_the_addresss_allowance() {
     let rsa = Signer::rsa("rsa-1");
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.unknown-kids";
-    let url = idp.url();
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
-        with_issuer(url)(c);
-        c.server.auth_failures_per_sec = 1;
-        c.server.auth_failures_burst = 3;
-    })
-    .await;
-    let valid = rsa.sign(&claims(&gw, "orders-svc"));
-    let (status, _, body) = post(&gw, topic, &valid).await;
-    assert_eq!(status, 200, "{body}");
+    let (idp, _cluster, gw) = behind_idp(topic, &[&rsa], few_failures).await;
+    let valid = orders_token(&gw, &rsa, None);
+    assert_admitted(&gw, topic, &valid, "valid").await;
     // Within min_refetch_s of the start-up fetch: each unknown kid is told to come back.
     for i in 0..3 {
-        let forged = rsa.sign_as(&format!("bogus-{i}"), &claims(&gw, "orders-svc"));
-        let (status, _, body) = post(&gw, topic, &forged).await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (503, Some("jwks_unavailable")),
-            "failure {i}"
-        );
+        let forged = orders_token(&gw, &rsa, Some(&format!("bogus-{i}")));
+        let what = format!("failure {i}");
+        assert_refused(&gw, topic, &forged, 503, "jwks_unavailable", &what).await;
     }
-    let forged = rsa.sign_as("bogus-3", &claims(&gw, "orders-svc"));
-    let (status, _, body) = post(&gw, topic, &forged).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (429, Some("auth_failures")),
-        "{body}"
-    );
+    let forged = orders_token(&gw, &rsa, Some("bogus-3"));
+    assert_refused(&gw, topic, &forged, 429, "auth_failures", "spent").await;
     assert_eq!(idp.fetches(), 1, "only the start-up fetch");
-    let (status, _, body) = post(&gw, topic, &valid).await;
-    assert_eq!(status, 200, "verified before: {body}");
+    assert_admitted(&gw, topic, &valid, "verified before").await;
     gw.shutdown().await;
 }
 
@@ -986,29 +871,15 @@ async fn unknown_kids_spend_the_addresss_allowance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_valid_token_joining_a_fetch_begun_before_its_key_is_told_to_come_back() {
     let (old, new) = (Signer::rsa("rsa-1"), Signer::ed("ed-2"));
-    let idp = JwksServer::start(idp::jwks(&[&old])).await;
     let topic = "test.jwt.joined";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (idp, _cluster, gw) = behind_idp(topic, &[&old], |_| {}).await;
     // The keys are held (the start-up fetch is done), and the next fetch is due.
-    let (status, _, body) = post(&gw, topic, &old.sign(&claims(&gw, "orders-svc"))).await;
-    assert_eq!(status, 200, "{body}");
+    assert_admitted(&gw, topic, &orders_token(&gw, &old, None), "held").await;
     let fetched = idp.fetches();
     gw.advance_ms(60_000);
     // A forged kid starts a fetch, which reads the set and is answered only once unpaused.
     idp.pause(true);
-    let send = |token: String| {
-        let url = gw.url(topic);
-        tokio::spawn(async move {
-            let (status, headers, body) =
-                post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
-            (
-                status,
-                body["error"].as_str().map(str::to_string),
-                headers.get("retry-after").cloned(),
-            )
-        })
-    };
-    let forged = send(old.sign_as("bogus", &claims(&gw, "orders-svc")));
+    let forged = spawn_post(&gw, topic, orders_token(&gw, &old, Some("bogus")));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while idp.fetches() == fetched {
         assert!(std::time::Instant::now() < deadline, "no fetch started");
@@ -1017,8 +888,8 @@ async fn a_valid_token_joining_a_fetch_begun_before_its_key_is_told_to_come_back
     // The issuer publishes a new key; a valid token with it queues behind that fetch (real
     // time, only so that it is queued before the fetch ends).
     idp.set(idp::jwks(&[&old, &new]));
-    let valid = new.sign(&claims(&gw, "orders-svc"));
-    let joined = send(valid.clone());
+    let valid = orders_token(&gw, &new, None);
+    let joined = spawn_post(&gw, topic, valid.clone());
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     idp.pause(false);
     let (status, code, _) = forged.await.expect("task");
@@ -1028,8 +899,7 @@ async fn a_valid_token_joining_a_fetch_begun_before_its_key_is_told_to_come_back
     assert_eq!(wait.expect("retry-after"), "60");
     assert_eq!(idp.fetches(), fetched + 1, "one fetch");
     gw.advance_ms(60_000);
-    let (status, _, body) = post(&gw, topic, &valid).await;
-    assert_eq!(status, 200, "{body}");
+    assert_admitted(&gw, topic, &valid, "the next fetch").await;
     assert_eq!(idp.fetches(), fetched + 2);
     gw.shutdown().await;
 }
@@ -1040,32 +910,22 @@ async fn a_valid_token_joining_a_fetch_begun_before_its_key_is_told_to_come_back
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_queued_behind_a_slow_fetch_use_its_outcome_instead_of_fetching_in_turn() {
     let rsa = Signer::rsa("rsa-1");
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.slow-fetch";
-    let url = idp.url();
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, move |c: &mut Config| {
-        with_issuer(url)(c);
+    let (idp, _cluster, gw) = behind_idp(topic, &[&rsa], |c| {
         c.auth.jwt[0].fetch_timeout_ms = 2_000;
     })
     .await;
-    assert_eq!(
-        post(&gw, topic, &rsa.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, topic, &rsa, None).await, 200);
     idp.hang(true);
     gw.advance_ms(60_000);
     let before = idp.fetches();
     let started = std::time::Instant::now();
     let send = |i: usize| {
-        let token = rsa.sign_as(&format!("queued-{i}"), &claims(&gw, "orders-svc"));
-        let url = gw.url(topic);
-        tokio::spawn(async move {
-            post_json(&url, &token, &json!({"records": [{"value": 1}]}))
-                .await
-                .0
-        })
+        spawn_post(
+            &gw,
+            topic,
+            orders_token(&gw, &rsa, Some(&format!("queued-{i}"))),
+        )
     };
     let first = send(0);
     while idp.fetches() == before {
@@ -1075,9 +935,9 @@ async fn requests_queued_behind_a_slow_fetch_use_its_outcome_instead_of_fetching
     // requests with unknown kids queue behind it.
     gw.advance_ms(60_000);
     let queued: Vec<_> = (1..=10).map(send).collect();
-    assert_eq!(first.await.expect("task"), 503);
+    assert_eq!(first.await.expect("task").0, 503);
     for q in queued {
-        assert_eq!(q.await.expect("task"), 503);
+        assert_eq!(q.await.expect("task").0, 503);
     }
     assert_eq!(idp.fetches(), before + 1, "one fetch for the whole queue");
     assert!(
@@ -1092,48 +952,26 @@ async fn requests_queued_behind_a_slow_fetch_use_its_outcome_instead_of_fetching
 /// token would be refused; nothing sent after is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_key_ends_an_open_stream_opened_with_its_token() {
-    use crate::common::v3::{open_stream_with, read_head, write_chunk, ReportReader};
+    use crate::common::v3::{first_written, open_stream_with, write_chunk};
     let (old, new) = (Signer::rsa("old"), Signer::ec("new"));
-    let idp = JwksServer::start(idp::jwks(&[&old])).await;
     let topic = "test.jwt.stream-withdrawn";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
-    let token = old.sign(&claims(&gw, "orders-svc"));
+    let (idp, _cluster, gw) = behind_idp(topic, &[&old], |_| {}).await;
+    let token = orders_token(&gw, &old, None);
     let record =
         |i: usize| format!("{{\"value\":{{\"type\":\"JSON\",\"data\":{i}}}}}").into_bytes();
-    let (mut stream, mut reader) = open_stream_with(
-        gw.addr,
-        &format!("/v3/clusters/c/topics/{topic}/records"),
-        &token,
-    );
+    let path = format!("/v3/clusters/c/topics/{topic}/records");
+    let (mut stream, reader) = open_stream_with(gw.addr, &path, &token);
     write_chunk(&mut stream, &record(0)).expect("write");
-    let (first, reader) = tokio::task::spawn_blocking(move || {
-        assert_eq!(read_head(&mut reader), 200);
-        let mut reports = ReportReader::new(reader);
-        (reports.next(), reports)
-    })
-    .await
-    .expect("reader");
-    assert_eq!(
-        first.as_ref().map(|r| r["error_code"].clone()),
-        Some(json!(200))
-    );
+    let mut reader = tokio::task::spawn_blocking(move || first_written(reader))
+        .await
+        .expect("reader");
     // The issuer withdraws the key and the gateway reads the new set.
     idp.set(idp::jwks(&[&new]));
     gw.advance_ms(60_000);
-    assert_eq!(
-        post(&gw, topic, &new.sign(&claims(&gw, "orders-svc")))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(produce_as(&gw, topic, &new, None).await, 200);
     let rest = tokio::task::spawn_blocking(move || {
-        let mut reader = reader;
         let _ = write_chunk(&mut stream, &record(1));
-        let mut rest = Vec::new();
-        while let Some(r) = reader.next() {
-            rest.push(r);
-        }
-        rest
+        reader.rest()
     })
     .await
     .expect("reader");
@@ -1148,9 +986,8 @@ async fn a_withdrawn_key_ends_an_open_stream_opened_with_its_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
     let rsa = Signer::rsa("rsa-1");
-    let idp = JwksServer::start(idp::jwks(&[&rsa])).await;
     let topic = "test.jwt.huge-claim";
-    let (_cluster, gw) = gateway_on_mock(topic, Time::Manual, with_issuer(idp.url())).await;
+    let (_idp, _cluster, gw) = behind_idp(topic, &[&rsa], |_| {}).await;
     let mut small = claims(&gw, "orders-svc");
     small["topics"] = json!(["test.jwt.*"]);
     let mut huge = claims(&gw, "orders-svc");
@@ -1160,17 +997,16 @@ async fn a_token_with_a_huge_topics_claim_is_not_kept_in_the_cache() {
         .collect();
     huge["topics"] = json!(globs);
     let (small, huge) = (rsa.sign(&small), rsa.sign(&huge));
-    let before = sample(&scrape(&gw).await, "floodgate_jwt_verifications_total");
+    let before = verifications(&gw).await;
     for _ in 0..3 {
         assert_eq!(post(&gw, topic, &small).await.0, 200);
         assert_eq!(post(&gw, topic, &huge).await.0, 200);
     }
-    let m = scrape(&gw).await;
     assert_eq!(
-        sample(&m, "floodgate_jwt_verifications_total") - before,
+        verifications(&gw).await - before,
         4.0,
         "the small token once, the huge one each time"
     );
-    assert_eq!(sample(&m, "floodgate_jwt_cache_entries"), 1.0);
+    assert_eq!(series(&gw, "floodgate_jwt_cache_entries").await, 1.0);
     gw.shutdown().await;
 }

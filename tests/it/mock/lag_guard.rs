@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::load::offer;
 use crate::common::*;
 use floodgate::config::{Config, LagGuardConfig};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -46,12 +47,15 @@ fn with_guard(cfg: &mut Config) {
     cfg.lag_guards = vec![guard()];
 }
 
-async fn start() -> (Cluster, Gateway) {
+/// A gateway guarding [`GUARDED`] (and not [`FREE`]), and a [`Reader`] of the guarded topic
+/// at `rate` records/s.
+async fn start(rate: u64) -> (Cluster, Gateway, Reader) {
     let cluster = mock_cluster(&[GUARDED, FREE]);
     let mut cfg = config(&cluster.bootstrap_servers());
     with_guard(&mut cfg);
     let gw = Gateway::start(cfg).await;
-    (cluster, gw)
+    let reader = Reader::start(cluster.bootstrap_servers(), rate);
+    (cluster, gw, reader)
 }
 
 /// A consumer of group [`GROUP`] that reads [`GUARDED`] at `rate` records/s (changeable;
@@ -144,6 +148,36 @@ struct Tally {
     other: AtomicU64,
 }
 
+/// The producers of a test, each counting what it hears in a [`Tally`], until stopped.
+#[derive(Default)]
+struct Offered {
+    stop: Arc<AtomicBool>,
+    producers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Offered {
+    /// One more [`producer`], counting in `tally`.
+    fn add(&mut self, gw: &Gateway, topic: &str, per_sec: u64, tally: &Arc<Tally>) {
+        let p = producer(gw, topic, per_sec, self.stop.clone(), tally.clone());
+        self.producers.push(p);
+    }
+
+    /// One producer offering 500 records/s to [`GUARDED`]; its tally.
+    fn guarded(gw: &Gateway) -> (Self, Arc<Tally>) {
+        let (mut offered, tally) = (Self::default(), Arc::new(Tally::default()));
+        offered.add(gw, GUARDED, 50, &tally);
+        (offered, tally)
+    }
+
+    /// Stops every producer and waits for it.
+    async fn stop(self) {
+        self.stop.store(true, Relaxed);
+        for p in self.producers {
+            let _ = p.await;
+        }
+    }
+}
+
 /// Sends 10-record async requests to `topic` at `per_sec` requests/s until `stop`.
 fn producer(
     gw: &Gateway,
@@ -152,57 +186,35 @@ fn producer(
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) -> tokio::task::JoinHandle<()> {
-    let url = gw.url(topic);
-    tokio::spawn(async move {
-        let http = reqwest::Client::new();
-        let body = json!({"records": (0..10).map(|i| json!({"value": i})).collect::<Vec<_>>()});
-        let pace = Duration::from_nanos(1_000_000_000 / per_sec);
-        let mut next = tokio::time::Instant::now();
-        while !stop.load(Relaxed) {
-            next += pace;
-            tokio::time::sleep_until(next).await;
-            let Ok(response) = http
-                .post(format!("{url}?async=true"))
-                .bearer_auth(KEY)
-                .json(&body)
-                .send()
-                .await
-            else {
-                continue;
-            };
-            let status = response.status().as_u16();
-            let retry = response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            let body: serde_json::Value = response.json().await.unwrap_or_default();
-            match (status, body["reason"].as_str()) {
-                (202, _) => {
-                    tally.admitted.fetch_add(10, Relaxed);
-                }
-                (429, Some("consumer_lag")) => {
-                    tally.lag_refusals.fetch_add(1, Relaxed);
-                    tally.retry_after.store(retry.unwrap_or(0), Relaxed);
-                    let detail = body["detail"].as_str().unwrap_or("");
-                    tally
-                        .detail_ok
-                        .store(detail.contains(GROUP) && detail.contains(GUARDED), Relaxed);
-                }
-                _ => {
-                    tally.other.fetch_add(1, Relaxed);
-                }
+    offer(
+        gw.url(topic),
+        KEY,
+        per_sec,
+        stop,
+        move |status, headers, body| match (status, body["reason"].as_str()) {
+            (202, _) => {
+                tally.admitted.fetch_add(10, Relaxed);
             }
-        }
-    })
+            (429, Some("consumer_lag")) => {
+                let retry = headers
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                tally.lag_refusals.fetch_add(1, Relaxed);
+                tally.retry_after.store(retry.unwrap_or(0), Relaxed);
+                let detail = body["detail"].as_str().unwrap_or("");
+                tally
+                    .detail_ok
+                    .store(detail.contains(GROUP) && detail.contains(GUARDED), Relaxed);
+            }
+            _ => {
+                tally.other.fetch_add(1, Relaxed);
+            }
+        },
+    )
 }
 
 async fn metrics(gw: &Gateway) -> String {
-    reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
+    crate::common::exposition::scrape(gw).await
 }
 
 /// The value of the series `name{labels}` (labels as written in the exposition).
@@ -246,17 +258,14 @@ fn capping(text: &str) -> bool {
 async fn a_slow_consumer_caps_producers_at_its_rate_over_headroom_and_the_cap_lifts_when_it_catches_up(
 ) {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (cluster, gw) = start().await;
-    let reader = Reader::start(cluster.bootstrap_servers(), 500);
-    let stop = Arc::new(AtomicBool::new(false));
+    let (_cluster, gw, reader) = start(500).await;
     let guarded = Arc::new(Tally::default());
     let free = Arc::new(Tally::default());
     // 3,000 records/s offered to the guarded topic, 1,000/s to an unguarded one.
-    let producers = vec![
-        producer(&gw, GUARDED, 150, stop.clone(), guarded.clone()),
-        producer(&gw, GUARDED, 150, stop.clone(), guarded.clone()),
-        producer(&gw, FREE, 100, stop.clone(), free.clone()),
-    ];
+    let mut load = Offered::default();
+    load.add(&gw, GUARDED, 150, &guarded);
+    load.add(&gw, GUARDED, 150, &guarded);
+    load.add(&gw, FREE, 100, &free);
 
     // The lag grows by ~2,500/s: the recovery time is infinite, the guard caps.
     let took = wait_for(&gw, Duration::from_secs(10), "capping", capping).await;
@@ -282,14 +291,7 @@ async fn a_slow_consumer_caps_producers_at_its_rate_over_headroom_and_the_cap_li
     );
     assert!(capping(&text), "still capping through the window");
     // Why, in the admin API: what set the cap, what keeps it, and the demand it holds back.
-    let (_, view) = admin(
-        &gw,
-        Method::GET,
-        "/admin/lag-guards/orders",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (_, view) = admin_get(&gw, "/admin/lag-guards/orders").await;
     assert!(
         matches!(view["cap_basis"].as_str(), Some("drain" | "recovery")),
         "{view}"
@@ -344,10 +346,7 @@ async fn a_slow_consumer_caps_producers_at_its_rate_over_headroom_and_the_cap_li
     );
     assert!(!capping(&metrics(&gw).await), "and stays lifted");
 
-    stop.store(true, Relaxed);
-    for p in producers {
-        let _ = p.await;
-    }
+    load.stop().await;
     drop(reader);
     gw.shutdown().await;
 }
@@ -355,11 +354,8 @@ async fn a_slow_consumer_caps_producers_at_its_rate_over_headroom_and_the_cap_li
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_consumer_caps_producers_at_the_floor_and_they_resume_when_it_does() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (cluster, gw) = start().await;
-    let reader = Reader::start(cluster.bootstrap_servers(), 3_000);
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let p = producer(&gw, GUARDED, 50, stop.clone(), tally.clone());
+    let (_cluster, gw, reader) = start(3_000).await;
+    let (offered, tally) = Offered::guarded(&gw);
     // 500/s offered, read at up to 3,000/s: no cap (once the consumer has started reading;
     // until then it counts as stopped).
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -401,8 +397,7 @@ async fn a_stopped_consumer_caps_producers_at_the_floor_and_they_resume_when_it_
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(tally.admitted.load(Relaxed) > admitted0, "admitted again");
 
-    stop.store(true, Relaxed);
-    let _ = p.await;
+    offered.stop().await;
     drop(reader);
     gw.shutdown().await;
 }
@@ -410,11 +405,8 @@ async fn a_stopped_consumer_caps_producers_at_the_floor_and_they_resume_when_it_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_offsets_release_the_guard_after_hold_s_and_it_says_so() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (cluster, gw) = start().await;
-    let reader = Reader::start(cluster.bootstrap_servers(), 0);
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let p = producer(&gw, GUARDED, 50, stop.clone(), tally.clone());
+    let (cluster, gw, reader) = start(0).await;
+    let (offered, tally) = Offered::guarded(&gw);
     // A consumer that has committed once and then stops: capped at the floor.
     reader.set_rate(100);
     wait_for(&gw, Duration::from_secs(10), "a first commit", |t| {
@@ -456,14 +448,7 @@ async fn unreadable_offsets_release_the_guard_after_hold_s_and_it_says_so() {
         ),
         1.0
     );
-    let (s, view) = admin(
-        &gw,
-        Method::GET,
-        "/admin/lag-guards/orders",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (s, view) = admin_get(&gw, "/admin/lag-guards/orders").await;
     assert_eq!(s, 200);
     assert_eq!(view["phase"], "released");
     assert!(
@@ -477,8 +462,7 @@ async fn unreadable_offsets_release_the_guard_after_hold_s_and_it_says_so() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(tally.admitted.load(Relaxed) > admitted0);
 
-    stop.store(true, Relaxed);
-    let _ = p.await;
+    offered.stop().await;
     cluster.clear_request_errors(rdkafka::types::RDKafkaApiKey::OffsetFetch);
     drop(reader);
     gw.shutdown().await;
@@ -489,45 +473,23 @@ async fn guards_are_administered_live() {
     let _one = ONE_AT_A_TIME.lock().await;
     let cluster = mock_cluster(&[GUARDED]);
     let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
-    let t = Some(ADMIN_TOKEN);
-    let (s, list) = admin(&gw, Method::GET, "/admin/lag-guards", None, t).await;
+    let (s, list) = admin_get(&gw, "/admin/lag-guards").await;
     assert_eq!((s, list["guards"].as_array().map(Vec::len)), (200, Some(0)));
 
     let mut body = serde_json::to_value(guard()).expect("json");
     body.as_object_mut().expect("object").remove("name");
-    let (s, created) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/lag-guards/orders",
-        Some(body.clone()),
-        t,
-    )
-    .await;
+    let (s, created) = admin_put(&gw, "/admin/lag-guards/orders", body.clone()).await;
     assert_eq!(s, 201, "{created}");
     assert_eq!(created["guard"]["group"], GROUP);
     body["headroom"] = json!(2.0);
-    let (s, replaced) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/lag-guards/orders",
-        Some(body.clone()),
-        t,
-    )
-    .await;
+    let (s, replaced) = admin_put(&gw, "/admin/lag-guards/orders", body.clone()).await;
     assert_eq!(
         (s, replaced["guard"]["headroom"].as_f64()),
         (200, Some(2.0))
     );
 
     body["headroom"] = json!(0.5);
-    let (s, bad) = admin(
-        &gw,
-        Method::PUT,
-        "/admin/lag-guards/orders",
-        Some(body.clone()),
-        t,
-    )
-    .await;
+    let (s, bad) = admin_put(&gw, "/admin/lag-guards/orders", body.clone()).await;
     assert_eq!(
         (s, bad["error"].as_str(), bad["field"].as_str()),
         (422, Some("invalid_field"), Some("headroom")),
@@ -535,12 +497,12 @@ async fn guards_are_administered_live() {
     );
     body["headroom"] = json!(1.2);
     body["name"] = json!("other");
-    let (s, _) = admin(&gw, Method::PUT, "/admin/lag-guards/orders", Some(body), t).await;
+    let (s, _) = admin_put(&gw, "/admin/lag-guards/orders", body).await;
     assert_eq!(s, 422, "a name in the body must match the path");
 
-    let (s, _) = admin(&gw, Method::DELETE, "/admin/lag-guards/orders", None, t).await;
+    let (s, _) = admin_delete(&gw, "/admin/lag-guards/orders").await;
     assert_eq!(s, 204);
-    let (s, gone) = admin(&gw, Method::GET, "/admin/lag-guards/orders", None, t).await;
+    let (s, gone) = admin_get(&gw, "/admin/lag-guards/orders").await;
     assert_eq!(
         (s, gone["error"].as_str()),
         (404, Some("lag_guard_not_found"))

@@ -26,10 +26,8 @@ fn records(n: usize, size: usize) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_move_by_exactly_the_driven_amounts() {
     let (cluster, gw) = gateway_on_mock("test.metrics", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(5);
-        cfg.tenants[0].records_burst = Some(5);
-        cfg.tenants[0].bytes_per_sec = Some(1000);
-        cfg.tenants[0].bytes_burst = Some(1000);
+        limit_records(cfg, 5, 5);
+        limit_bytes(cfg, 1000, 1000);
         let mut b = tenant("b", "key-b", &["test.*"]);
         b.max_buffer_share = Some(1.0);
         cfg.tenants.push(b);
@@ -396,34 +394,25 @@ async fn a_scrape_token_protects_metrics() {
     let cluster = mock_cluster(&["test.token"]);
     let mut cfg = config(&cluster.bootstrap_servers());
     cfg.metrics.token_env = Some("UNUSED_IN_TESTS".into());
-    let mut options =
-        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
-    options.admin_tokens =
-        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    let mut options = monotonic_options();
     options.metrics_token = Some("scrape-token-0123456789".into());
     let gw = Gateway::start_options(cfg, options).await;
     let url = gw.admin_url("/metrics");
-    let r = client().get(&url).send().await.expect("scrape");
-    assert_eq!(r.status().as_u16(), 401);
-    let r = client()
-        .get(&url)
-        .bearer_auth("wrong-token-0123456789")
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(r.status().as_u16(), 401);
-    let r = client()
-        .get(&url)
-        .bearer_auth("scrape-token-0123456789")
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(r.status().as_u16(), 200);
-    assert!(r
-        .text()
-        .await
-        .expect("text")
-        .contains("floodgate_buffer_held"));
+    let scrape_with = |token: Option<&'static str>| {
+        let mut request = client().get(&url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let r = request.send().await.expect("scrape");
+            (r.status().as_u16(), r.text().await.expect("text"))
+        }
+    };
+    assert_eq!(scrape_with(None).await.0, 401);
+    assert_eq!(scrape_with(Some("wrong-token-0123456789")).await.0, 401);
+    let (status, text) = scrape_with(Some("scrape-token-0123456789")).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("floodgate_buffer_held"));
     gw.shutdown().await;
 }
 
@@ -493,14 +482,7 @@ async fn deleting_a_tenant_never_lowers_other() {
     let before = other(&scrape(&gw).await);
     let records_key = "floodgate_tenant_records_total{tenant=\"_other\",outcome=\"admitted\"}";
     assert_eq!(before.get(records_key), Some(&17.0), "{before:?}");
-    let (s, _) = admin(
-        &gw,
-        Method::DELETE,
-        "/admin/tenants/gone",
-        None,
-        Some(ADMIN_TOKEN),
-    )
-    .await;
+    let (s, _) = admin_delete(&gw, "/admin/tenants/gone").await;
     assert_eq!(s, 204);
     let after = other(&scrape(&gw).await);
     for (k, v) in &before {

@@ -39,12 +39,7 @@ async fn a_keyed_record_goes_to_the_partition_javas_partitioner_picks() {
         .collect();
     let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &json!({ "records": records })).await;
     assert_eq!(s, 200, "{a}");
-    let got: Vec<i64> = a["offsets"]
-        .as_array()
-        .expect("offsets")
-        .iter()
-        .map(|o| o["partition"].as_i64().expect("partition"))
-        .collect();
+    let got = offsets(&a, "partition");
     let want: Vec<i64> = JAVA_MURMUR2
         .iter()
         .map(|(_, h)| i64::from(java_partition(*h, PARTITIONS)))

@@ -28,8 +28,7 @@ fn python() -> PathBuf {
 /// The share of its budget the client got in a steady window, with this burst and hold.
 async fn measured(burst: u64, max_ms: u64) -> (f64, Value) {
     let (_cluster, gw) = gateway_on_mock("test.retry-after", Time::Real, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(RATE);
-        cfg.tenants[0].records_burst = Some(burst);
+        limit_records(cfg, RATE, burst);
         cfg.wait.max_ms = max_ms;
     })
     .await;
@@ -40,16 +39,8 @@ async fn measured(burst: u64, max_ms: u64) -> (f64, Value) {
         .args(["--url", &gw.url("test.retry-after"), "--key", KEY])
         .args(["--warmup", "1.5", "--seconds", "4"])
         .stdin(Stdio::null());
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("client task")
-        .expect("scripts/retry-after-client.py runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("the client's report");
+    let stdout = client_output(command, "scripts/retry-after-client.py").await;
+    let report: Value = serde_json::from_slice(&stdout).expect("the client's report");
     gw.shutdown().await;
     let share = report["rate"].as_f64().unwrap_or(0.0) / RATE as f64;
     eprintln!(

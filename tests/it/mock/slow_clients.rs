@@ -45,6 +45,21 @@ async fn closed_after(stream: &mut (impl AsyncRead + Unpin), started: Instant) -
     started.elapsed()
 }
 
+/// Two connections to `addr` (both slots) that send `first` and `second` and then stall: how
+/// long after they opened the server closed each.
+async fn two_stalled(addr: SocketAddr, first: &[u8], second: &[u8]) -> (Duration, Duration) {
+    let started = Instant::now();
+    let mut a = TcpStream::connect(addr).await.expect("connect");
+    let mut b = TcpStream::connect(addr).await.expect("connect");
+    for (stream, bytes) in [(&mut a, first), (&mut b, second)] {
+        if !bytes.is_empty() {
+            stream.write_all(bytes).await.expect("write");
+        }
+    }
+    let a = closed_after(&mut a, started).await;
+    (a, closed_after(&mut b, started).await)
+}
+
 /// A request on a fresh plain connection gets an answer (a slot was free).
 async fn served(addr: SocketAddr, admin: bool) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
@@ -72,13 +87,9 @@ async fn served(addr: SocketAddr, admin: bool) {
 async fn silent_and_one_byte_clients_lose_their_slots_on_both_listeners() {
     let (_cluster, gw) = gateway(false).await;
     for (addr, admin) in [(gw.addr, false), (gw.admin, true)] {
-        let started = Instant::now();
-        let mut silent = TcpStream::connect(addr).await.expect("connect");
-        let mut one_byte = TcpStream::connect(addr).await.expect("connect");
-        one_byte.write_all(b"P").await.expect("write");
-        // Both slots are taken; each is given back within the header timeout.
-        let a = closed_after(&mut silent, started).await;
-        let b = closed_after(&mut one_byte, started).await;
+        // A silent client and a one-byte one take both slots; each is given back within the
+        // header timeout.
+        let (a, b) = two_stalled(addr, b"", b"P").await;
         assert!(a >= Duration::from_millis(HEADER_MS - 50), "{a:?}");
         assert!(b < PATIENCE && a < PATIENCE);
         served(addr, admin).await;
@@ -119,16 +130,27 @@ const H2_HELLO: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x
 async fn an_http2_session_without_requests_is_closed() {
     let (_cluster, gw) = gateway(false).await;
     for (addr, admin) in [(gw.addr, false), (gw.admin, true)] {
-        let started = Instant::now();
-        let mut a = TcpStream::connect(addr).await.expect("connect");
-        let mut b = TcpStream::connect(addr).await.expect("connect");
-        a.write_all(H2_HELLO).await.expect("write");
-        b.write_all(&H2_HELLO[..10]).await.expect("half a preface");
-        closed_after(&mut a, started).await;
-        closed_after(&mut b, started).await;
+        // A whole preface, and half of one.
+        two_stalled(addr, H2_HELLO, &H2_HELLO[..10]).await;
         served(addr, admin).await;
     }
     gw.shutdown().await;
+}
+
+/// A TLS connection to `addr` (as "localhost", offering `alpn`) whose handshake finished; when
+/// the handshake began.
+async fn handshaken(
+    addr: SocketAddr,
+    alpn: &[u8],
+) -> (tokio_rustls::client::TlsStream<TcpStream>, Instant) {
+    let name = ServerName::try_from("localhost").expect("name");
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let started = Instant::now();
+    let tls = tls_connector(&[alpn])
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    (tls, started)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,29 +162,14 @@ async fn tls_clients_that_stall_in_or_after_the_handshake_are_closed() {
         let mut silent = TcpStream::connect(addr).await.expect("connect");
         closed_after(&mut silent, started).await;
         // A finished handshake, HTTP/1.1 by ALPN, then no request.
-        let name = ServerName::try_from("localhost").expect("name");
-        let tcp = TcpStream::connect(addr).await.expect("connect");
-        let started = Instant::now();
-        let mut h1 = tls_connector(&[b"http/1.1"])
-            .connect(name.clone(), tcp)
-            .await
-            .expect("handshake");
+        let (mut h1, started) = handshaken(addr, b"http/1.1").await;
         closed_after(&mut h1, started).await;
         // HTTP/2 by ALPN, the preface, then no request.
-        let tcp = TcpStream::connect(addr).await.expect("connect");
-        let started = Instant::now();
-        let mut h2 = tls_connector(&[b"h2"])
-            .connect(name.clone(), tcp)
-            .await
-            .expect("handshake");
+        let (mut h2, started) = handshaken(addr, b"h2").await;
         h2.write_all(H2_HELLO).await.expect("write");
         closed_after(&mut h2, started).await;
         // The slots are back: a real request is served.
-        let tcp = TcpStream::connect(addr).await.expect("connect");
-        let mut tls = tls_connector(&[b"http/1.1"])
-            .connect(name, tcp)
-            .await
-            .expect("handshake");
+        let (mut tls, _) = handshaken(addr, b"http/1.1").await;
         tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .await
             .expect("write");

@@ -14,10 +14,8 @@ fn records(n: usize, value: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_counts_exactly_what_happened_and_needs_the_admin_token() {
     let (_cluster, gw) = gateway_on_mock("test.status", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(10);
-        cfg.tenants[0].records_burst = Some(10);
-        cfg.tenants[0].bytes_per_sec = Some(200);
-        cfg.tenants[0].bytes_burst = Some(200);
+        limit_records(cfg, 10, 10);
+        limit_bytes(cfg, 200, 200);
         cfg.tenants
             .push(tenant("other", "test-key-other", &["test.*"]));
     })
@@ -33,9 +31,7 @@ async fn the_status_counts_exactly_what_happened_and_needs_the_admin_token() {
     )
     .await;
     assert_eq!(s, 401, "{body}");
-
-    let t = Some(ADMIN_TOKEN);
-    let (s, first) = admin(&gw, Method::GET, "/admin/status", None, t).await;
+    let (s, first) = admin_get(&gw, "/admin/status").await;
     assert_eq!(s, 200, "{first}");
     assert_eq!(first["window_secs"], 0.0);
     assert_eq!(first["tenants"].as_array().map(Vec::len), Some(2));
@@ -63,7 +59,7 @@ async fn the_status_counts_exactly_what_happened_and_needs_the_admin_token() {
     assert_eq!(s, 200, "{a}");
 
     // Levels are live at once; rates wait for a second of the clock.
-    let (_, now) = admin(&gw, Method::GET, "/admin/status", None, t).await;
+    let (_, now) = admin_get(&gw, "/admin/status").await;
     let acme = |v: &serde_json::Value| {
         v["tenants"]
             .as_array()
@@ -80,7 +76,7 @@ async fn the_status_counts_exactly_what_happened_and_needs_the_admin_token() {
     assert_eq!(now["window_secs"], 0.0);
 
     gw.advance_ms(1000);
-    let (_, later) = admin(&gw, Method::GET, "/admin/status", None, t).await;
+    let (_, later) = admin_get(&gw, "/admin/status").await;
     assert_eq!(later["window_secs"], 1.0);
     let a = acme(&later);
     assert_eq!(a["admitted_records_per_sec"], 6.0);
@@ -113,7 +109,7 @@ async fn the_status_counts_exactly_what_happened_and_needs_the_admin_token() {
 
     // Another second with nothing happening: the window grows, the rates halve.
     gw.advance_ms(1000);
-    let (_, quiet) = admin(&gw, Method::GET, "/admin/status", None, t).await;
+    let (_, quiet) = admin_get(&gw, "/admin/status").await;
     assert_eq!(quiet["window_secs"], 2.0);
     assert_eq!(acme(&quiet)["admitted_records_per_sec"], 3.0);
     assert_eq!(
@@ -179,8 +175,7 @@ async fn a_status_asked_for_after_an_incident_shows_it_from_the_history_kept_mea
         // The sampler looks four times a second.
         tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     }
-    let t = Some(ADMIN_TOKEN);
-    let (s, status) = admin(&gw, Method::GET, "/admin/status?limit=2", None, t).await;
+    let (s, status) = admin_get(&gw, "/admin/status?limit=2").await;
     assert_eq!(s, 200, "{status}");
     assert_eq!(status["tenant_count"], 102);
     let tenants = status["tenants"].as_array().expect("tenants");
@@ -207,22 +202,10 @@ async fn a_status_asked_for_after_an_incident_shows_it_from_the_history_kept_mea
         .as_f64()
         .is_some_and(|r| r >= 1.5));
     // Searched on the server, by id prefix.
-    let (_, found) = admin(
-        &gw,
-        Method::GET,
-        "/admin/status?q=idle-05&limit=50",
-        None,
-        t,
-    )
-    .await;
-    let ids: Vec<&str> = found["tenants"]
-        .as_array()
-        .expect("tenants")
-        .iter()
-        .filter_map(|t| t["id"].as_str())
-        .collect();
+    let (_, found) = admin_get(&gw, "/admin/status?q=idle-05&limit=50").await;
+    let ids = listed_ids(&found, "tenants");
     assert_eq!(ids.len(), 10, "{ids:?}");
     assert!(ids.iter().all(|id| id.starts_with("idle-05")));
-    let (s, _) = admin(&gw, Method::GET, "/admin/status?limit=0", None, t).await;
+    let (s, _) = admin_get(&gw, "/admin/status?limit=0").await;
     assert_eq!(s, 422);
 }

@@ -7,8 +7,12 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::common::v3::{open_stream, read_head, write_chunk, ReportReader};
+use crate::common::exposition::{sample, scrape};
+use crate::common::v3::{
+    first_written, open_stream, read_head, read_reports, write_chunk, ReportReader,
+};
 use crate::common::*;
+use floodgate::config::Config;
 use floodgate::identity::ApiKeyHash;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -20,13 +24,15 @@ fn record(i: usize) -> Vec<u8> {
 }
 
 async fn written(cluster: &Cluster, topic: &str) -> Vec<String> {
-    let (b, t) = (cluster.bootstrap_servers(), topic.to_string());
-    tokio::task::spawn_blocking(move || read_back(&b, &t, 1, 1))
-        .await
-        .expect("reader")
-        .iter()
-        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
-        .collect()
+    value_texts(&read_all(&cluster.bootstrap_servers(), topic, 1, 1).await)
+}
+
+/// A connection's idle and header timeouts both `connection_ms`, a stream's idle timeout
+/// `stream_idle_ms`: what each test here sets apart from the defaults.
+fn timeouts(cfg: &mut Config, connection_ms: u64, stream_idle_ms: u64) {
+    cfg.server.idle_timeout_ms = connection_ms;
+    cfg.server.header_read_timeout_ms = connection_ms;
+    cfg.compat.stream_idle_timeout_ms = stream_idle_ms;
 }
 
 /// Opens a stream, has one record written, applies `change` through the admin API, and
@@ -40,33 +46,21 @@ async fn stream_across_change(
     let cluster = mock_cluster(&[topic]);
     let gw = Gateway::start(config(&cluster.bootstrap_servers())).await;
     let (addr, path) = (gw.addr, format!("/v3/clusters/c/topics/{topic}/records"));
-    let (mut stream, mut reader) = open_stream(addr, &path);
+    let (mut stream, reader) = open_stream(addr, &path);
     write_chunk(&mut stream, &record(0)).expect("write");
-    let (first, reader) = tokio::task::spawn_blocking(move || {
-        assert_eq!(read_head(&mut reader), 200);
-        let mut reports = ReportReader::new(reader);
-        (reports.next(), reports)
-    })
-    .await
-    .expect("reader");
-    assert_eq!(
-        first.as_ref().map(|r| r["error_code"].clone()),
-        Some(json!(200))
-    );
+    let mut reader = tokio::task::spawn_blocking(move || first_written(reader))
+        .await
+        .expect("reader");
 
     let (method, path, body) = change;
     let (s, answer) = admin(&gw, method, &path, body, Some(ADMIN_TOKEN)).await;
     assert!(s < 300, "{s} {answer}");
     let changed = Instant::now();
     let rest = tokio::task::spawn_blocking(move || {
-        let mut reader = reader;
         if write_after {
             let _ = write_chunk(&mut stream, &record(1));
         }
-        let mut rest = Vec::new();
-        while let Some(r) = reader.next() {
-            rest.push(r);
-        }
+        let rest = reader.rest();
         // Anything written after the end is never read.
         let _ = write_chunk(&mut stream, &record(2));
         (rest, changed.elapsed())
@@ -133,12 +127,8 @@ async fn a_narrowed_topic_pattern_ends_an_open_stream_with_403() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_active_stream_outlives_three_connection_idle_timeouts() {
-    let (cluster, gw) = gateway_on_mock("test.long", Time::Real, |cfg| {
-        cfg.server.idle_timeout_ms = 400;
-        cfg.server.header_read_timeout_ms = 400;
-        cfg.compat.stream_idle_timeout_ms = 2_000;
-    })
-    .await;
+    let (cluster, gw) =
+        gateway_on_mock("test.long", Time::Real, |cfg| timeouts(cfg, 400, 2_000)).await;
     let addr = gw.addr;
     let started = Instant::now();
     let reports = tokio::task::spawn_blocking(move || {
@@ -151,12 +141,7 @@ async fn an_active_stream_outlives_three_connection_idle_timeouts() {
             stream.write_all(b"0\r\n\r\n").expect("end");
             stream
         });
-        assert_eq!(read_head(&mut reader), 200);
-        let mut reports = ReportReader::new(reader);
-        let mut out = Vec::new();
-        while let Some(r) = reports.next() {
-            out.push(r);
-        }
+        let out = read_reports(&mut reader);
         drop(writer.join());
         out
     })
@@ -174,9 +159,7 @@ async fn an_active_stream_outlives_three_connection_idle_timeouts() {
 async fn a_stream_whose_client_stops_reading_is_closed_once_its_deadline_passes() {
     let (_cluster, gw) = gateway_on_mock("test.deaf", Time::Real, |cfg| {
         // Long connection timeouts: a stalled stream must not wait for them.
-        cfg.server.idle_timeout_ms = 20_000;
-        cfg.server.header_read_timeout_ms = 20_000;
-        cfg.compat.stream_idle_timeout_ms = 500;
+        timeouts(cfg, 20_000, 500);
         cfg.compat.stream_max_unsettled = 8;
         cfg.kafka.delivery_timeout_ms = 1_000;
     })
@@ -276,10 +259,9 @@ async fn a_stream_ended_while_its_client_still_sends_delivers_every_report() {
 }
 
 async fn written_count(cluster: &Cluster, topic: &str) -> usize {
-    let (b, t) = (cluster.bootstrap_servers(), topic.to_string());
-    tokio::task::spawn_blocking(move || read_back(&b, &t, 1, 3000).len())
+    read_all(&cluster.bootstrap_servers(), topic, 1, 3000)
         .await
-        .expect("reader")
+        .len()
 }
 
 /// On HTTP/2 a stream whose client stops reading is left to flow control: the healthy stream
@@ -287,9 +269,7 @@ async fn written_count(cluster: &Cluster, topic: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_http2_stream_does_not_cut_the_healthy_stream_beside_it() {
     let (_cluster, gw) = gateway_on_mock("test.h2", Time::Real, |cfg| {
-        cfg.server.idle_timeout_ms = 2_000;
-        cfg.server.header_read_timeout_ms = 2_000;
-        cfg.compat.stream_idle_timeout_ms = 1_000;
+        timeouts(cfg, 2_000, 1_000);
         cfg.kafka.delivery_timeout_ms = 1_000;
     })
     .await;
@@ -368,15 +348,9 @@ async fn a_stream_of_white_space_has_no_records_and_a_long_one_is_not_too_large(
     let post = |body: Vec<u8>| {
         let url = url.clone();
         async move {
-            let r = client()
-                .post(&url)
-                .bearer_auth(KEY)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .expect("sent");
-            (r.status().as_u16(), r.text().await.unwrap_or_default())
+            let (status, _, text) =
+                post_text(&url, KEY, &[("content-type", "application/json")], body).await;
+            (status, text)
         }
     };
     let (s, text) = post(b"   \n  ".to_vec()).await;
@@ -399,10 +373,8 @@ async fn a_stream_of_white_space_has_no_records_and_a_long_one_is_not_too_large(
 async fn many_streams_that_never_read_are_closed_at_their_longest_time_plus_the_delivery_timeout() {
     const STREAMS: usize = 120;
     let (_cluster, gw) = gateway_on_mock("test.stalled", Time::Real, |cfg| {
-        cfg.server.idle_timeout_ms = 60_000;
-        cfg.server.header_read_timeout_ms = 60_000;
+        timeouts(cfg, 60_000, 30_000);
         cfg.compat.stream_max_duration_ms = 4_000;
-        cfg.compat.stream_idle_timeout_ms = 30_000;
         cfg.compat.stream_max_unsettled = 64;
         cfg.kafka.delivery_timeout_ms = 2_000;
         cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
@@ -441,9 +413,9 @@ async fn many_streams_that_never_read_are_closed_at_their_longest_time_plus_the_
     // Every stream's hold on the body budget is back.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let text = crate::common::exposition::scrape(&gw).await;
+        let text = scrape(&gw).await;
         assert!(text.contains("\nfloodgate_body_inflight_bytes "), "{text}");
-        let held = crate::common::exposition::sample(&text, "floodgate_body_inflight_bytes ");
+        let held = sample(&text, "floodgate_body_inflight_bytes ");
         if held == 0.0 {
             break;
         }

@@ -35,11 +35,7 @@ async fn answer_within(stream: &mut TcpStream, wait: Duration) -> String {
 /// client has sent 3 MiB, the connection is closed, and nothing reaches Kafka.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_chunked_upload_is_refused_before_it_is_sent() {
-    let (cluster, gw) = gateway_on_mock("test.upload", Time::Manual, |cfg| {
-        cfg.tenants[0].bytes_per_sec = Some(1024 * 1024);
-        cfg.tenants[0].bytes_burst = Some(2 * 1024 * 1024);
-    })
-    .await;
+    let (cluster, gw) = gateway_with_bytes("test.upload", 1024 * 1024, 2 * 1024 * 1024).await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream
         .write_all(head("test.upload", "application/json").as_bytes())
@@ -83,10 +79,7 @@ async fn an_oversized_chunked_upload_is_refused_before_it_is_sent() {
     .await;
     assert_eq!(s, 200);
     gw.shutdown().await;
-    let b = cluster.bootstrap_servers();
-    let got = tokio::task::spawn_blocking(move || read_back(&b, "test.upload", 1, 1))
-        .await
-        .expect("reader");
+    let got = read_all(&cluster.bootstrap_servers(), "test.upload", 1, 1).await;
     assert_eq!(got.len(), 1, "only the small request is in Kafka");
 }
 
@@ -94,11 +87,7 @@ async fn an_oversized_chunked_upload_is_refused_before_it_is_sent() {
 /// record 2,001 gets the 413 at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_ndjson_upload_is_answered_at_the_record_that_cannot_fit() {
-    let (_cluster, gw) = gateway_on_mock("test.ndjson", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(1000);
-        cfg.tenants[0].records_burst = Some(2000);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.ndjson", 1000, 2000).await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream
         .write_all(head("test.ndjson", "application/x-ndjson").as_bytes())
@@ -122,14 +111,7 @@ async fn a_chunked_ndjson_upload_is_answered_at_the_record_that_cannot_fit() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("2001 records"), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::exposition::scrape(&gw).await;
     assert!(
         metrics.contains("floodgate_uploads_cut_short_total{reason=\"exceeds_burst\"} 1"),
         "{metrics}"
@@ -141,11 +123,7 @@ async fn a_chunked_ndjson_upload_is_answered_at_the_record_that_cannot_fit() {
 /// for the records read so far, and nothing is charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_upload_over_the_bucket_gets_429_mid_stream() {
-    let (_cluster, gw) = gateway_on_mock("test.bucket", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(100);
-        cfg.tenants[0].records_burst = Some(100);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.bucket", 100, 100).await;
     let url = gw.url("test.bucket");
     let sixty: Vec<_> = (0..60).map(|i| json!({"value": i})).collect();
     let (s, _, _) = post_json(&url, KEY, &json!({ "records": sixty })).await;

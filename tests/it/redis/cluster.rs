@@ -10,14 +10,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::exposition::metric;
+use crate::common::exposition::{metric, metric_at, scrape, sum, value, wait_for_metric};
+use crate::common::v3::{open_stream, read_head, stream_chunks, write_chunk, ReportReader};
 use crate::common::*;
 use floodgate::budget::{BudgetSpec, Clock, ManualClock, RateSpec};
-use floodgate::cluster::{Ask, RedisStore};
+use floodgate::cluster::{Ask, Grant, Membership, RedisStore};
 use floodgate::config::Config;
 use serde_json::json;
 
 const TOPIC: &str = "test.cluster";
+
+/// The clock every test here steps: far from zero, as a running gateway's would be.
+fn stepped_clock() -> Arc<ManualClock> {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    clock
+}
 
 fn store(prefix: &str, clock: &Arc<ManualClock>) -> RedisStore {
     let clock: Arc<dyn Clock> = clock.clone();
@@ -29,6 +37,15 @@ fn store(prefix: &str, clock: &Arc<ManualClock>) -> RedisStore {
         Some(clock),
     )
     .expect("store")
+}
+
+/// A store on the shared Redis under a key prefix of `test`'s own, connected, and the clock
+/// its scripts are given: how each test of the scripts on their own starts.
+async fn connected_store(test: &str) -> (Arc<ManualClock>, RedisStore) {
+    let clock = stepped_clock();
+    let s = store(&redis_prefix(test), &clock);
+    s.connect().await.expect("redis");
+    (clock, s)
 }
 
 fn spec(records: Option<(u64, u64)>, bytes: Option<(u64, u64)>) -> BudgetSpec {
@@ -43,109 +60,83 @@ fn ask(want: u64, min: u64) -> Ask {
     Ask { want, min }
 }
 
+/// One lease from the pair at `key`, which Redis must answer.
+async fn lease(s: &RedisStore, key: &str, budget: &BudgetSpec, records: Ask, bytes: Ask) -> Grant {
+    s.lease(key, budget, records, bytes).await.expect("lease")
+}
+
+/// The heartbeats' time-to-live in the membership tests.
+const MEMBER_TTL: Duration = Duration::from_millis(2000);
+
+/// One heartbeat of replica `id` from process `instance` (or its leaving), which Redis must
+/// answer.
+async fn beat(s: &RedisStore, id: &str, instance: &str, leave: bool) -> Membership {
+    s.heartbeat(id, instance, MEMBER_TTL, leave)
+        .await
+        .expect("hb")
+}
+
 #[tokio::test]
 async fn lease_grants_what_the_bucket_holds_and_refills_with_the_clock() {
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let s = store(&redis_prefix("refill"), &clock);
-    s.connect().await.expect("redis");
+    let (clock, s) = connected_store("refill").await;
     let key = s.tenant_key("acme");
     let budget = spec(Some((100, 50)), None);
 
-    let g = s
-        .lease(&key, &budget, ask(30, 1), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(30, 1), Ask::default()).await;
     assert_eq!((g.records, g.left_records, g.wait), (30, 20, None));
     // Asking for more than is left grants what is left when the minimum is there.
-    let g = s
-        .lease(&key, &budget, ask(40, 5), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(40, 5), Ask::default()).await;
     assert_eq!((g.records, g.left_records), (20, 0));
     // 100 ms at 100/s: 10 tokens back.
     clock.advance_ms(100);
-    let g = s
-        .lease(&key, &budget, ask(40, 1), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(40, 1), Ask::default()).await;
     assert_eq!(g.records, 10);
     // Never above the burst, however long the wait.
     clock.advance_ms(60_000);
-    let g = s
-        .lease(&key, &budget, ask(1000, 1), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(1000, 1), Ask::default()).await;
     assert_eq!(g.records, 50);
 }
 
 #[tokio::test]
 async fn a_short_lease_grants_nothing_in_either_bucket_and_says_how_long_to_wait() {
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let s = store(&redis_prefix("atomic"), &clock);
-    s.connect().await.expect("redis");
+    let (clock, s) = connected_store("atomic").await;
     let key = s.tenant_key("acme");
     let budget = spec(Some((100, 100)), Some((1000, 1000)));
 
     // Empty the bytes bucket but for 100.
-    let g = s
-        .lease(&key, &budget, ask(1, 1), ask(900, 900))
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(1, 1), ask(900, 900)).await;
     assert_eq!((g.records, g.bytes), (1, 900));
     // Records are there, bytes are not: nothing is granted, records included.
-    let g = s
-        .lease(&key, &budget, ask(10, 10), ask(300, 300))
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(10, 10), ask(300, 300)).await;
     assert_eq!((g.records, g.bytes), (0, 0));
     assert_eq!((g.left_records, g.left_bytes), (99, 100));
     // 200 bytes missing at 1000/s: 200 ms.
     assert_eq!(g.wait, Some(Duration::from_millis(200)));
     // The refusal charged nothing: all 99 records are still there.
-    let g = s
-        .lease(&key, &budget, ask(99, 99), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(99, 99), Ask::default()).await;
     assert_eq!(g.records, 99);
     // And at exactly the wait, the bytes are.
     clock.advance_ms(200);
-    let g = s
-        .lease(&key, &budget, Ask::default(), ask(300, 300))
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, Ask::default(), ask(300, 300)).await;
     assert_eq!((g.bytes, g.wait), (300, None));
 }
 
 #[tokio::test]
 async fn given_back_tokens_can_be_leased_again_and_a_budget_change_keeps_the_level() {
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let s = store(&redis_prefix("giveback"), &clock);
-    s.connect().await.expect("redis");
+    let (_clock, s) = connected_store("giveback").await;
     let key = s.tenant_key("acme");
     let budget = spec(Some((10, 100)), None);
 
-    let g = s
-        .lease(&key, &budget, ask(100, 100), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(100, 100), Ask::default()).await;
     assert_eq!(g.records, 100);
     s.give_back(&key, &budget, 40, 0).await.expect("give back");
-    let g = s
-        .lease(&key, &budget, ask(100, 1), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &budget, ask(100, 1), Ask::default()).await;
     assert_eq!(g.records, 40, "exactly what was given back");
 
     // 60 left after a give-back of 60; then the budget changes to a burst of 30.
     s.give_back(&key, &budget, 60, 0).await.expect("give back");
     let smaller = spec(Some((1000, 30)), None);
-    let g = s
-        .lease(&key, &smaller, ask(1000, 1), Ask::default())
-        .await
-        .expect("lease");
+    let g = lease(&s, &key, &smaller, ask(1000, 1), Ask::default()).await;
     assert_eq!(
         g.records, 30,
         "the level is kept, clamped to the new burst; never refilled"
@@ -154,26 +145,22 @@ async fn given_back_tokens_can_be_leased_again_and_a_budget_change_keeps_the_lev
 
 #[tokio::test]
 async fn members_are_counted_from_heartbeats_and_lapse() {
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let s = store(&redis_prefix("members"), &clock);
-    s.connect().await.expect("redis");
-    let ttl = Duration::from_millis(2000);
-    let beat = |id: &'static str, leave: bool| {
+    let (clock, s) = connected_store("members").await;
+    let members = |id: &'static str, leave: bool| {
         let s = &s;
         async move {
-            let m = s.heartbeat(id, id, ttl, leave).await.expect("hb");
+            let m = beat(s, id, id, leave).await;
             assert!(!m.duplicate);
             m.members
         }
     };
-    assert_eq!(beat("a", false).await, 1);
-    assert_eq!(beat("b", false).await, 2);
+    assert_eq!(members("a", false).await, 1);
+    assert_eq!(members("b", false).await, 2);
     clock.advance_ms(1500);
-    assert_eq!(beat("b", false).await, 2);
+    assert_eq!(members("b", false).await, 2);
     clock.advance_ms(600);
-    assert_eq!(beat("b", false).await, 1, "a lapsed");
-    assert_eq!(beat("b", true).await, 0, "b left");
+    assert_eq!(members("b", false).await, 1, "a lapsed");
+    assert_eq!(members("b", true).await, 0, "b left");
 }
 
 /// Two processes configured with one replica id would be counted as one member, and each
@@ -181,20 +168,10 @@ async fn members_are_counted_from_heartbeats_and_lapse() {
 /// lapsed (or left), the id is free again.
 #[tokio::test]
 async fn a_replica_id_held_by_another_live_process_is_refused() {
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let s = store(&redis_prefix("duplicate"), &clock);
-    s.connect().await.expect("redis");
-    let ttl = Duration::from_millis(2000);
-    let first = s
-        .heartbeat("gw-a", "process-1", ttl, false)
-        .await
-        .expect("hb");
+    let (clock, s) = connected_store("duplicate").await;
+    let first = beat(&s, "gw-a", "process-1", false).await;
     assert_eq!((first.members, first.duplicate), (1, false));
-    let second = s
-        .heartbeat("gw-a", "process-2", ttl, false)
-        .await
-        .expect("hb");
+    let second = beat(&s, "gw-a", "process-2", false).await;
     assert_eq!(
         (second.members, second.duplicate),
         (2, true),
@@ -202,27 +179,16 @@ async fn a_replica_id_held_by_another_live_process_is_refused() {
     );
     // The holder and its heartbeats so far: the count moves while it is alive.
     assert_eq!(second.holder, Some(("process-1".to_string(), 1)));
-    s.heartbeat("gw-a", "process-1", ttl, false)
-        .await
-        .expect("hb");
-    let third = s
-        .heartbeat("gw-a", "process-2", ttl, false)
-        .await
-        .expect("hb");
+    beat(&s, "gw-a", "process-1", false).await;
+    let third = beat(&s, "gw-a", "process-2", false).await;
     assert_eq!(third.holder, Some(("process-1".to_string(), 2)));
-    let left = s
-        .heartbeat("gw-a", "process-2", ttl, true)
-        .await
-        .expect("hb");
+    let left = beat(&s, "gw-a", "process-2", true).await;
     assert_eq!(
         left.members, 1,
         "the impostor cannot take the first one out"
     );
     clock.advance_ms(2500);
-    let later = s
-        .heartbeat("gw-a", "process-2", ttl, false)
-        .await
-        .expect("hb");
+    let later = beat(&s, "gw-a", "process-2", false).await;
     assert_eq!(
         (later.members, later.duplicate),
         (1, false),
@@ -238,6 +204,59 @@ fn member(bootstrap: &str, url: &str, prefix: &str, edit: impl Fn(&mut Config)) 
     cfg.cluster.command_timeout_ms = 200;
     edit(&mut cfg);
     cfg
+}
+
+/// What the replicas of one test share: a mock Kafka cluster with [`TOPIC`], the stepped
+/// clock, and a Redis key prefix of the test's own.
+struct Replicas {
+    kafka: Cluster,
+    clock: Arc<ManualClock>,
+    prefix: String,
+}
+
+impl Replicas {
+    fn new(test: &str) -> Self {
+        Self {
+            kafka: mock_cluster(&[TOPIC]),
+            clock: stepped_clock(),
+            prefix: redis_prefix(test),
+        }
+    }
+
+    /// A member's configuration, with Redis at `url`, after `edit`.
+    fn config(&self, url: &str, edit: impl Fn(&mut Config)) -> Config {
+        member(&self.kafka.bootstrap_servers(), url, &self.prefix, edit)
+    }
+
+    /// Starts `n` members alike, with Redis at `url`.
+    async fn start(&self, n: usize, url: &str, edit: impl Fn(&mut Config)) -> Vec<Gateway> {
+        let mut gws = Vec::with_capacity(n);
+        for _ in 0..n {
+            let cfg = self.config(url, &edit);
+            gws.push(Gateway::start_clustered(cfg, self.clock.clone()).await);
+        }
+        gws
+    }
+
+    /// Starts two members alike, with Redis at `url`.
+    async fn start_two(&self, url: &str, edit: impl Fn(&mut Config)) -> (Gateway, Gateway) {
+        let mut gws = self.start(2, url, edit).await;
+        let b = gws.pop().expect("two");
+        (gws.pop().expect("two"), b)
+    }
+
+    /// [`run_steps`] on this test's clock.
+    async fn steps(&self, http: &reqwest::Client, urls: &[(String, &str)], steps: usize) -> u64 {
+        run_steps(&self.clock, http, urls, steps, STEP_MS)
+            .await
+            .iter()
+            .sum()
+    }
+}
+
+/// Where each gateway takes produce requests, with the test key.
+fn urls(gws: &[&Gateway]) -> Vec<(String, &'static str)> {
+    gws.iter().map(|g| (g.url(TOPIC), KEY)).collect()
 }
 
 fn one_record() -> serde_json::Value {
@@ -296,28 +315,22 @@ fn worst_window(totals: &[u64], window: usize) -> u64 {
         .unwrap_or(0)
 }
 
-async fn wait_for_metric(gw: &Gateway, name: &str, value: f64, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        if metric(gw, name).await == Some(value) {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{name} did not reach {value} within {within:?} (now {:?})",
-            metric(gw, name).await
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Waits until every one of `gws` reads `value` for the series `name`; the longest it took.
+async fn all_read(gws: &[&Gateway], name: &str, value: f64, within: Duration) -> Duration {
+    let mut longest = Duration::ZERO;
+    for gw in gws {
+        longest = longest.max(wait_for_metric(gw, name, value, within).await);
     }
+    longest
 }
 
 const RATE: u64 = 500;
 const BURST: u64 = 100;
 const STEP_MS: u64 = 20;
+const STEPS_PER_SEC: usize = (1000 / STEP_MS) as usize;
 
 fn limited(cfg: &mut Config) {
-    cfg.tenants[0].records_per_sec = Some(RATE);
-    cfg.tenants[0].records_burst = Some(BURST);
+    limit_records(cfg, RATE, BURST);
 }
 
 /// The stated bound for a window of `secs`: burst × (1 + ε) + rate × T.
@@ -325,27 +338,38 @@ fn bound(secs: f64, epsilon: f64) -> f64 {
     BURST as f64 * (1.0 + epsilon) + RATE as f64 * secs
 }
 
+/// `total` admitted over `secs` (ε the default slice fraction, 0.25) is within the stated
+/// bound, and at least 95 % of rate × T: the budget held, and was used. `what` names the run.
+fn assert_within_bound(total: u64, secs: f64, what: &str) {
+    let (upper, rate_t) = (bound(secs, 0.25), RATE as f64 * secs);
+    assert!(
+        total as f64 <= upper,
+        "{what}: {total} admitted over {secs} s, bound {upper}"
+    );
+    assert!(
+        total as f64 >= 0.95 * rate_t,
+        "{what}: only {total} admitted over {secs} s (rate × T = {rate_t})"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("three");
-    let mut gws = Vec::new();
-    for _ in 0..3 {
-        let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, limited);
-        gws.push(Gateway::start_clustered(cfg, clock.clone()).await);
-    }
+    let r = Replicas::new("three");
+    let gws = r.start(3, &redis_url(), limited).await;
+    let gw_refs: Vec<&Gateway> = gws.iter().collect();
     let epsilon = 0.25; // [cluster] slice_fraction's default
-    for gw in &gws {
-        wait_for_metric(gw, "floodgate_cluster_members", 3.0, Duration::from_secs(5)).await;
-    }
+    all_read(
+        &gw_refs,
+        "floodgate_cluster_members",
+        3.0,
+        Duration::from_secs(5),
+    )
+    .await;
     let http = reqwest::Client::new();
-    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
-    let steps_per_sec = (1000 / STEP_MS) as usize;
-    let totals = run_steps(&clock, &http, &urls, 10 * steps_per_sec, STEP_MS).await;
+    let urls = urls(&gw_refs);
+    let totals = run_steps(&r.clock, &http, &urls, 10 * STEPS_PER_SEC, STEP_MS).await;
     for secs in [1usize, 5, 10] {
-        let worst = worst_window(&totals, secs * steps_per_sec) as f64;
+        let worst = worst_window(&totals, secs * STEPS_PER_SEC) as f64;
         let best_case_rate = RATE as f64 * secs as f64;
         assert!(
             worst <= bound(secs as f64, epsilon),
@@ -353,7 +377,7 @@ async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
             bound(secs as f64, epsilon)
         );
         let least = totals
-            .windows(secs * steps_per_sec)
+            .windows(secs * STEPS_PER_SEC)
             .map(|w| w.iter().sum::<u64>())
             .min()
             .unwrap_or(0) as f64;
@@ -366,56 +390,44 @@ async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
     let admitted: u64 = totals.iter().sum();
     let mut calls = 0.0;
     for gw in &gws {
-        for outcome in ["granted", "refused"] {
-            calls += metric(
-                gw,
-                &format!(
-                    "floodgate_cluster_lease_calls_total{{scope=\"tenant\",outcome=\"{outcome}\"}}"
-                ),
-            )
-            .await
-            .unwrap_or(0.0);
-        }
+        calls += lease_calls(gw, "{scope=\"tenant\",outcome=\"granted\"}").await
+            + lease_calls(gw, "{scope=\"tenant\",outcome=\"refused\"}").await;
     }
     assert!(calls > 0.0, "the replicas leased from Redis");
     eprintln!("three replicas: {admitted} admitted, {calls} lease calls");
 
     // The same through one replica only: the others' idle slices do not starve it.
-    clock.advance_ms(5_000);
-    let one = &urls[..1];
-    let totals = run_steps(&clock, &http, one, 5 * steps_per_sec, STEP_MS).await;
-    let total: u64 = totals.iter().sum();
-    assert!(
-        total as f64 <= bound(5.0, epsilon) && total as f64 >= 0.95 * RATE as f64 * 5.0,
-        "one replica over 5 s: {total}"
-    );
+    r.clock.advance_ms(5_000);
+    let total = r.steps(&http, &urls[..1], 5 * STEPS_PER_SEC).await;
+    assert_within_bound(total, 5.0, "one replica over 5 s");
     for gw in gws {
         gw.shutdown().await;
     }
 }
 
+/// The value of acme's shared bucket's `field` in Redis.
+async fn shared_bucket(prefix: &str, field: &str) -> Option<String> {
+    let redis = redis::Client::open(redis_url()).expect("client");
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    redis::cmd("HGET")
+        .arg(format!("{{{prefix}:tenant:acme}}"))
+        .arg(field)
+        .query_async(&mut conn)
+        .await
+        .expect("hget")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_fits_records_but_not_bytes_charges_nothing_cluster_wide() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("bytes");
+    let r = Replicas::new("bytes");
     let both = |cfg: &mut Config| {
-        cfg.tenants[0].records_per_sec = Some(100);
-        cfg.tenants[0].records_burst = Some(100);
-        cfg.tenants[0].bytes_per_sec = Some(1000);
-        cfg.tenants[0].bytes_burst = Some(1000);
+        limit_records(cfg, 100, 100);
+        limit_bytes(cfg, 1000, 1000);
     };
-    let a = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis_url(), &p, both),
-        clock.clone(),
-    )
-    .await;
-    let b = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis_url(), &p, both),
-        clock.clone(),
-    )
-    .await;
+    let (a, b) = r.start_two(&redis_url(), both).await;
     // A spends most of the bytes: one record of 800 bytes.
     let big = json!({"records": [{"value": "v".repeat(800)}]});
     let (s, _, body) = post_json(&format!("{}?async=true", a.url(TOPIC)), KEY, &big).await;
@@ -423,26 +435,12 @@ async fn a_request_that_fits_records_but_not_bytes_charges_nothing_cluster_wide(
     // A leaves (giving back its unspent slice), so no refill of A's moves the shared state
     // while B is being tested.
     a.shutdown().await;
-    let redis = redis::Client::open(redis_url()).expect("client");
-    let mut conn = redis
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis");
-    let key = format!("{{{p}:tenant:acme}}");
-    let before: Option<String> = redis::cmd("HGET")
-        .arg(&key)
-        .arg("r_tat")
-        .query_async(&mut conn)
-        .await
-        .expect("hget");
+    let before = shared_bucket(&r.prefix, "r_tat").await;
     // B (which holds no slice yet) gets one record of 400 bytes: the records are there, the
     // bytes are not.
-    let (s, h, body) = post_json(
-        &format!("{}?async=true", b.url(TOPIC)),
-        KEY,
-        &json!({"records": [{"value": "v".repeat(400)}]}),
-    )
-    .await;
+    let to_b = format!("{}?async=true", b.url(TOPIC));
+    let four_hundred = json!({"records": [{"value": "v".repeat(400)}]});
+    let (s, h, body) = post_json(&to_b, KEY, &four_hundred).await;
     assert_eq!(
         (s, body["reason"].as_str()),
         (429, Some("tenant_bytes")),
@@ -454,72 +452,45 @@ async fn a_request_that_fits_records_but_not_bytes_charges_nothing_cluster_wide(
         "Retry-After from the shared state: {wait} ms"
     );
     assert!(h.contains_key("ratelimit"));
-    let after: Option<String> = redis::cmd("HGET")
-        .arg(&key)
-        .arg("r_tat")
-        .query_async(&mut conn)
-        .await
-        .expect("hget");
     assert_eq!(
-        before, after,
+        before,
+        shared_bucket(&r.prefix, "r_tat").await,
         "the records bucket was not charged for the refused request"
     );
     // After the wait it is admitted (plus the JSON around the value: the early check counts
     // the declared body length, 26 bytes more, before the body is read).
-    clock.advance_ms(wait + 26);
-    let (s, _, body) = post_json(
-        &format!("{}?async=true", b.url(TOPIC)),
-        KEY,
-        &json!({"records": [{"value": "v".repeat(400)}]}),
-    )
-    .await;
+    r.clock.advance_ms(wait + 26);
+    let (s, _, body) = post_json(&to_b, KEY, &four_hundred).await;
     assert_eq!(s, 202, "{body}");
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_budget_holds_for_tenants_on_different_replicas() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("global");
+    let r = Replicas::new("global");
     let two_tenants = |cfg: &mut Config| {
         cfg.tenants
             .push(tenant("other", "test-key-other", &["test.*"]));
         cfg.global.records_per_sec = Some(RATE);
         cfg.global.records_burst = Some(BURST);
     };
-    let a = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis_url(), &p, two_tenants),
-        clock.clone(),
-    )
-    .await;
-    let b = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis_url(), &p, two_tenants),
-        clock.clone(),
-    )
-    .await;
+    let (a, b) = r.start_two(&redis_url(), two_tenants).await;
     let http = reqwest::Client::new();
     let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), "test-key-other")];
-    let steps_per_sec = (1000 / STEP_MS) as usize;
-    let totals = run_steps(&clock, &http, &urls, 5 * steps_per_sec, STEP_MS).await;
-    let total: u64 = totals.iter().sum();
-    assert!(
-        total as f64 <= bound(5.0, 0.25),
-        "two tenants on two replicas admitted {total} over 5 s against a global {RATE}/s"
+    let total = r.steps(&http, &urls, 5 * STEPS_PER_SEC).await;
+    assert_within_bound(
+        total,
+        5.0,
+        &format!("two tenants on two replicas against a global {RATE}/s"),
     );
-    assert!(total as f64 >= 0.95 * RATE as f64 * 5.0, "{total}");
     a.shutdown().await;
     b.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_serve_their_local_share_while_redis_is_down_and_share_again_when_it_is_back() {
-    let kafka = mock_cluster(&[TOPIC]);
+    let r = Replicas::new("outage");
     let mut redis = OwnRedis::start();
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("outage");
     let fast = |cfg: &mut Config| {
         limited(cfg);
         cfg.cluster.heartbeat_ms = 200;
@@ -528,40 +499,17 @@ async fn replicas_serve_their_local_share_while_redis_is_down_and_share_again_wh
         // before Redis dies and take the whole budget as its share (seen 1 run in ~10).
         cfg.cluster.member_ttl_ms = 10_000;
     };
-    let a = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis.url(), &p, fast),
-        clock.clone(),
-    )
-    .await;
-    let b = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis.url(), &p, fast),
-        clock.clone(),
-    )
-    .await;
-    for gw in [&a, &b] {
-        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
-    }
+    let (a, b) = r.start_two(&redis.url(), fast).await;
+    let five = Duration::from_secs(5);
+    all_read(&[&a, &b], "floodgate_cluster_members", 2.0, five).await;
     let http = reqwest::Client::new();
-    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
-    let steps_per_sec = (1000 / STEP_MS) as usize;
-    run_steps(&clock, &http, &urls, steps_per_sec, STEP_MS).await;
+    let urls = urls(&[&a, &b]);
+    r.steps(&http, &urls, STEPS_PER_SEC).await;
 
     redis.kill();
-    let mut noticed = Duration::ZERO;
-    for gw in [&a, &b] {
-        noticed = noticed.max(
-            wait_for_metric(
-                gw,
-                "floodgate_cluster_degraded",
-                1.0,
-                Duration::from_secs(5),
-            )
-            .await,
-        );
-    }
+    let noticed = all_read(&[&a, &b], "floodgate_cluster_degraded", 1.0, five).await;
     // Each replica admits its share: rate / 2 and burst / 2, so the pair at most the budget.
-    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
-    let during: u64 = totals.iter().sum();
+    let during = r.steps(&http, &urls, 2 * STEPS_PER_SEC).await;
     assert!(
         during as f64 <= RATE as f64 * 2.0 + BURST as f64,
         "{during} admitted in 2 s with Redis down"
@@ -572,25 +520,10 @@ async fn replicas_serve_their_local_share_while_redis_is_down_and_share_again_wh
     );
 
     redis.restart();
-    let mut resumed = Duration::ZERO;
-    for gw in [&a, &b] {
-        resumed = resumed.max(
-            wait_for_metric(
-                gw,
-                "floodgate_cluster_degraded",
-                0.0,
-                Duration::from_secs(10),
-            )
-            .await,
-        );
-    }
-    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
-    let after: u64 = totals.iter().sum();
-    assert!(
-        after as f64 <= bound(2.0, 0.25),
-        "{after} admitted in 2 s after recovery"
-    );
-    assert!(after as f64 >= 0.95 * RATE as f64 * 2.0, "{after}");
+    let ten = Duration::from_secs(10);
+    let resumed = all_read(&[&a, &b], "floodgate_cluster_degraded", 0.0, ten).await;
+    let after = r.steps(&http, &urls, 2 * STEPS_PER_SEC).await;
+    assert_within_bound(after, 2.0, "after recovery");
     eprintln!("outage noticed within {noticed:?}, shared mode back within {resumed:?}");
     a.shutdown().await;
     b.shutdown().await;
@@ -598,110 +531,73 @@ async fn replicas_serve_their_local_share_while_redis_is_down_and_share_again_wh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_vanishes_leaves_the_others_the_whole_rate() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("vanish");
+    let r = Replicas::new("vanish");
     let fast = |cfg: &mut Config| {
         limited(cfg);
         cfg.cluster.heartbeat_ms = 200;
         cfg.cluster.member_ttl_ms = 1000;
     };
-    let mut gws = Vec::new();
-    for _ in 0..3 {
-        let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, fast);
-        gws.push(Gateway::start_clustered(cfg, clock.clone()).await);
-    }
-    for gw in &gws {
-        wait_for_metric(gw, "floodgate_cluster_members", 3.0, Duration::from_secs(5)).await;
-    }
+    let mut gws = r.start(3, &redis_url(), fast).await;
+    let five = Duration::from_secs(5);
+    all_read(
+        &gws.iter().collect::<Vec<_>>(),
+        "floodgate_cluster_members",
+        3.0,
+        five,
+    )
+    .await;
     let http = reqwest::Client::new();
-    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
-    let steps_per_sec = (1000 / STEP_MS) as usize;
-    run_steps(&clock, &http, &urls, steps_per_sec, STEP_MS).await;
+    r.steps(&http, &urls(&gws.iter().collect::<Vec<_>>()), STEPS_PER_SEC)
+        .await;
     // The third replica disappears without leaving (no give-back, no goodbye), holding
     // whatever slice it had.
     let gone = gws.pop().expect("three");
     gone.abort();
     // Members lapse by the shared clock: past their time-to-live, only the two that still
     // send heartbeats count.
-    clock.advance_ms(1100);
-    let started = Instant::now();
-    for gw in &gws {
-        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
-    }
-    let recounted = started.elapsed();
-    let urls: Vec<_> = gws.iter().map(|g| (g.url(TOPIC), KEY)).collect();
-    let totals = run_steps(&clock, &http, &urls, 2 * steps_per_sec, STEP_MS).await;
-    let total: u64 = totals.iter().sum();
-    assert!(
-        total as f64 >= 0.95 * RATE as f64 * 2.0,
-        "the two left admitted {total} in 2 s (rate × T = {})",
-        RATE * 2
-    );
-    assert!(total as f64 <= bound(2.0, 0.25), "{total}");
+    r.clock.advance_ms(1100);
+    let left: Vec<&Gateway> = gws.iter().collect();
+    let recounted = all_read(&left, "floodgate_cluster_members", 2.0, five).await;
+    let total = r.steps(&http, &urls(&left), 2 * STEPS_PER_SEC).await;
+    assert_within_bound(total, 2.0, "the two left");
     eprintln!("members recounted {recounted:?} after the replica vanished");
     for gw in gws {
         gw.shutdown().await;
     }
 }
 
-/// The sum of every `floodgate_cluster_lease_calls_total` series.
-async fn lease_calls(gw: &Gateway) -> f64 {
-    let text = reqwest::get(gw.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .filter(|l| l.starts_with("floodgate_cluster_lease_calls_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// The sum of the `floodgate_cluster_lease_calls_total` series whose labels start with
+/// `labels` (`{` alone: all of them).
+async fn lease_calls(gw: &Gateway, labels: &str) -> f64 {
+    sum(
+        &scrape(gw).await,
+        &format!("floodgate_cluster_lease_calls_total{labels}"),
+    )
 }
 
 /// A v3 stream far over its tenant's budget: its records are refused against the local
 /// estimate, so Redis hears from it at most once per group of records, not once per record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_far_over_its_budget_makes_at_most_one_lease_call_per_chunk() {
-    use std::io::Write as _;
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("stream-leases");
-    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(10);
-        cfg.tenants[0].records_burst = Some(10);
-    });
-    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
-    let before = lease_calls(&gw).await;
+    let r = Replicas::new("stream-leases");
+    let cfg = r.config(&redis_url(), |cfg| limit_records(cfg, 10, 10));
+    let gw = Gateway::start_clustered(cfg, r.clock.clone()).await;
+    let before = lease_calls(&gw, "{").await;
     const CHUNKS: usize = 100;
     let addr = gw.addr;
-    let reports = tokio::task::spawn_blocking(move || {
-        let (mut stream, mut reader) =
-            crate::common::v3::open_stream(addr, &format!("/v3/clusters/c/topics/{TOPIC}/records"));
-        let writer = std::thread::spawn(move || {
-            let record = json!({"value": {"type": "STRING", "data": "x"}}).to_string();
-            for _ in 0..CHUNKS {
-                crate::common::v3::write_chunk(&mut stream, record.repeat(100).as_bytes())
-                    .expect("write");
-            }
-            stream.write_all(b"0\r\n\r\n").expect("end");
-            stream
-        });
-        let reports = crate::common::v3::read_reports(&mut reader);
-        drop(writer.join());
-        reports
-    })
-    .await
-    .expect("client");
+    let record = json!({"value": {"type": "STRING", "data": "x"}}).to_string();
+    let chunks = (0..CHUNKS).map(move |_| record.repeat(100).into_bytes());
+    let path = format!("/v3/clusters/c/topics/{TOPIC}/records");
+    let reports = tokio::task::spawn_blocking(move || stream_chunks(addr, &path, chunks))
+        .await
+        .expect("client");
     assert_eq!(reports.len(), CHUNKS * 100);
     let written = reports.iter().filter(|r| r["error_code"] == 200).count();
     assert_eq!(
         written, 10,
         "the burst, nothing more (the clock stands still)"
     );
-    let calls = lease_calls(&gw).await - before;
+    let calls = lease_calls(&gw, "{").await - before;
     eprintln!("lease calls: {calls}");
     assert!(
         calls <= CHUNKS as f64,
@@ -710,35 +606,27 @@ async fn a_stream_far_over_its_budget_makes_at_most_one_lease_call_per_chunk() {
     gw.shutdown().await;
 }
 
+/// The URL of a Redis that was started and killed: nothing answers there until it restarts.
+fn dead_redis() -> (OwnRedis, String) {
+    let mut redis = OwnRedis::start();
+    let url = redis.url();
+    redis.kill();
+    (redis, url)
+}
+
 /// Replicas that cannot reach Redis when they start do not know how many they are: each takes
 /// 1/`expected_replicas` of the budget, never the whole of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_started_while_redis_is_down_take_the_expected_share() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let mut redis = OwnRedis::start();
-    let url = redis.url();
-    redis.kill();
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("down-at-start");
+    let r = Replicas::new("down-at-start");
+    let (_redis, url) = dead_redis();
     let two = |cfg: &mut Config| {
         limited(cfg);
         cfg.cluster.expected_replicas = 2;
     };
-    let a = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &url, &p, two),
-        clock.clone(),
-    )
-    .await;
-    let b = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &url, &p, two),
-        clock.clone(),
-    )
-    .await;
+    let (a, b) = r.start_two(&url, two).await;
     let http = reqwest::Client::new();
-    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
-    let totals = run_steps(&clock, &http, &urls, 50, STEP_MS).await;
-    let total: u64 = totals.iter().sum();
+    let total = r.steps(&http, &urls(&[&a, &b]), 50).await;
     let secs = 50.0 * STEP_MS as f64 / 1000.0;
     // Two shares of burst / 2 + rate / 2 × T: the budget once, not twice.
     let bound = BURST as f64 + RATE as f64 * secs;
@@ -760,21 +648,15 @@ async fn replicas_started_while_redis_is_down_take_the_expected_share() {
 /// `Retry-After: 18446744074` (GCRA's "never", `u64::MAX` ns), records and bytes alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_the_local_share_is_told_to_come_back_when_redis_is_tried_again() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let mut redis = OwnRedis::start();
-    let url = redis.url();
-    redis.kill();
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("over-share");
-    let cfg = member(&kafka.bootstrap_servers(), &url, &p, |cfg| {
+    let r = Replicas::new("over-share");
+    let (mut redis, url) = dead_redis();
+    let cfg = r.config(&url, |cfg| {
         limited(cfg); // 500/s, burst 100: a share of 25
-        cfg.tenants[0].bytes_per_sec = Some(10_000);
-        cfg.tenants[0].bytes_burst = Some(10_000); // a share of 2,500
+        limit_bytes(cfg, 10_000, 10_000); // a share of 2,500
         cfg.cluster.expected_replicas = 4;
         cfg.cluster.heartbeat_ms = 300;
     });
-    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let gw = Gateway::start_clustered(cfg, r.clock.clone()).await;
     let target = format!("{}?async=true", gw.url(TOPIC));
     let many = json!({"records": vec![json!({"value": "x"}); 60]});
     let large = json!({"records": [{"value": "y".repeat(4000)}]});
@@ -792,13 +674,8 @@ async fn a_request_over_the_local_share_is_told_to_come_back_when_redis_is_tried
         }
     }
     redis.restart();
-    wait_for_metric(
-        &gw,
-        "floodgate_cluster_degraded",
-        0.0,
-        Duration::from_secs(10),
-    )
-    .await;
+    let ten = Duration::from_secs(10);
+    wait_for_metric(&gw, "floodgate_cluster_degraded", 0.0, ten).await;
     for body in [&many, &large] {
         let (s, _, a) = post_json(&target, KEY, body).await;
         assert_eq!(s, 202, "within the budget once it is shared again: {a}");
@@ -817,20 +694,10 @@ struct OwnRun {
 
 impl OwnRun {
     async fn start(cfg: Config, clock: &Arc<ManualClock>) -> Self {
-        let listeners = floodgate::Listeners {
-            produce: tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind"),
-            admin: tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind"),
-        };
+        let listeners = loopback_listeners().await;
         let produce = listeners.produce.local_addr().expect("addr");
         let admin = listeners.admin.local_addr().expect("addr");
-        let mut options = floodgate::RunOptions::new(clock.clone());
-        options.admin_tokens =
-            Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
-        options.cluster_clock = Some(clock.clone());
+        let options = clustered_options(clock);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(floodgate::run(cfg, listeners, options, async {
             let _ = stopped.await;
@@ -844,15 +711,17 @@ impl OwnRun {
     }
 
     async fn metric(&self, name: &str) -> Option<f64> {
-        let text = reqwest::get(format!("http://{}/metrics", self.admin))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        metric_at(self.admin, name).await
+    }
+
+    /// Polls (real time) until the series `name` reads `value`; fails saying `what` after
+    /// `within`.
+    async fn until(&self, name: &str, value: f64, within: Duration, what: &str) {
+        let started = Instant::now();
+        while self.metric(name).await != Some(value) {
+            assert!(started.elapsed() < within, "{what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// How the run ended, if it has within `limit`.
@@ -888,23 +757,28 @@ fn assert_refused_as_duplicate(
     );
 }
 
+/// The configuration of a replica with the id `id`, heartbeats every 100 ms and a member TTL
+/// of `ttl_ms` (the default when `None`).
+fn same_id(id: &'static str, ttl_ms: Option<u64>) -> impl Fn(&mut Config) {
+    move |cfg: &mut Config| {
+        cfg.cluster.replica_id = Some(id.into());
+        cfg.cluster.heartbeat_ms = 100;
+        if let Some(ttl) = ttl_ms {
+            cfg.cluster.member_ttl_ms = ttl;
+        }
+    }
+}
+
 /// A second process started with a replica id a live replica holds is refused at start-up,
 /// with a clear error, instead of being counted as the same member: the holder's heartbeats
 /// show it is alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_started_with_a_live_replicas_id_does_not_start() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("same-id");
-    let same = |cfg: &mut Config| {
-        cfg.cluster.replica_id = Some("gw-same".into());
-        cfg.cluster.heartbeat_ms = 100;
-    };
-    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, same);
-    let a = Gateway::start_clustered(cfg.clone(), clock.clone()).await;
+    let r = Replicas::new("same-id");
+    let cfg = r.config(&redis_url(), same_id("gw-same", None));
+    let a = Gateway::start_clustered(cfg.clone(), r.clock.clone()).await;
     wait_for_metric(&a, "floodgate_cluster_members", 1.0, Duration::from_secs(5)).await;
-    let mut b = OwnRun::start(cfg, &clock).await;
+    let mut b = OwnRun::start(cfg, &r.clock).await;
     assert_refused_as_duplicate(b.ended_within(Duration::from_secs(10)).await, "gw-same");
     assert_eq!(metric(&a, "floodgate_cluster_members").await, Some(1.0));
     a.shutdown().await;
@@ -916,17 +790,9 @@ async fn a_replica_started_with_a_live_replicas_id_does_not_start() {
 /// duplicate of itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_restarted_after_a_kill_takes_its_id_back_once_the_old_entry_lapses() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("restart");
-    let same = |cfg: &mut Config| {
-        cfg.cluster.replica_id = Some("gw-phoenix".into());
-        cfg.cluster.heartbeat_ms = 100;
-        cfg.cluster.member_ttl_ms = 2_000;
-    };
-    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, same);
-    let old = Gateway::start_clustered(cfg.clone(), clock.clone()).await;
+    let r = Replicas::new("restart");
+    let cfg = r.config(&redis_url(), same_id("gw-phoenix", Some(2_000)));
+    let old = Gateway::start_clustered(cfg.clone(), r.clock.clone()).await;
     wait_for_metric(
         &old,
         "floodgate_cluster_members",
@@ -935,32 +801,27 @@ async fn a_replica_restarted_after_a_kill_takes_its_id_back_once_the_old_entry_l
     )
     .await;
     old.abort(); // no goodbye: its entry stays until it lapses
-    let mut new = OwnRun::start(cfg, &clock).await;
+    let mut new = OwnRun::start(cfg, &r.clock).await;
     // Many of its own heartbeats later it has not given up: the holder does not beat.
     assert!(
         new.ended_within(Duration::from_secs(1)).await.is_none(),
         "not refused as a duplicate of itself"
     );
-    clock.advance_ms(2_100);
-    let started = Instant::now();
-    while new.metric("floodgate_cluster_members").await != Some(1.0) {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "took the id over once the old entry lapsed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let response = reqwest::Client::new()
-        .post(format!(
-            "http://{}/v1/topics/{TOPIC}/records?async=true",
-            new.produce
-        ))
-        .bearer_auth(KEY)
-        .json(&one_record())
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status().as_u16(), 202);
+    r.clock.advance_ms(2_100);
+    let what = "took the id over once the old entry lapsed";
+    new.until(
+        "floodgate_cluster_members",
+        1.0,
+        Duration::from_secs(5),
+        what,
+    )
+    .await;
+    let url = format!(
+        "http://{}/v1/topics/{TOPIC}/records?async=true",
+        new.produce
+    );
+    let (s, _, a) = post_json(&url, KEY, &one_record()).await;
+    assert_eq!(s, 202, "{a}");
     new.stop().await;
 }
 
@@ -969,27 +830,19 @@ async fn a_replica_restarted_after_a_kill_takes_its_id_back_once_the_old_entry_l
 /// heartbeats advance, drains and stops with the start-up error (exit 64 from `main`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_replica_id_found_when_redis_comes_back_stops_one_of_the_two() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let mut redis = OwnRedis::start();
-    let url = redis.url();
-    redis.kill();
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("twins");
-    let same = |cfg: &mut Config| {
-        cfg.cluster.replica_id = Some("gw-twin".into());
-        cfg.cluster.heartbeat_ms = 100;
-        cfg.cluster.member_ttl_ms = 10_000;
-    };
-    let cfg = member(&kafka.bootstrap_servers(), &url, &p, same);
-    let mut a = OwnRun::start(cfg.clone(), &clock).await;
-    let mut b = OwnRun::start(cfg, &clock).await;
+    let r = Replicas::new("twins");
+    let (mut redis, url) = dead_redis();
+    let cfg = r.config(&url, same_id("gw-twin", Some(10_000)));
+    let mut a = OwnRun::start(cfg.clone(), &r.clock).await;
+    let mut b = OwnRun::start(cfg, &r.clock).await;
     for run in [&a, &b] {
-        let started = Instant::now();
-        while run.metric("floodgate_cluster_degraded").await != Some(1.0) {
-            assert!(started.elapsed() < Duration::from_secs(5), "serving");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        run.until(
+            "floodgate_cluster_degraded",
+            1.0,
+            Duration::from_secs(5),
+            "serving",
+        )
+        .await;
     }
     redis.restart();
     let started = Instant::now();
@@ -1020,31 +873,22 @@ async fn a_duplicate_replica_id_found_when_redis_comes_back_stops_one_of_the_two
 async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares() {
     const RATE_F: u64 = 100;
     const BURST_F: u64 = 1000;
-    let kafka = mock_cluster(&[TOPIC]);
+    let r = Replicas::new("flapping");
     let redis = OwnRedis::start();
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("flapping");
     let flappy = |cfg: &mut Config| {
-        cfg.tenants[0].records_per_sec = Some(RATE_F);
-        cfg.tenants[0].records_burst = Some(BURST_F);
+        limit_records(cfg, RATE_F, BURST_F);
         cfg.cluster.heartbeat_ms = 100;
         cfg.cluster.member_ttl_ms = 60_000;
         cfg.cluster.expected_replicas = 2;
     };
-    let a = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis.url(), &p, flappy),
-        clock.clone(),
+    let (a, b) = r.start_two(&redis.url(), flappy).await;
+    all_read(
+        &[&a, &b],
+        "floodgate_cluster_members",
+        2.0,
+        Duration::from_secs(5),
     )
     .await;
-    let b = Gateway::start_clustered(
-        member(&kafka.bootstrap_servers(), &redis.url(), &p, flappy),
-        clock.clone(),
-    )
-    .await;
-    for gw in [&a, &b] {
-        wait_for_metric(gw, "floodgate_cluster_members", 2.0, Duration::from_secs(5)).await;
-    }
     let port = redis.port;
     let pauser = tokio::task::spawn_blocking(move || {
         for _ in 0..8 {
@@ -1058,10 +902,10 @@ async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares(
         }
     });
     let http = reqwest::Client::new();
-    let urls = [(a.url(TOPIC), KEY), (b.url(TOPIC), KEY)];
+    let urls = urls(&[&a, &b]);
     let (mut total, mut steps) = (0u64, 0u64);
     while !pauser.is_finished() || steps < 300 {
-        clock.advance_ms(STEP_MS);
+        r.clock.advance_ms(STEP_MS);
         steps += 1;
         total += hammer(&http, &urls).await.iter().sum::<u64>();
     }
@@ -1069,12 +913,9 @@ async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares(
     // What each replica says it spent on its shares, by the same stepped clock.
     let (mut shared, mut stalls) = (0.0, 0.0);
     for gw in [&a, &b] {
-        shared += metric(gw, "floodgate_cluster_local_share_seconds_total")
-            .await
-            .unwrap_or(0.0);
-        stalls += metric(gw, "floodgate_cluster_degradations_total")
-            .await
-            .unwrap_or(0.0);
+        let text = scrape(gw).await;
+        shared += value(&text, "floodgate_cluster_local_share_seconds_total").unwrap_or(0.0);
+        stalls += value(&text, "floodgate_cluster_degradations_total").unwrap_or(0.0);
     }
     let secs = (steps * STEP_MS) as f64 / 1000.0;
     let bound = BURST_F as f64 * 1.25 + RATE_F as f64 * secs + (RATE_F as f64 / 2.0) * shared;
@@ -1092,41 +933,41 @@ async fn repeated_redis_stalls_cost_no_more_than_the_time_spent_on_local_shares(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_within_its_budget_is_admitted_whole_in_cluster_mode() {
     use std::io::Write as _;
-    let kafka = mock_cluster(&[TOPIC]);
-    let clock = Arc::new(ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let p = redis_prefix("stream-in-budget");
-    let cfg = member(&kafka.bootstrap_servers(), &redis_url(), &p, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(1000);
-        cfg.tenants[0].records_burst = Some(2000);
-    });
-    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
-    let addr = gw.addr;
+    let r = Replicas::new("stream-in-budget");
+    let cfg = r.config(&redis_url(), |cfg| limit_records(cfg, 1000, 2000));
+    let gw = Gateway::start_clustered(cfg, r.clock.clone()).await;
     let record = json!({"value": {"type": "STRING", "data": "x"}}).to_string();
-    let (mut stream, mut reader) =
-        crate::common::v3::open_stream(addr, &format!("/v3/clusters/c/topics/{TOPIC}/records"));
+    let (mut stream, reader) =
+        open_stream(gw.addr, &format!("/v3/clusters/c/topics/{TOPIC}/records"));
     let mut reports = tokio::task::spawn_blocking(move || {
-        assert_eq!(crate::common::v3::read_head(&mut reader), 200);
-        crate::common::v3::ReportReader::new(reader)
+        let mut reader = reader;
+        assert_eq!(read_head(&mut reader), 200);
+        ReportReader::new(reader)
     });
-    crate::common::v3::write_chunk(&mut stream, record.repeat(1000).as_bytes()).expect("write");
+    write_chunk(&mut stream, record.repeat(1000).as_bytes()).expect("write");
     let mut codes = Vec::new();
     let mut reader = (&mut reports).await.expect("head");
-    let take = |reader: crate::common::v3::ReportReader<_>, n: usize| {
+    let take = |reader: ReportReader<_>, n: usize| {
         tokio::task::spawn_blocking(move || {
             let mut reader = reader;
             let got: Vec<serde_json::Value> = (0..n).filter_map(|_| reader.next()).collect();
             (reader, got)
         })
     };
-    let (r, got) = take(reader, 1000).await.expect("reports");
-    reader = r;
-    codes.extend(got.iter().map(|g| g["error_code"].as_i64().unwrap_or(0)));
-    for _ in 0..5 {
-        clock.advance_ms(200);
-        crate::common::v3::write_chunk(&mut stream, record.repeat(200).as_bytes()).expect("write");
-        let (r, got) = take(reader, 200).await.expect("reports");
-        reader = r;
+    for (step, n) in [
+        (0, 1000),
+        (200, 200),
+        (200, 200),
+        (200, 200),
+        (200, 200),
+        (200, 200),
+    ] {
+        if step > 0 {
+            r.clock.advance_ms(step);
+            write_chunk(&mut stream, record.repeat(n).as_bytes()).expect("write");
+        }
+        let (rest, got) = take(reader, n).await.expect("reports");
+        reader = rest;
         codes.extend(got.iter().map(|g| g["error_code"].as_i64().unwrap_or(0)));
     }
     stream.write_all(b"0\r\n\r\n").expect("end");

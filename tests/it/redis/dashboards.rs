@@ -40,14 +40,7 @@ async fn dashboard_and_alerts_use_only_exported_metrics() {
     );
     let (s, _, _) = post_json(&gw.url("test.dash"), KEY, &one).await;
     assert_eq!(s, 502);
-    let scrape = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let scrape = crate::common::exposition::scrape(&gw).await;
     // Every declared family, with the sample names its type implies (a family with no samples
     // yet, such as delivery errors, is still exported).
     let mut exported = metric_names(&scrape);

@@ -35,8 +35,7 @@ async fn a_lease_refused_for_a_short_wait_is_held_and_leased_again() {
     cfg.cluster.redis_url = Some(redis_url());
     cfg.cluster.key_prefix = redis_prefix("cluster-hold");
     cfg.cluster.command_timeout_ms = 200;
-    cfg.tenants[0].records_per_sec = Some(50);
-    cfg.tenants[0].records_burst = Some(10);
+    limit_records(&mut cfg, 50, 10);
     cfg.wait.max_ms = 250;
     let gw = Gateway::start_clustered(cfg, clock.clone()).await;
     let url = gw.url(TOPIC);

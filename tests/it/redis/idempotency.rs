@@ -261,14 +261,7 @@ async fn single_replica_retries_through_lost_answers_and_a_stalled_broker_write_
         tansu.resume();
     })
     .await;
-    let scrape = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("text");
+    let scrape = crate::common::exposition::scrape(&gw).await;
     assert_eq!(gw.shutdown().await.unconfirmed_records, 0);
     eprintln!("single replica: {}", report(&seen, &proxies));
     assert_faults_happened(&seen, &proxies);

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::exposition::{sample, scrape};
 use crate::common::*;
+use floodgate::cluster::RedisKeys;
 use floodgate::config::{Config, OnStoreError};
+use floodgate::idempotency::{Fingerprint, Found, KeyDigest, TenantKey, Token};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOPIC: &str = "test.keys";
@@ -314,57 +316,50 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
     // An evicted key is processed again: its guarantee ended with its eviction.
     let again = keyed(&gw, "m1", &records("m1", 1)).await;
     assert_eq!((again.status, again.replayed), (200, false));
-    let lint = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write as _;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(text.as_bytes())?;
-            child.wait_with_output()
-        })
-        .expect("promtool (apt-get install -y prometheus)");
-    assert!(
-        lint.status.success(),
-        "promtool: {}{}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
-    );
+    if let Err(problems) = crate::common::exposition::promtool_check(&text) {
+        panic!("promtool: {problems}");
+    }
     gw.shutdown().await;
 }
+
+/// The shared idempotency store on the shared Redis, under a key prefix of `test`'s own,
+/// connected: how the tests of its scripts on their own start.
+async fn connected_keys(test: &str) -> RedisKeys {
+    let keys = RedisKeys::new(
+        &redis_url(),
+        &redis_prefix(test),
+        (Duration::from_secs(2), Duration::from_secs(2)),
+        100,
+    )
+    .expect("client");
+    keys.connect().await.expect("Redis");
+    keys
+}
+
+/// Acme's idempotency key whose digest is `digest` repeated.
+fn acme_key(digest: u8) -> TenantKey {
+    TenantKey {
+        tenant: floodgate::identity::TenantId::new("acme"),
+        digest: KeyDigest([digest; 32]),
+    }
+}
+
+/// The tokens of two requests in those tests.
+const FIRST: Token = Token(*b"0123456789abcdef0123456789abcdef");
+const SECOND: Token = Token(*b"fedcba9876543210fedcba9876543210");
+
+/// How long a claim lives in those tests: longer than any of them.
+const CLAIM_TTL: Duration = Duration::from_secs(60);
 
 /// A renewal sent before a release but run after it (the renewer read its claims, then the
 /// request gave its key up) leaves the key given up: it used to take the key again, so
 /// every retry was 409 until the claim lapsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
-    use floodgate::cluster::RedisKeys;
-    use floodgate::idempotency::Found;
-    use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
-    let ttl = Duration::from_secs(60);
-    let keys = RedisKeys::new(
-        &redis_url(),
-        &redis_prefix("keys-stale-renewal"),
-        (Duration::from_secs(2), Duration::from_secs(2)),
-        100,
-    )
-    .expect("client");
-    keys.connect().await.expect("Redis");
-    let (first, second) = (
-        Token(*b"0123456789abcdef0123456789abcdef"),
-        Token(*b"fedcba9876543210fedcba9876543210"),
-    );
+    let (ttl, first, second) = (CLAIM_TTL, FIRST, SECOND);
+    let keys = connected_keys("keys-stale-renewal").await;
     for (i, pending) in [None, Some(Fingerprint([7; 32]))].into_iter().enumerate() {
-        let key = TenantKey {
-            tenant: floodgate::identity::TenantId::new("acme"),
-            digest: KeyDigest([i as u8; 32]),
-        };
+        let key = acme_key(i as u8);
         assert_eq!(keys.claim(&key, &first, ttl).await.expect("claim"), None);
         if let Some(fp) = pending {
             assert!(keys
@@ -396,26 +391,9 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
 /// still be written, so a retry must find them pending, not a free key to write again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
-    use floodgate::cluster::RedisKeys;
-    use floodgate::idempotency::Found;
-    use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
-    let ttl = Duration::from_secs(60);
-    let keys = RedisKeys::new(
-        &redis_url(),
-        &redis_prefix("keys-lapsed-holder"),
-        (Duration::from_secs(2), Duration::from_secs(2)),
-        100,
-    )
-    .expect("client");
-    keys.connect().await.expect("Redis");
-    let (holder, other) = (
-        Token(*b"0123456789abcdef0123456789abcdef"),
-        Token(*b"fedcba9876543210fedcba9876543210"),
-    );
-    let key = TenantKey {
-        tenant: floodgate::identity::TenantId::new("acme"),
-        digest: KeyDigest([42; 32]),
-    };
+    let (ttl, holder, other) = (CLAIM_TTL, FIRST, SECOND);
+    let keys = connected_keys("keys-lapsed-holder").await;
+    let key = acme_key(42);
     let fp = Fingerprint([9; 32]);
     assert_eq!(keys.claim(&key, &holder, ttl).await.expect("claim"), None);
     assert!(keys
@@ -446,10 +424,7 @@ async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
         Some(Found::Pending(holder, fp))
     );
     // A key another request holds (not gave up) is still left alone.
-    let key2 = TenantKey {
-        tenant: floodgate::identity::TenantId::new("acme"),
-        digest: KeyDigest([43; 32]),
-    };
+    let key2 = acme_key(43);
     assert_eq!(keys.claim(&key2, &other, ttl).await.expect("claim"), None);
     assert!(!keys
         .renew(&key2, &holder, Some(fp), ttl)

@@ -6,29 +6,33 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::common::v3::{open_stream, read_reports, write_chunk};
+use crate::common::v3::{open_stream, read_reports, stream_chunks, write_chunk};
 use crate::common::*;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-async fn post(
-    url: String,
+/// A POST of `body` with the test key as `content_type`, asking for `accept` when given:
+/// status, headers, the answer's text.
+async fn post_accepting(
+    url: &str,
     content_type: &str,
     accept: Option<&str>,
-    body: String,
+    body: &str,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let mut r = client()
-        .post(url)
-        .bearer_auth(KEY)
-        .header("content-type", content_type)
-        .body(body);
+    let mut headers = vec![("content-type", content_type)];
     if let Some(accept) = accept {
-        r = r.header("accept", accept);
+        headers.push(("accept", accept));
     }
-    let response = r.send().await.expect("request");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    (status, headers, response.text().await.expect("body"))
+    post_text(url, KEY, &headers, body.to_string()).await
+}
+
+/// [`post_accepting`] with no `Accept`.
+async fn post(
+    url: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    post_accepting(url, content_type, None, body).await
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -38,9 +42,7 @@ fn b64(bytes: &[u8]) -> String {
 /// v2, both embedded formats, from the API reference's examples.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_binary_and_json_records_reach_kafka() {
-    let topic = unique_topic("test.v2");
-    create_topic(&tansu(), &topic, 2).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.v2", 2).await;
     let base = format!("http://{}", gw.addr);
 
     // POST /topics/test with application/vnd.kafka.binary.v2+json.
@@ -49,11 +51,11 @@ async fn v2_binary_and_json_records_reach_kafka() {
         {"value": b64(b"logs"), "partition": 1},
     ]})
     .to_string();
-    let (s, h, text) = post(
-        format!("{base}/topics/{topic}"),
+    let (s, h, text) = post_accepting(
+        &format!("{base}/topics/{topic}"),
         "application/vnd.kafka.binary.v2+json",
         Some("application/vnd.kafka.v2+json"),
-        body,
+        &body,
     )
     .await;
     assert_eq!(s, 200, "{text}");
@@ -70,10 +72,9 @@ async fn v2_binary_and_json_records_reach_kafka() {
     // POST /topics/test/partitions/0 with the json embedded format: the text byte for byte.
     let body = r#"{"records":[{"value":{"foo": 1.50, "bar":[1]}},{"key":"k2","value":"s","partition":1}]}"#;
     let (s, _, text) = post(
-        format!("{base}/topics/{topic}/partitions/0"),
+        &format!("{base}/topics/{topic}/partitions/0"),
         "application/vnd.kafka.json.v2+json",
-        None,
-        body.into(),
+        body,
     )
     .await;
     assert_eq!(s, 200, "{text}");
@@ -107,59 +108,37 @@ async fn v2_binary_and_json_records_reach_kafka() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_refusals_use_confluents_codes() {
-    let (_cluster, gw) = gateway_on_mock("test.v2r", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(1);
-        cfg.tenants[0].records_burst = Some(1);
-    })
-    .await;
+    let (_cluster, gw) = gateway_with_records("test.v2r", 1, 1).await;
     let url = format!("http://{}/topics/test.v2r", gw.addr);
     let one = r#"{"records":[{"value":"YQ=="}]}"#.to_string();
     let bin = "application/vnd.kafka.binary.v2+json";
     // An Accept floodgate cannot serve: 406, no body.
-    let (s, _, text) = post(url.clone(), bin, Some("text/html"), one.clone()).await;
+    let (s, _, text) = post_accepting(&url, bin, Some("text/html"), &one).await;
     assert_eq!((s, text.as_str()), (406, ""));
     // Schema formats and unknown types: 415 with a message that says why.
-    let (s, _, text) = post(
-        url.clone(),
-        "application/vnd.kafka.avro.v2+json",
-        None,
-        one.clone(),
-    )
-    .await;
+    let (s, _, text) = post(&url, "application/vnd.kafka.avro.v2+json", &one).await;
     assert_eq!(s, 415);
     assert!(
         text.contains("Schema Registry") && text.contains("\"error_code\":41501"),
         "{text}"
     );
-    let (s, _, _) = post(url.clone(), "text/plain", None, one.clone()).await;
+    let (s, _, _) = post(&url, "text/plain", &one).await;
     assert_eq!(s, 415);
     // Empty records, an unknown field: 422.
-    let (s, _, text) = post(
-        url.clone(),
-        bin,
-        None,
-        r#"{"records":[{"value":"YQ==","colour":1}]}"#.into(),
-    )
-    .await;
+    let (s, _, text) = post(&url, bin, r#"{"records":[{"value":"YQ==","colour":1}]}"#).await;
     assert_eq!(s, 422, "{text}");
     assert!(text.contains("\"error_code\":422"), "{text}");
     // Unknown topic: 404 40401; unknown partition: 404 40402.
-    let (s, _, text) = post(
-        format!("http://{}/topics/test.nope", gw.addr),
-        bin,
-        None,
-        one.clone(),
-    )
-    .await;
+    let (s, _, text) = post(&format!("http://{}/topics/test.nope", gw.addr), bin, &one).await;
     assert_eq!(s, 404);
     assert!(text.contains("40401"), "{text}");
-    let (s, _, text) = post(format!("{url}/partitions/7"), bin, None, one.clone()).await;
+    let (s, _, text) = post(&format!("{url}/partitions/7"), bin, &one).await;
     assert_eq!(s, 404);
     assert!(text.contains("40402"), "{text}");
     // Over budget: 429 in Confluent's envelope, with what Confluent never sends.
-    let (s, _, _) = post(url.clone(), bin, None, one.clone()).await;
+    let (s, _, _) = post(&url, bin, &one).await;
     assert_eq!(s, 200);
-    let (s, h, text) = post(url.clone(), bin, None, one.clone()).await;
+    let (s, h, text) = post(&url, bin, &one).await;
     assert_eq!(s, 429);
     assert!(
         text.contains("\"error_code\":42901") && text.contains("retry_after_ms"),
@@ -173,8 +152,7 @@ async fn v2_refusals_use_confluents_codes() {
 /// v3: the cluster list, one record of every type, and a batch, under both prefixes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_records_and_batches_reach_kafka() {
-    let topic = unique_topic("test.v3");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.v3", 1).await;
     let mut cfg = config(&tansu());
     cfg.compat.cluster_id = Some("lkc-floodgate".into());
     let gw = Gateway::start(cfg).await;
@@ -204,10 +182,9 @@ async fn v3_records_and_batches_reach_kafka() {
         "timestamp": "2026-11-30T12:00:00.250Z",
     });
     let (s, _, text) = post(
-        format!("{base}/kafka/v3/clusters/lkc-floodgate/topics/{topic}/records"),
+        &format!("{base}/kafka/v3/clusters/lkc-floodgate/topics/{topic}/records"),
         "application/json",
-        None,
-        record.to_string(),
+        &record.to_string(),
     )
     .await;
     assert_eq!(s, 200, "{text}");
@@ -226,21 +203,14 @@ async fn v3_records_and_batches_reach_kafka() {
         {"id": "b_2", "key": {"type": "BINARY", "data": b64(b"k")}, "value": {"type": "STRING", "data": "two"}},
     ]});
     let (s, _, text) = post(
-        format!("{base}/v3/clusters/any-id/topics/{topic}/records:batch"),
+        &format!("{base}/v3/clusters/any-id/topics/{topic}/records:batch"),
         "application/json",
-        None,
-        batch.to_string(),
+        &batch.to_string(),
     )
     .await;
     assert_eq!(s, 207, "{text}");
     let answer: Value = serde_json::from_str(&text).expect("json");
-    let ids: Vec<&str> = answer["successes"]
-        .as_array()
-        .expect("successes")
-        .iter()
-        .filter_map(|e| e["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec!["a-1", "b_2"]);
+    assert_eq!(listed_ids(&answer, "successes"), vec!["a-1", "b_2"]);
     assert_eq!(answer["failures"], json!([]));
 
     let got = read_tansu(&topic, 1, 3).await;
@@ -266,10 +236,9 @@ async fn v3_records_and_batches_reach_kafka() {
         json!({"entries": (0..11).map(|i| json!({"id": format!("e{i}"), "value": {"type": "JSON", "data": i}})).collect::<Vec<_>>()}),
     ] {
         let (s, _, text) = post(
-            format!("{base}/v3/clusters/c/topics/{topic}/records:batch"),
+            &format!("{base}/v3/clusters/c/topics/{topic}/records:batch"),
             "application/json",
-            None,
-            bad.to_string(),
+            &bad.to_string(),
         )
         .await;
         assert_eq!(s, 422, "{bad}: {text}");
@@ -280,26 +249,16 @@ async fn v3_records_and_batches_reach_kafka() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_a_thousand_records_is_reported_in_order() {
-    let topic = unique_topic("test.stream");
-    create_topic(&tansu(), &topic, 2).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.stream", 2).await;
     let (addr, path) = (gw.addr, format!("/v3/clusters/c/topics/{topic}/records"));
-    let reports = tokio::task::spawn_blocking(move || {
-        let (mut stream, mut reader) = open_stream(addr, &path);
-        let writer = std::thread::spawn(move || {
-            for i in 0..1000 {
-                let record = json!({"key": {"type": "STRING", "data": format!("k{i}")}, "value": {"type": "JSON", "data": {"i": i}}});
-                write_chunk(&mut stream, record.to_string().as_bytes()).expect("write");
-            }
-            stream.write_all(b"0\r\n\r\n").expect("end");
-            stream
-        });
-        let reports = read_reports(&mut reader);
-        drop(writer.join());
-        reports
-    })
-    .await
-    .expect("client");
+    let records = (0..1000).map(|i| {
+        json!({"key": {"type": "STRING", "data": format!("k{i}")}, "value": {"type": "JSON", "data": {"i": i}}})
+            .to_string()
+            .into_bytes()
+    });
+    let reports = tokio::task::spawn_blocking(move || stream_chunks(addr, &path, records))
+        .await
+        .expect("client");
     assert_eq!(reports.len(), 1000);
     assert!(
         reports.iter().all(|r| r["error_code"] == 200),
@@ -325,11 +284,7 @@ async fn a_stream_of_a_thousand_records_is_reported_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inside_a_stream_budgets_apply_per_record_and_bad_json_ends_it() {
-    let (cluster, gw) = gateway_on_mock("test.s", Time::Manual, |cfg| {
-        cfg.tenants[0].records_per_sec = Some(10);
-        cfg.tenants[0].records_burst = Some(5);
-    })
-    .await;
+    let (cluster, gw) = gateway_with_records("test.s", 10, 5).await;
     let addr = gw.addr;
     let reports = tokio::task::spawn_blocking(move || {
         let (mut stream, mut reader) = open_stream(addr, "/v3/clusters/c/topics/test.s/records");
@@ -366,14 +321,8 @@ async fn inside_a_stream_budgets_apply_per_record_and_bad_json_ends_it() {
         .as_u64()
         .is_some_and(|ms| ms > 0));
     gw.shutdown().await;
-    let b = cluster.bootstrap_servers();
-    let got = tokio::task::spawn_blocking(move || read_back(&b, "test.s", 1, 5))
-        .await
-        .expect("reader");
-    let values: Vec<String> = got
-        .iter()
-        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let got = read_all(&cluster.bootstrap_servers(), "test.s", 1, 5).await;
+    let values = value_texts(&got);
     assert_eq!(values, vec!["r0", "r1", "r2", "r3", "r4"]);
 }
 
@@ -386,7 +335,6 @@ async fn a_stream_whose_reports_are_not_read_is_not_read_either() {
     })
     .await;
     let addr = gw.addr;
-    let admin = gw.admin_url("/metrics");
     let admitted = |text: &str| -> f64 {
         text.lines()
             .find_map(|l| {
@@ -419,18 +367,7 @@ async fn a_stream_whose_reports_are_not_read_is_not_read_either() {
     });
     // Let the writer run into the wall (the socket buffers of both sides fill with reports
     // first), then watch that nothing more is admitted.
-    let scrape = || async {
-        admitted(
-            &client()
-                .get(&admin)
-                .send()
-                .await
-                .expect("m")
-                .text()
-                .await
-                .expect("t"),
-        )
-    };
+    let scrape = || async { admitted(&crate::common::exposition::scrape(&gw).await) };
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut last, mut still) = (scrape().await, 0);
     while still < 6 {
@@ -462,9 +399,7 @@ async fn a_stream_whose_reports_are_not_read_is_not_read_either() {
 /// A keyed retry replays the same 207; a batch whose every entry failed writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
-    let topic = unique_topic("test.v3f");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.v3f", 1).await;
     let url = format!(
         "http://{}/v3/clusters/c/topics/{topic}/records:batch",
         gw.addr
@@ -477,36 +412,22 @@ async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
         {"id": "5", "value": {"type": "AVROX", "data": 1}},
     ]})
     .to_string();
-    let send = |key: Option<&'static str>| {
+    let send = |key: &'static str| {
         let (url, batch) = (url.clone(), batch.clone());
         async move {
-            let mut r = client()
-                .post(url)
-                .bearer_auth(KEY)
-                .header("content-type", "application/json")
-                .body(batch);
-            if let Some(key) = key {
-                r = r.header("idempotency-key", key);
-            }
-            let response = r.send().await.expect("request");
-            let status = response.status().as_u16();
-            let replayed = response.headers().contains_key("idempotent-replayed");
-            (status, replayed, response.text().await.expect("body"))
+            let headers = [
+                ("content-type", "application/json"),
+                ("idempotency-key", key),
+            ];
+            let (status, headers, text) = post_text(&url, KEY, &headers, batch).await;
+            (status, headers.contains_key("idempotent-replayed"), text)
         }
     };
-    let (s, replayed, text) = send(Some("batch-f-1")).await;
+    let (s, replayed, text) = send("batch-f-1").await;
     assert_eq!((s, replayed), (207, false), "{text}");
     let answer: Value = serde_json::from_str(&text).expect("json");
-    let ids = |list: &str| -> Vec<String> {
-        answer[list]
-            .as_array()
-            .expect("list")
-            .iter()
-            .filter_map(|e| e["id"].as_str().map(str::to_string))
-            .collect()
-    };
-    assert_eq!(ids("successes"), ["1", "3"]);
-    assert_eq!(ids("failures"), ["2", "4", "5"]);
+    assert_eq!(listed_ids(&answer, "successes"), ["1", "3"]);
+    assert_eq!(listed_ids(&answer, "failures"), ["2", "4", "5"]);
     let failures = answer["failures"].as_array().expect("failures");
     assert!(failures.iter().all(|f| f["error_code"] == 400), "{text}");
     assert_eq!(
@@ -518,14 +439,14 @@ async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
         .is_some_and(|m| m.starts_with("record 3: key.data is not valid base64")));
     assert!(answer["successes"][1]["offset"].is_i64(), "{text}");
     // The same key again: the answer as it was sent, not written twice.
-    let (s, replayed, again) = send(Some("batch-f-1")).await;
+    let (s, replayed, again) = send("batch-f-1").await;
     assert_eq!((s, replayed, again.as_str()), (207, true, text.as_str()));
     // Every entry failed: 207, all of them in failures, nothing written.
     let none = json!({"entries": [
         {"id": "a", "value": {"type": "BINARY", "data": 1}},
         {"id": "b", "value": {"type": "BINARY", "data": "%%%"}},
     ]});
-    let (s, _, text) = post(url.clone(), "application/json", None, none.to_string()).await;
+    let (s, _, text) = post(&url, "application/json", &none.to_string()).await;
     assert_eq!(s, 207, "{text}");
     let answer: Value = serde_json::from_str(&text).expect("json");
     assert_eq!(answer["successes"], json!([]));
@@ -535,7 +456,7 @@ async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
         {"id": "x", "value": {"type": "BINARY", "data": 1}},
         {"id": "x", "value": {"type": "JSON", "data": 2}},
     ]});
-    let (s, _, text) = post(url.clone(), "application/json", None, twice.to_string()).await;
+    let (s, _, text) = post(&url, "application/json", &twice.to_string()).await;
     assert_eq!(s, 422, "{text}");
     assert!(text.contains("42208"), "{text}");
 
@@ -554,16 +475,14 @@ async fn a_batch_with_invalid_entries_answers_207_and_writes_the_others() {
 /// v1 Avro is refused naming what to send; every Confluent 415 names its own content types.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_empty_records_v1_content_types_and_per_api_415s() {
-    let topic = unique_topic("test.v2e");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.v2e", 1).await;
     let base = format!("http://{}", gw.addr);
     let v2 = format!("{base}/topics/{topic}");
     for content_type in [
         "application/vnd.kafka.binary.v2+json",
         "application/vnd.kafka.json.v2+json",
     ] {
-        let (s, h, text) = post(v2.clone(), content_type, None, r#"{"records":[]}"#.into()).await;
+        let (s, h, text) = post(&v2, content_type, r#"{"records":[]}"#).await;
         assert_eq!(s, 422, "{text}");
         assert_eq!(h["content-type"], "application/vnd.kafka.v2+json");
         let answer: Value = serde_json::from_str(&text).expect("json");
@@ -573,21 +492,20 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
             .is_some_and(|m| m.contains("records must not be empty")));
     }
     let (s, _, text) = post(
-        format!("{base}/v1/topics/{topic}/records"),
+        &format!("{base}/v1/topics/{topic}/records"),
         "application/json",
-        None,
-        r#"{"records":[]}"#.into(),
+        r#"{"records":[]}"#,
     )
     .await;
     assert_eq!(s, 400, "{text}");
     assert!(text.contains("\"error\":\"malformed_body\""), "{text}");
 
     // v1, as kafka-rest's v1 API reference's example (binary, then json embedded).
-    let (s, h, text) = post(
-        v2.clone(),
+    let (s, h, text) = post_accepting(
+        &v2,
         "application/vnd.kafka.binary.v1+json",
         Some("application/vnd.kafka.v1+json, application/vnd.kafka+json, application/json"),
-        json!({"records": [{"key": "a2V5", "value": "dmFsdWU="}, {"value": "dmFsdWU="}]})
+        &json!({"records": [{"key": "a2V5", "value": "dmFsdWU="}, {"value": "dmFsdWU="}]})
             .to_string(),
     )
     .await;
@@ -600,19 +518,17 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
     assert_eq!(answer["offsets"][0]["error_code"], Value::Null);
     assert_eq!(answer["key_schema_id"], Value::Null);
     let (s, _, text) = post(
-        format!("{v2}/partitions/0"),
+        &format!("{v2}/partitions/0"),
         "application/vnd.kafka.json.v1+json",
-        None,
-        r#"{"records":[{"value":{"v":1}}]}"#.into(),
+        r#"{"records":[{"value":{"v":1}}]}"#,
     )
     .await;
     assert_eq!(s, 200, "{text}");
     // No embedded format named: v1 meant binary.
     let (s, _, text) = post(
-        v2.clone(),
+        &v2,
         "application/vnd.kafka.v1+json",
-        None,
-        r#"{"records":[{"value":"Yg=="}]}"#.into(),
+        r#"{"records":[{"value":"Yg=="}]}"#,
     )
     .await;
     assert_eq!(s, 200, "{text}");
@@ -630,13 +546,7 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
 
     // 415s: each names what its own route takes, none gives /v1's advice.
     let one = r#"{"records":[{"value":"YQ=="}]}"#.to_string();
-    let (s, _, text) = post(
-        v2.clone(),
-        "application/vnd.kafka.avro.v1+json",
-        None,
-        one.clone(),
-    )
-    .await;
+    let (s, _, text) = post(&v2, "application/vnd.kafka.avro.v1+json", &one).await;
     assert_eq!(s, 415, "{text}");
     assert!(
         text.contains("application/vnd.kafka.avro.v2+json") && text.contains("41501"),
@@ -665,7 +575,7 @@ async fn v2_empty_records_v1_content_types_and_per_api_415s() {
         ),
     ];
     for (url, content_type, names) in refusals {
-        let (s, _, text) = post(url.clone(), content_type, None, one.clone()).await;
+        let (s, _, text) = post(&url, content_type, &one).await;
         assert_eq!(s, 415, "{url} {content_type}: {text}");
         let message = serde_json::from_str::<Value>(&text).expect("json")["message"]
             .as_str()

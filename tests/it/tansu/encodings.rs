@@ -52,6 +52,19 @@ struct Request {
     stream: bool,
 }
 
+impl Request {
+    /// A request sent whole (not a stream).
+    fn whole(path: String, content_type: &'static str, body: Vec<u8>, expect: Vec<Pair>) -> Self {
+        Self {
+            path,
+            content_type,
+            body,
+            expect,
+            stream: false,
+        }
+    }
+}
+
 fn requests(topic: &str, tag: &str) -> Vec<Request> {
     let keys: Vec<String> = (0..3).map(|i| format!("{tag}-r{i}")).collect();
     let v1_json = {
@@ -97,44 +110,40 @@ fn requests(topic: &str, tag: &str) -> Vec<Request> {
     let with_prefix =
         |p: &str, body: String| body.replace(&format!("\"{tag}-r"), &format!("\"{p}{tag}-r"));
     let v3 = format!("/v3/clusters/c/topics/{topic}");
+    // A `/v1` body of the records as JSON text, under the key prefix `p`.
+    let v1_text = |p: &str, content_type, body| {
+        let path = format!("/v1/topics/{topic}/records");
+        let expect = prefixed(p, &text_pairs(&keys));
+        Request::whole(
+            path,
+            content_type,
+            with_prefix(p, body).into_bytes(),
+            expect,
+        )
+    };
     vec![
-        Request {
-            path: format!("/v1/topics/{topic}/records"),
-            content_type: "application/json",
-            body: with_prefix("json-", v1_json).into_bytes(),
-            expect: prefixed("json-", &text_pairs(&keys)),
-            stream: false,
-        },
-        Request {
-            path: format!("/v1/topics/{topic}/records"),
-            content_type: "application/x-ndjson",
-            body: with_prefix("nd-", ndjson).into_bytes(),
-            expect: prefixed("nd-", &text_pairs(&keys)),
-            stream: false,
-        },
-        Request {
-            path: format!("/v1/topics/{topic}/records?async=true"),
-            content_type: "application/json",
-            body: with_prefix("b64-", v1_b64.to_string()).into_bytes(),
-            expect: prefixed("b64-", &bin_pairs),
-            stream: false,
-        },
-        Request {
-            path: format!("/topics/{topic}"),
-            content_type: "application/vnd.kafka.binary.v2+json",
-            body: v2.to_string().into_bytes(),
-            expect: bin_pairs.clone(),
-            stream: false,
-        },
-        Request {
-            path: format!("{v3}/records"),
-            content_type: "application/json",
-            body: v3_record(&prefixed("one-", &bin_pairs[..1])[0])
+        v1_text("json-", "application/json", v1_json),
+        v1_text("nd-", "application/x-ndjson", ndjson),
+        Request::whole(
+            format!("/v1/topics/{topic}/records?async=true"),
+            "application/json",
+            with_prefix("b64-", v1_b64.to_string()).into_bytes(),
+            prefixed("b64-", &bin_pairs),
+        ),
+        Request::whole(
+            format!("/topics/{topic}"),
+            "application/vnd.kafka.binary.v2+json",
+            v2.to_string().into_bytes(),
+            bin_pairs.clone(),
+        ),
+        Request::whole(
+            format!("{v3}/records"),
+            "application/json",
+            v3_record(&prefixed("one-", &bin_pairs[..1])[0])
                 .to_string()
                 .into_bytes(),
-            expect: prefixed("one-", &bin_pairs[..1]),
-            stream: false,
-        },
+            prefixed("one-", &bin_pairs[..1]),
+        ),
         Request {
             path: format!("{v3}/records"),
             content_type: "application/json",
@@ -148,10 +157,10 @@ fn requests(topic: &str, tag: &str) -> Vec<Request> {
             expect: prefixed("s-", &bin_pairs),
             stream: true,
         },
-        Request {
-            path: format!("{v3}/records:batch"),
-            content_type: "application/json",
-            body: {
+        Request::whole(
+            format!("{v3}/records:batch"),
+            "application/json",
+            {
                 let mut b = batch.clone();
                 for (i, e) in b["entries"]
                     .as_array_mut()
@@ -163,9 +172,8 @@ fn requests(topic: &str, tag: &str) -> Vec<Request> {
                 }
                 b.to_string().into_bytes()
             },
-            expect: prefixed("bt-", &bin_pairs),
-            stream: false,
-        },
+            prefixed("bt-", &bin_pairs),
+        ),
     ]
 }
 
@@ -200,9 +208,7 @@ fn post_stream(addr: std::net::SocketAddr, path: &str, encoding: &str, body: &[u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_wire_format_in_every_coding_reaches_kafka_byte_for_byte() {
-    let topic = unique_topic("test.codings");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.codings", 1).await;
     let mut expected: Vec<Pair> = Vec::new();
     for (
         c,
@@ -279,9 +285,7 @@ fn client_python() -> std::path::PathBuf {
 /// record reaches Kafka byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_clients_posting_gzip_and_zstd_reach_kafka() {
-    let topic = unique_topic("test.pyclients");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.pyclients", 1).await;
     let script =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/coded-client.py");
     let url = format!("http://{}", gw.addr);
@@ -289,16 +293,8 @@ async fn python_clients_posting_gzip_and_zstd_reach_kafka() {
     command
         .arg(script)
         .args(["--url", &url, "--key", KEY, "--topic", &topic]);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("joined")
-        .expect("python runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let mut sent: Vec<Pair> = String::from_utf8_lossy(&output.stdout)
+    let stdout = client_output(command, "scripts/coded-client.py").await;
+    let mut sent: Vec<Pair> = String::from_utf8_lossy(&stdout)
         .lines()
         .map(|line| {
             let r: serde_json::Value = serde_json::from_str(line).expect("a record line");

@@ -21,9 +21,7 @@ async fn confluents_node_client_produces_binary_and_json_records() {
              clients' folder (or scripts/clients.sh DIR and export it)"
         )
     });
-    let topic = unique_topic("test.node");
-    create_topic(&tansu(), &topic, 2).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.node", 2).await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-rest-node.js");
     let mut command = Command::new("node");
     command
@@ -34,16 +32,8 @@ async fn confluents_node_client_produces_binary_and_json_records() {
             PathBuf::from(clients).join("node/node_modules"),
         )
         .stdin(Stdio::null());
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("client task")
-        .expect("node runs scripts/kafka-rest-node.js");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output = client_output(command, "node scripts/kafka-rest-node.js").await;
+    let stdout = String::from_utf8_lossy(&output);
     // Every answer is the v1 shape the client reads: one offset per record, none failed.
     let answers: Vec<serde_json::Value> = stdout
         .lines()

@@ -8,9 +8,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_records_reach_kafka_intact_with_their_offsets() {
-    let topic = unique_topic("test.json");
-    create_topic(&tansu(), &topic, 3).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.json", 3).await;
 
     // Raw body so the value's formatting (spaces, key order, 1.50) is what we compare.
     let body = String::from(
@@ -78,21 +76,14 @@ async fn json_records_reach_kafka_intact_with_their_offsets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ndjson_and_async_requests_reach_kafka_in_order() {
-    let topic = unique_topic("test.ndjson");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.ndjson", 1).await;
 
     let lines: String = (0..50)
         .map(|i| format!("{{\"key\":\"k{i}\",\"value\":{{\"n\":{i}}}}}\n"))
         .collect();
     let (status, _, answer) = post_raw(&gw.url(&topic), KEY, "application/x-ndjson", lines).await;
     assert_eq!(status, 200, "{answer}");
-    let first: Vec<i64> = answer["offsets"]
-        .as_array()
-        .expect("offsets")
-        .iter()
-        .map(|o| o["offset"].as_i64().expect("offset"))
-        .collect();
+    let first = offsets(&answer, "offset");
     assert!(first.windows(2).all(|w| w[1] == w[0] + 1), "{first:?}");
 
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -122,8 +113,7 @@ async fn ndjson_and_async_requests_reach_kafka_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_never_reach_kafka() {
-    let topic = unique_topic("test.refused");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.refused", 1).await;
     let mut cfg = config(&tansu());
     cfg.server.max_body_bytes = 4096;
     let gw = Gateway::start(cfg).await;

@@ -4,13 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::exposition::metric;
+use crate::common::exposition::{metric, wait_for_metric};
 use crate::common::*;
 use floodgate::config::Config;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
-use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn shared(bootstrap: &str, registry_topic: &str) -> Config {
     let mut cfg = config(bootstrap);
@@ -33,6 +34,113 @@ async fn ready(gw: &Gateway, within: Duration) {
         assert!(started.elapsed() < within, "not ready within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Starts a replica and waits until it is ready (20 s at most): how most replicas here start.
+async fn replica(cfg: Config) -> Gateway {
+    let gw = Gateway::start(cfg).await;
+    ready(&gw, Duration::from_secs(20)).await;
+    gw
+}
+
+/// Starts a replica of each configuration, then waits until all are ready (20 s at most).
+async fn start_all(cfgs: Vec<Config>) -> Vec<Gateway> {
+    let mut gws = Vec::with_capacity(cfgs.len());
+    for cfg in cfgs {
+        gws.push(Gateway::start(cfg).await);
+    }
+    for gw in &gws {
+        ready(gw, Duration::from_secs(20)).await;
+    }
+    gws
+}
+
+/// [`start_all`] of `n` replicas on Tansu sharing `registry`.
+async fn replicas(n: usize, registry: &str) -> Vec<Gateway> {
+    start_all(vec![shared(&tansu(), registry); n]).await
+}
+
+/// The first two of `gws`.
+fn two(mut gws: Vec<Gateway>) -> (Gateway, Gateway) {
+    let b = gws.remove(1);
+    (gws.remove(0), b)
+}
+
+/// Polls `path` on `gw`'s admin API (every `every`) until `done` holds for its answer, which
+/// it returns; fails with the last answer after `within`.
+async fn until_view(
+    gw: &Gateway,
+    path: &str,
+    (within, every): (Duration, Duration),
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let (_, view) = admin_get(gw, path).await;
+        if done(&view) {
+            return view;
+        }
+        assert!(started.elapsed() < within, "{view}");
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// PATCHes acme's `records_per_sec` on `gw` until it is answered 200 (a writer reconnecting
+/// after an outage); fails with the last answer after `within`.
+async fn patch_until_written(gw: &Gateway, rate: u64, within: Duration) {
+    let started = Instant::now();
+    loop {
+        let body = json!({"records_per_sec": rate});
+        let (s, body) = admin_patch(gw, "/admin/tenants/acme", body).await;
+        if s == 200 {
+            return;
+        }
+        assert!(started.elapsed() < within, "{s} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Kafka producer on Tansu, writing to the registry topic as any client allowed to could.
+fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", tansu())
+        .create()
+        .expect("producer")
+}
+
+/// A consumer reading `registry` on Tansu from its first record.
+fn registry_reader(registry: &str) -> StreamConsumer {
+    let reader: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", tansu())
+        .set("group.id", unique_topic("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(registry, 0, rdkafka::Offset::Beginning)
+        .expect("partition");
+    reader.assign(&tpl).expect("assign");
+    reader
+}
+
+/// The next record `reader` gets, within 10 s.
+async fn next_record(reader: &StreamConsumer) -> BorrowedMessage<'_> {
+    tokio::time::timeout(Duration::from_secs(10), reader.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record")
+}
+
+/// A replica that reads no verifiable entry stays unready (two seconds after its start) and
+/// says why.
+async fn assert_unverified(gw: &Gateway) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = readiness(gw).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("registry_unverified")),
+        "{body}"
+    );
 }
 
 fn one() -> serde_json::Value {
@@ -67,23 +175,13 @@ async fn until_status(
     }
 }
 
-const T: Option<&str> = Some(ADMIN_TOKEN);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts() {
-    let broker = tansu();
-    let topic = unique_topic("test.registry");
-    create_topic(&broker, &topic, 1).await;
+    let topic = tansu_topic("test.registry", 1).await;
     let registry = unique_topic("_fg_registry");
-    let mut gws = Vec::new();
-    for _ in 0..3 {
-        gws.push(Gateway::start(shared(&broker, &registry)).await);
-    }
-    for gw in &gws {
-        ready(gw, Duration::from_secs(20)).await;
-    }
+    let mut gws = replicas(3, &registry).await;
     // Three replicas started on an empty topic and may all have seeded it: acme applied once.
-    let (s, audit) = admin(&gws[0], Method::GET, "/admin/audit", None, T).await;
+    let (s, audit) = admin_get(&gws[0], "/admin/audit").await;
     assert_eq!(s, 200, "{audit}");
     let applied = audit["entries"]
         .as_array()
@@ -96,16 +194,14 @@ async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts()
     assert_eq!(applied, 1, "{audit}");
 
     // A tenant and a key made on A work on B and C within a second.
-    let (s, a) = admin(
+    let (s, a) = admin_put(
         &gws[0],
-        Method::PUT,
         "/admin/tenants/beta",
-        Some(json!({"topics": ["test.*"]})),
-        T,
+        json!({"topics": ["test.*"]}),
     )
     .await;
     assert_eq!(s, 201, "{a}");
-    let (s, key) = admin(&gws[0], Method::POST, "/admin/tenants/beta/keys", None, T).await;
+    let (s, key) = admin_post(&gws[0], "/admin/tenants/beta/keys").await;
     assert_eq!(s, 201, "{key}");
     let beta = key["api_key"].as_str().expect("key").to_string();
     let mut slowest = Duration::ZERO;
@@ -115,40 +211,32 @@ async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts()
     eprintln!("a key issued on A worked on B and C after {slowest:?}");
 
     // A budget lowered on C: A refuses at once after propagation.
-    let (s, a) = admin(
+    let (s, a) = admin_patch(
         &gws[2],
-        Method::PATCH,
         "/admin/tenants/beta",
-        Some(json!({"records_per_sec": 1, "records_burst": 1})),
-        T,
+        json!({"records_per_sec": 1, "records_burst": 1}),
     )
     .await;
     assert_eq!(s, 200, "{a}");
-    let started = Instant::now();
-    loop {
-        let (_, view) = admin(&gws[0], Method::GET, "/admin/tenants/beta", None, T).await;
-        if view["records_per_sec"] == 1 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(1), "{view}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let quick = (Duration::from_secs(1), Duration::from_millis(10));
+    until_view(&gws[0], "/admin/tenants/beta", quick, |v| {
+        v["records_per_sec"] == 1
+    })
+    .await;
     assert_eq!(produce_status(&gws[0], &topic, &beta).await, 202);
     assert_eq!(produce_status(&gws[0], &topic, &beta).await, 429);
 
     // Deleted on B: 401 everywhere.
-    let (s, _) = admin(&gws[1], Method::DELETE, "/admin/tenants/beta", None, T).await;
+    let (s, _) = admin_delete(&gws[1], "/admin/tenants/beta").await;
     assert_eq!(s, 204);
     for gw in [&gws[0], &gws[2]] {
         until_status(gw, &topic, &beta, 401, Duration::from_secs(1)).await;
     }
     // A budget for acme, to find after the restart.
-    let (s, a) = admin(
+    let (s, a) = admin_patch(
         &gws[1],
-        Method::PATCH,
         "/admin/tenants/acme",
-        Some(json!({"bytes_per_sec": 123456})),
-        T,
+        json!({"bytes_per_sec": 123456}),
     )
     .await;
     assert_eq!(s, 200, "{a}");
@@ -157,25 +245,21 @@ async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts()
     for gw in gws.drain(..) {
         gw.shutdown().await;
     }
-    for _ in 0..3 {
-        gws.push(Gateway::start(shared(&broker, &registry)).await);
-    }
+    let gws = replicas(3, &registry).await;
     for gw in &gws {
-        ready(gw, Duration::from_secs(20)).await;
         assert_eq!(
             produce_status(gw, &topic, &beta).await,
             401,
             "beta stays deleted"
         );
         assert_eq!(produce_status(gw, &topic, KEY).await, 202);
-        let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
+        let (_, view) = admin_get(gw, "/admin/tenants/acme").await;
         assert_eq!(view["bytes_per_sec"], 123456, "{view}");
     }
     // A fourth replica joining later gets the same registry.
-    let late = Gateway::start(shared(&broker, &registry)).await;
-    ready(&late, Duration::from_secs(20)).await;
-    let (_, listed) = admin(&late, Method::GET, "/admin/tenants", None, T).await;
-    let (_, listed_a) = admin(&gws[0], Method::GET, "/admin/tenants", None, T).await;
+    let late = replica(shared(&tansu(), &registry)).await;
+    let (_, listed) = admin_get(&late, "/admin/tenants").await;
+    let (_, listed_a) = admin_get(&gws[0], "/admin/tenants").await;
     let ids = |v: &serde_json::Value| {
         v["tenants"]
             .as_array()
@@ -201,21 +285,13 @@ async fn changes_on_any_replica_reach_all_within_a_second_and_survive_restarts()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
-    let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let a = Gateway::start(shared(&broker, &registry)).await;
-    let b = Gateway::start(shared(&broker, &registry)).await;
-    ready(&a, Duration::from_secs(20)).await;
-    ready(&b, Duration::from_secs(20)).await;
-    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    let (a, b) = two(replicas(2, &registry).await);
+    let (_, view) = admin_get(&a, "/admin/tenants/acme").await;
     let version = view["version"].as_u64().expect("version");
     // B has read the same version.
     let started = Instant::now();
-    while admin(&b, Method::GET, "/admin/tenants/acme", None, T)
-        .await
-        .1["version"]
-        != version
-    {
+    while admin_get(&b, "/admin/tenants/acme").await.1["version"] != version {
         assert!(started.elapsed() < Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -241,16 +317,12 @@ async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
     let winner_rate = if loser == 1 { 111 } else { 222 };
     // Both replicas end with the winner's value; nothing else was lost.
     for gw in [&a, &b] {
-        let started = Instant::now();
-        loop {
-            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
-            if view["records_per_sec"] == winner_rate {
-                assert_eq!(view["version"], version + 1);
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(1), "{view}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let quick = (Duration::from_secs(1), Duration::from_millis(10));
+        let view = until_view(gw, "/admin/tenants/acme", quick, |v| {
+            v["records_per_sec"] == winner_rate
+        })
+        .await;
+        assert_eq!(view["version"], version + 1);
     }
     a.shutdown().await;
     b.shutdown().await;
@@ -262,17 +334,11 @@ async fn two_edits_from_the_same_version_one_wins_and_the_other_gets_409() {
 /// tenants and the audit list are untouched, and every replica reads past them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_and_counted() {
-    let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let topic = unique_topic("test.forged");
-    create_topic(&broker, &topic, 1).await;
-    let a = Gateway::start(shared(&broker, &registry)).await;
-    ready(&a, Duration::from_secs(20)).await;
+    let topic = tansu_topic("test.forged", 1).await;
+    let a = replica(shared(&tansu(), &registry)).await;
     assert_eq!(produce_status(&a, &topic, KEY).await, 202);
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .create()
-        .expect("producer");
+    let producer = producer();
     let evil = json!({"id": "evil", "topics": ["*"],
         "api_key_sha256": [floodgate::identity::ApiKeyHash::of_key("evil-key").to_hex()]});
     let forge = |key: &'static str,
@@ -321,14 +387,7 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
         forge("nonsense", Some("{}".into()), "0", None).await;
     }
     // The replica stays up and applies what comes next.
-    let (s, a_body) = admin(
-        &a,
-        Method::PUT,
-        "/admin/tenants/gamma",
-        Some(json!({"topics": ["test.*"]})),
-        T,
-    )
-    .await;
+    let (s, a_body) = admin_put(&a, "/admin/tenants/gamma", json!({"topics": ["test.*"]})).await;
     assert_eq!(s, 201, "{a_body}");
     assert_eq!(
         produce_status(&a, &topic, "evil-key").await,
@@ -340,7 +399,7 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
         202,
         "no forged deletion"
     );
-    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    let (_, audit) = admin_get(&a, "/admin/audit?since=0").await;
     let entries = audit["entries"].as_array().cloned().unwrap_or_default();
     let keys: Vec<&str> = entries.iter().filter_map(|e| e["key"].as_str()).collect();
     assert_eq!(
@@ -376,39 +435,28 @@ async fn records_written_to_the_registry_topic_without_the_secret_are_skipped_an
         "records under keys of no entry of ours are nothing to write again"
     );
     // A new replica reads past them too.
-    let b = Gateway::start(shared(&broker, &registry)).await;
-    ready(&b, Duration::from_secs(20)).await;
-    let (s, _) = admin(&b, Method::GET, "/admin/tenants/gamma", None, T).await;
+    let b = replica(shared(&tansu(), &registry)).await;
+    let (s, _) = admin_get(&b, "/admin/tenants/gamma").await;
     assert_eq!(s, 200);
-    let (s, _) = admin(&b, Method::GET, "/admin/tenants/evil", None, T).await;
+    let (s, _) = admin_get(&b, "/admin/tenants/evil").await;
     assert_eq!(s, 404);
     a.shutdown().await;
     b.shutdown().await;
 }
 
-async fn start_with_secrets(broker: &str, registry: &str, secrets: &str) -> Gateway {
+/// A replica on Tansu sharing `registry` whose secrets are `secrets` (not the tests' one).
+async fn start_with_secrets(registry: &str, secrets: &str) -> Gateway {
     use floodgate::registry::RegistrySecrets;
-    let mut options =
-        floodgate::RunOptions::new(std::sync::Arc::new(floodgate::budget::MonotonicClock::new()));
-    options.admin_tokens =
-        Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
+    let mut options = monotonic_options();
     options.registry_secrets = Some(RegistrySecrets::parse(secrets).expect("secrets"));
-    Gateway::start_options(shared(broker, registry), options).await
+    Gateway::start_options(shared(&tansu(), registry), options).await
 }
 
-async fn until_metric(gw: &Gateway, series: &str, value: f64, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let got = metric(gw, series).await;
-        if got == Some(value) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{series} is {got:?}, not {value}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// [`start_with_secrets`], once it is ready (20 s at most).
+async fn ready_with_secrets(registry: &str, secrets: &str) -> Gateway {
+    let gw = start_with_secrets(registry, secrets).await;
+    ready(&gw, Duration::from_secs(20)).await;
+    gw
 }
 
 async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
@@ -419,7 +467,7 @@ async fn readiness(gw: &Gateway) -> (u16, serde_json::Value) {
 
 /// Every tenant id a replica holds, with its rate, as its admin API lists them.
 async fn holdings(gw: &Gateway) -> Vec<(String, serde_json::Value)> {
-    let (_, body) = admin(gw, Method::GET, "/admin/tenants?limit=1000", None, T).await;
+    let (_, body) = admin_get(gw, "/admin/tenants?limit=1000").await;
     let mut out: Vec<(String, serde_json::Value)> = body["tenants"]
         .as_array()
         .cloned()
@@ -451,12 +499,10 @@ async fn agree(a: &Gateway, b: &Gateway, within: Duration) -> Vec<(String, serde
 
 /// A change of tenant `id`'s rate on `gw`, answered 200 or 201.
 async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
-    let (s, body) = admin(
+    let (s, body) = admin_put(
         gw,
-        Method::PUT,
         &format!("/admin/tenants/{id}"),
-        Some(json!({"topics": ["test.*"], "records_per_sec": rate})),
-        T,
+        json!({"topics": ["test.*"], "records_per_sec": rate}),
     )
     .await;
     assert!(s == 200 || s == 201, "{s} {body}");
@@ -469,22 +515,18 @@ async fn set_rate(gw: &Gateway, id: &str, rate: u64) {
 /// that knows only `new` has the whole registry. A replica with a wrong secret is not ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_go() {
-    let broker = tansu();
     let registry = unique_topic("_fg_registry");
     const OLD: &str = "old-secret-0123456789";
     const ACCEPT: &str = "old-secret-0123456789,new-secret-0123456789";
     const SIGN: &str = "new-secret-0123456789,old-secret-0123456789";
     const NEW: &str = "new-secret-0123456789";
-    let mut a = start_with_secrets(&broker, &registry, OLD).await;
-    ready(&a, Duration::from_secs(20)).await;
-    let mut b = start_with_secrets(&broker, &registry, OLD).await;
-    ready(&b, Duration::from_secs(20)).await;
+    let mut a = ready_with_secrets(&registry, OLD).await;
+    let mut b = ready_with_secrets(&registry, OLD).await;
     let mut rate = 10;
     // Each step: one replica restarted on the next list, a change on each replica, and the
     // two agree on everything.
     for (i, list) in [ACCEPT, ACCEPT, SIGN, SIGN].iter().enumerate() {
-        let restarted = start_with_secrets(&broker, &registry, list).await;
-        ready(&restarted, Duration::from_secs(20)).await;
+        let restarted = ready_with_secrets(&registry, list).await;
         if i % 2 == 0 {
             std::mem::replace(&mut a, restarted).shutdown().await;
         } else {
@@ -506,13 +548,8 @@ async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_g
     }
     // Both sign with the new secret: what only the old one verifies is signed again.
     for gw in [&a, &b] {
-        until_metric(
-            gw,
-            "floodgate_registry_old_secret_entries",
-            0.0,
-            Duration::from_secs(15),
-        )
-        .await;
+        let gauge = "floodgate_registry_old_secret_entries";
+        wait_for_metric(gw, gauge, 0.0, Duration::from_secs(15)).await;
     }
     let rewritten = metric(&a, "floodgate_registry_rewritten_entries_total")
         .await
@@ -527,21 +564,13 @@ async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_g
     let held = holdings(&a).await;
     // The old secret goes: a fresh replica that knows only the new one has every tenant.
     a.shutdown().await;
-    let fresh = start_with_secrets(&broker, &registry, NEW).await;
-    ready(&fresh, Duration::from_secs(20)).await;
+    let fresh = ready_with_secrets(&registry, NEW).await;
     assert_eq!(holdings(&fresh).await, held);
-    let topic = unique_topic("test.rot");
-    create_topic(&broker, &topic, 1).await;
+    let topic = tansu_topic("test.rot", 1).await;
     assert_eq!(produce_status(&fresh, &topic, KEY).await, 202);
     // A replica with a secret no record verifies stays unready, and says why.
-    let wrong = start_with_secrets(&broker, &registry, "wrong-secret-0123456789").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (status, body) = readiness(&wrong).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (503, Some("registry_unverified")),
-        "{body}"
-    );
+    let wrong = start_with_secrets(&registry, "wrong-secret-0123456789").await;
+    assert_unverified(&wrong).await;
     b.shutdown().await;
     fresh.shutdown().await;
     wrong.shutdown().await;
@@ -551,14 +580,8 @@ async fn a_secret_rotation_signs_every_entry_again_and_the_old_secret_can_then_g
 /// written: the first replica seeds it and serves, rather than stay unready for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
-    let broker = tansu();
-    let registry = unique_topic("_fg_registry");
-    create_topic(&broker, &registry, 1).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .create()
-        .expect("producer");
-    producer
+    let registry = tansu_topic("_fg_registry", 1).await;
+    producer()
         .send(
             FutureRecord::<str, str>::to(&registry)
                 .key("x")
@@ -568,10 +591,8 @@ async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
         )
         .await
         .expect("written");
-    let a = Gateway::start(shared(&broker, &registry)).await;
-    ready(&a, Duration::from_secs(20)).await;
-    let topic = unique_topic("test.seeded");
-    create_topic(&broker, &topic, 1).await;
+    let a = replica(shared(&tansu(), &registry)).await;
+    let topic = tansu_topic("test.seeded", 1).await;
     assert_eq!(produce_status(&a, &topic, KEY).await, 202);
     a.shutdown().await;
 }
@@ -581,32 +602,12 @@ async fn a_topic_holding_only_unsigned_records_is_seeded_like_an_empty_one() {
 /// does not become ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_copied_into_another_topic_is_not_a_registry() {
-    use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::message::Message as _;
-    let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let a = Gateway::start(shared(&broker, &registry)).await;
-    ready(&a, Duration::from_secs(20)).await;
-    let copy = unique_topic("_fg_registry_copy");
-    create_topic(&broker, &copy, 1).await;
-    let reader: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .set("group.id", unique_topic("copier"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
-        .expect("partition");
-    reader.assign(&tpl).expect("assign");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .create()
-        .expect("producer");
-    let message = tokio::time::timeout(Duration::from_secs(10), reader.recv())
-        .await
-        .expect("a record in time")
-        .expect("a record");
+    let a = replica(shared(&tansu(), &registry)).await;
+    let copy = tansu_topic("_fg_registry_copy", 1).await;
+    let reader = registry_reader(&registry);
+    let message = next_record(&reader).await;
     let mut record = FutureRecord::<[u8], [u8]>::to(&copy).partition(0);
     if let Some(k) = message.key() {
         record = record.key(k);
@@ -617,20 +618,14 @@ async fn a_registry_copied_into_another_topic_is_not_a_registry() {
     if let Some(h) = message.headers() {
         record = record.headers(h.detach());
     }
-    producer
+    producer()
         .send(record, Duration::from_secs(5))
         .await
         .expect("copied");
-    let mut cfg = shared(&broker, &copy);
+    let mut cfg = shared(&tansu(), &copy);
     cfg.tenants.clear();
     let b = Gateway::start(cfg).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (status, body) = readiness(&b).await;
-    assert_eq!(
-        (status, body["reason"].as_str()),
-        (503, Some("registry_unverified")),
-        "{body}"
-    );
+    assert_unverified(&b).await;
     assert_eq!(
         metric(
             &b,
@@ -648,38 +643,19 @@ async fn a_registry_copied_into_another_topic_is_not_a_registry() {
 /// real entry again after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
-    use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::message::{Headers as _, Message as _};
-    let broker = tansu();
     let registry = unique_topic("_fg_registry");
-    let a = Gateway::start(shared(&broker, &registry)).await;
-    ready(&a, Duration::from_secs(20)).await;
-    let reader: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .set("group.id", unique_topic("reader"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("consumer");
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(&registry, 0, rdkafka::Offset::Beginning)
-        .expect("partition");
-    reader.assign(&tpl).expect("assign");
+    let a = replica(shared(&tansu(), &registry)).await;
+    let reader = registry_reader(&registry);
     let acme_key = loop {
-        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
-            .await
-            .expect("a record in time")
-            .expect("a record");
+        let m = next_record(&reader).await;
         let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
         if key.starts_with("tenant:acme#") {
             break key;
         }
     };
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker)
-        .create()
-        .expect("producer");
     // A Kafka tombstone under acme's key: compaction would drop acme's entry with it.
-    producer
+    producer()
         .send(
             FutureRecord::<str, [u8]>::to(&registry)
                 .key(&acme_key)
@@ -688,39 +664,25 @@ async fn a_forged_record_under_a_real_entrys_key_is_followed_by_the_real_one() {
         )
         .await
         .expect("written");
-    until_metric(
-        &a,
-        "floodgate_registry_rewritten_entries_total",
-        1.0,
-        Duration::from_secs(10),
-    )
-    .await;
+    let rewritten = "floodgate_registry_rewritten_entries_total";
+    wait_for_metric(&a, rewritten, 1.0, Duration::from_secs(10)).await;
     // The last record under acme's key is an entry again, and acme still works.
     let last = loop {
-        let m = tokio::time::timeout(Duration::from_secs(10), reader.recv())
-            .await
-            .expect("a record in time")
-            .expect("a record");
+        let m = next_record(&reader).await;
         if m.key() == Some(acme_key.as_bytes()) && m.payload().is_some() {
             break m.headers().map(|h| h.iter().any(|h| h.key == "fg-mac"));
         }
     };
     assert_eq!(last, Some(true));
-    until_metric(
-        &a,
-        "floodgate_registry_reasserts_pending",
-        0.0,
-        Duration::from_secs(5),
-    )
-    .await;
-    let topic = unique_topic("test.forged");
-    create_topic(&broker, &topic, 1).await;
+    let pending = "floodgate_registry_reasserts_pending";
+    wait_for_metric(&a, pending, 0.0, Duration::from_secs(5)).await;
+    let topic = tansu_topic("test.forged", 1).await;
     assert_eq!(produce_status(&a, &topic, KEY).await, 202);
     // Written again as the same entry: no version moved (an If-Match client sees nothing),
     // nothing was listed in the audit.
-    let (_, view) = admin(&a, Method::GET, "/admin/tenants/acme", None, T).await;
+    let (_, view) = admin_get(&a, "/admin/tenants/acme").await;
     assert_eq!(view["version"], json!(1), "{view}");
-    let (_, audit) = admin(&a, Method::GET, "/admin/audit?since=0", None, T).await;
+    let (_, audit) = admin_get(&a, "/admin/audit?since=0").await;
     assert!(!audit.to_string().contains("registry.reassert"), "{audit}");
     a.shutdown().await;
 }
@@ -735,21 +697,11 @@ async fn with_kafka_down_admin_writes_answer_503_and_produce_keeps_the_last_regi
     };
     let mut cfg = shared(&bootstrap, registry);
     quick(&mut cfg);
-    let a = Gateway::start(cfg.clone()).await;
-    let b = Gateway::start(cfg.clone()).await;
-    ready(&a, Duration::from_secs(20)).await;
-    ready(&b, Duration::from_secs(20)).await;
+    let (a, b) = two(start_all(vec![cfg.clone(); 2]).await);
 
     cluster.broker_down(1).expect("down");
     let started = Instant::now();
-    let (s, body) = admin(
-        &a,
-        Method::PATCH,
-        "/admin/tenants/acme",
-        Some(json!({"records_per_sec": 7})),
-        T,
-    )
-    .await;
+    let (s, body) = admin_patch(&a, "/admin/tenants/acme", json!({"records_per_sec": 7})).await;
     let took = started.elapsed();
     assert_eq!(
         (s, body["error"].as_str()),
@@ -778,21 +730,7 @@ async fn with_kafka_down_admin_writes_answer_503_and_produce_keeps_the_last_regi
     cluster.broker_up(1).expect("up");
     // Writes work again without restart, and a change made on B reaches A.
     let started = Instant::now();
-    loop {
-        let (s, body) = admin(
-            &b,
-            Method::PATCH,
-            "/admin/tenants/acme",
-            Some(json!({"records_per_sec": 5})),
-            T,
-        )
-        .await;
-        if s == 200 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(15), "{s} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    patch_until_written(&b, 5, Duration::from_secs(15)).await;
     let recovered = started.elapsed();
     // The others follow once their readers are back: librdkafka's reconnect backoff is kept
     // to a second (kafka::settings), though B's writer may have been back before A's reader
@@ -800,34 +738,16 @@ async fn with_kafka_down_admin_writes_answer_503_and_produce_keeps_the_last_regi
     for gw in [&a, &c] {
         ready(gw, Duration::from_secs(15)).await;
         let started = Instant::now();
-        loop {
-            let (_, view) = admin(gw, Method::GET, "/admin/tenants/acme", None, T).await;
-            if view["records_per_sec"] == 5 {
-                eprintln!("B's write followed {:?} after ready", started.elapsed());
-                break;
-            }
-            assert!(started.elapsed() < Duration::from_secs(5), "{view}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let patience = (Duration::from_secs(5), Duration::from_millis(20));
+        until_view(gw, "/admin/tenants/acme", patience, |v| {
+            v["records_per_sec"] == 5
+        })
+        .await;
+        eprintln!("B's write followed {:?} after ready", started.elapsed());
     }
     // A's own writer may still be reconnecting (its producer's idempotence state is bumped
     // after the timed-out write): within a few seconds it writes too.
-    let started = Instant::now();
-    loop {
-        let (s, body) = admin(
-            &a,
-            Method::PATCH,
-            "/admin/tenants/acme",
-            Some(json!({"records_per_sec": 6})),
-            T,
-        )
-        .await;
-        if s == 200 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(8), "{s} {body}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    patch_until_written(&a, 6, Duration::from_secs(8)).await;
     eprintln!(
         "503 after {took:?} with Kafka down; writes worked again {recovered:?} after it came back"
     );
@@ -861,43 +781,41 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
     .expect("config");
     let bin = env!("CARGO_BIN_EXE_floodgate");
     let run = |args: &[&str]| {
-        std::process::Command::new(bin)
-            .env(REGISTRY_SECRET_ENV, REGISTRY_SECRET)
-            .arg("--config")
-            .arg(&cfg_path)
-            .args(args)
-            .output()
-            .expect("floodgate runs")
+        tokio::task::block_in_place(|| {
+            std::process::Command::new(bin)
+                .env(REGISTRY_SECRET_ENV, REGISTRY_SECRET)
+                .arg("--config")
+                .arg(&cfg_path)
+                .args(args)
+                .output()
+                .expect("floodgate runs")
+        })
     };
-    let out = tokio::task::block_in_place(|| {
-        run(&[
-            "registry",
-            "import",
-            state_path.to_str().expect("utf-8 path"),
-        ])
-    });
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A command that must succeed: its standard output.
+    let run_ok = |args: &[&str]| {
+        let out = run(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    run_ok(&[
+        "registry",
+        "import",
+        state_path.to_str().expect("utf-8 path"),
+    ]);
     // A replica on the topic (its own file names no tenant) serves delta's key.
     let mut cfg = shared(&broker, &registry);
     cfg.tenants.clear();
-    let topic = unique_topic("test.transfer");
-    create_topic(&broker, &topic, 1).await;
-    let gw = Gateway::start(cfg).await;
-    ready(&gw, Duration::from_secs(20)).await;
+    let topic = tansu_topic("test.transfer", 1).await;
+    let gw = replica(cfg).await;
     assert_eq!(produce_status(&gw, &topic, "test-key-delta").await, 202);
     gw.shutdown().await;
     // And export gives the same tenants back.
-    let out = tokio::task::block_in_place(|| run(&["registry", "export"]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let exported: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let stdout = run_ok(&["registry", "export"]);
+    let exported: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON");
     let mut ids: Vec<_> = exported["tenants"]
         .as_object()
         .map(|t| t.keys().cloned().collect())
@@ -905,18 +823,13 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
     ids.sort();
     assert_eq!(ids, ["acme", "delta"]);
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("api_key_sha256"),
+        !String::from_utf8_lossy(&stdout).contains("api_key_sha256"),
         "standard output shows key ids only"
     );
     // A state file import can read, only its owner can read; never over an existing file.
     let file = dir.join("exported.json");
     let path = file.to_str().expect("utf-8 path");
-    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&["registry", "export", "--out", path]);
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&file)
         .expect("written")
@@ -925,7 +838,7 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
     assert_eq!(mode & 0o777, 0o600);
     let text = std::fs::read_to_string(&file).expect("read");
     assert!(text.contains(&floodgate::identity::ApiKeyHash::of_key("test-key-delta").to_hex()));
-    let out = tokio::task::block_in_place(|| run(&["registry", "export", "--out", path]));
+    let out = run(&["registry", "export", "--out", path]);
     assert!(!out.status.success(), "an existing file is not overwritten");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -936,9 +849,7 @@ async fn a_state_file_moves_to_the_topic_and_back_with_the_registry_commands() {
 async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
     let ed = idp::Signer::ed("ed-1");
     let jwks = idp::JwksServer::start(idp::jwks(&[&ed])).await;
-    let broker = tansu();
-    let topic = unique_topic("test.registry-jwt");
-    create_topic(&broker, &topic, 1).await;
+    let topic = tansu_topic("test.registry-jwt", 1).await;
     let registry = unique_topic("_fg_registry");
     let issuer = "https://idp.test/shared";
     let with_jwt = |mut cfg: Config| {
@@ -958,10 +869,7 @@ async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
         }];
         cfg
     };
-    let a = Gateway::start(with_jwt(shared(&broker, &registry))).await;
-    let b = Gateway::start(with_jwt(shared(&broker, &registry))).await;
-    ready(&a, Duration::from_secs(20)).await;
-    ready(&b, Duration::from_secs(20)).await;
+    let (a, b) = two(start_all(vec![with_jwt(shared(&tansu(), &registry)); 2]).await);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -975,29 +883,20 @@ async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
         403,
         "no tenant lists it yet"
     );
-    let (s, body) = admin(
+    let (s, body) = admin_put(
         &a,
-        Method::PUT,
         "/admin/tenants/orders",
-        Some(json!({"topics": ["test.*"],
-                    "jwt_claims": [{"issuer": issuer, "value": "orders-svc"}]})),
-        T,
+        json!({"topics": ["test.*"],
+                    "jwt_claims": [{"issuer": issuer, "value": "orders-svc"}]}),
     )
     .await;
     assert_eq!(s, 201, "{body}");
     until_status(&b, &topic, &token, 202, Duration::from_secs(5)).await;
-    let (s, view) = admin(&b, Method::GET, "/admin/tenants/orders", None, T).await;
+    let (s, view) = admin_get(&b, "/admin/tenants/orders").await;
     assert_eq!(s, 200, "{view}");
     assert_eq!(view["jwt_claims"][0]["value"], "orders-svc", "{view}");
     // Removed on B: refused on A.
-    let (s, body) = admin(
-        &b,
-        Method::PATCH,
-        "/admin/tenants/orders",
-        Some(json!({"jwt_claims": null})),
-        T,
-    )
-    .await;
+    let (s, body) = admin_patch(&b, "/admin/tenants/orders", json!({"jwt_claims": null})).await;
     assert_eq!(s, 200, "{body}");
     until_status(&a, &topic, &token, 403, Duration::from_secs(5)).await;
     a.shutdown().await;

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use floodgate::budget::MonotonicClock;
 use rdkafka::mocking::MockCluster;
-use reqwest::Method;
 use serde_json::json;
 
 /// Held by every test that sends SIGHUP (or starts a gateway that listens for it), from its
@@ -119,8 +118,7 @@ async fn sighup_applies_the_edited_file_live() {
     options.admin_tokens =
         Some(floodgate::access::AdminTokens::parse(ADMIN_TOKENS).expect("tokens"));
     let gw = Gateway::start_options(cfg, options).await;
-    let t = Some(ADMIN_TOKEN);
-    let (_, key) = admin(&gw, Method::POST, "/admin/tenants/acme/keys", None, t).await;
+    let (_, key) = admin_post(&gw, "/admin/tenants/acme/keys").await;
     let issued = key["api_key"].as_str().expect("key").to_string();
     let (s, _, _) = post_json(
         &gw.url("test.reload"),
@@ -135,7 +133,7 @@ async fn sighup_applies_the_edited_file_live() {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, view) = admin(&gw, Method::GET, "/admin/tenants/acme", None, t).await;
+        let (_, view) = admin_get(&gw, "/admin/tenants/acme").await;
         if view["records_per_sec"] == 5 {
             break;
         }
@@ -177,8 +175,7 @@ async fn a_shared_registry_applies_a_file_edited_across_a_restart_at_the_next_si
     let _sighup = SIGHUP.lock().await;
     let broker = tansu();
     // A topic of its own: the suite may run again against the same broker.
-    let topic = unique_topic("test.reload");
-    create_topic(&broker, &topic, 1).await;
+    let topic = tansu_topic("test.reload", 1).await;
     let registry = unique_topic("_fg_registry");
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("floodgate.toml");

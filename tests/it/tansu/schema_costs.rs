@@ -19,12 +19,7 @@ async fn gateway(registry: &SchemaRegistry, extra: &str) -> Gateway {
 
 fn gateway_config(registry: &SchemaRegistry, extra: &str) -> floodgate::config::Config {
     let text = format!("[schema_registry]\nurl = \"{}\"\n{extra}\n", registry.url());
-    let mut cfg = floodgate::config::Config::from_toml_with_env(&text, Vec::new())
-        .unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let base = config(&tansu());
-    cfg.kafka.bootstrap_servers = base.kafka.bootstrap_servers;
-    cfg.kafka.delivery_timeout_ms = base.kafka.delivery_timeout_ms;
-    cfg.server.shutdown_timeout_ms = base.server.shutdown_timeout_ms;
+    let mut cfg = config_with_toml(&text);
     let mut slow = tenant("slow", SLOW_KEY, &["test.*"]);
     slow.records_per_sec = Some(1);
     slow.records_burst = Some(1);
@@ -49,20 +44,36 @@ async fn v3_to(
     record: &Value,
 ) -> (u16, Value, Duration) {
     let started = Instant::now();
-    let response = client()
-        .post(format!(
-            "http://{addr}/v3/clusters/any-id/topics/{topic}/records"
-        ))
-        .bearer_auth(key)
-        .header("content-type", "application/json")
-        .body(record.to_string())
-        .send()
-        .await
-        .expect("request");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("body");
+    let url = format!("http://{addr}/v3/clusters/any-id/topics/{topic}/records");
+    let content_type = [("content-type", "application/json")];
+    let (status, _, text) = post_text(&url, key, &content_type, record.to_string()).await;
     let answer = serde_json::from_str(text.trim_end()).unwrap_or(Value::String(text));
     (status, answer, started.elapsed())
+}
+
+/// A Confluent v2 produce of `body` with `key` in the embedded `format` (`avro`,
+/// `jsonschema`): status and answer.
+async fn v2(gw: &Gateway, key: &str, topic: &str, format: &str, body: &Value) -> (u16, Value) {
+    let url = format!("http://{}/topics/{topic}", gw.addr);
+    let content_type = format!("application/vnd.kafka.{format}.v2+json");
+    let headers = [("content-type", content_type.as_str())];
+    let (status, _, text) = post_text(&url, key, &headers, body.to_string()).await;
+    let answer = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, answer)
+}
+
+/// A test registry and a topic of the test's own on Tansu: how most tests here start.
+async fn registry_and_topic(prefix: &str) -> (SchemaRegistry, String) {
+    (SchemaRegistry::start().await, tansu_topic(prefix, 1).await)
+}
+
+/// One millisecond of unpaid schema work a second, one at once: any compile or refused
+/// check spends it.
+const ONE_MS_UNPAID: &str = "tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1";
+
+/// The JSON Schema of an object whose `a` is an integer: the schema of most records here.
+fn integer_a() -> String {
+    json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string()
 }
 
 fn message(answer: &Value) -> String {
@@ -95,9 +106,7 @@ fn pattern_schema(count: usize, start: usize) -> String {
 
 #[tokio::test]
 async fn a_record_whose_check_would_cost_seconds_is_refused_before_it_runs() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.costly");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.costly").await;
     let gw = gateway(&registry, "").await;
     // A float enum is scanned in full for every element (46 s of CPU for this record).
     let floats: Vec<f64> = (0..28_000).map(|i| f64::from(i) + 0.5).collect();
@@ -123,9 +132,7 @@ async fn a_record_whose_check_would_cost_seconds_is_refused_before_it_runs() {
 
 #[tokio::test]
 async fn regexes_are_bounded_and_a_subject_is_checked_before_anything_compiles() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.patterns");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.patterns").await;
     let gw = gateway(&registry, "").await;
     // Three 47 KB schemas took the review's gateway from 18 MiB to 1.5 GiB, each answered 422.
     for i in 0..3 {
@@ -157,9 +164,7 @@ async fn regexes_are_bounded_and_a_subject_is_checked_before_anything_compiles()
 
 #[tokio::test]
 async fn refused_requests_never_register_a_schema() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.noreg");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.noreg").await;
     let gw = gateway(&registry, "").await;
     let subject = format!("{topic}-value");
     let schema = |i: usize| {
@@ -180,15 +185,8 @@ async fn refused_requests_never_register_a_schema() {
     // A v2 request whose first record fits and whose second does not: the schema waits for
     // every record, so nothing is registered.
     let body = json!({"value_schema": schema(50), "records": [{"value": {"a": 1}}, {"value": {"a": "no"}}]});
-    let response = client()
-        .post(format!("http://{}/topics/{topic}", gw.addr))
-        .bearer_auth(KEY)
-        .header("content-type", "application/vnd.kafka.jsonschema.v2+json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(response.status().as_u16(), 422);
+    let (status, answer) = v2(&gw, KEY, &topic, "jsonschema", &body).await;
+    assert_eq!(status, 422, "{answer}");
     assert_eq!(
         registry.calls(Call::Register),
         0,
@@ -211,9 +209,7 @@ async fn refused_requests_never_register_a_schema() {
 
 #[tokio::test]
 async fn a_tenants_registrations_are_charged_to_it() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.regs");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.regs").await;
     let gw = gateway(
         &registry,
         "tenant_registrations_per_sec = 1\ntenant_registrations_burst = 2",
@@ -242,9 +238,7 @@ async fn a_tenants_registrations_are_charged_to_it() {
 
 #[tokio::test]
 async fn unknown_subject_versions_are_remembered_like_unknown_ids() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.unknown");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.unknown").await;
     let gw = gateway(&registry, "").await;
     for version in [json!({"schema_version": 7}), json!({})] {
         let mut value = version.clone();
@@ -271,9 +265,7 @@ async fn unknown_subject_versions_are_remembered_like_unknown_ids() {
 /// tenant allowed one, costs one compile and one registry lookup, not ten.
 #[tokio::test]
 async fn a_stream_over_its_budget_converts_only_what_it_may_send() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.streamcost");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.streamcost").await;
     let gw = gateway(&registry, "").await;
     let (addr, path) = (
         gw.addr,
@@ -319,10 +311,8 @@ async fn a_stream_over_its_budget_converts_only_what_it_may_send() {
 /// starts at once.
 #[tokio::test]
 async fn one_tenants_registry_calls_leave_the_others_their_slots() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.slots");
-    create_topic(&tansu(), &topic, 1).await;
-    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let (registry, topic) = registry_and_topic("test.slots").await;
+    let schema = integer_a();
     let id = registry.register(
         &format!("{topic}-value"),
         crate::common::schema_registry::SchemaType::Json,
@@ -383,15 +373,9 @@ async fn one_tenants_registry_calls_leave_the_others_their_slots() {
 /// its own.
 #[tokio::test]
 async fn a_tenants_compiles_and_refused_checks_spend_its_own_unpaid_work() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.unpaidwork");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.unpaidwork").await;
     // 1 ms a second, 1 at once: any compile or refused check spends it.
-    let gw = Gateway::start_manual(gateway_config(
-        &registry,
-        "tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1",
-    ))
-    .await;
+    let gw = Gateway::start_manual(gateway_config(&registry, ONE_MS_UNPAID)).await;
     let schema =
         json!({"type": "array", "items": {"type": "string", "pattern": "^(a|b)*$"}}).to_string();
     let record =
@@ -430,16 +414,10 @@ async fn a_tenants_compiles_and_refused_checks_spend_its_own_unpaid_work() {
 /// cost the tenant nothing for the key).
 #[tokio::test]
 async fn checks_passed_by_records_refused_later_spend_the_tenants_unpaid_work() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.owedchecks");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.owedchecks").await;
     // 1 ms a second, 1 at once: any check owed spends it.
-    let gw = Gateway::start_manual(gateway_config(
-        &registry,
-        "tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1",
-    ))
-    .await;
-    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let gw = Gateway::start_manual(gateway_config(&registry, ONE_MS_UNPAID)).await;
+    let schema = integer_a();
     let record = |partition: Option<u32>| {
         let mut r = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"a": 1}}});
         if let Some(p) = partition {
@@ -472,30 +450,23 @@ async fn checks_passed_by_records_refused_later_spend_the_tenants_unpaid_work() 
     let avro = json!({"type": "record", "name": "Padded",
                       "fields": [{"name": "pad", "type": "string", "default": pad}]})
     .to_string();
-    let v2 = |value: Value| {
-        client()
-            .post(format!("http://{}/topics/{topic}", gw.addr))
-            .bearer_auth(PADDED_KEY)
-            .header("content-type", "application/vnd.kafka.avro.v2+json")
-            .body(json!({"value_schema": avro, "records": [{"value": value}]}).to_string())
-            .send()
-    };
-    let answer = |response: reqwest::Response| async move {
-        let status = response.status().as_u16();
-        (status, response.json::<Value>().await.expect("json"))
+    let padded = |value: Value| {
+        let body = json!({"value_schema": avro, "records": [{"value": value}]});
+        let (gw, topic) = (&gw, &topic);
+        async move { v2(gw, PADDED_KEY, topic, "avro", &body).await }
     };
     // Compiled, and its compile paid off.
-    let _ = v2(json!({"pad": "y"})).await.expect("request");
+    let _ = padded(json!({"pad": "y"})).await;
     gw.advance_ms(60_000);
-    let (s, body) = answer(v2(json!({"pad": "y"})).await.expect("request")).await;
+    let (s, body) = padded(json!({"pad": "y"})).await;
     assert_eq!(s, 200, "{body}");
     gw.advance_ms(60_000);
-    let (s, body) = answer(v2(json!({})).await.expect("request")).await;
+    let (s, body) = padded(json!({})).await;
     assert_eq!(
         s, 413,
         "the budget's refusal of what the record became: {body}"
     );
-    let (s, body) = answer(v2(json!({"pad": "y"})).await.expect("request")).await;
+    let (s, body) = padded(json!({"pad": "y"})).await;
     assert!(
         busy(s, &body),
         "the refused record's check was owed: {s} {body}"
@@ -511,10 +482,8 @@ async fn checks_passed_by_records_refused_later_spend_the_tenants_unpaid_work() 
 /// with the default allowance the same records are both written.
 #[tokio::test]
 async fn passing_checks_past_what_a_record_pays_for_spend_unpaid_work() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.paidcheck");
-    create_topic(&tansu(), &topic, 1).await;
-    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}}).to_string();
+    let (registry, topic) = registry_and_topic("test.paidcheck").await;
+    let schema = integer_a();
     let record = json!({"value": {"type": "JSONSCHEMA", "schema": schema, "data": {"a": 1}}});
     let busy = |s: u16, answer: &Value| {
         s == 429 && message(answer).contains("tenant_unpaid_work_ms_per_sec")
@@ -525,7 +494,7 @@ async fn passing_checks_past_what_a_record_pays_for_spend_unpaid_work() {
     ] {
         let gw = Gateway::start_manual(gateway_config(
             &registry,
-            &format!("tenant_unpaid_work_ms_per_sec = 1\ntenant_unpaid_work_ms_burst = 1\n{paid}"),
+            &format!("{ONE_MS_UNPAID}\n{paid}"),
         ))
         .await;
         // The compile spends the bucket; paid off, the schema is cached.
@@ -548,9 +517,7 @@ async fn passing_checks_past_what_a_record_pays_for_spend_unpaid_work() {
 /// 429, and the refused request had moved the key subject's latest).
 #[tokio::test]
 async fn a_records_key_and_value_schemas_take_their_registrations_together() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.regpair");
-    create_topic(&tansu(), &topic, 1).await;
+    let (registry, topic) = registry_and_topic("test.regpair").await;
     // Three registrations at once, none more on the stepped clock.
     let gw = Gateway::start_manual(gateway_config(
         &registry,
@@ -562,25 +529,17 @@ async fn a_records_key_and_value_schemas_take_their_registrations_together() {
                "properties": {"a": {"type": "integer"}}})
         .to_string()
     };
-    let v2 = |body: Value| {
-        client()
-            .post(format!("http://{}/topics/{topic}", gw.addr))
-            .bearer_auth(KEY)
-            .header("content-type", "application/vnd.kafka.jsonschema.v2+json")
-            .body(body.to_string())
-            .send()
-    };
     // Two of the three spent on value schemas.
     for i in 0..2 {
         let body = json!({"value_schema": schema(i), "records": [{"value": {"a": 1}}]});
-        let response = v2(body).await.expect("request");
-        assert_eq!(response.status().as_u16(), 200, "{i}");
+        let (status, answer) = v2(&gw, KEY, &topic, "jsonschema", &body).await;
+        assert_eq!(status, 200, "{i}: {answer}");
     }
     // A record with a new key schema and a new value schema needs two: refused whole.
     let body = json!({"key_schema": schema(10), "value_schema": schema(11),
                       "records": [{"key": {"a": 1}, "value": {"a": 1}}]});
-    let response = v2(body.clone()).await.expect("request");
-    assert_eq!(response.status().as_u16(), 429);
+    let (status, answer) = v2(&gw, KEY, &topic, "jsonschema", &body).await;
+    assert_eq!(status, 429, "{answer}");
     assert_eq!(
         registry.versions(&format!("{topic}-key")),
         Vec::<u32>::new(),
@@ -588,8 +547,8 @@ async fn a_records_key_and_value_schemas_take_their_registrations_together() {
     );
     // Two more registrations: both are registered, and the record written.
     gw.advance_ms(2_000);
-    let response = v2(body).await.expect("request");
-    assert_eq!(response.status().as_u16(), 200);
+    let (status, answer) = v2(&gw, KEY, &topic, "jsonschema", &body).await;
+    assert_eq!(status, 200, "{answer}");
     assert_eq!(registry.versions(&format!("{topic}-key")).len(), 1);
     assert_eq!(registry.versions(&format!("{topic}-value")).len(), 3);
     gw.shutdown().await;

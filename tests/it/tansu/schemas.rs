@@ -195,8 +195,7 @@ async fn confluent_serializers_round_trip_through_the_test_registry() {
     let registry = SchemaRegistry::start().await;
     let url = registry.url();
 
-    let topic = unique_topic("test.sr-avro");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.sr-avro", 1).await;
     let posted = [
         json!({"id": 1, "item": "apple", "note": null}),
         json!({"id": 2, "item": "pear", "note": "ripe"}),
@@ -206,8 +205,7 @@ async fn confluent_serializers_round_trip_through_the_test_registry() {
     assert_eq!(registry.versions(&format!("{topic}-value")), vec![id]);
     assert_eq!(values(&topic, &url, "avro", 2).await, posted);
 
-    let topic = unique_topic("test.sr-json");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.sr-json", 1).await;
     let posted = [
         json!({"id": 1, "item": "apple"}),
         json!({"id": 2, "item": "pear", "address": {"zip": "12345"}}),
@@ -220,8 +218,7 @@ async fn confluent_serializers_round_trip_through_the_test_registry() {
     );
     assert_eq!(values(&topic, &url, "json", 2).await, posted);
 
-    let topic = unique_topic("test.sr-proto");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.sr-proto", 1).await;
     let id = registry.register(&format!("{topic}-value"), SchemaType::Protobuf, PROTO_ORDER);
     let records = [
         json!({"value": {"id": "7", "item": "apple", "tags": ["a", "b"]}}),
@@ -239,9 +236,7 @@ async fn confluent_serializers_round_trip_through_the_test_registry() {
     );
 
     // A record not in the wire format is a decode error, named.
-    let topic = unique_topic("test.sr-raw");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = Gateway::start(config(&tansu())).await;
+    let (topic, gw) = on_tansu("test.sr-raw", 1).await;
     let (s, _, _) = post_json(
         &gw.url(&topic),
         KEY,
@@ -271,32 +266,33 @@ async fn gateway(registry: &SchemaRegistry, timeout_ms: u64, extra: &str) -> Gat
         "[schema_registry]\nurl = \"{}\"\ntimeout_ms = {timeout_ms}\n\n{extra}",
         registry.url()
     );
-    let mut cfg = floodgate::config::Config::from_toml_with_env(&text, Vec::new())
-        .unwrap_or_else(|e| panic!("the schema configuration of #31 is refused: {e}\n{text}"));
-    let base = config(&tansu());
-    cfg.kafka.bootstrap_servers = base.kafka.bootstrap_servers;
-    cfg.kafka.delivery_timeout_ms = base.kafka.delivery_timeout_ms;
-    cfg.server.shutdown_timeout_ms = base.server.shutdown_timeout_ms;
-    cfg.tenants = base.tenants;
-    Gateway::start(cfg).await
+    Gateway::start(config_with_toml(&text)).await
 }
 
-async fn post_text(
-    url: String,
+/// A test registry, a topic of the test's own on Tansu, and a [`gateway`] using that registry
+/// (2 s timeout, no contract): how most tests here start.
+async fn with_registry(prefix: &str, partitions: i32) -> (SchemaRegistry, String, Gateway) {
+    let registry = SchemaRegistry::start().await;
+    let topic = tansu_topic(prefix, partitions).await;
+    let gw = gateway(&registry, 2000, "").await;
+    (registry, topic, gw)
+}
+
+/// A POST of `body` with the test key to `path` on `gw`: status, headers, the answer's text.
+async fn post_to(
+    gw: &Gateway,
+    path: &str,
     content_type: &str,
-    body: String,
+    body: &Value,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let response = client()
-        .post(url)
-        .bearer_auth(KEY)
-        .header("content-type", content_type)
-        .body(body)
-        .send()
-        .await
-        .expect("request");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    (status, headers, response.text().await.expect("body"))
+    let url = format!("http://{}{path}", gw.addr);
+    post_text(
+        &url,
+        KEY,
+        &[("content-type", content_type)],
+        body.to_string(),
+    )
+    .await
 }
 
 fn parse(text: &str) -> Value {
@@ -311,27 +307,32 @@ async fn v2(
     format: &str,
     body: &Value,
 ) -> (u16, reqwest::header::HeaderMap, Value) {
-    let (s, h, text) = post_text(
-        format!("http://{}/topics/{topic}", gw.addr),
-        &format!("application/vnd.kafka.{format}.v2+json"),
-        body.to_string(),
-    )
-    .await;
+    let content_type = format!("application/vnd.kafka.{format}.v2+json");
+    let (s, h, text) = post_to(gw, &format!("/topics/{topic}"), &content_type, body).await;
     (s, h, parse(&text))
 }
 
 /// A Confluent v3 produce of one record (not streamed): status, headers, the one report.
 async fn v3(gw: &Gateway, topic: &str, record: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
-    let (s, h, text) = post_text(
-        format!(
-            "http://{}/v3/clusters/any-id/topics/{topic}/records",
-            gw.addr
-        ),
-        "application/json",
-        record.to_string(),
-    )
-    .await;
+    let path = format!("/v3/clusters/any-id/topics/{topic}/records");
+    let (s, h, text) = post_to(gw, &path, "application/json", record).await;
     (s, h, parse(&text))
+}
+
+/// A `[[schemas]]` contract validating the topics matching `pattern` against their JSON Schema.
+fn json_contract(pattern: &str) -> String {
+    format!("[[schemas]]\ntopics = [\"{pattern}\"]\nformat = \"json\"\nmode = \"validate\"\n")
+}
+
+/// A Confluent v3 produce of one record whose report must say it was written; `what` says
+/// which.
+async fn v3_written(gw: &Gateway, topic: &str, record: &Value, what: &str) {
+    let (s, _, report) = v3(gw, topic, record).await;
+    assert_eq!(
+        (s, &report["error_code"]),
+        (200, &json!(200)),
+        "{what}: {report}"
+    );
 }
 
 /// A Confluent v3 records:batch: status, headers, the answer's text.
@@ -340,15 +341,8 @@ async fn v3_batch(
     topic: &str,
     batch: &Value,
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    post_text(
-        format!(
-            "http://{}/v3/clusters/any-id/topics/{topic}/records:batch",
-            gw.addr
-        ),
-        "application/json",
-        batch.to_string(),
-    )
-    .await
+    let path = format!("/v3/clusters/any-id/topics/{topic}/records:batch");
+    post_to(gw, &path, "application/json", batch).await
 }
 
 /// The raw records of a one-partition topic (waits `expected`, then 1.5 s of quiet).
@@ -362,10 +356,7 @@ async fn raw(topic: &str, expected: usize) -> Vec<Consumed> {
 /// Nothing at all was written to `topic`.
 async fn assert_empty(topic: &str, what: &str) {
     let got = raw(topic, 0).await;
-    let shown: Vec<String> = got
-        .iter()
-        .map(|c| String::from_utf8_lossy(c.value.as_deref().unwrap_or_default()).into_owned())
-        .collect();
+    let shown = value_texts(&got);
     assert!(
         got.is_empty(),
         "{what}: nothing may be written to {topic}, found {shown:?}"
@@ -435,10 +426,7 @@ fn assert_schema_violation(status: u16, answer: &Value, parts: &[&str], what: &s
 /// value).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v2_avro_with_value_schema_then_value_schema_id() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v2-avro");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.v2-avro", 1).await;
 
     let key_schema = r#"{"type":"string"}"#;
     let body = json!({
@@ -567,8 +555,7 @@ async fn v3_raw_schemas_avro_jsonschema_protobuf() {
         ),
     ];
     for (kind, format, schema, posted, expected) in cases {
-        let topic = unique_topic(&format!("test.v3-{format}"));
-        create_topic(&tansu(), &topic, 1).await;
+        let topic = tansu_topic(&format!("test.v3-{format}"), 1).await;
         for data in &posted {
             let record = json!({"value": {"type": kind, "schema": schema, "data": data}});
             let (s, _, report) = v3(&gw, &topic, &record).await;
@@ -623,8 +610,7 @@ async fn v3_raw_schemas_avro_jsonschema_protobuf() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_by_schema_id_and_by_subject_version() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v3-id");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.v3-id", 1).await;
     let subject = format!("{topic}-value");
     let v1 = registry.register(&subject, SchemaType::Avro, AVRO_ORDER);
     let v2 = registry.register(&subject, SchemaType::Avro, AVRO_ORDER_V2);
@@ -632,18 +618,15 @@ async fn v3_by_schema_id_and_by_subject_version() {
 
     let record =
         json!({"value": {"schema_id": v1, "data": {"id": 1, "item": "apple", "note": null}}});
-    let (s, _, report) = v3(&gw, &topic, &record).await;
-    assert_eq!((s, &report["error_code"]), (200, &json!(200)), "{report}");
+    v3_written(&gw, &topic, &record, "written").await;
     let record = json!({"value": {"subject": subject, "schema_version": 2,
                                   "data": {"id": 2, "item": "pear", "note": null, "qty": 5}}});
-    let (s, _, report) = v3(&gw, &topic, &record).await;
-    assert_eq!((s, &report["error_code"]), (200, &json!(200)), "{report}");
+    v3_written(&gw, &topic, &record, "written").await;
 
     // With a type too (kafka-rest refuses that; floodgate takes it when they agree).
     let record = json!({"value": {"type": "AVRO", "schema_id": v1,
                                   "data": {"id": 3, "item": "fig", "note": {"string": "dry"}}}});
-    let (s, _, report) = v3(&gw, &topic, &record).await;
-    assert_eq!((s, &report["error_code"]), (200, &json!(200)), "{report}");
+    v3_written(&gw, &topic, &record, "written").await;
 
     let got = raw(&topic, 3).await;
     let ids: Vec<u32> = got.iter().map(|c| wire_id(c.value.as_deref())).collect();
@@ -664,8 +647,7 @@ async fn v3_by_schema_id_and_by_subject_version() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_without_type_uses_the_latest_schema_of_the_subject() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v3-latest");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.v3-latest", 1).await;
     registry.register(&format!("{topic}-value"), SchemaType::Avro, AVRO_ORDER);
     let latest = registry.register(&format!("{topic}-value"), SchemaType::Avro, AVRO_ORDER_V2);
     let key_id = registry.register(
@@ -677,8 +659,7 @@ async fn v3_without_type_uses_the_latest_schema_of_the_subject() {
 
     let record = json!({"key": {"data": "k1"},
                         "value": {"data": {"id": 1, "item": "apple", "note": null, "qty": 3}}});
-    let (s, _, report) = v3(&gw, &topic, &record).await;
-    assert_eq!((s, &report["error_code"]), (200, &json!(200)), "{report}");
+    v3_written(&gw, &topic, &record, "written").await;
 
     let got = raw(&topic, 1).await;
     assert_eq!(got.len(), 1);
@@ -701,10 +682,7 @@ async fn v3_without_type_uses_the_latest_schema_of_the_subject() {
 /// `failures` (as Confluent does) and the others are written, and decode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_batch_reports_schema_failures_per_entry_and_writes_the_rest() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v3-batch");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.v3-batch", 1).await;
     let entry = |id: &str, data: Value| json!({"id": id, "value": {"type": "AVRO", "schema": AVRO_ORDER, "data": data}});
     let batch = json!({"entries": [
         entry("a", json!({"id": 1, "item": "apple", "note": null})),
@@ -714,12 +692,7 @@ async fn v3_batch_reports_schema_failures_per_entry_and_writes_the_rest() {
     let (s, _, text) = v3_batch(&gw, &topic, &batch).await;
     assert_eq!(s, 207, "{text}");
     let answer = parse(&text);
-    let ok: Vec<&str> = answer["successes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("successes: {answer}"))
-        .iter()
-        .filter_map(|e| e["id"].as_str())
-        .collect();
+    let ok = listed_ids(&answer, "successes");
     assert_eq!(ok, vec!["a", "c"], "{answer}");
     let failures = answer["failures"].as_array().expect("failures");
     assert_eq!(failures.len(), 1, "{answer}");
@@ -740,10 +713,7 @@ async fn v3_batch_reports_schema_failures_per_entry_and_writes_the_rest() {
 /// match its schema gets its own 422 report and the others are written, and decode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v3_stream_reports_each_schema_record() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v3-stream");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.v3-stream", 1).await;
     let (addr, path) = (
         gw.addr,
         format!("/v3/clusters/any-id/topics/{topic}/records"),
@@ -790,15 +760,9 @@ async fn v3_stream_reports_each_schema_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1_contract_validate_mode_checks_json_and_writes_it_unchanged() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.ctr-validate");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.ctr-validate", 1).await;
     registry.register(&format!("{topic}-value"), SchemaType::Json, JSON_ORDER);
-    let gw = gateway(
-        &registry,
-        2000,
-        "[[schemas]]\ntopics = [\"test.ctr-validate.*\"]\nformat = \"json\"\nmode = \"validate\"\n",
-    )
-    .await;
+    let gw = gateway(&registry, 2000, &json_contract("test.ctr-validate.*")).await;
     let url = gw.url(&topic);
 
     let body = r#"{"records":[{"value":{"id": 1,"item":"apple"}},{"value":{"id":2,"item":"pear","address":{"zip":"12345"}}}]}"#;
@@ -847,14 +811,7 @@ async fn v1_contract_validate_mode_checks_json_and_writes_it_unchanged() {
         "nothing of the refused requests written: {after:?}"
     );
 
-    let metrics = client()
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::common::exposition::scrape(&gw).await;
     let counted = metrics
         .lines()
         .find(|l| l.starts_with("floodgate_schema_violations_total{") && l.contains(topic.as_str()))
@@ -958,8 +915,7 @@ async fn invalid_records_and_schemas_are_refused_and_nothing_is_written() {
     let gw = gateway(&registry, 2000, "").await;
 
     // Avro over v2: wrong type, missing required field, a field the record does not have.
-    let topic = unique_topic("test.bad-avro");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.bad-avro", 1).await;
     let good = json!({"value": {"id": 1, "item": "good", "note": null}});
     let cases = [
         (
@@ -988,30 +944,22 @@ async fn invalid_records_and_schemas_are_refused_and_nothing_is_written() {
     let record = json!({"value": {"schema_id": 999_999, "data": {"id": 1}}});
     let (s, _, answer) = v3(&gw, &topic, &record).await;
     assert_confluent_422(s, &answer, &["record 0", "value"], "v3 unknown schema_id");
-    let record = json!({"value": {"type": "AVRO", "schema": "{\"type\": \"record\", \"name\": ", "data": {"id": 1}}});
-    let (s, _, answer) = v3(&gw, &topic, &record).await;
-    assert_confluent_422(
-        s,
-        &answer,
-        &["record 0", "value"],
-        "v3 malformed AVRO schema",
-    );
-    let record = json!({"value": {"type": "PROTOBUF", "schema": "message Order { int64 id = }", "data": {"id": 1}}});
-    let (s, _, answer) = v3(&gw, &topic, &record).await;
-    assert_confluent_422(
-        s,
-        &answer,
-        &["record 0", "value"],
-        "v3 malformed PROTOBUF schema",
-    );
+    for (kind, schema) in [
+        ("AVRO", "{\"type\": \"record\", \"name\": "),
+        ("PROTOBUF", "message Order { int64 id = }"),
+    ] {
+        let record = json!({"value": {"type": kind, "schema": schema, "data": {"id": 1}}});
+        let (s, _, answer) = v3(&gw, &topic, &record).await;
+        let what = format!("v3 malformed {kind} schema");
+        assert_confluent_422(s, &answer, &["record 0", "value"], &what);
+    }
     let record = json!({"value": {"type": "AVRO", "schema": AVRO_ORDER, "data": {"id": "x", "item": "v3", "note": null}}});
     let (s, _, answer) = v3(&gw, &topic, &record).await;
     assert_confluent_422(s, &answer, &["/id"], "v3 avro wrong type");
     assert_empty(&topic, "refused avro").await;
 
     // JSON Schema over v3: additionalProperties false, a required field, a nested type.
-    let topic = unique_topic("test.bad-json");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.bad-json", 1).await;
     for (data, field) in [
         (json!({"id": 1, "item": "extra", "colour": "red"}), "colour"),
         (json!({"id": 2}), "item"),
@@ -1039,8 +987,7 @@ async fn invalid_records_and_schemas_are_refused_and_nothing_is_written() {
     assert_empty(&topic, "refused json schema").await;
 
     // Protobuf over v2: a field of the wrong type, a field the message does not have.
-    let topic = unique_topic("test.bad-proto");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.bad-proto", 1).await;
     for (bad, field) in [
         (json!({"id": 1, "item": 5}), "item"),
         (json!({"id": 1, "item": "x", "colour": "red"}), "colour"),
@@ -1063,13 +1010,11 @@ async fn invalid_records_and_schemas_are_refused_and_nothing_is_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_down_with_the_schema_cached_still_produces() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.sr-cached");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.sr-cached", 1).await;
     let gw = gateway(&registry, 1000, "").await;
 
     let raw_record = |n: i64| json!({"value": {"type": "AVRO", "schema": AVRO_ORDER, "data": {"id": n, "item": "cached", "note": null}}});
-    let (s, _, report) = v3(&gw, &topic, &raw_record(1)).await;
-    assert_eq!((s, &report["error_code"]), (200, &json!(200)), "{report}");
+    v3_written(&gw, &topic, &raw_record(1), "written").await;
     let id = registry.versions(&format!("{topic}-value"))[0];
     let by_id = |n: i64| json!({"value_schema_id": id, "records": [{"value": {"id": n, "item": "cached", "note": null}}]});
     let (s, _, answer) = v2(&gw, &topic, "avro", &by_id(2)).await;
@@ -1077,22 +1022,12 @@ async fn registry_down_with_the_schema_cached_still_produces() {
 
     registry.set_down(true);
     let before = registry.total_calls();
-    let (s, _, report) = v3(&gw, &topic, &raw_record(3)).await;
-    assert_eq!(
-        (s, &report["error_code"]),
-        (200, &json!(200)),
-        "registry answering 500: {report}"
-    );
+    v3_written(&gw, &topic, &raw_record(3), "registry answering 500").await;
     let (s, _, answer) = v2(&gw, &topic, "avro", &by_id(4)).await;
     assert_eq!(s, 200, "registry answering 500: {answer}");
     registry.set_down(false);
     registry.set_dropping(true);
-    let (s, _, report) = v3(&gw, &topic, &raw_record(5)).await;
-    assert_eq!(
-        (s, &report["error_code"]),
-        (200, &json!(200)),
-        "registry dropping connections: {report}"
-    );
+    v3_written(&gw, &topic, &raw_record(5), "registry dropping connections").await;
     let (s, _, answer) = v2(&gw, &topic, "avro", &by_id(6)).await;
     assert_eq!(s, 200, "registry dropping connections: {answer}");
     registry.set_dropping(false);
@@ -1118,12 +1053,7 @@ async fn registry_down_and_schema_unknown_is_503_and_nothing_written() {
     create_topic(&tansu(), &ctr_topic, 1).await;
     let id = registry.register(&format!("{topic}-value"), SchemaType::Avro, AVRO_ORDER);
     registry.register(&format!("{ctr_topic}-value"), SchemaType::Json, JSON_ORDER);
-    let gw = gateway(
-        &registry,
-        1000,
-        "[[schemas]]\ntopics = [\"test.ctr-down.*\"]\nformat = \"json\"\nmode = \"validate\"\n",
-    )
-    .await;
+    let gw = gateway(&registry, 1000, &json_contract("test.ctr-down.*")).await;
     let data = json!({"id": 1, "item": "x", "note": null});
 
     for fault in ["500s", "dropped connections", "stopped"] {
@@ -1176,8 +1106,7 @@ async fn registry_down_and_schema_unknown_is_503_and_nothing_written() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_registry_is_bounded_by_its_timeout() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.sr-slow");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.sr-slow", 1).await;
     let id = registry.register(&format!("{topic}-value"), SchemaType::Avro, AVRO_ORDER);
     let timeout_ms = 500;
     let gw = gateway(&registry, timeout_ms, "").await;
@@ -1227,68 +1156,50 @@ async fn test_registry_speaks_confluents_rest_api() {
         }
     };
     use reqwest::Method;
+    // Lookups and registrations post a schema; the rest are reads.
+    let post = |path: &str, schema: &Value| call(Method::POST, path, Some(schema.clone()));
+    let get = |path: &str| call(Method::GET, path, None);
     let avro = json!({"schema": AVRO_ORDER});
     let proto = json!({"schema": PROTO_ORDER, "schemaType": "PROTOBUF"});
 
     // Lookup before anything: subject not found; register; lookup finds it.
-    let (s, a) = call(Method::POST, "/subjects/a-value", Some(avro.clone())).await;
+    let (s, a) = post("/subjects/a-value", &avro).await;
     assert_eq!((s, &a["error_code"]), (404, &json!(40401)), "{a}");
-    let (s, a) = call(
-        Method::POST,
-        "/subjects/a-value/versions",
-        Some(avro.clone()),
-    )
-    .await;
+    let (s, a) = post("/subjects/a-value/versions", &avro).await;
     assert_eq!((s, &a), (200, &json!({"id": 1})));
-    let (s, a) = call(Method::POST, "/subjects/a-value", Some(avro.clone())).await;
+    let (s, a) = post("/subjects/a-value", &avro).await;
     assert_eq!(s, 200, "{a}");
     assert_eq!(
         a,
         json!({"subject": "a-value", "id": 1, "version": 1, "schema": AVRO_ORDER})
     );
     // Another schema under that subject is not found by lookup (40403) until registered.
-    let (s, a) = call(Method::POST, "/subjects/a-value", Some(proto.clone())).await;
+    let (s, a) = post("/subjects/a-value", &proto).await;
     assert_eq!((s, &a["error_code"]), (404, &json!(40403)), "{a}");
     // The same text again: the same id; under another subject: the same id too.
-    let (_, a) = call(
-        Method::POST,
-        "/subjects/a-value/versions",
-        Some(avro.clone()),
-    )
-    .await;
+    let (_, a) = post("/subjects/a-value/versions", &avro).await;
     assert_eq!(a, json!({"id": 1}));
-    let (_, a) = call(
-        Method::POST,
-        "/subjects/b-value/versions",
-        Some(avro.clone()),
-    )
-    .await;
+    let (_, a) = post("/subjects/b-value/versions", &avro).await;
     assert_eq!(a, json!({"id": 1}));
-    let (_, a) = call(
-        Method::POST,
-        "/subjects/a-value/versions",
-        Some(proto.clone()),
-    )
-    .await;
+    let (_, a) = post("/subjects/a-value/versions", &proto).await;
     assert_eq!(a, json!({"id": 2}));
     // Malformed schemas are refused as Confluent does (42201).
-    let (s, a) = call(
-        Method::POST,
+    let (s, a) = post(
         "/subjects/a-value/versions",
-        Some(json!({"schema": "message {", "schemaType": "PROTOBUF"})),
+        &json!({"schema": "message {", "schemaType": "PROTOBUF"}),
     )
     .await;
     assert_eq!((s, &a["error_code"]), (422, &json!(42201)), "{a}");
 
     // By id: schemaType omitted for Avro; Protobuf as text, or compiled when serialized.
-    let (s, a) = call(Method::GET, "/schemas/ids/1?subject=a-value", None).await;
+    let (s, a) = get("/schemas/ids/1?subject=a-value").await;
     assert_eq!((s, &a), (200, &json!({"schema": AVRO_ORDER})));
-    let (_, a) = call(Method::GET, "/schemas/ids/2", None).await;
+    let (_, a) = get("/schemas/ids/2").await;
     assert_eq!(
         a,
         json!({"schema": PROTO_ORDER.trim(), "schemaType": "PROTOBUF"})
     );
-    let (_, a) = call(Method::GET, "/schemas/ids/2?format=serialized", None).await;
+    let (_, a) = get("/schemas/ids/2?format=serialized").await;
     use base64::Engine as _;
     let compiled = base64::engine::general_purpose::STANDARD
         .decode(a["schema"].as_str().expect("base64"))
@@ -1297,25 +1208,25 @@ async fn test_registry_speaks_confluents_rest_api() {
         compiled,
         crate::common::schema_registry::compile_proto(PROTO_ORDER).expect("compiles")
     );
-    let (s, a) = call(Method::GET, "/schemas/ids/77", None).await;
+    let (s, a) = get("/schemas/ids/77").await;
     assert_eq!((s, &a["error_code"]), (404, &json!(40403)), "{a}");
-    let (_, a) = call(Method::GET, "/schemas/ids/1/versions", None).await;
+    let (_, a) = get("/schemas/ids/1/versions").await;
     assert_eq!(
         a,
         json!([{"subject": "a-value", "version": 1}, {"subject": "b-value", "version": 1}])
     );
 
     // Versions: by number and latest; unknown version 40402, unknown subject 40401.
-    let (_, a) = call(Method::GET, "/subjects/a-value/versions/latest", None).await;
+    let (_, a) = get("/subjects/a-value/versions/latest").await;
     assert_eq!(
         a,
         json!({"subject": "a-value", "id": 2, "version": 2, "schema": PROTO_ORDER.trim(), "schemaType": "PROTOBUF"})
     );
-    let (_, a) = call(Method::GET, "/subjects/a-value/versions/1", None).await;
+    let (_, a) = get("/subjects/a-value/versions/1").await;
     assert_eq!(a["id"], 1);
-    let (s, a) = call(Method::GET, "/subjects/a-value/versions/3", None).await;
+    let (s, a) = get("/subjects/a-value/versions/3").await;
     assert_eq!((s, &a["error_code"]), (404, &json!(40402)), "{a}");
-    let (s, a) = call(Method::GET, "/subjects/zzz/versions/latest", None).await;
+    let (s, a) = get("/subjects/zzz/versions/latest").await;
     assert_eq!((s, &a["error_code"]), (404, &json!(40401)), "{a}");
     assert!(registry.calls(Call::Lookup) >= 3);
     assert!(registry.calls(Call::Register) >= 5);
@@ -1325,12 +1236,12 @@ async fn test_registry_speaks_confluents_rest_api() {
 
     // Faults: 500s; a delay; dropped connections; stopped.
     registry.set_down(true);
-    let (s, a) = call(Method::GET, "/schemas/ids/1", None).await;
+    let (s, a) = get("/schemas/ids/1").await;
     assert_eq!((s, &a["error_code"]), (500, &json!(50001)), "{a}");
     registry.set_down(false);
     registry.set_delay(Duration::from_millis(300));
     let started = Instant::now();
-    let (s, _) = call(Method::GET, "/schemas/ids/1", None).await;
+    let (s, _) = get("/schemas/ids/1").await;
     assert_eq!(s, 200);
     assert!(started.elapsed() >= Duration::from_millis(300));
     registry.set_delay(Duration::ZERO);
@@ -1360,10 +1271,7 @@ async fn test_registry_speaks_confluents_rest_api() {
 /// value schema with records on two partitions, then a key and value schema pair.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluents_published_v2_avro_examples() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.v2-published");
-    create_topic(&tansu(), &topic, 2).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.v2-published", 2).await;
 
     let body = json!({
         "value_schema": "{\"name\":\"int\",\"type\": \"int\"}",
@@ -1376,8 +1284,7 @@ async fn confluents_published_v2_avro_examples() {
     assert_eq!(answer["value_schema_id"], value_id[0], "{answer}");
     assert_eq!(answer["offsets"][1]["partition"], 1, "{answer}");
 
-    let topic2 = unique_topic("test.v2-published-kv");
-    create_topic(&tansu(), &topic2, 2).await;
+    let topic2 = tansu_topic("test.v2-published-kv", 2).await;
     let body = json!({
         "key_schema": "{\"name\":\"user_id\"  ,\"type\": \"int\"   }",
         "value_schema": "{\"type\": \"record\", \"name\": \"User\", \"fields\": [{\"name\": \"name\", \"type\": \"string\"}]}",
@@ -1413,10 +1320,7 @@ async fn confluents_published_v2_avro_examples() {
 /// named outright (another team's) is looked up, never registered; under `<topic>-value` it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_schemas_are_registered_only_under_the_topics_own_subjects() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.subjects");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.subjects", 1).await;
     let record = |subject: Option<&str>| {
         let mut value = json!({"type": "AVRO", "schema": AVRO_ORDER,
                                "data": {"id": 1, "item": "a", "note": null}});
@@ -1453,10 +1357,7 @@ async fn raw_schemas_are_registered_only_under_the_topics_own_subjects() {
 /// it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_calls_per_request_are_bounded() {
-    let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.lookups");
-    create_topic(&tansu(), &topic, 1).await;
-    let gw = gateway(&registry, 2000, "").await;
+    let (registry, topic, gw) = with_registry("test.lookups", 1).await;
     let schema = |i: usize| {
         format!(r#"{{"type":"record","name":"R{i}","fields":[{{"name":"n","type":"int"}}]}}"#)
     };
@@ -1509,13 +1410,10 @@ async fn registry_calls_per_request_are_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contracts_subject_is_never_registered_from_a_record() {
     let registry = SchemaRegistry::start().await;
-    let topic = unique_topic("test.guarded");
-    create_topic(&tansu(), &topic, 1).await;
+    let topic = tansu_topic("test.guarded", 1).await;
     let subject = format!("{topic}-value");
     registry.register(&subject, SchemaType::Json, JSON_ORDER);
-    let contract =
-        format!("[[schemas]]\ntopics = [\"{topic}\"]\nformat = \"json\"\nmode = \"validate\"\n");
-    let gw = gateway(&registry, 2000, &contract).await;
+    let gw = gateway(&registry, 2000, &json_contract(&topic)).await;
     let lax = r#"{"title":"anything"}"#;
     let record = json!({"value": {"type": "JSONSCHEMA", "schema": lax, "data": {"free": true}}});
     let (s, _, answer) = v3(&gw, &topic, &record).await;

@@ -12,8 +12,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_loses_and_duplicates_nothing_acknowledged() {
-    let topic = unique_topic("test.shutdown");
-    create_topic(&tansu(), &topic, 3).await;
+    let topic = tansu_topic("test.shutdown", 3).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (port, admin_port) = (free_port(), free_port());
     let digest = floodgate::identity::ApiKeyHash::of_key(KEY).to_hex();
