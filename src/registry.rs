@@ -47,7 +47,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::Shared;
+use shared::SharedRegistry;
 
 use crate::budget::{Clock, GlobalBudget};
 use crate::config::{Config, ConfigProblem};
@@ -90,7 +90,7 @@ pub enum ChangeError {
 
 /// A shared registry's counts, for the metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedCounts {
+pub struct SharedRegistryCounts {
     /// Records every replica skipped, by reason.
     pub skipped: Vec<(&'static str, u64)>,
     /// Keys whose entry only an older secret verifies (to be signed again).
@@ -107,7 +107,7 @@ enum Backend {
     /// This replica's state file (or memory).
     Local(Box<dyn Persistence>),
     /// The registry topic, shared by every replica.
-    Shared(Box<Shared>),
+    Shared(Box<SharedRegistry>),
 }
 
 #[derive(Debug)]
@@ -171,7 +171,11 @@ impl RegistryStore {
         let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
         Self {
             state: tokio::sync::Mutex::new(state),
-            backend: Backend::Shared(Box::new(Shared::new(log, replica.to_string(), seed))),
+            backend: Backend::Shared(Box::new(SharedRegistry::new(
+                log,
+                replica.to_string(),
+                seed,
+            ))),
             tenants: Arc::new(Tenants::new(Directory::default())),
             global: Arc::new(global),
             clock,
@@ -206,12 +210,12 @@ impl RegistryStore {
     }
 
     /// The shared registry's counts for the metrics; `None` for a local registry.
-    pub fn shared_counts(&self) -> Option<SharedCounts> {
+    pub fn shared_counts(&self) -> Option<SharedRegistryCounts> {
         let Backend::Shared(s) = &self.backend else {
             return None;
         };
         let rewrites = s.rewrites();
-        Some(SharedCounts {
+        Some(SharedRegistryCounts {
             skipped: shared::SKIPPED
                 .iter()
                 .zip(&s.skipped)
@@ -326,7 +330,7 @@ impl RegistryStore {
     /// this replica has read it back (applied, or refused by the rules every replica follows).
     async fn change_shared<T, E: From<ChangeError>>(
         &self,
-        shared: &Shared,
+        shared: &SharedRegistry,
         actor: &Actor,
         action: &str,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,

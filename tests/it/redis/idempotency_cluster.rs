@@ -344,11 +344,11 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
 /// every retry was 409 until the claim lapsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
-    use floodgate::cluster::RedisKeys;
+    use floodgate::cluster::RedisIdempotencyStore;
     use floodgate::idempotency::Found;
     use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
     let ttl = Duration::from_secs(60);
-    let keys = RedisKeys::new(
+    let keys = RedisIdempotencyStore::new(
         &redis_url(),
         &redis_prefix("keys-stale-renewal"),
         (Duration::from_secs(2), Duration::from_secs(2)),
@@ -396,11 +396,11 @@ async fn a_renewal_that_runs_after_its_release_does_not_take_the_key_again() {
 /// still be written, so a retry must find them pending, not a free key to write again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_holder_takes_back_a_key_another_request_gave_up() {
-    use floodgate::cluster::RedisKeys;
+    use floodgate::cluster::RedisIdempotencyStore;
     use floodgate::idempotency::Found;
     use floodgate::idempotency::{Fingerprint, KeyDigest, TenantKey, Token};
     let ttl = Duration::from_secs(60);
-    let keys = RedisKeys::new(
+    let keys = RedisIdempotencyStore::new(
         &redis_url(),
         &redis_prefix("keys-lapsed-holder"),
         (Duration::from_secs(2), Duration::from_secs(2)),
