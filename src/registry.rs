@@ -81,7 +81,7 @@ pub enum ChangeError {
     NotSaved(String),
     /// Shared registry: another change of the same key came first.
     #[error("{key} was changed by another change first; its version is now {current}: read it again and retry")]
-    Conflict { key: String, current: u64 },
+    Conflict { key: EntryKey, current: u64 },
     /// Shared registry: Kafka did not take the change (or this replica could not read it back)
     /// in time; it may still apply later.
     #[error("the registry topic could not be written: {0}")]
@@ -314,7 +314,7 @@ impl RegistryStore {
         // Versions count changes per key, as the shared registry does (for If-Match); a
         // local registry's versions start again at 0 with the process.
         for entry in shared::entries(&current, &next, "", "", "") {
-            next.versions.insert(entry.key.as_string(), entry.base + 1);
+            next.versions.insert(entry.key, entry.base + 1);
         }
         if let Err(e) = persistence.save(&next) {
             tracing::error!(error = %e, action, "registry change not saved, not applied");

@@ -17,7 +17,7 @@ use crate::app::AppState;
 use crate::config::{whole_number, TenantConfig};
 use crate::outcome::{AdminError, ApiError};
 use crate::refusal::Reason;
-use crate::registry::{Actor, ChangeError, RegistryState};
+use crate::registry::{Actor, ChangeError, EntryKey, RegistryState};
 
 /// A tenant's configuration and live state.
 #[derive(Serialize)]
@@ -255,11 +255,7 @@ pub async fn get(State(app): AppRef, Path(id): Path<String>) -> Result<Response,
 
 /// A tenant's version in the registry (0: never changed since this registry started).
 fn tenant_version(state: &RegistryState, id: &str) -> u64 {
-    state
-        .versions
-        .get(&format!("tenant:{id}"))
-        .copied()
-        .unwrap_or(0)
+    state.version(&EntryKey::tenant(id))
 }
 
 fn with_etag(mut response: Response, version: u64) -> Response {
@@ -295,7 +291,7 @@ fn expect_version(
 ) -> Result<(), AdminError> {
     match expected {
         Some(v) if tenant_version(state, id) != v => Err(ChangeError::Conflict {
-            key: format!("tenant:{id}"),
+            key: EntryKey::tenant(id),
             current: tenant_version(state, id),
         }
         .into()),

@@ -318,7 +318,7 @@ fn not_an_entry(
     progress.bad_mac |= refused == Refused::BadMac;
     // Under the Kafka key of one of ours (a forged value or tombstone, say):
     // ours is written again, so compaction keeps it.
-    if let Some(key) = own_key.filter(|k| state.versions.contains_key(&k.as_string())) {
+    if let Some(key) = own_key.filter(|k| state.versions.contains_key(k)) {
         shared.rewrites().reassert.insert(key);
     }
     if refused.authentic() {
@@ -365,7 +365,7 @@ fn applied(
                 audit::record_entry(
                     &Actor::new(&entry.actor),
                     &entry.action,
-                    &entry.key.as_string(),
+                    &entry.key.to_string(),
                     &before,
                     &shared::value_of(state, &entry.key),
                 );
@@ -381,7 +381,7 @@ fn applied(
                 if by_signing_secret {
                     rewrites.resign.remove(&entry.key);
                 }
-            } else if state.versions.contains_key(&entry.key.as_string())
+            } else if state.versions.contains_key(&entry.key)
                 || matches!(rejection, Rejection::Invalid(_))
             {
                 rewrites.reassert.insert(entry.key.clone());
@@ -450,7 +450,7 @@ fn entry_audit(
 ) -> AuditEntry {
     AuditEntry {
         offset,
-        key: entry.key.as_string(),
+        key: entry.key.to_string(),
         actor: entry.actor.clone(),
         action: entry.action.clone(),
         replica: entry.replica.clone(),
