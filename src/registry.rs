@@ -12,6 +12,11 @@
 //! has read it back and every replica would apply it the same way ([`shared`]); the follower
 //! task applies every entry, from any replica, to the live registry.
 //!
+//! **Versions.** Each key ([`EntryKey`]: a tenant, the global budget, the file's part) counts
+//! the changes that made it. A change can expect its key at a version ([`Expected`], what an
+//! `If-Match` asks): [`RegistryStore::change_if`] compares it under the lock the change holds
+//! and refuses with [`ChangeError::Conflict`]; callers never compare versions themselves.
+//!
 //! Layer: decisions and state. Imports configuration, tenants and the budget; knows nothing
 //! of HTTP (the admin API maps [`ChangeError`] to its answers) nor of where the state is kept
 //! (the [`Persistence`] seam, or the registry topic).
@@ -23,7 +28,10 @@ pub mod mac;
 mod persist;
 mod shared;
 mod state;
+#[cfg(test)]
+mod tests;
 pub mod transfer;
+mod versions;
 
 pub use audit::Actor;
 pub use log::{Entry, EntryKey, LogError, Refused, RegistryLog};
@@ -41,6 +49,7 @@ pub fn registry_secrets(config: &Config) -> Result<RegistrySecrets, String> {
 pub use persist::{InMemory, Persistence, StateFile};
 pub use shared::{AuditEntry, Rejection};
 pub use state::{FileChanges, FilePart, RegistryState, VERSION};
+pub use versions::Expected;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -79,7 +88,8 @@ pub enum ChangeError {
     KeyNotFound(String),
     #[error("the change could not be saved, so it was not applied: {0}")]
     NotSaved(String),
-    /// Shared registry: another change of the same key came first.
+    /// The key is no longer at the version the change expected ([`Expected`]), or, shared
+    /// registry, another replica's change of it came first in the topic.
     #[error("{key} was changed by another change first; its version is now {current}: read it again and retry")]
     Conflict { key: EntryKey, current: u64 },
     /// Shared registry: Kafka did not take the change (or this replica could not read it back)
@@ -293,13 +303,30 @@ impl RegistryStore {
         action: &str,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.change_if(actor, action, None, edit).await
+    }
+
+    /// [`RegistryStore::change`], made only if `expected` holds when the change starts
+    /// (before `edit` runs); otherwise [`ChangeError::Conflict`] and nothing changed.
+    pub async fn change_if<T, E: From<ChangeError>>(
+        &self,
+        actor: &Actor,
+        action: &str,
+        expected: Option<Expected>,
+        edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
+    ) -> Result<T, E> {
         let persistence = match &self.backend {
             Backend::Local(p) => p,
             Backend::Shared(shared) => {
-                return self.change_shared(shared, actor, action, edit).await
+                return self
+                    .change_shared(shared, actor, action, expected, edit)
+                    .await
             }
         };
         let mut current = self.state.lock().await;
+        if let Some(expected) = &expected {
+            expected.check(&current)?;
+        }
         let mut next = current.clone();
         let out = edit(&mut next)?;
         if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {
@@ -333,6 +360,7 @@ impl RegistryStore {
         shared: &SharedRegistry,
         actor: &Actor,
         action: &str,
+        expected: Option<Expected>,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
     ) -> Result<T, E> {
         if !shared.loaded.load(Ordering::Acquire) {
@@ -342,7 +370,13 @@ impl RegistryStore {
             .into());
         }
         let _one_writer = shared.writer.lock().await;
-        let current = self.state.lock().await.clone();
+        let current = {
+            let state = self.state.lock().await;
+            if let Some(expected) = &expected {
+                expected.check(&state)?;
+            }
+            state.clone()
+        };
         let mut next = current.clone();
         let out = edit(&mut next)?;
         if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {

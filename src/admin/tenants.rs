@@ -12,12 +12,12 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::api::{change, key_id, params, parse, AppRef};
+use super::api::{change_if, key_id, params, parse, AppRef};
 use crate::app::AppState;
 use crate::config::{whole_number, TenantConfig};
 use crate::outcome::{AdminError, ApiError};
 use crate::refusal::Reason;
-use crate::registry::{Actor, ChangeError, EntryKey, RegistryState};
+use crate::registry::{Actor, ChangeError, EntryKey, Expected, RegistryState};
 
 /// A tenant's configuration and live state.
 #[derive(Serialize)]
@@ -265,8 +265,9 @@ fn with_etag(mut response: Response, version: u64) -> Response {
     response
 }
 
-/// The version an `If-Match` header asks for (`"3"`, `W/"3"` or `3`; `*` asks for none).
-fn if_match(headers: &axum::http::HeaderMap) -> Result<Option<u64>, AdminError> {
+/// The tenant version an `If-Match` header asks for (`"3"`, `W/"3"` or `3`; `*` asks for
+/// none), for the store to compare.
+fn if_match(headers: &axum::http::HeaderMap, id: &str) -> Result<Option<Expected>, AdminError> {
     let Some(value) = headers.get(axum::http::header::IF_MATCH) else {
         return Ok(None);
     };
@@ -276,27 +277,11 @@ fn if_match(headers: &axum::http::HeaderMap) -> Result<Option<u64>, AdminError> 
     }
     let bare = text.trim_start_matches("W/").trim_matches('"');
     bare.parse::<u64>()
-        .map(Some)
+        .map(|version| Some(Expected::tenant(id, version)))
         .map_err(|_| AdminError::InvalidField {
             field: "If-Match".into(),
             detail: format!("must be a tenant version such as \"3\" (from ETag), not {text:?}"),
         })
-}
-
-/// Refuses the change when the tenant is no longer at the version the client read.
-fn expect_version(
-    state: &RegistryState,
-    id: &str,
-    expected: Option<u64>,
-) -> Result<(), AdminError> {
-    match expected {
-        Some(v) if tenant_version(state, id) != v => Err(ChangeError::Conflict {
-            key: EntryKey::tenant(id),
-            current: tenant_version(state, id),
-        }
-        .into()),
-        _ => Ok(()),
-    }
 }
 
 async fn tenant_response(
@@ -321,10 +306,9 @@ pub async fn put(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
+    let expected = if_match(&headers, &id)?;
     let settings: TenantBody = parse(&body)?;
-    let created = change(&app, &actor, "tenant.put", |state| {
-        expect_version(state, &id, expected)?;
+    let created = change_if(&app, &actor, "tenant.put", expected, |state| {
         let keys = state
             .tenants
             .get(&id)
@@ -353,11 +337,10 @@ pub async fn patch(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
+    let expected = if_match(&headers, &id)?;
     let patch: serde_json::Map<String, Value> = parse(&body)?;
     let patch = checked_patch(patch)?;
-    change(&app, &actor, "tenant.patch", |state| {
-        expect_version(state, &id, expected)?;
+    change_if(&app, &actor, "tenant.patch", expected, |state| {
         let current = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
         let mut merged = serde_json::to_value(TenantBody::of(current))
             .map_err(|e| ApiError::Malformed(e.to_string()))?;
@@ -447,9 +430,8 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
-    change(&app, &actor, "tenant.delete", |state| {
-        expect_version(state, &id, expected)?;
+    let expected = if_match(&headers, &id)?;
+    change_if(&app, &actor, "tenant.delete", expected, |state| {
         state
             .tenants
             .remove(&id)
