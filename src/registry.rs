@@ -49,7 +49,7 @@ pub fn registry_secrets(config: &Config) -> Result<RegistrySecrets, String> {
 pub use persist::{InMemory, Persistence, StateFile};
 pub use shared::{AuditEntry, Rejection};
 pub use state::{FileChanges, FilePart, RegistryState, VERSION};
-pub use versions::Expected;
+pub use versions::{Expected, VersionedTenant};
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -59,7 +59,7 @@ use std::time::Duration;
 use shared::SharedRegistry;
 
 use crate::budget::{Clock, GlobalBudget};
-use crate::config::{Config, ConfigProblem};
+use crate::config::{Config, ConfigProblem, GlobalBudgetConfig};
 use crate::tenant::{Directory, Tenants};
 
 /// Why the registry could not be opened or saved.
@@ -273,6 +273,7 @@ impl RegistryStore {
         &self.global
     }
 
+    /// A copy of the whole state (every tenant): for an export, not to answer for one part.
     pub async fn snapshot(&self) -> RegistryState {
         self.state.lock().await.clone()
     }
@@ -280,6 +281,22 @@ impl RegistryStore {
     /// Reads the state in place (no copy of every tenant, as a snapshot makes).
     pub async fn read<T>(&self, read: impl FnOnce(&RegistryState) -> T) -> T {
         read(&*self.state.lock().await)
+    }
+
+    /// Tenant `id`'s configuration and version (`None`: no such tenant).
+    pub async fn tenant(&self, id: &str) -> Option<VersionedTenant> {
+        self.read(|state| {
+            Some(VersionedTenant {
+                config: state.tenants.get(id)?.clone(),
+                version: state.version(&EntryKey::tenant(id)),
+            })
+        })
+        .await
+    }
+
+    /// The global budget's configuration (the live budget is [`RegistryStore::global`]).
+    pub async fn global_config(&self) -> GlobalBudgetConfig {
+        self.read(|state| state.global.clone()).await
     }
 
     /// Applies a re-read configuration file (SIGHUP): what changed in the file since it was

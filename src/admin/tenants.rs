@@ -17,7 +17,7 @@ use crate::app::AppState;
 use crate::config::{whole_number, TenantConfig};
 use crate::outcome::{AdminError, ApiError};
 use crate::refusal::Reason;
-use crate::registry::{Actor, ChangeError, EntryKey, Expected, RegistryState};
+use crate::registry::{Actor, ChangeError, EntryKey, Expected};
 
 /// A tenant's configuration and live state.
 #[derive(Serialize)]
@@ -216,7 +216,7 @@ pub async fn list(
                 Some(a) if a.as_str() >= prefix.as_str() => Excluded(a.clone()),
                 _ => Included(prefix.clone()),
             };
-            let mut page: Vec<(TenantConfig, u64)> = Vec::with_capacity(limit);
+            let mut page: Vec<(Arc<TenantConfig>, u64)> = Vec::with_capacity(limit);
             let mut more = false;
             for (id, config) in state.tenants.range::<String, _>((start, Unbounded)) {
                 if !id.starts_with(&prefix) {
@@ -226,7 +226,7 @@ pub async fn list(
                     more = true;
                     break;
                 }
-                page.push(((**config).clone(), tenant_version(state, id)));
+                page.push((config.clone(), state.version(&EntryKey::tenant(id))));
             }
             (page, more)
         })
@@ -239,23 +239,7 @@ pub async fn list(
 }
 
 pub async fn get(State(app): AppRef, Path(id): Path<String>) -> Result<Response, AdminError> {
-    let found = app
-        .registry
-        .read(|state| {
-            let config = state.tenants.get(&id)?.clone();
-            Some((config, tenant_version(state, &id)))
-        })
-        .await;
-    let (config, version) = found.ok_or_else(|| not_found(&id))?;
-    Ok(with_etag(
-        Json(view(&app, &config, version)).into_response(),
-        version,
-    ))
-}
-
-/// A tenant's version in the registry (0: never changed since this registry started).
-fn tenant_version(state: &RegistryState, id: &str) -> u64 {
-    state.version(&EntryKey::tenant(id))
+    tenant_response(&app, &id, StatusCode::OK).await
 }
 
 fn with_etag(mut response: Response, version: u64) -> Response {
@@ -289,12 +273,10 @@ async fn tenant_response(
     id: &str,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let state = app.registry.snapshot().await;
-    let config = state.tenants.get(id).ok_or_else(|| not_found(id))?;
-    let version = tenant_version(&state, id);
+    let tenant = app.registry.tenant(id).await.ok_or_else(|| not_found(id))?;
     Ok(with_etag(
-        (status, Json(view(app, config, version))).into_response(),
-        version,
+        (status, Json(view(app, &tenant.config, tenant.version))).into_response(),
+        tenant.version,
     ))
 }
 

@@ -66,3 +66,22 @@ async fn a_change_expecting_another_version_is_a_conflict_and_changes_nothing() 
         .expect("unconditional");
     assert_eq!(rate_and_version(&store).await, (Some(40), 3));
 }
+
+/// An admin read of one tenant takes that tenant's config (shared, not copied) and version,
+/// not a copy of every tenant.
+#[tokio::test]
+async fn one_tenant_is_read_with_its_version_and_nothing_else_is_copied() {
+    let store = store();
+    store
+        .change(&Actor::new("test"), "t", rate(5))
+        .await
+        .expect("changes");
+    let acme = store.tenant("acme").await.expect("acme");
+    assert_eq!((acme.config.records_per_sec, acme.version), (Some(5), 1));
+    let held = store.read(|s| s.tenants["acme"].clone()).await;
+    assert!(
+        Arc::ptr_eq(&acme.config, &held),
+        "the registry's own config"
+    );
+    assert!(store.tenant("nobody").await.is_none());
+}

@@ -1,9 +1,12 @@
 //! Each key's version — how many changes made it — and what a change expects of it: the
 //! optimistic concurrency an `If-Match` asks for, compared by the store, not by its callers.
 
+use std::sync::Arc;
+
 use super::log::EntryKey;
 use super::state::RegistryState;
 use super::ChangeError;
+use crate::config::TenantConfig;
 
 /// What a change expects: its key still at the version the client read (an `If-Match`).
 /// Compared by the store under the lock its change holds, so no change of this replica comes
@@ -34,4 +37,12 @@ impl Expected {
             })
         }
     }
+}
+
+/// A tenant's configuration (the registry's own, shared) with its version, what an `If-Match`
+/// names.
+#[derive(Debug, Clone)]
+pub struct VersionedTenant {
+    pub config: Arc<TenantConfig>,
+    pub version: u64,
 }
