@@ -44,7 +44,11 @@ struct KeyView {
     key_id: String,
 }
 
-/// The parts of a tenant an operator sets (keys are managed through their own endpoints).
+/// The parts of a tenant an operator sets (keys are managed through their own endpoints):
+/// `TenantConfig` without its keys, its id shown but never taken from a body. Its own struct,
+/// not the config itself: serde's answer to an unknown field lists the fields the body takes
+/// (the config's would add `id` and `api_key_sha256`), and that answer is the API's. The test
+/// below keeps the two the same fields, with `SETTINGS` and openapi.json's schemas.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TenantBody {
@@ -347,26 +351,28 @@ pub async fn patch(
     tenant_response(&app, &id, StatusCode::OK).await
 }
 
+/// The fields of [`TenantBody`], what a patch may name.
+const SETTINGS: [&str; 9] = [
+    "topics",
+    "records_per_sec",
+    "records_burst",
+    "bytes_per_sec",
+    "bytes_burst",
+    "max_buffer_share",
+    "priority",
+    "jwt_claims",
+    "cert_names",
+];
+
 /// A patch that always leaves a valid tenant when its values are valid: topics cannot be
 /// unset, a burst is changed together with its rate, and unsetting a rate unsets its burst.
 fn checked_patch(
     mut patch: serde_json::Map<String, Value>,
 ) -> Result<serde_json::Map<String, Value>, AdminError> {
-    const FIELDS: [&str; 9] = [
-        "topics",
-        "records_per_sec",
-        "records_burst",
-        "bytes_per_sec",
-        "bytes_burst",
-        "max_buffer_share",
-        "priority",
-        "jwt_claims",
-        "cert_names",
-    ];
-    if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    if let Some(unknown) = patch.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
         return Err(AdminError::InvalidField {
             field: unknown.clone(),
-            detail: format!("unknown field; a tenant has {}", FIELDS.join(", ")),
+            detail: format!("unknown field; a tenant has {}", SETTINGS.join(", ")),
         });
     }
     if patch.get("topics").is_some_and(Value::is_null) {
@@ -423,3 +429,6 @@ pub async fn delete(
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
+
+#[cfg(test)]
+mod tests;
