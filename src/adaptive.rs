@@ -16,7 +16,7 @@ use crate::config::Priority;
 
 /// One tenant's part of the adaptive limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Share {
+pub struct Allotment {
     pub class: Priority,
     /// Its share as a budget: what admission enforces.
     pub spec: BudgetSpec,
@@ -35,7 +35,7 @@ pub struct Plan {
     pub epoch: u64,
     /// When the next plan is due (the agent's clock, ns): a share cannot change before.
     pub next_ns: u64,
-    pub shares: HashMap<String, Share>,
+    pub shares: HashMap<String, Allotment>,
 }
 
 /// The current plan: swapped whole by the agent, read lock-free by admission.

@@ -9,7 +9,7 @@
 //! interval it offered nothing in, what it offered last, halving every [`DEMAND_HALF_LIFE_S`]
 //! — so a tenant that sends a request every few seconds, or waits out a `Retry-After`, keeps a
 //! share between its requests. A refused request counts its records as offered. A refusal
-//! names the wait at the share the tenant's class would give it (`Share::claimed`), no sooner
+//! names the wait at the share the tenant's class would give it (`Allotment::claimed`), no sooner
 //! than the next plan, so a client that honours it comes back while its demand is remembered.
 //!
 //! In cluster mode the limit is this replica's own: it protects the brokers this replica
@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::adaptive::controller::{Controller, Move, Signals};
-use crate::adaptive::{Plan, PlanCell, Share};
+use crate::adaptive::{Allotment, Plan, PlanCell};
 use crate::admission::Admission;
 use crate::budget::Clock;
 use crate::config::AdaptiveConfig;
@@ -288,7 +288,7 @@ impl AdaptiveAgent {
         settings: &AdaptiveConfig,
         now: u64,
         limit: f64,
-        shares: HashMap<String, Share>,
+        shares: HashMap<String, Allotment>,
     ) {
         self.plan.publish(|epoch| Plan {
             active: settings.enabled && limit < 1.0,

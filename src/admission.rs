@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    BucketView, Clock, Dimension, GlobalBudget, Missing, Sharing, Short, Shortfall, TenantBuckets,
+    BucketView, Clock, Dimension, GlobalBudget, Missing, ModeCell, Short, Shortfall, TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::hold::WaitRoom;
@@ -98,7 +98,7 @@ pub struct Admission {
     pub global: Arc<GlobalBudget>,
     pub buffer: Arc<Buffer>,
     /// Cluster mode: the mode every bucket follows (leased slices or a local share).
-    sharing: Option<Arc<Sharing>>,
+    sharing: Option<Arc<ModeCell>>,
     /// Adaptive broker protection: the plan in force (`[adaptive] enabled`).
     adaptive: Option<Arc<PlanCell>>,
     /// Lag guards: the caps in force on guarded topics (`[[lag_guards]]`).
@@ -154,7 +154,7 @@ impl Admission {
     }
 
     /// Admission for a cluster member: buckets follow `sharing`.
-    pub fn clustered(mut self, sharing: Arc<Sharing>) -> Self {
+    pub fn clustered(mut self, sharing: Arc<ModeCell>) -> Self {
         self.sharing = Some(sharing);
         self
     }

@@ -19,7 +19,7 @@
 //! (rate / N, burst / N, N = the members last counted, or `[cluster] expected_replicas` before
 //! any were); the heartbeat keeps trying and the first answer switches back to leased slices.
 //! A share starts from where the last outage left it plus the slice given up (never a fresh
-//! burst), so a Redis that flaps costs one share's burst in all: see `budget::share_entry`.
+//! burst), so a Redis that flaps costs one share's burst in all: see `budget::fallback_entry`.
 //! Serving never stops and readiness does not change; `floodgate_cluster_degraded` says which
 //! mode is on.
 //!
@@ -37,7 +37,8 @@
 //!
 //! **The store.** The shared state is behind [`BudgetStore`]; Redis ([`RedisStore`]) is the one
 //! in production, and everything Redis is in this module: the connection, the scripts, and
-//! also the `Idempotency-Key` store in Redis ([`RedisKeys`], idempotency's `SharedStore`).
+//! also the `Idempotency-Key` store in Redis ([`RedisIdempotencyStore`], idempotency's
+//! `ClusterKeyStore`).
 //!
 //! Layer: decisions and state. Imports budgets, tenants, admission's lease need, idempotency's
 //! store seam and the foundations; the pipeline calls it when admission needs a lease; nothing
@@ -46,7 +47,7 @@
 mod agent;
 mod membership;
 mod redis_connection;
-mod redis_keys;
+mod redis_idempotency;
 mod redis_store;
 mod settings;
 mod stats;
@@ -54,7 +55,7 @@ mod store;
 
 pub use membership::JoinError;
 pub use redis_connection::UrlError;
-pub use redis_keys::RedisKeys;
+pub use redis_idempotency::RedisIdempotencyStore;
 pub use redis_store::RedisStore;
 pub use settings::Settings;
 pub use stats::{ClusterStats, LeaseOutcome, Scope, ERROR_KINDS};
@@ -66,7 +67,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::admission::LeaseNeed;
-use crate::budget::{BudgetSpec, Clock, Dimension, GlobalBudget, Missing, Sharing, Slice};
+use crate::budget::{BudgetSpec, Clock, Dimension, GlobalBudget, Missing, ModeCell, Slice};
 use crate::refusal::{Reason, Refusal};
 use crate::tenant::{Tenant, Tenants};
 
@@ -74,7 +75,7 @@ use crate::tenant::{Tenant, Tenants};
 #[derive(Debug)]
 pub struct Cluster {
     store: Box<dyn BudgetStore>,
-    pub sharing: Arc<Sharing>,
+    pub sharing: Arc<ModeCell>,
     pub stats: ClusterStats,
     tenants: Arc<Tenants>,
     global: Arc<GlobalBudget>,
@@ -100,7 +101,7 @@ impl Cluster {
             store,
             // Until Redis has answered, the members are not known: assume as many as expected.
             sharing: Arc::new(
-                Sharing::new(settings.expected_replicas).reprobing_every(settings.heartbeat),
+                ModeCell::new(settings.expected_replicas).reprobing_every(settings.heartbeat),
             ),
             stats: ClusterStats::default(),
             tenants,

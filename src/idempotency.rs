@@ -6,9 +6,9 @@
 //! bounded by the requests in progress and by the buffer (a pending request holds at least
 //! one record of it), and are never evicted — evicting one would let a retry write again.
 //! The **store** keeps final answers: in memory on a single replica ([`memory`], bounded by
-//! `[idempotency] max_entries` and `max_bytes`, oldest evicted first), or in a [`SharedStore`]
-//! in cluster mode (Redis, `cluster::RedisKeys`), where claims live too, so a retry on another
-//! replica finds them.
+//! `[idempotency] max_entries` and `max_bytes`, oldest evicted first), or in a
+//! [`ClusterKeyStore`] in cluster mode (Redis, `cluster::RedisIdempotencyStore`), where claims
+//! live too, so a retry on another replica finds them.
 //!
 //! [`Idempotency::begin`] answers what a request with a key should do; the pipeline
 //! (`ingest::idempotent`) does it: process, replay, wait, or refuse.
@@ -18,20 +18,20 @@
 
 mod answer;
 mod claim;
+mod cluster_store;
 mod fingerprint;
 mod flight;
 mod key;
 pub mod memory;
-mod shared;
 mod stats;
 
 pub use answer::{Corrupt, StoredAnswer, REPLAYED};
 pub use claim::Claim;
+pub use cluster_store::{ClusterKeyFuture, ClusterKeyStore, ClusterKeyStoreError, Found};
 pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
 pub use flight::{FlightState, Waiter};
 pub use key::{IdempotencyKey, KeyDigest, TenantKey, HEADER, MAX_KEY_CHARS};
 pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD, TENANT_OVERHEAD};
-pub use shared::{Found, SharedFuture, SharedStore, SharedStoreError};
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
 use std::collections::HashMap;
@@ -103,7 +103,7 @@ pub struct Settings {
 enum Backend {
     /// Boxed: the two variants' sizes differ (the enum is made once).
     Memory(Box<MemoryStore>),
-    Shared(Box<dyn SharedStore>),
+    Cluster(Box<dyn ClusterKeyStore>),
 }
 
 #[derive(Debug)]
@@ -136,8 +136,8 @@ impl Idempotency {
     }
 
     /// Cluster mode's: claims and answers in `store`, shared by every replica.
-    pub fn shared(config: &IdempotencyConfig, store: Box<dyn SharedStore>) -> Self {
-        Self::with(config, Backend::Shared(store))
+    pub fn clustered(config: &IdempotencyConfig, store: Box<dyn ClusterKeyStore>) -> Self {
+        Self::with(config, Backend::Cluster(store))
     }
 
     fn with(config: &IdempotencyConfig, backend: Backend) -> Self {
@@ -183,12 +183,12 @@ impl Idempotency {
     pub fn memory(&self) -> Option<&MemoryStore> {
         match &self.backend {
             Backend::Memory(m) => Some(&**m),
-            Backend::Shared(_) => None,
+            Backend::Cluster(_) => None,
         }
     }
 
     pub fn is_clustered(&self) -> bool {
-        matches!(self.backend, Backend::Shared(_))
+        matches!(self.backend, Backend::Cluster(_))
     }
 
     /// Keys this process is working on now.
@@ -223,7 +223,7 @@ impl Idempotency {
                 settled: false,
             }
         };
-        let Backend::Shared(store) = &self.backend else {
+        let Backend::Cluster(store) = &self.backend else {
             return Begin::Fresh(claim);
         };
         let token = claim.flight.token;
@@ -266,7 +266,7 @@ impl Idempotency {
     /// Cluster mode: what another replica's request left under `key` (`None`: nothing, it
     /// gave the key up).
     pub async fn read(&self, key: &TenantKey) -> Result<Option<FlightState>, String> {
-        let Backend::Shared(store) = &self.backend else {
+        let Backend::Cluster(store) = &self.backend else {
             return Ok(None);
         };
         match store.read(key).await {
@@ -307,7 +307,7 @@ impl Idempotency {
             let mut warned = false;
             loop {
                 tick.tick().await;
-                let Backend::Shared(store) = &me.backend else {
+                let Backend::Cluster(store) = &me.backend else {
                     return;
                 };
                 if let Err(e) = store.connect().await {
@@ -327,7 +327,7 @@ impl Idempotency {
     /// the renewer.
     pub async fn connect(&self) -> Result<(), String> {
         match &self.backend {
-            Backend::Shared(store) => store.connect().await.map_err(|e| e.to_string()),
+            Backend::Cluster(store) => store.connect().await.map_err(|e| e.to_string()),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -351,7 +351,7 @@ impl Idempotency {
             for (key, token, pending) in chunk.iter().cloned() {
                 let me = self.clone();
                 calls.spawn(async move {
-                    let Backend::Shared(store) = &me.backend else {
+                    let Backend::Cluster(store) = &me.backend else {
                         return;
                     };
                     match store
@@ -381,7 +381,7 @@ impl Idempotency {
     /// on a task of its own until the claim would have lapsed anyway: a claim left behind
     /// answers the key's retries 409 until then.
     async fn unclaim(self: &Arc<Self>, key: TenantKey, token: Token) {
-        let Backend::Shared(store) = &self.backend else {
+        let Backend::Cluster(store) = &self.backend else {
             return;
         };
         if store
@@ -400,7 +400,7 @@ impl Idempotency {
         let me = self.clone();
         tokio::spawn(async move {
             let _done = Unclaiming(&me.unclaiming);
-            let Backend::Shared(store) = &me.backend else {
+            let Backend::Cluster(store) = &me.backend else {
                 return;
             };
             let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;

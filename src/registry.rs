@@ -12,6 +12,11 @@
 //! has read it back and every replica would apply it the same way ([`shared`]); the follower
 //! task applies every entry, from any replica, to the live registry.
 //!
+//! **Versions.** Each key ([`EntryKey`]: a tenant, the global budget, the file's part) counts
+//! the changes that made it. A change can expect its key at a version ([`Expected`], what an
+//! `If-Match` asks): [`RegistryStore::change_if`] compares it under the lock the change holds
+//! and refuses with [`ChangeError::Conflict`]; callers never compare versions themselves.
+//!
 //! Layer: decisions and state. Imports configuration, tenants and the budget; knows nothing
 //! of HTTP (the admin API maps [`ChangeError`] to its answers) nor of where the state is kept
 //! (the [`Persistence`] seam, or the registry topic).
@@ -23,7 +28,10 @@ pub mod mac;
 mod persist;
 mod shared;
 mod state;
+#[cfg(test)]
+mod tests;
 pub mod transfer;
+mod versions;
 
 pub use audit::Actor;
 pub use log::{Entry, EntryKey, LogError, Refused, RegistryLog};
@@ -41,16 +49,17 @@ pub fn registry_secrets(config: &Config) -> Result<RegistrySecrets, String> {
 pub use persist::{InMemory, Persistence, StateFile};
 pub use shared::{AuditEntry, Rejection};
 pub use state::{FileChanges, FilePart, RegistryState, VERSION};
+pub use versions::{Expected, VersionedTenant};
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shared::Shared;
+use shared::SharedRegistry;
 
 use crate::budget::{Clock, GlobalBudget};
-use crate::config::{Config, ConfigProblem};
+use crate::config::{Config, ConfigProblem, GlobalBudgetConfig};
 use crate::tenant::{Directory, Tenants};
 
 /// Why the registry could not be opened or saved.
@@ -79,9 +88,10 @@ pub enum ChangeError {
     KeyNotFound(String),
     #[error("the change could not be saved, so it was not applied: {0}")]
     NotSaved(String),
-    /// Shared registry: another change of the same key came first.
+    /// The key is no longer at the version the change expected ([`Expected`]), or, shared
+    /// registry, another replica's change of it came first in the topic.
     #[error("{key} was changed by another change first; its version is now {current}: read it again and retry")]
-    Conflict { key: String, current: u64 },
+    Conflict { key: EntryKey, current: u64 },
     /// Shared registry: Kafka did not take the change (or this replica could not read it back)
     /// in time; it may still apply later.
     #[error("the registry topic could not be written: {0}")]
@@ -90,7 +100,7 @@ pub enum ChangeError {
 
 /// A shared registry's counts, for the metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedCounts {
+pub struct SharedRegistryCounts {
     /// Records every replica skipped, by reason.
     pub skipped: Vec<(&'static str, u64)>,
     /// Keys whose entry only an older secret verifies (to be signed again).
@@ -107,7 +117,7 @@ enum Backend {
     /// This replica's state file (or memory).
     Local(Box<dyn Persistence>),
     /// The registry topic, shared by every replica.
-    Shared(Box<Shared>),
+    Shared(Box<SharedRegistry>),
 }
 
 #[derive(Debug)]
@@ -171,7 +181,11 @@ impl RegistryStore {
         let global = GlobalBudget::new(crate::budget::BudgetSpec::default());
         Self {
             state: tokio::sync::Mutex::new(state),
-            backend: Backend::Shared(Box::new(Shared::new(log, replica.to_string(), seed))),
+            backend: Backend::Shared(Box::new(SharedRegistry::new(
+                log,
+                replica.to_string(),
+                seed,
+            ))),
             tenants: Arc::new(Tenants::new(Directory::default())),
             global: Arc::new(global),
             clock,
@@ -206,12 +220,12 @@ impl RegistryStore {
     }
 
     /// The shared registry's counts for the metrics; `None` for a local registry.
-    pub fn shared_counts(&self) -> Option<SharedCounts> {
+    pub fn shared_counts(&self) -> Option<SharedRegistryCounts> {
         let Backend::Shared(s) = &self.backend else {
             return None;
         };
         let rewrites = s.rewrites();
-        Some(SharedCounts {
+        Some(SharedRegistryCounts {
             skipped: shared::SKIPPED
                 .iter()
                 .zip(&s.skipped)
@@ -259,6 +273,7 @@ impl RegistryStore {
         &self.global
     }
 
+    /// A copy of the whole state (every tenant): for an export, not to answer for one part.
     pub async fn snapshot(&self) -> RegistryState {
         self.state.lock().await.clone()
     }
@@ -266,6 +281,22 @@ impl RegistryStore {
     /// Reads the state in place (no copy of every tenant, as a snapshot makes).
     pub async fn read<T>(&self, read: impl FnOnce(&RegistryState) -> T) -> T {
         read(&*self.state.lock().await)
+    }
+
+    /// Tenant `id`'s configuration and version (`None`: no such tenant).
+    pub async fn tenant(&self, id: &str) -> Option<VersionedTenant> {
+        self.read(|state| {
+            Some(VersionedTenant {
+                config: state.tenants.get(id)?.clone(),
+                version: state.version(&EntryKey::tenant(id)),
+            })
+        })
+        .await
+    }
+
+    /// The global budget's configuration (the live budget is [`RegistryStore::global`]).
+    pub async fn global_config(&self) -> GlobalBudgetConfig {
+        self.read(|state| state.global.clone()).await
     }
 
     /// Applies a re-read configuration file (SIGHUP): what changed in the file since it was
@@ -289,13 +320,30 @@ impl RegistryStore {
         action: &str,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.change_if(actor, action, None, edit).await
+    }
+
+    /// [`RegistryStore::change`], made only if `expected` holds when the change starts
+    /// (before `edit` runs); otherwise [`ChangeError::Conflict`] and nothing changed.
+    pub async fn change_if<T, E: From<ChangeError>>(
+        &self,
+        actor: &Actor,
+        action: &str,
+        expected: Option<Expected>,
+        edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
+    ) -> Result<T, E> {
         let persistence = match &self.backend {
             Backend::Local(p) => p,
             Backend::Shared(shared) => {
-                return self.change_shared(shared, actor, action, edit).await
+                return self
+                    .change_shared(shared, actor, action, expected, edit)
+                    .await
             }
         };
         let mut current = self.state.lock().await;
+        if let Some(expected) = &expected {
+            expected.check(&current)?;
+        }
         let mut next = current.clone();
         let out = edit(&mut next)?;
         if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {
@@ -310,7 +358,7 @@ impl RegistryStore {
         // Versions count changes per key, as the shared registry does (for If-Match); a
         // local registry's versions start again at 0 with the process.
         for entry in shared::entries(&current, &next, "", "", "") {
-            next.versions.insert(entry.key.as_string(), entry.base + 1);
+            next.versions.insert(entry.key, entry.base + 1);
         }
         if let Err(e) = persistence.save(&next) {
             tracing::error!(error = %e, action, "registry change not saved, not applied");
@@ -326,9 +374,10 @@ impl RegistryStore {
     /// this replica has read it back (applied, or refused by the rules every replica follows).
     async fn change_shared<T, E: From<ChangeError>>(
         &self,
-        shared: &Shared,
+        shared: &SharedRegistry,
         actor: &Actor,
         action: &str,
+        expected: Option<Expected>,
         edit: impl FnOnce(&mut RegistryState) -> Result<T, E>,
     ) -> Result<T, E> {
         if !shared.loaded.load(Ordering::Acquire) {
@@ -338,7 +387,13 @@ impl RegistryStore {
             .into());
         }
         let _one_writer = shared.writer.lock().await;
-        let current = self.state.lock().await.clone();
+        let current = {
+            let state = self.state.lock().await;
+            if let Some(expected) = &expected {
+                expected.check(&state)?;
+            }
+            state.clone()
+        };
         let mut next = current.clone();
         let out = edit(&mut next)?;
         if let Some(p) = next.problems_since(Some(&current)).into_iter().next() {

@@ -35,7 +35,7 @@ pub mod pool;
 pub mod protobuf;
 mod raw;
 mod register;
-pub mod registry;
+pub mod registry_client;
 mod resolve;
 mod unpaid_work;
 mod work;
@@ -50,7 +50,7 @@ use crate::budget::{Clock, MonotonicClock};
 use crate::config::{ContractConfig, ContractMode, SchemaRegistryConfig};
 use crate::identity::{Topic, TopicPatterns};
 use compiled::CompileBounds;
-use registry::RegistryClient;
+pub use registry_client::SchemaRegistryClient;
 use resolve::{Cache, Resolved};
 
 pub use crate::config::SchemaFormat as Format;
@@ -203,7 +203,7 @@ impl Failure {
 
 /// Schemas from the registry, with their bounds, and the topics' contracts.
 pub struct Schemas {
-    client: Option<RegistryClient>,
+    client: Option<SchemaRegistryClient>,
     /// The most bytes a key and a value may take in their schema (`[limits]`).
     limits: (usize, usize),
     /// The step's own threads: compiles and large checks, shared fairly by tenant.
@@ -256,7 +256,7 @@ impl Schemas {
         limits: (usize, usize),
     ) -> Result<Self, String> {
         let client = match &config.url {
-            Some(url) => Some(RegistryClient::new(
+            Some(url) => Some(SchemaRegistryClient::new(
                 url,
                 Duration::from_millis(config.timeout_ms),
                 config.credentials(),

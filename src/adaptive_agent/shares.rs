@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::signals::{Counts, Seen};
 use super::{Ceiling, DEMAND_HALF_LIFE_S};
-use crate::adaptive::Share;
+use crate::adaptive::Allotment;
 use crate::allocation::{share, Demand};
 use crate::budget::{BudgetSpec, RateSpec};
 use crate::tenant::Tenant;
@@ -95,7 +95,7 @@ pub(super) fn shares(
     ceiling: Ceiling,
     limit: f64,
     critical_reserve: f64,
-) -> (HashMap<String, Share>, [f64; 3]) {
+) -> (HashMap<String, Allotment>, [f64; 3]) {
     let primary = ceiling.primary().unwrap_or(0) as f64 * limit;
     let allocation = share(primary, critical_reserve, demands);
     let mut class_rate = [0.0f64; 3];
@@ -125,7 +125,7 @@ pub(super) fn shares(
             let claimed = fraction(allocation.claimed(d.class, d.weight, present)).max(own);
             (
                 d.id.clone(),
-                Share {
+                Allotment {
                     class: d.class,
                     spec: BudgetSpec {
                         records: dim(ceiling.records),

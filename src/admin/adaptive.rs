@@ -119,7 +119,7 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, AdminError> {
     let settings: crate::config::AdaptiveConfig = parse(&body)?;
-    let global = app.registry.snapshot().await.global;
+    let global = app.registry.global_config().await;
     if let Some(p) = settings.problems(&global).into_iter().next() {
         return Err(AdminError::InvalidField {
             field: p.key.trim_start_matches("adaptive.").to_string(),

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::app::AppState;
 use crate::outcome::{AdminError, ApiError};
-use crate::registry::{Actor, RegistryState};
+use crate::registry::{Actor, Expected, RegistryState};
 
 /// Parses a JSON body: bad JSON is a 400, a value of the wrong type is a 422 naming its field.
 /// Bodies are JSON objects: anything else (an array serde would read as a struct's fields in
@@ -88,4 +88,15 @@ pub(super) async fn change<T>(
     edit: impl FnOnce(&mut RegistryState) -> Result<T, AdminError>,
 ) -> Result<T, AdminError> {
     app.registry.change(actor, action, edit).await
+}
+
+/// A change made only while `expected` holds (an `If-Match`): the store compares it.
+pub(super) async fn change_if<T>(
+    app: &AppState,
+    actor: &Actor,
+    action: &str,
+    expected: Option<Expected>,
+    edit: impl FnOnce(&mut RegistryState) -> Result<T, AdminError>,
+) -> Result<T, AdminError> {
+    app.registry.change_if(actor, action, expected, edit).await
 }

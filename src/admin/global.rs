@@ -30,8 +30,7 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
 }
 
 pub async fn get(State(app): AppRef) -> Response {
-    let state = app.registry.snapshot().await;
-    Json(global_view(&app, &state.global)).into_response()
+    Json(global_view(&app, &app.registry.global_config().await)).into_response()
 }
 
 pub async fn put(

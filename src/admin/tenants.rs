@@ -12,12 +12,12 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::api::{change, key_id, params, parse, AppRef};
+use super::api::{change_if, key_id, params, parse, AppRef};
 use crate::app::AppState;
 use crate::config::{whole_number, TenantConfig};
 use crate::outcome::{AdminError, ApiError};
 use crate::refusal::Reason;
-use crate::registry::{Actor, ChangeError, RegistryState};
+use crate::registry::{Actor, ChangeError, EntryKey, Expected};
 
 /// A tenant's configuration and live state.
 #[derive(Serialize)]
@@ -44,7 +44,11 @@ struct KeyView {
     key_id: String,
 }
 
-/// The parts of a tenant an operator sets (keys are managed through their own endpoints).
+/// The parts of a tenant an operator sets (keys are managed through their own endpoints):
+/// `TenantConfig` without its keys, its id shown but never taken from a body. Its own struct,
+/// not the config itself: serde's answer to an unknown field lists the fields the body takes
+/// (the config's would add `id` and `api_key_sha256`), and that answer is the API's. The test
+/// below keeps the two the same fields, with `SETTINGS` and openapi.json's schemas.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TenantBody {
@@ -216,7 +220,7 @@ pub async fn list(
                 Some(a) if a.as_str() >= prefix.as_str() => Excluded(a.clone()),
                 _ => Included(prefix.clone()),
             };
-            let mut page: Vec<(TenantConfig, u64)> = Vec::with_capacity(limit);
+            let mut page: Vec<(Arc<TenantConfig>, u64)> = Vec::with_capacity(limit);
             let mut more = false;
             for (id, config) in state.tenants.range::<String, _>((start, Unbounded)) {
                 if !id.starts_with(&prefix) {
@@ -226,7 +230,7 @@ pub async fn list(
                     more = true;
                     break;
                 }
-                page.push(((**config).clone(), tenant_version(state, id)));
+                page.push((config.clone(), state.version(&EntryKey::tenant(id))));
             }
             (page, more)
         })
@@ -239,27 +243,7 @@ pub async fn list(
 }
 
 pub async fn get(State(app): AppRef, Path(id): Path<String>) -> Result<Response, AdminError> {
-    let found = app
-        .registry
-        .read(|state| {
-            let config = state.tenants.get(&id)?.clone();
-            Some((config, tenant_version(state, &id)))
-        })
-        .await;
-    let (config, version) = found.ok_or_else(|| not_found(&id))?;
-    Ok(with_etag(
-        Json(view(&app, &config, version)).into_response(),
-        version,
-    ))
-}
-
-/// A tenant's version in the registry (0: never changed since this registry started).
-fn tenant_version(state: &RegistryState, id: &str) -> u64 {
-    state
-        .versions
-        .get(&format!("tenant:{id}"))
-        .copied()
-        .unwrap_or(0)
+    tenant_response(&app, &id, StatusCode::OK).await
 }
 
 fn with_etag(mut response: Response, version: u64) -> Response {
@@ -269,8 +253,9 @@ fn with_etag(mut response: Response, version: u64) -> Response {
     response
 }
 
-/// The version an `If-Match` header asks for (`"3"`, `W/"3"` or `3`; `*` asks for none).
-fn if_match(headers: &axum::http::HeaderMap) -> Result<Option<u64>, AdminError> {
+/// The tenant version an `If-Match` header asks for (`"3"`, `W/"3"` or `3`; `*` asks for
+/// none), for the store to compare.
+fn if_match(headers: &axum::http::HeaderMap, id: &str) -> Result<Option<Expected>, AdminError> {
     let Some(value) = headers.get(axum::http::header::IF_MATCH) else {
         return Ok(None);
     };
@@ -280,27 +265,11 @@ fn if_match(headers: &axum::http::HeaderMap) -> Result<Option<u64>, AdminError> 
     }
     let bare = text.trim_start_matches("W/").trim_matches('"');
     bare.parse::<u64>()
-        .map(Some)
+        .map(|version| Some(Expected::tenant(id, version)))
         .map_err(|_| AdminError::InvalidField {
             field: "If-Match".into(),
             detail: format!("must be a tenant version such as \"3\" (from ETag), not {text:?}"),
         })
-}
-
-/// Refuses the change when the tenant is no longer at the version the client read.
-fn expect_version(
-    state: &RegistryState,
-    id: &str,
-    expected: Option<u64>,
-) -> Result<(), AdminError> {
-    match expected {
-        Some(v) if tenant_version(state, id) != v => Err(ChangeError::Conflict {
-            key: format!("tenant:{id}"),
-            current: tenant_version(state, id),
-        }
-        .into()),
-        _ => Ok(()),
-    }
 }
 
 async fn tenant_response(
@@ -308,12 +277,10 @@ async fn tenant_response(
     id: &str,
     status: StatusCode,
 ) -> Result<Response, AdminError> {
-    let state = app.registry.snapshot().await;
-    let config = state.tenants.get(id).ok_or_else(|| not_found(id))?;
-    let version = tenant_version(&state, id);
+    let tenant = app.registry.tenant(id).await.ok_or_else(|| not_found(id))?;
     Ok(with_etag(
-        (status, Json(view(app, config, version))).into_response(),
-        version,
+        (status, Json(view(app, &tenant.config, tenant.version))).into_response(),
+        tenant.version,
     ))
 }
 
@@ -325,10 +292,9 @@ pub async fn put(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
+    let expected = if_match(&headers, &id)?;
     let settings: TenantBody = parse(&body)?;
-    let created = change(&app, &actor, "tenant.put", |state| {
-        expect_version(state, &id, expected)?;
+    let created = change_if(&app, &actor, "tenant.put", expected, |state| {
         let keys = state
             .tenants
             .get(&id)
@@ -357,11 +323,10 @@ pub async fn patch(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
+    let expected = if_match(&headers, &id)?;
     let patch: serde_json::Map<String, Value> = parse(&body)?;
     let patch = checked_patch(patch)?;
-    change(&app, &actor, "tenant.patch", |state| {
-        expect_version(state, &id, expected)?;
+    change_if(&app, &actor, "tenant.patch", expected, |state| {
         let current = state.tenants.get(&id).ok_or_else(|| not_found(&id))?;
         let mut merged = serde_json::to_value(TenantBody::of(current))
             .map_err(|e| ApiError::Malformed(e.to_string()))?;
@@ -386,26 +351,28 @@ pub async fn patch(
     tenant_response(&app, &id, StatusCode::OK).await
 }
 
+/// The fields of [`TenantBody`], what a patch may name.
+const SETTINGS: [&str; 9] = [
+    "topics",
+    "records_per_sec",
+    "records_burst",
+    "bytes_per_sec",
+    "bytes_burst",
+    "max_buffer_share",
+    "priority",
+    "jwt_claims",
+    "cert_names",
+];
+
 /// A patch that always leaves a valid tenant when its values are valid: topics cannot be
 /// unset, a burst is changed together with its rate, and unsetting a rate unsets its burst.
 fn checked_patch(
     mut patch: serde_json::Map<String, Value>,
 ) -> Result<serde_json::Map<String, Value>, AdminError> {
-    const FIELDS: [&str; 9] = [
-        "topics",
-        "records_per_sec",
-        "records_burst",
-        "bytes_per_sec",
-        "bytes_burst",
-        "max_buffer_share",
-        "priority",
-        "jwt_claims",
-        "cert_names",
-    ];
-    if let Some(unknown) = patch.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    if let Some(unknown) = patch.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
         return Err(AdminError::InvalidField {
             field: unknown.clone(),
-            detail: format!("unknown field; a tenant has {}", FIELDS.join(", ")),
+            detail: format!("unknown field; a tenant has {}", SETTINGS.join(", ")),
         });
     }
     if patch.get("topics").is_some_and(Value::is_null) {
@@ -451,9 +418,8 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: axum::http::HeaderMap,
 ) -> Result<Response, AdminError> {
-    let expected = if_match(&headers)?;
-    change(&app, &actor, "tenant.delete", |state| {
-        expect_version(state, &id, expected)?;
+    let expected = if_match(&headers, &id)?;
+    change_if(&app, &actor, "tenant.delete", expected, |state| {
         state
             .tenants
             .remove(&id)
@@ -463,3 +429,6 @@ pub async fn delete(
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
+
+#[cfg(test)]
+mod tests;

@@ -96,7 +96,7 @@ impl Admission {
     }
 
     /// The wait an adaptive refusal names. The share it was refused by may be far below what
-    /// the tenant's class would give it (its weight's part, `Share::claimed`) — a share that
+    /// the tenant's class would give it (its weight's part, `Allotment::claimed`) — a share that
     /// follows demand is small for a tenant that just started or waited — so the wait is the
     /// one at that rate (but not before the next plan: the share cannot change sooner), never
     /// more than the share's own wait, and at most [`MAX_ADAPTIVE_WAIT`], so a client that

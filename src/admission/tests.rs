@@ -247,7 +247,7 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
 
 #[test]
 fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
-    use crate::adaptive::{Plan, PlanCell, Share};
+    use crate::adaptive::{Allotment, Plan, PlanCell};
     use crate::config::Priority;
     let clock = Arc::new(ManualClock::new());
     let cell = Arc::new(PlanCell::default());
@@ -268,7 +268,7 @@ fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
         next_ns: 0,
         shares: [(
             "a".to_string(),
-            Share {
+            Allotment {
                 class: Priority::Standard,
                 spec: share,
                 claimed: (Some(1_200), None),
@@ -304,7 +304,7 @@ fn an_adaptive_share_admits_its_rate_across_plan_epochs() {
 /// that plan and never more than `MAX_ADAPTIVE_WAIT`.
 #[test]
 fn an_adaptive_refusal_names_the_wait_to_the_next_plan_not_the_starved_share() {
-    use crate::adaptive::{Plan, PlanCell, Share};
+    use crate::adaptive::{Allotment, Plan, PlanCell};
     use crate::config::Priority;
     use crate::refusal::{Denial, Reason};
     let clock = Arc::new(ManualClock::new());
@@ -326,7 +326,7 @@ fn an_adaptive_refusal_names_the_wait_to_the_next_plan_not_the_starved_share() {
         next_ns,
         shares: [(
             "polite".to_string(),
-            Share {
+            Allotment {
                 class: Priority::Standard,
                 spec: starved,
                 claimed: (claimed, None),

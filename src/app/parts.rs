@@ -10,7 +10,7 @@ use crate::admission::Admission;
 use crate::auth_failures::AuthFailures;
 use crate::budget::Clock;
 use crate::buffer::Buffer;
-use crate::cluster::{Cluster, RedisKeys, RedisStore, Settings};
+use crate::cluster::{Cluster, RedisIdempotencyStore, RedisStore, Settings};
 use crate::config::Config;
 use crate::idempotency::Idempotency;
 use crate::ingest::Ingest;
@@ -255,9 +255,9 @@ pub(super) fn idempotency(
     clock: &Arc<dyn Clock>,
 ) -> Result<Idempotency, BuildError> {
     Ok(match &config.cluster.redis_url {
-        Some(url) => Idempotency::shared(
+        Some(url) => Idempotency::clustered(
             &config.idempotency,
-            Box::new(RedisKeys::new(
+            Box::new(RedisIdempotencyStore::new(
                 url,
                 &config.cluster.key_prefix,
                 (

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
-use super::slice::{share_entry, share_of, take_share, Mode, ShareLevel, Sharing, Slice};
+use super::slice::{
+    fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
+};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -31,7 +33,7 @@ enum Source {
         epoch: u32,
         slice: Arc<Slice>,
     },
-    Share {
+    Fallback {
         epoch: u32,
         n: u32,
         /// How often Redis is tried again (a request over the share's burst waits that long).
@@ -43,7 +45,7 @@ impl Source {
     fn epoch(&self) -> Option<u32> {
         match self {
             Source::Own => None,
-            Source::Leased { epoch, .. } | Source::Share { epoch, .. } => Some(*epoch),
+            Source::Leased { epoch, .. } | Source::Fallback { epoch, .. } => Some(*epoch),
         }
     }
 }
@@ -62,7 +64,7 @@ impl Generation {
     }
 
     /// The TATs after taking `charge` from `tats` under the local buckets (a single
-    /// instance's, or a share; see `slice::take_share`).
+    /// instance's, or a share; see `slice::take_fallback`).
     fn take_local(
         &self,
         tats: (u64, u64),
@@ -71,7 +73,9 @@ impl Generation {
     ) -> Result<(u64, u64), Shortfall> {
         let spec = self.effective();
         match self.source {
-            Source::Share { reprobe_ns, .. } => take_share(&spec, tats, now_ns, charge, reprobe_ns),
+            Source::Fallback { reprobe_ns, .. } => {
+                take_fallback(&spec, tats, now_ns, charge, reprobe_ns)
+            }
             _ => take_both(&spec, tats, now_ns, charge),
         }
     }
@@ -79,7 +83,7 @@ impl Generation {
 
 fn effective(spec: BudgetSpec, source: &Source) -> BudgetSpec {
     match source {
-        Source::Share { n, .. } => share_of(spec, *n),
+        Source::Fallback { n, .. } => fallback_of(spec, *n),
         _ => spec,
     }
 }
@@ -90,7 +94,7 @@ pub struct GlobalBudget {
     /// Serialises budget changes (never taken by admissions).
     /// One switch or budget change at a time; it also guards the local share as the last
     /// outage left it (cluster mode).
-    changing: Mutex<Option<ShareLevel>>,
+    changing: Mutex<Option<FallbackLevel>>,
     /// Whether tenants are shown these buckets (their RateLimit fields).
     visible: AtomicBool,
 }
@@ -204,7 +208,7 @@ impl GlobalBudget {
     }
 
     /// Follows the cluster's mode if it changed (one load when it did not).
-    pub fn align(&self, sharing: &Sharing, now_ns: u64) {
+    pub fn align(&self, sharing: &ModeCell, now_ns: u64) {
         let (epoch, mode) = sharing.current();
         if self.current.load().source.epoch() == Some(epoch) {
             return;
@@ -223,7 +227,7 @@ impl GlobalBudget {
                 epoch,
                 slice: Arc::new(Slice::new()),
             },
-            Mode::Share(n) => Source::Share {
+            Mode::Fallback(n) => Source::Fallback {
                 epoch,
                 n,
                 reprobe_ns: sharing.reprobe_ns(),
@@ -234,17 +238,17 @@ impl GlobalBudget {
         // As a tenant's buckets do (`TenantBuckets::align`): a share carries on from the last
         // outage plus the slice given up; only the very first one, at start-up, is full.
         let tats = match (&old.source, mode) {
-            (Source::Share { .. }, Mode::Share(_)) => pack(
+            (Source::Fallback { .. }, Mode::Fallback(_)) => pack(
                 retarget_tat(&from.records, &new.records, r, now_ns),
                 retarget_tat(&from.bytes, &new.bytes, b, now_ns),
             ),
-            (Source::Leased { slice, .. }, Mode::Share(_)) => {
-                let (r, b) = share_entry(&new, carried.as_ref(), slice.drain(), now_ns);
+            (Source::Leased { slice, .. }, Mode::Fallback(_)) => {
+                let (r, b) = fallback_entry(&new, carried.as_ref(), slice.drain(), now_ns);
                 pack(r, b)
             }
-            (Source::Share { .. }, Mode::Leased) => {
+            (Source::Fallback { .. }, Mode::Leased) => {
                 let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
-                *carried = Some(ShareLevel::left((r, b), from, ended));
+                *carried = Some(FallbackLevel::left((r, b), from, ended));
                 0
             }
             _ => 0, // full
@@ -349,23 +353,23 @@ mod tests {
 
     #[test]
     fn a_global_share_carries_across_stalls_instead_of_starting_full() {
-        use crate::budget::{Mode, Sharing};
+        use crate::budget::{Mode, ModeCell};
         const S: u64 = 1_000_000_000;
         let g = budget(100, 1_000_000);
-        let sharing = Sharing::new(2);
+        let sharing = ModeCell::new(2);
         sharing.set(Mode::Leased, 0);
         g.align(&sharing, 0);
         g.slice().expect("leased").credit(5, 500, 1);
         let available = |now| g.view(now).0.map_or(0, |v| v.available);
         let mut now = S;
-        sharing.set(Mode::Share(2), now);
+        sharing.set(Mode::Fallback(2), now);
         g.align(&sharing, now);
         assert_eq!(available(now), 5, "what the slice held, not burst / 2");
         g.take(now, Charge::new(5, 0)).expect("fits");
         sharing.set(Mode::Leased, now);
         g.align(&sharing, now);
         now += 10 * S;
-        sharing.set(Mode::Share(2), now);
+        sharing.set(Mode::Fallback(2), now);
         g.align(&sharing, now);
         assert_eq!(
             available(now),

@@ -6,7 +6,7 @@
 //! also remembers what the cluster had left at the last lease answer, so the RateLimit fields
 //! and Retry-After stay truthful between lease calls.
 //!
-//! [`Sharing`] is the mode the cluster agent sets for every bucket: leased slices while Redis
+//! [`ModeCell`] is the mode the cluster agent sets for every bucket: leased slices while Redis
 //! answers, or a local share (rate / N, burst / N) while it does not. Buckets read it on each
 //! admission (one atomic load) and switch themselves under their own lock, so a tenant created
 //! or changed at any time follows the mode from its first request.
@@ -260,27 +260,27 @@ pub enum Mode {
     /// From slices leased from the shared state.
     Leased,
     /// From a local share of the budget: rate / N and burst / N (Redis is unreachable).
-    Share(u32),
+    Fallback(u32),
 }
 
 /// The mode every bucket of this replica follows, with an epoch that changes on every switch
 /// so a bucket knows it must switch too. One word: epoch in the high half, the mode in the low
 /// half (0 = leased, N = a share of 1/N).
 #[derive(Debug)]
-pub struct Sharing {
+pub struct ModeCell {
     word: AtomicU64,
     /// When the mode last switched (clock nanoseconds): a share's time ends there, whenever
     /// each bucket notices.
     switched_at_ns: AtomicU64,
     /// How often the agent tries Redis again while on local shares: the wait a request larger
-    /// than its share (but within the budget) is told, see [`take_share`].
+    /// than its share (but within the budget) is told, see [`take_fallback`].
     reprobe_ns: u64,
 }
 
 /// The re-probe interval assumed when none is set.
 const DEFAULT_REPROBE_NS: u64 = 1_000_000_000;
 
-impl Sharing {
+impl ModeCell {
     /// Starts as a share of 1/`members` until the agent has reached Redis.
     pub fn new(members: u32) -> Self {
         Self {
@@ -313,7 +313,7 @@ impl Sharing {
             if mode == 0 {
                 Mode::Leased
             } else {
-                Mode::Share(mode)
+                Mode::Fallback(mode)
             },
         )
     }
@@ -322,7 +322,7 @@ impl Sharing {
     pub fn set(&self, mode: Mode, now_ns: u64) {
         let code = match mode {
             Mode::Leased => 0,
-            Mode::Share(n) => n.max(1),
+            Mode::Fallback(n) => n.max(1),
         };
         let switched = self
             .word
@@ -346,13 +346,13 @@ impl Sharing {
 /// with nothing refilled while slices were spent — so a cluster whose Redis flaps gets one
 /// share's burst in all, not one per stall.
 #[derive(Debug, Clone, Copy)]
-pub struct ShareLevel {
+pub struct FallbackLevel {
     tats: (u64, u64),
     spec: BudgetSpec,
     left_at_ns: u64,
 }
 
-impl ShareLevel {
+impl FallbackLevel {
     /// The share as it stood when leased mode came back at `now_ns`.
     pub fn left(tats: (u64, u64), spec: BudgetSpec, now_ns: u64) -> Self {
         Self {
@@ -367,9 +367,9 @@ impl ShareLevel {
 /// the last outage ended with (none refilled since), or nothing on a first outage, plus the
 /// unspent tokens of the slice given up (`given`: the cluster granted them to this replica),
 /// within the share's burst. Never a fresh full burst.
-pub fn share_entry(
+pub fn fallback_entry(
     share: &BudgetSpec,
-    carried: Option<&ShareLevel>,
+    carried: Option<&FallbackLevel>,
     given: (u64, u64),
     now_ns: u64,
 ) -> (u64, u64) {
@@ -410,7 +410,7 @@ pub fn share_entry(
 /// rather than refused as too large (it is not) or told "never" (`u64::MAX`, which would reach
 /// `Retry-After`). It is not admitted either: exceeding the share's burst would break the
 /// bound the shares keep while the replicas cannot see each other.
-pub fn take_share(
+pub fn take_fallback(
     share: &BudgetSpec,
     tats: (u64, u64),
     now_ns: u64,
@@ -431,7 +431,7 @@ pub fn take_share(
 }
 
 /// `spec` divided among `n` members: each gets rate / n and burst / n (at least 1 each).
-pub fn share_of(spec: BudgetSpec, n: u32) -> BudgetSpec {
+pub fn fallback_of(spec: BudgetSpec, n: u32) -> BudgetSpec {
     let n = u64::from(n.max(1));
     let part = |s: Option<RateSpec>| {
         s.map(|s| RateSpec {

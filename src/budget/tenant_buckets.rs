@@ -1,13 +1,15 @@
 //! One tenant's two buckets. The caller holds the tenant's mutex around check-then-commit,
 //! which is what makes tenant + global admission atomic without a global lock.
 //!
-//! In cluster mode the buckets follow [`Sharing`]: spent from a leased [`Slice`] while Redis
+//! In cluster mode the buckets follow [`ModeCell`]: spent from a leased [`Slice`] while Redis
 //! answers, or from a local share of the budget while it does not. The switch happens here,
 //! under the same lock, at the first admission after the mode changed.
 
 use std::sync::Arc;
 
-use super::slice::{share_entry, share_of, take_share, Mode, ShareLevel, Sharing, Slice};
+use super::slice::{
+    fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
+};
 use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
 use crate::record::Charge;
 
@@ -18,7 +20,7 @@ enum Source {
     /// Cluster mode, Redis answering: tokens leased from the shared state.
     Leased { epoch: u32, slice: Arc<Slice> },
     /// Cluster mode, Redis unreachable: a local share of 1/n of the budget.
-    Share {
+    Fallback {
         epoch: u32,
         n: u32,
         /// How often Redis is tried again (a request over the share's burst waits that long).
@@ -33,7 +35,7 @@ pub struct TenantBuckets {
     tats: (u64, u64),
     source: Source,
     /// The local share as the last outage left it (cluster mode).
-    carried: Option<ShareLevel>,
+    carried: Option<FallbackLevel>,
 }
 
 /// What a successful check would charge; commit it to charge the request.
@@ -64,7 +66,7 @@ impl TenantBuckets {
     /// The spec the local TATs are counted in.
     fn effective(&self) -> BudgetSpec {
         match self.source {
-            Source::Share { n, .. } => share_of(self.spec, n),
+            Source::Fallback { n, .. } => fallback_of(self.spec, n),
             _ => self.spec,
         }
     }
@@ -81,11 +83,11 @@ impl TenantBuckets {
     /// the local share starts from where the last outage left it plus the unspent tokens of
     /// the slice given up (taken out of it, so they are never given back to Redis too); at
     /// start-up, before Redis has ever answered, from a full share.
-    pub fn align(&mut self, sharing: &Sharing, now_ns: u64) {
+    pub fn align(&mut self, sharing: &ModeCell, now_ns: u64) {
         let (epoch, mode) = sharing.current();
         let current = match &self.source {
             Source::Own => None,
-            Source::Leased { epoch, .. } | Source::Share { epoch, .. } => Some(*epoch),
+            Source::Leased { epoch, .. } | Source::Fallback { epoch, .. } => Some(*epoch),
         };
         if current == Some(epoch) {
             return;
@@ -98,7 +100,7 @@ impl TenantBuckets {
                     epoch,
                     slice: Arc::new(Slice::new()),
                 },
-                Mode::Share(n) => Source::Share {
+                Mode::Fallback(n) => Source::Fallback {
                     epoch,
                     n,
                     reprobe_ns: sharing.reprobe_ns(),
@@ -107,20 +109,20 @@ impl TenantBuckets {
         );
         let new = self.effective();
         match (previous, mode) {
-            (Source::Share { .. }, Mode::Share(_)) => {
+            (Source::Fallback { .. }, Mode::Fallback(_)) => {
                 self.tats = (
                     retarget_tat(&old_effective.records, &new.records, self.tats.0, now_ns),
                     retarget_tat(&old_effective.bytes, &new.bytes, self.tats.1, now_ns),
                 );
             }
-            (Source::Leased { slice, .. }, Mode::Share(_)) => {
-                self.tats = share_entry(&new, self.carried.as_ref(), slice.drain(), now_ns);
+            (Source::Leased { slice, .. }, Mode::Fallback(_)) => {
+                self.tats = fallback_entry(&new, self.carried.as_ref(), slice.drain(), now_ns);
             }
             // Start-up: members not counted yet, the share is the conservative one.
-            (Source::Own, Mode::Share(_)) => self.tats = (0, 0),
-            (Source::Share { .. }, Mode::Leased) => {
+            (Source::Own, Mode::Fallback(_)) => self.tats = (0, 0),
+            (Source::Fallback { .. }, Mode::Leased) => {
                 let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
-                self.carried = Some(ShareLevel::left(self.tats, old_effective, ended));
+                self.carried = Some(FallbackLevel::left(self.tats, old_effective, ended));
             }
             (_, Mode::Leased) => {}
         }
@@ -130,8 +132,8 @@ impl TenantBuckets {
     fn take_local(&self, now_ns: u64, charge: Charge) -> Result<(u64, u64), Shortfall> {
         let spec = self.effective();
         match self.source {
-            Source::Share { reprobe_ns, .. } => {
-                take_share(&spec, self.tats, now_ns, charge, reprobe_ns)
+            Source::Fallback { reprobe_ns, .. } => {
+                take_fallback(&spec, self.tats, now_ns, charge, reprobe_ns)
             }
             _ => take_both(&spec, self.tats, now_ns, charge),
         }
@@ -227,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_share_starts_from_the_slice_given_up_and_stalls_do_not_refill_it() {
-        let sharing = Sharing::new(2);
+        let sharing = ModeCell::new(2);
         let mut b = TenantBuckets::new(spec());
         sharing.set(Mode::Leased, 0);
         b.align(&sharing, 0);
@@ -235,7 +237,7 @@ mod tests {
         slice.credit(10, 0, 1);
         // Redis stalls: the share (50/s, burst 50) starts from the slice's 10, not 50.
         let mut now = S;
-        sharing.set(Mode::Share(2), now);
+        sharing.set(Mode::Fallback(2), now);
         b.align(&sharing, now);
         assert_eq!(available(&b, now), 10);
         assert_eq!(
@@ -255,7 +257,7 @@ mod tests {
             now += S;
             b.align(&sharing, now);
             now += S;
-            sharing.set(Mode::Share(2), now);
+            sharing.set(Mode::Fallback(2), now);
             b.align(&sharing, now);
             admitted += spend_all(&mut b, now);
         }
@@ -274,7 +276,7 @@ mod tests {
     /// `Retry-After` as 18446744074 s).
     #[test]
     fn a_request_over_the_share_but_within_the_budget_waits_for_the_next_probe() {
-        let sharing = Sharing::new(4).reprobing_every(std::time::Duration::from_millis(500));
+        let sharing = ModeCell::new(4).reprobing_every(std::time::Duration::from_millis(500));
         let mut b = TenantBuckets::new(spec());
         b.align(&sharing, 0);
         let short = b.check(0, Charge::new(60, 0)).expect_err("over the share");
@@ -304,7 +306,7 @@ mod tests {
 
     #[test]
     fn at_start_up_before_redis_answers_the_share_is_the_expected_one_and_full() {
-        let sharing = Sharing::new(4);
+        let sharing = ModeCell::new(4);
         let mut b = TenantBuckets::new(spec());
         b.align(&sharing, 0);
         assert_eq!(available(&b, 0), 25, "burst / expected_replicas");

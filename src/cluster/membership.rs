@@ -159,7 +159,7 @@ impl Cluster {
         self.stats.count_error(error.kind());
         let n = self.members();
         let now = self.clock.now_ns();
-        self.sharing.set(Mode::Share(n), now);
+        self.sharing.set(Mode::Fallback(n), now);
         if !self.stats.degraded.swap(true, Relaxed) {
             self.stats.degraded_since(now);
             tracing::warn!(

@@ -60,10 +60,10 @@ impl Claim {
                 });
                 owner.landed.notify_waiters();
             }
-            Backend::Shared(_) => {
+            Backend::Cluster(_) => {
                 flight.set(FlightState::Answered(fingerprint, answer.clone()));
                 let task = tokio::spawn(async move {
-                    let Backend::Shared(store) = &owner.backend else {
+                    let Backend::Cluster(store) = &owner.backend else {
                         return;
                     };
                     let ttl = owner.settings.ttl;
@@ -135,7 +135,7 @@ impl Drop for Claim {
             tracing::warn!("idempotency: a request with a key ended before its answer was stored");
             return;
         }
-        if let (Backend::Shared(_), Ok(runtime)) =
+        if let (Backend::Cluster(_), Ok(runtime)) =
             (&self.owner.backend, tokio::runtime::Handle::try_current())
         {
             let owner = self.owner.clone();

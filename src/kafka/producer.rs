@@ -36,7 +36,7 @@ pub enum ProducerError {
 type Inner = ThreadedProducer<DeliveryContext>;
 
 /// What every generation of the librdkafka producer shares.
-struct Shared {
+struct ProducerCore {
     buffer: Arc<Buffer>,
     metrics: KafkaMetrics,
     /// The owner, to re-send records a dead producer hands back. Weak: at shutdown the owner
@@ -46,7 +46,7 @@ struct Shared {
 
 /// Receives librdkafka's callbacks on the producer's polling thread.
 pub struct DeliveryContext {
-    shared: Arc<Shared>,
+    shared: Arc<ProducerCore>,
 }
 
 impl ClientContext for DeliveryContext {
@@ -125,7 +125,7 @@ impl ProducerContext for DeliveryContext {
 
 pub struct KafkaProducer {
     config: ClientConfig,
-    shared: Arc<Shared>,
+    shared: Arc<ProducerCore>,
     current: ArcSwap<Inner>,
     /// One replacement at a time.
     replacing: Mutex<()>,
@@ -143,7 +143,7 @@ impl KafkaProducer {
         buffer: Arc<Buffer>,
         metrics: KafkaMetrics,
     ) -> Result<Arc<Self>, ProducerError> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ProducerCore {
             buffer,
             metrics,
             owner: OnceLock::new(),
@@ -341,7 +341,7 @@ fn base_record<'a>(
     base
 }
 
-fn create(config: &ClientConfig, shared: &Arc<Shared>) -> Result<Inner, ProducerError> {
+fn create(config: &ClientConfig, shared: &Arc<ProducerCore>) -> Result<Inner, ProducerError> {
     config
         .create_with_context(DeliveryContext {
             shared: shared.clone(),

@@ -121,7 +121,7 @@ impl From<ChangeError> for AdminError {
             ChangeError::KeyNotFound(id) => Self::KeyNotFound(id),
             ChangeError::NotSaved(_) => Self::StateNotSaved,
             ChangeError::Conflict { key, current } => Self::Conflict {
-                key,
+                key: key.to_string(),
                 current_version: current,
             },
             ChangeError::Unavailable(d) => Self::Common(ApiError::KafkaUnavailable(format!(

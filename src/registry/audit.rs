@@ -4,6 +4,7 @@
 //! the digest they let a reader test a guessed key, so only long random keys are safe to show
 //! them for; tokens never appear).
 
+use super::log::EntryKey;
 use super::state::RegistryState;
 use crate::config::TenantConfig;
 use crate::identity::ApiKeyHash;
@@ -83,7 +84,7 @@ fn diff_json(before: &RegistryState, after: &RegistryState, old: bool) -> String
     for id in ids {
         if before.tenants.get(id) != after.tenants.get(id) {
             out.insert(
-                format!("tenant:{id}"),
+                EntryKey::tenant(id).to_string(),
                 side.tenants
                     .get(id)
                     .map_or(serde_json::Value::Null, |t| tenant_view(t)),

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use super::audit::{self, Actor};
 use super::log::{self, Decoded, Refused};
-use super::shared::{self, Applier, AuditEntry, Rejection, Shared, INVALID, SKIPPED, STALE};
+use super::shared::{
+    self, Applier, AuditEntry, Rejection, SharedRegistry, INVALID, SKIPPED, STALE,
+};
 use super::state::{RegistryState, VERSION};
 use super::{Backend, RegistryStore};
 use crate::kafka::{LogReader, LogRecord};
@@ -109,7 +111,10 @@ impl RegistryStore {
 
     /// Creates the topic if needed, seeds an empty one, and returns a reader with the end
     /// offset to catch up with.
-    async fn open_reader(&self, shared: &Shared) -> Result<(LogReader, i64), log::LogError> {
+    async fn open_reader(
+        &self,
+        shared: &SharedRegistry,
+    ) -> Result<(LogReader, i64), log::LogError> {
         shared.log.ensure_topic().await?;
         let reader = shared.log.reader(&shared.replica)?;
         let mut end = shared.log.end_offset(&reader).await?;
@@ -126,7 +131,12 @@ impl RegistryStore {
 
     /// Applies a batch of records in order; rebuilds the live registry once if anything
     /// applied (and the topic has been read to its end); then tells waiting writers.
-    async fn apply_batch(&self, shared: &Shared, progress: &mut Progress, batch: Vec<Read>) {
+    async fn apply_batch(
+        &self,
+        shared: &SharedRegistry,
+        progress: &mut Progress,
+        batch: Vec<Read>,
+    ) {
         let mut state = self.state.lock().await;
         let mut last = 0;
         let mut outcomes = Vec::with_capacity(batch.len());
@@ -163,7 +173,7 @@ impl RegistryStore {
     /// The topic has been read to its end for the first time: the registry is loaded if a
     /// record verified; not ready if records carry MACs none of the secrets verifies; seeded
     /// if it held only unsigned records.
-    async fn caught_up(&self, shared: &Shared, progress: &mut Progress) {
+    async fn caught_up(&self, shared: &SharedRegistry, progress: &mut Progress) {
         if progress.authentic {
             shared.unverified.store(false, Ordering::Release);
             shared.loaded.store(true, Ordering::Release);
@@ -197,7 +207,7 @@ impl RegistryStore {
     }
 
     /// Writes the configuration file's part to the topic; returns how many entries.
-    async fn seed(&self, shared: &Shared) -> Result<usize, log::LogError> {
+    async fn seed(&self, shared: &SharedRegistry) -> Result<usize, log::LogError> {
         let Some(seed) = &shared.seed else {
             return Ok(0);
         };
@@ -281,7 +291,7 @@ impl RegistryStore {
     }
 }
 
-fn read(message: &LogRecord<'_>, shared: &Shared) -> Read {
+fn read(message: &LogRecord<'_>, shared: &SharedRegistry) -> Read {
     (
         message.offset(),
         message
@@ -297,7 +307,7 @@ type Outcome = (i64, Result<(), Rejection>, Option<AuditEntry>);
 /// A record that is not an entry: counted, its key written again if it sits under one of
 /// ours, and listed only if a holder of the secret wrote it.
 fn not_an_entry(
-    shared: &Shared,
+    shared: &SharedRegistry,
     progress: &mut Progress,
     state: &RegistryState,
     offset: i64,
@@ -308,7 +318,7 @@ fn not_an_entry(
     progress.bad_mac |= refused == Refused::BadMac;
     // Under the Kafka key of one of ours (a forged value or tombstone, say):
     // ours is written again, so compaction keeps it.
-    if let Some(key) = own_key.filter(|k| state.versions.contains_key(&k.as_string())) {
+    if let Some(key) = own_key.filter(|k| state.versions.contains_key(k)) {
         shared.rewrites().reassert.insert(key);
     }
     if refused.authentic() {
@@ -328,7 +338,7 @@ fn not_an_entry(
 
 /// Applies one entry (or rejects it, every replica alike) and notes what to write again.
 fn applied(
-    shared: &Shared,
+    shared: &SharedRegistry,
     progress: &mut Progress,
     state: &mut RegistryState,
     offset: i64,
@@ -355,7 +365,7 @@ fn applied(
                 audit::record_entry(
                     &Actor::new(&entry.actor),
                     &entry.action,
-                    &entry.key.as_string(),
+                    &entry.key.to_string(),
                     &before,
                     &shared::value_of(state, &entry.key),
                 );
@@ -371,7 +381,7 @@ fn applied(
                 if by_signing_secret {
                     rewrites.resign.remove(&entry.key);
                 }
-            } else if state.versions.contains_key(&entry.key.as_string())
+            } else if state.versions.contains_key(&entry.key)
                 || matches!(rejection, Rejection::Invalid(_))
             {
                 rewrites.reassert.insert(entry.key.clone());
@@ -404,7 +414,7 @@ fn applied(
 }
 
 /// Counts a skipped record, logging the first of each reason.
-fn skipped(shared: &Shared, reason: usize, offset: i64, detail: &str) {
+fn skipped(shared: &SharedRegistry, reason: usize, offset: i64, detail: &str) {
     use std::sync::atomic::Ordering::Relaxed;
     let Some(count) = shared.skipped.get(reason) else {
         return;
@@ -440,7 +450,7 @@ fn entry_audit(
 ) -> AuditEntry {
     AuditEntry {
         offset,
-        key: entry.key.as_string(),
+        key: entry.key.to_string(),
         actor: entry.actor.clone(),
         action: entry.action.clone(),
         replica: entry.replica.clone(),

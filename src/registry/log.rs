@@ -31,7 +31,8 @@ use std::time::Duration;
 use super::mac::RegistrySecrets;
 use crate::kafka::{self, LogReader, LogRecord, LogTopic, OutRecord};
 
-/// What a record is about.
+/// What a record is about: the registry's keys (each with its own version), typed so that the
+/// format of their names (`tenant:ID`, ...) is known here only.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntryKey {
     Global,
@@ -42,14 +43,22 @@ pub enum EntryKey {
     FileTenant(String),
 }
 
-impl EntryKey {
-    pub fn as_string(&self) -> String {
+/// The key's name, as a record's Kafka key starts and as a conflict names it.
+impl std::fmt::Display for EntryKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EntryKey::Global => "global".into(),
-            EntryKey::Tenant(id) => format!("tenant:{id}"),
-            EntryKey::FileGlobal => "file-global".into(),
-            EntryKey::FileTenant(id) => format!("file:{id}"),
+            EntryKey::Global => f.write_str("global"),
+            EntryKey::Tenant(id) => write!(f, "tenant:{id}"),
+            EntryKey::FileGlobal => f.write_str("file-global"),
+            EntryKey::FileTenant(id) => write!(f, "file:{id}"),
         }
+    }
+}
+
+impl EntryKey {
+    /// The live tenant `id`'s key.
+    pub fn tenant(id: &str) -> Self {
+        EntryKey::Tenant(id.to_string())
     }
 
     /// Whether the key is part of what requests are served from (not the file's baseline).
@@ -315,7 +324,7 @@ impl RegistryLog {
 
     /// An entry as a signed record.
     fn encode(&self, entry: &Entry) -> Result<OutRecord, LogError> {
-        let logical = entry.key.as_string();
+        let logical = entry.key.to_string();
         let key = format!("{logical}#{}", self.secrets.key_tag(&logical));
         let base = entry.base.to_string();
         let version = entry.version().ok_or(LogError::NoVersion)?.to_string();

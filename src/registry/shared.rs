@@ -10,4 +10,4 @@ mod tests;
 
 pub use apply::{is_echo, Applier, Rejection};
 pub use entries::{entries, rewrite};
-pub use replica::{value_of, AuditEntry, Shared, INVALID, SKIPPED, STALE};
+pub use replica::{value_of, AuditEntry, SharedRegistry, INVALID, SKIPPED, STALE};

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::log::EntryKey;
 use crate::config::{
     cross_tenant_problems, Config, ConfigProblem, GlobalBudgetConfig, TenantConfig,
 };
@@ -70,10 +71,10 @@ pub struct RegistryState {
     /// The configuration file's part as last applied (absent in version 1 files).
     #[serde(default)]
     pub file: FilePart,
-    /// Shared registry: each key's version (`global`, `file`, `tenant:ID`), as read from the
-    /// registry topic. Not part of a state file.
+    /// Each key's version: how many changes made it, as read from the registry topic (a
+    /// local registry counts its own from 0 at start). Not part of a state file.
     #[serde(skip)]
-    pub versions: BTreeMap<String, u64>,
+    pub versions: BTreeMap<EntryKey, u64>,
 }
 
 /// What a reload did, for the log.
@@ -87,6 +88,11 @@ pub struct FileChanges {
 }
 
 impl RegistryState {
+    /// `key`'s version (0: never changed since this registry started).
+    pub fn version(&self, key: &EntryKey) -> u64 {
+        self.versions.get(key).copied().unwrap_or(0)
+    }
+
     /// A registry holding exactly the configuration file's tenants and budget.
     pub fn from_config(config: &Config) -> Self {
         Self::from_file(FilePart::of(config))

@@ -17,7 +17,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::registry::CallError;
+use super::registry_client::CallError;
 use super::Schemas;
 
 /// The slots, shared by every request.

@@ -62,7 +62,7 @@ struct State {
     closed: bool,
 }
 
-struct Shared {
+struct PoolCore {
     state: Mutex<State>,
     ready: Condvar,
     tenant_workers: usize,
@@ -70,7 +70,7 @@ struct Shared {
 
 /// The pool; dropping it stops its threads once their jobs end.
 pub struct Pool {
-    shared: Arc<Shared>,
+    shared: Arc<PoolCore>,
     wait: Duration,
     workers: usize,
 }
@@ -135,7 +135,7 @@ impl Pool {
     /// `workers` threads; a tenant runs at most `tenant_workers` jobs at once; a job not
     /// started within `wait` is refused.
     pub fn new(workers: usize, tenant_workers: usize, wait: Duration) -> Result<Self, String> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PoolCore {
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
             tenant_workers: tenant_workers.max(1),
@@ -231,7 +231,7 @@ impl Pool {
 /// Marks a queued job cancelled when its caller stops waiting, and drops it from its queue.
 struct Withdraw {
     state: Arc<AtomicU8>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolCore>,
     tenant: Arc<str>,
 }
 
@@ -247,7 +247,7 @@ impl Drop for Withdraw {
     }
 }
 
-impl Shared {
+impl PoolCore {
     /// Drops `tenant`'s cancelled jobs now, with what they hold (a value's copy: up to a record
     /// each). Left in the queue until a thread came to the tenant, the refused requests of a
     /// review of #37 held 190 MiB there while every thread was busy, and counted against the
@@ -272,7 +272,7 @@ impl Drop for Pool {
     }
 }
 
-fn work(shared: &Shared) {
+fn work(shared: &PoolCore) {
     loop {
         let (tenant, job) = {
             let mut state = shared.state.lock();

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use super::compiled::Compiled;
 use super::lookups::Lookups;
 use super::raw::{RawKey, RawUse};
-use super::registry::CallError;
+use super::registry_client::CallError;
 use super::resolve::{remember_missing, still_missing, Resolved};
 use super::{Failure, SchemaError, Schemas, Side};
 use crate::budget::{Clock, RateSpec};

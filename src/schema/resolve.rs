@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::compiled::{format_name, Compiled};
 use super::raw::{digest, RawKey, RawUse};
-use super::registry::{CallError, RegistryClient};
+use super::registry_client::{CallError, SchemaRegistryClient};
 use super::{Format, Lookups, SchemaError, Schemas, Side, Source, Strategy, Use};
 use crate::identity::Topic;
 
@@ -219,7 +219,7 @@ impl Schemas {
     async fn by_id(
         &self,
         tenant: &str,
-        client: &RegistryClient,
+        client: &SchemaRegistryClient,
         id: u32,
         lookups: &mut Lookups,
     ) -> Result<Arc<Compiled>, SchemaError> {
@@ -303,7 +303,7 @@ impl Schemas {
     async fn version(
         &self,
         tenant: &str,
-        client: &RegistryClient,
+        client: &SchemaRegistryClient,
         subject: &str,
         version: Option<i32>,
         lookups: &mut Lookups,

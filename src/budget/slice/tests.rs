@@ -85,21 +85,21 @@ fn drain_empties_and_returns_what_was_held() {
 
 #[test]
 fn every_mode_switch_moves_the_epoch_and_a_repeat_does_not() {
-    let sharing = Sharing::new(3);
-    assert_eq!(sharing.current(), (0, Mode::Share(3)));
+    let sharing = ModeCell::new(3);
+    assert_eq!(sharing.current(), (0, Mode::Fallback(3)));
     sharing.set(Mode::Leased, 0);
     assert_eq!(sharing.current(), (1, Mode::Leased));
     sharing.set(Mode::Leased, 0);
     assert_eq!(sharing.current(), (1, Mode::Leased));
-    sharing.set(Mode::Share(2), 0);
-    assert_eq!(sharing.current(), (2, Mode::Share(2)));
+    sharing.set(Mode::Fallback(2), 0);
+    assert_eq!(sharing.current(), (2, Mode::Fallback(2)));
 }
 
 #[test]
 fn a_share_divides_rate_and_burst_and_keeps_at_least_one() {
-    let s = share_of(spec(), 3);
+    let s = fallback_of(spec(), 3);
     assert_eq!(s.records.map(|r| (r.per_sec, r.burst)), Some((33, 33)));
-    let tiny = share_of(
+    let tiny = fallback_of(
         BudgetSpec {
             records: Some(RateSpec {
                 per_sec: 1,

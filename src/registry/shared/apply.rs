@@ -13,7 +13,7 @@ use crate::registry::state::RegistryState;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
     /// Made from an older version of the key: another change came first.
-    Stale { key: String, current: u64 },
+    Stale { key: EntryKey, current: u64 },
     /// The registry it leads to is not valid (a key another tenant has, ...).
     Invalid(String),
     /// Not a registry entry at all.
@@ -53,13 +53,16 @@ impl Applier {
     /// Applies `entry` to `state` if it carries a newer version of its key than `state` holds
     /// and leaves a valid registry; otherwise changes nothing and says why.
     pub fn apply(&mut self, state: &mut RegistryState, entry: &Entry) -> Result<(), Rejection> {
-        let key = entry.key.as_string();
-        let current = state.versions.get(&key).copied().unwrap_or(0);
+        let key = &entry.key;
+        let current = state.version(key);
         let version = entry.version().ok_or_else(|| {
             Rejection::Malformed(format!("{key}: no version after {}", entry.base))
         })?;
         if version <= current {
-            return Err(Rejection::Stale { key, current });
+            return Err(Rejection::Stale {
+                key: key.clone(),
+                current,
+            });
         }
         let parse_err = |e: serde_json::Error| Rejection::Malformed(format!("{key}: {e}"));
         let invalid = |p: ConfigProblem| Rejection::Invalid(p.to_string());
@@ -132,7 +135,7 @@ impl Applier {
                 return Err(Rejection::Malformed(format!("{key} cannot be deleted")));
             }
         }
-        state.versions.insert(key, version);
+        state.versions.insert(key.clone(), version);
         Ok(())
     }
 
@@ -150,8 +153,7 @@ impl Applier {
 /// Whether `entry`, refused as stale, says what `state` holds already (the same version and
 /// value): nothing to write again when it is the last record of its key.
 pub fn is_echo(state: &RegistryState, entry: &Entry) -> bool {
-    let key = entry.key.as_string();
-    if entry.version() != state.versions.get(&key).copied() {
+    if entry.version() != state.versions.get(&entry.key).copied() {
         return false;
     }
     let same_tenant = |held: Option<&Arc<TenantConfig>>, v: &[u8]| {

@@ -18,7 +18,7 @@ pub fn entries(
 ) -> Vec<Entry> {
     let mut out = Vec::new();
     let entry = |key: EntryKey, value: Option<Vec<u8>>| Entry {
-        base: current.versions.get(&key.as_string()).copied().unwrap_or(0),
+        base: current.version(&key),
         key,
         value,
         actor: actor.to_string(),
@@ -93,7 +93,7 @@ fn value_bytes(state: &RegistryState, key: &EntryKey) -> Option<Vec<u8>> {
 /// no version moves, nothing is rebuilt or audited — and compaction keeps it as the last
 /// record of its key. A key no entry ever made (version 0) gets a first version instead.
 pub fn rewrite(state: &RegistryState, key: &EntryKey, resign: bool, replica: &str) -> Entry {
-    let version = state.versions.get(&key.as_string()).copied().unwrap_or(0);
+    let version = state.version(key);
     let value = value_bytes(state, key);
     Entry {
         key: key.clone(),

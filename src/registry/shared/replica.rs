@@ -57,7 +57,7 @@ pub fn value_of(state: &RegistryState, key: &EntryKey) -> serde_json::Value {
 
 /// The shared registry's moving parts on this replica.
 #[derive(Debug)]
-pub struct Shared {
+pub struct SharedRegistry {
     pub log: RegistryLog,
     pub replica: String,
     /// The configuration file's part, written to an empty topic at first start (`None`: never
@@ -102,7 +102,7 @@ pub struct Rewrites {
     pub resign: BTreeSet<EntryKey>,
 }
 
-impl Shared {
+impl SharedRegistry {
     pub fn new(log: RegistryLog, replica: String, seed: Option<FilePart>) -> Self {
         Self {
             log,

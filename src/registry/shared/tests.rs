@@ -30,7 +30,7 @@ fn state_with(tenants: &[TenantConfig]) -> RegistryState {
 #[test]
 fn a_change_writes_one_entry_per_changed_key_from_its_current_version() {
     let mut current = state_with(&[tenant("a", 1), tenant("b", 2)]);
-    current.versions.insert("tenant:a".into(), 4);
+    current.versions.insert(EntryKey::tenant("a"), 4);
     let mut next = current.clone();
     next.tenants
         .insert("a".into(), std::sync::Arc::new(tenant("a", 10)));
@@ -72,12 +72,12 @@ fn of_two_changes_from_the_same_version_only_the_first_applies() {
     assert_eq!(
         apply(&mut replica, &second[0]),
         Err(Rejection::Stale {
-            key: "tenant:a".into(),
+            key: EntryKey::tenant("a"),
             current: 1
         })
     );
     assert_eq!(replica.tenants["a"].records_per_sec, Some(10));
-    assert_eq!(replica.versions["tenant:a"], 1);
+    assert_eq!(replica.version(&EntryKey::tenant("a")), 1);
     assert!(
         !is_echo(&replica, &second[0]),
         "the loser says something else"
@@ -136,7 +136,11 @@ fn a_key_another_tenant_holds_is_invalid_and_freed_when_that_tenant_lets_it_go()
     deleted.value = None;
     assert_eq!(applier.apply(&mut s, &deleted), Ok(()));
     assert!(!s.tenants.contains_key("a"));
-    assert_eq!(s.versions["tenant:a"], 3, "a deletion keeps its version");
+    assert_eq!(
+        s.version(&EntryKey::tenant("a")),
+        3,
+        "a deletion keeps its version"
+    );
     // A replayed older record of a is refused: it does not bring the tenant back.
     assert!(matches!(
         applier.apply(&mut s, &put(&a, 0)),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::exposition::{sample, scrape};
 use crate::common::*;
-use floodgate::cluster::RedisKeys;
+use floodgate::cluster::RedisIdempotencyStore;
 use floodgate::config::{Config, OnStoreError};
 use floodgate::idempotency::{Fingerprint, Found, KeyDigest, TenantKey, Token};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -324,8 +324,8 @@ async fn the_key_series_count_outcomes_and_pass_promtool() {
 
 /// The shared idempotency store on the shared Redis, under a key prefix of `test`'s own,
 /// connected: how the tests of its scripts on their own start.
-async fn connected_keys(test: &str) -> RedisKeys {
-    let keys = RedisKeys::new(
+async fn connected_keys(test: &str) -> RedisIdempotencyStore {
+    let keys = RedisIdempotencyStore::new(
         &redis_url(),
         &redis_prefix(test),
         (Duration::from_secs(2), Duration::from_secs(2)),

@@ -1,6 +1,7 @@
 //! Where claims and answers live when replicas share them (cluster mode): a retry that lands
 //! on another replica, or on a restarted one, finds the claim or the answer. The Redis one is
-//! `cluster::RedisKeys`; the assembly hands it in ([`super::Idempotency::shared`]).
+//! `cluster::RedisIdempotencyStore`; the assembly hands it in
+//! ([`super::Idempotency::clustered`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,7 +25,7 @@ pub enum Found {
 
 /// Why the store did not do what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum SharedStoreError {
+pub enum ClusterKeyStoreError {
     #[error("not connected to Redis yet")]
     NotConnected,
     #[error("Redis did not answer within {0:?}")]
@@ -39,7 +40,7 @@ pub enum SharedStoreError {
     Corrupt(#[from] Corrupt),
 }
 
-impl SharedStoreError {
+impl ClusterKeyStoreError {
     /// Whether the command may have reached the store and run there (or may still run: a
     /// paused or slow Redis runs what it was sent once it goes on).
     pub fn may_have_run(&self) -> bool {
@@ -52,15 +53,15 @@ impl SharedStoreError {
 }
 
 /// A store call's answer, later.
-pub type SharedFuture<'a, T> =
-    Pin<Box<dyn Future<Output = Result<T, SharedStoreError>> + Send + 'a>>;
+pub type ClusterKeyFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ClusterKeyStoreError>> + Send + 'a>>;
 
 /// Claims and answers shared by every replica, each call atomic on its key. A claim, a
 /// pending claim and a given-up key live `ttl` unless renewed by their holder; an answer
 /// lives its own `ttl`.
-pub trait SharedStore: Send + Sync + std::fmt::Debug {
+pub trait ClusterKeyStore: Send + Sync + std::fmt::Debug {
     /// Opens the connection (once; after that it reconnects by itself).
-    fn connect(&self) -> SharedFuture<'_, ()>;
+    fn connect(&self) -> ClusterKeyFuture<'_, ()>;
 
     /// Claims `key` for the request holding `token`: `None` when it now holds it, else what
     /// the key holds.
@@ -69,10 +70,10 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
         key: &'a TenantKey,
         token: &'a Token,
         ttl: Duration,
-    ) -> SharedFuture<'a, Option<Found>>;
+    ) -> ClusterKeyFuture<'a, Option<Found>>;
 
     /// What `key` holds now (`None`: nothing, or given up).
-    fn read<'a>(&'a self, key: &'a TenantKey) -> SharedFuture<'a, Option<Found>>;
+    fn read<'a>(&'a self, key: &'a TenantKey) -> ClusterKeyFuture<'a, Option<Found>>;
 
     /// Renews a claim: still being read (`None`) or pending with this fingerprint; false
     /// when another request holds the key.
@@ -82,7 +83,7 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
         token: &'a Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
-    ) -> SharedFuture<'a, bool>;
+    ) -> ClusterKeyFuture<'a, bool>;
 
     /// Stores the answer (kept `ttl`); false when another request holds the key. Each tenant's
     /// answers are bounded in number: storing one past the bound drops that tenant's oldest.
@@ -93,7 +94,7 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
         fingerprint: Fingerprint,
         answer: &'a StoredAnswer,
         ttl: Duration,
-    ) -> SharedFuture<'a, bool>;
+    ) -> ClusterKeyFuture<'a, bool>;
 
     /// Gives the claim up (nothing was stored for it). What is left in its place for
     /// `late_renewals` tells a renewal of it, sent before and run after, not to take the key
@@ -103,5 +104,5 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
         key: &'a TenantKey,
         token: &'a Token,
         late_renewals: Duration,
-    ) -> SharedFuture<'a, bool>;
+    ) -> ClusterKeyFuture<'a, bool>;
 }

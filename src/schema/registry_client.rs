@@ -34,7 +34,7 @@ pub enum CallError {
     OwnShareTaken(String),
 }
 
-pub struct RegistryClient {
+pub struct SchemaRegistryClient {
     http: reqwest::Client,
     base: reqwest::Url,
     auth: Option<(String, String)>,
@@ -42,12 +42,12 @@ pub struct RegistryClient {
 
 /// The registry's address without its credentials: a log line or panic message never shows
 /// the password.
-impl std::fmt::Debug for RegistryClient {
+impl std::fmt::Debug for SchemaRegistryClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut base = self.base.clone();
         let _ = base.set_password(None);
         let _ = base.set_username("");
-        f.debug_struct("RegistryClient")
+        f.debug_struct("SchemaRegistryClient")
             .field("base", &base.as_str())
             .field("auth", &self.auth.as_ref().map(|_| "<redacted>"))
             .finish()
@@ -87,7 +87,7 @@ fn format_of(schema_type: Option<&str>) -> Result<Format, CallError> {
     }
 }
 
-impl RegistryClient {
+impl SchemaRegistryClient {
     pub fn new(
         url: &str,
         timeout: Duration,

@@ -1,5 +1,5 @@
 //! `Idempotency-Key` claims and answers in Redis (cluster mode: idempotency's
-//! [`SharedStore`]), so a retry that lands on another replica, or on a restarted
+//! [`ClusterKeyStore`]), so a retry that lands on another replica, or on a restarted
 //! one, finds the claim or the answer. One Redis key per tenant key
 //! (`{PREFIX:idem:TENANT}:HEX`, HEX the key's digest), and per tenant an index of its answers
 //! by when they were stored (`{PREFIX:idem:TENANT}`, a sorted set), which bounds how many it
@@ -24,16 +24,16 @@ use redis::Script;
 
 use super::redis_connection::{CallError, Connection, UrlError};
 use crate::idempotency::{
-    Corrupt, Fingerprint, Found, SharedFuture, SharedStore, SharedStoreError, StoredAnswer,
-    TenantKey, Token,
+    ClusterKeyFuture, ClusterKeyStore, ClusterKeyStoreError, Corrupt, Fingerprint, Found,
+    StoredAnswer, TenantKey, Token,
 };
 
-impl From<CallError> for SharedStoreError {
+impl From<CallError> for ClusterKeyStoreError {
     fn from(e: CallError) -> Self {
         match e {
-            CallError::NotConnected => SharedStoreError::NotConnected,
-            CallError::Timeout(d) => SharedStoreError::Timeout(d),
-            CallError::Redis(e) => SharedStoreError::Failed {
+            CallError::NotConnected => ClusterKeyStoreError::NotConnected,
+            CallError::Timeout(d) => ClusterKeyStoreError::Timeout(d),
+            CallError::Redis(e) => ClusterKeyStoreError::Failed {
                 may_have_run: !e.is_connection_refusal(),
                 source: Box::new(e),
             },
@@ -41,7 +41,7 @@ impl From<CallError> for SharedStoreError {
     }
 }
 
-pub struct RedisKeys {
+pub struct RedisIdempotencyStore {
     connection: Connection,
     claim: Script,
     own: Script,
@@ -50,9 +50,9 @@ pub struct RedisKeys {
     max_per_tenant: u64,
 }
 
-impl std::fmt::Debug for RedisKeys {
+impl std::fmt::Debug for RedisIdempotencyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisKeys")
+        f.debug_struct("RedisIdempotencyStore")
             .field("prefix", &self.prefix)
             .field("connected", &self.connection.is_connected())
             .finish_non_exhaustive()
@@ -77,7 +77,7 @@ pub fn value(state: u8, token: &Token, rest: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A key's value read back; a key given up is as free as one never used.
-fn free_if_released(found: Option<Vec<u8>>) -> Result<Option<Found>, SharedStoreError> {
+fn free_if_released(found: Option<Vec<u8>>) -> Result<Option<Found>, ClusterKeyStoreError> {
     match found.map(|v| parse(&v)).transpose()? {
         Some(Found::Released) => Ok(None),
         found => Ok(found),
@@ -119,7 +119,7 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-impl RedisKeys {
+impl RedisIdempotencyStore {
     pub fn new(
         url: &str,
         prefix: &str,
@@ -141,7 +141,7 @@ impl RedisKeys {
     }
 
     /// Opens the connection (once; after that the manager reconnects by itself).
-    pub async fn connect(&self) -> Result<(), SharedStoreError> {
+    pub async fn connect(&self) -> Result<(), ClusterKeyStoreError> {
         Ok(self.connection.connect().await?)
     }
 
@@ -159,7 +159,7 @@ impl RedisKeys {
     async fn run<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<T, SharedStoreError> {
+    ) -> Result<T, ClusterKeyStoreError> {
         Ok(self.connection.run(invocation).await?)
     }
 
@@ -170,7 +170,7 @@ impl RedisKeys {
         key: &TenantKey,
         token: &Token,
         ttl: Duration,
-    ) -> Result<Option<Found>, SharedStoreError> {
+    ) -> Result<Option<Found>, ClusterKeyStoreError> {
         let mut invocation = self.claim.key(self.redis_key(key));
         invocation.arg(value(CLAIMED, token, &[])).arg(ms(ttl));
         let found: Option<Vec<u8>> = self.run(&invocation).await?;
@@ -178,8 +178,11 @@ impl RedisKeys {
     }
 
     /// What `key` holds now.
-    pub async fn read(&self, key: &TenantKey) -> Result<Option<Found>, SharedStoreError> {
-        let mut connection = self.connection.manager().map_err(SharedStoreError::from)?;
+    pub async fn read(&self, key: &TenantKey) -> Result<Option<Found>, ClusterKeyStoreError> {
+        let mut connection = self
+            .connection
+            .manager()
+            .map_err(ClusterKeyStoreError::from)?;
         let timeout = self.connection.command_timeout;
         let found: Option<Vec<u8>> = tokio::time::timeout(
             timeout,
@@ -188,8 +191,8 @@ impl RedisKeys {
                 .query_async(&mut connection),
         )
         .await
-        .map_err(|_| SharedStoreError::Timeout(timeout))?
-        .map_err(|e| SharedStoreError::from(CallError::Redis(e)))?;
+        .map_err(|_| ClusterKeyStoreError::Timeout(timeout))?
+        .map_err(|e| ClusterKeyStoreError::from(CallError::Redis(e)))?;
         free_if_released(found)
     }
 
@@ -201,7 +204,7 @@ impl RedisKeys {
         token: &Token,
         value: &[u8],
         ttl: Duration,
-    ) -> Result<bool, SharedStoreError> {
+    ) -> Result<bool, ClusterKeyStoreError> {
         let mut invocation = self.own.key(self.redis_key(key));
         invocation.arg(&token.0[..]).arg(value).arg(ms(ttl));
         let n: i64 = self.run(&invocation).await?;
@@ -215,7 +218,7 @@ impl RedisKeys {
         token: &Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
-    ) -> Result<bool, SharedStoreError> {
+    ) -> Result<bool, ClusterKeyStoreError> {
         let v = match pending {
             None => value(CLAIMED, token, &[]),
             Some(fp) => value(PENDING, token, &[&fp.0]),
@@ -231,7 +234,7 @@ impl RedisKeys {
         fingerprint: Fingerprint,
         answer: &StoredAnswer,
         ttl: Duration,
-    ) -> Result<bool, SharedStoreError> {
+    ) -> Result<bool, ClusterKeyStoreError> {
         let v = value(ANSWERED, token, &[&fingerprint.0, answer.encoded()]);
         let index = self.index_key(key);
         let mut invocation = self.own.key(self.redis_key(key));
@@ -255,14 +258,14 @@ impl RedisKeys {
         key: &TenantKey,
         token: &Token,
         late_renewals: Duration,
-    ) -> Result<bool, SharedStoreError> {
+    ) -> Result<bool, ClusterKeyStoreError> {
         self.own(key, token, b"", late_renewals).await
     }
 }
 
-impl SharedStore for RedisKeys {
-    fn connect(&self) -> SharedFuture<'_, ()> {
-        Box::pin(RedisKeys::connect(self))
+impl ClusterKeyStore for RedisIdempotencyStore {
+    fn connect(&self) -> ClusterKeyFuture<'_, ()> {
+        Box::pin(RedisIdempotencyStore::connect(self))
     }
 
     fn claim<'a>(
@@ -270,12 +273,12 @@ impl SharedStore for RedisKeys {
         key: &'a TenantKey,
         token: &'a Token,
         ttl: Duration,
-    ) -> SharedFuture<'a, Option<Found>> {
-        Box::pin(RedisKeys::claim(self, key, token, ttl))
+    ) -> ClusterKeyFuture<'a, Option<Found>> {
+        Box::pin(RedisIdempotencyStore::claim(self, key, token, ttl))
     }
 
-    fn read<'a>(&'a self, key: &'a TenantKey) -> SharedFuture<'a, Option<Found>> {
-        Box::pin(RedisKeys::read(self, key))
+    fn read<'a>(&'a self, key: &'a TenantKey) -> ClusterKeyFuture<'a, Option<Found>> {
+        Box::pin(RedisIdempotencyStore::read(self, key))
     }
 
     fn renew<'a>(
@@ -284,8 +287,8 @@ impl SharedStore for RedisKeys {
         token: &'a Token,
         pending: Option<Fingerprint>,
         ttl: Duration,
-    ) -> SharedFuture<'a, bool> {
-        Box::pin(RedisKeys::renew(self, key, token, pending, ttl))
+    ) -> ClusterKeyFuture<'a, bool> {
+        Box::pin(RedisIdempotencyStore::renew(self, key, token, pending, ttl))
     }
 
     fn answer<'a>(
@@ -295,8 +298,8 @@ impl SharedStore for RedisKeys {
         fingerprint: Fingerprint,
         answer: &'a StoredAnswer,
         ttl: Duration,
-    ) -> SharedFuture<'a, bool> {
-        Box::pin(RedisKeys::answer(
+    ) -> ClusterKeyFuture<'a, bool> {
+        Box::pin(RedisIdempotencyStore::answer(
             self,
             key,
             token,
@@ -311,8 +314,13 @@ impl SharedStore for RedisKeys {
         key: &'a TenantKey,
         token: &'a Token,
         late_renewals: Duration,
-    ) -> SharedFuture<'a, bool> {
-        Box::pin(RedisKeys::release(self, key, token, late_renewals))
+    ) -> ClusterKeyFuture<'a, bool> {
+        Box::pin(RedisIdempotencyStore::release(
+            self,
+            key,
+            token,
+            late_renewals,
+        ))
     }
 }
 
