@@ -22,11 +22,25 @@ pub struct Counting;
 thread_local! {
     // Const-initialised, no destructor: reading it never allocates, so the allocator can.
     static LIVE: Cell<i64> = const { Cell::new(0) };
+    // The most `LIVE` has been since [`usage`] last started counting.
+    static PEAK: Cell<i64> = const { Cell::new(0) };
+    // Bytes ever allocated (reallocations count what they add): a measure of work.
+    static ALLOCATED: Cell<u64> = const { Cell::new(0) };
 }
 
 fn add(n: i64) {
     // During a thread's teardown the slot may be gone: that thread measures nothing then.
-    let _ = LIVE.try_with(|c| c.set(c.get().wrapping_add(n)));
+    let Ok(now) = LIVE.try_with(|c| {
+        let now = c.get().wrapping_add(n);
+        c.set(now);
+        now
+    }) else {
+        return;
+    };
+    if n > 0 {
+        let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
+        let _ = ALLOCATED.try_with(|a| a.set(a.get().wrapping_add(n.unsigned_abs())));
+    }
 }
 
 fn size(layout: Layout) -> i64 {
@@ -106,9 +120,53 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (R, Option<usize>) {
     (result, counting.then_some(kept))
 }
 
+/// What a piece of work took on this thread on its way, beyond what it kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// The most bytes it held at once, above what the thread held before.
+    pub peak: u64,
+    /// Bytes it allocated in all (a copy of a name is an allocation): its work, counted
+    /// without a clock.
+    pub allocated: u64,
+}
+
+/// Runs `f` and says what it took on the way ([`Usage`]), or `None` when the binary does not
+/// count. The schema tests bound what a hostile schema's compile takes, not only what it
+/// keeps. Not nested: an inner call restarts the outer one's peak.
+pub fn usage<R>(f: impl FnOnce() -> R) -> (R, Option<Usage>) {
+    let ((), counting) = measure(|| ());
+    let before = live();
+    let _ = PEAK.try_with(|p| p.set(before));
+    let allocated = ALLOCATED.try_with(Cell::get).unwrap_or(0);
+    let result = f();
+    let most = PEAK.try_with(Cell::get).unwrap_or(before);
+    let usage = Usage {
+        peak: u64::try_from(most.saturating_sub(before)).unwrap_or(0),
+        allocated: ALLOCATED
+            .try_with(Cell::get)
+            .unwrap_or(0)
+            .wrapping_sub(allocated),
+    };
+    (result, counting.map(|_| usage))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::measure;
+    use super::{measure, usage};
+
+    #[test]
+    fn usage_counts_what_was_freed_on_the_way() {
+        let ((), used) = usage(|| {
+            for _ in 0..3 {
+                drop(std::hint::black_box(vec![0u8; 1 << 20]));
+            }
+        });
+        let used = used.expect("the test binary counts");
+        assert!((1 << 20..2 << 20).contains(&used.peak), "{used:?}");
+        assert!((3 << 20..4 << 20).contains(&used.allocated), "{used:?}");
+        let ((), kept) = measure(|| drop(std::hint::black_box(vec![0u8; 1 << 20])));
+        assert_eq!(kept, Some(0), "what was freed is not kept");
+    }
 
     #[test]
     fn measures_what_the_work_keeps_not_what_it_freed() {

@@ -29,6 +29,7 @@ mod compiled;
 mod convert;
 pub mod json;
 mod lookups;
+pub mod names;
 mod parse_memory;
 mod pointer;
 pub mod pool;
@@ -56,6 +57,7 @@ use resolve::{Cache, Resolved};
 pub use crate::config::SchemaFormat as Format;
 pub use compiled::{Compiled, MAX_SCHEMA_NESTING, MAX_SCHEMA_REFS};
 pub use lookups::{Admissible, Lookups, LOOKUPS_PER_REQUEST};
+pub use names::{MAX_NAME_BYTES, MAX_NAME_PARTS};
 pub use register::{Converted, Pending};
 pub use unpaid_work::ChecksOwed;
 

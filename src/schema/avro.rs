@@ -19,6 +19,7 @@ use super::Mismatch;
 
 mod blocks;
 mod defaults;
+mod names;
 mod union;
 mod values;
 use defaults::take_defaults;
@@ -46,9 +47,6 @@ pub struct AvroSchema {
     step_cost: u64,
 }
 
-/// Names (full names, field names, enum symbols) longer than this are refused: real ones are
-/// tens of bytes.
-pub const MAX_NAME_BYTES: usize = 512;
 /// A visit costs one more step per this many bytes of the schema's longest name.
 const NAME_BYTES_PER_STEP: usize = 32;
 /// The walk reads the clock every this many steps (a backstop: the step budget is the bound).
@@ -61,6 +59,7 @@ const MAX_DEPTH: usize = 160;
 impl AvroSchema {
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut json: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        names::within_bounds(&json)?;
         let mut defaults = HashMap::new();
         take_defaults(&mut json, None, &mut defaults, 0);
         let root = Schema::parse(&json).map_err(|e| e.to_string())?;
@@ -76,12 +75,8 @@ impl AvroSchema {
             Schema::Fixed(f) => Some(f.name.fullname(None)),
             _ => None,
         };
+        // At most `MAX_NAME_BYTES`: the names were bounded before the parse.
         let longest = longest_name(&names);
-        if longest > MAX_NAME_BYTES {
-            return Err(format!(
-                "the schema has a name of {longest} bytes; at most {MAX_NAME_BYTES}"
-            ));
-        }
         let enums = names
             .iter()
             .filter_map(|(name, schema)| match schema {

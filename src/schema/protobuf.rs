@@ -10,6 +10,8 @@ use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, Refle
 use super::pointer::Pointer;
 use super::Mismatch;
 
+mod names;
+
 const FILE: &str = "schema.proto";
 
 #[derive(Debug)]
@@ -45,6 +47,7 @@ impl ProtobufSchema {
         let mut descriptor = parsed.file_descriptor_proto().clone();
         drop(parsed);
         descriptor.source_code_info = None;
+        names::within_bounds(&descriptor)?;
         let mut compiler = protox::Compiler::with_file_resolver(Source(descriptor));
         compiler.include_imports(true);
         compiler.open_file(FILE).map_err(|e| e.to_string())?;

@@ -1,5 +1,6 @@
 //! The Avro walk against apache-avro's own encoder, and its bounds.
 use super::*;
+use crate::schema::MAX_NAME_BYTES;
 use serde_json::json;
 
 const LIMIT: usize = 1 << 20;
@@ -272,6 +273,7 @@ fn a_visit_costs_by_the_schema_s_longest_name() {
     ))
     .expect_err("too long a name");
     assert!(e.contains("at most 512"), "{e}");
+    assert!(e.contains("/namespace"), "the detail names where: {e}");
     let field = AvroSchema::parse(&format!(
         r#"{{"type":"record","name":"R","fields":[{{"name":"{long}","type":"int"}}]}}"#
     ));
