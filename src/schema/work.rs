@@ -168,7 +168,7 @@ impl Schemas {
         SchemaError::Busy(
             wait,
             format!(
-                "this tenant's schema compiles and refused checks took {} ms of CPU lately, its most at once ([schema_registry] tenant_unpaid_work_ms_per_sec = {}, tenant_unpaid_work_ms_burst); retry in {} ms",
+                "this tenant's schema compiles and refused checks used more CPU than it may spend unpaid ({} ms at once, {} ms each second: [schema_registry] tenant_unpaid_work_ms_burst, tenant_unpaid_work_ms_per_sec); retry in {} ms",
                 spec.burst,
                 spec.per_sec,
                 wait.as_millis().max(1)
