@@ -1,0 +1,116 @@
+//! What a compile with hostile names takes on its way, counted by the heap counter: names are
+//! bounded before a descriptor pool or apache-avro sees them (review 16 of #37).
+
+use super::super::*;
+
+/// What compiling `text` took on the way (the test binary counts, lib.rs), and its outcome.
+fn compile_usage(format: Format, text: &str) -> (Result<Compiled, String>, crate::heap::Usage) {
+    let (compiled, used) = crate::heap::usage(|| Compiled::new(1, format, text));
+    (compiled, used.expect("the test binary counts"))
+}
+
+/// Review 16 of #37: a Protobuf package of n parts cost the descriptor pool's builder ~n² bytes
+/// (it adds every prefix of the package as a name): a 90 KB package took the process to 1.9
+/// GiB. Names are bounded on the parsed file, before the pool is built.
+#[test]
+fn a_package_of_thousands_of_parts_is_refused_before_its_pool_is_built() {
+    // 5,000 parts, 10 KB: the pool's builder would have allocated ~25 MB for the prefixes.
+    let package = vec!["p"; 5000].join(".");
+    let text = format!("syntax = \"proto3\"; package {package}; message M {{ int32 a = 1; }}");
+    let (compiled, used) = compile_usage(Format::Protobuf, &text);
+    let e = compiled.expect_err("too many parts");
+    assert!(
+        e.contains("the package") && e.contains("at most 512"),
+        "{e}"
+    );
+    assert!(
+        used.allocated < 256 * text.len() as u64 + (1 << 20),
+        "refused after {used:?} for a {}-byte schema",
+        text.len()
+    );
+    let long = "p".repeat(MAX_NAME_BYTES);
+    let e = Compiled::new(
+        1,
+        Format::Protobuf,
+        &format!("syntax = \"proto3\"; package {long}; message M {{ int32 a = 1; }}"),
+    )
+    .expect_err("a full name of 514 bytes");
+    assert!(
+        e.contains("message `M`") && e.contains("at most 512"),
+        "{e}"
+    );
+    // A real package compiles.
+    let ok = "syntax = \"proto3\"; package com.example.orders.v1; message M { int32 a = 1; }";
+    assert!(Compiled::new(1, Format::Protobuf, ok).is_ok());
+}
+
+/// Review 16 of #37: relative type references under a long package were each tried in every
+/// enclosing scope, a copy of the scope per try: one 258 KB schema took 170 s of CPU. A full
+/// name has at most 16 parts and 512 bytes, so a reference costs at most 16 tries of ~1 KB.
+#[test]
+fn relative_references_under_a_deep_scope_cost_at_most_a_few_tries_each() {
+    let refs = |package: &str| {
+        let fields: Vec<String> = (1..=2000).map(|i| format!("T f{i} = {i};")).collect();
+        format!(
+            "syntax = \"proto3\"; package {package}; message T {{}} message M {{ {} }}",
+            fields.join(" ")
+        )
+    };
+    // 400 parts: each of the 2,000 references would have been tried ~400 times.
+    let deep = refs(&vec!["q"; 400].join("."));
+    let (compiled, used) = compile_usage(Format::Protobuf, &deep);
+    assert!(compiled.is_err(), "a package of 400 parts is refused");
+    assert!(
+        used.allocated < 256 * deep.len() as u64 + (1 << 20),
+        "refused after {used:?} for a {}-byte schema",
+        deep.len()
+    );
+    // Near the most a full name may be: 14 parts of 30 bytes, then the message and its field.
+    // Each reference still resolves, and the compile's work stays a multiple of the text's.
+    let widest = refs(&vec!["q".repeat(30); 14].join("."));
+    let (compiled, used) = compile_usage(Format::Protobuf, &widest);
+    assert!(compiled.is_ok(), "{:?}", compiled.err());
+    assert!(
+        used.allocated < 1024 * widest.len() as u64,
+        "{used:?} for a {}-byte schema",
+        widest.len()
+    );
+}
+
+/// Review 16 of #37: an Avro namespace of 150,000 bytes shared by 1,300 named enums (258 KB)
+/// took 12 s of CPU and 1,150 MiB before the names were checked: every full name, and every
+/// default's key, was a copy of the namespace. Names are bounded on the schema's JSON first.
+#[test]
+fn a_long_namespace_shared_by_many_named_types_is_refused_before_it_is_copied() {
+    let namespace = "n".repeat(20_000);
+    let enums: Vec<String> = (0..200)
+        .map(|i| {
+            format!(
+                r#"{{"name":"f{i}","type":{{"type":"enum","name":"E{i}","symbols":["A"]}},"default":"A"}}"#
+            )
+        })
+        .collect();
+    let text = format!(
+        r#"{{"type":"record","name":"R","namespace":"{namespace}","fields":[{}]}}"#,
+        enums.join(",")
+    );
+    let (compiled, used) = compile_usage(Format::Avro, &text);
+    let e = compiled.expect_err("too long a namespace");
+    assert!(e.contains("/namespace") && e.contains("at most 512"), "{e}");
+    assert!(
+        used.allocated < 256 * text.len() as u64 + (1 << 20),
+        "refused after {used:?} for a {}-byte schema",
+        text.len()
+    );
+    // A name made long by the namespace it inherits is refused where it stands.
+    let inherits = format!(
+        r#"{{"type":"record","name":"R","namespace":"{}","fields":[{{"name":"e","type":{{"type":"enum","name":"{}","symbols":["A"]}}}}]}}"#,
+        "n".repeat(300),
+        "E".repeat(300)
+    );
+    let e = Compiled::new(1, Format::Avro, &inherits).expect_err("601 bytes");
+    assert!(
+        e.contains("/fields/0/type/name") && e.contains("601 bytes"),
+        "{e}"
+    );
+}
