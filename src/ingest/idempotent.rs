@@ -138,7 +138,7 @@ impl Ingest {
             }
         };
         stats.count(KeyOutcome::Processed);
-        self.process_claimed(tenant, topic, request, format, print, fresh)
+        self.process_claimed(tenant, topic, (request, declared), format, print, fresh)
             .await
     }
 
@@ -147,12 +147,11 @@ impl Ingest {
         &self,
         tenant: &Arc<Tenant>,
         topic: &Topic,
-        request: ProduceRequest<'_>,
+        (request, declared): (ProduceRequest<'_>, Option<u64>),
         format: BodyFormat<'_>,
         mut print: Fingerprinter,
         mut claim: Claim,
     ) -> Answer {
-        let declared = declared_length(request.headers);
         let (ack, respond) = (request.ack, request.respond);
         let sent = self
             .process(
