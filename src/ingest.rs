@@ -32,6 +32,7 @@ mod admit;
 mod checks;
 mod coding;
 mod contracts;
+mod frames;
 mod idempotent;
 mod read;
 mod request;
@@ -61,6 +62,7 @@ pub use crate::record::Api;
 use crate::tenant::{Tenant, Tenants};
 use admit::{refused, Held};
 use checks::credential_allows;
+use coding::Drain;
 pub use contracts::{failure_error, RecordSchemas};
 use read::{declared_length, drain_if_small, refused_unread};
 use request::Answer;
@@ -223,24 +225,14 @@ impl Ingest {
         let answer = match key {
             Some(key) => {
                 let answer = self
-                    .produce_keyed(tenant, &topic, request, format, key)
+                    .produce_keyed(tenant, &topic, request, format, key, &drain)
                     .await;
                 (answer, None)
             }
             None => {
                 let declared = declared_length(request.headers);
-                let ack = request.ack;
-                let sent = self
-                    .process(tenant, &topic, request.body, declared, format, None)
-                    .await;
-                drain.start();
-                match sent {
-                    Ok(sent) => (
-                        Answer::Outcome(self.settle(sent.batch, ack).await),
-                        sent.view,
-                    ),
-                    Err(e) => (Answer::Outcome(Err(e)), None),
-                }
+                self.process_and_settle(tenant, &topic, (request, declared), format, &drain)
+                    .await
             }
         };
         drain.start();

@@ -30,10 +30,10 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::header;
 use axum::response::Response;
-use http_body_util::BodyExt;
 
+use super::frames::{Frames, Stopped};
 use super::{declared_length, drain_if_small, failed_at_enqueue, Ack, Answer, BodyFormat};
-use super::{Ingest, ProduceRequest, Respond};
+use super::{Drain, Ingest, ProduceRequest, Respond};
 use crate::config::OnStoreError;
 use crate::idempotency::{
     Begin, Claim, Fingerprint, Fingerprinter, FlightState, IdempotencyKey, KeyOutcome,
@@ -60,6 +60,7 @@ impl Ingest {
         request: ProduceRequest<'_>,
         format: BodyFormat<'_>,
         key: IdempotencyKey<'_>,
+        drain: &Drain,
     ) -> Answer {
         let content_type = request
             .headers
@@ -91,14 +92,10 @@ impl Ingest {
                 }
                 OnStoreError::Accept => {
                     stats.count(KeyOutcome::Unprotected);
-                    let ack = request.ack;
-                    let sent = self
-                        .process(tenant, topic, request.body, declared, format, None)
+                    let (answer, _) = self
+                        .process_and_settle(tenant, topic, (request, declared), format, drain)
                         .await;
-                    return Answer::Outcome(match sent {
-                        Ok(sent) => self.settle(sent.batch, ack).await,
-                        Err(e) => Err(e),
-                    });
+                    return answer;
                 }
             },
             Begin::Stored(original, answer) => {
@@ -300,22 +297,14 @@ impl Ingest {
         if declared.is_some_and(|n| n > limit) {
             return Err(ApiError::BodyTooLarge { limit });
         }
-        let deadline = tokio::time::Instant::now() + self.body_read_timeout;
-        let mut received = 0u64;
+        let mut frames = Frames::new(&mut body, self.body_read_timeout, limit);
         loop {
-            match tokio::time::timeout_at(deadline, body.frame()).await {
-                Err(_) => return Err(ApiError::BodyTimeout),
+            match frames.next().await {
+                Ok(Some(data)) => print.update(&data),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(self.unreadable(None, &e)),
-                Ok(Some(Ok(frame))) => {
-                    if let Some(data) = frame.data_ref() {
-                        received += data.len() as u64;
-                        if received > limit {
-                            return Err(ApiError::BodyTooLarge { limit });
-                        }
-                        print.update(data);
-                    }
-                }
+                Err(Stopped::Timeout) => return Err(ApiError::BodyTimeout),
+                Err(Stopped::TooLarge) => return Err(ApiError::BodyTooLarge { limit }),
+                Err(Stopped::Unreadable(e)) => return Err(self.unreadable(None, &e)),
             }
         }
         print.body_complete();

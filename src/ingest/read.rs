@@ -10,6 +10,7 @@ use axum::body::HttpBody as _;
 use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
+use super::frames::{Frames, Stopped};
 use super::{refused, Answer, BodyFormat, Held, Ingest, ProduceRequest};
 use crate::body::{BodyError, Decoder, RecordArena};
 use crate::idempotency::Fingerprinter;
@@ -82,32 +83,29 @@ impl Ingest {
             bounds.max_records_per_request = bounds.max_records_per_request.min(max);
         }
         let mut decoder = Decoder::new(format.framing, format.record, &bounds);
-        let deadline = tokio::time::Instant::now() + self.body_read_timeout;
-        let mut received = 0u64;
+        let mut frames = Frames::new(body, self.body_read_timeout, self.max_body_bytes);
         let mut checked = Charge::default();
         loop {
-            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-                Err(_) => return Err(ApiError::BodyTimeout),
+            let data = match frames.next().await {
+                Ok(Some(data)) => data,
                 Ok(None) => {
                     if let Some(print) = print.as_deref_mut() {
                         print.body_complete();
                     }
                     break;
                 }
-                Ok(Some(Err(e))) => return Err(self.unreadable(Some(tenant), &e)),
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
+                Err(Stopped::Timeout) => return Err(ApiError::BodyTimeout),
+                Err(Stopped::Unreadable(e)) => return Err(self.unreadable(Some(tenant), &e)),
+                Err(Stopped::TooLarge) => {
+                    let limit = self.max_body_bytes;
+                    let e = ApiError::BodyTooLarge { limit };
+                    return Err(self.cut_short(Cut::BodyTooLarge, e));
+                }
             };
             if let Some(print) = print.as_deref_mut() {
                 print.update(&data);
             }
-            received += data.len() as u64;
-            if received > self.max_body_bytes {
-                let limit = self.max_body_bytes;
-                return Err(self.cut_short(Cut::BodyTooLarge, ApiError::BodyTooLarge { limit }));
-            }
+            let received = frames.received();
             if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
                 return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
             }
@@ -118,7 +116,7 @@ impl Ingest {
             // ended (its length all read): admission itself comes next. So a body of one chunk
             // meets admission twice in all (the early check, the decision), one of N chunks at
             // most N + 1 times.
-            if read.records > checked.records && !body.is_end_stream() {
+            if read.records > checked.records && !frames.ended() {
                 checked = read;
                 self.still_admissible(tenant, topic, read, held)?;
             }

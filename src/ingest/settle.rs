@@ -1,9 +1,13 @@
 //! After admission: the records handed to the producer, and the wait for what the client
-//! asked to wait for (Kafka's answer, or the hand-over).
+//! asked to wait for (Kafka's answer, or the hand-over); and the one way a request is
+//! processed and then settled.
 
 use std::sync::Arc;
 
-use super::{Ack, Ingest};
+use super::coding::Drain;
+use super::request::Answer;
+use super::{Ack, BodyFormat, Ingest, ProduceRequest};
+use crate::admission::BucketsView;
 use crate::buffer::BufferLease;
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureCounter};
@@ -12,6 +16,31 @@ use crate::record::Record;
 use crate::tenant::{Tenant, TenantStats};
 
 impl Ingest {
+    /// The usual way, for a request without a key and a keyed one its store cannot protect:
+    /// the records processed, the rest of the body drained while Kafka is waited for, the
+    /// batch settled; with the view admission took.
+    pub(super) async fn process_and_settle(
+        &self,
+        tenant: &Arc<Tenant>,
+        topic: &Topic,
+        (request, declared): (ProduceRequest<'_>, Option<u64>),
+        format: BodyFormat<'_>,
+        drain: &Drain,
+    ) -> (Answer, Option<BucketsView>) {
+        let ack = request.ack;
+        let sent = self
+            .process(tenant, topic, request.body, declared, format, None)
+            .await;
+        drain.start();
+        match sent {
+            Ok(sent) => (
+                Answer::Outcome(self.settle(sent.batch, ack).await),
+                sent.view,
+            ),
+            Err(e) => (Answer::Outcome(Err(e)), None),
+        }
+    }
+
     /// Hands the admitted records to the producer.
     pub fn send(
         &self,
