@@ -75,6 +75,29 @@ impl std::ops::Deref for Body {
     }
 }
 
+/// What a produce adapter hands the pipeline: the request's head as it came, with what the
+/// adapter decoded (`api`, the topic as the URL named it, the acknowledgement asked for) and
+/// its encoder.
+pub fn produce_request<'a>(
+    parts: &'a axum::http::request::Parts,
+    api: crate::ingest::Api,
+    topic: &'a str,
+    ack: crate::ingest::Ack,
+    body: axum::body::Body,
+    respond: &'a dyn crate::ingest::Respond,
+) -> crate::ingest::ProduceRequest<'a> {
+    crate::ingest::ProduceRequest {
+        api,
+        peer: peer(parts),
+        headers: &parts.headers,
+        path: parts.uri.path(),
+        topic,
+        ack,
+        body,
+        respond,
+    }
+}
+
 /// The client's address and verified client certificate, as the connection loop recorded them.
 pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
     crate::credential::Caller {

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 use crate::body::{BodyError, Decoder, RecordArena};
 use crate::config::RequestBounds;
-use crate::ingest::{Ack, Api, BodyFormat, OwnShapes, ProduceRequest};
+use crate::ingest::{Ack, Api, BodyFormat, OwnShapes};
 use crate::outcome::ApiError;
 pub use format::Format;
 pub use record::V1Record;
@@ -76,16 +76,7 @@ pub async fn produce(
         Ok((ack, format)) => (ack, Ok(format)),
         Err(e) => (Ack::Kafka, Err(e)),
     };
-    let request = ProduceRequest {
-        api: Api::V1,
-        peer: super::extract::peer(&parts),
-        headers: &parts.headers,
-        path: parts.uri.path(),
-        topic,
-        ack,
-        body,
-        respond: &OwnShapes,
-    };
+    let request = super::extract::produce_request(&parts, Api::V1, topic, ack, body, &OwnShapes);
     app.ingest.produce(request, decoder).await
 }
 

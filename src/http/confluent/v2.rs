@@ -29,7 +29,8 @@ use super::answers::{
     error_response, error_with, not_acceptable, v2_produced, V1_MEDIA_TYPE, V2_MEDIA_TYPE,
 };
 use super::record::{V2Format, V2Record, V2Side, V2_FRAMING};
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, RecordSchemas, Respond};
+use crate::http::extract::produce_request;
+use crate::ingest::{Ack, Api, BodyFormat, RecordSchemas, Respond};
 use crate::outcome::{ApiError, Produced};
 use crate::record::Record;
 use crate::schema;
@@ -310,16 +311,7 @@ async fn produce_to(
         max_records: None,
         schemas: schemas.as_ref().map(|s| s as &dyn RecordSchemas),
     });
-    let request = ProduceRequest {
-        api: Api::V2,
-        peer: crate::http::extract::peer(&parts),
-        headers: &parts.headers,
-        path: parts.uri.path(),
-        topic: &topic,
-        ack: Ack::Kafka,
-        body,
-        respond: &respond,
-    };
+    let request = produce_request(&parts, Api::V2, &topic, Ack::Kafka, body, &respond);
     app.ingest
         .produce(request, format.map_err(|e| e.clone()))
         .await

@@ -32,8 +32,9 @@ use super::answers::{
 use super::record::{V3Entry, V3Record};
 use crate::app::AppState;
 use crate::body::Framing;
+use crate::http::extract::produce_request;
 use crate::http::extract::Path;
-use crate::ingest::{Ack, Api, BodyFormat, ProduceRequest, Respond};
+use crate::ingest::{Ack, Api, BodyFormat, Respond};
 use crate::outcome::{ApiError, Produced};
 
 pub use stream::produce_records;
@@ -293,16 +294,7 @@ pub async fn produce_batch(
         topic: &topic,
         max,
     };
-    let request = ProduceRequest {
-        api: Api::V3,
-        peer: crate::http::extract::peer(&parts),
-        headers: &parts.headers,
-        path: parts.uri.path(),
-        topic: &topic,
-        ack: Ack::Kafka,
-        body,
-        respond: &respond,
-    };
+    let request = produce_request(&parts, Api::V3, &topic, Ack::Kafka, body, &respond);
     app.ingest.produce(request, format).await
 }
 
