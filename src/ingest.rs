@@ -224,9 +224,11 @@ impl Ingest {
         request.body = body;
         let answer = match key {
             Some(key) => {
-                let answer = self
-                    .produce_keyed(tenant, &topic, request, format, key, &drain)
-                    .await;
+                // Boxed: the keyed path's state is the largest of the pipeline's, and kept
+                // inline it would be every request's (moved with it, memcpy in the profile).
+                let answer =
+                    Box::pin(self.produce_keyed(tenant, &topic, request, format, key, &drain))
+                        .await;
                 (answer, None)
             }
             None => {

@@ -7,9 +7,10 @@
 # settings (the Kafka limit) once per round, each with its CPU. Load generator on core 0;
 # floodgate, the null handler, the direct producer and the broker on core 1. Prints each run and the medians; JSON in scripts/bench/out/ab-*.json.
 # Knobs: ROUNDS (3), SECS (8), KAFKA_PORT (19592), AB_PORT (18680: floodgate's produce
-# listener; its admin listener is AB_PORT + 10, the null handler AB_PORT + 1); PERF=1 records a
-# call-graph profile of each build's single-record run in round 1 (scripts/bench/out/
-# perf-NAME.data; `perf report -i` it), which the CPU figures of that round then include.
+# listener; its admin listener is AB_PORT + 10, the null handler AB_PORT + 1); PERF=fp (frame
+# pointers) or PERF=dwarf records a call-graph profile of each build's single-record run in
+# round 1 (scripts/bench/out/perf-NAME.data; `perf report -i` it), which the CPU figures of
+# that round then include (dwarf's the most).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
@@ -48,7 +49,7 @@ for r in $(seq 1 "$ROUNDS"); do
     FLOODGATE=$bin bench_floodgate "$OUT/ab.toml" "$OUT/ab-$name.log" "$ADMIN_PORT"
     c0=$(cpu "$FG")
     if [ -n "${PERF:-}" ] && [ "$r" = 1 ]; then
-      perf record -q -g -p "$FG" -o "$OUT/perf-$name.data" -- sleep "$SECS" 2>/dev/null &
+      perf record -q --call-graph "$PERF" -p "$FG" -o "$OUT/perf-$name.data" -- sleep "$SECS" 2>/dev/null &
       perf_pid=$!
     fi
     single=$(run "$name-single-$r" "$PORT" 1 64 --async)
