@@ -8,7 +8,7 @@ use serde_json::Value;
 mod cost;
 mod expansion;
 
-use super::{clip, CompileError, Mismatch};
+use super::{clip, CompileError, Mismatch, MAX_SCHEMA_REFS};
 use cost::{
     control_escapes, has, nodes, patterns, regex_format_cost, unique_items_cost, uses,
     MAX_CONTROL_ESCAPES,
@@ -71,6 +71,12 @@ impl JsonSchema {
     pub(super) fn parse_within(text: &str, bounds: JsonBounds) -> Result<Self, CompileError> {
         let schema: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Invalid(format!("not JSON: {e}")))?;
+        let refs = cost::refs(&schema, 0);
+        if refs > MAX_SCHEMA_REFS {
+            return Err(CompileError::Invalid(format!(
+                "the schema has {refs} $refs; at most {MAX_SCHEMA_REFS}"
+            )));
+        }
         expansion_within_bounds(&schema).map_err(CompileError::Invalid)?;
         let escapes = control_escapes(&schema, 0);
         if escapes > MAX_CONTROL_ESCAPES {

@@ -46,6 +46,20 @@ pub(super) fn data_cost(keyword: &str, v: &Value) -> u64 {
 
 /// The regexes a schema makes: every `pattern` string and `patternProperties` key, wherever
 /// they are (a `$ref`'d subschema is compiled once).
+/// `$ref`s anywhere in a schema (counted on its parsed JSON: a key may be spelled with
+/// escapes, `"$r\u0065f"`, which a count of the text would miss).
+pub(super) fn refs(v: &Value, depth: usize) -> usize {
+    match v {
+        _ if depth > 256 => 0,
+        Value::Array(items) => items.iter().map(|i| refs(i, depth + 1)).sum(),
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| usize::from(k == "$ref") + refs(v, depth + 1))
+            .sum(),
+        _ => 0,
+    }
+}
+
 pub(super) fn patterns(v: &Value, depth: usize) -> usize {
     match v {
         _ if depth > 256 => 0,
