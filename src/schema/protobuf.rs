@@ -11,6 +11,7 @@ use super::pointer::Pointer;
 use super::Mismatch;
 
 mod names;
+mod ranges;
 
 const FILE: &str = "schema.proto";
 
@@ -48,6 +49,7 @@ impl ProtobufSchema {
         drop(parsed);
         descriptor.source_code_info = None;
         names::within_bounds(&descriptor)?;
+        ranges::within_bounds(&descriptor)?;
         let mut compiler = protox::Compiler::with_file_resolver(Source(descriptor));
         compiler.include_imports(true);
         compiler.open_file(FILE).map_err(|e| e.to_string())?;
