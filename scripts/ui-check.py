@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import re
 import time
 import urllib.error
 import urllib.request
@@ -161,7 +162,8 @@ def main():
             WebDriverWait(driver, 30).until(
                 lambda d: "slow above" in d.find_element(By.ID, "adaptive").text)
             adaptive = driver.find_element(By.ID, "adaptive").text
-            assert "delivery p90" in adaptive and "deliveries in 500 ms" in adaptive, adaptive
+            # The window is the agent's interval, longer when deliveries are few (a busy host).
+            assert "delivery p90" in adaptive and re.search(r"deliveries in [\d,]+ ms", adaptive), adaptive
             assert "judged against" in adaptive and "slow above" in adaptive, adaptive
             # The filter box narrows the table.
             driver.find_element(By.ID, "filter").send_keys("demo")
