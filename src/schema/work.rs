@@ -269,12 +269,16 @@ impl Schemas {
                     memory,
                 })
             }
+            // Cut to a size that does not depend on the input before it is kept: the failed
+            // entries are shared by every tenant, and a library's message may quote the schema
+            // (apache-avro printed a 260 KB `logicalType` array as 1.4 MB; review 19 of #37:
+            // 256 such entries held ~360 MB).
             Err(CompileError::Invalid(e)) => {
-                SchemaError::Invalid(format!("{what} does not compile: {e}"))
+                SchemaError::Invalid(crate::quote::brief(format!("{what} does not compile: {e}")))
             }
             Err(CompileError::TooCostly(e)) => {
                 self.count_refusal("schema_memory");
-                SchemaError::TooCostly(format!("{what}: {e}"))
+                SchemaError::TooCostly(crate::quote::brief(format!("{what}: {e}")))
             }
         };
         let mut cache = self.cache.lock();

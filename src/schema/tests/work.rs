@@ -142,3 +142,33 @@ async fn compiles_and_refused_checks_spend_the_tenants_unpaid_work() {
     let r = check(b"[]").await;
     assert!(r.is_ok(), "{r:?}");
 }
+
+/// Review 19 of #37: a failed compile is remembered, shared by every tenant, with its error;
+/// apache-avro's message quoted a 260 KB `logicalType` array as 1.4 MB, so 256 remembered
+/// failures held ~360 MB. The error is cut before it is kept.
+#[tokio::test]
+async fn a_remembered_failure_keeps_an_error_of_bounded_size() {
+    let schemas =
+        Schemas::new(&SchemaRegistryConfig::default(), &[], (1 << 20, 1 << 20)).expect("schemas");
+    let zeros = vec!["0"; 60_000].join(",");
+    let text = format!(r#"{{"type":"int","logicalType":[{zeros}]}}"#);
+    let e = schemas
+        .compile_for("a", Format::Avro, &text, "the schema")
+        .await
+        .expect_err("not a logical type");
+    let SchemaError::Invalid(detail) = &e else {
+        panic!("{e:?}");
+    };
+    assert!(
+        detail.len() <= crate::quote::MAX_DETAIL + 64,
+        "{} bytes kept for a {}-byte schema",
+        detail.len(),
+        text.len()
+    );
+    // Remembered as it was answered: the same text is refused again without a compile.
+    let again = schemas
+        .compile_for("a", Format::Avro, &text, "the schema")
+        .await
+        .expect_err("remembered");
+    assert!(matches!(again, SchemaError::Invalid(d) if d == *detail));
+}
