@@ -31,27 +31,13 @@ fn message(m: &DescriptorProto) -> Result<(), String> {
                 .map(|r| (i64::from(r.start()), i64::from(r.end()))),
         )
         .collect();
-    let ranges = sorted(ranges).map_err(|(a, b)| {
-        format!(
-            "message `{}`: reserved or extension range {}..{} overlaps {}..{}",
-            clip(m.name()),
-            a.0,
-            a.1 - 1,
-            b.0,
-            b.1 - 1
-        )
-    })?;
-    for f in &m.field {
-        if let Some((start, end)) = holding(&ranges, i64::from(f.number())) {
-            return Err(format!(
-                "message `{}`: field `{}` = {} is in the reserved or extension range {start}..{}",
-                clip(m.name()),
-                clip(f.name()),
-                f.number(),
-                end - 1
-            ));
-        }
-    }
+    let fields = m.field.iter().map(|f| (f.name(), f.number()));
+    let place = Place {
+        kind: "message",
+        ranges: "reserved or extension range",
+        member: "field",
+    };
+    place.check(m.name(), ranges, fields)?;
     for n in &m.nested_type {
         message(n)?;
     }
@@ -68,28 +54,56 @@ fn enumeration(e: &EnumDescriptorProto) -> Result<(), String> {
         .iter()
         .map(|r| (i64::from(r.start()), i64::from(r.end()) + 1))
         .collect();
-    let ranges = sorted(ranges).map_err(|(a, b)| {
-        format!(
-            "enum `{}`: reserved range {}..{} overlaps {}..{}",
-            clip(e.name()),
-            a.0,
-            a.1 - 1,
-            b.0,
-            b.1 - 1
-        )
-    })?;
-    for v in &e.value {
-        if let Some((start, end)) = holding(&ranges, i64::from(v.number())) {
-            return Err(format!(
-                "enum `{}`: value `{}` = {} is in the reserved range {start}..{}",
-                clip(e.name()),
-                clip(v.name()),
-                v.number(),
-                end - 1
-            ));
+    let values = e.value.iter().map(|v| (v.name(), v.number()));
+    let place = Place {
+        kind: "enum",
+        ranges: "reserved range",
+        member: "value",
+    };
+    place.check(e.name(), ranges, values)
+}
+
+/// What a message's or an enum's errors call it, its ranges and its members.
+struct Place {
+    kind: &'static str,
+    ranges: &'static str,
+    member: &'static str,
+}
+
+impl Place {
+    /// Whether `ranges` (half-open) are apart and no member's number falls in one.
+    fn check<'a>(
+        &self,
+        name: &str,
+        ranges: Vec<(i64, i64)>,
+        members: impl Iterator<Item = (&'a str, i32)>,
+    ) -> Result<(), String> {
+        let Place {
+            kind,
+            ranges: what,
+            member,
+        } = self;
+        let name = clip(name);
+        let ranges = sorted(ranges).map_err(|(a, b)| {
+            format!(
+                "{kind} `{name}`: {what} {}..{} overlaps {}..{}",
+                a.0,
+                a.1 - 1,
+                b.0,
+                b.1 - 1
+            )
+        })?;
+        for (m, n) in members {
+            if let Some((start, end)) = holding(&ranges, i64::from(n)) {
+                return Err(format!(
+                    "{kind} `{name}`: {member} `{}` = {n} is in the {what} {start}..{}",
+                    clip(m),
+                    end - 1
+                ));
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// `ranges` (half-open) sorted by start, or the first two that overlap.
