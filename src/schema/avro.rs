@@ -49,6 +49,9 @@ pub struct AvroSchema {
 
 /// A visit costs one more step per this many bytes of the schema's longest name.
 const NAME_BYTES_PER_STEP: usize = 32;
+/// Why a walk that ran out of steps stopped.
+const TOO_MANY_STEPS: &str =
+    "the value takes too many steps to write in its schema (its defaults included)";
 /// The walk reads the clock every this many steps (a backstop: the step budget is the bound).
 const CLOCK_EVERY: u32 = 4096;
 
@@ -118,20 +121,35 @@ impl AvroSchema {
         steps: u64,
         deadline: Option<Instant>,
     ) -> Result<Vec<u8>, Mismatch> {
+        let mut steps = steps;
+        self.encode_counted(value, limit, &mut steps, deadline)
+    }
+
+    /// [`Self::encode`] taking its steps from `steps`, which holds what is left after it
+    /// (0 when the walk ran out of them).
+    pub fn encode_counted(
+        &self,
+        value: &Value,
+        limit: usize,
+        steps: &mut u64,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::with_capacity(64);
         let mut at = Pointer::default();
-        Walk {
+        let mut walk = Walk {
             names: &self.names,
             defaults: &self.defaults,
             enums: &self.enums,
             out: &mut out,
             limit,
-            steps,
+            steps: *steps,
             step_cost: self.step_cost,
             deadline,
             clock_in: CLOCK_EVERY,
-        }
-        .value(&self.root, value, &mut at, &None, 0)?;
+        };
+        let walked = walk.value(&self.root, value, &mut at, &None, 0);
+        *steps = walk.steps;
+        walked?;
         if out.len() > limit {
             return Err(too_large(&Pointer::default(), limit));
         }
@@ -195,14 +213,15 @@ impl Walk<'_, '_> {
                 self.steps = left;
                 Ok(())
             }
-            None => Err(Mismatch {
-                too_costly: true,
-                ..mismatch(
-                    at,
-                    "the value takes too many steps to write in its schema (its defaults included)"
-                        .into(),
-                )
-            }),
+            None => {
+                // Out of steps: what is left says so to the caller (an inline run's share
+                // spent goes to the pool).
+                self.steps = 0;
+                Err(Mismatch {
+                    too_costly: true,
+                    ..mismatch(at, TOO_MANY_STEPS.into())
+                })
+            }
         }
     }
 

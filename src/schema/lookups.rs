@@ -77,15 +77,14 @@ impl Lookups {
         self.admissible.clone()
     }
 
-    /// `work` done on the request worker, if the request has that much left of its allowance.
-    pub(super) fn take_inline(&mut self, work: u64) -> bool {
-        match self.inline_work.checked_sub(work) {
-            Some(left) => {
-                self.inline_work = left;
-                true
-            }
-            None => false,
-        }
+    /// The cost model's work the request may still do on the request worker.
+    pub(super) fn inline_left(&self) -> u64 {
+        self.inline_work
+    }
+
+    /// `work` done on the request worker.
+    pub(super) fn spend_inline(&mut self, work: u64) {
+        self.inline_work = self.inline_work.saturating_sub(work);
     }
 
     /// No calls left.

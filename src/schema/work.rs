@@ -13,7 +13,7 @@ use super::lookups::{Lookups, INLINE_WORK};
 use super::pool::{thread_cpu, PoolError};
 use super::raw::digest;
 use super::unpaid_work::ChecksOwed;
-use super::{CompileError, Failure, Format, Mismatch, SchemaError, Schemas, Side};
+use super::{CompileError, Failure, Format, SchemaError, Schemas, Side};
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
 pub const WORK_BOUNDS: [&str; 9] = [
@@ -38,8 +38,8 @@ impl Schemas {
     /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
     /// format (header id as the schema has it), with the CPU its check took up to what an
     /// admitted record pays for ([`Schemas::paid_check`]; the rest is charged now). On the request
-    /// worker if small and cheap and the request (`allowance`) has that much inline work left,
-    /// else on the pool within the tenant's share and the CPU deadline. A refused check is
+    /// worker if small and cheap within what the request (`allowance`) has left of its inline
+    /// work ([`Compiled::write_inline`]), else on the pool within the tenant's share and the CPU deadline. A refused check is
     /// charged to the tenant's unpaid work here; a passed one is owed by its record until the
     /// record is admitted ([`super::ChecksOwed`]).
     #[allow(clippy::too_many_arguments)] // two call sites (key, value): one record's parts
@@ -54,32 +54,37 @@ impl Schemas {
         allowance: &mut Lookups,
     ) -> Result<(Option<Vec<u8>>, Duration), Failure> {
         let fail = |error| Failure { side, error };
-        let run = move |schema: &Compiled,
-                        data: &[u8],
-                        deadline: Option<Instant>|
-              -> Result<Option<Vec<u8>>, Mismatch> {
-            if keep_json {
-                schema.check_by(data, deadline).map(|()| None)
-            } else {
-                schema.encode_by(data, limit, deadline).map(Some)
-            }
-        };
         self.unpaid_work
             .may_check(&*self.clock, tenant)
             .map_err(|wait| fail(self.unpaid_work_spent(wait)))?;
-        let work = schema.work_bound(data.len());
-        let inline =
-            data.len() <= INLINE_BYTES && work <= INLINE_WORK && allowance.take_inline(work);
-        let (result, spent) = if inline {
+        let mut inline = None;
+        if data.len() <= INLINE_BYTES && allowance.inline_left() > 0 {
+            let work = allowance.inline_left().min(INLINE_WORK);
             let started = Instant::now();
-            let result = run(schema, data, None);
+            let ran = schema.write_inline(data, limit, keep_json, work);
             // On the request worker, without a preemption in a few microseconds: its wall
             // time is its CPU.
             let spent = started.elapsed();
-            if result.is_err() {
-                self.unpaid_work.charge(&*self.clock, tenant, spent);
+            match ran {
+                Ok((result, taken)) => {
+                    allowance.spend_inline(taken);
+                    if result.is_err() {
+                        self.unpaid_work.charge(&*self.clock, tenant, spent);
+                    }
+                    inline = Some((result, spent));
+                }
+                // Begun here and stopped at the request's share: its record pays for the
+                // pool's run, not this one.
+                Err(taken) => {
+                    allowance.spend_inline(taken);
+                    if taken > 0 {
+                        self.unpaid_work.charge(&*self.clock, tenant, spent);
+                    }
+                }
             }
-            (result, spent)
+        }
+        let (result, spent) = if let Some(ran) = inline {
+            ran
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
@@ -99,7 +104,7 @@ impl Schemas {
                 let (cpu, wall) = (thread_cpu(), Instant::now());
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
-                let result = run(&schema, &data, Some(wall + deadline * 2));
+                let result = schema.write_by(&data, limit, keep_json, Some(wall + deadline * 2));
                 Ok((result, cpu_since(cpu, wall)))
             };
             let (result, spent) = match self

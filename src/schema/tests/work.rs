@@ -172,3 +172,118 @@ async fn a_remembered_failure_keeps_an_error_of_bounded_size() {
         .expect_err("remembered");
     assert!(matches!(again, SchemaError::Invalid(d) if d == *detail));
 }
+
+/// Review 19 of #37: an Avro check on the request worker was counted by the value's length,
+/// but a schema's defaults make a short value long to walk — records `{}` whose defaults
+/// expand to ~8,000 steps each ran inline, ~9.5 s of a request worker for 10,000 of them. The
+/// inline walk now stops at the request's share of inline work, counted in steps, and the
+/// record goes to the pool; a record that is cheap to walk still runs inline.
+#[tokio::test]
+async fn an_avro_record_expanding_defaults_past_the_inline_share_is_written_on_the_pool() {
+    let config = SchemaRegistryConfig {
+        workers: 1,
+        tenant_workers: 1,
+        wait_ms: 100,
+        ..SchemaRegistryConfig::default()
+    };
+    let schemas = Arc::new(Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas"));
+    // `{}` visits 1 + 5 × (1 + 10 × (1 + 10 × (1 + 20))) = 10,556 values by default: more
+    // than a request worker's share (2,500 steps), less than the value's own bound (16,416).
+    let ints = (0..20)
+        .map(|i| format!(r#"{{"name":"i{i}","type":"int","default":{i}}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    let fields = |ty: &str, n: usize| {
+        (0..n)
+            .map(|i| format!(r#"{{"name":"f{i}","type":"{ty}","default":{{}}}}"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let text = format!(
+        r#"{{"type":"record","name":"L3","fields":[{{"name":"first","default":{{}},"type":{{"type":"record","name":"L2","fields":[{{"name":"first","default":{{}},"type":{{"type":"record","name":"L1","fields":[{{"name":"first","default":{{}},"type":{{"type":"record","name":"L0","fields":[{ints}]}}}},{}]}}}},{}]}}}},{}]}}"#,
+        fields("L0", 9),
+        fields("L1", 9),
+        fields("L2", 4),
+    );
+    let compile = |text: String| {
+        let schemas = schemas.clone();
+        async move {
+            Arc::new(
+                schemas
+                    .compile_for("a", Format::Avro, &text, "the schema")
+                    .await
+                    .expect("compiles"),
+            )
+        }
+    };
+    let (expanding, plain) = (
+        compile(text).await,
+        compile(r#"{"type":"record","name":"P","fields":[{"name":"a","type":"int"}]}"#.into())
+            .await,
+    );
+    let write = |schema: Arc<Compiled>, data: &'static [u8], mut allowance: Lookups| {
+        let schemas = schemas.clone();
+        async move {
+            let r = schemas
+                .write(
+                    "a",
+                    &schema,
+                    data,
+                    Side::Value,
+                    1 << 20,
+                    false,
+                    &mut allowance,
+                )
+                .await;
+            (r.map(|(written, _)| written), allowance.inline_left())
+        }
+    };
+
+    // The tenant's one share of the pool, held until released.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = {
+        let schemas = schemas.clone();
+        tokio::spawn(async move {
+            schemas
+                .pool
+                .run("a", move || {
+                    let _ = started.send(());
+                    let _ = held.recv();
+                })
+                .await
+        })
+    };
+    running.await.expect("the tenant's share is held");
+    let (r, left) = write(expanding.clone(), b"{}", Lookups::per_request("a")).await;
+    assert!(
+        matches!(
+            r,
+            Err(Failure {
+                error: SchemaError::Busy(..),
+                ..
+            })
+        ),
+        "past the inline share, the pool: {r:?}"
+    );
+    assert_eq!(
+        left,
+        super::super::lookups::INLINE_WORK_PER_REQUEST - super::super::lookups::INLINE_WORK,
+        "the inline walk's steps are the request's"
+    );
+    let (r, left) = write(plain.clone(), br#"{"a":1}"#, Lookups::per_request("a")).await;
+    assert!(r.is_ok(), "a cheap record is written inline: {r:?}");
+    assert!(
+        left > super::super::lookups::INLINE_WORK_PER_REQUEST - 1_000,
+        "{left}"
+    );
+    release.send(()).expect("held");
+    assert!(blocker.await.expect("joined").is_ok());
+
+    let (r, _) = write(expanding.clone(), b"{}", Lookups::per_request("a")).await;
+    let written = r.expect("written on the pool").expect("a payload");
+    assert_eq!(
+        written,
+        expanding.encode(b"{}", 1 << 20).expect("by itself")
+    );
+}
