@@ -199,68 +199,106 @@ impl Idempotency {
     /// What a request with `key` is to do. A fresh claim is this process's flight before the
     /// store is asked, so a second request here waits on it instead of asking Redis too.
     pub async fn begin(self: &Arc<Self>, key: TenantKey) -> Begin {
+        match self
+            .begin_if(key, || Ok::<(), std::convert::Infallible>(()))
+            .await
+        {
+            Ok(begin) => begin,
+        }
+    }
+
+    /// [`Self::begin`], claiming the key only if `may_claim` says so when nothing this process
+    /// holds answers for it (its error if not): a request its budgets refuse now is answered
+    /// from what this process holds, or one read of the store's, never a claim (review 17 of
+    /// #37: 6.1 Redis commands per keyed request refused 429, a claim and its release).
+    pub async fn begin_if<E>(
+        self: &Arc<Self>,
+        key: TenantKey,
+        may_claim: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Begin, E> {
         let claim = {
             let mut flights = self.flights();
             if let Some(flight) = flights.get(&key.digest) {
-                return match &*flight.state() {
+                return Ok(match &*flight.state() {
                     FlightState::Pending(fp) => Begin::Attach(*fp, Waiter(flight.clone())),
                     FlightState::Answered(fp, answer) => Begin::Stored(*fp, answer.clone()),
                     FlightState::Claimed | FlightState::Released => Begin::InUse,
-                };
+                });
             }
             if let Backend::Memory(store) = &self.backend {
                 if let Some((fp, answer)) = store.get(&key.digest) {
-                    return Begin::Stored(fp, answer);
+                    return Ok(Begin::Stored(fp, answer));
                 }
             }
-            let flight = Arc::new(Flight::new(self.token(), key.clone(), !self.is_clustered()));
-            flights.insert(key.digest, flight.clone());
-            Claim {
-                owner: self.clone(),
-                key,
-                flight,
-                sent: false,
-                settled: false,
+            if let Err(refused) = may_claim() {
+                Err((key, refused))
+            } else {
+                let flight = Arc::new(Flight::new(self.token(), key.clone(), !self.is_clustered()));
+                flights.insert(key.digest, flight.clone());
+                Ok(Claim {
+                    owner: self.clone(),
+                    key,
+                    flight,
+                    sent: false,
+                    settled: false,
+                })
+            }
+        };
+        let claim = match claim {
+            Ok(claim) => claim,
+            Err((key, refused)) => {
+                let Backend::Cluster(store) = &self.backend else {
+                    return Err(refused);
+                };
+                // One read, not a claim and its release: an answer another replica stored, or
+                // records it has with Kafka, still win over the refusal.
+                return match store.read(&key).await {
+                    Ok(Some(Found::Answered(fp, answer))) => Ok(Begin::Stored(fp, answer)),
+                    Ok(Some(Found::Pending(_, fp))) => Ok(Begin::Remote(fp)),
+                    _ => Err(refused),
+                };
             }
         };
         let Backend::Cluster(store) = &self.backend else {
-            return Begin::Fresh(claim);
+            return Ok(Begin::Fresh(claim));
         };
         let token = claim.flight.token;
         let key = claim.key.clone();
-        match store.claim(&key, &token, self.settings.claim_ttl).await {
-            Ok(None) => {
-                claim.flight.held.store(true, Relaxed);
-                Begin::Fresh(claim)
-            }
-            // Its own token: the claim is this request's (nothing else writes it before the
-            // claim is held; kept apart so a second write of the same claim stays harmless).
-            Ok(Some(Found::Claimed(t))) if t == token => {
-                claim.flight.held.store(true, Relaxed);
-                Begin::Fresh(claim)
-            }
-            Ok(Some(found)) => {
-                claim.forget();
-                match found {
-                    // claim.lua takes a given-up key as free: never found here.
-                    Found::Claimed(_) | Found::Released => Begin::InUse,
-                    Found::Pending(_, fp) => Begin::Remote(fp),
-                    Found::Answered(fp, answer) => Begin::Stored(fp, answer),
+        Ok(
+            match store.claim(&key, &token, self.settings.claim_ttl).await {
+                Ok(None) => {
+                    claim.flight.held.store(true, Relaxed);
+                    Begin::Fresh(claim)
                 }
-            }
-            Err(e) => {
-                claim.forget();
-                self.stats.store_error(StoreOp::Claim);
-                // A claim that timed out may still run once Redis answers again (a paused or
-                // slow Redis queues it): given up behind it on the same connection, or it would
-                // hold the key — every retry 409 — until claim_ttl.
-                if e.may_have_run() {
-                    let me = self.clone();
-                    tokio::spawn(async move { me.unclaim(key, token).await });
+                // Its own token: the claim is this request's (nothing else writes it before the
+                // claim is held; kept apart so a second write of the same claim stays harmless).
+                Ok(Some(Found::Claimed(t))) if t == token => {
+                    claim.flight.held.store(true, Relaxed);
+                    Begin::Fresh(claim)
                 }
-                Begin::Unavailable(e.to_string())
-            }
-        }
+                Ok(Some(found)) => {
+                    claim.forget();
+                    match found {
+                        // claim.lua takes a given-up key as free: never found here.
+                        Found::Claimed(_) | Found::Released => Begin::InUse,
+                        Found::Pending(_, fp) => Begin::Remote(fp),
+                        Found::Answered(fp, answer) => Begin::Stored(fp, answer),
+                    }
+                }
+                Err(e) => {
+                    claim.forget();
+                    self.stats.store_error(StoreOp::Claim);
+                    // A claim that timed out may still run once Redis answers again (a paused or
+                    // slow Redis queues it): given up behind it on the same connection, or it would
+                    // hold the key — every retry 409 — until claim_ttl.
+                    if e.may_have_run() {
+                        let me = self.clone();
+                        tokio::spawn(async move { me.unclaim(key, token).await });
+                    }
+                    Begin::Unavailable(e.to_string())
+                }
+            },
+        )
     }
 
     /// Cluster mode: what another replica's request left under `key` (`None`: nothing, it

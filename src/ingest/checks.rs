@@ -123,6 +123,28 @@ impl Ingest {
             .map_err(|refusal| refused(tenant, refusal))
     }
 
+    /// Whether the request is refused now whatever its body holds: too large, or refused by
+    /// its budgets for longer than `[wait]` holds a request. Takes nothing, and no seat.
+    pub(super) fn refused_at_once(
+        &self,
+        tenant: &Tenant,
+        topic: &Topic,
+        declared: Option<u64>,
+    ) -> Result<(), ApiError> {
+        if declared.is_some_and(|n| n > self.max_body_bytes) {
+            return Err(ApiError::BodyTooLarge {
+                limit: self.max_body_bytes,
+            });
+        }
+        match self
+            .admission
+            .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
+        {
+            Err(refusal) if !self.admission.holdable(&refusal) => Err(refused(tenant, refusal)),
+            _ => Ok(()),
+        }
+    }
+
     /// Does the topic exist, and does the partition every record names (`named`, in record
     /// order)?
     pub async fn check_topic(

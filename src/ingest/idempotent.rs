@@ -76,7 +76,16 @@ impl Ingest {
         let key = key.scoped(&tenant.id);
         let declared = declared_length(request.headers);
         let stats = &self.idempotency.stats;
-        let begin = self.idempotency.begin(key.clone()).await;
+        // Refused before its key is claimed if its budgets refuse it now and [wait] would not
+        // hold it: a refusal costs no store commands.
+        let may_claim = || self.refused_at_once(tenant, topic, declared);
+        let begin = match self.idempotency.begin_if(key.clone(), may_claim).await {
+            Ok(begin) => begin,
+            Err(e) => {
+                drain_if_small(declared, request.body).await;
+                return e.into();
+            }
+        };
         let fresh = match begin {
             Begin::Fresh(claim) => claim,
             Begin::InUse => {

@@ -5,6 +5,7 @@
 //! would: a flood that could fill it would evict the victim's answer, and its retry would be
 //! written again.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -95,5 +96,61 @@ async fn another_tenants_flood_does_not_evict_the_victims_answer_in_redis() {
     assert_eq!((s, replayed), (200, true));
     let (s, replayed, _) = keyed(&gw, "admitted-0", KEY, &json!({ "records": many })).await;
     assert_eq!((s, replayed), (200, false));
+    gw.shutdown().await;
+}
+
+/// Commands this Redis has processed (its own count, the asking `INFO` included).
+fn redis_commands(redis: &OwnRedis) -> u64 {
+    let client = redis::Client::open(redis.url()).expect("client");
+    let mut c = client.get_connection().expect("connection");
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_commands_processed")
+}
+
+/// Review 17 of #37: a keyed request its budgets refuse claimed its key in Redis and released
+/// it — 6.1 commands per 429, so a tenant allowed 1 record/s drove Redis at six times its
+/// request rate. A request refused before its body is read is refused before its key is
+/// claimed, after one read; a stored answer is still replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let redis = OwnRedis::start_with(&[]);
+    let clock = Arc::new(floodgate::budget::ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.cluster.redis_url = Some(redis.url());
+    cfg.cluster.key_prefix = "refused".into();
+    cfg.cluster.replica_id = Some("a".into());
+    limit_records(&mut cfg, 1, 1);
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let one = json!({"records": [{"value": 1}]});
+    // The producer connected and the burst spent: the clock stands still from here on.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, _, a) = keyed(&gw, "first", KEY, &one).await;
+        if s == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never delivered: {s} {a}");
+        clock.advance_ms(1_000);
+    }
+    let before = redis_commands(&redis);
+    for i in 0..200 {
+        let (s, replayed, a) = keyed(&gw, &format!("refused-{i}"), KEY, &one).await;
+        assert_eq!((s, replayed), (429, false), "{a}");
+    }
+    let commands = redis_commands(&redis) - before;
+    // One read each, for an answer another replica may hold, and the gateway's own background
+    // (leases, heartbeats); a claim and its release per request were over 1,200.
+    assert!(commands < 300, "{commands} commands for 200 refusals");
+    let (s, replayed, _) = keyed(&gw, "first", KEY, &one).await;
+    assert_eq!(
+        (s, replayed),
+        (200, true),
+        "the stored answer, while refused"
+    );
     gw.shutdown().await;
 }
