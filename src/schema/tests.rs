@@ -354,22 +354,7 @@ async fn a_requests_inline_checks_are_bounded_and_the_rest_go_to_the_pool() {
     let inline = usize::try_from(super::lookups::INLINE_WORK_PER_REQUEST / work).expect("fits");
     assert!(inline >= 2, "{work}");
 
-    // The tenant's one share of the pool, held until released.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let blocker = {
-        let schemas = schemas.clone();
-        tokio::spawn(async move {
-            schemas
-                .pool
-                .run("a", move || {
-                    let _ = started.send(());
-                    let _ = held.recv();
-                })
-                .await
-        })
-    };
-    running.await.expect("the tenant's share is held");
+    let (release, blocker) = hold_share(&schemas, "a").await;
     let write = |allowance: &mut Lookups| {
         let (schemas, schema, data) = (schemas.clone(), schema.clone(), data.clone());
         let mut taken = std::mem::replace(allowance, Lookups::none());
@@ -442,5 +427,32 @@ async fn a_tenant_filling_the_schema_cache_evicts_its_own_schemas_not_others() {
 }
 
 /// The schema step's own bounds on refused and inadmissible work (#37's later reviews).
+/// `tenant`'s one share of the pool (`tenant_workers` 1), held until `release` sends; the
+/// task ends when it is released.
+async fn hold_share(
+    schemas: &Arc<Schemas>,
+    tenant: &'static str,
+) -> (
+    std::sync::mpsc::Sender<()>,
+    tokio::task::JoinHandle<Result<(), pool::PoolError>>,
+) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let blocker = {
+        let schemas = schemas.clone();
+        tokio::spawn(async move {
+            schemas
+                .pool
+                .run(tenant, move || {
+                    let _ = started.send(());
+                    let _ = held.recv();
+                })
+                .await
+        })
+    };
+    running.await.expect("the tenant's share is held");
+    (release, blocker)
+}
+
 mod names;
 mod work;

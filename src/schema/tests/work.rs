@@ -239,22 +239,7 @@ async fn an_avro_record_expanding_defaults_past_the_inline_share_is_written_on_t
         }
     };
 
-    // The tenant's one share of the pool, held until released.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = tokio::sync::oneshot::channel::<()>();
-    let blocker = {
-        let schemas = schemas.clone();
-        tokio::spawn(async move {
-            schemas
-                .pool
-                .run("a", move || {
-                    let _ = started.send(());
-                    let _ = held.recv();
-                })
-                .await
-        })
-    };
-    running.await.expect("the tenant's share is held");
+    let (release, blocker) = super::hold_share(&schemas, "a").await;
     let (r, left) = write(expanding.clone(), b"{}", Lookups::per_request("a")).await;
     assert!(
         matches!(
