@@ -410,7 +410,9 @@ impl Admission {
         {
             // Refused before its records are counted: count what this tenant's requests
             // usually hold, so the next split sees the demand the limit held back.
-            tenant.stats().offered(lag::typical_records(tenant), 0);
+            tenant
+                .stats()
+                .decided(lag::typical_records(tenant), 0, Some(r.reason), false);
             return Err(r);
         }
         if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
@@ -419,7 +421,7 @@ impl Admission {
             // cap holds back (the plan is already followed: nothing moves).
             let typical = lag::typical_records(tenant);
             self.follow_lag(tenant, &mut state, topic, now, typical);
-            tenant.stats().offered(1, 0);
+            tenant.stats().decided(1, 0, Some(r.reason), false);
             return Err(r);
         }
         let spec = state.buckets.spec();

@@ -40,6 +40,12 @@ impl Reason {
         Reason::ConsumerLag,
     ];
 
+    /// The tenant's own budgets (records or bytes): what they refuse, no share of a shared
+    /// limit could admit.
+    pub fn is_own_budget(self) -> bool {
+        matches!(self, Reason::TenantRecords | Reason::TenantBytes)
+    }
+
     /// A budget's refill (tenant or global, records or bytes): a wait known to the
     /// nanosecond, which holding the request for ([`crate::hold`]) can cover.
     pub fn is_rate(self) -> bool {

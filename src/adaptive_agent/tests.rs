@@ -134,11 +134,11 @@ fn a_tenant_that_honours_retry_after_keeps_its_part_of_the_limit() {
                 .delivery_latency
                 .record(std::time::Duration::from_millis(400));
         }
-        greedy.stats().offered(5_000, 0);
+        greedy.stats().decided(5_000, 0, None, true);
         for _ in 0..10 {
             greedy.stats().rejected(Reason::Adaptive);
         }
-        polite.stats().offered(polite_offers, 0);
+        polite.stats().decided(polite_offers, 0, None, true);
         for _ in 0..polite_refused {
             polite.stats().rejected(Reason::Adaptive);
         }

@@ -59,12 +59,17 @@ impl Ingest {
         leases: &mut u32,
         held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
-        tenant.stats().offered(charge.records, charge.bytes);
         let admitted = self.decide(tenant, topic, charge, leases, held).await;
-        if let Err(ApiError::RateLimited(_)) = &admitted {
-            // Its body was read: the status page shows the records refused, not just requests.
-            tenant.stats().refused_records(charge.records);
-        }
+        let refused = match &admitted {
+            Ok(_) => None,
+            Err(ApiError::RateLimited(r)) => Some(r.reason),
+            // Larger than a bucket or share could ever hold (413): neither demand nor refused
+            // for a while.
+            Err(_) => return admitted,
+        };
+        tenant
+            .stats()
+            .decided(charge.records, charge.bytes, refused, true);
         admitted
     }
 

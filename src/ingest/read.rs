@@ -141,9 +141,11 @@ impl Ingest {
         let Err(denial) = checked else {
             return Ok(());
         };
-        let cut = match denial {
-            Denial::Refused(_) => {
-                tenant.stats().refused_records(read.records);
+        let cut = match &denial {
+            Denial::Refused(r) => {
+                tenant
+                    .stats()
+                    .decided(read.records, read.bytes, Some(r.reason), true);
                 Cut::RateLimited
             }
             Denial::TooLarge(_) => Cut::ExceedsBurst,

@@ -226,7 +226,8 @@ mod tests {
         assert!(h.rings.is_empty(), "nothing moved yet");
         for second in 2..=70u64 {
             busy.stats().rejected(Reason::TenantRecords);
-            busy.stats().refused_records(3);
+            busy.stats()
+                .decided(3, 30, Some(Reason::TenantRecords), true);
             h.sample(second, [&busy, &idle].into_iter());
         }
         assert_eq!(h.rings.len(), 1, "the idle tenant has nothing");

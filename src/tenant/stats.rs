@@ -11,8 +11,8 @@ pub struct TenantStats {
     pub admitted_requests: AtomicU64,
     pub admitted_records: AtomicU64,
     pub admitted_bytes: AtomicU64,
-    /// Records and bytes of every request that reached admission, admitted or not: the
-    /// demand the adaptive limit is shared by.
+    /// Records and bytes the tenant offered that its own budgets did not refuse (see
+    /// [`TenantStats::decided`]): the demand the adaptive limit is shared by.
     pub offered_records: AtomicU64,
     pub offered_bytes: AtomicU64,
     /// Records Kafka definitively refused or that could not be delivered in time.
@@ -105,21 +105,28 @@ impl TenantStats {
         std::mem::replace(&mut *sampled, now)
     }
 
-    /// Counts the records of a refused request whose body was read.
-    pub fn refused_records(&self, records: u64) {
-        self.refused_records.fetch_add(records, Relaxed);
+    /// The one count of what admission decided about records the tenant offered — a whole
+    /// request, the part of a body read when a check cut it short, a stream's record, or the
+    /// early check's estimate before a body is read (`read` false) — admitted (`refused`
+    /// `None`) or refused for `refused`:
+    /// - they are demand, what the adaptive limit is shared by, unless the tenant's own budgets
+    ///   refused them: no share of a shared limit could admit those, and counted they would
+    ///   win the tenant a share it cannot use, taken from the others in its class;
+    /// - refused after their body was read, they count as refused records (the status page).
+    pub fn decided(&self, records: u64, bytes: u64, refused: Option<Reason>, read: bool) {
+        if !refused.is_some_and(Reason::is_own_budget) {
+            self.offered_records.fetch_add(records, Relaxed);
+            self.offered_bytes.fetch_add(bytes, Relaxed);
+        }
+        if refused.is_some() && read {
+            self.refused_records.fetch_add(records, Relaxed);
+        }
     }
 
     pub fn admitted(&self, records: u64, bytes: u64) {
         self.admitted_requests.fetch_add(1, Relaxed);
         self.admitted_records.fetch_add(records, Relaxed);
         self.admitted_bytes.fetch_add(bytes, Relaxed);
-    }
-
-    /// Counts a request answered through `api`, successful or not.
-    pub fn offered(&self, records: u64, bytes: u64) {
-        self.offered_records.fetch_add(records, Relaxed);
-        self.offered_bytes.fetch_add(bytes, Relaxed);
     }
 
     pub fn count_api(&self, api: Api, ok: bool) {

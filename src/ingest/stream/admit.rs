@@ -324,17 +324,12 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         lo
     }
 
-    /// A record the budgets refuse: counted as refused (and as demand when a limit below the
-    /// tenant's own budget refused it: that limit should see it).
+    /// A record the budgets refuse, counted as every refusal is.
     fn refuse(&self, denial: Denial, charge: Charge) -> ApiError {
         if let Denial::Refused(r) = &denial {
-            self.tenant.stats().refused_records(1);
-            if matches!(
-                r.reason,
-                crate::refusal::Reason::Adaptive | crate::refusal::Reason::ConsumerLag
-            ) {
-                self.tenant.stats().offered(charge.records, charge.bytes);
-            }
+            self.tenant
+                .stats()
+                .decided(charge.records, charge.bytes, Some(r.reason), true);
         }
         self.ingest.denied(&self.tenant, denial)
     }

@@ -112,40 +112,10 @@ async fn all_given_back(budget: &InflightBodies) {
     }
 }
 
-fn records(n: usize) -> Vec<u8> {
-    let one = br#"{"value":{"type":"JSON","data":1}}"#;
-    one.iter().copied().cycle().take(one.len() * n).collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_share_to_others() {
-    let s = setup(|c| {
-        c.global.records_per_sec = Some(1000);
-        c.global.records_burst = Some(1000);
-        c.adaptive.enabled = true;
-        let mut critical = tenant("crit", "crit-key");
-        critical.priority = Some(Priority::Critical);
-        critical.records_per_sec = Some(20);
-        critical.records_burst = Some(20);
-        let mut standard = tenant("std", "std-key");
-        standard.priority = Some(Priority::Standard);
-        c.tenants = vec![critical, standard];
-    });
-    let app = &s.app;
-    app.adaptive.tick();
-    // The critical tenant streams 2,000 records against its own 20: 20 are written.
-    let (tx, opened) = open(app, "crit-key", &records(100)).await;
-    for _ in 1..20 {
-        tx.send(Bytes::from(records(100))).await.expect("send");
-    }
-    drop(tx);
-    let codes = codes(opened.expect("stream")).await;
-    assert_eq!(codes.len(), 2000);
-    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 20, "{codes:?}");
-    assert!(codes.iter().all(|c| *c == 200 || *c == 429));
-    // The standard tenant wants 500 records over the same second.
-    let body = serde_json::json!({"records": (0..500).map(|i| serde_json::json!({"value": i})).collect::<Vec<_>>()});
-    let headers = headers("std-key");
+/// A `/v1` request of `n` records from the tenant of `key`, acknowledged when enqueued.
+async fn post_v1(app: &AppState, key: &str, n: usize) -> axum::http::StatusCode {
+    let body = serde_json::json!({"records": (0..n).map(|i| serde_json::json!({"value": i})).collect::<Vec<_>>()});
+    let headers = headers(key);
     let request = crate::ingest::ProduceRequest {
         api: Api::V1,
         peer: Default::default(),
@@ -162,8 +132,57 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
         max_records: None,
         schemas: None,
     };
-    let produced = app.ingest.produce(request, Ok(format)).await;
-    assert_eq!(produced.status(), axum::http::StatusCode::ACCEPTED);
+    app.ingest.produce(request, Ok(format)).await.status()
+}
+
+fn records(n: usize) -> Vec<u8> {
+    let one = br#"{"value":{"type":"JSON","data":1}}"#;
+    one.iter().copied().cycle().take(one.len() * n).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_over_a_tenants_own_budget_are_not_demand_and_leave_the_adaptive_share_to_others() {
+    let s = setup(|c| {
+        c.global.records_per_sec = Some(1000);
+        c.global.records_burst = Some(1000);
+        c.adaptive.enabled = true;
+        let mut critical = tenant("crit", "crit-key");
+        critical.priority = Some(Priority::Critical);
+        critical.records_per_sec = Some(20);
+        critical.records_burst = Some(20);
+        let mut standard = tenant("std", "std-key");
+        standard.priority = Some(Priority::Standard);
+        c.tenants = vec![critical, standard];
+    });
+    let app = &s.app;
+    app.adaptive.tick();
+    // The critical tenant sends 15 records, then 50 requests of 10 against the 5 it has left:
+    // each passes the check before its body (one record) and is refused whole after it.
+    assert_eq!(
+        post_v1(app, "crit-key", 15).await,
+        axum::http::StatusCode::ACCEPTED
+    );
+    for _ in 0..50 {
+        assert_eq!(
+            post_v1(app, "crit-key", 10).await,
+            axum::http::StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+    // Then it streams 2,000 records: 5 are written.
+    let (tx, opened) = open(app, "crit-key", &records(100)).await;
+    for _ in 1..20 {
+        tx.send(Bytes::from(records(100))).await.expect("send");
+    }
+    drop(tx);
+    let codes = codes(opened.expect("stream")).await;
+    assert_eq!(codes.len(), 2000);
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 5, "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 200 || *c == 429));
+    // The standard tenant wants 500 records over the same second.
+    assert_eq!(
+        post_v1(app, "std-key", 500).await,
+        axum::http::StatusCode::ACCEPTED
+    );
 
     let directory = app.ingest.tenants.load();
     let crit = directory.get("crit").expect("crit");
@@ -174,7 +193,10 @@ async fn a_stream_over_its_own_budget_is_not_demand_and_leaves_the_adaptive_shar
         20,
         "only what its own budget could admit is demand"
     );
-    assert_eq!(crit.stats().rejected_count(Reason::TenantRecords), 1980);
+    assert_eq!(
+        crit.stats().rejected_count(Reason::TenantRecords),
+        50 + 1995
+    );
     s.clock.advance_ms(1000);
     app.adaptive.tick();
     let critical = app.adaptive.stats.class_rate(Priority::Critical);
