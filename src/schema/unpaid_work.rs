@@ -31,27 +31,36 @@ use crate::budget::{Clock, RateSpec};
 /// Most tenants followed at once (buckets that are full again are forgotten first).
 const MAX_TENANTS: usize = 10_000;
 
-/// Each tenant's bucket of CPU milliseconds for refused checks.
+/// Each tenant's bucket of CPU milliseconds for refused checks, counted in microseconds: a
+/// check is charged what it took, not a millisecond at least (thousands of passing checks of a
+/// request, each a little over what its record pays for, would each cost a millisecond).
 pub(super) struct UnpaidWork {
+    /// In microseconds.
     spec: RateSpec,
     /// Each tenant's TAT, in ticks of `1 / per_sec` (see [`crate::budget::RateSpec`]).
     tats: Mutex<HashMap<Arc<str>, u64>>,
 }
 
+/// Microseconds a millisecond holds.
+const US_PER_MS: u64 = 1_000;
+
 impl UnpaidWork {
     pub(super) fn new(ms_per_sec: u64, burst_ms: u64) -> Self {
         Self {
             spec: RateSpec {
-                per_sec: ms_per_sec.max(1),
-                burst: burst_ms.max(1),
+                per_sec: ms_per_sec.max(1).saturating_mul(US_PER_MS),
+                burst: burst_ms.max(1).saturating_mul(US_PER_MS),
             },
             tats: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The bucket's settings (for the refusal's detail).
+    /// The bucket's settings in milliseconds (for the refusal's detail).
     pub(super) fn spec(&self) -> RateSpec {
-        self.spec
+        RateSpec {
+            per_sec: self.spec.per_sec / US_PER_MS,
+            burst: self.spec.burst / US_PER_MS,
+        }
     }
 
     /// Whether `tenant` may have a record checked now, or how long until it may.
@@ -63,15 +72,15 @@ impl UnpaidWork {
         };
         // At least one millisecond left: taking none would always succeed.
         self.spec
-            .try_take(tat, now, 1)
+            .try_take(tat, now, US_PER_MS)
             .map(drop)
             .map_err(Duration::from_nanos)
     }
 
-    /// A check of `tenant`'s was refused after `spent` of CPU: the bucket takes it all.
+    /// Work of `tenant`'s that no budget pays for took `spent` of CPU: the bucket takes it all.
     pub(super) fn charge(&self, clock: &dyn Clock, tenant: &str, spent: Duration) {
         let now = clock.now_ns();
-        let ms = u64::try_from(spent.as_millis()).unwrap_or(u64::MAX).max(1);
+        let us = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX).max(1);
         let mut tats = self.tats.lock();
         if tats.len() >= MAX_TENANTS && !tats.contains_key(tenant) {
             let full = self.spec.full_tat(now);
@@ -83,7 +92,7 @@ impl UnpaidWork {
             .unwrap_or_else(|| self.spec.full_tat(now));
         // Past what is left too: the bucket owes it, and the tenant waits it off.
         let now_ticks = self.spec.ticks_at(now);
-        tats.insert(tenant.into(), tat.max(now_ticks).saturating_add(ms));
+        tats.insert(tenant.into(), tat.max(now_ticks).saturating_add(us));
     }
 }
 

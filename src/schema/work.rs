@@ -8,12 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::compiled::{compile, within_bounds, Compiled};
+use super::compiled::{compile, within_bounds, Compiled, Written};
 use super::lookups::{Lookups, INLINE_WORK};
 use super::pool::{thread_cpu, PoolError};
 use super::raw::digest;
-use super::unpaid_work::ChecksOwed;
+use super::unpaid_work::{ChecksOwed, UnpaidWork};
 use super::{CompileError, Failure, Format, SchemaError, Schemas, Side};
+use crate::budget::Clock;
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
 pub const WORK_BOUNDS: [&str; 9] = [
@@ -57,6 +58,8 @@ impl Schemas {
         self.unpaid_work
             .may_check(&*self.clock, tenant)
             .map_err(|wait| fail(self.unpaid_work_spent(wait)))?;
+        // What the record's budgets pay for; past it the check is unpaid work, charged now.
+        let paid = self.paid_check(data.len());
         let mut inline = None;
         if data.len() <= INLINE_BYTES && allowance.inline_left() > 0 {
             let work = allowance.inline_left().min(INLINE_WORK);
@@ -68,10 +71,15 @@ impl Schemas {
             match ran {
                 Ok((result, taken)) => {
                     allowance.spend_inline(taken);
-                    if result.is_err() {
-                        self.unpaid_work.charge(&*self.clock, tenant, spent);
-                    }
-                    inline = Some((result, spent));
+                    let owed = settle(
+                        &self.unpaid_work,
+                        &*self.clock,
+                        tenant,
+                        &result,
+                        spent,
+                        paid,
+                    );
+                    inline = Some((result, owed));
                 }
                 // Begun here and stopped at the request's share: its record pays for the
                 // pool's run, not this one.
@@ -83,7 +91,7 @@ impl Schemas {
                 }
             }
         }
-        let (result, spent) = if let Some(ran) = inline {
+        let (result, owed) = if let Some(ran) = inline {
             ran
         } else {
             let (schema, data) = (schema.clone(), data.to_vec());
@@ -105,9 +113,21 @@ impl Schemas {
                 // A walk that outruns its cost model stops at twice the CPU deadline in wall
                 // time (wall >= CPU: a preempted check is not stopped early).
                 let result = schema.write_by(&data, limit, keep_json, Some(wall + deadline * 2));
-                Ok((result, cpu_since(cpu, wall)))
+                let spent = cpu_since(cpu, wall);
+                // Charged here, on the schema thread, whoever still waits for the answer: a
+                // client that leaves drops the answer, not the charge (review 20 of #37: 25
+                // checks of ~1 s each, their connections closed, charged nothing). What a
+                // passed check's record owes comes back as a debt that charges itself if it
+                // is dropped unread.
+                let mut owed = ChecksOwed::new(unpaid_work.clone(), clock.clone(), &who);
+                if spent > deadline {
+                    unpaid_work.charge(&*clock, &who, spent);
+                } else {
+                    owed.add(settle(&unpaid_work, &*clock, &who, &result, spent, paid));
+                }
+                Ok((result, spent, owed))
             };
-            let (result, spent) = match self
+            let (result, spent, owed) = match self
                 .pool
                 .run(tenant, job)
                 .await
@@ -120,9 +140,6 @@ impl Schemas {
                 }
                 Err(Some(wait)) => return Err(fail(self.unpaid_work_spent(wait))),
             };
-            if spent > deadline || result.is_err() {
-                self.unpaid_work.charge(&*self.clock, tenant, spent);
-            }
             if spent > deadline {
                 self.count_refusal("check_cpu");
                 return Err(fail(SchemaError::TooCostly(format!(
@@ -131,14 +148,8 @@ impl Schemas {
                     deadline.as_millis()
                 ))));
             }
-            (result, spent)
+            (result, owed.hand_over())
         };
-        // What the record's budgets pay for; past it the check is unpaid work, charged now.
-        let paid = self.paid_check(data.len());
-        if result.is_ok() && spent > paid {
-            self.unpaid_work
-                .charge(&*self.clock, tenant, spent.saturating_sub(paid));
-        }
         let written = result.map_err(|m| {
             if m.too_costly {
                 self.count_refusal("check_work");
@@ -147,7 +158,7 @@ impl Schemas {
                 fail(SchemaError::Violation(m))
             }
         })?;
-        Ok((written, spent.min(paid)))
+        Ok((written, owed))
     }
 
     /// The CPU of a passing check of `len` bytes that an admitted record's budgets pay for
@@ -252,7 +263,12 @@ impl Schemas {
             .may_check(&*self.clock, tenant)
             .map_err(|wait| self.unpaid_work_spent(wait))?;
         let (bounds, owned) = (self.bounds, text.to_string());
-        let (result, spent) = self
+        let (unpaid_work, clock, who) = (
+            self.unpaid_work.clone(),
+            self.clock.clone(),
+            tenant.to_string(),
+        );
+        let result = self
             .pool
             .run(tenant, move || {
                 let (cpu, wall) = (thread_cpu(), Instant::now());
@@ -260,11 +276,12 @@ impl Schemas {
                 // What the compile built and freed, back to the system: else each schema
                 // thread's arena keeps its largest compile's transient heap.
                 crate::heap::give_back();
-                (result, cpu_since(cpu, wall))
+                // Charged here, whoever still waits for it (see `write`).
+                unpaid_work.charge(&*clock, &who, cpu_since(cpu, wall));
+                result
             })
             .await
             .map_err(|e| self.pool_error(e, "compiling the schema"))?;
-        self.unpaid_work.charge(&*self.clock, tenant, spent);
         let error = match result {
             Ok((codec, memory)) => {
                 return Ok(Compiled {
@@ -320,6 +337,27 @@ impl Schemas {
     pub fn wait(&self) -> Duration {
         self.pool.wait()
     }
+}
+
+/// A check's CPU charged to `tenant` at once, where it ran: a refused check's all of it, a
+/// passed one's past `paid` (what its record's budgets pay for). What is left, a passed
+/// check's, is owed by its record until it is admitted (returned).
+fn settle(
+    unpaid: &UnpaidWork,
+    clock: &dyn Clock,
+    tenant: &str,
+    result: &Written,
+    spent: Duration,
+    paid: Duration,
+) -> Duration {
+    if result.is_err() {
+        unpaid.charge(clock, tenant, spent);
+        return Duration::ZERO;
+    }
+    if spent > paid {
+        unpaid.charge(clock, tenant, spent.saturating_sub(paid));
+    }
+    spent.min(paid)
 }
 
 /// The thread's CPU since `cpu` was read (its wall time since `wall` where the platform

@@ -187,11 +187,17 @@ impl Walk {
         self.aliases(o.get("aliases"), scope).map(|()| inner)
     }
 
-    /// A named type's aliases (resolved in its namespace) or a field's (in none).
+    /// A named type's aliases (resolved in its namespace unless dotted: a dotted alias is a
+    /// full name, as the specification says) or a field's (in none).
     fn aliases(&self, aliases: Option<&Value>, namespace: Extent) -> Result<(), String> {
         if let Some(Value::Array(aliases)) = aliases {
             for a in aliases.iter().filter_map(Value::as_str) {
-                namespace.join(a).within(self.place("aliases"), a)?;
+                let full = if a.contains('.') {
+                    Extent::of(a)
+                } else {
+                    namespace.join(a)
+                };
+                full.within(self.place("aliases"), a)?;
             }
         }
         Ok(())

@@ -114,6 +114,19 @@ fn a_long_namespace_shared_by_many_named_types_is_refused_before_it_is_copied() 
         e.contains("/fields/0/type/name") && e.contains("601 bytes"),
         "{e}"
     );
+    // A dotted alias is a full name of its own (review 20 of #37: it was joined to the
+    // namespace, and a valid schema was refused for a 608-byte name it does not have);
+    // undotted, it is in the namespace.
+    let alias = |alias: &str| {
+        format!(
+            r#"{{"type":"record","name":"R","namespace":"{}","aliases":["{alias}"],"fields":[]}}"#,
+            "n".repeat(400)
+        )
+    };
+    let full = format!("other.{}", "a".repeat(200));
+    assert!(Compiled::new(1, Format::Avro, &alias(&full)).is_ok());
+    let e = Compiled::new(1, Format::Avro, &alias(&"a".repeat(200))).expect_err("601 bytes");
+    assert!(e.contains("/aliases") && e.contains("601 bytes"), "{e}");
 }
 
 /// Review 17 of #37 showed apache-avro keeps a copy of a named type per alias; measured here,

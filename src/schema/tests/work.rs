@@ -272,3 +272,100 @@ async fn an_avro_record_expanding_defaults_past_the_inline_share_is_written_on_t
         expanding.encode(b"{}", 1 << 20).expect("by itself")
     );
 }
+
+/// Review 20 of #37: a check or compile that had started on the pool was charged only when
+/// its answer was awaited, so a client closing its connection mid-check (25 checks of ~1 s)
+/// was charged nothing. The charge is made on the schema thread: a passed check's debt
+/// charges itself when its answer is dropped unread, and a compile is charged as it ends.
+#[tokio::test]
+async fn work_whose_caller_left_is_charged_to_its_tenant() {
+    let config = SchemaRegistryConfig {
+        tenant_unpaid_work_ms_per_sec: 1,
+        tenant_unpaid_work_ms_burst: 1,
+        ..SchemaRegistryConfig::default()
+    };
+    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
+    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
+    let schemas = Arc::new(schemas);
+    let schema = Arc::new(
+        schemas
+            .compile_for("setup", Format::Json, r#"{"type":"array"}"#, "the schema")
+            .await
+            .expect("compiles"),
+    );
+    // Past the inline size: checked on the pool, and it passes (owed by its record, which
+    // never comes to be admitted: its caller left).
+    let data = format!("[{}0]", "0,".repeat(5_000)).into_bytes();
+    // The check starts (its admission is asked on the schema thread) and waits there until
+    // its caller has gone.
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let hook = std::sync::Mutex::new(Some((started, wait)));
+    let check = {
+        let schemas = schemas.clone();
+        let still = move || {
+            if let Some((started, wait)) = hook.lock().expect("lock").take() {
+                let _ = started.send(());
+                let _ = wait.recv();
+            }
+            true
+        };
+        tokio::spawn(async move {
+            let mut lookups = Lookups::per_request("a").with_admission(Arc::new(still));
+            schemas
+                .write(
+                    "a",
+                    &schema,
+                    &data,
+                    Side::Value,
+                    1 << 20,
+                    true,
+                    &mut lookups,
+                )
+                .await
+                .map(drop)
+        })
+    };
+    running.await.expect("the check started");
+    check.abort();
+    assert!(check.await.expect_err("aborted").is_cancelled());
+    go.send(()).expect("the check waits");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while schemas.pool.load() != (0, 0) {
+        assert!(std::time::Instant::now() < until, "the check never ended");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    // A compile (50 patterns: tens of milliseconds) whose caller leaves once it runs.
+    let text = super::pattern_schema(50, 200);
+    let compile = {
+        let schemas = schemas.clone();
+        tokio::spawn(async move {
+            schemas
+                .compile_for("b", Format::Json, &text, "the schema")
+                .await
+                .map(drop)
+        })
+    };
+    while schemas.pool.load().1 == 0 && !compile.is_finished() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the compile never started"
+        );
+        tokio::task::yield_now().await;
+    }
+    compile.abort();
+    // Both jobs run to their end on the pool, and are charged there.
+    while schemas.pool.load() != (0, 0) {
+        assert!(std::time::Instant::now() < until, "the pool never emptied");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    for tenant in ["a", "b"] {
+        assert!(
+            schemas
+                .unpaid_work
+                .may_check(&*schemas.clock, tenant)
+                .is_err(),
+            "{tenant}'s work was charged"
+        );
+    }
+}
