@@ -1,5 +1,7 @@
 //! Serving a router on a listener with a bound on every connection-level edge:
-//! - how many connections at once (a semaphore; the rest wait in the kernel's backlog);
+//! - how many connections at once (a semaphore; the rest wait in the kernel's backlog, but a
+//!   connection accepted when it is full first asks [`Unverified::make_room_for`]: an address
+//!   holding more unauthenticated connections than the newcomer's gives up its oldest);
 //! - how long a new connection may take to show what it speaks (TLS handshake, or the first
 //!   bytes that tell HTTP/1 from HTTP/2) and to send its first request head: `header_read_timeout`;
 //! - how long any later HTTP/1 request head may take, counted from when the previous answer
@@ -103,10 +105,6 @@ pub async fn serve(
     let bounds = Arc::new(bounds);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -120,7 +118,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         // Over its address's allowance of unauthenticated connections: closed before a byte
-        // is read (the permit goes back with it).
+        // is read.
         let trust = match &bounds.unverified {
             Some(unverified) => match unverified.admit(peer.ip()) {
                 Some(trust) => Some(trust),
@@ -128,10 +126,40 @@ pub async fn serve(
             },
             None => None,
         };
+        // Accepted before its slot: the listener full, its address sees whether another
+        // holds more unverified connections than it does, and takes the oldest one's slot.
+        // One accepted connection waits for a slot at a time.
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let room = bounds
+                    .unverified
+                    .as_ref()
+                    .map(|u| u.make_room_for(peer.ip()));
+                if room == Some(unverified::Room::Refused) {
+                    continue;
+                }
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
         tokio::spawn(async move {
-            serve_connection(stream, Peer { addr: peer, trust }, router, &bounds, stop).await;
+            let evict = trust.clone();
+            let evicted = async {
+                match &evict {
+                    Some(trust) => trust.evicted().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Closed at once when evicted: whatever it was doing, unauthenticated.
+            tokio::select! {
+                () = serve_connection(stream, Peer { addr: peer, trust }, router, &bounds, stop) => {}
+                () = evicted => {}
+            }
             drop(permit);
         });
     }

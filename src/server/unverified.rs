@@ -13,12 +13,18 @@
 //! `tenant_connections`) and its connection closed after the answer.
 //! When the descriptor limit forces fewer connections than configured, the allowance shrinks
 //! in the same proportion ([`Unverified::fit_to`]): else a few addresses would still take
-//! every slot the listener has left.
+//! every slot the listener has left. And when the listener is full all the same (many
+//! addresses, each within its allowance: review 20 of #37 filled 4,096 slots from 32 addresses,
+//! and a new client waited 9–11 s in the backlog), a new connection makes room: the oldest
+//! unauthenticated connection of the address holding the most is closed, if it holds more than
+//! the newcomer's address does ([`Unverified::make_room_for`]), so the slots are shared fairly
+//! among addresses instead of kept by whoever came first.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::forwarded::TrustedProxies;
 
@@ -30,9 +36,30 @@ pub struct Unverified {
     max_per_tenant: AtomicUsize,
     tenants: Mutex<HashMap<Arc<str>, usize>>,
     exempt: TrustedProxies,
-    counts: Mutex<HashMap<IpAddr, usize>>,
+    counts: Mutex<HashMap<IpAddr, Held>>,
     /// Connections closed at accept because their address held `max` unverified ones.
     pub refused: AtomicU64,
+    /// Unverified connections closed to make room for another address's (the listener full).
+    pub evicted: AtomicU64,
+}
+
+/// What a full listener does with a new connection ([`Unverified::make_room_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// Another address's oldest unverified connection is closing: wait for its slot.
+    Made,
+    /// Close the newcomer: its address holds the most unverified connections.
+    Refused,
+    /// Wait for a slot as the kernel's backlog does (no address holds more than one).
+    Wait,
+}
+
+/// An address's unverified connections: how many, and each in the order they came (some
+/// verified or gone since: skipped when one is chosen to make room).
+#[derive(Debug, Default)]
+struct Held {
+    n: usize,
+    slots: VecDeque<Weak<Slot>>,
 }
 
 /// A connection's mark, carried by each of its requests (an extension): the pipeline calls
@@ -52,6 +79,9 @@ struct Slot {
     /// Set when the connection must close after its answers (over its tenant's allowance).
     closing: AtomicBool,
     close: tokio::sync::Notify,
+    /// Set when the connection is closed at once to make room for another address's.
+    evicted: AtomicBool,
+    evict: tokio::sync::Notify,
 }
 
 impl Unverified {
@@ -63,6 +93,7 @@ impl Unverified {
             exempt,
             counts: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
         })
     }
 
@@ -101,7 +132,7 @@ impl Unverified {
         self.max.load(Ordering::Relaxed)
     }
 
-    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Held>> {
         self.counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -112,38 +143,87 @@ impl Unverified {
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ConnectionTrust> {
         let address = crate::auth_failures::source(peer);
         let counted = !self.exempt.trusts(peer);
-        if counted {
-            let mut counts = self.counts();
-            let n = counts.entry(address).or_insert(0);
-            if *n >= self.max.load(Ordering::Relaxed) {
-                drop(counts);
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            *n += 1;
-        }
-        Some(ConnectionTrust(Arc::new(Slot {
+        let slot = Arc::new(Slot {
             owner: self.clone(),
             address,
-            counted: AtomicBool::new(counted),
+            counted: AtomicBool::new(false),
             exempt: !counted,
             tenant: Mutex::new(None),
             closing: AtomicBool::new(false),
             close: tokio::sync::Notify::new(),
-        })))
+            evicted: AtomicBool::new(false),
+            evict: tokio::sync::Notify::new(),
+        });
+        if counted {
+            let mut counts = self.counts();
+            let held = counts.entry(address).or_default();
+            if held.n >= self.max.load(Ordering::Relaxed) {
+                if held.n == 0 {
+                    counts.remove(&address);
+                }
+                drop(counts);
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            held.n += 1;
+            // Verified or gone ones are dropped from the order now and then, not each time.
+            if held.slots.len() > 2 * held.n + 8 {
+                held.slots.retain(|w| {
+                    w.upgrade()
+                        .is_some_and(|s| s.counted.load(Ordering::Acquire))
+                });
+            }
+            held.slots.push_back(Arc::downgrade(&slot));
+            slot.counted.store(true, Ordering::Release);
+        }
+        Some(ConnectionTrust(slot))
+    }
+
+    /// The listener is full and `peer`'s new connection (admitted) waits for a slot: closes
+    /// the oldest unverified connection of the address holding the most, if that is more than
+    /// `peer`'s address holds ([`Room::Made`]); or, `peer`'s address holding the most itself
+    /// (more than this one), says to close the newcomer ([`Room::Refused`]: waiting, it would
+    /// hold every other newcomer in the backlog behind it).
+    pub fn make_room_for(&self, peer: IpAddr) -> Room {
+        let address = crate::auth_failures::source(peer);
+        let mut counts = self.counts();
+        let mine = counts.get(&address).map_or(0, |h| h.n);
+        let heaviest = counts
+            .iter_mut()
+            .filter(|(a, h)| **a != address && h.n > mine)
+            .max_by_key(|(_, h)| h.n);
+        let Some((_, held)) = heaviest else {
+            if mine > 1 {
+                drop(counts);
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Room::Refused;
+            }
+            return Room::Wait;
+        };
+        while let Some(weak) = held.slots.pop_front() {
+            let Some(slot) = weak.upgrade() else {
+                continue;
+            };
+            if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
+                slot.evict.notify_one();
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                return Room::Made;
+            }
+        }
+        Room::Wait
     }
 
     /// Unverified connections of `peer`'s address now.
     pub fn held(&self, peer: IpAddr) -> usize {
         let address = crate::auth_failures::source(peer);
-        self.counts().get(&address).copied().unwrap_or(0)
+        self.counts().get(&address).map_or(0, |h| h.n)
     }
 
     fn release(&self, address: IpAddr) {
         let mut counts = self.counts();
-        if let Some(n) = counts.get_mut(&address) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(held) = counts.get_mut(&address) {
+            held.n -= 1;
+            if held.n == 0 {
                 counts.remove(&address);
             }
         }
@@ -186,6 +266,15 @@ impl ConnectionTrust {
         }
         self.verified();
         true
+    }
+
+    /// Resolves once the connection is to be closed at once, to make room for another
+    /// address's ([`Unverified::make_room_for`]); never otherwise.
+    pub async fn evicted(&self) {
+        if self.0.evicted.load(Ordering::Acquire) {
+            return;
+        }
+        self.0.evict.notified().await;
     }
 
     /// Resolves once the connection must close (a request was refused for its tenant's
@@ -277,6 +366,58 @@ mod tests {
         let tiny = Unverified::new(2, 8, TrustedProxies::default());
         tiny.fit_to(32, 4_096);
         assert_eq!(tiny.allowance(), 1, "never below one");
+    }
+
+    /// Review 20 of #37: addresses each within their allowance filled the listener, and a new
+    /// client waited in the backlog for a silent connection's deadline. The listener full, a
+    /// newcomer takes the slot of the oldest unverified connection of the address holding
+    /// the most — only if that holds more than the newcomer's own address.
+    #[tokio::test]
+    async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
+        let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "10.0.0.1".parse().expect("ip"),
+            "10.0.0.2".parse().expect("ip"),
+            "10.0.0.3".parse().expect("ip"),
+        );
+        let from_a: Vec<_> = (0..4).map(|_| guard.admit(a).expect("a")).collect();
+        let from_b: Vec<_> = (0..2).map(|_| guard.admit(b).expect("b")).collect();
+        // a's first one authenticated: not a candidate, and no longer counted.
+        assert!(from_a[0].verified_as("t"));
+        let _newcomer = guard.admit(c).expect("c");
+        assert_eq!(guard.make_room_for(c), Room::Made, "a holds 3, c 1");
+        assert!(
+            !from_a[0].0.evicted.load(Ordering::Acquire),
+            "verified: kept"
+        );
+        assert!(
+            from_a[1].0.evicted.load(Ordering::Acquire),
+            "a's oldest unverified"
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(1), from_a[1].evicted())
+            .await
+            .expect("told at once");
+        assert!(!from_a[2].0.evicted.load(Ordering::Acquire));
+        // Until it closes it still counts: a's 3 against b's 2 and c's 1.
+        drop(from_a);
+        assert_eq!(guard.held(a), 0);
+        assert_eq!(
+            guard.make_room_for(b),
+            Room::Refused,
+            "b holds the most: its newcomer is closed"
+        );
+        let _second = guard.admit(c).expect("c");
+        assert_eq!(
+            guard.make_room_for(c),
+            Room::Refused,
+            "b's 2 are not more than c's 2"
+        );
+        assert!(!from_b[0].0.evicted.load(Ordering::Acquire));
+        assert_eq!(guard.evicted.load(Ordering::Relaxed), 1);
+        let lone = Unverified::new(4, 1_000, TrustedProxies::default());
+        let _one = lone.admit(a).expect("a");
+        let _other = lone.admit(b).expect("b");
+        assert_eq!(lone.make_room_for(b), Room::Wait, "one each: wait");
     }
 
     /// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections

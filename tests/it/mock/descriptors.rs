@@ -133,6 +133,47 @@ async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
     );
 }
 
+/// Review 20 of #37: silent connections from many addresses, each within its allowance (12
+/// per address under this limit), filled the 384 slots the clamped listener serves, and a new
+/// client waited ~9 s in the backlog for one to time out. The listener full, a newcomer takes
+/// the slot of the oldest silent connection of the address holding the most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_many_addresses_do_not_keep_a_new_client_waiting() {
+    let cluster = mock_cluster(&[TOPIC]);
+    let gw = start(&cluster, 1024, 1024);
+    let other: IpAddr = "127.0.0.2".parse().expect("ip");
+    assert_eq!(
+        produce(gw.produce, other).await,
+        Ok(200),
+        "before the flood"
+    );
+    // 40 addresses x 12: more than the 384 slots.
+    let mut silent = Vec::new();
+    for a in 0..40u8 {
+        for _ in 0..12 {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket
+                .bind(SocketAddr::from(([127, 0, 1, a + 1], 0)))
+                .expect("bind");
+            if let Ok(s) =
+                tokio::time::timeout(Duration::from_millis(200), socket.connect(gw.produce)).await
+            {
+                silent.extend(s.ok());
+            }
+        }
+    }
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(produce(gw.produce, other).await);
+    }
+    assert_eq!(
+        answers,
+        vec![Ok(200); 3],
+        "answered within the client's 5 s while the listener is full"
+    );
+    drop(silent);
+}
+
 /// A soft limit below the hard one is raised to it at start-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_soft_descriptor_limit_is_raised_to_the_hard_limit() {
