@@ -3,6 +3,20 @@
 
 use super::super::*;
 
+/// Tenant `a`'s check of `data` (kept as JSON), asking `still` whether its request could
+/// still be admitted when the check starts on a schema thread.
+async fn check_admitting(
+    schemas: &Schemas,
+    schema: &Arc<Compiled>,
+    data: &[u8],
+    still: impl Fn() -> bool + Send + Sync + 'static,
+) -> Result<(Option<Vec<u8>>, std::time::Duration), Failure> {
+    let mut lookups = Lookups::per_request("a").with_admission(Arc::new(still));
+    schemas
+        .write("a", schema, data, Side::Value, 1 << 20, true, &mut lookups)
+        .await
+}
+
 /// Review 7 of #37: a tenant's requests queue for its share of the schema threads, and those
 /// its earlier requests' admission left no budget for were still parsed and checked there (16
 /// queued 918 KB records, 14 then refused by admission: RSS 21 -> 196 MiB). A check asks
@@ -30,18 +44,7 @@ async fn a_check_whose_request_can_no_longer_be_admitted_does_nothing() {
                 asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 admissible
             };
-            let mut lookups = Lookups::per_request("a").with_admission(Arc::new(still));
-            schemas
-                .write(
-                    "a",
-                    &schema,
-                    &data,
-                    Side::Value,
-                    1 << 20,
-                    true,
-                    &mut lookups,
-                )
-                .await
+            check_admitting(&schemas, &schema, &data, still).await
         }
     };
     match write(false).await {
@@ -311,17 +314,7 @@ async fn work_whose_caller_left_is_charged_to_its_tenant() {
             true
         };
         tokio::spawn(async move {
-            let mut lookups = Lookups::per_request("a").with_admission(Arc::new(still));
-            schemas
-                .write(
-                    "a",
-                    &schema,
-                    &data,
-                    Side::Value,
-                    1 << 20,
-                    true,
-                    &mut lookups,
-                )
+            check_admitting(&schemas, &schema, &data, still)
                 .await
                 .map(drop)
         })

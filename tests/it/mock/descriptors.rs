@@ -91,19 +91,35 @@ async fn produce(gw: SocketAddr, from: IpAddr) -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Under a hard limit of 1,024 (nothing to raise), `max_connections` is clamped to what fits
-/// and one address's 3,000 silent connections hold at most its allowance of unauthenticated
-/// ones: every produce request from another address is answered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
-    let cluster = mock_cluster(&[TOPIC]);
-    let gw = start(&cluster, 1024, 1024);
+/// The binary under a hard limit of 1,024 descriptors, answering a produce request from
+/// 127.0.0.2 (the address the floods' victim sends from) before any flood.
+async fn answering_under_1024(cluster: &Cluster) -> (Limited, IpAddr) {
+    let gw = start(cluster, 1024, 1024);
     let other: IpAddr = "127.0.0.2".parse().expect("ip");
     assert_eq!(
         produce(gw.produce, other).await,
         Ok(200),
         "before the flood"
     );
+    (gw, other)
+}
+
+/// Three produce requests from `from`, one after another.
+async fn three_from(gw: SocketAddr, from: IpAddr) -> Vec<Result<u16, String>> {
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(produce(gw, from).await);
+    }
+    answers
+}
+
+/// Under a hard limit of 1,024 (nothing to raise), `max_connections` is clamped to what fits
+/// and one address's 3,000 silent connections hold at most its allowance of unauthenticated
+/// ones: every produce request from another address is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
+    let cluster = mock_cluster(&[TOPIC]);
+    let (gw, other) = answering_under_1024(&cluster).await;
     let mut silent = Vec::new();
     for _ in 0..3000 {
         // A refused connection is accepted and closed at once: the connect still succeeds.
@@ -112,12 +128,8 @@ async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        answers.push(produce(gw.produce, other).await);
-    }
     assert_eq!(
-        answers,
+        three_from(gw.produce, other).await,
         vec![Ok(200); 3],
         "produce requests during the flood"
     );
@@ -140,13 +152,7 @@ async fn three_thousand_silent_connections_do_not_starve_produce_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_connections_from_many_addresses_do_not_keep_a_new_client_waiting() {
     let cluster = mock_cluster(&[TOPIC]);
-    let gw = start(&cluster, 1024, 1024);
-    let other: IpAddr = "127.0.0.2".parse().expect("ip");
-    assert_eq!(
-        produce(gw.produce, other).await,
-        Ok(200),
-        "before the flood"
-    );
+    let (gw, other) = answering_under_1024(&cluster).await;
     // 40 addresses x 12: more than the 384 slots.
     let mut silent = Vec::new();
     for a in 0..40u8 {
@@ -162,12 +168,8 @@ async fn silent_connections_from_many_addresses_do_not_keep_a_new_client_waiting
             }
         }
     }
-    let mut answers = Vec::new();
-    for _ in 0..3 {
-        answers.push(produce(gw.produce, other).await);
-    }
     assert_eq!(
-        answers,
+        three_from(gw.produce, other).await,
         vec![Ok(200); 3],
         "answered within the client's 5 s while the listener is full"
     );
