@@ -54,7 +54,8 @@ pub struct SchemaRegistryConfig {
     /// (then 429 `schema_busy` until it is paid off).
     pub tenant_unpaid_work_ms_per_sec: u64,
     /// The burst of `tenant_unpaid_work_ms_per_sec`: unpaid milliseconds one tenant may cause
-    /// at once.
+    /// at once; also the most CPU one request's passed checks may take before it is admitted
+    /// (past it, 422 `schema_too_costly`: send fewer records per request).
     pub tenant_unpaid_work_ms_burst: u64,
     /// CPU of a passing check that an admitted record's budgets pay for, in microseconds:
     /// `paid_check_us`, plus `paid_check_us_per_kib` for each KiB of the key or value checked

@@ -20,6 +20,8 @@ pub struct Lookups {
     left: u32,
     /// The cost model's work the request may still do on the request worker.
     inline_work: u64,
+    /// The CPU of the request's passed checks, owed until it is admitted.
+    owed: std::time::Duration,
     /// Whose lookups these are: each call is also one of the tenant's
     /// (`tenant_lookups_per_sec`).
     pub(super) tenant: Arc<str>,
@@ -44,6 +46,7 @@ impl std::fmt::Debug for Lookups {
         f.debug_struct("Lookups")
             .field("left", &self.left)
             .field("inline_work", &self.inline_work)
+            .field("owed", &self.owed)
             .field("tenant", &self.tenant)
             .field("admissible", &self.admissible.is_some())
             .finish_non_exhaustive()
@@ -61,6 +64,7 @@ impl Lookups {
         Self {
             left: LOOKUPS_PER_REQUEST,
             inline_work: INLINE_WORK_PER_REQUEST,
+            owed: std::time::Duration::ZERO,
             tenant: tenant.into(),
             reserved: Vec::new(),
             admissible: None,
@@ -87,11 +91,28 @@ impl Lookups {
         self.inline_work = self.inline_work.saturating_sub(work);
     }
 
+    /// What the request's passed checks owe so far (charged to its tenant if it is refused).
+    pub(super) fn owed(&self) -> std::time::Duration {
+        self.owed
+    }
+
+    /// A passed check's CPU, owed by the request until it is admitted.
+    pub(super) fn owe(&mut self, cpu: std::time::Duration) {
+        self.owed = self.owed.saturating_add(cpu);
+    }
+
+    /// The records checked so far were admitted or refused (a stream's piece): they owe
+    /// nothing more here (what a refused one owed was charged where it was refused).
+    pub fn settled(&mut self) {
+        self.owed = std::time::Duration::ZERO;
+    }
+
     /// No calls left.
     pub fn none() -> Self {
         Self {
             left: 0,
             inline_work: 0,
+            owed: std::time::Duration::ZERO,
             tenant: Arc::from(""),
             reserved: Vec::new(),
             admissible: None,

@@ -55,9 +55,7 @@ impl Schemas {
         allowance: &mut Lookups,
     ) -> Result<(Option<Vec<u8>>, Duration), Failure> {
         let fail = |error| Failure { side, error };
-        self.unpaid_work
-            .may_check(&*self.clock, tenant)
-            .map_err(|wait| fail(self.unpaid_work_spent(wait)))?;
+        self.may_begin(tenant, allowance).map_err(fail)?;
         // What the record's budgets pay for; past it the check is unpaid work, charged now.
         let paid = self.paid_check(data.len());
         let mut inline = None;
@@ -158,7 +156,29 @@ impl Schemas {
                 fail(SchemaError::Violation(m))
             }
         })?;
+        allowance.owe(owed);
         Ok((written, owed))
+    }
+
+    /// Whether a check of the request's (`allowance`) may begin: its tenant holds unpaid work,
+    /// and the request's passed checks, owed until it is admitted and paid by its tenant if it
+    /// is not, come to less than what the tenant may spend unpaid at once — else one request
+    /// refused at its last record (10,000 records of 1 ms each) would be 10 s of a schema
+    /// thread before its tenant paid anything (review 20 of #37).
+    fn may_begin(&self, tenant: &str, allowance: &Lookups) -> Result<(), SchemaError> {
+        self.unpaid_work
+            .may_check(&*self.clock, tenant)
+            .map_err(|wait| self.unpaid_work_spent(wait))?;
+        let most = Duration::from_millis(self.unpaid_work.spec().burst);
+        if allowance.owed() >= most {
+            self.count_refusal("unpaid_work");
+            return Err(SchemaError::TooCostly(format!(
+                "the request's checks so far took {} ms of CPU, as much as a request may owe before it is admitted ([schema_registry] tenant_unpaid_work_ms_burst, {} ms): send fewer records per request",
+                allowance.owed().as_millis(),
+                most.as_millis()
+            )));
+        }
+        Ok(())
     }
 
     /// The CPU of a passing check of `len` bytes that an admitted record's budgets pay for

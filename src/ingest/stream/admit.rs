@@ -46,6 +46,8 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let mut lookups = std::mem::replace(&mut self.lookups, Lookups::none());
         let first = self.first.take();
         let (batch, fates) = self.admit(&arena, &wanted, &mut lookups, first).await;
+        // The piece's records are decided: the next piece's checks owe from nothing.
+        lookups.settled();
         self.lookups = lookups;
         self.numbered += notes.len();
         let mut queued = 0u64;

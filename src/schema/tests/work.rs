@@ -362,3 +362,58 @@ async fn work_whose_caller_left_is_charged_to_its_tenant() {
         );
     }
 }
+
+/// Review 20 of #37: a request's passed checks are owed until it is admitted, and one refused
+/// at its last record (10,000 records of ~1 ms each) had a schema thread for 10 s before its
+/// tenant paid anything. A request may owe at most what its tenant may spend unpaid at once;
+/// past it its next record is refused before its check runs, and the next request owes anew.
+#[tokio::test]
+async fn a_request_owes_at_most_its_tenants_unpaid_burst_before_it_is_admitted() {
+    let config = SchemaRegistryConfig {
+        tenant_unpaid_work_ms_per_sec: 1,
+        tenant_unpaid_work_ms_burst: 1,
+        ..SchemaRegistryConfig::default()
+    };
+    let schemas = Arc::new(Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas"));
+    let schema = Arc::new(
+        schemas
+            .compile_for("setup", Format::Json, r#"{"type":"array"}"#, "the schema")
+            .await
+            .expect("compiles"),
+    );
+    // Past the inline size: each check runs on the pool, passes, and owes what it took.
+    let data = format!("[{}0]", "0,".repeat(5_000)).into_bytes();
+    let mut request = Lookups::per_request("a");
+    let mut passed = 0;
+    let refusal = loop {
+        match schemas
+            .write(
+                "a",
+                &schema,
+                &data,
+                Side::Value,
+                1 << 20,
+                true,
+                &mut request,
+            )
+            .await
+        {
+            Ok(_) => passed += 1,
+            Err(f) => break f.error,
+        }
+        assert!(passed < 100_000, "never refused");
+    };
+    assert!(
+        matches!(&refusal, SchemaError::TooCostly(d) if d.contains("fewer records per request")),
+        "{refusal:?}"
+    );
+    assert!(request.owed() >= std::time::Duration::from_millis(1));
+    assert!(passed >= 1, "the first checks pass");
+    // Nothing was charged (the passed checks' debts were dropped by the test, not refused):
+    // another request of the tenant's is checked.
+    let mut next = Lookups::per_request("a");
+    assert!(schemas
+        .write("a", &schema, &data, Side::Value, 1 << 20, true, &mut next)
+        .await
+        .is_ok());
+}
