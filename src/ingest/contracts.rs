@@ -326,15 +326,6 @@ impl Ingest {
         // Its checks passed: owed by the record from here, charged if it is refused below.
         let mut owed = self.schemas.owed(tenant.id.as_str());
         owed.add(std::mem::take(&mut c.checked));
-        // A stream's record is admitted alone: its schemas are registered now. A request's
-        // wait for every record ([`Ingest::register_deferred`]).
-        if !c.pending.is_empty() && !whole {
-            let charge = Charge::of(std::slice::from_ref(r));
-            self.would_admit(tenant, topic, charge).await?;
-            self.register_pending(tenant, &mut c)
-                .await
-                .map_err(|f| failure_error(index, &f))?;
-        }
         // A schema's defaults can make a small JSON value large: what a record becomes is
         // bounded like what it was sent as.
         let too_large = |side: &str, n: usize, limit: usize| {
@@ -351,6 +342,19 @@ impl Ingest {
             if n > self.bounds.max_value_bytes {
                 return Err(too_large("value", n, self.bounds.max_value_bytes));
             }
+        }
+        // A stream's record is admitted alone: its schemas are registered now, once every
+        // other check has passed — its size above, its partition and its budgets here (review
+        // 21 of #37: a v3 record naming a partition the topic does not have added a version).
+        // A request's wait for every record ([`Ingest::register_deferred`]).
+        if !c.pending.is_empty() && !whole {
+            self.check_topic(topic, std::iter::once(r.partition))
+                .await?;
+            let charge = Charge::of(std::slice::from_ref(r));
+            self.would_admit(tenant, topic, charge).await?;
+            self.register_pending(tenant, &mut c)
+                .await
+                .map_err(|f| failure_error(index, &f))?;
         }
         let owned = |b: Option<&[u8]>| b.map(|b| Cow::Owned(b.to_vec()));
         Ok(ConvertedRecord {

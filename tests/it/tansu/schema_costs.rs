@@ -182,6 +182,13 @@ async fn refused_requests_never_register_a_schema() {
     }
     assert_eq!(registry.versions(&subject), Vec::<u32>::new());
     assert_eq!(registry.calls(Call::Register), 0);
+    // Data that fits, in a partition the topic does not have: 404, and nothing registered
+    // (review 21 of #37: a v3 record registered its schema before its partition was checked).
+    let elsewhere = json!({"partition_id": 99,
+        "value": {"type": "JSONSCHEMA", "schema": schema(30), "data": {"a": 1}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &elsewhere).await;
+    assert_eq!(s, 404, "{answer}");
+    assert_eq!(registry.calls(Call::Register), 0, "{answer}");
     // A v2 request whose first record fits and whose second does not: the schema waits for
     // every record, so nothing is registered.
     let body = json!({"value_schema": schema(50), "records": [{"value": {"a": 1}}, {"value": {"a": "no"}}]});
