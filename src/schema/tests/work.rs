@@ -366,7 +366,8 @@ async fn work_whose_caller_left_is_charged_to_its_tenant() {
 /// Review 20 of #37: a request's passed checks are owed until it is admitted, and one refused
 /// at its last record (10,000 records of ~1 ms each) had a schema thread for 10 s before its
 /// tenant paid anything. A request may owe at most what its tenant may spend unpaid at once;
-/// past it its next record is refused before its check runs, and the next request owes anew.
+/// past it its next record is refused before its check runs; and what it owes counts against
+/// its tenant's other requests until it is decided.
 #[tokio::test]
 async fn a_request_owes_at_most_its_tenants_unpaid_burst_before_it_is_admitted() {
     let config = SchemaRegistryConfig {
@@ -409,11 +410,77 @@ async fn a_request_owes_at_most_its_tenants_unpaid_burst_before_it_is_admitted()
     );
     assert!(request.owed() >= std::time::Duration::from_millis(1));
     assert!(passed >= 1, "the first checks pass");
-    // Nothing was charged (the passed checks' debts were dropped by the test, not refused):
-    // another request of the tenant's is checked.
+    // While the first request owes them, another request of the tenant's may not check
+    // (review 21 of #37: 16 requests at once each owed a whole burst, 48 s of CPU before the
+    // first answer) ...
     let mut next = Lookups::per_request("a");
+    let busy = schemas
+        .write("a", &schema, &data, Side::Value, 1 << 20, true, &mut next)
+        .await;
+    assert!(
+        matches!(
+            busy,
+            Err(Failure {
+                error: SchemaError::Busy(..),
+                ..
+            })
+        ),
+        "{busy:?}"
+    );
+    // ... and once it is decided (the test dropped its passed checks' debts: nothing was
+    // charged), it may.
+    drop(request);
     assert!(schemas
         .write("a", &schema, &data, Side::Value, 1 << 20, true, &mut next)
         .await
         .is_ok());
+}
+
+/// Review 21 of #37: compiles queued before their tenant's unpaid time ran out all ran when
+/// their turn came (40 at once: 2.4 s against a 1 s burst). A compile asks again at its turn.
+#[tokio::test]
+async fn a_queued_compile_asks_for_its_tenants_time_again_when_its_turn_comes() {
+    let config = SchemaRegistryConfig {
+        workers: 1,
+        tenant_workers: 1,
+        tenant_unpaid_work_ms_per_sec: 1,
+        tenant_unpaid_work_ms_burst: 1,
+        ..SchemaRegistryConfig::default()
+    };
+    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
+    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
+    let schemas = Arc::new(schemas);
+    let (release, blocker) = super::hold_share(&schemas, "a").await;
+    let compile = |text: &'static str| {
+        let schemas = schemas.clone();
+        tokio::spawn(async move {
+            schemas
+                .compile_for("a", Format::Json, text, "the schema")
+                .await
+                .map(drop)
+        })
+    };
+    // Queued one after the other, in that order.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let queued = |n: usize| {
+        let schemas = schemas.clone();
+        async move {
+            while schemas.pool.load().0 < n {
+                assert!(std::time::Instant::now() < until, "never queued");
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let first = compile(r#"{"type":"object"}"#);
+    queued(1).await;
+    let second = compile(r#"{"type":"string"}"#);
+    queued(2).await;
+    release.send(()).expect("held");
+    assert!(blocker.await.expect("joined").is_ok());
+    assert!(first.await.expect("joined").is_ok(), "the first had time");
+    let second = second.await.expect("joined");
+    assert!(
+        matches!(second, Err(SchemaError::Busy(..))),
+        "the first spent it: {second:?}"
+    );
 }
