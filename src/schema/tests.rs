@@ -455,4 +455,5 @@ async fn hold_share(
 }
 
 mod names;
+mod unpaid;
 mod work;

@@ -146,6 +146,21 @@ impl UnpaidWork {
             .map_err(Duration::from_nanos)
     }
 
+    /// What `tenant` may still spend unpaid now, beyond what its requests other than one
+    /// owing `own` owe: the longest a check of its may run past what its record pays for.
+    pub(super) fn left(&self, clock: &dyn Clock, tenant: &str, own: Duration) -> Duration {
+        let own = u64::try_from(own.as_micros()).unwrap_or(u64::MAX);
+        let others = self
+            .owing
+            .lock()
+            .get(tenant)
+            .map_or(0, |n| n.saturating_sub(own));
+        let now = clock.now_ns();
+        let tat = self.tats.lock().get(tenant).copied();
+        let available = tat.map_or(self.spec.burst, |tat| self.spec.available(tat, now));
+        Duration::from_micros(available.saturating_sub(others))
+    }
+
     /// Work of `tenant`'s that no budget pays for took `spent` of CPU: the bucket takes it all.
     pub(super) fn charge(&self, clock: &dyn Clock, tenant: &str, spent: Duration) {
         let now = clock.now_ns();

@@ -16,6 +16,11 @@ use super::unpaid_work::{ChecksOwed, UnpaidWork};
 use super::{CompileError, Failure, Format, SchemaError, Schemas, Side};
 use crate::budget::Clock;
 
+/// A pool check's outcome: what it found, its CPU, and what its record owes for it; or refused
+/// before it ran (`None`: its request can no longer be admitted; `Some`: its tenant is out of
+/// time for this long).
+type CheckRun = Result<(Written, Duration, ChecksOwed), Option<Duration>>;
+
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
 pub const WORK_BOUNDS: [&str; 9] = [
     "check_cpu",
@@ -92,42 +97,8 @@ impl Schemas {
         let (result, owed) = if let Some(ran) = inline {
             ran
         } else {
-            let (schema, data) = (schema.clone(), data.to_vec());
             let deadline = self.max_check_cpu;
-            let admissible = allowance.admissible();
-            let own = allowance.owed();
-            let (unpaid_work, clock, who) = (
-                self.unpaid_work.clone(),
-                self.clock.clone(),
-                tenant.to_string(),
-            );
-            let job = move || {
-                if admissible.is_some_and(|still| !still()) {
-                    return Err(None);
-                }
-                // Asked again when its turn comes: the tenant's checks queued before its
-                // refused ones spent its time must not all run.
-                unpaid_work
-                    .may_check_owing(&*clock, &who, own)
-                    .map_err(Some)?;
-                let (cpu, wall) = (thread_cpu(), Instant::now());
-                // A walk that outruns its cost model stops at twice the CPU deadline in wall
-                // time (wall >= CPU: a preempted check is not stopped early).
-                let result = schema.write_by(&data, limit, keep_json, Some(wall + deadline * 2));
-                let spent = cpu_since(cpu, wall);
-                // Charged here, on the schema thread, whoever still waits for the answer: a
-                // client that leaves drops the answer, not the charge (review 20 of #37: 25
-                // checks of ~1 s each, their connections closed, charged nothing). What a
-                // passed check's record owes comes back as a debt that charges itself if it
-                // is dropped unread.
-                let mut owed = ChecksOwed::new(unpaid_work.clone(), clock.clone(), &who);
-                if spent > deadline {
-                    unpaid_work.charge(&*clock, &who, spent);
-                } else {
-                    owed.add(settle(&unpaid_work, &*clock, &who, &result, spent, paid));
-                }
-                Ok((result, spent, owed))
-            };
+            let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
             let (result, spent, owed) = match self
                 .pool
                 .run(tenant, job)
@@ -161,6 +132,70 @@ impl Schemas {
         })?;
         allowance.owe(owed, &self.unpaid_work);
         Ok((written, owed))
+    }
+
+    /// A record's check as a job for the pool: asked whether its request could still be
+    /// admitted and whether its tenant has time when its turn comes, run within what it may
+    /// cost, and charged on the schema thread ([`Schemas::write`]).
+    fn check_job(
+        &self,
+        tenant: &str,
+        schema: &Arc<Compiled>,
+        data: &[u8],
+        (limit, keep_json, paid): (usize, bool, Duration),
+        allowance: &Lookups,
+    ) -> impl FnOnce() -> CheckRun + Send + 'static {
+        let (schema, data) = (schema.clone(), data.to_vec());
+        let deadline = self.max_check_cpu;
+        let admissible = allowance.admissible();
+        let own = allowance.owed();
+        let (unpaid_work, clock, who) = (
+            self.unpaid_work.clone(),
+            self.clock.clone(),
+            tenant.to_string(),
+        );
+        move || {
+            if admissible.is_some_and(|still| !still()) {
+                return Err(None);
+            }
+            // Asked again when its turn comes: the tenant's checks queued before its
+            // refused ones spent its time must not all run.
+            unpaid_work
+                .may_check_owing(&*clock, &who, own)
+                .map_err(Some)?;
+            // It runs at most what its record pays for and its tenant can pay beyond
+            // that: a check begun with a millisecond left ran its whole second, and four
+            // tenants each within their bound held the threads in turns of a second
+            // (review 21 of #37: a victim's records waited up to 9.9 s). Stopped there,
+            // it is refused for a while, as a tenant out of time is.
+            let payable = paid.saturating_add(unpaid_work.left(&*clock, &who, own));
+            let stop = deadline.min(payable);
+            let (cpu, wall) = (thread_cpu(), Instant::now());
+            // A walk that outruns its cost model stops at twice its CPU limit in wall
+            // time (wall >= CPU: a preempted check is not stopped early).
+            let result = schema.write_by(&data, limit, keep_json, Some(wall + stop * 2));
+            let spent = cpu_since(cpu, wall);
+            if stop < deadline && result.is_err() && wall.elapsed() >= stop * 2 {
+                unpaid_work.charge(&*clock, &who, spent);
+                let wait = unpaid_work
+                    .may_check_owing(&*clock, &who, own)
+                    .err()
+                    .unwrap_or(Duration::from_millis(1));
+                return Err(Some(wait));
+            }
+            // Charged here, on the schema thread, whoever still waits for the answer: a
+            // client that leaves drops the answer, not the charge (review 20 of #37: 25
+            // checks of ~1 s each, their connections closed, charged nothing). What a
+            // passed check's record owes comes back as a debt that charges itself if it
+            // is dropped unread.
+            let mut owed = ChecksOwed::new(unpaid_work.clone(), clock.clone(), &who);
+            if spent > deadline {
+                unpaid_work.charge(&*clock, &who, spent);
+            } else {
+                owed.add(settle(&unpaid_work, &*clock, &who, &result, spent, paid));
+            }
+            Ok((result, spent, owed))
+        }
     }
 
     /// Whether a check of the request's (`allowance`) may begin: its tenant holds unpaid work,
