@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::raw::RawKey;
-use super::unpaid_work::{Owing, UnpaidWork};
 use super::SchemaError;
 
 /// The cost model's most work one record's check does on a request worker (a few hundred
@@ -21,10 +20,8 @@ pub struct Lookups {
     left: u32,
     /// The cost model's work the request may still do on the request worker.
     inline_work: u64,
-    /// The CPU of the request's passed checks, owed until it is admitted, and the same
-    /// counted against its tenant while this lives.
+    /// The CPU of the request's passed checks, owed until it is admitted.
     owed: std::time::Duration,
-    owing: Option<Owing>,
     /// Whose lookups these are: each call is also one of the tenant's
     /// (`tenant_lookups_per_sec`).
     pub(super) tenant: Arc<str>,
@@ -68,7 +65,6 @@ impl Lookups {
             left: LOOKUPS_PER_REQUEST,
             inline_work: INLINE_WORK_PER_REQUEST,
             owed: std::time::Duration::ZERO,
-            owing: None,
             tenant: tenant.into(),
             reserved: Vec::new(),
             admissible: None,
@@ -100,20 +96,15 @@ impl Lookups {
         self.owed
     }
 
-    /// A passed check's CPU, owed by the request until it is admitted, and counted against
-    /// its tenant in `unpaid` meanwhile.
-    pub(super) fn owe(&mut self, cpu: std::time::Duration, unpaid: &Arc<UnpaidWork>) {
+    /// A passed check's CPU, owed by the request until it is admitted.
+    pub(super) fn owe(&mut self, cpu: std::time::Duration) {
         self.owed = self.owed.saturating_add(cpu);
-        self.owing
-            .get_or_insert_with(|| Owing::new(unpaid.clone(), self.tenant.clone()))
-            .add(cpu);
     }
 
     /// The records checked so far were admitted or refused (a stream's piece): they owe
     /// nothing more here (what a refused one owed was charged where it was refused).
     pub fn settled(&mut self) {
         self.owed = std::time::Duration::ZERO;
-        self.owing = None;
     }
 
     /// No calls left.
@@ -122,7 +113,6 @@ impl Lookups {
             left: 0,
             inline_work: 0,
             owed: std::time::Duration::ZERO,
-            owing: None,
             tenant: Arc::from(""),
             reserved: Vec::new(),
             admissible: None,

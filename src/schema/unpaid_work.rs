@@ -39,50 +39,6 @@ pub(super) struct UnpaidWork {
     spec: RateSpec,
     /// Each tenant's TAT, in ticks of `1 / per_sec` (see [`crate::budget::RateSpec`]).
     tats: Mutex<HashMap<Arc<str>, u64>>,
-    /// Microseconds of passed checks each tenant's requests owe now, not yet admitted nor
-    /// refused ([`Owing`]): what the tenant would pay if they were all refused, so a request
-    /// may check only while the others' debts leave the tenant time. Else concurrent requests
-    /// each ran a whole burst of checks before any was charged (review 21 of #37: 16 requests
-    /// at once, 48 s of CPU before the first answer).
-    owing: Mutex<HashMap<Arc<str>, u64>>,
-}
-
-/// What one request's passed checks owe, counted against its tenant while it lives.
-pub(super) struct Owing {
-    unpaid: Arc<UnpaidWork>,
-    tenant: Arc<str>,
-    us: u64,
-}
-
-impl Owing {
-    pub(super) fn new(unpaid: Arc<UnpaidWork>, tenant: Arc<str>) -> Self {
-        Self {
-            unpaid,
-            tenant,
-            us: 0,
-        }
-    }
-
-    /// A passed check's CPU, owed with the request's others.
-    pub(super) fn add(&mut self, cpu: Duration) {
-        let us = u64::try_from(cpu.as_micros()).unwrap_or(u64::MAX);
-        self.us = self.us.saturating_add(us);
-        let mut owing = self.unpaid.owing.lock();
-        let n = owing.entry(self.tenant.clone()).or_insert(0);
-        *n = n.saturating_add(us);
-    }
-}
-
-impl Drop for Owing {
-    fn drop(&mut self) {
-        let mut owing = self.unpaid.owing.lock();
-        if let Some(n) = owing.get_mut(&self.tenant) {
-            *n = n.saturating_sub(self.us);
-            if *n == 0 {
-                owing.remove(&self.tenant);
-            }
-        }
-    }
 }
 
 /// Microseconds a millisecond holds.
@@ -96,7 +52,6 @@ impl UnpaidWork {
                 burst: burst_ms.max(1).saturating_mul(US_PER_MS),
             },
             tats: Mutex::new(HashMap::new()),
-            owing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -110,55 +65,25 @@ impl UnpaidWork {
 
     /// Whether `tenant` may have a record checked now, or how long until it may.
     pub(super) fn may_check(&self, clock: &dyn Clock, tenant: &str) -> Result<(), Duration> {
-        self.may_check_owing(clock, tenant, Duration::ZERO)
-    }
-
-    /// [`Self::may_check`] for a request whose own passed checks owe `own`: the tenant must
-    /// hold a millisecond beyond what its other requests owe.
-    pub(super) fn may_check_owing(
-        &self,
-        clock: &dyn Clock,
-        tenant: &str,
-        own: Duration,
-    ) -> Result<(), Duration> {
-        let own = u64::try_from(own.as_micros()).unwrap_or(u64::MAX);
-        let others = self
-            .owing
-            .lock()
-            .get(tenant)
-            .map_or(0, |n| n.saturating_sub(own));
         let now = clock.now_ns();
-        let tat = self.tats.lock().get(tenant).copied();
-        if tat.is_none() && others == 0 {
+        let tats = self.tats.lock();
+        let Some(&tat) = tats.get(tenant) else {
             return Ok(());
-        }
-        let tat = tat.unwrap_or_else(|| self.spec.full_tat(now));
+        };
         // At least one millisecond left: taking none would always succeed.
-        let need = others.saturating_add(US_PER_MS);
-        if need > self.spec.burst {
-            // The other requests owe more than the tenant may spend at once: they are decided
-            // (admitted or refused) within their checks' time.
-            return Err(Duration::from_secs(1));
-        }
         self.spec
-            .try_take(tat, now, need)
+            .try_take(tat, now, US_PER_MS)
             .map(drop)
             .map_err(Duration::from_nanos)
     }
 
-    /// What `tenant` may still spend unpaid now, beyond what its requests other than one
-    /// owing `own` owe: the longest a check of its may run past what its record pays for.
-    pub(super) fn left(&self, clock: &dyn Clock, tenant: &str, own: Duration) -> Duration {
-        let own = u64::try_from(own.as_micros()).unwrap_or(u64::MAX);
-        let others = self
-            .owing
-            .lock()
-            .get(tenant)
-            .map_or(0, |n| n.saturating_sub(own));
+    /// What `tenant` may still spend unpaid now: the longest a check of its may run past
+    /// what its record pays for.
+    pub(super) fn left(&self, clock: &dyn Clock, tenant: &str) -> Duration {
         let now = clock.now_ns();
         let tat = self.tats.lock().get(tenant).copied();
         let available = tat.map_or(self.spec.burst, |tat| self.spec.available(tat, now));
-        Duration::from_micros(available.saturating_sub(others))
+        Duration::from_micros(available)
     }
 
     /// Work of `tenant`'s that no budget pays for took `spent` of CPU: the bucket takes it all.

@@ -130,7 +130,7 @@ impl Schemas {
                 fail(SchemaError::Violation(m))
             }
         })?;
-        allowance.owe(owed, &self.unpaid_work);
+        allowance.owe(owed);
         Ok((written, owed))
     }
 
@@ -148,7 +148,6 @@ impl Schemas {
         let (schema, data) = (schema.clone(), data.to_vec());
         let deadline = self.max_check_cpu;
         let admissible = allowance.admissible();
-        let own = allowance.owed();
         let (unpaid_work, clock, who) = (
             self.unpaid_work.clone(),
             self.clock.clone(),
@@ -160,15 +159,13 @@ impl Schemas {
             }
             // Asked again when its turn comes: the tenant's checks queued before its
             // refused ones spent its time must not all run.
-            unpaid_work
-                .may_check_owing(&*clock, &who, own)
-                .map_err(Some)?;
+            unpaid_work.may_check(&*clock, &who).map_err(Some)?;
             // It runs at most what its record pays for and its tenant can pay beyond
             // that: a check begun with a millisecond left ran its whole second, and four
             // tenants each within their bound held the threads in turns of a second
             // (review 21 of #37: a victim's records waited up to 9.9 s). Stopped there,
             // it is refused for a while, as a tenant out of time is.
-            let payable = paid.saturating_add(unpaid_work.left(&*clock, &who, own));
+            let payable = paid.saturating_add(unpaid_work.left(&*clock, &who));
             let stop = deadline.min(payable);
             let (cpu, wall) = (thread_cpu(), Instant::now());
             // A walk that outruns its cost model stops at twice its CPU limit in wall
@@ -178,7 +175,7 @@ impl Schemas {
             if stop < deadline && result.is_err() && wall.elapsed() >= stop * 2 {
                 unpaid_work.charge(&*clock, &who, spent);
                 let wait = unpaid_work
-                    .may_check_owing(&*clock, &who, own)
+                    .may_check(&*clock, &who)
                     .err()
                     .unwrap_or(Duration::from_millis(1));
                 return Err(Some(wait));
@@ -214,7 +211,7 @@ impl Schemas {
             )));
         }
         self.unpaid_work
-            .may_check_owing(&*self.clock, tenant, allowance.owed())
+            .may_check(&*self.clock, tenant)
             .map_err(|wait| self.unpaid_work_spent(wait))
     }
 
