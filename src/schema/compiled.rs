@@ -292,7 +292,7 @@ impl Compiled {
         keep_json: bool,
         work: u64,
     ) -> Result<(Written, u64), u64> {
-        let Codec::Avro(avro) = &*self.codec else {
+        let Codec::Avro(_) = &*self.codec else {
             return match self.work_bound(data.len()) {
                 Some(bound) if bound <= work => {
                     Ok((self.write_by(data, limit, keep_json, None), bound))
@@ -303,23 +303,18 @@ impl Compiled {
         let whole = avro_steps(data.len());
         let given = whole.min(work / WORK_PER_AVRO_STEP);
         let mut left = given;
-        let result = parse_within_memory(data)
-            .and_then(|()| parse_json(data))
-            .and_then(|value| {
-                avro.encode_counted(
-                    &value,
-                    if keep_json { usize::MAX } else { limit },
-                    &mut left,
-                    None,
-                )
-            });
+        // A check keeps the JSON: encoded without a limit, as `check_by` does.
+        let result = self.encode_within(
+            data,
+            if keep_json { usize::MAX } else { limit },
+            Some(&mut left),
+            None,
+        );
         let taken = (given - left).saturating_mul(WORK_PER_AVRO_STEP);
         match result {
             // Out of the steps given here, not of the value's own: the pool's run decides.
             Err(m) if m.too_costly && left == 0 && given < whole => Err(taken),
-            Err(m) => Ok((Err(m), taken)),
-            Ok(_) if keep_json => Ok((Ok(None), taken)),
-            Ok(payload) => Ok((Ok(Some(self.framed(&payload))), taken)),
+            result => Ok((result.map(|out| (!keep_json).then_some(out)), taken)),
         }
     }
 
@@ -338,27 +333,37 @@ impl Compiled {
         limit: usize,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<u8>, Mismatch> {
+        self.encode_within(data, limit, None, deadline)
+    }
+
+    /// [`Self::encode_by`], an Avro walk taking its steps from `steps` when given (the
+    /// inline share, what is left of it after), else from its value's own bound.
+    fn encode_within(
+        &self,
+        data: &[u8],
+        limit: usize,
+        steps: Option<&mut u64>,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Vec<u8>, Mismatch> {
         parse_within_memory(data)?;
-        let payload = match &*self.codec {
-            Codec::Protobuf(p) => p.encode(data)?,
-            Codec::Avro(a) => {
+        let payload = match (&*self.codec, steps) {
+            (Codec::Avro(a), Some(steps)) => {
+                a.encode_counted(&parse_json(data)?, limit, steps, deadline)?
+            }
+            (Codec::Avro(a), None) => {
                 a.encode(&parse_json(data)?, limit, avro_steps(data.len()), deadline)?
             }
-            Codec::Json(j) => {
+            (Codec::Protobuf(p), _) => p.encode(data)?,
+            (Codec::Json(j), _) => {
                 j.check(&parse_json(data)?)?;
                 data.to_vec()
             }
         };
-        Ok(self.framed(&payload))
-    }
-
-    /// `payload` behind Confluent's header: magic byte 0 and the schema id.
-    fn framed(&self, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(5 + payload.len());
         out.push(0);
         out.extend_from_slice(&self.id.to_be_bytes());
-        out.extend_from_slice(payload);
-        out
+        out.extend_from_slice(&payload);
+        Ok(out)
     }
 
     /// What the compiled schema takes in memory, as the cache counts it: what its compile

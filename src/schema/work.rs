@@ -43,11 +43,11 @@ const REMEMBERED: usize = 256;
 impl Schemas {
     /// `data` (JSON text) checked against `schema` and, unless `keep_json`, written in its wire
     /// format (header id as the schema has it), with the CPU its check took up to what an
-    /// admitted record pays for ([`Schemas::paid_check`]; the rest is charged now). On the request
-    /// worker if small and cheap within what the request (`allowance`) has left of its inline
-    /// work ([`Compiled::write_inline`]), else on the pool within the tenant's share and the CPU deadline. A refused check is
-    /// charged to the tenant's unpaid work here; a passed one is owed by its record until the
-    /// record is admitted ([`super::ChecksOwed`]).
+    /// admitted record pays for ([`Schemas::paid_check`]; the rest is charged now). On the
+    /// request worker if small and cheap within what the request (`allowance`) has left of its
+    /// inline work ([`Compiled::write_inline`]), else on the pool within the tenant's share and
+    /// the CPU deadline. A refused check is charged to the tenant's unpaid work where it ran; a
+    /// passed one is owed by its record until the record is admitted ([`super::ChecksOwed`]).
     #[allow(clippy::too_many_arguments)] // two call sites (key, value): one record's parts
     pub(super) async fn write(
         &self,
