@@ -3,29 +3,39 @@
 
 use super::super::*;
 
+/// The schema step with `config`, its tenants allowed 1 ms of unpaid work at once and 1 ms a
+/// second, on a clock that stands still.
+fn one_ms_unpaid(config: SchemaRegistryConfig) -> Arc<Schemas> {
+    let config = SchemaRegistryConfig {
+        tenant_unpaid_work_ms_per_sec: 1,
+        tenant_unpaid_work_ms_burst: 1,
+        ..config
+    };
+    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
+    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
+    Arc::new(schemas)
+}
+
+/// `{"type":"array"}` compiled, and a value of it past the inline size: checked on the pool,
+/// and it passes.
+async fn array_on_the_pool(schemas: &Schemas) -> (Arc<Compiled>, Vec<u8>) {
+    let schema = schemas
+        .compile_for("setup", Format::Json, r#"{"type":"array"}"#, "the schema")
+        .await
+        .expect("compiles");
+    let data = format!("[{}0]", "0,".repeat(5_000)).into_bytes();
+    (Arc::new(schema), data)
+}
+
 /// Review 20 of #37: a check or compile that had started on the pool was charged only when
 /// its answer was awaited, so a client closing its connection mid-check (25 checks of ~1 s)
 /// was charged nothing. The charge is made on the schema thread: a passed check's debt
 /// charges itself when its answer is dropped unread, and a compile is charged as it ends.
 #[tokio::test]
 async fn work_whose_caller_left_is_charged_to_its_tenant() {
-    let config = SchemaRegistryConfig {
-        tenant_unpaid_work_ms_per_sec: 1,
-        tenant_unpaid_work_ms_burst: 1,
-        ..SchemaRegistryConfig::default()
-    };
-    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
-    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
-    let schemas = Arc::new(schemas);
-    let schema = Arc::new(
-        schemas
-            .compile_for("setup", Format::Json, r#"{"type":"array"}"#, "the schema")
-            .await
-            .expect("compiles"),
-    );
-    // Past the inline size: checked on the pool, and it passes (owed by its record, which
-    // never comes to be admitted: its caller left).
-    let data = format!("[{}0]", "0,".repeat(5_000)).into_bytes();
+    let schemas = one_ms_unpaid(SchemaRegistryConfig::default());
+    // It passes, owed by its record, which never comes to be admitted: its caller left.
+    let (schema, data) = array_on_the_pool(&schemas).await;
     // The check starts (its admission is asked on the schema thread) and waits there until
     // its caller has gone.
     let (started, running) = tokio::sync::oneshot::channel::<()>();
@@ -97,20 +107,9 @@ async fn work_whose_caller_left_is_charged_to_its_tenant() {
 /// is not held by what this one owes.
 #[tokio::test]
 async fn a_request_owes_at_most_its_tenants_unpaid_burst_before_it_is_admitted() {
-    let config = SchemaRegistryConfig {
-        tenant_unpaid_work_ms_per_sec: 1,
-        tenant_unpaid_work_ms_burst: 1,
-        ..SchemaRegistryConfig::default()
-    };
-    let schemas = Arc::new(Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas"));
-    let schema = Arc::new(
-        schemas
-            .compile_for("setup", Format::Json, r#"{"type":"array"}"#, "the schema")
-            .await
-            .expect("compiles"),
-    );
-    // Past the inline size: each check runs on the pool, passes, and owes what it took.
-    let data = format!("[{}0]", "0,".repeat(5_000)).into_bytes();
+    let schemas = one_ms_unpaid(SchemaRegistryConfig::default());
+    // Each check runs on the pool, passes, and owes what it took.
+    let (schema, data) = array_on_the_pool(&schemas).await;
     let mut request = Lookups::per_request("a");
     let mut passed = 0;
     let refusal = loop {
@@ -152,16 +151,11 @@ async fn a_request_owes_at_most_its_tenants_unpaid_burst_before_it_is_admitted()
 /// their turn came (40 at once: 2.4 s against a 1 s burst). A compile asks again at its turn.
 #[tokio::test]
 async fn a_queued_compile_asks_for_its_tenants_time_again_when_its_turn_comes() {
-    let config = SchemaRegistryConfig {
+    let schemas = one_ms_unpaid(SchemaRegistryConfig {
         workers: 1,
         tenant_workers: 1,
-        tenant_unpaid_work_ms_per_sec: 1,
-        tenant_unpaid_work_ms_burst: 1,
         ..SchemaRegistryConfig::default()
-    };
-    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
-    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
-    let schemas = Arc::new(schemas);
+    });
     let (release, blocker) = super::hold_share(&schemas, "a").await;
     let compile = |text: &'static str| {
         let schemas = schemas.clone();
@@ -203,15 +197,12 @@ async fn a_queued_compile_asks_for_its_tenants_time_again_when_its_turn_comes() 
 /// pays for and its tenant can pay beyond that, then is refused for a while (429).
 #[tokio::test]
 async fn a_check_runs_no_longer_than_its_tenant_can_pay() {
-    let config = SchemaRegistryConfig {
+    let unpaid_only = SchemaRegistryConfig {
         paid_check_us: 0,
         paid_check_us_per_kib: 0,
-        tenant_unpaid_work_ms_per_sec: 1,
-        tenant_unpaid_work_ms_burst: 1,
         ..SchemaRegistryConfig::default()
     };
-    let mut schemas = Schemas::new(&config, &[], (1 << 20, 1 << 20)).expect("schemas");
-    schemas.set_clock(Arc::new(crate::budget::ManualClock::new()));
+    let schemas = one_ms_unpaid(unpaid_only.clone());
     // `{}` walks 1 + 80 × (1 + 100) values by default: milliseconds, far past what the tenant
     // can pay (1 ms); padded past the inline size, so it runs on the pool.
     let nulls = (0..100)
@@ -254,8 +245,9 @@ async fn a_check_runs_no_longer_than_its_tenant_can_pay() {
     );
     // Given the time, the same check passes.
     let roomy = SchemaRegistryConfig {
+        tenant_unpaid_work_ms_per_sec: 1,
         tenant_unpaid_work_ms_burst: 1_000,
-        ..config
+        ..unpaid_only
     };
     let schemas = Schemas::new(&roomy, &[], (1 << 20, 1 << 20)).expect("schemas");
     let mut lookups = Lookups::per_request("a");
