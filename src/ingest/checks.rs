@@ -112,15 +112,21 @@ impl Ingest {
         declared: Option<u64>,
         held: &mut Held<'a>,
     ) -> Result<(), ApiError> {
-        if declared.is_some_and(|n| n > self.max_body_bytes) {
-            return Err(ApiError::BodyTooLarge {
-                limit: self.max_body_bytes,
-            });
-        }
+        self.within_body_limit(declared)?;
         self.admission
             .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
             .or_else(|refusal| self.seated(tenant, held, refusal))
             .map_err(|refusal| refused(tenant, refusal))
+    }
+
+    /// A declared length over `max_body_bytes` is refused before a byte is read (413).
+    fn within_body_limit(&self, declared: Option<u64>) -> Result<(), ApiError> {
+        match declared {
+            Some(n) if n > self.max_body_bytes => Err(ApiError::BodyTooLarge {
+                limit: self.max_body_bytes,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the request is refused now whatever its body holds: too large, or refused by
@@ -131,11 +137,7 @@ impl Ingest {
         topic: &Topic,
         declared: Option<u64>,
     ) -> Result<(), ApiError> {
-        if declared.is_some_and(|n| n > self.max_body_bytes) {
-            return Err(ApiError::BodyTooLarge {
-                limit: self.max_body_bytes,
-            });
-        }
+        self.within_body_limit(declared)?;
         match self
             .admission
             .precheck_to(tenant, Some(topic), declared.unwrap_or(1))
