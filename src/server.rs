@@ -1,7 +1,8 @@
 //! Serving a router on a listener with a bound on every connection-level edge:
 //! - how many connections at once (a semaphore; the rest wait in the kernel's backlog, but a
 //!   connection accepted when it is full first asks [`Unverified::make_room_for`]: an address
-//!   holding more unauthenticated connections than the newcomer's gives up its oldest);
+//!   holding more unauthenticated connections than the newcomer's gives up its oldest, or
+//!   the tenant holding the most authenticated ones its oldest idle one, closed gracefully);
 //! - how long a new connection may take to show what it speaks (TLS handshake, or the first
 //!   bytes that tell HTTP/1 from HTTP/2) and to send its first request head: `header_read_timeout`;
 //! - how long any later HTTP/1 request head may take, counted from when the previous answer
@@ -39,7 +40,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -254,16 +254,10 @@ async fn drive<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity {
-        opened,
-        in_flight: AtomicUsize::new(0),
-        idle_since_ns: AtomicU64::new(0),
-        served: AtomicU64::new(0),
-        deadlines: std::sync::Mutex::default(),
-        deadline_added: tokio::sync::Notify::new(),
-        sent: std::sync::Mutex::default(),
-        http1: protocol == Protocol::Http1,
-    });
+    let activity = Arc::new(Activity::new(opened, protocol == Protocol::Http1));
+    if let Some(trust) = &peer.trust {
+        trust.served(&activity);
+    }
     let tracker = activity.clone();
     let closing = peer.trust.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {

@@ -60,6 +60,19 @@ pub(super) struct Activity {
 }
 
 impl Activity {
+    pub(super) fn new(opened: Instant, http1: bool) -> Self {
+        Self {
+            opened,
+            in_flight: AtomicUsize::new(0),
+            idle_since_ns: AtomicU64::new(0),
+            served: AtomicU64::new(0),
+            deadlines: std::sync::Mutex::default(),
+            deadline_added: tokio::sync::Notify::new(),
+            sent: std::sync::Mutex::default(),
+            http1,
+        }
+    }
+
     pub(super) fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         // A new request: the answers before it were written out.

@@ -18,7 +18,16 @@
 //! and a new client waited 9–11 s in the backlog), a new connection makes room: the oldest
 //! unauthenticated connection of the address holding the most is closed, if it holds more than
 //! the newcomer's address does ([`Unverified::make_room_for`]), so the slots are shared fairly
-//! among addresses instead of kept by whoever came first.
+//! among addresses instead of kept by whoever came first. Authenticated connections take part
+//! in the same rule, counted per tenant (review 22 of #37: four tenants allowed 1 record/s held
+//! 4 × 1,024 keep-alive connections, each kept with one cheap 429 per 10 s, and a new client
+//! waited 20 s and timed out): when the tenant holding the most connections holds more than
+//! the newcomer's address does, its oldest idle connection is closed gracefully (an HTTP/1
+//! keep-alive connection between requests closes at once; one with a request in flight after
+//! its answer; HTTP/2 gets a GOAWAY), as nginx reuses idle keep-alive connections when its
+//! connections run out. A client whose keep-alive connection is closed between requests opens
+//! another; one tenant's many connections make room for each other, and a tenant holding one
+//! connection keeps it while any holds two.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -34,19 +43,22 @@ pub struct Unverified {
     max: AtomicUsize,
     /// Authenticated connections a tenant may hold, and how many each holds.
     max_per_tenant: AtomicUsize,
-    tenants: Mutex<HashMap<Arc<str>, usize>>,
+    tenants: Mutex<HashMap<Arc<str>, Held>>,
     exempt: TrustedProxies,
     counts: Mutex<HashMap<IpAddr, Held>>,
     /// Connections closed at accept because their address held `max` unverified ones.
     pub refused: AtomicU64,
     /// Unverified connections closed to make room for another address's (the listener full).
     pub evicted: AtomicU64,
+    /// Authenticated connections closed gracefully to make room (the listener full).
+    pub evicted_bound: AtomicU64,
 }
 
 /// What a full listener does with a new connection ([`Unverified::make_room_for`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Room {
-    /// Another address's oldest unverified connection is closing: wait for its slot.
+    /// Another address's oldest unverified connection, or the heaviest tenant's oldest idle
+    /// one, is closing: wait for its slot.
     Made,
     /// Close the newcomer: its address holds the most unverified connections.
     Refused,
@@ -54,12 +66,38 @@ pub enum Room {
     Wait,
 }
 
-/// An address's unverified connections: how many, and each in the order they came (some
-/// verified or gone since: skipped when one is chosen to make room).
+/// An address's unverified connections, or a tenant's authenticated ones: how many, and each
+/// in the order they came (some verified, closing or gone since: skipped when one is chosen
+/// to make room, and dropped from the order now and then).
 #[derive(Debug, Default)]
 struct Held {
     n: usize,
     slots: VecDeque<Weak<Slot>>,
+}
+
+impl Held {
+    /// Counts `slot` in, in its order; `still` says which of the older ones still count.
+    fn push(&mut self, slot: &Arc<Slot>, still: impl Fn(&Slot) -> bool, looked: &mut Looked) {
+        self.n += 1;
+        if self.slots.len() > 2 * self.n + 8 {
+            self.slots
+                .retain(|w| looked.at(w).is_some_and(&still));
+        }
+        self.slots.push_back(Arc::downgrade(slot));
+    }
+}
+
+/// The slots looked at while a count's lock is held, dropped only after it is released: the
+/// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
+#[derive(Default)]
+struct Looked(Vec<Arc<Slot>>);
+
+impl Looked {
+    fn at(&mut self, weak: &Weak<Slot>) -> Option<&Slot> {
+        let slot = weak.upgrade()?;
+        self.0.push(slot);
+        self.0.last().map(|s| &**s)
+    }
 }
 
 /// A connection's mark, carried by each of its requests (an extension): the pipeline calls
@@ -82,6 +120,18 @@ struct Slot {
     /// Set when the connection is closed at once to make room for another address's.
     evicted: AtomicBool,
     evict: tokio::sync::Notify,
+    /// What the connection is doing, once it is served: an idle one is closed first to make
+    /// room.
+    activity: std::sync::OnceLock<Weak<super::activity::Activity>>,
+}
+
+impl Slot {
+    fn idle(&self) -> bool {
+        self.activity
+            .get()
+            .and_then(Weak::upgrade)
+            .is_none_or(|a| a.in_flight.load(Ordering::Acquire) == 0)
+    }
 }
 
 impl Unverified {
@@ -94,6 +144,7 @@ impl Unverified {
             counts: Mutex::new(HashMap::new()),
             refused: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
+            evicted_bound: AtomicU64::new(0),
         })
     }
 
@@ -118,10 +169,10 @@ impl Unverified {
 
     /// Connections counted against `tenant` now.
     pub fn held_by(&self, tenant: &str) -> usize {
-        self.tenant_counts().get(tenant).copied().unwrap_or(0)
+        self.tenant_counts().get(tenant).map_or(0, |h| h.n)
     }
 
-    fn tenant_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+    fn tenant_counts(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Held>> {
         self.tenants
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -153,7 +204,9 @@ impl Unverified {
             close: tokio::sync::Notify::new(),
             evicted: AtomicBool::new(false),
             evict: tokio::sync::Notify::new(),
+            activity: std::sync::OnceLock::new(),
         });
+        let mut looked = Looked::default();
         if counted {
             let mut counts = self.counts();
             let held = counts.entry(address).or_default();
@@ -165,52 +218,51 @@ impl Unverified {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
-            held.n += 1;
-            // Verified or gone ones are dropped from the order now and then, not each time.
-            if held.slots.len() > 2 * held.n + 8 {
-                held.slots.retain(|w| {
-                    w.upgrade()
-                        .is_some_and(|s| s.counted.load(Ordering::Acquire))
-                });
-            }
-            held.slots.push_back(Arc::downgrade(&slot));
+            held.push(&slot, |s| s.counted.load(Ordering::Acquire), &mut looked);
             slot.counted.store(true, Ordering::Release);
         }
         Some(ConnectionTrust(slot))
     }
 
-    /// The listener is full and `peer`'s new connection (admitted) waits for a slot: closes
-    /// the oldest unverified connection of the address holding the most, if that is more than
-    /// `peer`'s address holds ([`Room::Made`]); or, `peer`'s address holding the most itself
-    /// (more than this one), says to close the newcomer ([`Room::Refused`]: waiting, it would
-    /// hold every other newcomer in the backlog behind it).
+    /// The listener is full and `peer`'s new connection (admitted) waits for a slot. The
+    /// holder of the most connections gives one up, if it holds more than `peer`'s address
+    /// does: an address its oldest unverified connection (closed at once), or a tenant its
+    /// oldest idle authenticated one (closed gracefully) — [`Room::Made`]. Or, `peer`'s
+    /// address holding the most itself (more than this one), says to close the newcomer
+    /// ([`Room::Refused`]: waiting, it would hold every other newcomer in the backlog behind
+    /// it).
     pub fn make_room_for(&self, peer: IpAddr) -> Room {
         let address = crate::auth_failures::source(peer);
         let mut counts = self.counts();
         let mine = counts.get(&address).map_or(0, |h| h.n);
-        let heaviest = counts
+        let mut tenants = self.tenant_counts();
+        let address_most = counts
             .iter_mut()
             .filter(|(a, h)| **a != address && h.n > mine)
-            .max_by_key(|(_, h)| h.n);
-        let Some((_, held)) = heaviest else {
-            if mine > 1 {
-                drop(counts);
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return Room::Refused;
-            }
-            return Room::Wait;
+            .map(|(_, h)| h)
+            .max_by_key(|h| h.n);
+        let tenant_most = tenants
+            .values_mut()
+            .filter(|h| h.n > mine)
+            .max_by_key(|h| h.n);
+        let mut looked = Looked::default();
+        let l = &mut looked;
+        let made = match (address_most, tenant_most) {
+            (Some(a), Some(t)) if t.n > a.n => close_bound(t, l) || close_unverified(a, l),
+            (Some(a), t) => close_unverified(a, l) || t.is_some_and(|t| close_bound(t, l)),
+            (None, Some(t)) => close_bound(t, l),
+            (None, None) => false,
         };
-        while let Some(weak) = held.slots.pop_front() {
-            let Some(slot) = weak.upgrade() else {
-                continue;
-            };
-            if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
-                slot.evict.notify_one();
-                self.evicted.fetch_add(1, Ordering::Relaxed);
-                return Room::Made;
+        drop((counts, tenants));
+        drop(looked);
+        match made {
+            true => Room::Made,
+            false if mine > 1 => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Room::Refused
             }
+            false => Room::Wait,
         }
-        Room::Wait
     }
 
     /// Unverified connections of `peer`'s address now.
@@ -228,6 +280,43 @@ impl Unverified {
             }
         }
     }
+}
+
+/// Closes the oldest of `held`'s unverified connections at once; `false` if none is left.
+fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
+    while let Some(weak) = held.slots.pop_front() {
+        let Some(slot) = looked.at(&weak) else {
+            continue;
+        };
+        if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
+            slot.evict.notify_one();
+            slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+/// Closes gracefully the oldest idle one of a tenant's connections (the oldest busy one if
+/// none is idle: it closes after its answers); `false` if none is left.
+fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
+    held.slots.retain(|w| {
+        looked
+            .at(w)
+            .is_some_and(|s| !s.closing.load(Ordering::Acquire))
+    });
+    let at = held
+        .slots
+        .iter()
+        .position(|w| looked.at(w).is_some_and(Slot::idle))
+        .unwrap_or(0);
+    let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
+        return false;
+    };
+    slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
+    slot.closing.store(true, Ordering::Release);
+    slot.close.notify_one();
+    true
 }
 
 impl ConnectionTrust {
@@ -253,15 +342,18 @@ impl ConnectionTrust {
             if bound.is_none() {
                 let owner = &slot.owner;
                 let mut counts = owner.tenant_counts();
-                let n = counts.entry(Arc::from(tenant)).or_insert(0);
-                if *n >= owner.max_per_tenant.load(Ordering::Relaxed) {
+                let held = counts.entry(Arc::from(tenant)).or_default();
+                if held.n >= owner.max_per_tenant.load(Ordering::Relaxed) {
                     drop(counts);
                     slot.closing.store(true, Ordering::Release);
                     slot.close.notify_one();
                     return false;
                 }
-                *n += 1;
+                let mut looked = Looked::default();
+                held.push(slot, |s| !s.closing.load(Ordering::Acquire), &mut looked);
                 *bound = Some(Arc::from(tenant));
+                drop(counts);
+                drop(looked);
             }
         }
         self.verified();
@@ -277,8 +369,15 @@ impl ConnectionTrust {
         self.0.evict.notified().await;
     }
 
-    /// Resolves once the connection must close (a request was refused for its tenant's
-    /// connections); never otherwise.
+    /// The connection is served now, doing what `activity` says (its idle ones are closed
+    /// first to make room).
+    pub(super) fn served(&self, activity: &Arc<super::activity::Activity>) {
+        let _ = self.0.activity.set(Arc::downgrade(activity));
+    }
+
+    /// Resolves once the connection must close gracefully (a request was refused for its
+    /// tenant's connections, or the listener is full and its tenant holds the most); never
+    /// otherwise.
     pub async fn closing(&self) {
         if self.0.closing.load(Ordering::Acquire) {
             return;
@@ -299,9 +398,9 @@ impl Drop for Slot {
             .take();
         if let Some(tenant) = bound {
             let mut counts = self.owner.tenant_counts();
-            if let Some(n) = counts.get_mut(&tenant) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
+            if let Some(held) = counts.get_mut(&tenant) {
+                held.n = held.n.saturating_sub(1);
+                if held.n == 0 {
                     counts.remove(&tenant);
                 }
             }
@@ -310,142 +409,4 @@ impl Drop for Slot {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
-        let proxies =
-            TrustedProxies::parse(&["10.9.0.0/16".into()], Default::default()).expect("proxies");
-        let guard = Unverified::new(2, 1_000, proxies);
-        let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        let first = guard.admit(a).expect("1st");
-        let second = guard.admit(a).expect("2nd");
-        assert!(guard.admit(a).is_none(), "3rd: over");
-        assert!(
-            guard.admit("10.0.0.2".parse().expect("ip")).is_some(),
-            "others unaffected"
-        );
-        first.verified();
-        first.verified(); // once only
-        assert_eq!(guard.held(a), 1);
-        let third = guard.admit(a).expect("room after an authentication");
-        drop(second);
-        drop(first); // verified already: gives nothing back twice
-        assert_eq!(guard.held(a), 1);
-        drop(third);
-        assert_eq!(guard.held(a), 0);
-        assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
-        // A trusted proxy is not counted, and IPv6 counts per /64.
-        let proxy: IpAddr = "10.9.1.1".parse().expect("ip");
-        let held: Vec<_> = (0..10)
-            .map(|_| guard.admit(proxy).expect("proxy"))
-            .collect();
-        assert_eq!(guard.held(proxy), 0);
-        drop(held);
-        let v6a = guard.admit("2001:db8::1".parse().expect("ip")).expect("v6");
-        let _v6b = guard.admit("2001:db8::2".parse().expect("ip")).expect("v6");
-        assert!(guard.admit("2001:db8::3".parse().expect("ip")).is_none());
-        drop(v6a);
-    }
-
-    /// Review of #37 (F5): under a 1,024-descriptor limit each listener serves 384 of 4,096
-    /// configured connections, and 4 addresses x 128 silent ones took them all. The allowance
-    /// shrinks with the listener: 128 x 384 / 4,096 = 12.
-    #[test]
-    fn a_listener_serving_fewer_connections_allows_each_address_fewer() {
-        let guard = Unverified::new(128, 1_024, TrustedProxies::default());
-        guard.fit_to(4_096, 4_096);
-        assert_eq!(guard.allowance(), 128, "nothing clamped: unchanged");
-        guard.fit_to(384, 4_096);
-        assert_eq!(guard.allowance(), 12);
-        let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        let held: Vec<_> = (0..12).map(|_| guard.admit(a).expect("within")).collect();
-        assert!(guard.admit(a).is_none(), "the 13th is over");
-        drop(held);
-        let tiny = Unverified::new(2, 8, TrustedProxies::default());
-        tiny.fit_to(32, 4_096);
-        assert_eq!(tiny.allowance(), 1, "never below one");
-    }
-
-    /// Review 20 of #37: addresses each within their allowance filled the listener, and a new
-    /// client waited in the backlog for a silent connection's deadline. The listener full, a
-    /// newcomer takes the slot of the oldest unverified connection of the address holding
-    /// the most — only if that holds more than the newcomer's own address.
-    #[tokio::test]
-    async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
-        let guard = Unverified::new(4, 1_000, TrustedProxies::default());
-        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
-            "10.0.0.1".parse().expect("ip"),
-            "10.0.0.2".parse().expect("ip"),
-            "10.0.0.3".parse().expect("ip"),
-        );
-        let from_a: Vec<_> = (0..4).map(|_| guard.admit(a).expect("a")).collect();
-        let from_b: Vec<_> = (0..2).map(|_| guard.admit(b).expect("b")).collect();
-        // a's first one authenticated: not a candidate, and no longer counted.
-        assert!(from_a[0].verified_as("t"));
-        let _newcomer = guard.admit(c).expect("c");
-        assert_eq!(guard.make_room_for(c), Room::Made, "a holds 3, c 1");
-        assert!(
-            !from_a[0].0.evicted.load(Ordering::Acquire),
-            "verified: kept"
-        );
-        assert!(
-            from_a[1].0.evicted.load(Ordering::Acquire),
-            "a's oldest unverified"
-        );
-        tokio::time::timeout(std::time::Duration::from_secs(1), from_a[1].evicted())
-            .await
-            .expect("told at once");
-        assert!(!from_a[2].0.evicted.load(Ordering::Acquire));
-        // Until it closes it still counts: a's 3 against b's 2 and c's 1.
-        drop(from_a);
-        assert_eq!(guard.held(a), 0);
-        assert_eq!(
-            guard.make_room_for(b),
-            Room::Refused,
-            "b holds the most: its newcomer is closed"
-        );
-        let _second = guard.admit(c).expect("c");
-        assert_eq!(
-            guard.make_room_for(c),
-            Room::Refused,
-            "b's 2 are not more than c's 2"
-        );
-        assert!(!from_b[0].0.evicted.load(Ordering::Acquire));
-        assert_eq!(guard.evicted.load(Ordering::Relaxed), 1);
-        let lone = Unverified::new(4, 1_000, TrustedProxies::default());
-        let _one = lone.admit(a).expect("a");
-        let _other = lone.admit(b).expect("b");
-        assert_eq!(lone.make_room_for(b), Room::Wait, "one each: wait");
-    }
-
-    /// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections
-    /// and kept them with 429s; no other tenant could connect. A tenant holds at most its
-    /// allowance; past it a request is refused and its connection told to close.
-    #[test]
-    fn an_authenticated_connection_counts_against_its_tenant() {
-        let guard = Unverified::new(128, 2, TrustedProxies::default());
-        let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        let first = guard.admit(a).expect("1st");
-        let second = guard.admit(a).expect("2nd");
-        let third = guard.admit(a).expect("3rd");
-        assert!(first.verified_as("greedy"));
-        assert!(first.verified_as("greedy"), "the same connection again");
-        assert!(second.verified_as("greedy"));
-        assert_eq!(guard.held_by("greedy"), 2);
-        assert!(!third.verified_as("greedy"), "over its allowance");
-        assert!(third.0.closing.load(Ordering::Acquire), "told to close");
-        assert!(third.verified_as("other"), "another tenant's own");
-        drop(first);
-        assert_eq!(guard.held_by("greedy"), 1);
-        let fourth = guard.admit(a).expect("4th");
-        assert!(fourth.verified_as("greedy"), "room after one closed");
-        guard.fit_to(1_024, 4_096);
-        assert_eq!(
-            guard.tenant_allowance(),
-            1,
-            "scaled with the listener, at least one"
-        );
-    }
-}
+mod tests;

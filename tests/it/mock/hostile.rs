@@ -605,3 +605,78 @@ async fn one_tenant_cannot_hold_every_connection() {
     assert!(served, "a connection closed gives its place back");
     gw.shutdown().await;
 }
+
+/// Review 22 of #37: four tenants allowed 1 record/s each held a quarter of the listener with
+/// authenticated keep-alive connections, and another tenant's new connection waited 20 s and
+/// timed out. The listener full, the tenant holding the most gives up its oldest idle
+/// connection (closed gracefully), and the newcomer is served at once; a tenant's busy
+/// connection is not the one closed, and a tenant holding one connection keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
+    let (_c, gw) = gateway(|cfg| {
+        cfg.server.max_connections = 4;
+        cfg.server.max_connections_per_tenant = 4;
+        cfg.tenants
+            .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    })
+    .await;
+    let body = r#"{"records":[{"value":1}]}"#;
+    let request = |key: &str| {
+        format!(
+            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let served = |mut s: TcpStream, key: &'static str| {
+        let request = request(key);
+        async move {
+            s.write_all(request.as_bytes()).await.expect("write");
+            let mut buf = [0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            (s, String::from_utf8_lossy(&buf[..n]).into_owned())
+        }
+    };
+    // The other tenant's one connection, then the first tenant's three; the oldest of them
+    // has a request in flight (its head sent, its body not yet).
+    let (theirs, head) = served(
+        TcpStream::connect(gw.addr).await.expect("c"),
+        "other-key-000000000000",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut busy = TcpStream::connect(gw.addr).await.expect("connect");
+    let whole = request(KEY);
+    let (head_only, rest) = whole.split_at(whole.len() - body.len());
+    busy.write_all(head_only.as_bytes()).await.expect("write");
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let (s, head) = served(TcpStream::connect(gw.addr).await.expect("c"), KEY).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        idle.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // the busy one authenticated
+                                                          // The listener is full: a newcomer is served, within a second (it waited 20 s before).
+    let newcomer = TcpStream::connect(gw.addr).await.expect("connect");
+    let (_newcomer, head) = tokio::time::timeout(
+        Duration::from_secs(2),
+        served(newcomer, "other-key-000000000000"),
+    )
+    .await
+    .expect("the newcomer is served at once");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // The first tenant's oldest idle connection was closed; the busy one finishes its request.
+    let closed = read_until_closed(&mut idle[0], Duration::from_secs(2)).await;
+    assert_eq!(closed.as_deref(), Some(""), "closed between requests");
+    busy.write_all(rest.as_bytes()).await.expect("write");
+    let mut buf = [0u8; 1024];
+    let n = busy.read(&mut buf).await.expect("read");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+        "the busy connection's request is answered"
+    );
+    // The other tenant's first connection is kept.
+    let (_theirs, head) = served(theirs, "other-key-000000000000").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    gw.shutdown().await;
+}

@@ -1,0 +1,196 @@
+//! The allowances per address and per tenant, and the room a full listener makes.
+
+use super::*;
+
+#[test]
+fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
+    let proxies =
+        TrustedProxies::parse(&["10.9.0.0/16".into()], Default::default()).expect("proxies");
+    let guard = Unverified::new(2, 1_000, proxies);
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let first = guard.admit(a).expect("1st");
+    let second = guard.admit(a).expect("2nd");
+    assert!(guard.admit(a).is_none(), "3rd: over");
+    assert!(
+        guard.admit("10.0.0.2".parse().expect("ip")).is_some(),
+        "others unaffected"
+    );
+    first.verified();
+    first.verified(); // once only
+    assert_eq!(guard.held(a), 1);
+    let third = guard.admit(a).expect("room after an authentication");
+    drop(second);
+    drop(first); // verified already: gives nothing back twice
+    assert_eq!(guard.held(a), 1);
+    drop(third);
+    assert_eq!(guard.held(a), 0);
+    assert_eq!(guard.refused.load(Ordering::Relaxed), 1);
+    // A trusted proxy is not counted, and IPv6 counts per /64.
+    let proxy: IpAddr = "10.9.1.1".parse().expect("ip");
+    let held: Vec<_> = (0..10)
+        .map(|_| guard.admit(proxy).expect("proxy"))
+        .collect();
+    assert_eq!(guard.held(proxy), 0);
+    drop(held);
+    let v6a = guard.admit("2001:db8::1".parse().expect("ip")).expect("v6");
+    let _v6b = guard.admit("2001:db8::2".parse().expect("ip")).expect("v6");
+    assert!(guard.admit("2001:db8::3".parse().expect("ip")).is_none());
+    drop(v6a);
+}
+
+/// Review of #37 (F5): under a 1,024-descriptor limit each listener serves 384 of 4,096
+/// configured connections, and 4 addresses x 128 silent ones took them all. The allowance
+/// shrinks with the listener: 128 x 384 / 4,096 = 12.
+#[test]
+fn a_listener_serving_fewer_connections_allows_each_address_fewer() {
+    let guard = Unverified::new(128, 1_024, TrustedProxies::default());
+    guard.fit_to(4_096, 4_096);
+    assert_eq!(guard.allowance(), 128, "nothing clamped: unchanged");
+    guard.fit_to(384, 4_096);
+    assert_eq!(guard.allowance(), 12);
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let held: Vec<_> = (0..12).map(|_| guard.admit(a).expect("within")).collect();
+    assert!(guard.admit(a).is_none(), "the 13th is over");
+    drop(held);
+    let tiny = Unverified::new(2, 8, TrustedProxies::default());
+    tiny.fit_to(32, 4_096);
+    assert_eq!(tiny.allowance(), 1, "never below one");
+}
+
+/// Review 20 of #37: addresses each within their allowance filled the listener, and a new
+/// client waited in the backlog for a silent connection's deadline. The listener full, a
+/// newcomer takes the slot of the oldest unverified connection of the address holding
+/// the most — only if that holds more than the newcomer's own address.
+#[tokio::test]
+async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.2".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+    );
+    let from_a: Vec<_> = (0..4).map(|_| guard.admit(a).expect("a")).collect();
+    let from_b: Vec<_> = (0..2).map(|_| guard.admit(b).expect("b")).collect();
+    // a's first one authenticated: not a candidate, and no longer counted.
+    assert!(from_a[0].verified_as("t"));
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(guard.make_room_for(c), Room::Made, "a holds 3, c 1");
+    assert!(
+        !from_a[0].0.evicted.load(Ordering::Acquire),
+        "verified: kept"
+    );
+    assert!(
+        from_a[1].0.evicted.load(Ordering::Acquire),
+        "a's oldest unverified"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(1), from_a[1].evicted())
+        .await
+        .expect("told at once");
+    assert!(!from_a[2].0.evicted.load(Ordering::Acquire));
+    // Until it closes it still counts: a's 3 against b's 2 and c's 1.
+    drop(from_a);
+    assert_eq!(guard.held(a), 0);
+    assert_eq!(
+        guard.make_room_for(b),
+        Room::Refused,
+        "b holds the most: its newcomer is closed"
+    );
+    let _second = guard.admit(c).expect("c");
+    assert_eq!(
+        guard.make_room_for(c),
+        Room::Refused,
+        "b's 2 are not more than c's 2"
+    );
+    assert!(!from_b[0].0.evicted.load(Ordering::Acquire));
+    assert_eq!(guard.evicted.load(Ordering::Relaxed), 1);
+    let lone = Unverified::new(4, 1_000, TrustedProxies::default());
+    let _one = lone.admit(a).expect("a");
+    let _other = lone.admit(b).expect("b");
+    assert_eq!(lone.make_room_for(b), Room::Wait, "one each: wait");
+}
+
+/// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections
+/// and kept them with 429s; no other tenant could connect. A tenant holds at most its
+/// allowance; past it a request is refused and its connection told to close.
+#[test]
+fn an_authenticated_connection_counts_against_its_tenant() {
+    let guard = Unverified::new(128, 2, TrustedProxies::default());
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let first = guard.admit(a).expect("1st");
+    let second = guard.admit(a).expect("2nd");
+    let third = guard.admit(a).expect("3rd");
+    assert!(first.verified_as("greedy"));
+    assert!(first.verified_as("greedy"), "the same connection again");
+    assert!(second.verified_as("greedy"));
+    assert_eq!(guard.held_by("greedy"), 2);
+    assert!(!third.verified_as("greedy"), "over its allowance");
+    assert!(third.0.closing.load(Ordering::Acquire), "told to close");
+    assert!(third.verified_as("other"), "another tenant's own");
+    drop(first);
+    assert_eq!(guard.held_by("greedy"), 1);
+    let fourth = guard.admit(a).expect("4th");
+    assert!(fourth.verified_as("greedy"), "room after one closed");
+    guard.fit_to(1_024, 4_096);
+    assert_eq!(
+        guard.tenant_allowance(),
+        1,
+        "scaled with the listener, at least one"
+    );
+}
+
+/// Review 22 of #37: tenants' keep-alive connections filled the listener. The listener full,
+/// the tenant holding the most (more than the newcomer's address) gives up its oldest idle
+/// connection, gracefully; a busy one is passed over, and a tenant holding one keeps it.
+#[test]
+fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let c: IpAddr = "10.0.0.3".parse().expect("ip");
+    let greedy: Vec<_> = (0..3).map(|_| guard.admit(a).expect("a")).collect();
+    let busy = std::sync::Arc::new(crate::server::activity::Activity::new(
+        std::time::Instant::now(),
+        true,
+    ));
+    busy.in_flight.store(1, Ordering::Release);
+    greedy[0].served(&busy);
+    for trust in &greedy {
+        assert!(trust.verified_as("greedy"));
+    }
+    let lone = guard.admit(a).expect("a");
+    assert!(lone.verified_as("lone"));
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(guard.make_room_for(c), Room::Made, "greedy holds 3, c 1");
+    assert!(
+        !greedy[0].0.closing.load(Ordering::Acquire),
+        "busy: passed over"
+    );
+    assert!(
+        greedy[1].0.closing.load(Ordering::Acquire),
+        "the oldest idle one"
+    );
+    assert!(
+        !greedy[1].0.evicted.load(Ordering::Acquire),
+        "closed gracefully, not cut"
+    );
+    assert_eq!(
+        guard.make_room_for(c),
+        Room::Made,
+        "still 3 until it closes"
+    );
+    assert!(
+        greedy[2].0.closing.load(Ordering::Acquire),
+        "the next idle one"
+    );
+    assert_eq!(guard.make_room_for(c), Room::Made, "then the busy one");
+    assert!(greedy[0].0.closing.load(Ordering::Acquire));
+    assert_eq!(
+        guard.make_room_for(c),
+        Room::Wait,
+        "all of greedy's closing"
+    );
+    drop(greedy);
+    assert_eq!(guard.make_room_for(c), Room::Wait, "lone's one is kept");
+    assert!(!lone.0.closing.load(Ordering::Acquire));
+    assert_eq!(guard.evicted_bound.load(Ordering::Relaxed), 3);
+    assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
+}
