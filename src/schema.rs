@@ -279,10 +279,12 @@ impl Schemas {
             .enumerate()
             .map(|(i, p)| glob::Pattern::new(p).map_err(|e| format!("open_subjects[{i}]: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let pool = pool::Pool::new(
             config.workers,
             config.tenant_workers,
             Duration::from_millis(config.wait_ms),
+            clock.clone(),
         )?;
         let bounds = CompileBounds {
             max_text: config.max_schema_bytes,
@@ -304,7 +306,7 @@ impl Schemas {
                 config.tenant_unpaid_work_ms_per_sec,
                 config.tenant_unpaid_work_ms_burst,
             )),
-            clock: Arc::new(MonotonicClock::new()),
+            clock,
             refusals: Mutex::default(),
             open_subjects,
             config: config.clone(),

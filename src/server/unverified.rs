@@ -80,8 +80,7 @@ impl Held {
     fn push(&mut self, slot: &Arc<Slot>, still: impl Fn(&Slot) -> bool, looked: &mut Looked) {
         self.n += 1;
         if self.slots.len() > 2 * self.n + 8 {
-            self.slots
-                .retain(|w| looked.at(w).is_some_and(&still));
+            self.slots.retain(|w| looked.at(w).is_some_and(&still));
         }
         self.slots.push_back(Arc::downgrade(slot));
     }

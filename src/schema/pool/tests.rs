@@ -1,0 +1,200 @@
+//! The pool's order, shares, wait limit and clock.
+
+use super::*;
+use crate::budget::{ManualClock, MonotonicClock};
+use std::sync::mpsc;
+
+fn real() -> Arc<dyn Clock> {
+    Arc::new(MonotonicClock::new())
+}
+
+/// Review 20 of #37: read from `/proc/thread-self/schedstat`, a check's CPU moved only
+/// when the scheduler had run in between, so most checks of about a millisecond read 0.
+#[test]
+fn a_short_piece_of_work_reads_as_cpu_time() {
+    for _ in 0..50 {
+        let (before, wall) = (thread_cpu().expect("readable"), std::time::Instant::now());
+        let mut n = 0u64;
+        while wall.elapsed() < Duration::from_micros(200) {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        let spent = thread_cpu().expect("readable").saturating_sub(before);
+        assert!(spent > Duration::ZERO, "{n} turns read as no CPU");
+    }
+}
+
+/// A job that runs until told to finish, saying when it started.
+fn blocker(
+    started: mpsc::Sender<&'static str>,
+    name: &'static str,
+) -> (impl FnOnce() + Send, mpsc::Sender<()>) {
+    let (finish, finished) = mpsc::channel::<()>();
+    let job = move || {
+        let _ = started.send(name);
+        let _ = finished.recv_timeout(Duration::from_secs(10));
+    };
+    (job, finish)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_holding_its_share_does_not_delay_another() {
+    let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), real()).expect("pool"));
+    let (started, starts) = mpsc::channel();
+    // Tenant a queues three long jobs: it may run one at a time.
+    let mut finishes = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let (job, finish) = blocker(started.clone(), "a");
+        finishes.push(finish);
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move { pool.run("a", job).await }));
+    }
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
+    // b's job starts at once on the other thread, though a queued first.
+    let pool_b = pool.clone();
+    let b = tokio::spawn(async move { pool_b.run("b", || "b ran").await });
+    assert_eq!(b.await.expect("task"), Ok("b ran"));
+    assert!(
+        starts.try_recv().is_err(),
+        "a's second job waits for its first"
+    );
+    // b's answer reaches it just before its thread counts the job done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while pool.load().1 > 1 && std::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pool.load(), (2, 1));
+    for f in finishes {
+        let _ = f.send(());
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), Ok(()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_not_started_within_the_wait_is_refused_and_never_runs() {
+    let pool = Arc::new(Pool::new(1, 1, Duration::from_millis(200), real()).expect("pool"));
+    let (started, starts) = mpsc::channel();
+    let (job, finish) = blocker(started.clone(), "first");
+    let p = pool.clone();
+    let first = tokio::spawn(async move { p.run("a", job).await });
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("first"));
+    let ran = Arc::new(AtomicU8::new(0));
+    let r = ran.clone();
+    let second = pool.run("b", move || r.store(1, Ordering::SeqCst)).await;
+    assert_eq!(second, Err(PoolError::Busy(Duration::from_millis(200))));
+    // Refused, it is gone from the queue at once, with what it held (its closure's `r`),
+    // while the thread is still busy.
+    assert_eq!(
+        Arc::strong_count(&ran),
+        1,
+        "the refused job's closure was dropped"
+    );
+    assert_eq!(pool.load(), (0, 1));
+    let _ = finish.send(());
+    assert_eq!(first.await.expect("task"), Ok(()));
+    // The pool is free again, and the refused job did not run late.
+    assert_eq!(pool.run("b", || 7).await, Ok(7));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// A job of `tenant` that takes `ms` of the pool's clock.
+async fn took(pool: &Pool, clock: &Arc<ManualClock>, tenant: &str, ms: u64) {
+    let clock = clock.clone();
+    let ran = pool.run(tenant, move || clock.advance_ms(ms)).await;
+    assert_eq!(ran, Ok(()));
+}
+
+/// Review 22 of #37: in turns, a tenant with cheap records waited behind one job per
+/// tenant, however dear theirs. Ordered by the thread time their jobs took, the cheap
+/// tenant goes first though it queued last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_jobs_took_little_goes_before_one_whose_jobs_took_long() {
+    let clock = Arc::new(ManualClock::new());
+    let pool = Arc::new(Pool::new(1, 1, Duration::from_secs(5), clock.clone()).expect("pool"));
+    took(&pool, &clock, "dear", 900).await;
+    took(&pool, &clock, "cheap", 5).await;
+    // The thread busy; "dear" queues, then "cheap".
+    let (started, starts) = mpsc::channel();
+    let (job, finish) = blocker(started.clone(), "blocker");
+    let p = pool.clone();
+    let blocking = tokio::spawn(async move { p.run("other", job).await });
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("blocker"));
+    let mut tasks = Vec::new();
+    for name in ["dear", "cheap"] {
+        let (p, s) = (pool.clone(), started.clone());
+        tasks.push(tokio::spawn(async move {
+            p.run(name, move || {
+                let _ = s.send(name);
+            })
+            .await
+        }));
+        while pool.load().0 < tasks.len() {
+            tokio::task::yield_now().await;
+        }
+    }
+    let _ = finish.send(());
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("cheap"));
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("dear"));
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), Ok(()));
+    }
+    assert_eq!(blocking.await.expect("task"), Ok(()));
+}
+
+/// Review 22 of #37: tenants whose checks ran a second each kept both threads. Once their
+/// jobs are known to run long, they hold one thread of two together, and a short job
+/// starts at once on the other; [`LONG_FOR`] later they are not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_running_long_jobs_leave_a_thread_for_short_ones() {
+    let clock = Arc::new(ManualClock::new());
+    let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), clock.clone()).expect("pool"));
+    let long = u64::try_from(LONG_JOB.as_millis()).expect("ms");
+    took(&pool, &clock, "a", long).await;
+    took(&pool, &clock, "b", long - 1).await;
+    took(&pool, &clock, "c", 1_000).await;
+    let (started, starts) = mpsc::channel();
+    let (job_a, finish_a) = blocker(started.clone(), "a");
+    let (job_c, finish_c) = blocker(started.clone(), "c");
+    let (pa, pc) = (pool.clone(), pool.clone());
+    let a = tokio::spawn(async move { pa.run("a", job_a).await });
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
+    let c = tokio::spawn(async move { pc.run("c", job_c).await });
+    while pool.load() != (1, 1) {
+        tokio::task::yield_now().await;
+    }
+    // c waits though a thread is free; b's jobs were short: b's starts there.
+    assert_eq!(pool.run("b", || "b ran").await, Ok("b ran"));
+    assert!(starts.try_recv().is_err(), "c waits for a's thread");
+    let _ = finish_a.send(());
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("c"));
+    let _ = finish_c.send(());
+    assert_eq!(a.await.expect("task"), Ok(()));
+    assert_eq!(c.await.expect("task"), Ok(()));
+    // A minute on, a and c may take both threads again.
+    clock.advance_ms(u64::try_from(LONG_FOR.as_millis()).expect("ms"));
+    let (job_a, finish_a) = blocker(started.clone(), "a");
+    let (job_c, finish_c) = blocker(started.clone(), "c");
+    let (pa, pc) = (pool.clone(), pool.clone());
+    let a = tokio::spawn(async move { pa.run("a", job_a).await });
+    let c = tokio::spawn(async move { pc.run("c", job_c).await });
+    let mut both = [
+        starts.recv_timeout(Duration::from_secs(5)).ok(),
+        starts.recv_timeout(Duration::from_secs(5)).ok(),
+    ];
+    both.sort();
+    assert_eq!(both, [Some("a"), Some("c")]);
+    let _ = (finish_a.send(()), finish_c.send(()));
+    assert_eq!(a.await.expect("task"), Ok(()));
+    assert_eq!(c.await.expect("task"), Ok(()));
+}
+
+#[tokio::test]
+async fn a_panicking_job_is_lost_and_the_thread_lives_on() {
+    let pool = Pool::new(1, 1, Duration::from_secs(5), real()).expect("pool");
+    let lost = pool.run("a", || -> u8 { panic!("boom") }).await;
+    assert_eq!(lost, Err(PoolError::Lost));
+    assert_eq!(pool.run("a", || 1).await, Ok(1));
+    assert!(thread_cpu().is_some(), "Linux counts each thread's CPU");
+}
