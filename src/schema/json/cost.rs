@@ -81,20 +81,25 @@ pub(super) fn patterns(v: &Value, depth: usize) -> usize {
 /// a regex as one check let `[ab]*a[ab]{200}x` ×100 cost 33 s of CPU on a 100 KB string: when
 /// the lazy DFA's cache is too small for the search, the engine steps every live NFA state for
 /// every byte. A pattern the engine cannot compile (refused later by the validator itself)
-/// costs its text's length.
-pub(super) fn pattern_cost(pattern: &str) -> u64 {
+/// costs its text's length. Weighing builds the NFA, which takes about as long as its size:
+/// a schema's patterns are weighed within `budget` bytes of NFA in all ([`WEIGH_BUDGET`]),
+/// and one past what is left costs its text's length too.
+pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
     #[cfg(test)]
     WEIGHED.with(|n| n.set(n.get() + 1));
+    let limit = NFA_SIZE_LIMIT.min(*budget);
     let states = jsonschema_regex::to_rust_regex(pattern)
         .ok()
+        .filter(|_| limit > 0)
         .and_then(|rust| {
-            regex_automata::nfa::thompson::NFA::compiler()
-                .configure(
-                    regex_automata::nfa::thompson::Config::new()
-                        .nfa_size_limit(Some(NFA_SIZE_LIMIT)),
-                )
-                .build(&rust)
-                .ok()
+            #[cfg(test)]
+            NFA_BYTES.with(|n| n.set(n.get() + limit));
+            let nfa = regex_automata::nfa::thompson::NFA::compiler()
+                .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(limit)))
+                .build(&rust);
+            // A build stopped at the limit did about as much work as the limit.
+            *budget -= nfa.as_ref().map_or(limit, |n| n.memory_usage().min(limit));
+            nfa.ok()
         })
         .map_or(pattern.len(), |nfa| nfa.states().len());
     1 + states as u64 * PATTERN_WEIGHT
@@ -104,6 +109,8 @@ pub(super) fn pattern_cost(pattern: &str) -> u64 {
 thread_local! {
     /// Regexes weighed on this thread (tests: a pattern is weighed once per schema).
     pub(super) static WEIGHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Bytes of NFA the weighing on this thread was allowed to build.
+    pub(super) static NFA_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Subschema checks a `contentMediaType` or `contentEncoding` costs per string node (64
@@ -122,6 +129,12 @@ pub(super) const PATTERN_WEIGHT: u64 = 16;
 /// The estimate's own bound: an NFA larger than this is refused by the validator's
 /// `size_limit` too, and costs its text's length here.
 const NFA_SIZE_LIMIT: usize = 4 << 20;
+/// Bytes of NFA a schema's patterns are weighed within, in all. Each pattern's NFA was built
+/// up to [`NFA_SIZE_LIMIT`]: 100 patterns `^\p{L}{400}$` (6 MB of NFA each, though the
+/// validator compiles them in a few milliseconds) took 1.9–2.5 s of a schema thread to weigh,
+/// in one piece, for a tenant allowed 1 s of unpaid work at once (review 22 of #37). 8 MiB is
+/// about 35 ms of building; ordinary patterns are a few KB each.
+pub(super) const WEIGH_BUDGET: usize = 8 << 20;
 
 /// Extra work `uniqueItems` may cost on `value`: jsonschema hashes the items of an array and
 /// compares those whose hashes meet; items that are arrays or objects can all hash alike
@@ -279,11 +292,8 @@ mod tests {
             })
             .collect();
         assert!(s.check(&Value::Object(record)).is_ok());
-        assert!(
-            pattern_cost("^[a-z]+$") < 1_000,
-            "{}",
-            pattern_cost("^[a-z]+$")
-        );
+        let cost = pattern_cost("^[a-z]+$", &mut WEIGH_BUDGET.clone());
+        assert!(cost < 1_000, "{}", cost);
     }
 
     /// A review of #37: `uniqueItems` over 15,500 arrays that all hash alike was 13.45 s of
@@ -361,5 +371,45 @@ mod tests {
         )
         .expect("schema");
         assert!(shallow.check(&json!({"a": 1})).is_ok());
+    }
+
+    /// Review 22 of #37: each of 100 patterns `^\p{L}{400+j}$` was weighed by building its
+    /// NFA up to 4 MiB, 1.9–2.5 s of a schema thread for one compile. A schema's patterns are
+    /// weighed within 8 MiB of NFA in all; the rest cost their text, as one past the limit did.
+    #[test]
+    fn a_schemas_patterns_are_weighed_within_one_budget() {
+        let props: serde_json::Map<String, Value> = (0..100)
+            .map(|j| {
+                let pattern = format!("^\\p{{L}}{{{}}}$", 400 + j);
+                (
+                    format!("p{j}"),
+                    json!({"type": "string", "pattern": pattern}),
+                )
+            })
+            .collect();
+        let schema = json!({"type": "object", "properties": props});
+        NFA_BYTES.with(|n| n.set(0));
+        let cost = super::super::expansion::weighted_cost(&schema);
+        let built = NFA_BYTES.with(std::cell::Cell::get);
+        assert!(
+            built <= WEIGH_BUDGET,
+            "{built} bytes of NFA for 100 patterns"
+        );
+        assert!(cost > 0);
+        // Everyday patterns are weighed as before, far within it.
+        let mut budget = WEIGH_BUDGET;
+        let everyday = pattern_cost("^[a-z0-9.]+@[a-z0-9-]+(\\.[a-z0-9-]+)+$", &mut budget);
+        assert!(
+            WEIGH_BUDGET - budget < 64 * 1024,
+            "{}",
+            WEIGH_BUDGET - budget
+        );
+        assert_eq!(
+            everyday,
+            pattern_cost(
+                "^[a-z0-9.]+@[a-z0-9-]+(\\.[a-z0-9-]+)+$",
+                &mut WEIGH_BUDGET.clone()
+            )
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::cost::{data_cost, pattern_cost, CONTENT_WEIGHT};
+use super::cost::{data_cost, pattern_cost, CONTENT_WEIGHT, WEIGH_BUDGET};
 
 /// Most subschema visits one validation of the schema can make, counted over its `$ref`s
 /// (a chain of `anyOf: [$ref a1, $ref a1]` 23 long is 8 million visits from 1.7 KB).
@@ -59,6 +59,8 @@ struct Expansion<'a> {
     /// under one was weighed again at every visit (a review of #37: 4,096 visits of one 250 KB
     /// alternation, each an NFA compile, were 317 s of CPU).
     pattern_weights: std::collections::HashMap<String, u64>,
+    /// Bytes of NFA the patterns may still be weighed with ([`WEIGH_BUDGET`]).
+    weigh_budget: usize,
     steps: u64,
     /// The schema is draft-03 or draft-04, where `id` is what later drafts call `$id`.
     legacy_id: bool,
@@ -107,6 +109,7 @@ impl<'a> Expansion<'a> {
             memo: std::collections::HashMap::new(),
             stack: Vec::new(),
             pattern_weights: std::collections::HashMap::new(),
+            weigh_budget: WEIGH_BUDGET,
             steps: 0,
             legacy_id: root
                 .get("$schema")
@@ -219,7 +222,7 @@ impl<'a> Expansion<'a> {
         if let Some(weight) = self.pattern_weights.get(pattern) {
             return *weight;
         }
-        let weight = pattern_cost(pattern);
+        let weight = pattern_cost(pattern, &mut self.weigh_budget);
         self.pattern_weights.insert(pattern.to_string(), weight);
         weight
     }
