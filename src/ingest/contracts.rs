@@ -203,8 +203,10 @@ impl Ingest {
         if !self.schemas.applies(topic, records.wanted) {
             return Ok(false);
         }
+        let n = records.records.len();
         for (i, r) in records.records.iter().enumerate() {
             let at = (records.first + i, records.whole);
+            lookups.more_after_this(i + 1 < n);
             let converted = self
                 .convert_record(tenant, topic, at, r, records.wanted.get(i), lookups)
                 .await;

@@ -31,6 +31,10 @@ pub struct Lookups {
     /// Whether the request could still be admitted (takes nothing), asked when its check
     /// starts on a schema thread.
     admissible: Option<Admissible>,
+    /// The request's id among all, and whether it has records to check after the one being
+    /// checked: a schema thread that ran one of its checks waits a little for the next.
+    request: u64,
+    more: bool,
 }
 
 /// Whether a request could be admitted now — its budgets, shares and the buffer — taking
@@ -59,6 +63,12 @@ pub const LOOKUPS_PER_REQUEST: u32 = 16;
 /// its records: ten records at the most one may do there (a few milliseconds).
 pub const INLINE_WORK_PER_REQUEST: u64 = 10 * INLINE_WORK;
 
+/// A new request's id.
+fn next_request() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Lookups {
     pub fn per_request(tenant: &str) -> Self {
         Self {
@@ -68,7 +78,20 @@ impl Lookups {
             tenant: tenant.into(),
             reserved: Vec::new(),
             admissible: None,
+            request: next_request(),
+            more: false,
         }
+    }
+
+    /// Whether the request has records to check after the one it checks now.
+    pub fn more_after_this(&mut self, more: bool) {
+        self.more = more;
+    }
+
+    /// The request, to the schema threads, and whether it has more records to check after
+    /// this one.
+    pub(super) fn staying(&self) -> Option<(u64, bool)> {
+        Some((self.request, self.more))
     }
 
     /// The request's checks on the schema threads first ask `admissible`.
@@ -116,6 +139,8 @@ impl Lookups {
             tenant: Arc::from(""),
             reserved: Vec::new(),
             admissible: None,
+            request: next_request(),
+            more: false,
         }
     }
 

@@ -16,6 +16,10 @@
 //!   records waited about 2 s each, its requests refused (review 22 of #37). A tenant's first
 //!   long job in [`LONG_FOR`] may still take the last thread: it is not known to be long
 //!   before it ran;
+//! - a request with more records to check keeps its thread: the thread that ran one of its
+//!   jobs waits up to [`LINGER`] for its next and runs it first, for up to [`STINT`] of short
+//!   jobs. A request's records are checked one after another, and each was queued behind the
+//!   job its thread took meanwhile: the wait of one turn, paid once per record;
 //! - a job not started within `wait` is dropped unstarted and its caller refused
 //!   ([`PoolError::Busy`]: 429 `schema_busy` with a Retry-After);
 //! - a tenant queues at most [`MAX_QUEUED_PER_TENANT`] jobs.
@@ -43,6 +47,12 @@ pub const LONG_JOB: Duration = Duration::from_millis(100);
 pub const LONG_FOR: Duration = Duration::from_secs(60);
 /// Tenants whose order is remembered at most (those level with the queue are forgotten first).
 const MAX_SEEN: usize = 10_000;
+/// How long a thread waits for the next job of a request with more records to check: the
+/// answer's way back to the request and its next record's way in take tens of microseconds.
+pub const LINGER: Duration = Duration::from_millis(2);
+/// How much of a thread a request's jobs may take one after another, before the thread goes
+/// back to the order.
+pub const STINT: Duration = Duration::from_millis(50);
 /// Stack of a pool thread: the schema parsers recurse on a schema's shape, and a shape the
 /// text bounds did not foresee must not overflow (reserved, not committed, memory).
 const STACK: usize = 256 * 1024 * 1024;
@@ -63,6 +73,8 @@ pub enum PoolError {
 struct Job {
     state: Arc<AtomicU8>,
     run: Box<dyn FnOnce() + Send>,
+    /// The request it checks a record of, and whether that request has more to check.
+    request: Option<(u64, bool)>,
 }
 
 #[derive(Default)]
@@ -111,6 +123,8 @@ struct PoolCore {
     /// Threads the tenants running long jobs may hold together.
     long_threads: usize,
     clock: Arc<dyn Clock>,
+    /// How long a thread waits for a request's next job ([`LINGER`]).
+    linger: Duration,
 }
 
 /// The pool; dropping it stops its threads once their jobs end.
@@ -179,6 +193,28 @@ impl State {
         })
     }
 
+    /// The next job of `request`, if it is queued and its tenant has a free share (a thread
+    /// staying with the request: [`LINGER`]).
+    fn next_of(&mut self, core: &PoolCore, tenant: &Arc<str>, request: u64) -> Option<Taken> {
+        let lane = self.lanes.get_mut(tenant)?;
+        if lane.running >= core.tenant_workers {
+            return None;
+        }
+        let at = lane.jobs.iter().position(|j| {
+            j.request.is_some_and(|(r, _)| r == request)
+                && j.state.load(Ordering::Acquire) != CANCELLED
+        })?;
+        let job = lane.jobs.remove(at)?;
+        lane.running += 1;
+        let vtime = self.seen.get(tenant).map_or(0, |s| s.vtime);
+        Some(Taken {
+            tenant: tenant.clone(),
+            job,
+            start: vtime.max(self.floor),
+            long: false,
+        })
+    }
+
     /// `taken`'s job ended after `took` nanoseconds of its thread, at `now`.
     fn done(&mut self, taken: &Taken, took: u64, now: u64) {
         let tenant = &taken.tenant;
@@ -212,12 +248,24 @@ impl Pool {
         wait: Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
+        Self::lingering(workers, tenant_workers, wait, clock, LINGER)
+    }
+
+    /// [`Pool::new`], its threads waiting `linger` for a request's next job.
+    pub fn lingering(
+        workers: usize,
+        tenant_workers: usize,
+        wait: Duration,
+        clock: Arc<dyn Clock>,
+        linger: Duration,
+    ) -> Result<Self, String> {
         let shared = Arc::new(PoolCore {
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
             tenant_workers: tenant_workers.max(1),
             long_threads: workers.saturating_sub(1).max(1),
             clock,
+            linger,
         });
         for i in 0..workers.max(1) {
             let shared = shared.clone();
@@ -255,6 +303,18 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
+        self.run_for(tenant, None, f).await
+    }
+
+    /// [`Pool::run`] for a record of `request` (its id, and whether it has more records to
+    /// check after this one: then the thread that runs it waits a little for the next,
+    /// [`LINGER`]).
+    pub async fn run_for<R: Send + 'static>(
+        &self,
+        tenant: &str,
+        request: Option<(u64, bool)>,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
         let job = Job {
@@ -262,6 +322,7 @@ impl Pool {
             run: Box::new(move || {
                 let _ = done.send(f());
             }),
+            request,
         };
         {
             let mut s = self.shared.state.lock();
@@ -279,7 +340,8 @@ impl Pool {
             }
             lane.jobs.push_back(job);
         }
-        self.shared.ready.notify_one();
+        // All: a thread staying with a request waits on the same condition.
+        self.shared.ready.notify_all();
         // Withdrawn if this future is dropped before the job starts (the client went away).
         let tenant: Arc<str> = tenant.into();
         let withdraw = Withdraw {
@@ -353,17 +415,22 @@ impl Drop for Pool {
 }
 
 fn work(shared: &PoolCore) {
+    let (mut next, mut stint) = (None, 0);
     loop {
-        let mut taken = {
-            let mut state = shared.state.lock();
-            loop {
-                if state.closed {
-                    return;
+        let mut taken = match next.take() {
+            Some(taken) => taken,
+            None => {
+                stint = 0;
+                let mut state = shared.state.lock();
+                loop {
+                    if state.closed {
+                        return;
+                    }
+                    if let Some(next) = state.next(shared, shared.clock.now_ns()) {
+                        break next;
+                    }
+                    shared.ready.wait(&mut state);
                 }
-                if let Some(next) = state.next(shared, shared.clock.now_ns()) {
-                    break next;
-                }
-                shared.ready.wait(&mut state);
             }
         };
         let began = shared.clock.now_ns();
@@ -378,12 +445,27 @@ fn work(shared: &PoolCore) {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(run));
         }
         let now = shared.clock.now_ns();
-        shared
-            .state
-            .lock()
-            .done(&taken, now.saturating_sub(began), now);
+        let took = now.saturating_sub(began);
+        let mut state = shared.state.lock();
+        state.done(&taken, took, now);
         // A share freed may let another tenant's job (or this tenant's next) start.
         shared.ready.notify_all();
+        stint += took;
+        let short = |ns: u64, d: Duration| u128::from(ns) < d.as_nanos();
+        let stays = taken
+            .job
+            .request
+            .filter(|&(_, more)| more && !taken.long && short(took, LONG_JOB))
+            .filter(|_| short(stint, STINT));
+        if let Some((request, _)) = stays {
+            let until = std::time::Instant::now() + shared.linger;
+            while !state.closed {
+                next = state.next_of(shared, &taken.tenant, request);
+                if next.is_some() || shared.ready.wait_until(&mut state, until).timed_out() {
+                    break;
+                }
+            }
+        }
     }
 }
 

@@ -101,7 +101,7 @@ impl Schemas {
             let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
             let (result, spent, owed) = match self
                 .pool
-                .run(tenant, job)
+                .run_for(tenant, allowance.staying(), job)
                 .await
                 .map_err(|e| fail(self.pool_error(e, "checking the record")))?
             {

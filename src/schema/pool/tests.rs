@@ -104,6 +104,10 @@ async fn took(pool: &Pool, clock: &Arc<ManualClock>, tenant: &str, ms: u64) {
     let clock = clock.clone();
     let ran = pool.run(tenant, move || clock.advance_ms(ms)).await;
     assert_eq!(ran, Ok(()));
+    // The answer comes back just before the thread counts the job done (and its time).
+    while pool.load() != (0, 0) {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Review 22 of #37: in turns, a tenant with cheap records waited behind one job per
@@ -197,4 +201,56 @@ async fn a_panicking_job_is_lost_and_the_thread_lives_on() {
     assert_eq!(lost, Err(PoolError::Lost));
     assert_eq!(pool.run("a", || 1).await, Ok(1));
     assert!(thread_cpu().is_some(), "Linux counts each thread's CPU");
+}
+
+/// Review 22 of #37: a request's records are checked one after another, and the thread its
+/// record freed took another tenant's job before the request's next record came: one turn's
+/// wait per record. The thread waits for the request's next job and runs it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());
+    let pool = Arc::new(
+        Pool::lingering(1, 1, Duration::from_secs(5), clock, Duration::from_secs(5)).expect("pool"),
+    );
+    let (started, starts) = mpsc::channel();
+    let (job, finish) = blocker(started.clone(), "x");
+    let p = pool.clone();
+    let blocking = tokio::spawn(async move { p.run("x", job).await });
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("x"));
+    // The request's first record queues, then another tenant's job.
+    let record = |name: &'static str, more: bool| {
+        let (p, s) = (pool.clone(), started.clone());
+        async move {
+            p.run_for("v", Some((7, more)), move || {
+                let _ = s.send(name);
+            })
+            .await
+        }
+    };
+    let first = tokio::spawn(record("v1", true));
+    while pool.load().0 < 1 {
+        tokio::task::yield_now().await;
+    }
+    let s = started.clone();
+    let other = {
+        let p = pool.clone();
+        tokio::spawn(async move {
+            p.run("a", move || {
+                let _ = s.send("a");
+            })
+            .await
+        })
+    };
+    while pool.load().0 < 2 {
+        tokio::task::yield_now().await;
+    }
+    let _ = finish.send(());
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("v1"));
+    assert_eq!(first.await.expect("task"), Ok(()));
+    // Its answer came back with a's job waiting: the request's next record goes first.
+    assert_eq!(record("v2", false).await, Ok(()));
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("v2"));
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
+    assert_eq!(other.await.expect("task"), Ok(()));
+    assert_eq!(blocking.await.expect("task"), Ok(()));
 }
