@@ -39,6 +39,7 @@ pub mod bodies;
 mod buffer;
 mod classic;
 mod cluster;
+pub mod connections;
 mod global;
 mod holds;
 mod idempotency;

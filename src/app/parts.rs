@@ -244,6 +244,9 @@ pub(super) fn observability(
     )))
     .with_collector(Box::new(crate::metrics::bodies::CodingCollector(
         ingest.codings.clone(),
+    )))
+    .with_collector(Box::new(crate::metrics::connections::ConnectionCollector(
+        ingest.unverified.clone(),
     )));
     (status, metrics)
 }

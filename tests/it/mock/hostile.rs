@@ -678,5 +678,14 @@ async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     // The other tenant's first connection is kept.
     let (_theirs, head) = served(theirs, "other-key-000000000000").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let metrics = scrape(&gw).await;
+    let closed = |reason: &str| {
+        crate::common::exposition::sample(
+            &metrics,
+            &format!("floodgate_connections_closed_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert_eq!(closed("made_room_tenant"), 1.0, "{metrics}");
+    assert_eq!(closed("made_room_unauthenticated"), 0.0);
     gw.shutdown().await;
 }
