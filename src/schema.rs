@@ -38,6 +38,7 @@ mod raw;
 mod register;
 pub mod registry_client;
 mod resolve;
+mod thread_cpu;
 mod unpaid_work;
 mod work;
 

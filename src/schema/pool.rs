@@ -9,11 +9,11 @@
 //! - waiting tenants are served by the thread time their jobs took (start-time fair queuing:
 //!   the least first, a tenant new to the queue starting level with the one served last), so
 //!   a tenant with cheap records goes before one whose jobs are dear, whatever their count;
-//! - tenants whose jobs run long ([`LONG_JOB`] or more, remembered for [`LONG_FOR`]) hold at
+//! - tenants whose jobs run long ([`LONG_JOB`] or more, remembered for [`LONG_FOR`], for checks
+//!   and compiles apart: a tenant's one long compile does not hold its checks back) hold at
 //!   most `workers − 1` threads together, so one thread is always left for short jobs. Round
-//!   robin let every tenant's job take its turn: four tenants allowed 1 record/s, each
-//!   within its unpaid work, kept both threads in 1-second checks, and another tenant's 20
-//!   records waited about 2 s each, its requests refused (review 22 of #37). A tenant's first
+//!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
+//!   another's 20-record requests wait ~2 s a record (review 22 of #37). A tenant's first
 //!   long job in [`LONG_FOR`] may still take the last thread: it is not known to be long
 //!   before it ran;
 //! - a request with more records to check keeps its thread: the thread that ran one of its
@@ -23,12 +23,7 @@
 //! - a job not started within `wait` is dropped unstarted and its caller refused
 //!   ([`PoolError::Busy`]: 429 `schema_busy` with a Retry-After);
 //! - a tenant queues at most [`MAX_QUEUED_PER_TENANT`] jobs.
-//!
-//! A job's CPU time is measured on its thread ([`thread_cpu`]) so the caller can refuse a
-//! record whose check ran past its deadline; the cost model refuses most such records before
-//! they run, the deadline is what is left when a model is wrong.
 
-use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -38,6 +33,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::budget::Clock;
 
+mod order;
+use order::{Lane, State};
+
 /// Jobs one tenant may have waiting: past them it is refused at once.
 pub const MAX_QUEUED_PER_TENANT: usize = 256;
 /// A job that ran this long marks its tenant as running long jobs: a check of a few hundred KB
@@ -45,8 +43,6 @@ pub const MAX_QUEUED_PER_TENANT: usize = 256;
 pub const LONG_JOB: Duration = Duration::from_millis(100);
 /// How long a tenant counts as running long jobs after one.
 pub const LONG_FOR: Duration = Duration::from_secs(60);
-/// Tenants whose order is remembered at most (those level with the queue are forgotten first).
-const MAX_SEEN: usize = 10_000;
 /// How long a thread waits for the next job of a request with more records to check: the
 /// answer's way back to the request and its next record's way in take tens of microseconds.
 pub const LINGER: Duration = Duration::from_millis(2);
@@ -70,50 +66,19 @@ pub enum PoolError {
     Lost,
 }
 
+/// What a job does: a tenant's checks and compiles are each known to run long or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Check = 0,
+    Compile = 1,
+}
+
 struct Job {
     state: Arc<AtomicU8>,
+    kind: Kind,
     run: Box<dyn FnOnce() + Send>,
     /// The request it checks a record of, and whether that request has more to check.
     request: Option<(u64, bool)>,
-}
-
-#[derive(Default)]
-struct Lane {
-    jobs: VecDeque<Job>,
-    running: usize,
-    /// When the lane came to the queue (ties of the order go to the earliest).
-    since: u64,
-}
-
-/// A tenant's place in the order: the thread time its jobs took (its virtual time, in
-/// nanoseconds), and until when (the clock's nanoseconds) it counts as running long jobs.
-#[derive(Default, Clone, Copy)]
-struct Seen {
-    vtime: u64,
-    long_until: u64,
-}
-
-#[derive(Default)]
-struct State {
-    lanes: HashMap<Arc<str>, Lane>,
-    seen: HashMap<Arc<str>, Seen>,
-    /// The virtual time of the job started last: a tenant's time is never behind it when
-    /// its job is ordered, so one idle for a while does not take the threads to catch up.
-    floor: u64,
-    /// Jobs running now of tenants that run long jobs.
-    long_running: usize,
-    arrivals: u64,
-    closed: bool,
-}
-
-/// A job taken to run, and what its end is counted by.
-struct Taken {
-    tenant: Arc<str>,
-    job: Job,
-    /// The virtual time it started at.
-    start: u64,
-    /// Counted in `long_running`.
-    long: bool,
 }
 
 struct PoolCore {
@@ -140,102 +105,6 @@ impl std::fmt::Debug for Pool {
             .field("workers", &self.workers)
             .field("wait", &self.wait)
             .finish()
-    }
-}
-
-impl State {
-    /// The next job to run: of the tenants with a job waiting and a free share, the one whose
-    /// jobs took the least thread time, unless it runs long jobs and they hold their threads.
-    fn next(&mut self, core: &PoolCore, now: u64) -> Option<Taken> {
-        let mut best: Option<(u64, u64, Arc<str>, bool)> = None;
-        let mut gone = Vec::new();
-        for (tenant, lane) in &mut self.lanes {
-            while lane
-                .jobs
-                .front()
-                .is_some_and(|j| j.state.load(Ordering::Acquire) == CANCELLED)
-            {
-                lane.jobs.pop_front();
-            }
-            if lane.jobs.is_empty() {
-                if lane.running == 0 {
-                    gone.push(tenant.clone());
-                }
-                continue;
-            }
-            if lane.running >= core.tenant_workers {
-                continue;
-            }
-            let seen = self.seen.get(tenant).copied().unwrap_or_default();
-            let long = seen.long_until > now;
-            if long && self.long_running >= core.long_threads {
-                continue;
-            }
-            let key = (seen.vtime.max(self.floor), lane.since);
-            if best.as_ref().is_none_or(|b| key < (b.0, b.1)) {
-                best = Some((key.0, key.1, tenant.clone(), long));
-            }
-        }
-        for tenant in gone {
-            self.lanes.remove(&tenant);
-        }
-        let (start, _, tenant, long) = best?;
-        let lane = self.lanes.get_mut(&tenant)?;
-        let job = lane.jobs.pop_front()?;
-        lane.running += 1;
-        self.floor = self.floor.max(start);
-        self.long_running += usize::from(long);
-        Some(Taken {
-            tenant,
-            job,
-            start,
-            long,
-        })
-    }
-
-    /// The next job of `request`, if it is queued and its tenant has a free share (a thread
-    /// staying with the request: [`LINGER`]).
-    fn next_of(&mut self, core: &PoolCore, tenant: &Arc<str>, request: u64) -> Option<Taken> {
-        let lane = self.lanes.get_mut(tenant)?;
-        if lane.running >= core.tenant_workers {
-            return None;
-        }
-        let at = lane.jobs.iter().position(|j| {
-            j.request.is_some_and(|(r, _)| r == request)
-                && j.state.load(Ordering::Acquire) != CANCELLED
-        })?;
-        let job = lane.jobs.remove(at)?;
-        lane.running += 1;
-        let vtime = self.seen.get(tenant).map_or(0, |s| s.vtime);
-        Some(Taken {
-            tenant: tenant.clone(),
-            job,
-            start: vtime.max(self.floor),
-            long: false,
-        })
-    }
-
-    /// `taken`'s job ended after `took` nanoseconds of its thread, at `now`.
-    fn done(&mut self, taken: &Taken, took: u64, now: u64) {
-        let tenant = &taken.tenant;
-        self.long_running -= usize::from(taken.long);
-        if self.seen.len() >= MAX_SEEN && !self.seen.contains_key(tenant) {
-            let (floor, lanes) = (self.floor, &self.lanes);
-            self.seen
-                .retain(|t, s| s.vtime > floor || s.long_until > now || lanes.contains_key(t));
-        }
-        let seen = self.seen.entry(tenant.clone()).or_default();
-        seen.vtime = seen.vtime.max(taken.start).saturating_add(took);
-        if took >= u64::try_from(LONG_JOB.as_nanos()).unwrap_or(u64::MAX) {
-            seen.long_until =
-                now.saturating_add(u64::try_from(LONG_FOR.as_nanos()).unwrap_or(u64::MAX));
-        }
-        if let Some(lane) = self.lanes.get_mut(tenant) {
-            lane.running = lane.running.saturating_sub(1);
-            if lane.running == 0 && lane.jobs.is_empty() {
-                self.lanes.remove(tenant);
-            }
-        }
     }
 }
 
@@ -303,7 +172,16 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.run_for(tenant, None, f).await
+        self.submit(tenant, Kind::Check, None, f).await
+    }
+
+    /// [`Pool::run`] for a compile.
+    pub async fn compile<R: Send + 'static>(
+        &self,
+        tenant: &str,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, PoolError> {
+        self.submit(tenant, Kind::Compile, None, f).await
     }
 
     /// [`Pool::run`] for a record of `request` (its id, and whether it has more records to
@@ -315,10 +193,21 @@ impl Pool {
         request: Option<(u64, bool)>,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
+        self.submit(tenant, Kind::Check, request, f).await
+    }
+
+    async fn submit<R: Send + 'static>(
+        &self,
+        tenant: &str,
+        kind: Kind,
+        request: Option<(u64, bool)>,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
         let job = Job {
             state: state.clone(),
+            kind,
             run: Box::new(move || {
                 let _ = done.send(f());
             }),
@@ -467,25 +356,6 @@ fn work(shared: &PoolCore) {
             }
         }
     }
-}
-
-/// CPU time this thread has used, from the kernel's per-thread clock (`None` where it cannot
-/// be read: the caller then goes by wall time). The clock, not `/proc/thread-self/schedstat`:
-/// that file is brought up to date only when the scheduler runs (a tick, a switch), so a check
-/// of about a millisecond read as 0 ns most times, and a request's thousands of passed checks
-/// were owed almost nothing (review 20 of #37).
-#[allow(unsafe_code)]
-pub fn thread_cpu() -> Option<Duration> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration, and the clock id is
-    // one the kernel defines.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u32::try_from(ts.tv_nsec).ok()?;
-    ok.then(|| Duration::new(secs, nanos))
 }
 
 #[cfg(test)]
