@@ -230,11 +230,11 @@ fn serve_listeners(
     let (tls, admin_tls) = tls_acceptors(&config.server)?;
     let s = &config.server;
     let descriptors = crate::descriptors::prepare(s.max_connections);
+    state.ingest.unverified.fit_to(
+        descriptors.max_connections.min(s.max_connections),
+        s.max_connections,
+    );
     if descriptors.clamped(s.max_connections) {
-        state
-            .ingest
-            .unverified
-            .fit_to(descriptors.max_connections, s.max_connections);
         tracing::warn!(
             unauthenticated_per_address = state.ingest.unverified.allowance(),
             max_connections = s.max_connections,

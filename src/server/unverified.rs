@@ -22,12 +22,13 @@
 //! in the same rule, counted per tenant (review 22 of #37: four tenants allowed 1 record/s held
 //! 4 × 1,024 keep-alive connections, each kept with one cheap 429 per 10 s, and a new client
 //! waited 20 s and timed out): when the tenant holding the most connections holds more than
-//! the newcomer's address does, its oldest idle connection is closed gracefully (an HTTP/1
-//! keep-alive connection between requests closes at once; one with a request in flight after
-//! its answer; HTTP/2 gets a GOAWAY), as nginx reuses idle keep-alive connections when its
-//! connections run out. A client whose keep-alive connection is closed between requests opens
-//! another; one tenant's many connections make room for each other, and a tenant holding one
-//! connection keeps it while any holds two.
+//! the newcomer's address does and more than its fair share of the listener, its oldest idle
+//! connection is closed gracefully (an HTTP/1 keep-alive connection between requests, an
+//! HTTP/2 session with no stream open), as nginx reuses idle keep-alive connections when its
+//! connections run out. A busy connection is never taken (review 23: a v3 stream's answer
+//! runs up to a minute, and the newcomer and the accept loop waited for it), nor one of a
+//! tenant within its share (review 23: silent connections from many addresses closed a small
+//! tenant's keep-alive connections one by one).
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -52,6 +53,8 @@ pub struct Unverified {
     pub evicted: AtomicU64,
     /// Authenticated connections closed gracefully to make room (the listener full).
     pub evicted_bound: AtomicU64,
+    /// The connections the listener serves (0 until told: no tenant's share is known).
+    listener: AtomicUsize,
 }
 
 /// What a full listener does with a new connection ([`Unverified::make_room_for`]).
@@ -144,12 +147,15 @@ impl Unverified {
             refused: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             evicted_bound: AtomicU64::new(0),
+            listener: AtomicUsize::new(0),
         })
     }
 
     /// The listener serves `serving` connections of the `configured` ones: each address may
-    /// hold the same share of them unverified as configured (at least one).
+    /// hold the same share of them unverified as configured (at least one), and a tenant's
+    /// fair share of them is counted from `serving`.
     pub fn fit_to(&self, serving: usize, configured: usize) {
+        self.listener.store(serving, Ordering::Relaxed);
         if serving >= configured || configured == 0 {
             return;
         }
@@ -240,9 +246,13 @@ impl Unverified {
             .filter(|(a, h)| **a != address && h.n > mine)
             .map(|(_, h)| h)
             .max_by_key(|h| h.n);
+        // Only a tenant over its fair share of the listener gives a connection up: else
+        // silent connections from many addresses closed a small tenant's keep-alive
+        // connections one by one (review 23 of #37: 8 connections, 41 of 112 requests broken).
+        let share = self.listener.load(Ordering::Relaxed) / (tenants.len() + 1);
         let tenant_most = tenants
             .values_mut()
-            .filter(|h| h.n > mine)
+            .filter(|h| h.n > mine && h.n > share)
             .max_by_key(|h| h.n);
         let mut looked = Looked::default();
         let l = &mut looked;
@@ -296,19 +306,23 @@ fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
     false
 }
 
-/// Closes gracefully the oldest idle one of a tenant's connections (the oldest busy one if
-/// none is idle: it closes after its answers); `false` if none is left.
+/// Closes gracefully the oldest idle one of a tenant's connections; `false` if none is idle.
+/// A busy one is never taken: it would close only after its answers, and a stream's answer
+/// may run for a minute while the newcomer, and the accept loop behind it, wait (review 23
+/// of #37: 384 silent v3 streams kept new connections waiting up to 59 s).
 fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
     held.slots.retain(|w| {
         looked
             .at(w)
             .is_some_and(|s| !s.closing.load(Ordering::Acquire))
     });
-    let at = held
+    let Some(at) = held
         .slots
         .iter()
         .position(|w| looked.at(w).is_some_and(Slot::idle))
-        .unwrap_or(0);
+    else {
+        return false;
+    };
     let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
         return false;
     };
