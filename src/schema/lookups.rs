@@ -90,8 +90,8 @@ impl Lookups {
 
     /// The request, to the schema threads, and whether it has more records to check after
     /// this one.
-    pub(super) fn staying(&self) -> Option<(u64, bool)> {
-        Some((self.request, self.more))
+    pub(super) fn staying(&self) -> (u64, bool) {
+        (self.request, self.more)
     }
 
     /// The request's checks on the schema threads first ask `admissible`.

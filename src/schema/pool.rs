@@ -9,13 +9,14 @@
 //! - waiting tenants are served by the thread time their jobs took (start-time fair queuing:
 //!   the least first, a tenant new to the queue starting level with the one served last), so
 //!   a tenant with cheap records goes before one whose jobs are dear, whatever their count;
-//! - tenants whose jobs run long ([`LONG_JOB`] or more, remembered for [`LONG_FOR`], for checks
-//!   and compiles apart: a tenant's one long compile does not hold its checks back) hold at
-//!   most `workers − 1` threads together, so one thread is always left for short jobs. Round
+//! - tenants whose jobs run long ([`LONG_JOB`] or more past what their record pays for,
+//!   remembered for [`LONG_FOR`], for checks and compiles apart: a tenant's one long compile
+//!   does not hold its checks back), and tenants not seen in that time, hold at most
+//!   `workers − 1` threads together, so one thread is always left for short jobs. Round
 //!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
-//!   another's 20-record requests wait ~2 s a record (review 22 of #37). A tenant's first
-//!   long job in [`LONG_FOR`] may still take the last thread: it is not known to be long
-//!   before it ran;
+//!   another's 20-record requests wait ~2 s a record (review 22 of #37); and fresh tenants
+//!   took the last thread one after another with their first long job (review 23). A tenant
+//!   whose jobs were short may still take it with one long job per [`LONG_FOR`];
 //! - a request with more records to check keeps its thread: the thread that ran one of its
 //!   jobs waits up to [`LINGER`] for its next and runs it first, for up to [`STINT`] of short
 //!   jobs. A request's records are checked one after another, and each was queued behind the
@@ -41,8 +42,8 @@ pub const MAX_QUEUED_PER_TENANT: usize = 256;
 /// A job that ran this long marks its tenant as running long jobs: a check of a few hundred KB
 /// takes a few milliseconds, a new small schema's compile ~50 ms.
 pub const LONG_JOB: Duration = Duration::from_millis(100);
-/// How long a tenant counts as running long jobs after one.
-pub const LONG_FOR: Duration = Duration::from_secs(60);
+/// How long a tenant counts as running long jobs after one, and as known after any.
+pub const LONG_FOR: Duration = Duration::from_secs(300);
 /// How long a thread waits for the next job of a request with more records to check: the
 /// answer's way back to the request and its next record's way in take tens of microseconds.
 pub const LINGER: Duration = Duration::from_millis(2);
@@ -79,6 +80,18 @@ struct Job {
     run: Box<dyn FnOnce() + Send>,
     /// The request it checks a record of, and whether that request has more to check.
     request: Option<(u64, bool)>,
+    /// What its record pays for, in nanoseconds: only a job longer by [`LONG_JOB`] is long.
+    paid: u64,
+}
+
+/// A record's check, as the pool sees it: its request (its id, and whether it has more
+/// records to check after this one: then the thread that runs it waits a little for the next,
+/// [`LINGER`]), and the CPU its record pays for.
+#[derive(Debug, Clone, Copy)]
+pub struct ForRecord {
+    pub request: u64,
+    pub more: bool,
+    pub paid: Duration,
 }
 
 struct PoolCore {
@@ -172,7 +185,7 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Check, None, f).await
+        self.submit(tenant, Kind::Check, None, 0, f).await
     }
 
     /// [`Pool::run`] for a compile.
@@ -181,19 +194,19 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Compile, None, f).await
+        self.submit(tenant, Kind::Compile, None, 0, f).await
     }
 
-    /// [`Pool::run`] for a record of `request` (its id, and whether it has more records to
-    /// check after this one: then the thread that runs it waits a little for the next,
-    /// [`LINGER`]).
+    /// [`Pool::run`] for a record's check.
     pub async fn run_for<R: Send + 'static>(
         &self,
         tenant: &str,
-        request: Option<(u64, bool)>,
+        record: ForRecord,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Check, request, f).await
+        let paid = u64::try_from(record.paid.as_nanos()).unwrap_or(u64::MAX);
+        let request = Some((record.request, record.more));
+        self.submit(tenant, Kind::Check, request, paid, f).await
     }
 
     async fn submit<R: Send + 'static>(
@@ -201,6 +214,7 @@ impl Pool {
         tenant: &str,
         kind: Kind,
         request: Option<(u64, bool)>,
+        paid: u64,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
@@ -212,6 +226,7 @@ impl Pool {
                 let _ = done.send(f());
             }),
             request,
+            paid,
         };
         {
             let mut s = self.shared.state.lock();
@@ -344,7 +359,8 @@ fn work(shared: &PoolCore) {
         let stays = taken
             .job
             .request
-            .filter(|&(_, more)| more && !taken.long && short(took, LONG_JOB))
+            .filter(|&(_, more)| more && short(took, LONG_JOB))
+            .filter(|_| !state.runs_long(&taken.tenant, taken.job.kind, now))
             .filter(|_| short(stint, STINT));
         if let Some((request, _)) = stays {
             let until = std::time::Instant::now() + shared.linger;

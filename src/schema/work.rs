@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::compiled::{compile, within_bounds, Compiled, Written};
 use super::lookups::{Lookups, INLINE_WORK};
-use super::pool::PoolError;
+use super::pool::{ForRecord, PoolError};
 use super::raw::digest;
 use super::thread_cpu::thread_cpu;
 use super::unpaid_work::{ChecksOwed, UnpaidWork};
@@ -100,9 +100,15 @@ impl Schemas {
         } else {
             let deadline = self.max_check_cpu;
             let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
+            let (request, more) = allowance.staying();
+            let record = ForRecord {
+                request,
+                more,
+                paid,
+            };
             let (result, spent, owed) = match self
                 .pool
-                .run_for(tenant, allowance.staying(), job)
+                .run_for(tenant, record, job)
                 .await
                 .map_err(|e| fail(self.pool_error(e, "checking the record")))?
             {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Job, PoolCore, CANCELLED, LONG_FOR, LONG_JOB};
+use super::{Job, Kind, PoolCore, CANCELLED, LONG_FOR, LONG_JOB};
 
 /// Tenants whose order is remembered at most (those level with the queue are forgotten first).
 const MAX_SEEN: usize = 10_000;
@@ -26,6 +26,8 @@ pub(super) struct Lane {
 pub(super) struct Seen {
     pub(super) vtime: u64,
     pub(super) long_until: [u64; 2],
+    /// Until when it counts as seen (a tenant not seen is held back as running long jobs).
+    pub(super) known_until: u64,
 }
 
 #[derive(Default)]
@@ -78,7 +80,8 @@ impl State {
             // Its first job of a kind that may run now (a check queued behind a compile held
             // back may go first).
             let held = self.long_running >= core.long_threads;
-            let long = |j: &Job| seen.long_until[j.kind as usize] > now;
+            // A tenant not seen lately may run long for all the pool knows.
+            let long = |j: &Job| seen.long_until[j.kind as usize] > now || seen.known_until <= now;
             let Some(at) = lane
                 .jobs
                 .iter()
@@ -107,6 +110,13 @@ impl State {
             start,
             long,
         })
+    }
+
+    /// Whether `tenant`'s jobs of `kind` are held back as long ones now.
+    pub(super) fn runs_long(&self, tenant: &str, kind: Kind, now: u64) -> bool {
+        self.seen
+            .get(tenant)
+            .is_none_or(|s| s.long_until[kind as usize] > now || s.known_until <= now)
     }
 
     /// The next job of `request`, if it is queued and its tenant has a free share (a thread
@@ -142,15 +152,16 @@ impl State {
         self.long_running -= usize::from(taken.long);
         if self.seen.len() >= MAX_SEEN && !self.seen.contains_key(tenant) {
             let (floor, lanes) = (self.floor, &self.lanes);
-            self.seen.retain(|t, s| {
-                s.vtime > floor || s.long_until.iter().any(|&u| u > now) || lanes.contains_key(t)
-            });
+            self.seen
+                .retain(|t, s| s.vtime > floor || s.known_until > now || lanes.contains_key(t));
         }
         let seen = self.seen.entry(tenant.clone()).or_default();
         seen.vtime = seen.vtime.max(taken.start).saturating_add(took);
-        if took >= u64::try_from(LONG_JOB.as_nanos()).unwrap_or(u64::MAX) {
-            seen.long_until[taken.job.kind as usize] =
-                now.saturating_add(u64::try_from(LONG_FOR.as_nanos()).unwrap_or(u64::MAX));
+        let long_for = u64::try_from(LONG_FOR.as_nanos()).unwrap_or(u64::MAX);
+        seen.known_until = now.saturating_add(long_for);
+        let long = u64::try_from(LONG_JOB.as_nanos()).unwrap_or(u64::MAX);
+        if took >= long.saturating_add(taken.job.paid) {
+            seen.long_until[taken.job.kind as usize] = now.saturating_add(long_for);
         }
         if let Some(lane) = self.lanes.get_mut(tenant) {
             lane.running = lane.running.saturating_sub(1);

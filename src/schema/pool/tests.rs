@@ -24,6 +24,13 @@ fn blocker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_holding_its_share_does_not_delay_another() {
     let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), real()).expect("pool"));
+    // Both seen before (a tenant not seen lately is held back with those running long jobs).
+    for tenant in ["a", "b"] {
+        assert_eq!(pool.run(tenant, || ()).await, Ok(()));
+    }
+    while pool.load() != (0, 0) {
+        tokio::task::yield_now().await;
+    }
     let (started, starts) = mpsc::channel();
     // Tenant a queues three long jobs: it may run one at a time.
     let mut finishes = Vec::new();
@@ -161,8 +168,10 @@ async fn tenants_running_long_jobs_leave_a_thread_for_short_ones() {
     let _ = finish_c.send(());
     assert_eq!(a.await.expect("task"), Ok(()));
     assert_eq!(c.await.expect("task"), Ok(()));
-    // A minute on, a and c may take both threads again.
+    // LONG_FOR on, a and c may take both threads again once seen running short jobs.
     clock.advance_ms(u64::try_from(LONG_FOR.as_millis()).expect("ms"));
+    took(&pool, &clock, "a", 0).await;
+    took(&pool, &clock, "c", 0).await;
     let (job_a, finish_a) = blocker(started.clone(), "a");
     let (job_c, finish_c) = blocker(started.clone(), "c");
     let (pa, pc) = (pool.clone(), pool.clone());
@@ -205,7 +214,12 @@ async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
     let record = |name: &'static str, more: bool| {
         let (p, s) = (pool.clone(), started.clone());
         async move {
-            p.run_for("v", Some((7, more)), move || {
+            let record = ForRecord {
+                request: 7,
+                more,
+                paid: Duration::ZERO,
+            };
+            p.run_for("v", record, move || {
                 let _ = s.send(name);
             })
             .await
@@ -276,4 +290,52 @@ async fn a_long_compile_holds_back_a_tenants_compiles_not_its_checks() {
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("v compile"));
     assert_eq!(compile.await.expect("task"), Ok(()));
     assert_eq!(a.await.expect("task"), Ok(()));
+}
+
+/// Review 23 of #37: twelve fresh tenants, each with one 1.1 s check, took the thread left for
+/// short jobs in turn. A tenant not seen lately is held back as if it ran long jobs; once its
+/// jobs were short it is not. A check past [`LONG_JOB`] but within what its record pays for
+/// (a large valid record) does not make its tenant long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
+    let clock = Arc::new(ManualClock::new());
+    let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), clock.clone()).expect("pool"));
+    took(&pool, &clock, "victim", 1).await;
+    // A large record's check: 150 ms, its record pays for 200 ms.
+    let c = clock.clone();
+    let paid = ForRecord {
+        request: 1,
+        more: false,
+        paid: Duration::from_millis(200),
+    };
+    assert_eq!(
+        pool.run_for("victim", paid, move || c.advance_ms(150))
+            .await,
+        Ok(())
+    );
+    while pool.load() != (0, 0) {
+        tokio::task::yield_now().await;
+    }
+    let (started, starts) = mpsc::channel();
+    let (job, finish) = blocker(started.clone(), "fresh1");
+    let p = pool.clone();
+    let first = tokio::spawn(async move { p.run("fresh1", job).await });
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("fresh1"));
+    let (job2, finish2) = blocker(started.clone(), "fresh2");
+    let p = pool.clone();
+    let second = tokio::spawn(async move { p.run("fresh2", job2).await });
+    while pool.load() != (1, 1) {
+        tokio::task::yield_now().await;
+    }
+    // The second fresh tenant waits; the victim's check takes the free thread.
+    assert_eq!(pool.run("victim", || "checked").await, Ok("checked"));
+    assert!(
+        starts.try_recv().is_err(),
+        "fresh2 waits for fresh1's thread"
+    );
+    let _ = finish.send(());
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("fresh2"));
+    let _ = finish2.send(());
+    assert_eq!(first.await.expect("task"), Ok(()));
+    assert_eq!(second.await.expect("task"), Ok(()));
 }
