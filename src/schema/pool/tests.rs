@@ -8,17 +8,25 @@ fn real() -> Arc<dyn Clock> {
     Arc::new(MonotonicClock::new())
 }
 
-/// A job that runs until told to finish, saying when it started.
-fn blocker(
-    started: mpsc::Sender<&'static str>,
-    name: &'static str,
-) -> (impl FnOnce() + Send, mpsc::Sender<()>) {
+/// A job of `tenant` that runs until told to finish, saying (its tenant) when it started.
+fn hold(
+    pool: &Arc<Pool>,
+    started: &mpsc::Sender<&'static str>,
+    tenant: &'static str,
+) -> (
+    tokio::task::JoinHandle<Result<(), PoolError>>,
+    mpsc::Sender<()>,
+) {
     let (finish, finished) = mpsc::channel::<()>();
+    let (pool, started) = (pool.clone(), started.clone());
     let job = move || {
-        let _ = started.send(name);
+        let _ = started.send(tenant);
         let _ = finished.recv_timeout(Duration::from_secs(10));
     };
-    (job, finish)
+    (
+        tokio::spawn(async move { pool.run(tenant, job).await }),
+        finish,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,10 +44,9 @@ async fn a_tenant_holding_its_share_does_not_delay_another() {
     let mut finishes = Vec::new();
     let mut tasks = Vec::new();
     for _ in 0..3 {
-        let (job, finish) = blocker(started.clone(), "a");
+        let (task, finish) = hold(&pool, &started, "a");
         finishes.push(finish);
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move { pool.run("a", job).await }));
+        tasks.push(task);
     }
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
     // b's job starts at once on the other thread, though a queued first.
@@ -68,10 +75,8 @@ async fn a_tenant_holding_its_share_does_not_delay_another() {
 async fn a_job_not_started_within_the_wait_is_refused_and_never_runs() {
     let pool = Arc::new(Pool::new(1, 1, Duration::from_millis(200), real()).expect("pool"));
     let (started, starts) = mpsc::channel();
-    let (job, finish) = blocker(started.clone(), "first");
-    let p = pool.clone();
-    let first = tokio::spawn(async move { p.run("a", job).await });
-    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("first"));
+    let (first, finish) = hold(&pool, &started, "a");
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
     let ran = Arc::new(AtomicU8::new(0));
     let r = ran.clone();
     let second = pool.run("b", move || r.store(1, Ordering::SeqCst)).await;
@@ -113,10 +118,8 @@ async fn a_tenant_whose_jobs_took_little_goes_before_one_whose_jobs_took_long() 
     took(&pool, &clock, "cheap", 5).await;
     // The thread busy; "dear" queues, then "cheap".
     let (started, starts) = mpsc::channel();
-    let (job, finish) = blocker(started.clone(), "blocker");
-    let p = pool.clone();
-    let blocking = tokio::spawn(async move { p.run("other", job).await });
-    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("blocker"));
+    let (blocking, finish) = hold(&pool, &started, "other");
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("other"));
     let mut tasks = Vec::new();
     for name in ["dear", "cheap"] {
         let (p, s) = (pool.clone(), started.clone());
@@ -151,12 +154,9 @@ async fn tenants_running_long_jobs_leave_a_thread_for_short_ones() {
     took(&pool, &clock, "b", long - 1).await;
     took(&pool, &clock, "c", 1_000).await;
     let (started, starts) = mpsc::channel();
-    let (job_a, finish_a) = blocker(started.clone(), "a");
-    let (job_c, finish_c) = blocker(started.clone(), "c");
-    let (pa, pc) = (pool.clone(), pool.clone());
-    let a = tokio::spawn(async move { pa.run("a", job_a).await });
+    let (a, finish_a) = hold(&pool, &started, "a");
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
-    let c = tokio::spawn(async move { pc.run("c", job_c).await });
+    let (c, finish_c) = hold(&pool, &started, "c");
     while pool.load() != (1, 1) {
         tokio::task::yield_now().await;
     }
@@ -172,11 +172,8 @@ async fn tenants_running_long_jobs_leave_a_thread_for_short_ones() {
     clock.advance_ms(u64::try_from(LONG_FOR.as_millis()).expect("ms"));
     took(&pool, &clock, "a", 0).await;
     took(&pool, &clock, "c", 0).await;
-    let (job_a, finish_a) = blocker(started.clone(), "a");
-    let (job_c, finish_c) = blocker(started.clone(), "c");
-    let (pa, pc) = (pool.clone(), pool.clone());
-    let a = tokio::spawn(async move { pa.run("a", job_a).await });
-    let c = tokio::spawn(async move { pc.run("c", job_c).await });
+    let (a, finish_a) = hold(&pool, &started, "a");
+    let (c, finish_c) = hold(&pool, &started, "c");
     let mut both = [
         starts.recv_timeout(Duration::from_secs(5)).ok(),
         starts.recv_timeout(Duration::from_secs(5)).ok(),
@@ -206,9 +203,7 @@ async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
         Pool::lingering(1, 1, Duration::from_secs(5), clock, Duration::from_secs(5)).expect("pool"),
     );
     let (started, starts) = mpsc::channel();
-    let (job, finish) = blocker(started.clone(), "x");
-    let p = pool.clone();
-    let blocking = tokio::spawn(async move { p.run("x", job).await });
+    let (blocking, finish) = hold(&pool, &started, "x");
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("x"));
     // The request's first record queues, then another tenant's job.
     let record = |name: &'static str, more: bool| {
@@ -266,9 +261,7 @@ async fn a_long_compile_holds_back_a_tenants_compiles_not_its_checks() {
         tokio::task::yield_now().await;
     }
     let (started, starts) = mpsc::channel();
-    let (job_a, finish_a) = blocker(started.clone(), "a");
-    let pa = pool.clone();
-    let a = tokio::spawn(async move { pa.run("a", job_a).await });
+    let (a, finish_a) = hold(&pool, &started, "a");
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
     // a holds the long jobs' thread: v's check takes the other, its compile waits.
     let (s, pv) = (started.clone(), pool.clone());
@@ -317,13 +310,9 @@ async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
         tokio::task::yield_now().await;
     }
     let (started, starts) = mpsc::channel();
-    let (job, finish) = blocker(started.clone(), "fresh1");
-    let p = pool.clone();
-    let first = tokio::spawn(async move { p.run("fresh1", job).await });
+    let (first, finish) = hold(&pool, &started, "fresh1");
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("fresh1"));
-    let (job2, finish2) = blocker(started.clone(), "fresh2");
-    let p = pool.clone();
-    let second = tokio::spawn(async move { p.run("fresh2", job2).await });
+    let (second, finish2) = hold(&pool, &started, "fresh2");
     while pool.load() != (1, 1) {
         tokio::task::yield_now().await;
     }
