@@ -379,8 +379,13 @@ impl Watch<'_> {
                 }
             }
         }
-        // Phase 2: finish what is in flight, then close; a peer that will not let go is cut.
+        // Phase 2: finish what is in flight, then close; a peer that will not let go is cut —
+        // at once nearly, when it closes to make room for a newcomer that waits for its slot.
         graceful(connection.as_mut());
-        let _ = tokio::time::timeout(self.idle.max(self.first), connection).await;
+        let grace = match self.closing {
+            Some(trust) if trust.made_room() => unverified::ROOM_GRACE,
+            _ => self.idle.max(self.first),
+        };
+        let _ = tokio::time::timeout(grace, connection).await;
     }
 }

@@ -25,10 +25,11 @@
 //! the newcomer's address does and more than its fair share of the listener, its oldest idle
 //! connection is closed gracefully (an HTTP/1 keep-alive connection between requests, an
 //! HTTP/2 session with no stream open), as nginx reuses idle keep-alive connections when its
-//! connections run out. A busy connection is never taken (review 23: a v3 stream's answer
-//! runs up to a minute, and the newcomer and the accept loop waited for it), nor one of a
-//! tenant within its share (review 23: silent connections from many addresses closed a small
-//! tenant's keep-alive connections one by one).
+//! connections run out; with none idle, its oldest busy one, cut after [`ROOM_GRACE`]. A tenant
+//! within its share is never taken from (review 23: silent connections from many addresses
+//! closed a small tenant's keep-alive connections one by one). And when every address holds
+//! as many unauthenticated connections as the newcomer's (one each), the oldest of them makes
+//! room once it is [`ROOM_AGE`] old.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -55,6 +56,12 @@ pub struct Unverified {
     pub evicted_bound: AtomicU64,
     /// The connections the listener serves (0 until told: no tenant's share is known).
     listener: AtomicUsize,
+    /// Every unverified connection, oldest first (some verified or gone since), and how many
+    /// are counted now: when every address holds as many as the newcomer's, the oldest one
+    /// makes room.
+    oldest: Mutex<Held>,
+    unverified_now: AtomicUsize,
+    room_age: std::time::Duration,
 }
 
 /// What a full listener does with a new connection ([`Unverified::make_room_for`]).
@@ -89,19 +96,6 @@ impl Held {
     }
 }
 
-/// The slots looked at while a count's lock is held, dropped only after it is released: the
-/// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
-#[derive(Default)]
-struct Looked(Vec<Arc<Slot>>);
-
-impl Looked {
-    fn at(&mut self, weak: &Weak<Slot>) -> Option<&Slot> {
-        let slot = weak.upgrade()?;
-        self.0.push(slot);
-        self.0.last().map(|s| &**s)
-    }
-}
-
 /// A connection's mark, carried by each of its requests (an extension): the pipeline calls
 /// [`ConnectionTrust::verified`] once a request authenticated.
 #[derive(Debug, Clone)]
@@ -125,7 +119,20 @@ struct Slot {
     /// What the connection is doing, once it is served: an idle one is closed first to make
     /// room.
     activity: std::sync::OnceLock<Weak<super::activity::Activity>>,
+    /// Set when it is closing to make room: its answers in flight get [`ROOM_GRACE`], not the
+    /// idle time.
+    made_room: AtomicBool,
+    opened: std::time::Instant,
 }
+
+/// How long a busy connection closed to make room may finish what it is doing: a stream's
+/// answer runs up to a minute, and the newcomer (and the accept loop behind it) waits for its
+/// slot (review 24 of #37: busy streams and HTTP/2 sessions of four tenants kept new
+/// connections out for 55–86 s).
+pub const ROOM_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// An unauthenticated connection younger than this is not closed to make room for a newcomer
+/// whose address holds as many: else two floods would close each other's before a byte came.
+pub const ROOM_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Slot {
     fn idle(&self) -> bool {
@@ -138,6 +145,16 @@ impl Slot {
 
 impl Unverified {
     pub fn new(max: usize, max_per_tenant: usize, exempt: TrustedProxies) -> Arc<Self> {
+        Self::aged(max, max_per_tenant, exempt, ROOM_AGE)
+    }
+
+    /// [`Unverified::new`], an unverified connection making room once older than `room_age`.
+    fn aged(
+        max: usize,
+        max_per_tenant: usize,
+        exempt: TrustedProxies,
+        room_age: std::time::Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             max: AtomicUsize::new(max),
             max_per_tenant: AtomicUsize::new(max_per_tenant.max(1)),
@@ -148,6 +165,9 @@ impl Unverified {
             evicted: AtomicU64::new(0),
             evicted_bound: AtomicU64::new(0),
             listener: AtomicUsize::new(0),
+            oldest: Mutex::default(),
+            unverified_now: AtomicUsize::new(0),
+            room_age,
         })
     }
 
@@ -210,6 +230,8 @@ impl Unverified {
             evicted: AtomicBool::new(false),
             evict: tokio::sync::Notify::new(),
             activity: std::sync::OnceLock::new(),
+            made_room: AtomicBool::new(false),
+            opened: std::time::Instant::now(),
         });
         let mut looked = Looked::default();
         if counted {
@@ -225,6 +247,10 @@ impl Unverified {
             }
             held.push(&slot, |s| s.counted.load(Ordering::Acquire), &mut looked);
             slot.counted.store(true, Ordering::Release);
+            // The order's count is what is unverified now, so it is compacted by that.
+            let mut oldest = self.oldest();
+            oldest.n = self.unverified_now.fetch_add(1, Ordering::Relaxed);
+            oldest.push(&slot, |s| s.counted.load(Ordering::Acquire), &mut looked);
         }
         Some(ConnectionTrust(slot))
     }
@@ -262,6 +288,10 @@ impl Unverified {
             (None, Some(t)) => close_bound(t, l),
             (None, None) => false,
         };
+        // Every address holding one (review 24 of #37: 400 addresses' silent connections
+        // filled the listener, and a new one waited 8–10 s for their deadline): the oldest
+        // unverified one, if it had a while to speak, makes room for the newcomer.
+        let made = made || (mine <= 1 && close_oldest(&mut self.oldest(), self.room_age, l));
         drop((counts, tenants));
         drop(looked);
         match made {
@@ -280,7 +310,14 @@ impl Unverified {
         self.counts().get(&address).map_or(0, |h| h.n)
     }
 
+    fn oldest(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.oldest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn release(&self, address: IpAddr) {
+        self.unverified_now.fetch_sub(1, Ordering::Relaxed);
         let mut counts = self.counts();
         if let Some(held) = counts.get_mut(&address) {
             held.n -= 1;
@@ -289,47 +326,6 @@ impl Unverified {
             }
         }
     }
-}
-
-/// Closes the oldest of `held`'s unverified connections at once; `false` if none is left.
-fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
-    while let Some(weak) = held.slots.pop_front() {
-        let Some(slot) = looked.at(&weak) else {
-            continue;
-        };
-        if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
-            slot.evict.notify_one();
-            slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-    }
-    false
-}
-
-/// Closes gracefully the oldest idle one of a tenant's connections; `false` if none is idle.
-/// A busy one is never taken: it would close only after its answers, and a stream's answer
-/// may run for a minute while the newcomer, and the accept loop behind it, wait (review 23
-/// of #37: 384 silent v3 streams kept new connections waiting up to 59 s).
-fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
-    held.slots.retain(|w| {
-        looked
-            .at(w)
-            .is_some_and(|s| !s.closing.load(Ordering::Acquire))
-    });
-    let Some(at) = held
-        .slots
-        .iter()
-        .position(|w| looked.at(w).is_some_and(Slot::idle))
-    else {
-        return false;
-    };
-    let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
-        return false;
-    };
-    slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
-    slot.closing.store(true, Ordering::Release);
-    slot.close.notify_one();
-    true
 }
 
 impl ConnectionTrust {
@@ -382,6 +378,11 @@ impl ConnectionTrust {
         self.0.evict.notified().await;
     }
 
+    /// Whether it is closing to make room (its answers in flight get [`ROOM_GRACE`]).
+    pub fn made_room(&self) -> bool {
+        self.0.made_room.load(Ordering::Acquire)
+    }
+
     /// The connection is served now, doing what `activity` says (its idle ones are closed
     /// first to make room).
     pub(super) fn served(&self, activity: &Arc<super::activity::Activity>) {
@@ -420,6 +421,9 @@ impl Drop for Slot {
         }
     }
 }
+
+mod room;
+use room::{close_bound, close_oldest, close_unverified, Looked};
 
 #[cfg(test)]
 mod tests;

@@ -181,18 +181,20 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
         greedy[2].0.closing.load(Ordering::Acquire),
         "the next idle one"
     );
-    // Review 23: a busy one closes only after its answers (a stream's may run a minute), and
-    // the newcomer would wait for it: never taken.
+    // Review 24: a busy one is taken last, and gets a short grace to finish.
+    assert!(!greedy[0].0.made_room.load(Ordering::Acquire));
+    assert_eq!(guard.make_room_for(c), Room::Made, "then the busy one");
+    assert!(greedy[0].0.closing.load(Ordering::Acquire));
+    assert!(greedy[0].made_room(), "cut after ROOM_GRACE");
     assert_eq!(
         guard.make_room_for(c),
         Room::Wait,
-        "only the busy one is left"
+        "all of greedy's closing"
     );
-    assert!(!greedy[0].0.closing.load(Ordering::Acquire));
     drop(greedy);
     assert_eq!(guard.make_room_for(c), Room::Wait, "lone's one is kept");
     assert!(!lone.0.closing.load(Ordering::Acquire));
-    assert_eq!(guard.evicted_bound.load(Ordering::Relaxed), 2);
+    assert_eq!(guard.evicted_bound.load(Ordering::Relaxed), 3);
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
 }
 
@@ -225,4 +227,40 @@ fn only_a_tenant_over_its_share_of_the_listener_makes_room() {
         "5 of 12 is over its share"
     );
     assert!(held[0].0.closing.load(Ordering::Acquire));
+}
+
+/// Review 24 of #37: silent connections from 400 addresses, one each, filled the listener, and
+/// a new client waited 8–10 s for their deadline. With no address holding more than the
+/// newcomer's, the oldest unverified connection makes room, once it had a while to speak.
+#[test]
+fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
+    let guard = Unverified::aged(
+        4,
+        1_000,
+        TrustedProxies::default(),
+        std::time::Duration::ZERO,
+    );
+    let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+    let held: Vec<_> = (1..=3)
+        .map(|n| guard.admit(ip(n)).expect("one each"))
+        .collect();
+    assert!(held[0].verified_as("t"), "verified: out of the order");
+    let _newcomer = guard.admit(ip(9)).expect("newcomer");
+    assert_eq!(guard.make_room_for(ip(9)), Room::Made);
+    assert!(!held[0].0.evicted.load(Ordering::Acquire));
+    assert!(
+        held[1].0.evicted.load(Ordering::Acquire),
+        "the oldest unverified"
+    );
+    assert!(!held[2].0.evicted.load(Ordering::Acquire));
+    assert_eq!(guard.make_room_for(ip(9)), Room::Made);
+    assert!(held[2].0.evicted.load(Ordering::Acquire), "then the next");
+    assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
+    // Younger than the age: kept (two floods would close each other's at once).
+    let young = Unverified::new(4, 1_000, TrustedProxies::default());
+    let _held: Vec<_> = (1..=3)
+        .map(|n| young.admit(ip(n)).expect("one each"))
+        .collect();
+    let _newcomer = young.admit(ip(9)).expect("newcomer");
+    assert_eq!(young.make_room_for(ip(9)), Room::Wait);
 }

@@ -689,3 +689,56 @@ async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     assert_eq!(closed("made_room_unauthenticated"), 0.0);
     gw.shutdown().await;
 }
+
+/// Review 24 of #37: four tenants' busy v3 streams and HTTP/2 sessions held the full listener,
+/// and a new client waited until they ended (up to `stream_max_duration_ms`). A tenant over its
+/// share with no idle connection gives up its oldest busy one, cut after a short grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_listener_cuts_a_busy_connection_of_a_tenant_over_its_share() {
+    let (_c, gw) = gateway(|cfg| {
+        cfg.server.max_connections = 2;
+        cfg.server.max_connections_per_tenant = 2;
+        cfg.tenants
+            .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    })
+    .await;
+    // Two requests whose bodies never come: busy until the body's deadline (30 s).
+    let head = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        busy.push(sent(&gw, head.as_bytes()).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // both authenticated
+    let body = r#"{"records":[{"value":1}]}"#;
+    let request = format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer other-key-000000000000\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let started = std::time::Instant::now();
+    let mut newcomer = sent(&gw, request.as_bytes()).await;
+    let mut buf = [0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), newcomer.read(&mut buf))
+        .await
+        .expect("served within 5 s, not at the body deadline")
+        .expect("read");
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let metrics = scrape(&gw).await;
+    assert_eq!(
+        crate::common::exposition::sample(
+            &metrics,
+            "floodgate_connections_closed_total{reason=\"made_room_tenant\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+    gw.shutdown().await;
+}

@@ -214,6 +214,36 @@ async fn refused_requests_never_register_a_schema() {
     );
 }
 
+/// Review 24 of #37: the registry lookup of a new raw schema was not one of its tenant's
+/// lookups, so a 1-record/s tenant's records refused after it (a partition the topic does not
+/// have) made 1,200 lookups in 13 s against a bucket of 100 + 10/s. Each is the tenant's own.
+#[tokio::test]
+async fn a_raw_schemas_lookup_is_one_of_its_tenants_lookups() {
+    let (registry, topic) = registry_and_topic("test.lookups").await;
+    let gw = gateway(
+        &registry,
+        "tenant_lookups_per_sec = 1\ntenant_lookups_burst = 2",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let mut busy = 0;
+    for i in 0..8 {
+        let schema = json!({"type": "object", "title": format!("l{i}")}).to_string();
+        let record = json!({"partition_id": 99,
+            "value": {"type": "JSONSCHEMA", "schema": schema, "data": {}}});
+        let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+        assert!(s == 404 || s == 429, "{s} {answer}");
+        busy += usize::from(s == 429);
+    }
+    let elapsed = started.elapsed().as_secs();
+    let lookups = registry.calls(Call::Lookup);
+    assert!(
+        lookups <= 2 + elapsed + 1,
+        "{lookups} lookups in {elapsed} s"
+    );
+    assert!(busy > 0, "the tenant's lookups ran out");
+}
+
 #[tokio::test]
 async fn a_tenants_registrations_are_charged_to_it() {
     let (registry, topic) = registry_and_topic("test.regs").await;

@@ -1,0 +1,86 @@
+//! Making room on a full listener: which connection is closed for a newcomer — an address's
+//! oldest unauthenticated one, a tenant's oldest idle (else busy) one, or the oldest
+//! unauthenticated one of all — and the slots looked at meanwhile.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use super::{Held, Slot};
+
+/// The slots looked at while a count's lock is held, dropped only after it is released: the
+/// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
+#[derive(Default)]
+pub(super) struct Looked(pub(super) Vec<Arc<Slot>>);
+
+impl Looked {
+    pub(super) fn at(&mut self, weak: &Weak<Slot>) -> Option<&Slot> {
+        let slot = weak.upgrade()?;
+        self.0.push(slot);
+        self.0.last().map(|s| &**s)
+    }
+}
+
+/// Closes the oldest of every unverified connection at once if it is older than `age`; `false`
+/// if none is.
+pub(super) fn close_oldest(all: &mut Held, age: std::time::Duration, looked: &mut Looked) -> bool {
+    while let Some(weak) = all.slots.front().cloned() {
+        let live = looked
+            .at(&weak)
+            .filter(|s| s.counted.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire));
+        let Some(slot) = live else {
+            // Verified, closing or gone: out of the order for good.
+            all.slots.pop_front();
+            continue;
+        };
+        if slot.opened.elapsed() < age {
+            return false;
+        }
+        slot.evicted.store(true, Ordering::Release);
+        slot.evict.notify_one();
+        slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
+        all.slots.pop_front();
+        return true;
+    }
+    false
+}
+
+/// Closes the oldest of `held`'s unverified connections at once; `false` if none is left.
+pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
+    while let Some(weak) = held.slots.pop_front() {
+        let Some(slot) = looked.at(&weak) else {
+            continue;
+        };
+        if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
+            slot.evict.notify_one();
+            slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+    }
+    false
+}
+
+/// Closes gracefully the oldest idle one of a tenant's connections, else its oldest busy one,
+/// which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close after its answers, a
+/// stream's answer ran a minute while the newcomer and the accept loop waited; review 24: a
+/// busy one never taken, four tenants' streams kept new connections out for minutes);
+/// `false` if none is left.
+pub(super) fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
+    held.slots.retain(|w| {
+        looked
+            .at(w)
+            .is_some_and(|s| !s.closing.load(Ordering::Acquire))
+    });
+    let at = held
+        .slots
+        .iter()
+        .position(|w| looked.at(w).is_some_and(Slot::idle))
+        .unwrap_or(0);
+    let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
+        return false;
+    };
+    slot.made_room.store(true, Ordering::Release);
+    slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
+    slot.closing.store(true, Ordering::Release);
+    slot.close.notify_one();
+    true
+}
