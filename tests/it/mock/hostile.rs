@@ -32,6 +32,34 @@ fn one() -> serde_json::Value {
     json!({"records":[{"value":1}]})
 }
 
+/// A gateway whose produce listener serves `n` connections, a tenant may hold them all, and a
+/// second tenant ("other-key-000000000000").
+async fn listener_of(n: usize) -> (Cluster, Gateway) {
+    gateway(|cfg| {
+        cfg.server.max_connections = n;
+        cfg.server.max_connections_per_tenant = n;
+        cfg.tenants
+            .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    })
+    .await
+}
+
+/// One record's body, as text.
+const ONE: &str = r#"{"records":[{"value":1}]}"#;
+
+/// A `/v1` request head to test.hostile with `key`, declaring `length` bytes of body.
+fn head_for(key: &str, length: usize) -> String {
+    format!(
+        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+}
+
+/// A whole `/v1` request of one record with `key`.
+fn request_with(key: &str) -> String {
+    head_for(key, ONE.len()) + ONE
+}
+
 /// Everything the server sends until it closes the connection (or `limit` passes).
 async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String> {
     let mut out = Vec::new();
@@ -559,14 +587,7 @@ async fn one_tenant_cannot_hold_every_connection() {
             .push(tenant("other", "other-key-000000000000", &["test.*"]));
     })
     .await;
-    let request = |key: &str| {
-        let body = r#"{"records":[{"value":1}]}"#;
-        format!(
-            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-    };
+    let request = request_with;
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut s = sent(&gw, request(KEY).as_bytes()).await;
@@ -613,21 +634,8 @@ async fn one_tenant_cannot_hold_every_connection() {
 /// connection is not the one closed, and a tenant holding one connection keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
-    let (_c, gw) = gateway(|cfg| {
-        cfg.server.max_connections = 4;
-        cfg.server.max_connections_per_tenant = 4;
-        cfg.tenants
-            .push(tenant("other", "other-key-000000000000", &["test.*"]));
-    })
-    .await;
-    let body = r#"{"records":[{"value":1}]}"#;
-    let request = |key: &str| {
-        format!(
-            "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-    };
+    let (_c, gw) = listener_of(4).await;
+    let (body, request) = (ONE, request_with);
     let served = |mut s: TcpStream, key: &'static str| {
         let request = request(key);
         async move {
@@ -695,29 +703,15 @@ async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
 /// share with no idle connection gives up its oldest busy one, cut after a short grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_listener_cuts_a_busy_connection_of_a_tenant_over_its_share() {
-    let (_c, gw) = gateway(|cfg| {
-        cfg.server.max_connections = 2;
-        cfg.server.max_connections_per_tenant = 2;
-        cfg.tenants
-            .push(tenant("other", "other-key-000000000000", &["test.*"]));
-    })
-    .await;
+    let (_c, gw) = listener_of(2).await;
     // Two requests whose bodies never come: busy until the body's deadline (30 s).
-    let head = format!(
-        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
-         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
-    );
+    let head = head_for(KEY, 100) + "{";
     let mut busy = Vec::new();
     for _ in 0..2 {
         busy.push(sent(&gw, head.as_bytes()).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await; // both authenticated
-    let body = r#"{"records":[{"value":1}]}"#;
-    let request = format!(
-        "POST /v1/topics/test.hostile/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer other-key-000000000000\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let request = request_with("other-key-000000000000");
     let started = std::time::Instant::now();
     let mut newcomer = sent(&gw, request.as_bytes()).await;
     let mut buf = [0u8; 1024];
