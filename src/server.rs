@@ -128,20 +128,35 @@ pub async fn serve(
         };
         // Accepted before its slot: the listener full, its address sees whether another
         // holds more unverified connections than it does, and takes the oldest one's slot.
-        // One accepted connection waits for a slot at a time.
+        // One accepted connection waits for a slot at a time, asking again while no room was
+        // made: a flood that reopens every slot at once leaves none old enough to close when
+        // the newcomer comes, but one a second later (review 25 of #37: asked once, a newcomer
+        // waited ~9 s for the flood's next timeout wave).
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                let room = bounds
-                    .unverified
-                    .as_ref()
-                    .map(|u| u.make_room_for(peer.ip()));
-                if room == Some(unverified::Room::Refused) {
-                    continue;
-                }
-                tokio::select! {
-                    p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-                    () = &mut shutdown => break,
+                let ask = || {
+                    bounds
+                        .unverified
+                        .as_ref()
+                        .map_or(unverified::Room::Wait, |u| u.make_room_for(peer.ip()))
+                };
+                let mut room = ask();
+                let slot = loop {
+                    if room == unverified::Room::Refused {
+                        break None;
+                    }
+                    let again = room == unverified::Room::Wait && bounds.unverified.is_some();
+                    tokio::select! {
+                        p = permits.clone().acquire_owned() => break Some(p.ok()),
+                        () = &mut shutdown => break Some(None),
+                        () = tokio::time::sleep(ROOM_ASK), if again => room = ask(),
+                    }
+                };
+                match slot {
+                    None => continue,
+                    Some(Some(p)) => p,
+                    Some(None) => break,
                 }
             }
         };
@@ -172,6 +187,9 @@ pub async fn serve(
         .is_ok();
     drained
 }
+
+/// How often a newcomer waiting for a slot of a full listener asks again for room.
+const ROOM_ASK: Duration = Duration::from_millis(100);
 
 /// Who is at the other end: its address, and its mark while it has not authenticated.
 #[derive(Clone)]

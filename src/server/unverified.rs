@@ -276,22 +276,25 @@ impl Unverified {
         // silent connections from many addresses closed a small tenant's keep-alive
         // connections one by one (review 23 of #37: 8 connections, 41 of 112 requests broken).
         let share = self.listener.load(Ordering::Relaxed) / (tenants.len() + 1);
-        let tenant_most = tenants
+        let mut tenant_most = tenants
             .values_mut()
             .filter(|h| h.n > mine && h.n > share)
             .max_by_key(|h| h.n);
         let mut looked = Looked::default();
         let l = &mut looked;
-        let made = match (address_most, tenant_most) {
-            (Some(a), Some(t)) if t.n > a.n => close_bound(t, l) || close_unverified(a, l),
-            (Some(a), t) => close_unverified(a, l) || t.is_some_and(|t| close_bound(t, l)),
-            (None, Some(t)) => close_bound(t, l),
+        let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, false);
+        let made = match (address_most, tenant_most.as_deref_mut()) {
+            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, l),
+            (Some(a), t) => close_unverified(a, l) || t.is_some_and(|t| idle(t, l)),
+            (None, Some(t)) => idle(t, l),
             (None, None) => false,
         };
         // Every address holding one (review 24 of #37: 400 addresses' silent connections
         // filled the listener, and a new one waited 8–10 s for their deadline): the oldest
-        // unverified one, if it had a while to speak, makes room for the newcomer.
+        // unverified one, if it had a while to speak, makes room for the newcomer — before a
+        // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
         let made = made || (mine <= 1 && close_oldest(&mut self.oldest(), self.room_age, l));
+        let made = made || tenant_most.is_some_and(|t| close_bound(t, l, true));
         drop((counts, tenants));
         drop(looked);
         match made {

@@ -59,12 +59,12 @@ pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
     false
 }
 
-/// Closes gracefully the oldest idle one of a tenant's connections, else its oldest busy one,
+/// Closes gracefully the oldest idle one of a tenant's connections, else (`busy`) its oldest busy one,
 /// which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close after its answers, a
 /// stream's answer ran a minute while the newcomer and the accept loop waited; review 24: a
 /// busy one never taken, four tenants' streams kept new connections out for minutes);
 /// `false` if none is left.
-pub(super) fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
+pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, busy: bool) -> bool {
     held.slots.retain(|w| {
         looked
             .at(w)
@@ -74,7 +74,10 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked) -> bool {
         .slots
         .iter()
         .position(|w| looked.at(w).is_some_and(Slot::idle))
-        .unwrap_or(0);
+        .or(busy.then_some(0));
+    let Some(at) = at else {
+        return false;
+    };
     let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
         return false;
     };

@@ -264,3 +264,55 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
     let _newcomer = young.admit(ip(9)).expect("newcomer");
     assert_eq!(young.make_room_for(ip(9)), Room::Wait);
 }
+
+/// Review 25 of #37: a flood of silent connections made every newcomer cut a busy upload of a
+/// tenant over its share. The oldest silent connection makes room first; a busy one is cut
+/// only when no silent one is old enough.
+#[test]
+fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
+    let guard = Unverified::aged(
+        4,
+        1_000,
+        TrustedProxies::default(),
+        std::time::Duration::ZERO,
+    );
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let busy = std::sync::Arc::new(crate::server::activity::Activity::new(
+        std::time::Instant::now(),
+        true,
+    ));
+    busy.in_flight.store(1, Ordering::Release);
+    let uploads: Vec<_> = (0..3)
+        .map(|_| {
+            let trust = guard.admit(a).expect("a");
+            trust.served(&busy);
+            assert!(trust.verified_as("uploader"));
+            trust
+        })
+        .collect();
+    let silent = guard
+        .admit("10.0.0.2".parse().expect("ip"))
+        .expect("silent");
+    let c: IpAddr = "10.0.0.3".parse().expect("ip");
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(guard.make_room_for(c), Room::Made);
+    assert!(
+        silent.0.evicted.load(Ordering::Acquire),
+        "the silent one first"
+    );
+    assert!(uploads.iter().all(|u| !u.0.closing.load(Ordering::Acquire)));
+    drop(silent);
+    // No silent one left but the newcomer itself: the busy one is cut.
+    let young = Unverified::new(4, 1_000, TrustedProxies::default());
+    let uploads: Vec<_> = (0..3)
+        .map(|_| {
+            let trust = young.admit(a).expect("a");
+            trust.served(&busy);
+            assert!(trust.verified_as("uploader"));
+            trust
+        })
+        .collect();
+    let _newcomer = young.admit(c).expect("c");
+    assert_eq!(young.make_room_for(c), Room::Made);
+    assert!(uploads[0].made_room(), "cut after ROOM_GRACE");
+}
