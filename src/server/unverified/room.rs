@@ -10,7 +10,7 @@ use super::{Held, Slot};
 /// The slots looked at while a count's lock is held, dropped only after it is released: the
 /// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
 #[derive(Default)]
-pub(super) struct Looked(pub(super) Vec<Arc<Slot>>);
+pub(super) struct Looked(Vec<Arc<Slot>>);
 
 impl Looked {
     pub(super) fn at(&mut self, weak: &Weak<Slot>) -> Option<&Slot> {
