@@ -50,10 +50,11 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
 mod activity;
+mod newcomer;
 mod prefixed;
 pub mod unverified;
 pub use activity::StreamDeadline;
@@ -101,6 +102,9 @@ pub async fn serve(
     drain: Duration,
 ) -> bool {
     let permits = Arc::new(Semaphore::new(bounds.max_connections));
+    let waiting = Arc::new(Semaphore::new(newcomer::waiting_bound(
+        bounds.max_connections,
+    )));
     let (stop_tx, stop_rx) = watch::channel(false);
     let bounds = Arc::new(bounds);
     tokio::pin!(shutdown);
@@ -126,57 +130,40 @@ pub async fn serve(
             },
             None => None,
         };
-        // Accepted before its slot: the listener full, its address sees whether another
-        // holds more unverified connections than it does, and takes the oldest one's slot.
-        // One accepted connection waits for a slot at a time, asking again while no room was
-        // made: a flood that reopens every slot at once leaves none old enough to close when
-        // the newcomer comes, but one a second later (review 25 of #37: asked once, a newcomer
-        // waited ~9 s for the flood's next timeout wave).
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                let ask = || {
-                    bounds
-                        .unverified
-                        .as_ref()
-                        .map_or(unverified::Room::Wait, |u| u.make_room_for(peer.ip()))
-                };
-                let mut room = ask();
-                let slot = loop {
-                    if room == unverified::Room::Refused {
-                        break None;
-                    }
-                    let again = room == unverified::Room::Wait && bounds.unverified.is_some();
-                    tokio::select! {
-                        p = permits.clone().acquire_owned() => break Some(p.ok()),
-                        () = &mut shutdown => break Some(None),
-                        () = tokio::time::sleep(ROOM_ASK), if again => room = ask(),
-                    }
-                };
-                match slot {
-                    None => continue,
-                    Some(Some(p)) => p,
-                    Some(None) => break,
-                }
-            }
-        };
         let _ = stream.set_nodelay(true);
-        let (router, bounds, stop) = (router.clone(), bounds.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            let evict = trust.clone();
-            let evicted = async {
-                match &evict {
-                    Some(trust) => trust.evicted().await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Closed at once when evicted: whatever it was doing, unauthenticated.
-            tokio::select! {
-                () = serve_connection(stream, Peer { addr: peer, trust }, router, &bounds, stop) => {}
-                () = evicted => {}
+        let conn = Accepted {
+            stream,
+            peer: Peer { addr: peer, trust },
+        };
+        // A slot free: served at once. Else the newcomer waits for one beside the others
+        // waiting, asking for room (see `newcomer`), and the accept loop goes on unless as
+        // many wait as may.
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => conn.spawn(permit, &router, &bounds, &stop_rx),
+            Err(_) => {
+                let place = tokio::select! {
+                    p = waiting.clone().acquire_owned() => p,
+                    () = &mut shutdown => break,
+                };
+                let Ok(place) = place else { break };
+                let (permits, router, bounds, stop) = (
+                    permits.clone(),
+                    router.clone(),
+                    bounds.clone(),
+                    stop_rx.clone(),
+                );
+                tokio::spawn(async move {
+                    let unverified = bounds.unverified.as_deref();
+                    let trust = conn.peer.trust.as_ref();
+                    let slot =
+                        newcomer::slot_for(permits, unverified, peer.ip(), trust, stop.clone());
+                    if let Some(permit) = slot.await {
+                        drop(place);
+                        conn.spawn(permit, &router, &bounds, &stop);
+                    }
+                });
             }
-            drop(permit);
-        });
+        }
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -188,8 +175,40 @@ pub async fn serve(
     drained
 }
 
-/// How often a newcomer waiting for a slot of a full listener asks again for room.
-const ROOM_ASK: Duration = Duration::from_millis(100);
+/// An accepted connection and who is at its other end.
+struct Accepted {
+    stream: TcpStream,
+    peer: Peer,
+}
+
+impl Accepted {
+    /// Serves it on its own task, holding `permit` until it ends.
+    fn spawn(
+        self,
+        permit: OwnedSemaphorePermit,
+        router: &Router,
+        bounds: &Arc<ConnectionBounds>,
+        stop: &watch::Receiver<bool>,
+    ) {
+        let (router, bounds, stop) = (router.clone(), bounds.clone(), stop.clone());
+        let Accepted { stream, peer } = self;
+        tokio::spawn(async move {
+            let evict = peer.trust.clone();
+            let evicted = async {
+                match &evict {
+                    Some(trust) => trust.evicted().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Closed at once when evicted: whatever it was doing, unauthenticated.
+            tokio::select! {
+                () = serve_connection(stream, peer, router, &bounds, stop) => {}
+                () = evicted => {}
+            }
+            drop(permit);
+        });
+    }
+}
 
 /// Who is at the other end: its address, and its mark while it has not authenticated.
 #[derive(Clone)]

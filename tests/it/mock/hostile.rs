@@ -44,6 +44,18 @@ async fn listener_of(n: usize) -> (Cluster, Gateway) {
     .await
 }
 
+/// `n` connections of the tenant `KEY`, each with a request whose body never comes: busy
+/// until the body's deadline (30 s), and authenticated when this returns.
+async fn held_busy(gw: &Gateway, n: usize) -> Vec<TcpStream> {
+    let head = head_for(KEY, 100) + "{";
+    let mut busy = Vec::new();
+    for _ in 0..n {
+        busy.push(sent(gw, head.as_bytes()).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    busy
+}
+
 /// One record's body, as text.
 const ONE: &str = r#"{"records":[{"value":1}]}"#;
 
@@ -704,13 +716,7 @@ async fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_listener_cuts_a_busy_connection_of_a_tenant_over_its_share() {
     let (_c, gw) = listener_of(2).await;
-    // Two requests whose bodies never come: busy until the body's deadline (30 s).
-    let head = head_for(KEY, 100) + "{";
-    let mut busy = Vec::new();
-    for _ in 0..2 {
-        busy.push(sent(&gw, head.as_bytes()).await);
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await; // both authenticated
+    let _busy = held_busy(&gw, 2).await;
     let request = request_with("other-key-000000000000");
     let started = std::time::Instant::now();
     let mut newcomer = sent(&gw, request.as_bytes()).await;
@@ -734,5 +740,47 @@ async fn a_full_listener_cuts_a_busy_connection_of_a_tenant_over_its_share() {
         1.0,
         "{metrics}"
     );
+    gw.shutdown().await;
+}
+
+/// Newcomers to a full listener wait for room beside each other: each cut connection gets a
+/// second to finish, and three newcomers waited in turn took three (review 25 of #37: 80
+/// newcomers a wave moved one a second, and new clients waited 2–21 s).
+#[tokio::test]
+async fn newcomers_to_a_full_listener_make_room_beside_each_other() {
+    let (_c, gw) = listener_of(4).await;
+    let _busy = held_busy(&gw, 4).await;
+    let started = std::time::Instant::now();
+    let mut newcomers = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let addr = gw.addr;
+        newcomers.spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.expect("connect");
+            let request = request_with("other-key-000000000000");
+            stream.write_all(request.as_bytes()).await.expect("write");
+            let mut buf = [0u8; 1024];
+            let n = stream.read(&mut buf).await.expect("read");
+            let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+            // Kept open: a newcomer closing would free its slot for the next one.
+            (answer, started.elapsed(), stream)
+        });
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(10), newcomers.join_all())
+        .await
+        .expect("every newcomer served before the bodies' deadline");
+    for (answer, after, _) in &answered {
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // Waited in turn, the third would take three grace periods (3 s).
+        assert!(
+            *after < Duration::from_millis(2500),
+            "answered after {after:?}"
+        );
+    }
+    let metrics = scrape(&gw).await;
+    let cut = crate::common::exposition::sample(
+        &metrics,
+        "floodgate_connections_closed_total{reason=\"made_room_tenant\"}",
+    );
+    assert_eq!(cut, 3.0, "{metrics}");
     gw.shutdown().await;
 }

@@ -1,0 +1,70 @@
+//! A connection accepted while the listener is full: it waits for a slot, asking
+//! [`Unverified::make_room_for`] again while no room was made, beside the other newcomers
+//! waiting (at most [`waiting_bound`] of them) rather than in the accept loop.
+//!
+//! Why beside, not in turn: a busy connection chosen to make room gets a second to finish
+//! before it is cut, and a newcomer awaited in the accept loop held every one behind it for
+//! that second (review 25 of #37: 80 silent addresses' waves against four tenants' busy
+//! sessions moved about one newcomer a second, and new clients waited 2–21 s).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use super::unverified::{ConnectionTrust, Room, Unverified, ROOM_GRACE};
+
+/// How often a newcomer waiting for a slot of a full listener asks again for room.
+const ROOM_ASK: Duration = Duration::from_millis(100);
+
+/// How long a newcomer for which room was made waits for that slot before it asks again: the
+/// connection closing for it may have been a newcomer waiting too, which frees no slot.
+const ROOM_MADE_WAIT: Duration = ROOM_GRACE.saturating_add(ROOM_ASK);
+
+/// Newcomers that may wait for a slot at once, each holding its accepted socket: an eighth of
+/// the listener, at least 4. Past it the accept loop waits, and the kernel's backlog holds the
+/// rest, as before there was any room to make.
+pub fn waiting_bound(listener: usize) -> usize {
+    (listener / 8).max(4)
+}
+
+/// Waits for a slot of `permits` for a newcomer from `peer` marked `trust`: `None` when it is
+/// refused (its address holds the most unverified connections), closed to make room for
+/// another while it waits, or the server stops first.
+pub async fn slot_for(
+    permits: Arc<Semaphore>,
+    unverified: Option<&Unverified>,
+    peer: IpAddr,
+    trust: Option<&ConnectionTrust>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    let Some(unverified) = unverified else {
+        tokio::select! {
+            p = permits.acquire_owned() => return p.ok(),
+            _ = stop.wait_for(|stop| *stop) => return None,
+        }
+    };
+    let evicted = async {
+        match trust {
+            Some(trust) => trust.evicted().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(evicted);
+    loop {
+        // Room made: one connection is closing for this newcomer, and asking again at once
+        // would close another.
+        let again = match unverified.make_room_for(peer) {
+            Room::Refused => return None,
+            Room::Made => ROOM_MADE_WAIT,
+            Room::Wait => ROOM_ASK,
+        };
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = stop.wait_for(|stop| *stop) => return None,
+            () = &mut evicted => return None,
+            () = tokio::time::sleep(again) => {}
+        }
+    }
+}
