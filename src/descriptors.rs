@@ -3,7 +3,8 @@
 //! Each connection is a descriptor, and both listeners may hold `[server] max_connections` of
 //! them; besides, the process needs a fixed [`HEADROOM`] (librdkafka's broker sockets and
 //! wake-up pipes, Redis, the Schema Registry's and the JWKS' HTTP clients, the state file,
-//! the runtime's own). A soft limit below that — systemd's and many containers' default is
+//! the runtime's own, and the few newcomers a full listener has accepted and holds waiting
+//! for a slot). A soft limit below that — systemd's and many containers' default is
 //! 1,024 — lets a flood of idle connections take every descriptor: `accept` then fails for
 //! everyone, Kafka and Redis included. So at start-up the soft limit is raised to the hard
 //! limit, and if `2 × max_connections + HEADROOM` still does not fit, each listener's
@@ -13,8 +14,13 @@
 //!
 //! Layer: foundations. Imports nothing of floodgate's.
 
-/// Descriptors the process needs besides its connections.
-pub const HEADROOM: u64 = 256;
+/// Descriptors the process needs besides its connections: 128 of its own, and each
+/// listener's newcomers accepted while it is full, waiting for a slot (at most
+/// [`WAITING_NEWCOMERS`] each).
+pub const HEADROOM: u64 = 128 + 2 * WAITING_NEWCOMERS as u64;
+
+/// Newcomers a full listener holds at most, accepted and waiting for a slot.
+pub const WAITING_NEWCOMERS: usize = 64;
 
 /// The fewest connections a clamped listener keeps.
 pub const MIN_CONNECTIONS: usize = 32;

@@ -2,7 +2,8 @@
 //! - how many connections at once (a semaphore; the rest wait in the kernel's backlog, but a
 //!   connection accepted when it is full first asks [`Unverified::make_room_for`]: an address
 //!   holding more unauthenticated connections than the newcomer's gives up its oldest, or
-//!   the tenant holding the most authenticated ones its oldest idle one, closed gracefully);
+//!   the tenant holding the most authenticated ones its oldest idle one, closed gracefully;
+//!   newcomers wait for their slots beside each other, see [`newcomer`]);
 //! - how long a new connection may take to show what it speaks (TLS handshake, or the first
 //!   bytes that tell HTTP/1 from HTTP/2) and to send its first request head: `header_read_timeout`;
 //! - how long any later HTTP/1 request head may take, counted from when the previous answer
@@ -33,7 +34,8 @@
 //!
 //! A foundation module: it serves any axum router and imports nothing of floodgate's but
 //! `tls` (a verified client certificate's names travel with each request as an extension),
-//! `forwarded` (trusted proxies) and `auth_failures` (how addresses are counted).
+//! `forwarded` (trusted proxies), `auth_failures` (how addresses are counted) and
+//! `descriptors` (how many newcomers may wait for a slot).
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
@@ -54,6 +56,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
 mod activity;
+mod heard;
 mod newcomer;
 mod prefixed;
 pub mod unverified;
@@ -317,7 +320,10 @@ async fn drive<I>(
             response.map(|r| in_flight_until_sent(r, guard, &activity))
         }
     });
-    let io = TokioIo::new(io);
+    let io = TokioIo::new(heard::Heard {
+        inner: io,
+        activity: activity.clone(),
+    });
     let watch = Watch {
         activity: &activity,
         closing: closing.as_ref(),

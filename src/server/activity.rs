@@ -47,6 +47,8 @@ pub(super) struct Activity {
     pub(super) idle_since_ns: AtomicU64,
     /// Requests served so far.
     pub(super) served: AtomicU64,
+    /// Nanoseconds after `opened` at which the peer last sent a byte (0: none yet).
+    pub(super) heard_ns: AtomicU64,
     /// Deadlines of the streamed answers in flight (gone when their body is dropped), for
     /// HTTP/1 connections only.
     pub(super) deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
@@ -66,6 +68,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since_ns: AtomicU64::new(0),
             served: AtomicU64::new(0),
+            heard_ns: AtomicU64::new(0),
             deadlines: std::sync::Mutex::default(),
             deadline_added: tokio::sync::Notify::new(),
             sent: std::sync::Mutex::default(),
@@ -97,6 +100,12 @@ impl Activity {
         }
         let since = Duration::from_nanos(self.idle_since_ns.load(Ordering::Acquire));
         Some(self.opened + since + idle)
+    }
+
+    /// How long the peer has sent nothing, at `now`.
+    pub(super) fn quiet_for(&self, now: Instant) -> Duration {
+        let heard = Duration::from_nanos(self.heard_ns.load(Ordering::Relaxed));
+        now.saturating_duration_since(self.opened + heard)
     }
 
     pub(super) fn watch_deadline(&self, deadline: &StreamDeadline) {

@@ -14,19 +14,22 @@ use std::time::Duration;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::unverified::{ConnectionTrust, Room, Unverified, ROOM_GRACE};
+use crate::descriptors::WAITING_NEWCOMERS;
 
 /// How often a newcomer waiting for a slot of a full listener asks again for room.
 const ROOM_ASK: Duration = Duration::from_millis(100);
 
 /// How long a newcomer for which room was made waits for that slot before it asks again: the
-/// connection closing for it may have been a newcomer waiting too, which frees no slot.
-const ROOM_MADE_WAIT: Duration = ROOM_GRACE.saturating_add(ROOM_ASK);
+/// connection closing for it may have been a newcomer waiting too, which frees no slot. Twice
+/// the grace a busy one gets, so one cut a little late is not followed by another.
+const ROOM_MADE_WAIT: Duration = ROOM_GRACE.saturating_mul(2);
 
-/// Newcomers that may wait for a slot at once, each holding its accepted socket: an eighth of
-/// the listener, at least 4. Past it the accept loop waits, and the kernel's backlog holds the
+/// Newcomers that may wait for a slot at once, each holding its accepted socket (a descriptor
+/// the process keeps room for): an eighth of the listener, at least 4 and at most
+/// [`WAITING_NEWCOMERS`]. Past it the accept loop waits, and the kernel's backlog holds the
 /// rest, as before there was any room to make.
 pub fn waiting_bound(listener: usize) -> usize {
-    (listener / 8).max(4)
+    (listener / 8).clamp(4, WAITING_NEWCOMERS)
 }
 
 /// Waits for a slot of `permits` for a newcomer from `peer` marked `trust`: `None` when it is
@@ -52,10 +55,11 @@ pub async fn slot_for(
         }
     };
     tokio::pin!(evicted);
+    let came = tokio::time::Instant::now();
     loop {
         // Room made: one connection is closing for this newcomer, and asking again at once
         // would close another.
-        let again = match unverified.make_room_for(peer) {
+        let again = match unverified.make_room_for(peer, came.elapsed()) {
             Room::Refused => return None,
             Room::Made => ROOM_MADE_WAIT,
             Room::Wait => ROOM_ASK,

@@ -25,7 +25,9 @@
 //! the newcomer's address does and more than its fair share of the listener, its oldest idle
 //! connection is closed gracefully (an HTTP/1 keep-alive connection between requests, an
 //! HTTP/2 session with no stream open), as nginx reuses idle keep-alive connections when its
-//! connections run out; with none idle, its oldest busy one, cut after [`ROOM_GRACE`]. A tenant
+//! connections run out; with none idle, a busy one, cut after [`ROOM_GRACE`] — the one its
+//! client has been quiet on longest if that is [`ROOM_QUIET`] or more, else one still being
+//! sent to only for a newcomer that has waited [`ROOM_GRACE`] itself. A tenant
 //! within its share is never taken from (review 23: silent connections from many addresses
 //! closed a small tenant's keep-alive connections one by one). And when every address holds
 //! as many unauthenticated connections as the newcomer's (one each), the oldest of them makes
@@ -130,6 +132,9 @@ struct Slot {
 /// slot (review 24 of #37: busy streams and HTTP/2 sessions of four tenants kept new
 /// connections out for 55–86 s).
 pub const ROOM_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// A busy connection whose peer has sent nothing for this long is cut to make room before one
+/// still being sent to.
+pub const ROOM_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 /// An unauthenticated connection younger than this is not closed to make room for a newcomer
 /// whose address holds as many: else two floods would close each other's before a byte came.
 pub const ROOM_AGE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -140,6 +145,14 @@ impl Slot {
             .get()
             .and_then(Weak::upgrade)
             .is_none_or(|a| a.in_flight.load(Ordering::Acquire) == 0)
+    }
+
+    /// How long its peer has sent nothing at `now` (since it opened, before it is served).
+    fn quiet_for(&self, now: std::time::Instant) -> std::time::Duration {
+        self.activity.get().and_then(Weak::upgrade).map_or_else(
+            || now.saturating_duration_since(self.opened),
+            |a| a.quiet_for(now),
+        )
     }
 }
 
@@ -262,7 +275,7 @@ impl Unverified {
     /// address holding the most itself (more than this one), says to close the newcomer
     /// ([`Room::Refused`]: waiting, it would hold every other newcomer in the backlog behind
     /// it).
-    pub fn make_room_for(&self, peer: IpAddr) -> Room {
+    pub fn make_room_for(&self, peer: IpAddr, waited: std::time::Duration) -> Room {
         let address = crate::auth_failures::source(peer);
         let mut counts = self.counts();
         let mine = counts.get(&address).map_or(0, |h| h.n);
@@ -282,7 +295,7 @@ impl Unverified {
             .max_by_key(|h| h.n);
         let mut looked = Looked::default();
         let l = &mut looked;
-        let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, false);
+        let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, Take::Idle);
         let made = match (address_most, tenant_most.as_deref_mut()) {
             (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, l),
             (Some(a), t) => close_unverified(a, l) || t.is_some_and(|t| idle(t, l)),
@@ -294,12 +307,21 @@ impl Unverified {
         // unverified one, if it had a while to speak, makes room for the newcomer — before a
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
         let made = made || (mine <= 1 && close_oldest(&mut self.oldest(), self.room_age, l));
-        let made = made || tenant_most.is_some_and(|t| close_bound(t, l, true));
+        // A busy one last: first one its peer has sent nothing on for a while; one still
+        // being sent to (an upload in progress) only once the newcomer has waited a grace of
+        // its own — an upload may end meanwhile and leave its connection idle (review 25:
+        // uploads cut mid-request), and a busy session that merely pings cannot keep a
+        // newcomer out longer.
+        let patient = waited >= ROOM_GRACE;
+        let take = if patient { Take::Any } else { Take::Quiet };
+        let over_share = tenant_most.is_some();
+        let made = made || tenant_most.is_some_and(|t| close_bound(t, l, take));
         drop((counts, tenants));
         drop(looked);
         match made {
             true => Room::Made,
-            false if mine > 1 => {
+            // Room can be made from a tenant over its share once the newcomer has waited.
+            false if mine > 1 && (patient || !over_share) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Room::Refused
             }
@@ -426,7 +448,7 @@ impl Drop for Slot {
 }
 
 mod room;
-use room::{close_bound, close_oldest, close_unverified, Looked};
+use room::{close_bound, close_oldest, close_unverified, Looked, Take};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::{Held, Slot};
+use std::time::Duration;
+
+use super::{Held, Slot, ROOM_QUIET};
 
 /// The slots looked at while a count's lock is held, dropped only after it is released: the
 /// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
@@ -59,23 +61,42 @@ pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
     false
 }
 
-/// Closes gracefully the oldest idle one of a tenant's connections, else (`busy`) its oldest busy one,
-/// which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close after its answers, a
-/// stream's answer ran a minute while the newcomer and the accept loop waited; review 24: a
-/// busy one never taken, four tenants' streams kept new connections out for minutes);
-/// `false` if none is left.
-pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, busy: bool) -> bool {
+/// Which of a tenant's connections may make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Take {
+    /// Only an idle one.
+    Idle,
+    /// An idle one, else the busy one its peer has sent nothing on for the longest, if that
+    /// is [`ROOM_QUIET`] or more.
+    Quiet,
+    /// An idle one, else the busy one its peer has sent nothing on for the longest.
+    Any,
+}
+
+/// Closes gracefully the oldest idle one of a tenant's connections, else (as `take` allows) a
+/// busy one, which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close after its
+/// answers, a stream's answer ran a minute while the newcomer waited; review 24: a busy one
+/// never taken, four tenants' streams kept new connections out for minutes); `false` if none
+/// may be taken.
+pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> bool {
     held.slots.retain(|w| {
         looked
             .at(w)
             .is_some_and(|s| !s.closing.load(Ordering::Acquire))
     });
-    let at = held
+    let idle = held
         .slots
         .iter()
-        .position(|w| looked.at(w).is_some_and(Slot::idle))
-        .or(busy.then_some(0));
-    let Some(at) = at else {
+        .position(|w| looked.at(w).is_some_and(Slot::idle));
+    let busy = || {
+        let now = std::time::Instant::now();
+        let mut quiet = |w: &Weak<Slot>| looked.at(w).map_or(Duration::ZERO, |s| s.quiet_for(now));
+        let (at, for_) = (0..held.slots.len())
+            .map(|i| (i, quiet(&held.slots[i])))
+            .max_by_key(|&(i, q)| (q, std::cmp::Reverse(i)))?;
+        (take == Take::Any || (take == Take::Quiet && for_ >= ROOM_QUIET)).then_some(at)
+    };
+    let Some(at) = idle.or_else(busy) else {
         return false;
     };
     let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// A newcomer that has waited its grace: a busy connection may be cut for it.
+const WAITED: std::time::Duration = ROOM_GRACE;
+
 #[test]
 fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
     let proxies =
@@ -74,7 +77,7 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     // a's first one authenticated: not a candidate, and no longer counted.
     assert!(from_a[0].verified_as("t"));
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c), Room::Made, "a holds 3, c 1");
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made, "a holds 3, c 1");
     assert!(
         !from_a[0].0.evicted.load(Ordering::Acquire),
         "verified: kept"
@@ -91,13 +94,13 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     drop(from_a);
     assert_eq!(guard.held(a), 0);
     assert_eq!(
-        guard.make_room_for(b),
+        guard.make_room_for(b, WAITED),
         Room::Refused,
         "b holds the most: its newcomer is closed"
     );
     let _second = guard.admit(c).expect("c");
     assert_eq!(
-        guard.make_room_for(c),
+        guard.make_room_for(c, WAITED),
         Room::Refused,
         "b's 2 are not more than c's 2"
     );
@@ -106,7 +109,7 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     let lone = Unverified::new(4, 1_000, TrustedProxies::default());
     let _one = lone.admit(a).expect("a");
     let _other = lone.admit(b).expect("b");
-    assert_eq!(lone.make_room_for(b), Room::Wait, "one each: wait");
+    assert_eq!(lone.make_room_for(b, WAITED), Room::Wait, "one each: wait");
 }
 
 /// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections
@@ -159,7 +162,11 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     let lone = guard.admit(a).expect("a");
     assert!(lone.verified_as("lone"));
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c), Room::Made, "greedy holds 3, c 1");
+    assert_eq!(
+        guard.make_room_for(c, WAITED),
+        Room::Made,
+        "greedy holds 3, c 1"
+    );
     assert!(
         !greedy[0].0.closing.load(Ordering::Acquire),
         "busy: passed over"
@@ -173,7 +180,7 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
         "closed gracefully, not cut"
     );
     assert_eq!(
-        guard.make_room_for(c),
+        guard.make_room_for(c, WAITED),
         Room::Made,
         "still 3 until it closes"
     );
@@ -183,16 +190,24 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     );
     // Review 24: a busy one is taken last, and gets a short grace to finish.
     assert!(!greedy[0].0.made_room.load(Ordering::Acquire));
-    assert_eq!(guard.make_room_for(c), Room::Made, "then the busy one");
+    assert_eq!(
+        guard.make_room_for(c, WAITED),
+        Room::Made,
+        "then the busy one"
+    );
     assert!(greedy[0].0.closing.load(Ordering::Acquire));
     assert!(greedy[0].made_room(), "cut after ROOM_GRACE");
     assert_eq!(
-        guard.make_room_for(c),
+        guard.make_room_for(c, WAITED),
         Room::Wait,
         "all of greedy's closing"
     );
     drop(greedy);
-    assert_eq!(guard.make_room_for(c), Room::Wait, "lone's one is kept");
+    assert_eq!(
+        guard.make_room_for(c, WAITED),
+        Room::Wait,
+        "lone's one is kept"
+    );
     assert!(!lone.0.closing.load(Ordering::Acquire));
     assert_eq!(guard.evicted_bound.load(Ordering::Relaxed), 3);
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
@@ -217,12 +232,12 @@ fn only_a_tenant_over_its_share_of_the_listener_makes_room() {
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
     let _newcomer = guard.admit(c).expect("c");
     // 12 / (2 + 1) = 4: "small" holds 4, not more.
-    assert_eq!(guard.make_room_for(c), Room::Wait);
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Wait);
     assert!(held.iter().all(|t| !t.0.closing.load(Ordering::Acquire)));
     let fifth = guard.admit(a).expect("a");
     assert!(fifth.verified_as("small"));
     assert_eq!(
-        guard.make_room_for(c),
+        guard.make_room_for(c, WAITED),
         Room::Made,
         "5 of 12 is over its share"
     );
@@ -246,14 +261,14 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
         .collect();
     assert!(held[0].verified_as("t"), "verified: out of the order");
     let _newcomer = guard.admit(ip(9)).expect("newcomer");
-    assert_eq!(guard.make_room_for(ip(9)), Room::Made);
+    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
     assert!(!held[0].0.evicted.load(Ordering::Acquire));
     assert!(
         held[1].0.evicted.load(Ordering::Acquire),
         "the oldest unverified"
     );
     assert!(!held[2].0.evicted.load(Ordering::Acquire));
-    assert_eq!(guard.make_room_for(ip(9)), Room::Made);
+    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
     assert!(held[2].0.evicted.load(Ordering::Acquire), "then the next");
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
     // Younger than the age: kept (two floods would close each other's at once).
@@ -262,7 +277,7 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
         .map(|n| young.admit(ip(n)).expect("one each"))
         .collect();
     let _newcomer = young.admit(ip(9)).expect("newcomer");
-    assert_eq!(young.make_room_for(ip(9)), Room::Wait);
+    assert_eq!(young.make_room_for(ip(9), WAITED), Room::Wait);
 }
 
 /// Review 25 of #37: a flood of silent connections made every newcomer cut a busy upload of a
@@ -295,7 +310,7 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
         .expect("silent");
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c), Room::Made);
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
     assert!(
         silent.0.evicted.load(Ordering::Acquire),
         "the silent one first"
@@ -313,6 +328,53 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
         })
         .collect();
     let _newcomer = young.admit(c).expect("c");
-    assert_eq!(young.make_room_for(c), Room::Made);
+    assert_eq!(young.make_room_for(c, WAITED), Room::Made);
     assert!(uploads[0].made_room(), "cut after ROOM_GRACE");
+}
+
+/// Review 25 of #37: a flood's newcomers cut a tenant's uploads mid-request. Of a tenant's busy
+/// connections, the one its peer has sent nothing on for a while is cut first, at once; one
+/// still being sent to only once the newcomer has waited its grace (and the newcomer waits,
+/// not refused, meanwhile).
+#[test]
+fn a_busy_connection_still_sent_to_is_cut_only_for_a_newcomer_that_waited() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let a: IpAddr = "10.0.0.1".parse().expect("ip");
+    let c: IpAddr = "10.0.0.3".parse().expect("ip");
+    let now = std::time::Instant::now();
+    let busy = |opened| {
+        let activity = std::sync::Arc::new(crate::server::activity::Activity::new(opened, true));
+        activity.in_flight.store(1, Ordering::Release);
+        activity
+    };
+    // Two uploads heard from just now, then one silent for two seconds.
+    let (sending, quiet) = (busy(now), busy(now - 2 * ROOM_QUIET));
+    let activities = [&sending, &sending, &quiet];
+    let uploads: Vec<_> = activities
+        .iter()
+        .map(|activity| {
+            let trust = guard.admit(a).expect("a");
+            trust.served(activity);
+            assert!(trust.verified_as("uploader"));
+            trust
+        })
+        .collect();
+    let _first = guard.admit(c).expect("c");
+    let _second = guard.admit(c).expect("c");
+    let fresh = std::time::Duration::ZERO;
+    assert_eq!(guard.make_room_for(c, fresh), Room::Made);
+    assert!(uploads[2].made_room(), "the quiet one, though the youngest");
+    assert!(uploads[..2]
+        .iter()
+        .all(|u| !u.0.closing.load(Ordering::Acquire)));
+    assert_eq!(
+        guard.make_room_for(c, fresh),
+        Room::Wait,
+        "c holds 2, but room can be made once it waited"
+    );
+    assert!(uploads[..2]
+        .iter()
+        .all(|u| !u.0.closing.load(Ordering::Acquire)));
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert!(uploads[0].made_room(), "then the oldest still sent to");
 }
