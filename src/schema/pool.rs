@@ -16,7 +16,8 @@
 //!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
 //!   another's 20-record requests wait ~2 s a record (review 22 of #37); and fresh tenants
 //!   took the last thread one after another with their first long job (review 23). A tenant
-//!   whose jobs were short may still take it with one long job per [`LONG_FOR`];
+//!   whose jobs were short takes it only with a job its cost model did not foresee as long
+//!   (a record's check the model says may run long is held back from the start, whoever's);
 //! - a request with more records to check keeps its thread: the thread that ran one of its
 //!   jobs waits up to [`LINGER`] for its next and runs it first, for up to [`STINT`] of short
 //!   jobs. A request's records are checked one after another, and each was queued behind the
@@ -82,16 +83,30 @@ struct Job {
     request: Option<(u64, bool)>,
     /// What its record pays for, in nanoseconds: only a job longer by [`LONG_JOB`] is long.
     paid: u64,
+    /// Its cost model says it may run long: it is held back with the long ones, whoever its
+    /// tenant is.
+    long: bool,
 }
 
 /// A record's check, as the pool sees it: its request (its id, and whether it has more
 /// records to check after this one: then the thread that runs it waits a little for the next,
-/// [`LINGER`]), and the CPU its record pays for.
+/// [`LINGER`]), the CPU its record pays for, and the most its cost model says it may take.
 #[derive(Debug, Clone, Copy)]
 pub struct ForRecord {
     pub request: u64,
     pub more: bool,
     pub paid: Duration,
+    pub most: Duration,
+}
+
+impl ForRecord {
+    /// Whether the check may run [`LONG_JOB`] past what its record pays for: it then goes
+    /// with the long jobs from the start (review 25 of #37: twelve tenants, each known for
+    /// short checks, took the last thread in turn with one 1.1 s check each, and another
+    /// tenant's requests waited ~1 s again and again).
+    fn may_run_long(&self) -> bool {
+        self.most >= self.paid.saturating_add(LONG_JOB)
+    }
 }
 
 struct PoolCore {
@@ -185,7 +200,7 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Check, None, 0, f).await
+        self.submit(tenant, Kind::Check, None, (0, false), f).await
     }
 
     /// [`Pool::run`] for a compile.
@@ -194,7 +209,8 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Compile, None, 0, f).await
+        self.submit(tenant, Kind::Compile, None, (0, false), f)
+            .await
     }
 
     /// [`Pool::run`] for a record's check.
@@ -206,7 +222,9 @@ impl Pool {
     ) -> Result<R, PoolError> {
         let paid = u64::try_from(record.paid.as_nanos()).unwrap_or(u64::MAX);
         let request = Some((record.request, record.more));
-        self.submit(tenant, Kind::Check, request, paid, f).await
+        let long = record.may_run_long();
+        self.submit(tenant, Kind::Check, request, (paid, long), f)
+            .await
     }
 
     async fn submit<R: Send + 'static>(
@@ -214,7 +232,7 @@ impl Pool {
         tenant: &str,
         kind: Kind,
         request: Option<(u64, bool)>,
-        paid: u64,
+        (paid, long): (u64, bool),
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
@@ -227,6 +245,7 @@ impl Pool {
             }),
             request,
             paid,
+            long,
         };
         {
             let mut s = self.shared.state.lock();

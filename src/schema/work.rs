@@ -105,6 +105,7 @@ impl Schemas {
                 request,
                 more,
                 paid,
+                most: schema.most_cpu(data.len()),
             };
             let (result, spent, owed) = match self
                 .pool

@@ -81,7 +81,9 @@ impl State {
             // back may go first).
             let held = self.long_running >= core.long_threads;
             // A tenant not seen lately may run long for all the pool knows.
-            let long = |j: &Job| seen.long_until[j.kind as usize] > now || seen.known_until <= now;
+            let long = |j: &Job| {
+                j.long || seen.long_until[j.kind as usize] > now || seen.known_until <= now
+            };
             let Some(at) = lane
                 .jobs
                 .iter()
@@ -131,8 +133,10 @@ impl State {
         if lane.running >= core.tenant_workers {
             return None;
         }
+        // Not one that may run long: it waits its turn with the long ones.
         let at = lane.jobs.iter().position(|j| {
             j.request.is_some_and(|(r, _)| r == request)
+                && !j.long
                 && j.state.load(Ordering::Acquire) != CANCELLED
         })?;
         let job = lane.jobs.remove(at)?;

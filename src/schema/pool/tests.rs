@@ -17,16 +17,32 @@ fn hold(
     tokio::task::JoinHandle<Result<(), PoolError>>,
     mpsc::Sender<()>,
 ) {
+    hold_as(pool, started, tenant, None)
+}
+
+/// [`hold`], a record's check when `record` is given.
+fn hold_as(
+    pool: &Arc<Pool>,
+    started: &mpsc::Sender<&'static str>,
+    tenant: &'static str,
+    record: Option<ForRecord>,
+) -> (
+    tokio::task::JoinHandle<Result<(), PoolError>>,
+    mpsc::Sender<()>,
+) {
     let (finish, finished) = mpsc::channel::<()>();
     let (pool, started) = (pool.clone(), started.clone());
     let job = move || {
         let _ = started.send(tenant);
         let _ = finished.recv_timeout(Duration::from_secs(10));
     };
-    (
-        tokio::spawn(async move { pool.run(tenant, job).await }),
-        finish,
-    )
+    let run = async move {
+        match record {
+            Some(record) => pool.run_for(tenant, record, job).await,
+            None => pool.run(tenant, job).await,
+        }
+    };
+    (tokio::spawn(run), finish)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,6 +229,7 @@ async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
                 request: 7,
                 more,
                 paid: Duration::ZERO,
+                most: Duration::ZERO,
             };
             p.run_for("v", record, move || {
                 let _ = s.send(name);
@@ -300,6 +317,7 @@ async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
         request: 1,
         more: false,
         paid: Duration::from_millis(200),
+        most: Duration::from_millis(250),
     };
     assert_eq!(
         pool.run_for("victim", paid, move || c.advance_ms(150))
@@ -325,6 +343,41 @@ async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
     let _ = finish.send(());
     assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("fresh2"));
     let _ = finish2.send(());
+    assert_eq!(first.await.expect("task"), Ok(()));
+    assert_eq!(second.await.expect("task"), Ok(()));
+}
+
+/// Review 25 of #37: twelve tenants, each known for short checks, took the last thread in turn
+/// with one 1.1 s check each. A check its cost model says may run long goes with the long
+/// ones from the start, whoever its tenant is: a second one waits for the first, and another
+/// tenant's short check takes the free thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_foreseen_long_waits_with_the_long_ones_whoever_sends_it() {
+    let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), real()).expect("pool"));
+    for tenant in ["a", "b", "victim"] {
+        assert_eq!(pool.run(tenant, || ()).await, Ok(()));
+    }
+    while pool.load() != (0, 0) {
+        tokio::task::yield_now().await;
+    }
+    let long = |request| ForRecord {
+        request,
+        more: false,
+        paid: Duration::from_millis(60),
+        most: Duration::from_millis(60) + LONG_JOB,
+    };
+    let (started, starts) = mpsc::channel();
+    let (first, finish_a) = hold_as(&pool, &started, "a", Some(long(1)));
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
+    let (second, finish_b) = hold_as(&pool, &started, "b", Some(long(2)));
+    while pool.load() != (1, 1) {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pool.run("victim", || "checked").await, Ok("checked"));
+    assert!(starts.try_recv().is_err(), "b's waits for a's thread");
+    let _ = finish_a.send(());
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("b"));
+    let _ = finish_b.send(());
     assert_eq!(first.await.expect("task"), Ok(()));
     assert_eq!(second.await.expect("task"), Ok(()));
 }
