@@ -56,14 +56,13 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt as _;
 
 mod activity;
-mod heard;
 mod newcomer;
-mod prefixed;
 pub mod unverified;
+mod wire;
 pub use activity::StreamDeadline;
 use activity::{in_flight_until_sent, Activity, STREAM_CHECK};
-use prefixed::Prefixed;
 pub use unverified::{ConnectionTrust, Unverified};
+use wire::Wire;
 
 /// Connection-level bounds, and TLS when configured.
 #[derive(Clone)]
@@ -241,7 +240,8 @@ async fn serve_connection(
             };
             // Read once per connection; each request carries it (an Arc) as an extension.
             let cert = crate::tls::client_certificate(tls.get_ref().1);
-            drive(tls, protocol, peer, cert, router, bounds, opened, stop).await;
+            let io = Wire::new(tls, Vec::new());
+            drive(io, protocol, peer, cert, router, bounds, opened, stop).await;
         }
         None => {
             let Ok(Ok((protocol, prefix))) =
@@ -249,11 +249,7 @@ async fn serve_connection(
             else {
                 return;
             };
-            let io = Prefixed {
-                prefix,
-                at: 0,
-                inner: stream,
-            };
+            let io = Wire::new(stream, prefix);
             drive(io, protocol, peer, None, router, bounds, opened, stop).await;
         }
     }
@@ -283,7 +279,7 @@ async fn detect(stream: &mut TcpStream) -> std::io::Result<(Protocol, Vec<u8>)> 
 /// long or the server shuts down.
 #[allow(clippy::too_many_arguments)]
 async fn drive<I>(
-    io: I,
+    io: Wire<I>,
     protocol: Protocol,
     peer: Peer,
     cert: Option<Arc<crate::tls::ClientCertificate>>,
@@ -320,10 +316,7 @@ async fn drive<I>(
             response.map(|r| in_flight_until_sent(r, guard, &activity))
         }
     });
-    let io = TokioIo::new(heard::Heard {
-        inner: io,
-        activity: activity.clone(),
-    });
+    let io = TokioIo::new(io.heard_by(&activity));
     let watch = Watch {
         activity: &activity,
         closing: closing.as_ref(),
