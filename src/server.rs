@@ -159,7 +159,10 @@ pub async fn serve(
                     let trust = conn.peer.trust.as_ref();
                     let slot =
                         newcomer::slot_for(permits, unverified, peer.ip(), trust, stop.clone());
-                    if let Some(permit) = slot.await {
+                    // No longer than it would have to send its head once served: a waiting
+                    // place is held for a bounded time, whatever fills the listener.
+                    let slot = tokio::time::timeout(bounds.header_read_timeout, slot).await;
+                    if let Ok(Some(permit)) = slot {
                         drop(place);
                         conn.spawn(permit, &router, &bounds, &stop);
                     }

@@ -306,7 +306,8 @@ impl Unverified {
         // filled the listener, and a new one waited 8–10 s for their deadline): the oldest
         // unverified one, if it had a while to speak, makes room for the newcomer — before a
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
-        let made = made || (mine <= 1 && close_oldest(&mut self.oldest(), self.room_age, l));
+        let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), self.room_age, l, address);
+        let made = made || (mine <= 1 && oldest(l));
         // A busy one last: first one its peer has sent nothing on for a while; one still
         // being sent to (an upload in progress) only once the newcomer has waited a grace of
         // its own — an upload may end meanwhile and leave its connection idle (review 25:

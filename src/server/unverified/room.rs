@@ -2,6 +2,7 @@
 //! oldest unauthenticated one, a tenant's oldest idle (else busy) one, or the oldest
 //! unauthenticated one of all — and the slots looked at meanwhile.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -22,25 +23,36 @@ impl Looked {
     }
 }
 
-/// Closes the oldest of every unverified connection at once if it is older than `age`; `false`
-/// if none is.
-pub(super) fn close_oldest(all: &mut Held, age: std::time::Duration, looked: &mut Looked) -> bool {
-    while let Some(weak) = all.slots.front().cloned() {
+/// Closes the oldest of every unverified connection at once, but those of the newcomer's own
+/// address (`except`: else a newcomer that waited longest closed itself), if it is older than
+/// `age`; `false` if none is.
+pub(super) fn close_oldest(
+    all: &mut Held,
+    age: std::time::Duration,
+    looked: &mut Looked,
+    except: IpAddr,
+) -> bool {
+    let mut at = 0;
+    while let Some(weak) = all.slots.get(at).cloned() {
         let live = looked
             .at(&weak)
             .filter(|s| s.counted.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire));
         let Some(slot) = live else {
             // Verified, closing or gone: out of the order for good.
-            all.slots.pop_front();
+            all.slots.remove(at);
             continue;
         };
+        if slot.address == except {
+            at += 1;
+            continue;
+        }
         if slot.opened.elapsed() < age {
             return false;
         }
         slot.evicted.store(true, Ordering::Release);
         slot.evict.notify_one();
         slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
-        all.slots.pop_front();
+        all.slots.remove(at);
         return true;
     }
     false

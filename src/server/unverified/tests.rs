@@ -260,7 +260,7 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
         .map(|n| guard.admit(ip(n)).expect("one each"))
         .collect();
     assert!(held[0].verified_as("t"), "verified: out of the order");
-    let _newcomer = guard.admit(ip(9)).expect("newcomer");
+    let newcomer = guard.admit(ip(9)).expect("newcomer");
     assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
     assert!(!held[0].0.evicted.load(Ordering::Acquire));
     assert!(
@@ -271,6 +271,10 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
     assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
     assert!(held[2].0.evicted.load(Ordering::Acquire), "then the next");
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
+    // The newcomer, now the oldest unverified of all, is not closed for itself.
+    drop(held);
+    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Wait);
+    assert!(!newcomer.0.evicted.load(Ordering::Acquire), "its own");
     // Younger than the age: kept (two floods would close each other's at once).
     let young = Unverified::new(4, 1_000, TrustedProxies::default());
     let _held: Vec<_> = (1..=3)

@@ -818,3 +818,33 @@ async fn a_full_listener_cuts_the_busy_connection_its_tenant_stopped_sending_on(
     assert!(uploaded.starts_with("HTTP/1.1 200"), "{uploaded}");
     gw.shutdown().await;
 }
+
+/// A newcomer waits for a slot no longer than it would have to send its request head once
+/// served: with no room to make (two tenants each within its share, both busy), its waiting
+/// place is given back then, not when a slot frees.
+#[tokio::test]
+async fn a_newcomer_waits_for_a_slot_no_longer_than_for_its_head() {
+    let (_c, gw) = gateway(|cfg| {
+        cfg.server.max_connections = 2;
+        cfg.server.max_connections_per_tenant = 2;
+        cfg.server.header_read_timeout_ms = 1_000;
+        cfg.tenants
+            .push(tenant("other", "other-key-000000000000", &["test.*"]));
+    })
+    .await;
+    let mut busy = held_busy(&gw, 1).await;
+    let other = head_for("other-key-000000000000", 100) + "{";
+    busy.push(sent(&gw, other.as_bytes()).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let mut newcomer = sent(&gw, request_with(KEY).as_bytes()).await;
+    let closed = read_until_closed(&mut newcomer, Duration::from_secs(10)).await;
+    assert_eq!(closed.as_deref(), Some(""), "closed unanswered");
+    // The busy ones hold their slots until their bodies' deadline (30 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    gw.shutdown().await;
+}
