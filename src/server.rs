@@ -197,6 +197,9 @@ impl Accepted {
     ) {
         let (router, bounds, stop) = (router.clone(), bounds.clone(), stop.clone());
         let Accepted { stream, peer } = self;
+        if let Some(trust) = &peer.trust {
+            trust.seated();
+        }
         tokio::spawn(async move {
             let evict = peer.trust.clone();
             let evicted = async {

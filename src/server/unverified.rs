@@ -124,6 +124,9 @@ struct Slot {
     /// Set when it is closing to make room: its answers in flight get [`ROOM_GRACE`], not the
     /// idle time.
     made_room: AtomicBool,
+    /// Set once it holds a slot of the listener: a newcomer still waiting for one frees none
+    /// if it is closed, so it is never closed to make room.
+    seated: AtomicBool,
     opened: std::time::Instant,
 }
 
@@ -244,6 +247,7 @@ impl Unverified {
             evict: tokio::sync::Notify::new(),
             activity: std::sync::OnceLock::new(),
             made_room: AtomicBool::new(false),
+            seated: AtomicBool::new(false),
             opened: std::time::Instant::now(),
         });
         let mut looked = Looked::default();
@@ -279,6 +283,10 @@ impl Unverified {
         let address = crate::auth_failures::source(peer);
         let mut counts = self.counts();
         let mine = counts.get(&address).map_or(0, |h| h.n);
+        let mut looked = Looked::default();
+        let l = &mut looked;
+        // Of this address's, those in a slot already (not newcomers waiting like this one).
+        let seated_mine = counts.get(&address).map_or(0, |h| seated(h, l));
         let mut tenants = self.tenant_counts();
         let address_most = counts
             .iter_mut()
@@ -293,8 +301,6 @@ impl Unverified {
             .values_mut()
             .filter(|h| h.n > mine && h.n > share)
             .max_by_key(|h| h.n);
-        let mut looked = Looked::default();
-        let l = &mut looked;
         let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, Take::Idle);
         let made = match (address_most, tenant_most.as_deref_mut()) {
             (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, l),
@@ -307,7 +313,7 @@ impl Unverified {
         // unverified one, if it had a while to speak, makes room for the newcomer — before a
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
         let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), self.room_age, l, address);
-        let made = made || (mine <= 1 && oldest(l));
+        let made = made || (seated_mine == 0 && oldest(l));
         // A busy one last: first one its peer has sent nothing on for a while; one still
         // being sent to (an upload in progress) only once the newcomer has waited a grace of
         // its own — an upload may end meanwhile and leave its connection idle (review 25:
@@ -321,8 +327,10 @@ impl Unverified {
         drop(looked);
         match made {
             true => Room::Made,
-            // Room can be made from a tenant over its share once the newcomer has waited.
-            false if mine > 1 && (patient || !over_share) => {
+            // Room can be made from a tenant over its share once the newcomer has waited; and
+            // a client's several newcomers wait together, while none of them has a slot (a
+            // second connection opened while the first waited was refused: review 26).
+            false if seated_mine > 0 && mine > 1 && (patient || !over_share) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Room::Refused
             }
@@ -415,6 +423,11 @@ impl ConnectionTrust {
         let _ = self.0.activity.set(Arc::downgrade(activity));
     }
 
+    /// The connection holds a slot of the listener now (it waited for one, or found one free).
+    pub(super) fn seated(&self) {
+        self.0.seated.store(true, Ordering::Release);
+    }
+
     /// Resolves once the connection must close gracefully (a request was refused for its
     /// tenant's connections, or the listener is full and its tenant holds the most); never
     /// otherwise.
@@ -449,7 +462,7 @@ impl Drop for Slot {
 }
 
 mod room;
-use room::{close_bound, close_oldest, close_unverified, Looked, Take};
+use room::{close_bound, close_oldest, close_unverified, seated, Looked, Take};
 
 #[cfg(test)]
 mod tests;

@@ -23,9 +23,11 @@ impl Looked {
     }
 }
 
-/// Closes the oldest of every unverified connection at once, but those of the newcomer's own
-/// address (`except`: else a newcomer that waited longest closed itself), if it is older than
-/// `age`; `false` if none is.
+/// Closes the oldest of every unverified connection in a slot at once, but those of the
+/// newcomer's own address (`except`), if it is older than `age`; `false` if none is. Newcomers
+/// waiting for a slot are passed over: a newcomer that waited a second was the oldest, and
+/// closed itself or another waiting one, freeing no slot (review 26 of #37: every new client
+/// reset after a second while busy connections filled the listener).
 pub(super) fn close_oldest(
     all: &mut Held,
     age: std::time::Duration,
@@ -42,7 +44,8 @@ pub(super) fn close_oldest(
             all.slots.remove(at);
             continue;
         };
-        if slot.address == except {
+        // Its own, or a newcomer waiting too: closed, it would free no slot.
+        if slot.address == except || !slot.seated.load(Ordering::Acquire) {
             at += 1;
             continue;
         }
@@ -58,19 +61,43 @@ pub(super) fn close_oldest(
     false
 }
 
-/// Closes the oldest of `held`'s unverified connections at once; `false` if none is left.
+/// Closes the oldest of `held`'s unverified connections in a slot at once; `false` if none is
+/// left.
 pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
-    while let Some(weak) = held.slots.pop_front() {
+    let mut at = 0;
+    while let Some(weak) = held.slots.get(at).cloned() {
         let Some(slot) = looked.at(&weak) else {
+            held.slots.remove(at);
             continue;
         };
-        if slot.counted.load(Ordering::Acquire) && !slot.evicted.swap(true, Ordering::AcqRel) {
-            slot.evict.notify_one();
-            slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
-            return true;
+        if !slot.counted.load(Ordering::Acquire) || slot.evicted.load(Ordering::Acquire) {
+            held.slots.remove(at);
+            continue;
         }
+        if !slot.seated.load(Ordering::Acquire) {
+            at += 1;
+            continue;
+        }
+        slot.evicted.store(true, Ordering::Release);
+        slot.evict.notify_one();
+        slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
+        held.slots.remove(at);
+        return true;
     }
     false
+}
+
+/// How many of `held`'s unverified connections hold a slot.
+pub(super) fn seated(held: &Held, looked: &mut Looked) -> usize {
+    let seated = |s: &Slot| {
+        s.counted.load(Ordering::Acquire)
+            && !s.evicted.load(Ordering::Acquire)
+            && s.seated.load(Ordering::Acquire)
+    };
+    held.slots
+        .iter()
+        .filter(|w| looked.at(w).is_some_and(seated))
+        .count()
 }
 
 /// Which of a tenant's connections may make room.

@@ -5,6 +5,13 @@ use super::*;
 /// A newcomer that has waited its grace: a busy connection may be cut for it.
 const WAITED: std::time::Duration = ROOM_GRACE;
 
+/// A connection from `ip` that holds a slot of the listener (not a newcomer waiting for one).
+fn seat(guard: &Arc<Unverified>, ip: IpAddr) -> Option<ConnectionTrust> {
+    let trust = guard.admit(ip)?;
+    trust.seated();
+    Some(trust)
+}
+
 #[test]
 fn an_address_holds_at_most_its_allowance_until_a_connection_authenticates() {
     let proxies =
@@ -72,8 +79,8 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
         "10.0.0.2".parse().expect("ip"),
         "10.0.0.3".parse().expect("ip"),
     );
-    let from_a: Vec<_> = (0..4).map(|_| guard.admit(a).expect("a")).collect();
-    let from_b: Vec<_> = (0..2).map(|_| guard.admit(b).expect("b")).collect();
+    let from_a: Vec<_> = (0..4).map(|_| seat(&guard, a).expect("a")).collect();
+    let from_b: Vec<_> = (0..2).map(|_| seat(&guard, b).expect("b")).collect();
     // a's first one authenticated: not a candidate, and no longer counted.
     assert!(from_a[0].verified_as("t"));
     let _newcomer = guard.admit(c).expect("c");
@@ -101,14 +108,14 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     let _second = guard.admit(c).expect("c");
     assert_eq!(
         guard.make_room_for(c, WAITED),
-        Room::Refused,
-        "b's 2 are not more than c's 2"
+        Room::Wait,
+        "b's 2 are not more than c's 2, but neither of c's holds a slot: they wait (review 26)"
     );
     assert!(!from_b[0].0.evicted.load(Ordering::Acquire));
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 1);
     let lone = Unverified::new(4, 1_000, TrustedProxies::default());
-    let _one = lone.admit(a).expect("a");
-    let _other = lone.admit(b).expect("b");
+    let _one = seat(&lone, a).expect("a");
+    let _other = seat(&lone, b).expect("b");
     assert_eq!(lone.make_room_for(b, WAITED), Room::Wait, "one each: wait");
 }
 
@@ -149,7 +156,7 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     let guard = Unverified::new(4, 1_000, TrustedProxies::default());
     let a: IpAddr = "10.0.0.1".parse().expect("ip");
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
-    let greedy: Vec<_> = (0..3).map(|_| guard.admit(a).expect("a")).collect();
+    let greedy: Vec<_> = (0..3).map(|_| seat(&guard, a).expect("a")).collect();
     let busy = std::sync::Arc::new(crate::server::activity::Activity::new(
         std::time::Instant::now(),
         true,
@@ -159,7 +166,7 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     for trust in &greedy {
         assert!(trust.verified_as("greedy"));
     }
-    let lone = guard.admit(a).expect("a");
+    let lone = seat(&guard, a).expect("a");
     assert!(lone.verified_as("lone"));
     let _newcomer = guard.admit(c).expect("c");
     assert_eq!(
@@ -224,7 +231,7 @@ fn only_a_tenant_over_its_share_of_the_listener_makes_room() {
     let held: Vec<_> = ["small", "small", "small", "small", "other"]
         .into_iter()
         .map(|tenant| {
-            let trust = guard.admit(a).expect("a");
+            let trust = seat(&guard, a).expect("a");
             assert!(trust.verified_as(tenant));
             trust
         })
@@ -234,7 +241,7 @@ fn only_a_tenant_over_its_share_of_the_listener_makes_room() {
     // 12 / (2 + 1) = 4: "small" holds 4, not more.
     assert_eq!(guard.make_room_for(c, WAITED), Room::Wait);
     assert!(held.iter().all(|t| !t.0.closing.load(Ordering::Acquire)));
-    let fifth = guard.admit(a).expect("a");
+    let fifth = seat(&guard, a).expect("a");
     assert!(fifth.verified_as("small"));
     assert_eq!(
         guard.make_room_for(c, WAITED),
@@ -257,7 +264,7 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
     );
     let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
     let held: Vec<_> = (1..=3)
-        .map(|n| guard.admit(ip(n)).expect("one each"))
+        .map(|n| seat(&guard, ip(n)).expect("one each"))
         .collect();
     assert!(held[0].verified_as("t"), "verified: out of the order");
     let newcomer = guard.admit(ip(9)).expect("newcomer");
@@ -278,7 +285,7 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
     // Younger than the age: kept (two floods would close each other's at once).
     let young = Unverified::new(4, 1_000, TrustedProxies::default());
     let _held: Vec<_> = (1..=3)
-        .map(|n| young.admit(ip(n)).expect("one each"))
+        .map(|n| seat(&young, ip(n)).expect("one each"))
         .collect();
     let _newcomer = young.admit(ip(9)).expect("newcomer");
     assert_eq!(young.make_room_for(ip(9), WAITED), Room::Wait);
@@ -303,15 +310,13 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
     busy.in_flight.store(1, Ordering::Release);
     let uploads: Vec<_> = (0..3)
         .map(|_| {
-            let trust = guard.admit(a).expect("a");
+            let trust = seat(&guard, a).expect("a");
             trust.served(&busy);
             assert!(trust.verified_as("uploader"));
             trust
         })
         .collect();
-    let silent = guard
-        .admit("10.0.0.2".parse().expect("ip"))
-        .expect("silent");
+    let silent = seat(&guard, "10.0.0.2".parse().expect("ip")).expect("silent");
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
     let _newcomer = guard.admit(c).expect("c");
     assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
@@ -325,7 +330,7 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
     let young = Unverified::new(4, 1_000, TrustedProxies::default());
     let uploads: Vec<_> = (0..3)
         .map(|_| {
-            let trust = young.admit(a).expect("a");
+            let trust = seat(&young, a).expect("a");
             trust.served(&busy);
             assert!(trust.verified_as("uploader"));
             trust
@@ -357,7 +362,7 @@ fn a_busy_connection_still_sent_to_is_cut_only_for_a_newcomer_that_waited() {
     let uploads: Vec<_> = activities
         .iter()
         .map(|activity| {
-            let trust = guard.admit(a).expect("a");
+            let trust = seat(&guard, a).expect("a");
             trust.served(activity);
             assert!(trust.verified_as("uploader"));
             trust
@@ -381,4 +386,41 @@ fn a_busy_connection_still_sent_to_is_cut_only_for_a_newcomer_that_waited() {
         .all(|u| !u.0.closing.load(Ordering::Acquire)));
     assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
     assert!(uploads[0].made_room(), "then the oldest still sent to");
+}
+
+/// Review 26 of #37: while a tenant's busy connections, still being sent to, filled the
+/// listener, every newcomer was reset after a second — a waiting newcomer was then the oldest
+/// unverified connection, and closed itself or another waiting one, freeing no slot. Waiting
+/// newcomers are passed over; the busy connection is cut.
+#[test]
+fn a_waiting_newcomer_is_never_closed_to_make_room() {
+    let guard = Unverified::aged(
+        4,
+        1_000,
+        TrustedProxies::default(),
+        std::time::Duration::ZERO,
+    );
+    let sending = std::sync::Arc::new(crate::server::activity::Activity::new(
+        std::time::Instant::now(),
+        true,
+    ));
+    sending.in_flight.store(1, Ordering::Release);
+    let streams: Vec<_> = (0..3)
+        .map(|_| {
+            let trust = seat(&guard, "10.0.0.1".parse().expect("ip")).expect("a");
+            trust.served(&sending);
+            assert!(trust.verified_as("streamer"));
+            trust
+        })
+        .collect();
+    let (first, second): (IpAddr, IpAddr) = (
+        "10.0.0.5".parse().expect("ip"),
+        "10.0.0.6".parse().expect("ip"),
+    );
+    let waiting = guard.admit(first).expect("first");
+    let _newcomer = guard.admit(second).expect("second");
+    assert_eq!(guard.make_room_for(second, WAITED), Room::Made);
+    assert!(!waiting.0.evicted.load(Ordering::Acquire), "waits on");
+    assert!(streams[0].made_room(), "the busy one is cut");
+    assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
 }

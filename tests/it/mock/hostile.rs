@@ -848,3 +848,50 @@ async fn a_newcomer_waits_for_a_slot_no_longer_than_for_its_head() {
     );
     gw.shutdown().await;
 }
+
+/// Review 26 of #37: while a tenant's busy connections, still being sent to, filled the
+/// listener, every newcomer was reset after a second: a waiting newcomer was the oldest
+/// unverified connection, and the next one closed it to make room, freeing no slot. Each
+/// newcomer, having waited a second, cuts one of them and is served.
+#[tokio::test]
+async fn newcomers_are_served_though_every_busy_connection_is_still_sent_to() {
+    let (_c, gw) = listener_of(2).await;
+    let body = format!("{ONE:<60}");
+    let mut trickles = Vec::new();
+    for _ in 0..2 {
+        let mut upload = sent(&gw, head_for(KEY, body.len()).as_bytes()).await;
+        let body = body.clone();
+        trickles.push(tokio::spawn(async move {
+            for byte in body.as_bytes() {
+                if upload.write_all(&[*byte]).await.is_err() {
+                    break; // cut to make room
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two newcomers from two addresses, the second half a second after the first.
+    let request = request_with("other-key-000000000000");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("addr"))
+        .expect("bind");
+    let mut first = socket.connect(gw.addr).await.expect("connect");
+    first.write_all(request.as_bytes()).await.expect("write");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut second = sent(&gw, request.as_bytes()).await;
+    for newcomer in [&mut first, &mut second] {
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), newcomer.read(&mut buf))
+            .await
+            .expect("served before the uploads end")
+            .expect("not reset");
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    for trickle in trickles {
+        trickle.abort();
+    }
+    gw.shutdown().await;
+}
