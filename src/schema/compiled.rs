@@ -263,16 +263,6 @@ impl Compiled {
         }
     }
 
-    /// The most CPU a check of a `len`-byte value may take by the cost model, one unit a
-    /// nanosecond (the model's lower figure: a check it underestimates is caught afterwards,
-    /// its tenant then held back as running long jobs).
-    pub(super) fn most_cpu(&self, len: usize) -> std::time::Duration {
-        let units = self
-            .work_bound(len)
-            .unwrap_or_else(|| avro_steps(len).saturating_mul(WORK_PER_AVRO_STEP));
-        std::time::Duration::from_nanos(units)
-    }
-
     /// `data` checked (`keep_json`: kept as it is) or written in its wire format, stopped past
     /// `deadline` where the codec can stop.
     pub(super) fn write_by(

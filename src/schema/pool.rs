@@ -16,8 +16,9 @@
 //!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
 //!   another's 20-record requests wait ~2 s a record (review 22 of #37); and fresh tenants
 //!   took the last thread one after another with their first long job (review 23). A tenant
-//!   whose jobs were short takes it only with a job its cost model did not foresee as long
-//!   (a record's check the model says may run long is held back from the start, whoever's);
+//!   whose jobs were short takes it for at most [`LONG_JOB`] past what a record's check pays
+//!   for: there the check stops (where it can: an Avro walk) and is queued again with the
+//!   long jobs ([`ForRecord`]). Jobs are timed by their thread's CPU;
 //! - a request with more records to check keeps its thread: the thread that ran one of its
 //!   jobs waits up to [`LINGER`] for its next and runs it first, for up to [`STINT`] of short
 //!   jobs. A request's records are checked one after another, and each was queued behind the
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::thread_cpu::thread_cpu;
 use crate::budget::Clock;
 
 mod order;
@@ -78,35 +80,33 @@ pub enum Kind {
 struct Job {
     state: Arc<AtomicU8>,
     kind: Kind,
-    run: Box<dyn FnOnce() + Send>,
+    /// Told whether it runs as one of the long jobs (a record's check then runs whole; else it
+    /// stops at what a short job may take, [`ForRecord`]).
+    run: Box<dyn FnOnce(bool) + Send>,
     /// The request it checks a record of, and whether that request has more to check.
     request: Option<(u64, bool)>,
     /// What its record pays for, in nanoseconds: only a job longer by [`LONG_JOB`] is long.
     paid: u64,
-    /// Its cost model says it may run long: it is held back with the long ones, whoever its
-    /// tenant is.
+    /// It ran long once already (see [`ForRecord::long`]): held back with the long ones,
+    /// whoever its tenant is.
     long: bool,
 }
 
 /// A record's check, as the pool sees it: its request (its id, and whether it has more
 /// records to check after this one: then the thread that runs it waits a little for the next,
-/// [`LINGER`]), the CPU its record pays for, and the most its cost model says it may take.
+/// [`LINGER`]), the CPU its record pays for, and whether it is a check that ran long once.
+///
+/// A check run as a short job (its tenant not known for long ones) stops where it can at
+/// [`LONG_JOB`] past what its record pays for, and is queued again as `long`, with the long
+/// jobs (review 25 of #37: twelve tenants, each known for short checks, took the last thread
+/// in turn with one 1.1 s check each; review 26: foreseeing it by the cost model sent large
+/// valid records, checked in a millisecond, to wait behind those).
 #[derive(Debug, Clone, Copy)]
 pub struct ForRecord {
     pub request: u64,
     pub more: bool,
     pub paid: Duration,
-    pub most: Duration,
-}
-
-impl ForRecord {
-    /// Whether the check may run [`LONG_JOB`] past what its record pays for: it then goes
-    /// with the long jobs from the start (review 25 of #37: twelve tenants, each known for
-    /// short checks, took the last thread in turn with one 1.1 s check each, and another
-    /// tenant's requests waited ~1 s again and again).
-    fn may_run_long(&self) -> bool {
-        self.most >= self.paid.saturating_add(LONG_JOB)
-    }
+    pub long: bool,
 }
 
 struct PoolCore {
@@ -118,6 +118,8 @@ struct PoolCore {
     clock: Arc<dyn Clock>,
     /// How long a thread waits for a request's next job ([`LINGER`]).
     linger: Duration,
+    /// Jobs timed by their thread's CPU, not by `clock`.
+    by_cpu: bool,
 }
 
 /// The pool; dropping it stops its threads once their jobs end.
@@ -145,16 +147,31 @@ impl Pool {
         wait: Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
-        Self::lingering(workers, tenant_workers, wait, clock, LINGER)
+        Self::lingering(workers, tenant_workers, wait, clock, LINGER, false)
     }
 
-    /// [`Pool::new`], its threads waiting `linger` for a request's next job.
+    /// [`Pool::new`], each job timed by its thread's CPU, not by the clock: a job a pause
+    /// of the process (a CPU quota's throttling, a busy host) caught is not long for it
+    /// (review 26 of #37: a 3 ms check that spanned a 100 ms pause marked its tenant as
+    /// running long jobs for five minutes).
+    pub fn on_thread_cpu(
+        workers: usize,
+        tenant_workers: usize,
+        wait: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        Self::lingering(workers, tenant_workers, wait, clock, LINGER, true)
+    }
+
+    /// [`Pool::new`], its threads waiting `linger` for a request's next job, its jobs timed
+    /// by their thread's CPU if `by_cpu`.
     pub fn lingering(
         workers: usize,
         tenant_workers: usize,
         wait: Duration,
         clock: Arc<dyn Clock>,
         linger: Duration,
+        by_cpu: bool,
     ) -> Result<Self, String> {
         let shared = Arc::new(PoolCore {
             state: Mutex::new(State::default()),
@@ -163,6 +180,7 @@ impl Pool {
             long_threads: workers.saturating_sub(1).max(1),
             clock,
             linger,
+            by_cpu,
         });
         for i in 0..workers.max(1) {
             let shared = shared.clone();
@@ -200,7 +218,8 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Check, None, (0, false), f).await
+        self.submit(tenant, Kind::Check, None, (0, false), move |_| f())
+            .await
     }
 
     /// [`Pool::run`] for a compile.
@@ -209,21 +228,20 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Compile, None, (0, false), f)
+        self.submit(tenant, Kind::Compile, None, (0, false), move |_| f())
             .await
     }
 
-    /// [`Pool::run`] for a record's check.
+    /// [`Pool::run`] for a record's check, `f` told whether it runs as a long job.
     pub async fn run_for<R: Send + 'static>(
         &self,
         tenant: &str,
         record: ForRecord,
-        f: impl FnOnce() -> R + Send + 'static,
+        f: impl FnOnce(bool) -> R + Send + 'static,
     ) -> Result<R, PoolError> {
         let paid = u64::try_from(record.paid.as_nanos()).unwrap_or(u64::MAX);
         let request = Some((record.request, record.more));
-        let long = record.may_run_long();
-        self.submit(tenant, Kind::Check, request, (paid, long), f)
+        self.submit(tenant, Kind::Check, request, (paid, record.long), f)
             .await
     }
 
@@ -233,15 +251,15 @@ impl Pool {
         kind: Kind,
         request: Option<(u64, bool)>,
         (paid, long): (u64, bool),
-        f: impl FnOnce() -> R + Send + 'static,
+        f: impl FnOnce(bool) -> R + Send + 'static,
     ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
         let job = Job {
             state: state.clone(),
             kind,
-            run: Box::new(move || {
-                let _ = done.send(f());
+            run: Box::new(move |long| {
+                let _ = done.send(f(long));
             }),
             request,
             paid,
@@ -356,19 +374,25 @@ fn work(shared: &PoolCore) {
                 }
             }
         };
-        let began = shared.clock.now_ns();
-        let run = std::mem::replace(&mut taken.job.run, Box::new(|| {}));
+        let (began, cpu) = (shared.clock.now_ns(), thread_cpu());
+        let run = std::mem::replace(&mut taken.job.run, Box::new(|_| {}));
         if taken
             .job
             .state
             .compare_exchange(QUEUED, STARTED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
+            let long = taken.long;
             // A panic drops the job's sender: its caller gets `Lost`, the thread lives on.
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(run));
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || run(long)));
         }
         let now = shared.clock.now_ns();
-        let took = now.saturating_sub(began);
+        let took = match (shared.by_cpu, cpu, thread_cpu()) {
+            (true, Some(then), Some(at)) => {
+                u64::try_from(at.saturating_sub(then).as_nanos()).unwrap_or(u64::MAX)
+            }
+            _ => now.saturating_sub(began),
+        };
         let mut state = shared.state.lock();
         state.done(&taken, took, now);
         // A share freed may let another tenant's job (or this tenant's next) start.

@@ -10,17 +10,27 @@ use std::time::{Duration, Instant};
 
 use super::compiled::{compile, within_bounds, Compiled, Written};
 use super::lookups::{Lookups, INLINE_WORK};
-use super::pool::{ForRecord, PoolError};
+use super::pool::{ForRecord, PoolError, LONG_JOB};
 use super::raw::digest;
 use super::thread_cpu::thread_cpu;
 use super::unpaid_work::{ChecksOwed, UnpaidWork};
 use super::{CompileError, Failure, Format, SchemaError, Schemas, Side};
 use crate::budget::Clock;
 
-/// A pool check's outcome: what it found, its CPU, and what its record owes for it; or refused
-/// before it ran (`None`: its request can no longer be admitted; `Some`: its tenant is out of
-/// time for this long).
-type CheckRun = Result<(Written, Duration, ChecksOwed), Option<Duration>>;
+/// A pool check's outcome: what it found, its CPU, and what its record owes for it; or why it
+/// gave none.
+type CheckRun = Result<(Written, Duration, ChecksOwed), Stopped>;
+
+/// Why a pool check gave no outcome.
+enum Stopped {
+    /// Its request can no longer be admitted (asked before it ran).
+    Inadmissible,
+    /// Its tenant is out of unpaid time for this long.
+    OutOfTime(Duration),
+    /// Run as a short job, it reached [`LONG_JOB`] past what its record pays for: to be
+    /// queued again with the long jobs ([`ForRecord`]).
+    Overran,
+}
 
 /// The bounds of the step's work a refusal is counted under (the metric's `bound` label).
 pub const WORK_BOUNDS: [&str; 9] = [
@@ -99,26 +109,39 @@ impl Schemas {
             ran
         } else {
             let deadline = self.max_check_cpu;
-            let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
             let (request, more) = allowance.staying();
-            let record = ForRecord {
-                request,
-                more,
-                paid,
-                most: schema.most_cpu(data.len()),
+            let mut long = false;
+            let ran = loop {
+                let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
+                let record = ForRecord {
+                    request,
+                    more,
+                    paid,
+                    long,
+                };
+                let ran = self
+                    .pool
+                    .run_for(tenant, record, job)
+                    .await
+                    .map_err(|e| fail(self.pool_error(e, "checking the record")))?;
+                match ran {
+                    // Once, with the long jobs: there it runs whole.
+                    Err(Stopped::Overran) if !long => long = true,
+                    ran => break ran,
+                }
             };
-            let (result, spent, owed) = match self
-                .pool
-                .run_for(tenant, record, job)
-                .await
-                .map_err(|e| fail(self.pool_error(e, "checking the record")))?
-            {
+            let (result, spent, owed) = match ran {
                 Ok(ran) => ran,
-                Err(None) => {
+                Err(Stopped::Inadmissible) => {
                     self.count_refusal("inadmissible");
                     return Err(fail(SchemaError::Inadmissible));
                 }
-                Err(Some(wait)) => return Err(fail(self.unpaid_work_spent(wait))),
+                Err(Stopped::OutOfTime(wait)) => return Err(fail(self.unpaid_work_spent(wait))),
+                Err(Stopped::Overran) => {
+                    return Err(fail(
+                        self.pool_error(PoolError::Lost, "checking the record"),
+                    ))
+                }
             };
             if spent > deadline {
                 self.count_refusal("check_cpu");
@@ -152,7 +175,7 @@ impl Schemas {
         data: &[u8],
         (limit, keep_json, paid): (usize, bool, Duration),
         allowance: &Lookups,
-    ) -> impl FnOnce() -> CheckRun + Send + 'static {
+    ) -> impl FnOnce(bool) -> CheckRun + Send + 'static {
         let (schema, data) = (schema.clone(), data.to_vec());
         let deadline = self.max_check_cpu;
         let admissible = allowance.admissible();
@@ -161,13 +184,15 @@ impl Schemas {
             self.clock.clone(),
             tenant.to_string(),
         );
-        move || {
+        move |with_long: bool| {
             if admissible.is_some_and(|still| !still()) {
-                return Err(None);
+                return Err(Stopped::Inadmissible);
             }
             // Asked again when its turn comes: the tenant's checks queued before its
             // refused ones spent its time must not all run.
-            unpaid_work.may_check(&*clock, &who).map_err(Some)?;
+            unpaid_work
+                .may_check(&*clock, &who)
+                .map_err(Stopped::OutOfTime)?;
             // It runs at most what its record pays for and its tenant can pay beyond
             // that: a check begun with a millisecond left ran its whole second, and four
             // tenants each within their bound held the threads in turns of a second
@@ -175,18 +200,32 @@ impl Schemas {
             // it is refused for a while, as a tenant out of time is.
             let payable = paid.saturating_add(unpaid_work.left(&*clock, &who));
             let stop = deadline.min(payable);
+            // Run as a short job, it stops at LONG_JOB past what its record pays for, and
+            // is queued again with the long ones: a thread is always left for short jobs.
+            let short = (!with_long)
+                .then(|| paid.saturating_add(LONG_JOB))
+                .filter(|short| *short < stop * 2);
             let (cpu, wall) = (thread_cpu(), Instant::now());
             // A walk that outruns its cost model stops at twice its CPU limit in wall
             // time (wall >= CPU: a preempted check is not stopped early).
-            let result = schema.write_by(&data, limit, keep_json, Some(wall + stop * 2));
+            let until = wall + short.unwrap_or(stop * 2);
+            let result = schema.write_by(&data, limit, keep_json, Some(until));
             let spent = cpu_since(cpu, wall);
+            let stopped = matches!(&result, Err(m) if m.too_costly);
+            if let Some(short) = short.filter(|s| stopped && wall.elapsed() >= *s) {
+                // Charged what it took if that was its own CPU, not a pause of the thread.
+                if spent >= short {
+                    unpaid_work.charge(&*clock, &who, spent);
+                }
+                return Err(Stopped::Overran);
+            }
             if stop < deadline && result.is_err() && wall.elapsed() >= stop * 2 {
                 unpaid_work.charge(&*clock, &who, spent);
                 let wait = unpaid_work
                     .may_check(&*clock, &who)
                     .err()
                     .unwrap_or(Duration::from_millis(1));
-                return Err(Some(wait));
+                return Err(Stopped::OutOfTime(wait));
             }
             // Charged here, on the schema thread, whoever still waits for the answer: a
             // client that leaves drops the answer, not the charge (review 20 of #37: 25

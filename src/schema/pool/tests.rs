@@ -38,7 +38,7 @@ fn hold_as(
     };
     let run = async move {
         match record {
-            Some(record) => pool.run_for(tenant, record, job).await,
+            Some(record) => pool.run_for(tenant, record, move |_| job()).await,
             None => pool.run(tenant, job).await,
         }
     };
@@ -216,7 +216,15 @@ async fn a_panicking_job_is_lost_and_the_thread_lives_on() {
 async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());
     let pool = Arc::new(
-        Pool::lingering(1, 1, Duration::from_secs(5), clock, Duration::from_secs(5)).expect("pool"),
+        Pool::lingering(
+            1,
+            1,
+            Duration::from_secs(5),
+            clock,
+            Duration::from_secs(5),
+            false,
+        )
+        .expect("pool"),
     );
     let (started, starts) = mpsc::channel();
     let (blocking, finish) = hold(&pool, &started, "x");
@@ -229,9 +237,9 @@ async fn a_request_with_more_records_keeps_its_thread_for_the_next() {
                 request: 7,
                 more,
                 paid: Duration::ZERO,
-                most: Duration::ZERO,
+                long: false,
             };
-            p.run_for("v", record, move || {
+            p.run_for("v", record, move |_| {
                 let _ = s.send(name);
             })
             .await
@@ -317,10 +325,10 @@ async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
         request: 1,
         more: false,
         paid: Duration::from_millis(200),
-        most: Duration::from_millis(250),
+        long: false,
     };
     assert_eq!(
-        pool.run_for("victim", paid, move || c.advance_ms(150))
+        pool.run_for("victim", paid, move |_| c.advance_ms(150))
             .await,
         Ok(())
     );
@@ -348,11 +356,11 @@ async fn a_tenant_not_seen_lately_is_held_back_with_the_long_ones() {
 }
 
 /// Review 25 of #37: twelve tenants, each known for short checks, took the last thread in turn
-/// with one 1.1 s check each. A check its cost model says may run long goes with the long
-/// ones from the start, whoever its tenant is: a second one waits for the first, and another
-/// tenant's short check takes the free thread.
+/// with one 1.1 s check each. A check that ran long once (stopped as a short job) is queued
+/// again with the long ones, whoever its tenant is: a second one waits for the first, and
+/// another tenant's short check takes the free thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_check_foreseen_long_waits_with_the_long_ones_whoever_sends_it() {
+async fn a_check_that_ran_long_once_waits_with_the_long_ones_whoever_sends_it() {
     let pool = Arc::new(Pool::new(2, 1, Duration::from_secs(5), real()).expect("pool"));
     for tenant in ["a", "b", "victim"] {
         assert_eq!(pool.run(tenant, || ()).await, Ok(()));
@@ -363,8 +371,8 @@ async fn a_check_foreseen_long_waits_with_the_long_ones_whoever_sends_it() {
     let long = |request| ForRecord {
         request,
         more: false,
-        paid: Duration::from_millis(60),
-        most: Duration::from_millis(60) + LONG_JOB,
+        paid: Duration::ZERO,
+        long: true,
     };
     let (started, starts) = mpsc::channel();
     let (first, finish_a) = hold_as(&pool, &started, "a", Some(long(1)));
@@ -380,4 +388,62 @@ async fn a_check_foreseen_long_waits_with_the_long_ones_whoever_sends_it() {
     let _ = finish_b.send(());
     assert_eq!(first.await.expect("task"), Ok(()));
     assert_eq!(second.await.expect("task"), Ok(()));
+}
+
+/// A record's check is told whether it runs with the long jobs: not for a tenant known for
+/// short ones (it then stops at what a short job may take), yes for one not seen lately and
+/// for a check that ran long once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_is_told_whether_it_runs_with_the_long_ones() {
+    let pool = Pool::new(2, 1, Duration::from_secs(5), real()).expect("pool");
+    let record = |long| ForRecord {
+        request: 1,
+        more: false,
+        paid: Duration::ZERO,
+        long,
+    };
+    let told = |tenant: &'static str, long| pool.run_for(tenant, record(long), |told| told);
+    assert_eq!(told("fresh", false).await, Ok(true), "not seen lately");
+    assert_eq!(
+        told("fresh", false).await,
+        Ok(false),
+        "its checks were short"
+    );
+    assert_eq!(told("fresh", true).await, Ok(true), "it ran long once");
+}
+
+/// Review 26 of #37: a 3 ms check that spanned a 100 ms pause of the process marked its
+/// tenant as running long jobs for five minutes. Timed by its thread's CPU, a job that
+/// waited without running is not long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_timed_by_its_threads_cpu_is_not_long_for_a_pause() {
+    let clock = real();
+    let pool = Pool::on_thread_cpu(2, 1, Duration::from_secs(5), clock.clone()).expect("pool");
+    let pause = LONG_JOB + Duration::from_millis(50);
+    for tenant in ["paused", "paused"] {
+        assert_eq!(
+            pool.run(tenant, move || std::thread::sleep(pause)).await,
+            Ok(())
+        );
+    }
+    let long = pool
+        .shared
+        .state
+        .lock()
+        .runs_long("paused", Kind::Check, clock.now_ns());
+    assert!(!long);
+    // On the clock, the same pause is a long job.
+    let walled = Pool::new(2, 1, Duration::from_secs(5), clock.clone()).expect("pool");
+    for tenant in ["paused", "paused"] {
+        assert_eq!(
+            walled.run(tenant, move || std::thread::sleep(pause)).await,
+            Ok(())
+        );
+    }
+    let long = walled
+        .shared
+        .state
+        .lock()
+        .runs_long("paused", Kind::Check, clock.now_ns());
+    assert!(long);
 }
