@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::parse_memory::{estimate, MAX_PARSE_MEMORY, MOST_PER_BYTE};
+use super::parse_memory::{estimate, estimate_at, MAX_PARSE_MEMORY, MOST_PER_BYTE};
 use super::{avro, json, protobuf, CompileError, Format, Mismatch};
 
 pub(super) enum Codec {
@@ -345,7 +345,11 @@ impl Compiled {
         steps: Option<&mut u64>,
         deadline: Option<std::time::Instant>,
     ) -> Result<Vec<u8>, Mismatch> {
-        parse_within_memory(data)?;
+        let value = match &*self.codec {
+            Codec::Protobuf(p) => p.value_memory(),
+            _ => None,
+        };
+        parse_within_memory(data, value)?;
         let payload = match (&*self.codec, steps) {
             (Codec::Avro(a), Some(steps)) => {
                 a.encode_counted(&parse_json(data)?, limit, steps, deadline)?
@@ -391,7 +395,7 @@ impl Compiled {
     ) -> Result<(), Mismatch> {
         match &*self.codec {
             Codec::Json(j) => {
-                parse_within_memory(data)?;
+                parse_within_memory(data, None)?;
                 j.check(&parse_json(data)?)
             }
             // A contract's validate mode is for JSON Schema only (the configuration says so);
@@ -403,12 +407,13 @@ impl Compiled {
 
 /// Whether the value's parsed form fits [`MAX_PARSE_MEMORY`] (see [`super::parse_memory`]):
 /// asked before any codec reads it.
-fn parse_within_memory(data: &[u8]) -> Result<(), Mismatch> {
+fn parse_within_memory(data: &[u8], value: Option<u64>) -> Result<(), Mismatch> {
     // A value this short fits whatever it holds: the common record is not scanned.
-    if (data.len() as u64).saturating_mul(MOST_PER_BYTE) <= MAX_PARSE_MEMORY {
+    let most = MOST_PER_BYTE.max(value.unwrap_or(0) + MOST_PER_BYTE);
+    if (data.len() as u64).saturating_mul(most) <= MAX_PARSE_MEMORY {
         return Ok(());
     }
-    let memory = estimate(data);
+    let memory = value.map_or_else(|| estimate(data), |v| estimate_at(data, v));
     if memory <= MAX_PARSE_MEMORY {
         return Ok(());
     }

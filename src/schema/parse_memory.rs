@@ -49,6 +49,12 @@ fn open(depth: usize) -> Option<usize> {
 /// An upper bound of what parsing `data` allocates at its peak (see the module). Never panics,
 /// whatever the bytes: text that is not JSON gets a number too, and its parse then fails.
 pub fn estimate(data: &[u8]) -> u64 {
+    estimate_at(data, VALUE)
+}
+
+/// [`estimate`], each value's slot counted as `value` bytes (more where the reader makes each
+/// value a structure of its own: a Protobuf `google.protobuf.Value`).
+pub fn estimate_at(data: &[u8], value: u64) -> u64 {
     // Per open container: keys (objects) or elements (arrays) seen so far, and its kind.
     let mut counts = [0u32; DEPTH];
     let mut is_object = [false; DEPTH];
@@ -120,7 +126,7 @@ pub fn estimate(data: &[u8]) -> u64 {
             }
             *elements = elements.saturating_add(1);
         }
-        total += VALUE;
+        total += value;
         match b {
             b'"' => in_string = true,
             b'[' | b'{' => {

@@ -207,3 +207,29 @@ fn reserved_ranges_times_fields_are_refused_before_the_pool_counts_them() {
     let compiled = Compiled::new(1, Format::Protobuf, ok);
     assert!(compiled.is_ok(), "{:?}", compiled.err());
 }
+
+/// Review 26 of #37: a 920 KB list of zeros read into `google.protobuf.Value` took 360 MB (each
+/// value a message of its own, ~780 bytes), though the parsed-tree bound said 15 MB. Under
+/// Google's JSON types each value is counted as such a message, and the record is refused
+/// before it is read; the same list as a plain repeated field is read.
+#[test]
+fn a_protobuf_value_under_googles_json_types_is_counted_as_a_message_each() {
+    let zeros = format!("{{\"v\":[{}]}}", vec!["0"; 100_000].join(","));
+    let schema = |field: &str| {
+        format!(
+            "syntax = \"proto3\";\nimport \"google/protobuf/struct.proto\";\nmessage M {{ {field} v = 1; }}"
+        )
+    };
+    let dynamic =
+        Compiled::new(1, Format::Protobuf, &schema("google.protobuf.Value")).expect("compiles");
+    let (refused, used) = crate::heap::usage(|| dynamic.encode(zeros.as_bytes(), usize::MAX));
+    let e = refused.expect_err("refused");
+    assert!(e.too_costly, "{}", e.message);
+    let peak = used.map_or(0, |u| u.peak);
+    assert!(
+        peak < 8 * 1024 * 1024,
+        "refused before it was read: {peak} bytes"
+    );
+    let plain = Compiled::new(1, Format::Protobuf, &schema("repeated int32")).expect("compiles");
+    assert!(plain.encode(zeros.as_bytes(), usize::MAX).is_ok());
+}
