@@ -281,11 +281,13 @@ impl Schemas {
             .map(|(i, p)| glob::Pattern::new(p).map_err(|e| format!("open_subjects[{i}]: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-        let pool = pool::Pool::on_thread_cpu(
+        let pool = pool::Pool::lingering(
             config.workers,
             config.tenant_workers,
             Duration::from_millis(config.wait_ms),
             clock.clone(),
+            pool::LINGER,
+            true,
         )?;
         let bounds = CompileBounds {
             max_text: config.max_schema_bytes,

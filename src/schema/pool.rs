@@ -150,21 +150,11 @@ impl Pool {
         Self::lingering(workers, tenant_workers, wait, clock, LINGER, false)
     }
 
-    /// [`Pool::new`], each job timed by its thread's CPU, not by the clock: a job a pause
-    /// of the process (a CPU quota's throttling, a busy host) caught is not long for it
-    /// (review 26 of #37: a 3 ms check that spanned a 100 ms pause marked its tenant as
-    /// running long jobs for five minutes).
-    pub fn on_thread_cpu(
-        workers: usize,
-        tenant_workers: usize,
-        wait: Duration,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, String> {
-        Self::lingering(workers, tenant_workers, wait, clock, LINGER, true)
-    }
-
     /// [`Pool::new`], its threads waiting `linger` for a request's next job, its jobs timed
-    /// by their thread's CPU if `by_cpu`.
+    /// by their thread's CPU if `by_cpu` (as the gateway's are: a job a pause of the process
+    /// caught — a CPU quota's throttling, a busy host — is not long for it; review 26 of #37:
+    /// a 3 ms check that spanned a 100 ms pause marked its tenant as running long jobs for
+    /// five minutes).
     pub fn lingering(
         workers: usize,
         tenant_workers: usize,
