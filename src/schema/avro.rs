@@ -9,12 +9,13 @@
 //! specification's and small enough to own.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use apache_avro::schema::{EnumSchema, Name, Namespace, RecordSchema, Schema};
 use serde_json::Value;
 
 use super::pointer::Pointer;
+use super::thread_cpu::thread_cpu;
 use super::Mismatch;
 
 mod blocks;
@@ -122,7 +123,11 @@ impl AvroSchema {
         deadline: Option<Instant>,
     ) -> Result<Vec<u8>, Mismatch> {
         let mut steps = steps;
-        self.encode_counted(value, limit, &mut steps, deadline)
+        let until = Until {
+            wall: deadline,
+            cpu: None,
+        };
+        self.encode_counted(value, limit, &mut steps, until)
     }
 
     /// [`Self::encode`] taking its steps from `steps`, which holds what is left after it
@@ -132,7 +137,7 @@ impl AvroSchema {
         value: &Value,
         limit: usize,
         steps: &mut u64,
-        deadline: Option<Instant>,
+        until: Until,
     ) -> Result<Vec<u8>, Mismatch> {
         let mut out = Vec::with_capacity(64);
         let mut at = Pointer::default();
@@ -144,7 +149,7 @@ impl AvroSchema {
             limit,
             steps: *steps,
             step_cost: self.step_cost,
-            deadline,
+            until,
             clock_in: CLOCK_EVERY,
         };
         let walked = walk.value(&self.root, value, &mut at, &None, 0);
@@ -154,6 +159,23 @@ impl AvroSchema {
             return Err(too_large(&Pointer::default(), limit));
         }
         Ok(out)
+    }
+}
+
+/// When a walk stops, whatever its steps: past an instant, or past a CPU time of its thread
+/// (the thread's clock: a walk preempted or paused is not stopped for that).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Until {
+    pub wall: Option<Instant>,
+    pub cpu: Option<Duration>,
+}
+
+impl Until {
+    fn passed(&self) -> bool {
+        self.wall.is_some_and(|d| Instant::now() > d)
+            || self
+                .cpu
+                .is_some_and(|c| thread_cpu().is_some_and(|spent| spent > c))
     }
 }
 
@@ -168,7 +190,7 @@ struct Walk<'s, 'o> {
     steps: u64,
     /// What one step of the walk costs, by the schema's longest name.
     step_cost: u64,
-    deadline: Option<Instant>,
+    until: Until,
     /// Steps until the clock is read again.
     clock_in: u32,
 }
@@ -198,7 +220,7 @@ impl Walk<'_, '_> {
         self.clock_in = self.clock_in.saturating_sub(1);
         if self.clock_in == 0 {
             self.clock_in = CLOCK_EVERY;
-            if self.deadline.is_some_and(|d| Instant::now() > d) {
+            if self.until.passed() {
                 return Err(Mismatch {
                     too_costly: true,
                     ..mismatch(

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::avro::Until;
 use super::parse_memory::{estimate, estimate_at, MAX_PARSE_MEMORY, MOST_PER_BYTE};
 use super::{avro, json, protobuf, CompileError, Format, Mismatch};
 
@@ -263,6 +264,13 @@ impl Compiled {
         }
     }
 
+    /// The most CPU a check of a `len`-byte value may take by the cost model (one unit a
+    /// nanosecond), for a check that cannot be stopped while it runs (JSON Schema,
+    /// Protobuf); `None` for an Avro walk, which stops where it is told.
+    pub(super) fn unstoppable_cpu(&self, len: usize) -> Option<std::time::Duration> {
+        self.work_bound(len).map(std::time::Duration::from_nanos)
+    }
+
     /// `data` checked (`keep_json`: kept as it is) or written in its wire format, stopped past
     /// `deadline` where the codec can stop.
     pub(super) fn write_by(
@@ -270,12 +278,12 @@ impl Compiled {
         data: &[u8],
         limit: usize,
         keep_json: bool,
-        deadline: Option<std::time::Instant>,
+        until: Until,
     ) -> Written {
         if keep_json {
-            self.check_by(data, deadline).map(|()| None)
+            self.check_by(data, until).map(|()| None)
         } else {
-            self.encode_by(data, limit, deadline).map(Some)
+            self.encode_by(data, limit, until).map(Some)
         }
     }
 
@@ -294,9 +302,10 @@ impl Compiled {
     ) -> Result<(Written, u64), u64> {
         let Codec::Avro(_) = &*self.codec else {
             return match self.work_bound(data.len()) {
-                Some(bound) if bound <= work => {
-                    Ok((self.write_by(data, limit, keep_json, None), bound))
-                }
+                Some(bound) if bound <= work => Ok((
+                    self.write_by(data, limit, keep_json, Until::default()),
+                    bound,
+                )),
                 _ => Err(0),
             };
         };
@@ -308,7 +317,7 @@ impl Compiled {
             data,
             if keep_json { usize::MAX } else { limit },
             Some(&mut left),
-            None,
+            Until::default(),
         );
         let taken = (given - left).saturating_mul(WORK_PER_AVRO_STEP);
         match result {
@@ -321,19 +330,14 @@ impl Compiled {
     /// `data` (JSON text) in Confluent's wire format under this schema, the payload at most
     /// `limit` bytes (Avro's defaults can make a small value large).
     pub fn encode(&self, data: &[u8], limit: usize) -> Result<Vec<u8>, Mismatch> {
-        self.encode_by(data, limit, None)
+        self.encode_by(data, limit, Until::default())
     }
 
     /// [`Self::encode`], stopped past `deadline` where the codec can stop (Avro's walk; a
     /// JSON Schema check is bounded by its cost model before it starts, a Protobuf value's
     /// mapping is linear in it).
-    pub fn encode_by(
-        &self,
-        data: &[u8],
-        limit: usize,
-        deadline: Option<std::time::Instant>,
-    ) -> Result<Vec<u8>, Mismatch> {
-        self.encode_within(data, limit, None, deadline)
+    pub fn encode_by(&self, data: &[u8], limit: usize, until: Until) -> Result<Vec<u8>, Mismatch> {
+        self.encode_within(data, limit, None, until)
     }
 
     /// [`Self::encode_by`], an Avro walk taking its steps from `steps` when given (the
@@ -343,7 +347,7 @@ impl Compiled {
         data: &[u8],
         limit: usize,
         steps: Option<&mut u64>,
-        deadline: Option<std::time::Instant>,
+        until: Until,
     ) -> Result<Vec<u8>, Mismatch> {
         let value = match &*self.codec {
             Codec::Protobuf(p) => p.value_memory(),
@@ -352,10 +356,11 @@ impl Compiled {
         parse_within_memory(data, value)?;
         let payload = match (&*self.codec, steps) {
             (Codec::Avro(a), Some(steps)) => {
-                a.encode_counted(&parse_json(data)?, limit, steps, deadline)?
+                a.encode_counted(&parse_json(data)?, limit, steps, until)?
             }
             (Codec::Avro(a), None) => {
-                a.encode(&parse_json(data)?, limit, avro_steps(data.len()), deadline)?
+                let mut steps = avro_steps(data.len());
+                a.encode_counted(&parse_json(data)?, limit, &mut steps, until)?
             }
             (Codec::Protobuf(p), _) => p.encode(data)?,
             (Codec::Json(j), _) => {
@@ -384,15 +389,11 @@ impl Compiled {
 
     /// Checks `data` (JSON text) against a JSON Schema, keeping it as it is.
     pub fn check(&self, data: &[u8]) -> Result<(), Mismatch> {
-        self.check_by(data, None)
+        self.check_by(data, Until::default())
     }
 
     /// [`Self::check`], stopped past `deadline` as [`Self::encode_by`] is.
-    pub fn check_by(
-        &self,
-        data: &[u8],
-        deadline: Option<std::time::Instant>,
-    ) -> Result<(), Mismatch> {
+    pub fn check_by(&self, data: &[u8], until: Until) -> Result<(), Mismatch> {
         match &*self.codec {
             Codec::Json(j) => {
                 parse_within_memory(data, None)?;
@@ -400,7 +401,7 @@ impl Compiled {
             }
             // A contract's validate mode is for JSON Schema only (the configuration says so);
             // any other codec encodes to check.
-            _ => self.encode_by(data, usize::MAX, deadline).map(drop),
+            _ => self.encode_by(data, usize::MAX, until).map(drop),
         }
     }
 }

@@ -11,7 +11,7 @@
 //!   a tenant with cheap records goes before one whose jobs are dear, whatever their count;
 //! - tenants whose jobs run long ([`LONG_JOB`] or more past what their record pays for,
 //!   remembered for [`LONG_FOR`], for checks and compiles apart: a tenant's one long compile
-//!   does not hold its checks back), and tenants not seen in that time, hold at most
+//!   does not hold its checks back), and the compiles of tenants not seen in that time, hold at most
 //!   `workers − 1` threads together, so one thread is always left for short jobs. Round
 //!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
 //!   another's 20-record requests wait ~2 s a record (review 22 of #37); and fresh tenants

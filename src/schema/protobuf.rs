@@ -21,15 +21,19 @@ pub struct ProtobufSchema {
     /// The first message's full name (RECORD_NAME strategy).
     pub record_name: Option<String>,
     /// It holds, at any depth, a field of Google's JSON types (`Value`, `ListValue`,
-    /// `Struct`): every JSON value under one is a message of its own when it is read.
+    /// `Struct`, or `Any`, which may hold them): every JSON value under one is a message of
+    /// its own when it is read.
     dynamic: bool,
 }
 
-/// Google's types that take any JSON: each value read into one is a `DynamicMessage`.
-const JSON_TYPES: [&str; 3] = [
+/// Google's types that take any JSON: each value read into one is a `DynamicMessage`. `Any`
+/// holds whichever message its `@type` names, these included (review 27 of #37: a list read
+/// through `Any` as a `ListValue` took 376 MB).
+const JSON_TYPES: [&str; 4] = [
     "google.protobuf.Value",
     "google.protobuf.ListValue",
     "google.protobuf.Struct",
+    "google.protobuf.Any",
 ];
 
 /// Whether `message` holds a field of one of [`JSON_TYPES`], at any depth.

@@ -307,3 +307,27 @@ fn a_walk_stops_at_its_deadline() {
     let ahead = Instant::now() + std::time::Duration::from_secs(3600);
     assert!(s.encode(&items, LIMIT, u64::MAX, Some(ahead)).is_ok());
 }
+
+/// Past a CPU time of its thread a walk stops too (review 27 of #37: a short job stopped by
+/// the clock was stopped for a pause, not for its own work).
+#[test]
+fn a_walk_stops_past_its_threads_cpu_time() {
+    let s = self_listing("a.b");
+    let items = json!({ "c": vec![json!({}); 2000] });
+    let now = crate::schema::thread_cpu::thread_cpu().expect("thread clock");
+    let spent = Until {
+        wall: None,
+        cpu: now.checked_sub(std::time::Duration::from_nanos(1)),
+    };
+    let mut steps = u64::MAX;
+    let e = s
+        .encode_counted(&items, LIMIT, &mut steps, spent)
+        .expect_err("past its CPU time");
+    assert!(e.message.contains("ran past its time"), "{}", e.message);
+    let left = Until {
+        wall: None,
+        cpu: Some(now + std::time::Duration::from_secs(3600)),
+    };
+    let mut steps = u64::MAX;
+    assert!(s.encode_counted(&items, LIMIT, &mut steps, left).is_ok());
+}

@@ -80,9 +80,12 @@ impl State {
             // Its first job of a kind that may run now (a check queued behind a compile held
             // back may go first).
             let held = self.long_running >= core.long_threads;
-            // A tenant not seen lately may run long for all the pool knows.
+            // A tenant not seen lately may compile long for all the pool knows (a compile
+            // cannot be stopped); its checks are stopped or foreseen as any tenant's are.
             let long = |j: &Job| {
-                j.long || seen.long_until[j.kind as usize] > now || seen.known_until <= now
+                j.long
+                    || seen.long_until[j.kind as usize] > now
+                    || (j.kind == Kind::Compile && seen.known_until <= now)
             };
             let Some(at) = lane
                 .jobs
@@ -116,9 +119,10 @@ impl State {
 
     /// Whether `tenant`'s jobs of `kind` are held back as long ones now.
     pub(super) fn runs_long(&self, tenant: &str, kind: Kind, now: u64) -> bool {
-        self.seen
-            .get(tenant)
-            .is_none_or(|s| s.long_until[kind as usize] > now || s.known_until <= now)
+        let unseen = |s: &Seen| kind == Kind::Compile && s.known_until <= now;
+        self.seen.get(tenant).map_or(kind == Kind::Compile, |s| {
+            s.long_until[kind as usize] > now || unseen(s)
+        })
     }
 
     /// The next job of `request`, if it is queued and its tenant has a free share (a thread

@@ -230,6 +230,24 @@ fn a_protobuf_value_under_googles_json_types_is_counted_as_a_message_each() {
         peak < 8 * 1024 * 1024,
         "refused before it was read: {peak} bytes"
     );
+    // Through `Any`, which may hold a `ListValue` (review 27).
+    let any = format!(
+        "{{\"v\":{{\"@type\":\"type.googleapis.com/google.protobuf.ListValue\",\"value\":[{}]}}}}",
+        vec!["0"; 100_000].join(",")
+    );
+    let through = Compiled::new(
+        1,
+        Format::Protobuf,
+        &schema("google.protobuf.Any").replace("struct.proto", "any.proto"),
+    )
+    .expect("compiles");
+    let (refused, used) = crate::heap::usage(|| through.encode(any.as_bytes(), usize::MAX));
+    assert!(refused.expect_err("refused").too_costly);
+    let peak = used.map_or(0, |u| u.peak);
+    assert!(
+        peak < 8 * 1024 * 1024,
+        "refused before it was read: {peak} bytes"
+    );
     let plain = Compiled::new(1, Format::Protobuf, &schema("repeated int32")).expect("compiles");
     assert!(plain.encode(zeros.as_bytes(), usize::MAX).is_ok());
 }
