@@ -135,6 +135,9 @@ struct Slot {
 /// slot (review 24 of #37: busy streams and HTTP/2 sessions of four tenants kept new
 /// connections out for 55–86 s).
 pub const ROOM_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Newcomers of one address that may wait for slots together, none of its connections holding
+/// one.
+pub const WAITING_PER_ADDRESS: usize = 2;
 /// A busy connection whose peer has sent nothing for this long is cut to make room before one
 /// still being sent to.
 pub const ROOM_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
@@ -302,9 +305,10 @@ impl Unverified {
             .filter(|h| h.n > mine && h.n > share)
             .max_by_key(|h| h.n);
         let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, Take::Idle);
+        let age = self.room_age;
         let made = match (address_most, tenant_most.as_deref_mut()) {
-            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, l),
-            (Some(a), t) => close_unverified(a, l) || t.is_some_and(|t| idle(t, l)),
+            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, age, l),
+            (Some(a), t) => close_unverified(a, age, l) || t.is_some_and(|t| idle(t, l)),
             (None, Some(t)) => idle(t, l),
             (None, None) => false,
         };
@@ -329,8 +333,14 @@ impl Unverified {
             true => Room::Made,
             // Room can be made from a tenant over its share once the newcomer has waited; and
             // a client's several newcomers wait together, while none of them has a slot (a
-            // second connection opened while the first waited was refused: review 26).
-            false if seated_mine > 0 && mine > 1 && (patient || !over_share) => {
+            // second connection opened while the first waited was refused: review 26), up
+            // to WAITING_PER_ADDRESS (eight addresses of twelve each took every waiting
+            // place: review 27).
+            false
+                if (seated_mine > 0 || mine.saturating_sub(seated_mine) > WAITING_PER_ADDRESS)
+                    && mine > 1
+                    && (patient || !over_share) =>
+            {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Room::Refused
             }

@@ -61,9 +61,14 @@ pub(super) fn close_oldest(
     false
 }
 
-/// Closes the oldest of `held`'s unverified connections in a slot at once; `false` if none is
-/// left.
-pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
+/// Closes the oldest of `held`'s unverified connections in a slot at once, if it is older than
+/// `age` (it had a while to authenticate: a client's pool of TLS connections, mid-handshake,
+/// was closed by a flood's newcomers, review 27 of #37); `false` if none is.
+pub(super) fn close_unverified(
+    held: &mut Held,
+    age: std::time::Duration,
+    looked: &mut Looked,
+) -> bool {
     let mut at = 0;
     while let Some(weak) = held.slots.get(at).cloned() {
         let Some(slot) = looked.at(&weak) else {
@@ -77,6 +82,9 @@ pub(super) fn close_unverified(held: &mut Held, looked: &mut Looked) -> bool {
         if !slot.seated.load(Ordering::Acquire) {
             at += 1;
             continue;
+        }
+        if slot.opened.elapsed() < age {
+            return false;
         }
         slot.evicted.store(true, Ordering::Release);
         slot.evict.notify_one();

@@ -73,7 +73,12 @@ fn a_listener_serving_fewer_connections_allows_each_address_fewer() {
 /// the most — only if that holds more than the newcomer's own address.
 #[tokio::test]
 async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
-    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let guard = Unverified::aged(
+        4,
+        1_000,
+        TrustedProxies::default(),
+        std::time::Duration::ZERO,
+    );
     let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
         "10.0.0.1".parse().expect("ip"),
         "10.0.0.2".parse().expect("ip"),
@@ -106,13 +111,11 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
         "b holds the most: its newcomer is closed"
     );
     let _second = guard.admit(c).expect("c");
-    assert_eq!(
-        guard.make_room_for(c, WAITED),
-        Room::Wait,
-        "b's 2 are not more than c's 2, but neither of c's holds a slot: they wait (review 26)"
-    );
-    assert!(!from_b[0].0.evicted.load(Ordering::Acquire));
-    assert_eq!(guard.evicted.load(Ordering::Relaxed), 1);
+    // b's 2 are not more than c's 2, but neither of c's holds a slot: not refused (review
+    // 26), and the oldest unverified one in a slot makes room.
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert!(from_b[0].0.evicted.load(Ordering::Acquire));
+    assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
     let lone = Unverified::new(4, 1_000, TrustedProxies::default());
     let _one = seat(&lone, a).expect("a");
     let _other = seat(&lone, b).expect("b");
@@ -423,4 +426,40 @@ fn a_waiting_newcomer_is_never_closed_to_make_room() {
     assert!(!waiting.0.evicted.load(Ordering::Acquire), "waits on");
     assert!(streams[0].made_room(), "the busy one is cut");
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
+}
+
+/// Review 27 of #37: a client's pool of TLS connections, opened at once, was closed by a
+/// flood's newcomers mid-handshake (its address held the most unverified connections), and
+/// eight addresses of twelve waiting newcomers each took every waiting place. An address's
+/// connections make room only once they had a while to authenticate; an address holding no
+/// slot waits with at most WAITING_PER_ADDRESS newcomers.
+#[test]
+fn a_clients_young_connections_are_kept_and_its_waiting_newcomers_bounded() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let (pool, c, d): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+        "10.0.0.4".parse().expect("ip"),
+    );
+    let handshaking: Vec<_> = (0..3).map(|_| seat(&guard, pool).expect("pool")).collect();
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(
+        guard.make_room_for(c, WAITED),
+        Room::Wait,
+        "too young to close"
+    );
+    assert!(handshaking
+        .iter()
+        .all(|t| !t.0.evicted.load(Ordering::Acquire)));
+    let waiting: Vec<_> = (0..WAITING_PER_ADDRESS)
+        .map(|_| guard.admit(d).expect("d"))
+        .collect();
+    assert_eq!(guard.make_room_for(d, WAITED), Room::Wait, "wait together");
+    let _one_more = guard.admit(d).expect("d");
+    assert_eq!(
+        guard.make_room_for(d, WAITED),
+        Room::Refused,
+        "past its waiting places"
+    );
+    drop(waiting);
 }
