@@ -307,8 +307,8 @@ impl Unverified {
         let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, Take::Idle);
         let age = self.room_age;
         let made = match (address_most, tenant_most.as_deref_mut()) {
-            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_unverified(a, age, l),
-            (Some(a), t) => close_unverified(a, age, l) || t.is_some_and(|t| idle(t, l)),
+            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_oldest(a, age, l, None),
+            (Some(a), t) => close_oldest(a, age, l, None) || t.is_some_and(|t| idle(t, l)),
             (None, Some(t)) => idle(t, l),
             (None, None) => false,
         };
@@ -316,7 +316,7 @@ impl Unverified {
         // filled the listener, and a new one waited 8–10 s for their deadline): the oldest
         // unverified one, if it had a while to speak, makes room for the newcomer — before a
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
-        let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), self.room_age, l, address);
+        let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), age, l, Some(address));
         let made = made || (seated_mine == 0 && oldest(l));
         // A busy one last: first one its peer has sent nothing on for a while; one still
         // being sent to (an upload in progress) only once the newcomer has waited a grace of
@@ -472,7 +472,7 @@ impl Drop for Slot {
 }
 
 mod room;
-use room::{close_bound, close_oldest, close_unverified, seated, Looked, Take};
+use room::{close_bound, close_oldest, seated, Looked, Take};
 
 #[cfg(test)]
 mod tests;

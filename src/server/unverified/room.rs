@@ -23,63 +23,32 @@ impl Looked {
     }
 }
 
-/// Closes the oldest of every unverified connection in a slot at once, but those of the
-/// newcomer's own address (`except`), if it is older than `age`; `false` if none is. Newcomers
-/// waiting for a slot are passed over: a newcomer that waited a second was the oldest, and
-/// closed itself or another waiting one, freeing no slot (review 26 of #37: every new client
-/// reset after a second while busy connections filled the listener).
+/// Closes the oldest of `held`'s unverified connections in a slot (an address's, or every
+/// one's) at once, but those of the newcomer's own address (`except`), if it is older than
+/// `age`; `false` if none is.
+/// - Newcomers waiting for a slot are passed over: a newcomer that waited a second was the
+///   oldest, and closed itself or another waiting one, freeing no slot (review 26 of #37:
+///   every new client reset after a second while busy connections filled the listener).
+/// - A young one had no while to authenticate: a client's pool of TLS connections,
+///   mid-handshake, was closed by a flood's newcomers (review 27).
 pub(super) fn close_oldest(
-    all: &mut Held,
+    held: &mut Held,
     age: std::time::Duration,
     looked: &mut Looked,
-    except: IpAddr,
+    except: Option<IpAddr>,
 ) -> bool {
     let mut at = 0;
-    while let Some(weak) = all.slots.get(at).cloned() {
+    while let Some(weak) = held.slots.get(at).cloned() {
         let live = looked
             .at(&weak)
             .filter(|s| s.counted.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire));
         let Some(slot) = live else {
             // Verified, closing or gone: out of the order for good.
-            all.slots.remove(at);
+            held.slots.remove(at);
             continue;
         };
         // Its own, or a newcomer waiting too: closed, it would free no slot.
-        if slot.address == except || !slot.seated.load(Ordering::Acquire) {
-            at += 1;
-            continue;
-        }
-        if slot.opened.elapsed() < age {
-            return false;
-        }
-        slot.evicted.store(true, Ordering::Release);
-        slot.evict.notify_one();
-        slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
-        all.slots.remove(at);
-        return true;
-    }
-    false
-}
-
-/// Closes the oldest of `held`'s unverified connections in a slot at once, if it is older than
-/// `age` (it had a while to authenticate: a client's pool of TLS connections, mid-handshake,
-/// was closed by a flood's newcomers, review 27 of #37); `false` if none is.
-pub(super) fn close_unverified(
-    held: &mut Held,
-    age: std::time::Duration,
-    looked: &mut Looked,
-) -> bool {
-    let mut at = 0;
-    while let Some(weak) = held.slots.get(at).cloned() {
-        let Some(slot) = looked.at(&weak) else {
-            held.slots.remove(at);
-            continue;
-        };
-        if !slot.counted.load(Ordering::Acquire) || slot.evicted.load(Ordering::Acquire) {
-            held.slots.remove(at);
-            continue;
-        }
-        if !slot.seated.load(Ordering::Acquire) {
+        if Some(slot.address) == except || !slot.seated.load(Ordering::Acquire) {
             at += 1;
             continue;
         }
