@@ -156,9 +156,7 @@ pub async fn serve(
                 );
                 tokio::spawn(async move {
                     let unverified = bounds.unverified.as_deref();
-                    let trust = conn.peer.trust.as_ref();
-                    let slot =
-                        newcomer::slot_for(permits, unverified, peer.ip(), trust, stop.clone());
+                    let slot = newcomer::slot_for(permits, unverified, peer.ip(), stop.clone());
                     // No longer than it would have to send its head once served: a waiting
                     // place is held for a bounded time, whatever fills the listener.
                     let slot = tokio::time::timeout(bounds.header_read_timeout, slot).await;

@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::unverified::{ConnectionTrust, Room, Unverified, ROOM_GRACE};
+use super::unverified::{Room, Unverified, ROOM_GRACE};
 use crate::descriptors::WAITING_NEWCOMERS;
 
 /// How often a newcomer waiting for a slot of a full listener asks again for room.
 const ROOM_ASK: Duration = Duration::from_millis(100);
 
-/// How long a newcomer for which room was made waits for that slot before it asks again: the
-/// connection closing for it may have been a newcomer waiting too, which frees no slot. Twice
-/// the grace a busy one gets, so one cut a little late is not followed by another.
+/// How long a newcomer for which room was made waits for a slot before it asks again: the slot
+/// freed for it goes to whichever newcomer has waited longest. Twice the grace a busy one
+/// gets, so one cut a little late is not followed by another.
 const ROOM_MADE_WAIT: Duration = ROOM_GRACE.saturating_mul(2);
 
 /// Newcomers that may wait for a slot at once, each holding its accepted socket (a descriptor
@@ -32,14 +32,13 @@ pub fn waiting_bound(listener: usize) -> usize {
     (listener / 8).clamp(4, WAITING_NEWCOMERS)
 }
 
-/// Waits for a slot of `permits` for a newcomer from `peer` marked `trust`: `None` when it is
-/// refused (its address holds the most unverified connections), closed to make room for
-/// another while it waits, or the server stops first.
+/// Waits for a slot of `permits` for a newcomer from `peer`: `None` when it is refused (its
+/// address holds the most unverified connections) or the server stops first. A newcomer
+/// waiting is never closed to make room (it holds no slot to give).
 pub async fn slot_for(
     permits: Arc<Semaphore>,
     unverified: Option<&Unverified>,
     peer: IpAddr,
-    trust: Option<&ConnectionTrust>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<OwnedSemaphorePermit> {
     let Some(unverified) = unverified else {
@@ -48,13 +47,6 @@ pub async fn slot_for(
             _ = stop.wait_for(|stop| *stop) => return None,
         }
     };
-    let evicted = async {
-        match trust {
-            Some(trust) => trust.evicted().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(evicted);
     let came = tokio::time::Instant::now();
     loop {
         // Room made: one connection is closing for this newcomer, and asking again at once
@@ -67,7 +59,6 @@ pub async fn slot_for(
         tokio::select! {
             p = permits.clone().acquire_owned() => return p.ok(),
             _ = stop.wait_for(|stop| *stop) => return None,
-            () = &mut evicted => return None,
             () = tokio::time::sleep(again) => {}
         }
     }
