@@ -23,6 +23,7 @@ mod fingerprint;
 mod flight;
 mod key;
 pub mod memory;
+mod releases;
 mod stats;
 
 pub use answer::{Corrupt, StoredAnswer, REPLAYED};
@@ -32,6 +33,7 @@ pub use fingerprint::{Fingerprint, Fingerprinter, RequestShape};
 pub use flight::{FlightState, Waiter};
 pub use key::{IdempotencyKey, KeyDigest, TenantKey, HEADER, MAX_KEY_CHARS};
 pub use memory::{MemoryBounds, MemoryStore, ENTRY_OVERHEAD, TENANT_OVERHEAD};
+pub use releases::Releases;
 pub use stats::{KeyOutcome, KeyStats, StoreOp};
 
 use std::collections::HashMap;
@@ -43,6 +45,7 @@ use tokio::sync::Notify;
 
 use crate::budget::Clock;
 use crate::config::{IdempotencyConfig, OnStoreError};
+use crate::identity::TenantId;
 use flight::Flight;
 
 /// One request's hold on a key: this process's instance id and a sequence number, 32
@@ -76,19 +79,6 @@ pub enum Begin {
 /// Renewals in flight at once (cluster mode).
 const RENEW_AT_ONCE: usize = 64;
 
-/// Claims whose release failed that are tried again at once, at most (cluster mode; the rest
-/// lapse after claim_ttl_ms).
-const MAX_UNCLAIMING: usize = 4096;
-
-/// One of the releases being tried again, counted while it lives.
-struct Unclaiming<'a>(&'a AtomicUsize);
-
-impl Drop for Unclaiming<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
-    }
-}
-
 /// Settings the pipeline reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -115,8 +105,11 @@ pub struct Idempotency {
     /// 24 hex characters, random per process.
     instance: [u8; 24],
     next: AtomicU32,
-    /// Releases being tried again (at most [`MAX_UNCLAIMING`]).
+    /// Releases being tried again (at most `claim::MAX_UNCLAIMING`).
     unclaiming: AtomicUsize,
+    /// Cluster mode: each tenant's allowance of claims given up (a release is two Redis
+    /// scripts for a request charged nothing).
+    releases: Option<Releases>,
     /// Notified whenever a flight ends (shutdown waits for the pending ones).
     landed: Notify,
 }
@@ -132,15 +125,26 @@ impl Idempotency {
         Self::with(
             config,
             Backend::Memory(Box::new(MemoryStore::new(bounds, clock))),
+            None,
         )
     }
 
-    /// Cluster mode's: claims and answers in `store`, shared by every replica.
-    pub fn clustered(config: &IdempotencyConfig, store: Box<dyn ClusterKeyStore>) -> Self {
-        Self::with(config, Backend::Cluster(store))
+    /// Cluster mode's: claims and answers in `store`, shared by every replica; each tenant's
+    /// releases counted on `clock`.
+    pub fn clustered(
+        config: &IdempotencyConfig,
+        store: Box<dyn ClusterKeyStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let releases = Releases::new(
+            config.releases_per_tenant_per_sec,
+            config.releases_per_tenant_burst,
+            clock,
+        );
+        Self::with(config, Backend::Cluster(store), Some(releases))
     }
 
-    fn with(config: &IdempotencyConfig, backend: Backend) -> Self {
+    fn with(config: &IdempotencyConfig, backend: Backend, releases: Option<Releases>) -> Self {
         let mut random = [0u8; 12];
         let _ = getrandom::fill(&mut random);
         let mut instance = [0u8; 24];
@@ -157,6 +161,7 @@ impl Idempotency {
             instance,
             next: AtomicU32::new(0),
             unclaiming: AtomicUsize::new(0),
+            releases,
             landed: Notify::new(),
         }
     }
@@ -189,6 +194,12 @@ impl Idempotency {
 
     pub fn is_clustered(&self) -> bool {
         matches!(self.backend, Backend::Cluster(_))
+    }
+
+    /// Cluster mode: how long until `tenant` may give a claim up again, if its allowance of
+    /// releases is spent (its keyed requests are then refused before they are claimed).
+    pub fn releases_spent(&self, tenant: &TenantId) -> Option<Duration> {
+        self.releases.as_ref()?.spent(tenant)
     }
 
     /// Keys this process is working on now.
@@ -412,49 +423,6 @@ impl Idempotency {
             }
             while calls.join_next().await.is_some() {}
         }
-    }
-
-    /// Cluster mode: gives up the claim `token` holds on `key` (if it holds it: a key another
-    /// request holds, or an answer, is left alone). Tried once, then, while Redis fails, again
-    /// on a task of its own until the claim would have lapsed anyway: a claim left behind
-    /// answers the key's retries 409 until then.
-    async fn unclaim(self: &Arc<Self>, key: TenantKey, token: Token) {
-        let Backend::Cluster(store) = &self.backend else {
-            return;
-        };
-        if store
-            .release(&key, &token, self.settings.claim_ttl)
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        self.stats.store_error(StoreOp::Release);
-        // Bounded: a Redis that stays away would otherwise gather a task per keyed request.
-        if self.unclaiming.fetch_add(1, Relaxed) >= MAX_UNCLAIMING {
-            self.unclaiming.fetch_sub(1, Relaxed);
-            return;
-        }
-        let me = self.clone();
-        tokio::spawn(async move {
-            let _done = Unclaiming(&me.unclaiming);
-            let Backend::Cluster(store) = &me.backend else {
-                return;
-            };
-            let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;
-            let mut wait = Duration::from_millis(50);
-            while tokio::time::Instant::now() + wait < give_up {
-                tokio::time::sleep(wait).await;
-                if store
-                    .release(&key, &token, me.settings.claim_ttl)
-                    .await
-                    .is_ok()
-                {
-                    return;
-                }
-                wait = (wait * 2).min(Duration::from_secs(1));
-            }
-        });
     }
 
     /// Waits until no flight is left (shutdown: pending requests store their answers once

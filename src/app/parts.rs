@@ -269,6 +269,7 @@ pub(super) fn idempotency(
                 ),
                 config.idempotency.max_keys_per_tenant,
             )?),
+            clock.clone(),
         ),
         None => Idempotency::in_memory(&config.idempotency, clock.clone()),
     })

@@ -39,6 +39,13 @@ pub struct IdempotencyConfig {
     /// Cluster mode: the most answers one tenant keeps in Redis; storing one more drops that
     /// tenant's oldest (so what Redis holds is at most tenants × this × the largest answer).
     pub max_keys_per_tenant: u64,
+    /// Cluster mode: claims a tenant may give up each second (requests refused after their
+    /// key was claimed: each costs two Redis scripts), per replica; past this and the burst
+    /// its keyed requests are refused `429` (reason `idempotency_releases`) before their
+    /// key is claimed. Admitted requests never spend it.
+    pub releases_per_tenant_per_sec: u64,
+    /// Cluster mode: claims a tenant may give up at once before the rate above applies.
+    pub releases_per_tenant_burst: u64,
 }
 
 impl Default for IdempotencyConfig {
@@ -51,6 +58,8 @@ impl Default for IdempotencyConfig {
             claim_ttl_ms: 10_000,
             command_timeout_ms: 200,
             max_keys_per_tenant: 100_000,
+            releases_per_tenant_per_sec: 20,
+            releases_per_tenant_burst: 100,
         }
     }
 }
@@ -105,6 +114,16 @@ impl IdempotencyConfig {
             (1..=100_000_000).contains(&self.max_keys_per_tenant),
             "max_keys_per_tenant",
             "must be from 1 to 100000000",
+        );
+        check(
+            (1..=100_000).contains(&self.releases_per_tenant_per_sec),
+            "releases_per_tenant_per_sec",
+            "must be from 1 to 100000",
+        );
+        check(
+            (1..=1_000_000).contains(&self.releases_per_tenant_burst),
+            "releases_per_tenant_burst",
+            "must be from 1 to 1000000",
         );
         check(
             (1..=60_000).contains(&self.command_timeout_ms),

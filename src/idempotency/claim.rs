@@ -1,11 +1,13 @@
-//! A request's hold on its key, and how it ends: an answer stored, the key given up, or
-//! (dropped after its records were sent) the claim left to lapse.
+//! A request's hold on its key, and how it ends: an answer stored, the key given up (in
+//! cluster mode: in Redis, retried while Redis fails, and counted against the tenant's
+//! allowance of releases), or (dropped after its records were sent) the claim left to lapse.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flight::{Flight, FlightState};
-use super::{Backend, Fingerprint, Idempotency, StoreOp, StoredAnswer, TenantKey};
+use super::{Backend, Fingerprint, Idempotency, StoreOp, StoredAnswer, TenantKey, Token};
 
 /// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
 /// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
@@ -111,6 +113,7 @@ impl Claim {
         self.flight.set(FlightState::Released);
         let owner = self.owner.clone();
         owner.land(&self.key, &self.flight);
+        owner.count_release(&self.key);
         owner.unclaim(self.key.clone(), self.flight.token).await;
     }
 
@@ -140,7 +143,74 @@ impl Drop for Claim {
         {
             let owner = self.owner.clone();
             let (key, token) = (self.key.clone(), self.flight.token);
+            owner.count_release(&key);
             runtime.spawn(async move { owner.unclaim(key, token).await });
         }
+    }
+}
+
+/// Claims whose release failed that are tried again at once, at most (cluster mode; the rest
+/// lapse after claim_ttl_ms).
+const MAX_UNCLAIMING: usize = 4096;
+
+/// One of the releases being tried again, counted while it lives.
+struct Unclaiming<'a>(&'a AtomicUsize);
+
+impl Drop for Unclaiming<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Idempotency {
+    /// A request gave its claim up (cluster mode: against its tenant's allowance). Not a claim
+    /// given up behind a Redis that timed out: that is the store's doing, not the tenant's.
+    fn count_release(&self, key: &TenantKey) {
+        if let Some(releases) = &self.releases {
+            releases.count(&key.tenant);
+        }
+    }
+
+    /// Cluster mode: gives up the claim `token` holds on `key` (if it holds it: a key another
+    /// request holds, or an answer, is left alone). Tried once, then, while Redis fails, again
+    /// on a task of its own until the claim would have lapsed anyway: a claim left behind
+    /// answers the key's retries 409 until then.
+    pub(super) async fn unclaim(self: &Arc<Self>, key: TenantKey, token: Token) {
+        let Backend::Cluster(store) = &self.backend else {
+            return;
+        };
+        if store
+            .release(&key, &token, self.settings.claim_ttl)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        self.stats.store_error(StoreOp::Release);
+        // Bounded: a Redis that stays away would otherwise gather a task per keyed request.
+        if self.unclaiming.fetch_add(1, Relaxed) >= MAX_UNCLAIMING {
+            self.unclaiming.fetch_sub(1, Relaxed);
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _done = Unclaiming(&me.unclaiming);
+            let Backend::Cluster(store) = &me.backend else {
+                return;
+            };
+            let give_up = tokio::time::Instant::now() + me.settings.claim_ttl;
+            let mut wait = Duration::from_millis(50);
+            while tokio::time::Instant::now() + wait < give_up {
+                tokio::time::sleep(wait).await;
+                if store
+                    .release(&key, &token, me.settings.claim_ttl)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 }

@@ -22,10 +22,12 @@ pub enum KeyOutcome {
     /// The store did not answer and `on_store_error = "accept"`: processed without
     /// de-duplication.
     Unprotected,
+    /// Cluster mode: 429 before the key was claimed, its tenant's allowance of releases spent.
+    Held,
 }
 
 impl KeyOutcome {
-    pub const ALL: [KeyOutcome; 7] = [
+    pub const ALL: [KeyOutcome; 8] = [
         KeyOutcome::Processed,
         KeyOutcome::Replayed,
         KeyOutcome::Attached,
@@ -33,6 +35,7 @@ impl KeyOutcome {
         KeyOutcome::Reused,
         KeyOutcome::Refused,
         KeyOutcome::Unprotected,
+        KeyOutcome::Held,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +47,7 @@ impl KeyOutcome {
             KeyOutcome::Reused => "reused",
             KeyOutcome::Refused => "refused",
             KeyOutcome::Unprotected => "unprotected",
+            KeyOutcome::Held => "held",
         }
     }
 }

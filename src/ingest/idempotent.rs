@@ -77,8 +77,15 @@ impl Ingest {
         let declared = declared_length(request.headers);
         let stats = &self.idempotency.stats;
         // Refused before its key is claimed if its budgets refuse it now and [wait] would not
-        // hold it: a refusal costs no store commands.
-        let may_claim = || self.refused_at_once(tenant, topic, declared);
+        // hold it, or (cluster mode) its tenant gave up its allowance of claims: a refusal
+        // costs no claim and no release.
+        let may_claim = || {
+            if let Some(wait) = self.idempotency.releases_spent(&tenant.id) {
+                stats.count(KeyOutcome::Held);
+                return Err(ApiError::IdempotencyReleases(wait));
+            }
+            self.refused_at_once(tenant, topic, declared)
+        };
         let begin = match self.idempotency.begin_if(key.clone(), may_claim).await {
             Ok(begin) => begin,
             Err(e) => {

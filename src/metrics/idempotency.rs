@@ -29,7 +29,7 @@ pub(super) fn encode(
     family(
         encoder,
         "idempotency_requests",
-        "Requests with an Idempotency-Key by outcome: processed (first sight of the key), replayed (stored answer sent again), attached (waited for the original's records), conflict (409, original still being read), reused (422, key used for another request), refused (503, store unavailable), unprotected (store unavailable, processed without de-duplication)",
+        "Requests with an Idempotency-Key by outcome: processed (first sight of the key), replayed (stored answer sent again), attached (waited for the original's records), conflict (409, original still being read), reused (422, key used for another request), refused (503, store unavailable), unprotected (store unavailable, processed without de-duplication), held (cluster mode: 429 before the key was claimed, the tenant's allowance of given-up claims spent)",
         None,
         C,
         &outcomes,

@@ -47,9 +47,10 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, 41501)
         }
         E::InvalidRecord(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42206),
-        E::RateLimited(_) | E::AuthFailures(_) | E::TenantConnections(_) => {
-            (StatusCode::TOO_MANY_REQUESTS, 42901)
-        }
+        E::RateLimited(_)
+        | E::AuthFailures(_)
+        | E::IdempotencyReleases(_)
+        | E::TenantConnections(_) => (StatusCode::TOO_MANY_REQUESTS, 42901),
         E::InvalidTopic(_) | E::InvalidPath(_) | E::Malformed(_) | E::NoRecords | E::EntryId(_) => {
             (StatusCode::BAD_REQUEST, 40001)
         }
@@ -220,6 +221,7 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
     match e {
         ApiError::RateLimited(r) => Some(r.retry_after),
         ApiError::AuthFailures(wait)
+        | ApiError::IdempotencyReleases(wait)
         | ApiError::IdempotencyKeyInUse(wait)
         | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
         | ApiError::SchemaBusy(wait, _) => Some(*wait),

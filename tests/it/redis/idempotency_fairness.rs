@@ -43,6 +43,8 @@ async fn another_tenants_flood_does_not_evict_the_victims_answer_in_redis() {
     cfg.cluster.replica_id = Some("a".into());
     cfg.idempotency.max_keys_per_tenant = 50;
     cfg.idempotency.claim_ttl_ms = 1_000;
+    // Its 1,000 refusals each give a claim up; what that costs Redis is another test's.
+    cfg.idempotency.releases_per_tenant_burst = 1_000_000;
     cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
     let gw = Gateway::start(cfg).await;
     // The producer connected (a first request delivered) before the keyed ones.
@@ -151,6 +153,66 @@ async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim
         (s, replayed),
         (200, true),
         "the stored answer, while refused"
+    );
+    gw.shutdown().await;
+}
+
+/// Review 22 of #37 (F5): a keyed request refused after its key was claimed (here a malformed
+/// body) claims and gives the key up, six Redis commands for a request charged nothing, as
+/// fast as one client sends. A tenant may give claims up at its allowance; past it its keyed
+/// requests are refused before they are claimed, at one read each, and the allowance refills
+/// on the clock. Another tenant's allowance, and the tenant's unkeyed requests, are their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_claiming() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let redis = OwnRedis::start_with(&[]);
+    let clock = Arc::new(floodgate::budget::ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.cluster.redis_url = Some(redis.url());
+    cfg.cluster.key_prefix = "releases".into();
+    cfg.cluster.replica_id = Some("a".into());
+    cfg.idempotency.releases_per_tenant_per_sec = 1;
+    cfg.idempotency.releases_per_tenant_burst = 5;
+    cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let one = json!({"records": [{"value": 1}]});
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while post_json(&gw.url(TOPIC), KEY, &one).await.0 != 200 {
+        assert!(Instant::now() < deadline, "never delivered");
+    }
+    let malformed = json!({"records": [{"value": 1, "partition": "seven"}]});
+    for i in 0..5 {
+        let (s, _, a) = keyed(&gw, &format!("bad-{i}"), KEY, &malformed).await;
+        assert_eq!(s, 400, "within the allowance: {a}");
+    }
+    let before = redis_commands(&redis);
+    for i in 5..105 {
+        let (s, _, a) = keyed(&gw, &format!("bad-{i}"), KEY, &malformed).await;
+        assert_eq!(s, 429, "{a}");
+        assert_eq!(a["reason"], "idempotency_releases", "{a}");
+    }
+    let commands = redis_commands(&redis) - before;
+    // One read each, and the gateway's own background; claims and releases were 600.
+    assert!(commands < 160, "{commands} commands for 100 held requests");
+    let (s, _, a) = keyed(&gw, "good", KEY, &one).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("idempotency_releases"))
+    );
+    assert_eq!(post_json(&gw.url(TOPIC), KEY, &one).await.0, 200, "unkeyed");
+    let (s, _, a) = keyed(&gw, "beta-bad", "beta-key", &malformed).await;
+    assert_eq!(s, 400, "another tenant's allowance: {a}");
+    clock.advance_ms(1_000);
+    let (s, _, a) = keyed(&gw, "good", KEY, &one).await;
+    assert_eq!(s, 200, "a second later: {a}");
+    let m = crate::common::exposition::scrape(&gw).await;
+    assert_eq!(
+        crate::common::exposition::sample(
+            &m,
+            "floodgate_idempotency_requests_total{outcome=\"held\"}"
+        ),
+        101.0
     );
     gw.shutdown().await;
 }

@@ -1,0 +1,146 @@
+//! Cluster mode: each tenant's allowance of claims given up without an answer.
+//!
+//! A keyed request is claimed in Redis before its body is read, and a request refused after
+//! that (a malformed body, a schema violation, an unknown partition, Kafka unavailable) gives
+//! its claim up again: two Redis scripts, six commands, for a request that was charged
+//! nothing (review 22 of #37: 15,000 commands a second from one client thread of a tenant
+//! allowed one record a second, on the Redis every replica's budgets rely on). So each tenant
+//! may give claims up at `[idempotency] releases_per_tenant_per_sec` after a burst of
+//! `releases_per_tenant_burst`, per replica; past that its keyed requests are refused `429`
+//! (reason `idempotency_releases`) before they are claimed, at the cost of one read, until
+//! the allowance has room again. Requests that are admitted never spend it, so a tenant
+//! whose requests succeed is never held, and one that is held is free again one interval
+//! after its refusals stop. A claim given up behind a Redis that timed out is not counted:
+//! that was the store's doing, not the tenant's.
+//!
+//! A token bucket per tenant in [`crate::budget`]'s GCRA arithmetic, not `governor`'s keyed
+//! limiter: the allowance is looked at before a claim, whose release is not known yet, and
+//! spent only when it comes; governor decides and spends in one call. Its map holds one
+//! number per tenant that gave a claim up lately (tenants are bounded by the registry);
+//! full buckets are swept once it passes [`SWEEP_AT`] entries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::budget::{Clock, RateSpec};
+use crate::identity::TenantId;
+
+/// Entries past which the map's full buckets are swept (at most once per new tenant).
+pub const SWEEP_AT: usize = 4_096;
+
+#[derive(Debug)]
+pub struct Releases {
+    spec: RateSpec,
+    clock: Arc<dyn Clock>,
+    /// Each tenant's bucket, as its TAT in ticks of the rate.
+    tats: parking_lot::Mutex<HashMap<TenantId, u64>>,
+}
+
+impl Releases {
+    pub fn new(per_sec: u64, burst: u64, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            spec: RateSpec {
+                per_sec: per_sec.max(1),
+                burst: burst.max(1),
+            },
+            clock,
+            tats: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long until `tenant` may give a claim up again, if its allowance is spent now.
+    /// Spends nothing.
+    pub fn spent(&self, tenant: &TenantId) -> Option<Duration> {
+        let now = self.clock.now_ns();
+        let tat = *self.tats.lock().get(tenant)?;
+        match self.spec.try_take(tat, now, 1) {
+            Ok(_) => None,
+            Err(ns) => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// `tenant` gave a claim up. One that was claimed before the allowance ran out still
+    /// counts: the bucket is left empty, not overdrawn (such claims are bounded by the
+    /// requests in progress).
+    pub fn count(&self, tenant: &TenantId) {
+        let now = self.clock.now_ns();
+        let mut tats = self.tats.lock();
+        if !tats.contains_key(tenant) && tats.len() >= SWEEP_AT {
+            let full = self.spec.full_tat(now);
+            tats.retain(|_, tat| *tat > full);
+        }
+        let tat = tats
+            .entry(tenant.clone())
+            .or_insert_with(|| self.spec.full_tat(now));
+        if let Ok(taken) = self.spec.try_take(*tat, now, 1) {
+            *tat = taken;
+        }
+    }
+
+    /// Tenants tracked now.
+    pub fn tracked(&self) -> usize {
+        self.tats.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::ManualClock;
+
+    fn releases(per_sec: u64, burst: u64) -> (Releases, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new());
+        (Releases::new(per_sec, burst, clock.clone()), clock)
+    }
+
+    #[test]
+    fn a_tenant_is_held_once_its_burst_of_releases_is_spent_and_free_an_interval_later() {
+        let (releases, clock) = releases(10, 3);
+        let (a, b) = (TenantId::new("a"), TenantId::new("b"));
+        for _ in 0..3 {
+            assert_eq!(releases.spent(&a), None);
+            releases.count(&a);
+        }
+        let wait = releases
+            .spent(&a)
+            .expect("three releases spend a burst of three");
+        assert!(wait <= Duration::from_millis(100), "{wait:?}");
+        assert_eq!(
+            releases.spent(&b),
+            None,
+            "another tenant's allowance is its own"
+        );
+        clock.advance_ms(100);
+        assert_eq!(
+            releases.spent(&a),
+            None,
+            "one interval later one release is allowed"
+        );
+        releases.count(&a);
+        assert!(releases.spent(&a).is_some());
+    }
+
+    #[test]
+    fn a_release_past_the_allowance_does_not_overdraw_it() {
+        let (releases, clock) = releases(10, 1);
+        let a = TenantId::new("a");
+        for _ in 0..50 {
+            releases.count(&a);
+        }
+        clock.advance_ms(100);
+        assert_eq!(releases.spent(&a), None);
+    }
+
+    #[test]
+    fn full_buckets_are_swept_once_the_map_is_large() {
+        let (releases, clock) = releases(10, 5);
+        for i in 0..SWEEP_AT {
+            releases.count(&TenantId::new(&format!("t{i}")));
+        }
+        assert_eq!(releases.tracked(), SWEEP_AT);
+        clock.advance_ms(1_000);
+        releases.count(&TenantId::new("late"));
+        assert_eq!(releases.tracked(), 1, "every bucket had refilled");
+    }
+}
