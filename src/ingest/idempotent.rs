@@ -81,7 +81,6 @@ impl Ingest {
         // costs no claim and no release.
         let may_claim = || {
             if let Some(wait) = self.idempotency.releases_spent(&tenant.id) {
-                stats.count(KeyOutcome::Held);
                 return Err(ApiError::IdempotencyReleases(wait));
             }
             self.refused_at_once(tenant, topic, declared)
@@ -89,6 +88,9 @@ impl Ingest {
         let begin = match self.idempotency.begin_if(key.clone(), may_claim).await {
             Ok(begin) => begin,
             Err(e) => {
+                if let ApiError::IdempotencyReleases(_) = e {
+                    stats.count(KeyOutcome::Held);
+                }
                 drain_if_small(declared, request.body).await;
                 return e.into();
             }

@@ -178,7 +178,7 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
     let gw = Gateway::start_clustered(cfg, clock.clone()).await;
     let one = json!({"records": [{"value": 1}]});
     let deadline = Instant::now() + Duration::from_secs(20);
-    while post_json(&gw.url(TOPIC), KEY, &one).await.0 != 200 {
+    while keyed(&gw, "first", KEY, &one).await.0 != 200 {
         assert!(Instant::now() < deadline, "never delivered");
     }
     let malformed = json!({"records": [{"value": 1, "partition": "seven"}]});
@@ -201,6 +201,12 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
         (429, Some("idempotency_releases"))
     );
     assert_eq!(post_json(&gw.url(TOPIC), KEY, &one).await.0, 200, "unkeyed");
+    let (s, replayed, a) = keyed(&gw, "first", KEY, &one).await;
+    assert_eq!(
+        (s, replayed),
+        (200, true),
+        "a stored answer, while held: {a}"
+    );
     let (s, _, a) = keyed(&gw, "beta-bad", "beta-key", &malformed).await;
     assert_eq!(s, 400, "another tenant's allowance: {a}");
     clock.advance_ms(1_000);
