@@ -7,6 +7,7 @@ use serde_json::Value;
 
 mod cost;
 mod expansion;
+mod pattern;
 
 use super::{clip, CompileError, Mismatch, MAX_SCHEMA_REFS};
 use cost::{
@@ -198,7 +199,7 @@ fn quoted_briefly(message: &str, instance: &Value) -> String {
 /// Each regex's lazy-DFA cache, per schema thread that runs it (the engine's
 /// `dfa_size_limit`; its default, 2 MiB, let three refused 4 KB requests with 100 patterns
 /// each raise RSS by 340 MiB). Past it the engine falls back to its NFA simulation, which the
-/// cost model counts ([`cost::pattern_cost`]).
+/// cost model counts ([`pattern::pattern_cost`]).
 const DFA_CACHE_BYTES: usize = 64 * 1024;
 
 /// Most work one value's check may take: subschema checks times the value's nodes.
@@ -431,10 +432,10 @@ mod tests {
                 "z": {"pattern": "^(ab|cd|ef)$", "properties": {"n": {"$ref": "#/$defs/z"}}}
             }
         });
-        cost::WEIGHED.with(|n| n.set(0));
+        pattern::WEIGHED.with(|n| n.set(0));
         let parsed = JsonSchema::parse(&schema.to_string());
         assert!(parsed.is_ok(), "{:?}", parsed.err());
-        assert_eq!(cost::WEIGHED.with(std::cell::Cell::get), 1);
+        assert_eq!(pattern::WEIGHED.with(std::cell::Cell::get), 1);
     }
 
     /// Review 13 of #37: each `contentMediaType`/`contentEncoding` parses the whole string

@@ -1,7 +1,7 @@
 //! The JSON Schema cost model's measures of data: how big a value is for the work bound, what
-//! an `enum` or `const` costs per value it checks (as jsonschema really compares them), what a
-//! regex costs per string it reads, what `uniqueItems` costs on a value, and how many regexes a
-//! schema makes.
+//! an `enum` or `const` costs per value it checks (as jsonschema really compares them), what
+//! `uniqueItems` costs on a value, and how many regexes a schema makes (what one costs to run
+//! is `pattern`'s).
 
 use serde_json::Value;
 
@@ -76,43 +76,6 @@ pub(super) fn patterns(v: &Value, depth: usize) -> usize {
     }
 }
 
-/// What one `pattern` (or `patternProperties` key) costs per string node it reads, in
-/// subschema checks: the states of the NFA it compiles to, times [`PATTERN_WEIGHT`]. Counting
-/// a regex as one check let `[ab]*a[ab]{200}x` ×100 cost 33 s of CPU on a 100 KB string: when
-/// the lazy DFA's cache is too small for the search, the engine steps every live NFA state for
-/// every byte. A pattern the engine cannot compile (refused later by the validator itself)
-/// costs its text's length. Weighing builds the NFA, which takes about as long as its size:
-/// a schema's patterns are weighed within `budget` bytes of NFA in all ([`WEIGH_BUDGET`]),
-/// and one past what is left costs its text's length too.
-pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
-    #[cfg(test)]
-    WEIGHED.with(|n| n.set(n.get() + 1));
-    let limit = NFA_SIZE_LIMIT.min(*budget);
-    let states = jsonschema_regex::to_rust_regex(pattern)
-        .ok()
-        .filter(|_| limit > 0)
-        .and_then(|rust| {
-            #[cfg(test)]
-            NFA_BYTES.with(|n| n.set(n.get() + limit));
-            let nfa = regex_automata::nfa::thompson::NFA::compiler()
-                .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(limit)))
-                .build(&rust);
-            // A build stopped at the limit did about as much work as the limit.
-            *budget -= nfa.as_ref().map_or(limit, |n| n.memory_usage().min(limit));
-            nfa.ok()
-        })
-        .map_or(pattern.len(), |nfa| nfa.states().len());
-    1 + states as u64 * PATTERN_WEIGHT
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Regexes weighed on this thread (tests: a pattern is weighed once per schema).
-    pub(super) static WEIGHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// Bytes of NFA the weighing on this thread was allowed to build.
-    pub(super) static NFA_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Subschema checks a `contentMediaType` or `contentEncoding` costs per string node (64
 /// bytes): under draft 6 and 7 jsonschema parses (or base64-decodes) the whole string again for
 /// each such keyword. Measured (review 13 of #37): one `contentMediaType: application/json`
@@ -120,21 +83,6 @@ thread_local! {
 /// at the model's ~50 ns (20 million is the ~1 s a record may take); 600 of them took 15–33 s
 /// while the model counted each as one check.
 pub(super) const CONTENT_WEIGHT: u64 = 256;
-
-/// Subschema checks one NFA state costs per string node (64 bytes). Measured on the release
-/// binary: 100 patterns `[ab]*a[ab]{200}xN` (210 states each) against a 4 KB string took
-/// 0.56–0.97 s of CPU, about 8 ns per state and byte. At 16 that string is 21.8 million, over
-/// `MAX_CHECK_WORK` (20 million, the ~1 s a record's check may take): refused unchecked.
-pub(super) const PATTERN_WEIGHT: u64 = 16;
-/// The estimate's own bound: an NFA larger than this is refused by the validator's
-/// `size_limit` too, and costs its text's length here.
-const NFA_SIZE_LIMIT: usize = 4 << 20;
-/// Bytes of NFA a schema's patterns are weighed within, in all. Each pattern's NFA was built
-/// up to [`NFA_SIZE_LIMIT`]: 100 patterns `^\p{L}{400}$` (6 MB of NFA each, though the
-/// validator compiles them in a few milliseconds) took 1.9–2.5 s of a schema thread to weigh,
-/// in one piece, for a tenant allowed 1 s of unpaid work at once (review 22 of #37). 8 MiB is
-/// about 35 ms of building; ordinary patterns are a few KB each.
-pub(super) const WEIGH_BUDGET: usize = 8 << 20;
 
 /// Extra work `uniqueItems` may cost on `value`: jsonschema hashes the items of an array and
 /// compares those whose hashes meet; items that are arrays or objects can all hash alike
@@ -239,63 +187,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// An a/b string that none of the review's patterns match (none has an `x` after 201).
-    fn ab(len: usize) -> String {
-        let mut seed = 7u32;
-        (0..len)
-            .map(|_| {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-                if seed >> 16 & 1 == 0 {
-                    'a'
-                } else {
-                    'b'
-                }
-            })
-            .collect()
-    }
-
-    fn heavy_patterns(n: usize) -> JsonSchema {
-        let any: Vec<_> = (0..n)
-            .map(|i| json!({"type": "string", "pattern": format!("[ab]*a[ab]{{200}}x{i}")}))
-            .collect();
-        JsonSchema::parse(&json!({"anyOf": any}).to_string()).expect("schema")
-    }
-
-    /// A review of #37: 100 such patterns against a 100 KB string were 33.5 s of CPU (a 4 KB
-    /// one up to 0.97 s), counted as 100 checks. Counted by their NFA's states, both values
-    /// are refused before they run.
-    #[test]
-    fn a_regex_costs_its_states_per_string_it_reads() {
-        let s = heavy_patterns(100);
-        for len in [4_096, 100_000] {
-            let e = s.check(&json!(ab(len))).expect_err("too costly");
-            assert!(e.too_costly, "{len}: {}", e.message);
-        }
-        // A short string still runs (and fails: no pattern matches).
-        let e = s.check(&json!(ab(100))).expect_err("no match");
-        assert!(!e.too_costly, "{}", e.message);
-    }
-
-    /// Everyday patterns stay cheap: a 10 KB record of 100 e-mail fields passes.
-    #[test]
-    fn an_everyday_pattern_keeps_its_record_cheap() {
-        let s = JsonSchema::parse(
-            r#"{"type":"object","additionalProperties":{"type":"string","pattern":"^[a-z0-9.]+@[a-z0-9-]+(\\.[a-z0-9-]+)+$"}}"#,
-        )
-        .expect("schema");
-        let record: serde_json::Map<_, _> = (0..100)
-            .map(|i| {
-                (
-                    format!("f{i}"),
-                    json!(format!("someone.{i}@{}.example.com", "x".repeat(60))),
-                )
-            })
-            .collect();
-        assert!(s.check(&Value::Object(record)).is_ok());
-        let cost = pattern_cost("^[a-z]+$", &mut WEIGH_BUDGET.clone());
-        assert!(cost < 1_000, "{}", cost);
-    }
-
     /// A review of #37: `uniqueItems` over 15,500 arrays that all hash alike was 13.45 s of
     /// CPU for one 895 KB record. Such an array costs its length times its nodes: refused
     /// unchecked. An array of scalars (hashed well) is not.
@@ -371,45 +262,5 @@ mod tests {
         )
         .expect("schema");
         assert!(shallow.check(&json!({"a": 1})).is_ok());
-    }
-
-    /// Review 22 of #37: each of 100 patterns `^\p{L}{400+j}$` was weighed by building its
-    /// NFA up to 4 MiB, 1.9–2.5 s of a schema thread for one compile. A schema's patterns are
-    /// weighed within 8 MiB of NFA in all; the rest cost their text, as one past the limit did.
-    #[test]
-    fn a_schemas_patterns_are_weighed_within_one_budget() {
-        let props: serde_json::Map<String, Value> = (0..100)
-            .map(|j| {
-                let pattern = format!("^\\p{{L}}{{{}}}$", 400 + j);
-                (
-                    format!("p{j}"),
-                    json!({"type": "string", "pattern": pattern}),
-                )
-            })
-            .collect();
-        let schema = json!({"type": "object", "properties": props});
-        NFA_BYTES.with(|n| n.set(0));
-        let cost = super::super::expansion::weighted_cost(&schema);
-        let built = NFA_BYTES.with(std::cell::Cell::get);
-        assert!(
-            built <= WEIGH_BUDGET,
-            "{built} bytes of NFA for 100 patterns"
-        );
-        assert!(cost > 0);
-        // Everyday patterns are weighed as before, far within it.
-        let mut budget = WEIGH_BUDGET;
-        let everyday = pattern_cost("^[a-z0-9.]+@[a-z0-9-]+(\\.[a-z0-9-]+)+$", &mut budget);
-        assert!(
-            WEIGH_BUDGET - budget < 64 * 1024,
-            "{}",
-            WEIGH_BUDGET - budget
-        );
-        assert_eq!(
-            everyday,
-            pattern_cost(
-                "^[a-z0-9.]+@[a-z0-9-]+(\\.[a-z0-9-]+)+$",
-                &mut WEIGH_BUDGET.clone()
-            )
-        );
     }
 }
