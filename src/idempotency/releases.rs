@@ -7,10 +7,10 @@
 //! allowed one record a second, on the Redis every replica's budgets rely on). So each tenant
 //! may give claims up at `[idempotency] releases_per_tenant_per_sec` after a burst of
 //! `releases_per_tenant_burst`, per replica; past that its keyed requests are refused `429`
-//! (reason `idempotency_releases`) before they are claimed, at the cost of one read, until
-//! the allowance has room again. Requests that are admitted never spend it, so a tenant
-//! whose requests succeed is never held, and one that is held is free again one interval
-//! after its refusals stop. A claim given up behind a Redis that timed out is not counted:
+//! (reason `idempotency_releases`) before anything is asked of Redis, until the allowance
+//! has room again. Claims given up together past it overdraw it (see [`Releases::count`]).
+//! Requests that are admitted never spend it, so a tenant whose requests succeed is never
+//! held. A claim given up behind a Redis that timed out is not counted:
 //! that was the store's doing, not the tenant's.
 //!
 //! A token bucket per tenant in [`crate::budget`]'s GCRA arithmetic, not `governor`'s keyed
@@ -28,6 +28,9 @@ use crate::identity::TenantId;
 
 /// Entries past which the map's full buckets are swept (at most once per new tenant).
 pub const SWEEP_AT: usize = 4_096;
+
+/// The most a tenant's releases may overdraw its allowance, in seconds of its rate.
+pub const MAX_DEBT_S: u64 = 60;
 
 #[derive(Debug)]
 pub struct Releases {
@@ -60,9 +63,12 @@ impl Releases {
         }
     }
 
-    /// `tenant` gave a claim up. One that was claimed before the allowance ran out still
-    /// counts: the bucket is left empty, not overdrawn (such claims are bounded by the
-    /// requests in progress).
+    /// `tenant` gave a claim up. Claims made while the allowance had room may all be given
+    /// up together (a tenant's requests in progress are many: review 28 of #37 had 1,000
+    /// connections' worth at once, 50× the allowance): each still counts, overdrawing the
+    /// allowance, and the tenant is held until it is repaid, up to [`MAX_DEBT_S`] seconds of
+    /// its rate. So over any long while a tenant gives up about its rate, however many
+    /// requests it has in progress.
     pub fn count(&self, tenant: &TenantId) {
         let now = self.clock.now_ns();
         let mut tats = self.tats.lock();
@@ -70,12 +76,12 @@ impl Releases {
             let full = self.spec.full_tat(now);
             tats.retain(|_, tat| *tat > full);
         }
-        let tat = tats
-            .entry(tenant.clone())
-            .or_insert_with(|| self.spec.full_tat(now));
-        if let Ok(taken) = self.spec.try_take(*tat, now, 1) {
-            *tat = taken;
-        }
+        let full = self.spec.full_tat(now);
+        let tat = tats.entry(tenant.clone()).or_insert(full);
+        let most = full
+            .saturating_add(self.spec.burst)
+            .saturating_add(self.spec.per_sec.saturating_mul(MAX_DEBT_S));
+        *tat = (*tat).max(full).saturating_add(1).min(most);
     }
 
     /// Tenants tracked now.
@@ -121,15 +127,28 @@ mod tests {
         assert!(releases.spent(&a).is_some());
     }
 
+    /// Review 28 of #37: claims made at once while the allowance had room were all given up
+    /// (50× the allowance). They overdraw it, and the tenant is held until it is repaid, at
+    /// most a minute of its rate.
     #[test]
-    fn a_release_past_the_allowance_does_not_overdraw_it() {
-        let (releases, clock) = releases(10, 1);
+    fn releases_past_the_allowance_overdraw_it_up_to_a_minute() {
+        let (releases, clock) = releases(10, 5);
         let a = TenantId::new("a");
-        for _ in 0..50 {
+        for _ in 0..55 {
             releases.count(&a);
         }
-        clock.advance_ms(100);
-        assert_eq!(releases.spent(&a), None);
+        let wait = releases.spent(&a).expect("overdrawn");
+        assert!(wait > Duration::from_millis(4_900), "{wait:?}");
+        clock.advance_ms(4_900);
+        assert!(releases.spent(&a).is_some(), "not repaid yet");
+        clock.advance_ms(200);
+        assert_eq!(releases.spent(&a), None, "repaid: 50 at 10 a second");
+        for _ in 0..10_000 {
+            releases.count(&a);
+        }
+        let wait = releases.spent(&a).expect("overdrawn");
+        assert!(wait <= Duration::from_secs(MAX_DEBT_S + 1), "{wait:?}");
+        assert!(wait >= Duration::from_secs(MAX_DEBT_S), "{wait:?}");
     }
 
     #[test]

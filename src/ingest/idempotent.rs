@@ -76,21 +76,20 @@ impl Ingest {
         let key = key.scoped(&tenant.id);
         let declared = declared_length(request.headers);
         let stats = &self.idempotency.stats;
+        // Cluster mode: a tenant that gave up its allowance of claims (and more, by requests
+        // in progress) is refused before anything is asked of Redis, not even whether an
+        // answer is stored: its retries are answered once the allowance has room again.
+        if let Some(wait) = self.idempotency.releases_spent(&tenant.id) {
+            stats.count(KeyOutcome::Held);
+            drain_if_small(declared, request.body).await;
+            return ApiError::IdempotencyReleases(wait).into();
+        }
         // Refused before its key is claimed if its budgets refuse it now and [wait] would not
-        // hold it, or (cluster mode) its tenant gave up its allowance of claims: a refusal
-        // costs no claim and no release.
-        let may_claim = || {
-            if let Some(wait) = self.idempotency.releases_spent(&tenant.id) {
-                return Err(ApiError::IdempotencyReleases(wait));
-            }
-            self.refused_at_once(tenant, topic, declared)
-        };
+        // hold it: a refusal costs no claim and no release.
+        let may_claim = || self.refused_at_once(tenant, topic, declared);
         let begin = match self.idempotency.begin_if(key.clone(), may_claim).await {
             Ok(begin) => begin,
             Err(e) => {
-                if let ApiError::IdempotencyReleases(_) = e {
-                    stats.count(KeyOutcome::Held);
-                }
                 drain_if_small(declared, request.body).await;
                 return e.into();
             }

@@ -160,8 +160,10 @@ async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim
 /// Review 22 of #37 (F5): a keyed request refused after its key was claimed (here a malformed
 /// body) claims and gives the key up, six Redis commands for a request charged nothing, as
 /// fast as one client sends. A tenant may give claims up at its allowance; past it its keyed
-/// requests are refused before they are claimed, at one read each, and the allowance refills
-/// on the clock. Another tenant's allowance, and the tenant's unkeyed requests, are their own.
+/// requests are refused before anything is asked of Redis, and the allowance refills on the
+/// clock. Claims given up together past it (review 28: requests in progress at once) overdraw
+/// it, and hold the tenant until repaid. Another tenant's allowance, and the tenant's unkeyed
+/// requests, are their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_claiming() {
     let kafka = mock_cluster(&[TOPIC]);
@@ -182,43 +184,52 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
         assert!(Instant::now() < deadline, "never delivered");
     }
     let malformed = json!({"records": [{"value": 1, "partition": "seven"}]});
-    for i in 0..5 {
-        let (s, _, a) = keyed(&gw, &format!("bad-{i}"), KEY, &malformed).await;
-        assert_eq!(s, 400, "within the allowance: {a}");
+    // Twenty at once while the allowance (5) has room: each is claimed and given up, and the
+    // allowance is overdrawn by fifteen.
+    let url = gw.url(TOPIC);
+    let mut wave = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let (url, body) = (url.clone(), malformed.clone());
+        wave.spawn(async move { post_keyed(&url, KEY, &format!("bad-{i}"), &body).await });
+    }
+    while let Some(answer) = wave.join_next().await {
+        let (s, _, a) = answer.expect("task");
+        assert_eq!(s, 400, "the allowance had room: {a}");
     }
     let before = redis_commands(&redis);
-    for i in 5..105 {
+    for i in 20..120 {
         let (s, _, a) = keyed(&gw, &format!("bad-{i}"), KEY, &malformed).await;
         assert_eq!(s, 429, "{a}");
         assert_eq!(a["reason"], "idempotency_releases", "{a}");
     }
     let commands = redis_commands(&redis) - before;
-    // One read each, and the gateway's own background; claims and releases were 600.
-    assert!(commands < 160, "{commands} commands for 100 held requests");
+    // Nothing asked of Redis but the gateway's own background; claims and releases were 600.
+    assert!(commands < 50, "{commands} commands for 100 held requests");
     let (s, _, a) = keyed(&gw, "good", KEY, &one).await;
     assert_eq!(
         (s, a["reason"].as_str()),
         (429, Some("idempotency_releases"))
     );
-    assert_eq!(post_json(&gw.url(TOPIC), KEY, &one).await.0, 200, "unkeyed");
-    let (s, replayed, a) = keyed(&gw, "first", KEY, &one).await;
-    assert_eq!(
-        (s, replayed),
-        (200, true),
-        "a stored answer, while held: {a}"
-    );
+    let (s, replayed, _) = keyed(&gw, "first", KEY, &one).await;
+    assert_eq!((s, replayed), (429, false), "a stored answer waits too");
+    assert_eq!(post_json(&url, KEY, &one).await.0, 200, "unkeyed");
     let (s, _, a) = keyed(&gw, "beta-bad", "beta-key", &malformed).await;
     assert_eq!(s, 400, "another tenant's allowance: {a}");
-    clock.advance_ms(1_000);
+    // Held until the overdraft is repaid (15 at one a second), not one interval.
+    clock.advance_ms(2_000);
+    assert_eq!(keyed(&gw, "good", KEY, &one).await.0, 429, "still repaying");
+    clock.advance_ms(14_000);
     let (s, _, a) = keyed(&gw, "good", KEY, &one).await;
-    assert_eq!(s, 200, "a second later: {a}");
+    assert_eq!(s, 200, "repaid: {a}");
+    let (s, replayed, _) = keyed(&gw, "first", KEY, &one).await;
+    assert_eq!((s, replayed), (200, true), "the stored answer, replayed");
     let m = crate::common::exposition::scrape(&gw).await;
     assert_eq!(
         crate::common::exposition::sample(
             &m,
             "floodgate_idempotency_requests_total{outcome=\"held\"}"
         ),
-        101.0
+        103.0
     );
     gw.shutdown().await;
 }
