@@ -127,6 +127,10 @@ struct Slot {
     /// Set once it holds a slot of the listener: a newcomer still waiting for one frees none
     /// if it is closed, so it is never closed to make room.
     seated: AtomicBool,
+    /// Nanoseconds from `opened` until it was seated: its while to authenticate counts from
+    /// then (review 28 of #37: one that had waited seconds for its slot was closed after its
+    /// TLS handshake, before its first request).
+    seated_after_ns: AtomicU64,
     opened: std::time::Instant,
 }
 
@@ -251,6 +255,7 @@ impl Unverified {
             activity: std::sync::OnceLock::new(),
             made_room: AtomicBool::new(false),
             seated: AtomicBool::new(false),
+            seated_after_ns: AtomicU64::new(0),
             opened: std::time::Instant::now(),
         });
         let mut looked = Looked::default();
@@ -435,6 +440,8 @@ impl ConnectionTrust {
 
     /// The connection holds a slot of the listener now (it waited for one, or found one free).
     pub(super) fn seated(&self) {
+        let waited = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.0.seated_after_ns.store(waited, Ordering::Release);
         self.0.seated.store(true, Ordering::Release);
     }
 

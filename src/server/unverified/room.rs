@@ -30,7 +30,8 @@ impl Looked {
 ///   oldest, and closed itself or another waiting one, freeing no slot (review 26 of #37:
 ///   every new client reset after a second while busy connections filled the listener).
 /// - A young one had no while to authenticate: a client's pool of TLS connections,
-///   mid-handshake, was closed by a flood's newcomers (review 27).
+///   mid-handshake, was closed by a flood's newcomers (review 27). Young counts from its seat
+///   (review 28: one that waited seconds for its slot was closed after its handshake).
 pub(super) fn close_oldest(
     held: &mut Held,
     age: std::time::Duration,
@@ -52,8 +53,16 @@ pub(super) fn close_oldest(
             at += 1;
             continue;
         }
-        if slot.opened.elapsed() < age {
+        let opened_for = slot.opened.elapsed();
+        if opened_for < age {
+            // Every one after it opened later still.
             return false;
+        }
+        let waited = std::time::Duration::from_nanos(slot.seated_after_ns.load(Ordering::Acquire));
+        if opened_for.saturating_sub(waited) < age {
+            // It waited for its slot: its while to authenticate counts from its seat.
+            at += 1;
+            continue;
         }
         slot.evicted.store(true, Ordering::Release);
         slot.evict.notify_one();

@@ -463,3 +463,32 @@ fn a_clients_young_connections_are_kept_and_its_waiting_newcomers_bounded() {
     );
     drop(waiting);
 }
+
+/// Review 28 of #37: the age that protects a connection's first while counted from its
+/// accept, so one that had waited longer than that for its slot was closed as soon as it got
+/// one, after its TLS handshake and before its first request. It counts from its seat.
+#[test]
+fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
+    let age = std::time::Duration::from_nanos(1);
+    let guard = Unverified::aged(2, 1_000, TrustedProxies::default(), age);
+    let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.2".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+    );
+    let waited = guard.admit(a).expect("a");
+    let old = seat(&guard, b).expect("b");
+    // `a` waited (as long as a test may pretend) and is seated only now.
+    waited.seated();
+    waited.0.seated_after_ns.store(u64::MAX, Ordering::Release);
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert!(
+        !waited.0.evicted.load(Ordering::Acquire),
+        "just seated: kept, though it opened first"
+    );
+    assert!(
+        old.0.evicted.load(Ordering::Acquire),
+        "the one seated longest"
+    );
+}
