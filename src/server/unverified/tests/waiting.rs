@@ -1,0 +1,105 @@
+//! Newcomers waiting for a slot: how long a connection in one is kept, and when an address's
+//! newcomers wait or are refused.
+
+use super::*;
+
+/// Review 27 of #37: a client's pool of TLS connections, opened at once, was closed by a
+/// flood's newcomers mid-handshake (its address held the most unverified connections), and
+/// eight addresses of twelve waiting newcomers each took every waiting place. An address's
+/// connections make room only once they had a while to authenticate; an address holding no
+/// slot waits with at most WAITING_PER_ADDRESS newcomers.
+#[test]
+fn a_clients_young_connections_are_kept_and_its_waiting_newcomers_bounded() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let (pool, c, d): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+        "10.0.0.4".parse().expect("ip"),
+    );
+    let handshaking: Vec<_> = (0..3).map(|_| seat(&guard, pool).expect("pool")).collect();
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(
+        guard.make_room_for(c, WAITED),
+        Room::Wait,
+        "too young to close"
+    );
+    assert!(handshaking
+        .iter()
+        .all(|t| !t.0.evicted.load(Ordering::Acquire)));
+    let waiting: Vec<_> = (0..WAITING_PER_ADDRESS)
+        .map(|_| guard.admit(d).expect("d"))
+        .collect();
+    assert_eq!(guard.make_room_for(d, WAITED), Room::Wait, "wait together");
+    let _one_more = guard.admit(d).expect("d");
+    assert_eq!(
+        guard.make_room_for(d, WAITED),
+        Room::Refused,
+        "past its waiting places"
+    );
+    drop(waiting);
+}
+
+/// Review 28 of #37: the age that protects a connection's first while counted from its
+/// accept, so one that had waited longer than that for its slot was closed as soon as it got
+/// one, after its TLS handshake and before its first request. It counts from its seat.
+#[test]
+fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
+    let age = std::time::Duration::from_nanos(1);
+    let guard = Unverified::aged(2, 1_000, TrustedProxies::default(), age);
+    let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.2".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+    );
+    let waited = guard.admit(a).expect("a");
+    let old = seat(&guard, b).expect("b");
+    // `a` waited (as long as a test may pretend) and is seated only now.
+    waited.seated();
+    waited.0.seated_after_ns.store(u64::MAX, Ordering::Release);
+    let _newcomer = guard.admit(c).expect("c");
+    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert!(
+        !waited.0.evicted.load(Ordering::Acquire),
+        "just seated: kept, though it opened first"
+    );
+    assert!(
+        old.0.evicted.load(Ordering::Acquire),
+        "the one seated longest"
+    );
+}
+
+/// Review 28 of #37: while a flood's connections were all too young to make room (closed by
+/// the flood itself at 0.9 s and reopened), a client's third and later newcomers were
+/// refused as if its address held the most: a pool of eight got two served of each eight.
+/// An address is refused only while none holds more than it does in slots.
+#[test]
+fn a_clients_newcomers_wait_while_another_address_holds_more() {
+    let guard = Unverified::new(8, 1_000, TrustedProxies::default());
+    let (flood, pool): (IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.2".parse().expect("ip"),
+    );
+    let young: Vec<_> = (0..6)
+        .map(|_| seat(&guard, flood).expect("flood"))
+        .collect();
+    let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
+    assert_eq!(
+        guard.make_room_for(pool, WAITED),
+        Room::Wait,
+        "the flood holds more, too young to give one up"
+    );
+    let more: Vec<_> = (0..4).map(|_| guard.admit(pool).expect("pool")).collect();
+    assert_eq!(
+        guard.make_room_for(pool, WAITED),
+        Room::Refused,
+        "holding the most itself (7 against 6), past its waiting places"
+    );
+    drop((young, waiting, more));
+    // Another address's newcomers waiting, not in slots, will never make room: they do not
+    // keep a client's newcomers waiting past their places.
+    let guard = Unverified::new(8, 1_000, TrustedProxies::default());
+    let hog: Vec<_> = (0..6).map(|_| guard.admit(flood).expect("hog")).collect();
+    let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
+    assert_eq!(guard.make_room_for(pool, WAITED), Room::Refused);
+    drop((hog, waiting));
+}
