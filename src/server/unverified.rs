@@ -311,8 +311,10 @@ impl Unverified {
             .max_by_key(|h| h.n);
         let idle = |t: &mut Held, l: &mut Looked| close_bound(t, l, Take::Idle);
         let age = self.room_age;
-        // Another address holds more in slots, though none of them may make room yet.
-        let outheld = address_most.as_deref().is_some_and(|a| seated(a, l) > mine);
+        // This address holds no slot, and another holds more in slots than this one holds in
+        // all, though none of them may make room yet.
+        let outheld =
+            seated_mine == 0 && address_most.as_deref().is_some_and(|a| seated(a, l) > mine);
         let made = match (address_most, tenant_most.as_deref_mut()) {
             (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_oldest(a, age, l, None),
             (Some(a), t) => close_oldest(a, age, l, None) || t.is_some_and(|t| idle(t, l)),
@@ -342,11 +344,11 @@ impl Unverified {
             // a client's several newcomers wait together, while none of them has a slot (a
             // second connection opened while the first waited was refused: review 26), up
             // to WAITING_PER_ADDRESS (eight addresses of twelve each took every waiting
-            // place: review 27) — but not while another address holds more in slots, too
-            // young to give one up: the newcomer waits for them (review 28: a flood closing
-            // its connections at 0.9 s got a client's pool of eight two connections served
-            // of each eight). Waiting newcomers of another address do not count: they will
-            // never make room.
+            // place: review 27) — but not, while it holds no slot, when another address
+            // holds more in slots, too young to give one up: the newcomer waits for them
+            // (review 28: a flood closing its connections at 0.9 s got a client's pool of
+            // eight two connections served of each eight). Waiting newcomers of another
+            // address do not count: they will never make room.
             false
                 if (seated_mine > 0 || mine.saturating_sub(seated_mine) > WAITING_PER_ADDRESS)
                     && mine > 1

@@ -71,7 +71,8 @@ fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
 /// Review 28 of #37: while a flood's connections were all too young to make room (closed by
 /// the flood itself at 0.9 s and reopened), a client's third and later newcomers were
 /// refused as if its address held the most: a pool of eight got two served of each eight.
-/// An address is refused only while none holds more than it does in slots.
+/// An address holding no slot is refused only while none holds more in slots than it does in
+/// all.
 #[test]
 fn a_clients_newcomers_wait_while_another_address_holds_more() {
     let guard = Unverified::new(8, 1_000, TrustedProxies::default());
@@ -95,6 +96,17 @@ fn a_clients_newcomers_wait_while_another_address_holds_more() {
         "holding the most itself (7 against 6), past its waiting places"
     );
     drop((young, waiting, more));
+    // An address holding a slot already is refused past its places as before (eight
+    // addresses of twelve waiting newcomers each, some of each in slots, took every waiting
+    // place: review 27).
+    let guard = Unverified::new(8, 1_000, TrustedProxies::default());
+    let young: Vec<_> = (0..6)
+        .map(|_| seat(&guard, flood).expect("flood"))
+        .collect();
+    let seated = seat(&guard, pool).expect("pool");
+    let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
+    assert_eq!(guard.make_room_for(pool, WAITED), Room::Refused);
+    drop((young, seated, waiting));
     // Another address's newcomers waiting, not in slots, will never make room: they do not
     // keep a client's newcomers waiting past their places.
     let guard = Unverified::new(8, 1_000, TrustedProxies::default());
