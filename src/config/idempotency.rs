@@ -41,8 +41,9 @@ pub struct IdempotencyConfig {
     pub max_keys_per_tenant: u64,
     /// Cluster mode: claims a tenant may give up each second (requests refused after their
     /// key was claimed: each costs two Redis scripts), per replica; past this and the burst
-    /// its keyed requests are refused `429` (reason `idempotency_releases`) before their
-    /// key is claimed. Admitted requests never spend it.
+    /// its keyed requests are refused `429` (reason `idempotency_releases`) before Redis is
+    /// asked anything. Claims given up together overdraw it (up to a minute of this rate),
+    /// and the tenant is held until that is repaid. Admitted requests never spend it.
     pub releases_per_tenant_per_sec: u64,
     /// Cluster mode: claims a tenant may give up at once before the rate above applies.
     pub releases_per_tenant_burst: u64,
