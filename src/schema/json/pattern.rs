@@ -6,23 +6,34 @@
 
 /// What one `pattern` (or `patternProperties` key) costs per string node it reads, in
 /// subschema checks: the NFA states its live threads can step per byte ([`width`]), times
-/// [`PATTERN_WEIGHT`]. Counting
-/// a regex as one check let `[ab]*a[ab]{200}x` ×100 cost 33 s of CPU on a 100 KB string: when
-/// the lazy DFA's cache is too small for the search, the engine steps every live NFA state for
-/// every byte. A pattern the engine cannot compile (refused later by the validator itself)
-/// costs its text's length. Weighing builds the NFA, which takes about as long as its size:
-/// a schema's patterns are weighed within `budget` bytes of NFA in all ([`WEIGH_BUDGET`]),
-/// and one past what is left costs its text's length too.
+/// [`PATTERN_WEIGHT`]. Counting a regex as one check let `[ab]*a[ab]{200}x` ×100 cost 33 s of
+/// CPU on a 100 KB string: when the lazy DFA's cache is too small for the search, the engine
+/// steps every live NFA state for every byte. The width is read from the parsed pattern, which
+/// is cheap; its NFA, built within `budget` bytes for a schema's patterns in all
+/// ([`WEIGH_BUDGET`]: building takes about as long as its size), only lowers it (never more
+/// live threads than states). A pattern the translation or parser refuses costs its text's
+/// length (the validator refuses it too).
 pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
     #[cfg(test)]
     WEIGHED.with(|n| n.set(n.get() + 1));
-    let limit = NFA_SIZE_LIMIT.min(*budget);
-    let Some(rust) = jsonschema_regex::to_rust_regex(pattern)
+    // The engine refuses a pattern the translation or the parser refuses: the schema is
+    // refused by the validator, whatever this says.
+    let Some((rust, hir)) = jsonschema_regex::to_rust_regex(pattern)
         .ok()
-        .filter(|_| limit > 0)
+        .and_then(|rust| Some((regex_automata::util::syntax::parse(&rust).ok()?, rust)))
+        .map(|(hir, rust)| (rust, hir))
     else {
-        return 1 + pattern.len() as u64 * PATTERN_WEIGHT;
+        return 1 + (pattern.len() as u64).saturating_mul(PATTERN_WEIGHT);
     };
+    // The parsed form is cheap (microseconds where its NFA takes milliseconds) and bounds the
+    // live threads whatever is left of the budget: priced by its text once the budget was
+    // spent, `[ab]*a[ab]{2500}x0` (19 characters, ~2,500 live threads) cost 44.5 s of CPU in
+    // one check behind two patterns that took the budget (review 29 of #37).
+    let live = width(&hir);
+    let limit = NFA_SIZE_LIMIT.min(*budget);
+    if limit == 0 {
+        return 1 + live.saturating_mul(PATTERN_WEIGHT);
+    }
     #[cfg(test)]
     NFA_BYTES.with(|n| n.set(n.get() + limit));
     let nfa = regex_automata::nfa::thompson::NFA::compiler()
@@ -30,13 +41,8 @@ pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
         .build(&rust);
     // A build stopped at the limit did about as much work as the limit.
     *budget -= nfa.as_ref().map_or(limit, |n| n.memory_usage().min(limit));
-    let live = match nfa {
-        Ok(nfa) => regex_automata::util::syntax::parse(&rust)
-            .map_or(u64::MAX, |hir| width(&hir))
-            .min(nfa.states().len() as u64),
-        Err(_) => pattern.len() as u64,
-    };
-    1 + live.saturating_mul(PATTERN_WEIGHT)
+    let states = nfa.map_or(u64::MAX, |nfa| nfa.states().len() as u64);
+    1 + live.min(states).saturating_mul(PATTERN_WEIGHT)
 }
 
 /// What stepping a regex's live NFA threads costs per byte, at most, in NFA states: how many
@@ -178,7 +184,7 @@ mod tests {
 
     /// Review 22 of #37: each of 100 patterns `^\p{L}{400+j}$` was weighed by building its
     /// NFA up to 4 MiB, 1.9–2.5 s of a schema thread for one compile. A schema's patterns are
-    /// weighed within 8 MiB of NFA in all; the rest cost their text, as one past the limit did.
+    /// weighed within 8 MiB of NFA in all; the rest by their parsed width alone.
     #[test]
     fn a_schemas_patterns_are_weighed_within_one_budget() {
         let props: serde_json::Map<String, Value> = (0..100)
@@ -247,5 +253,27 @@ mod tests {
         let mut budget = WEIGH_BUDGET;
         let letters = pattern_cost("\\p{L}", &mut budget);
         assert!(letters > 5 * pattern_cost("[ab]", &mut budget), "{letters}");
+    }
+
+    /// Review 29 of #37: two patterns that take the weighing budget (`^\p{L}{400}$` builds
+    /// over 4 MiB of NFA) left every later one priced by its text, and `[ab]*a[ab]{2500}x0`,
+    /// 19 characters for ~2,500 live threads, took 44.5 s of CPU in one check. It is priced
+    /// by its width whatever the budget, and such a value is refused before it runs.
+    #[test]
+    fn a_pattern_past_the_weighing_budget_is_priced_by_its_width() {
+        let mut budget = WEIGH_BUDGET;
+        pattern_cost("^\\p{L}{400}$", &mut budget);
+        pattern_cost("^\\p{L}{401}$", &mut budget);
+        assert_eq!(budget, 0, "the two took the budget");
+        let heavy = pattern_cost("[ab]*a[ab]{2500}x0", &mut budget);
+        assert!(heavy > 2_500 * PATTERN_WEIGHT, "{heavy}");
+        let any = json!({"anyOf": [
+            {"type": "string", "pattern": "^\\p{L}{400}$"},
+            {"type": "string", "pattern": "^\\p{L}{401}$"},
+            {"type": "string", "pattern": "[ab]*a[ab]{2500}x0"},
+        ]});
+        let s = JsonSchema::parse(&any.to_string()).expect("schema");
+        let e = s.check(&json!(ab(20_000))).expect_err("too costly");
+        assert!(e.too_costly, "{}", e.message);
     }
 }
