@@ -108,12 +108,18 @@ impl Claim {
     }
 
     /// Gives the key up: nothing is stored, and the next request with it is processed.
-    pub async fn release(mut self) {
+    /// `counted`: against the tenant's allowance of releases (cluster mode) — the request was
+    /// refused for what it is (its body, its records), not for what the gateway could not do
+    /// (its budgets or a shared pool spent, Kafka unavailable): review 29 of #37 had another
+    /// tenant's load refuse a tenant's keyed records 429, and the tenant then held.
+    pub async fn release(mut self, counted: bool) {
         self.settled = true;
         self.flight.set(FlightState::Released);
         let owner = self.owner.clone();
         owner.land(&self.key, &self.flight);
-        owner.count_release(&self.key);
+        if counted {
+            owner.count_release(&self.key);
+        }
         owner.unclaim(self.key.clone(), self.flight.token).await;
     }
 

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::Response;
 
 use super::frames::{Frames, Stopped};
@@ -182,11 +182,14 @@ impl Ingest {
         let batch = match sent {
             Ok(sent) if !sent.batch.is_empty() => sent.batch,
             Ok(sent) => {
-                claim.release().await;
+                // Every entry failed (a batch's): counted, as its entries are its own.
+                claim.release(true).await;
                 return Answer::Outcome(Ok(Produced::Settled(sent.batch)));
             }
             Err(e) => {
-                claim.release().await;
+                let status = e.status();
+                let its_own = status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS;
+                claim.release(its_own).await;
                 return e.into();
             }
         };
@@ -228,7 +231,7 @@ impl Ingest {
             return Answer::Outcome(Ok(Produced::Settled(batch)));
         };
         if nothing_written(&batch) {
-            claim.release().await;
+            claim.release(false).await;
             return Answer::Outcome(Ok(Produced::Settled(batch)));
         }
         keep(claim, fp, respond.respond(Ok(Produced::Settled(batch)))).await
@@ -370,7 +373,7 @@ impl Drop for Settling<'_> {
         runtime.spawn(async move {
             batch.wait().await;
             if nothing_written(&batch) {
-                claim.release().await;
+                claim.release(false).await;
                 return;
             }
             let answer = respond.respond(Ok(Produced::Settled(batch)));

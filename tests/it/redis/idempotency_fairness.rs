@@ -233,3 +233,50 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
     );
     gw.shutdown().await;
 }
+
+/// Review 29 of #37: a keyed request refused 429 after its claim for what the gateway could
+/// not do then (another tenant's load spent a shared pool) counted against its tenant's
+/// allowance of releases, and the tenant was held for seconds after the load was gone. Only a
+/// request refused for what it is (its body, its records) counts: here a budget's 429 after
+/// the claim does not, a malformed body does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_request_refused_for_what_it_is_spends_the_allowance_of_releases() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let redis = OwnRedis::start_with(&[]);
+    let clock = Arc::new(floodgate::budget::ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.cluster.redis_url = Some(redis.url());
+    cfg.cluster.key_prefix = "releases-own".into();
+    cfg.cluster.replica_id = Some("a".into());
+    cfg.idempotency.releases_per_tenant_per_sec = 1;
+    cfg.idempotency.releases_per_tenant_burst = 1;
+    limit_records(&mut cfg, 1, 5);
+    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let records =
+        |n: usize| json!({ "records": (0..n).map(|i| json!({"value": i})).collect::<Vec<_>>() });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while post_json(&gw.url(TOPIC), KEY, &records(4)).await.0 != 200 {
+        assert!(Instant::now() < deadline, "never delivered");
+        clock.advance_ms(5_000);
+    }
+    // One record left: two pass the look before the claim, and are refused by the budget.
+    for i in 0..3 {
+        let (s, _, a) = keyed(&gw, &format!("over-{i}"), KEY, &records(2)).await;
+        assert_eq!(
+            (s, a["reason"].as_str()),
+            (429, Some("tenant_records")),
+            "{a}"
+        );
+    }
+    let malformed = json!({"records": [{"value": 1, "partition": "seven"}]});
+    let (s, _, a) = keyed(&gw, "bad-0", KEY, &malformed).await;
+    assert_eq!(s, 400, "the allowance untouched by the 429s: {a}");
+    let (s, _, a) = keyed(&gw, "bad-1", KEY, &malformed).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("idempotency_releases")),
+        "{a}"
+    );
+    gw.shutdown().await;
+}
