@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -112,22 +114,40 @@ fn redis_commands(redis: &OwnRedis) -> u64 {
         .expect("total_commands_processed")
 }
 
-/// Review 17 of #37: a keyed request its budgets refuse claimed its key in Redis and released
-/// it — 6.1 commands per 429, so a tenant allowed 1 record/s drove Redis at six times its
-/// request rate. A request refused before its body is read is refused before its key is
-/// claimed, after one read; a stored answer is still replayed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim() {
+/// A cluster gateway of its own (its own redis-server, keys under `prefix`) on a stepped
+/// clock, its configuration `tune`d; the broker and Redis live as long as the tuple.
+async fn stepped(
+    prefix: &str,
+    tune: impl FnOnce(&mut floodgate::config::Config),
+) -> (
+    Cluster,
+    OwnRedis,
+    Arc<floodgate::budget::ManualClock>,
+    Gateway,
+) {
     let kafka = mock_cluster(&[TOPIC]);
     let redis = OwnRedis::start_with(&[]);
     let clock = Arc::new(floodgate::budget::ManualClock::new());
     clock.advance_ms(1_000_000);
     let mut cfg = config(&kafka.bootstrap_servers());
     cfg.cluster.redis_url = Some(redis.url());
-    cfg.cluster.key_prefix = "refused".into();
+    cfg.cluster.key_prefix = prefix.into();
     cfg.cluster.replica_id = Some("a".into());
-    limit_records(&mut cfg, 1, 1);
+    tune(&mut cfg);
     let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    (kafka, redis, clock, gw)
+}
+
+/// Review 17 of #37: a keyed request its budgets refuse claimed its key in Redis and released
+/// it — 6.1 commands per 429, so a tenant allowed 1 record/s drove Redis at six times its
+/// request rate. A request refused before its body is read is refused before its key is
+/// claimed, after one read; a stored answer is still replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim() {
+    let (_kafka, redis, clock, gw) = stepped("refused", |cfg| {
+        limit_records(cfg, 1, 1);
+    })
+    .await;
     let one = json!({"records": [{"value": 1}]});
     // The producer connected and the burst spent: the clock stands still from here on.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -166,18 +186,12 @@ async fn a_keyed_request_refused_by_its_budgets_costs_redis_one_read_not_a_claim
 /// requests, are their own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_claiming() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let redis = OwnRedis::start_with(&[]);
-    let clock = Arc::new(floodgate::budget::ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let mut cfg = config(&kafka.bootstrap_servers());
-    cfg.cluster.redis_url = Some(redis.url());
-    cfg.cluster.key_prefix = "releases".into();
-    cfg.cluster.replica_id = Some("a".into());
-    cfg.idempotency.releases_per_tenant_per_sec = 1;
-    cfg.idempotency.releases_per_tenant_burst = 5;
-    cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
-    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let (_kafka, redis, clock, gw) = stepped("releases", |cfg| {
+        cfg.idempotency.releases_per_tenant_per_sec = 1;
+        cfg.idempotency.releases_per_tenant_burst = 5;
+        cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
+    })
+    .await;
     let one = json!({"records": [{"value": 1}]});
     let deadline = Instant::now() + Duration::from_secs(20);
     while keyed(&gw, "first", KEY, &one).await.0 != 200 {
@@ -186,16 +200,43 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
     let malformed = json!({"records": [{"value": 1, "partition": "seven"}]});
     // Twenty at once while the allowance (5) has room: each is claimed and given up, and the
     // allowance is overdrawn by fifteen.
-    let url = gw.url(TOPIC);
-    let mut wave = tokio::task::JoinSet::new();
+    // Their heads first, each claiming its key; their bodies once all twenty are claimed.
+    let claimed = "floodgate_idempotency_requests_total{outcome=\"processed\"}";
+    let before = crate::common::exposition::metric(&gw, claimed)
+        .await
+        .unwrap_or(0.0);
+    let body = malformed.to_string();
+    let mut wave = Vec::new();
     for i in 0..20 {
-        let (url, body) = (url.clone(), malformed.clone());
-        wave.spawn(async move { post_keyed(&url, KEY, &format!("bad-{i}"), &body).await });
+        let mut c = tokio::net::TcpStream::connect(gw.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/topics/{TOPIC}/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\nIdempotency-Key: bad-{i}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        c.write_all(head.as_bytes()).await.expect("head");
+        wave.push(c);
     }
-    while let Some(answer) = wave.join_next().await {
-        let (s, _, a) = answer.expect("task");
-        assert_eq!(s, 400, "the allowance had room: {a}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::common::exposition::metric(&gw, claimed).await < Some(before + 20.0) {
+        assert!(Instant::now() < deadline, "never all claimed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    for c in &mut wave {
+        c.write_all(body.as_bytes()).await.expect("body");
+    }
+    for mut c in wave {
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).await.expect("answer");
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "the allowance had room: {answer}"
+        );
+    }
+    let url = gw.url(TOPIC);
     let before = redis_commands(&redis);
     for i in 20..120 {
         let (s, _, a) = keyed(&gw, &format!("bad-{i}"), KEY, &malformed).await;
@@ -241,18 +282,12 @@ async fn a_tenant_that_gives_claims_up_past_its_allowance_is_refused_before_clai
 /// the claim does not, a malformed body does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_request_refused_for_what_it_is_spends_the_allowance_of_releases() {
-    let kafka = mock_cluster(&[TOPIC]);
-    let redis = OwnRedis::start_with(&[]);
-    let clock = Arc::new(floodgate::budget::ManualClock::new());
-    clock.advance_ms(1_000_000);
-    let mut cfg = config(&kafka.bootstrap_servers());
-    cfg.cluster.redis_url = Some(redis.url());
-    cfg.cluster.key_prefix = "releases-own".into();
-    cfg.cluster.replica_id = Some("a".into());
-    cfg.idempotency.releases_per_tenant_per_sec = 1;
-    cfg.idempotency.releases_per_tenant_burst = 1;
-    limit_records(&mut cfg, 1, 5);
-    let gw = Gateway::start_clustered(cfg, clock.clone()).await;
+    let (_kafka, _redis, clock, gw) = stepped("releases-own", |cfg| {
+        cfg.idempotency.releases_per_tenant_per_sec = 1;
+        cfg.idempotency.releases_per_tenant_burst = 1;
+        limit_records(cfg, 1, 5);
+    })
+    .await;
     let records =
         |n: usize| json!({ "records": (0..n).map(|i| json!({"value": i})).collect::<Vec<_>>() });
     let deadline = Instant::now() + Duration::from_secs(20);
