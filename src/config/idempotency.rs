@@ -43,9 +43,9 @@ pub struct IdempotencyConfig {
     /// key was claimed: each costs two Redis scripts), per replica; past this and the burst
     /// its keyed requests are refused `429` (reason `idempotency_releases`) before Redis is
     /// asked anything. Claims given up together overdraw it (up to ten minutes of this
-    /// rate), and the tenant is held until that is repaid. Only requests refused for what
-    /// they are (their body, their records: 4xx but 429) spend it; admitted ones, and ones
-    /// refused for the gateway's state (429, 503), never do.
+    /// rate), and the tenant is held until that is repaid. Requests refused after their claim
+    /// with a 4xx spend it; admitted ones, and ones the gateway could not serve (5xx), never
+    /// do.
     pub releases_per_tenant_per_sec: u64,
     /// Cluster mode: claims a tenant may give up at once before the rate above applies.
     pub releases_per_tenant_burst: u64,

@@ -108,10 +108,8 @@ impl Claim {
     }
 
     /// Gives the key up: nothing is stored, and the next request with it is processed.
-    /// `counted`: against the tenant's allowance of releases (cluster mode) — the request was
-    /// refused for what it is (its body, its records), not for what the gateway could not do
-    /// (its budgets or a shared pool spent, Kafka unavailable): review 29 of #37 had another
-    /// tenant's load refuse a tenant's keyed records 429, and the tenant then held.
+    /// `counted`: against the tenant's allowance of releases (cluster mode) — not when the
+    /// gateway could not serve the request (Kafka, the registry or the store away).
     pub async fn release(mut self, counted: bool) {
         self.settled = true;
         self.flight.set(FlightState::Released);

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::Response;
 
 use super::frames::{Frames, Stopped};
@@ -187,9 +187,11 @@ impl Ingest {
                 return Answer::Outcome(Ok(Produced::Settled(sent.batch)));
             }
             Err(e) => {
-                let status = e.status();
-                let its_own = status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS;
-                claim.release(its_own).await;
+                // Counted unless the gateway could not serve it (5xx: Kafka, the registry or
+                // the store away). A 429 counts: its tenant's own budgets, its unpaid work
+                // and the schema threads it keeps busy refuse it as surely as another's load
+                // (review 30 of #37: its own budgets' 429 uncounted, 3,600 claims a second).
+                claim.release(!e.status().is_server_error()).await;
                 return e.into();
             }
         };
