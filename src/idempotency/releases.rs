@@ -10,8 +10,10 @@
 //! (reason `idempotency_releases`) before anything is asked of Redis, until the allowance
 //! has room again. Claims given up together past it overdraw it (see [`Releases::count`]).
 //! Requests that are admitted never spend it, so a tenant whose requests succeed is never
-//! held. A claim given up behind a Redis that timed out is not counted: that was the store's
-//! doing, not the tenant's.
+//! held; nor do ones the gateway could not serve (a 5xx: Kafka, the registry or the store
+//! away), nor a claim given up behind a Redis that timed out: those were not the tenant's
+//! doing. Every 4xx after a claim is counted, a 429 too (the pipeline decides:
+//! `ingest::idempotent`).
 //!
 //! A token bucket per tenant in [`crate::budget`]'s GCRA arithmetic, not `governor`'s keyed
 //! limiter: the allowance is looked at before a claim, whose release is not known yet, and
