@@ -18,10 +18,9 @@ pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
     WEIGHED.with(|n| n.set(n.get() + 1));
     // The engine refuses a pattern the translation or the parser refuses: the schema is
     // refused by the validator, whatever this says.
-    let Some((rust, hir)) = jsonschema_regex::to_rust_regex(pattern)
+    let Some((hir, rust)) = jsonschema_regex::to_rust_regex(pattern)
         .ok()
         .and_then(|rust| Some((regex_automata::util::syntax::parse(&rust).ok()?, rust)))
-        .map(|(hir, rust)| (rust, hir))
     else {
         return 1 + (pattern.len() as u64).saturating_mul(PATTERN_WEIGHT);
     };
@@ -50,14 +49,14 @@ pub(super) fn pattern_cost(pattern: &str, budget: &mut usize) -> u64 {
 /// weighed by its class's fan-out ([`class_weight`]). A class compiles to a UTF-8 automaton of
 /// up to hundreds of states (`\p{L}` 303), but that automaton is deterministic: reading a
 /// string, one thread is in it at a time, and a step scans the byte ranges of the state it is
-/// in (up to 48 for `\p{L}`). So `^[\p{L} .-]{1,64}$` has ~19,400 states and weighs 454, and
+/// in (up to 48 for `\p{L}`). So `^[\p{L} .-]{1,64}$` has ~19,400 states and weighs 390, and
 /// counting its states priced a 394-byte record of five such names at 0.6 s, where its check
 /// takes under a millisecond (review 28 of #37). Everything else counts as the Thompson
 /// compiler builds it: a literal's bytes, a repetition's copies (`{m,n}` n copies, `{m,}`
 /// m + 1) and its split, an alternation's branches, each empty branch, look-around and capture
 /// (the epsilon closure visits them on every byte). Measured (debug build, one `pattern`, a
 /// 11 KB string of random letters that keeps the lazy DFA from settling):
-/// `[\p{L}]*\p{Lu}[\p{L}]{4}x` took 5.3 ms, and this weighs it at 8.5 ms by the foresight's
+/// `[\p{L}]*\p{Lu}[\p{L}]{4}x` took 5.3 ms, and this weighs it at 7.6 ms by the foresight's
 /// nanosecond (its states would say 370 ms); `[ab]*a[ab]{200}x` on 4 KB of random a/b took
 /// 14.5–18 ms against 13.7 ms, as before (its classes have one range each).
 fn width(hir: &regex_syntax::hir::Hir) -> u64 {
@@ -81,19 +80,16 @@ fn width(hir: &regex_syntax::hir::Hir) -> u64 {
 }
 
 /// One live thread in a class's automaton, in states stepped per byte: one, plus one per 128
-/// of the UTF-8 byte sequences the class compiles to (its states' byte ranges grow with them:
-/// `\p{L}` is 827 sequences, at most 48 ranges in one state, and weighs 7; `[a-z0-9.]` 1).
+/// of the class's ranges (its automaton's states' byte ranges grow with them: `\p{L}` is 677
+/// ranges, at most 48 in one state, and weighs 6; `[a-z0-9.]` 1). Read off the class, not
+/// counted through its UTF-8 sequences: a schema may hold tens of thousands of classes.
 fn class_weight(class: &regex_syntax::hir::Class) -> u64 {
     use regex_syntax::hir::Class;
-    let sequences = match class {
-        Class::Unicode(c) => c
-            .ranges()
-            .iter()
-            .map(|r| regex_syntax::utf8::Utf8Sequences::new(r.start(), r.end()).count() as u64)
-            .sum(),
-        Class::Bytes(b) => b.ranges().len() as u64,
+    let ranges = match class {
+        Class::Unicode(c) => c.ranges().len(),
+        Class::Bytes(b) => b.ranges().len(),
     };
-    1 + sequences / 128
+    1 + ranges as u64 / 128
 }
 
 #[cfg(test)]
@@ -110,7 +106,7 @@ thread_local! {
 /// `MAX_CHECK_WORK` (20 million, the ~1 s a record's check may take): refused unchecked.
 pub(super) const PATTERN_WEIGHT: u64 = 16;
 /// The estimate's own bound: an NFA larger than this is refused by the validator's
-/// `size_limit` too, and costs its text's length here.
+/// `size_limit` too, and is weighed by its parsed form alone here.
 const NFA_SIZE_LIMIT: usize = 4 << 20;
 /// Bytes of NFA a schema's patterns are weighed within, in all. Each pattern's NFA was built
 /// up to [`NFA_SIZE_LIMIT`]: 100 patterns `^\p{L}{400}$` (6 MB of NFA each, though the
