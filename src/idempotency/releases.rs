@@ -76,13 +76,11 @@ impl Releases {
     /// its rate. So over any long while a tenant gives up about its rate, however many
     /// requests it has in progress.
     pub fn count(&self, tenant: &TenantId) {
-        let now = self.clock.now_ns();
+        let full = self.spec.full_tat(self.clock.now_ns());
         let mut tats = self.tats.lock();
         if !tats.contains_key(tenant) && tats.len() >= SWEEP_AT {
-            let full = self.spec.full_tat(now);
             tats.retain(|_, tat| *tat > full);
         }
-        let full = self.spec.full_tat(now);
         let tat = tats.entry(tenant.clone()).or_insert(full);
         let most = full
             .saturating_add(self.spec.burst)

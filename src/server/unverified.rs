@@ -124,12 +124,10 @@ struct Slot {
     /// Set when it is closing to make room: its answers in flight get [`ROOM_GRACE`], not the
     /// idle time.
     made_room: AtomicBool,
-    /// Set once it holds a slot of the listener: a newcomer still waiting for one frees none
-    /// if it is closed, so it is never closed to make room.
-    seated: AtomicBool,
-    /// Nanoseconds from `opened` until it was seated: its while to authenticate counts from
-    /// then (review 28 of #37: one that had waited seconds for its slot was closed after its
-    /// TLS handshake, before its first request).
+    /// Nanoseconds from `opened` until it got a slot ([`NOT_SEATED`] until then). A newcomer
+    /// waiting frees no slot if closed, so it is never closed to make room; its while to
+    /// authenticate counts from its seat (review 28 of #37: one that had waited seconds for
+    /// its slot was closed after its TLS handshake, before its first request).
     seated_after_ns: AtomicU64,
     opened: std::time::Instant,
 }
@@ -149,7 +147,16 @@ pub const ROOM_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 /// whose address holds as many: else two floods would close each other's before a byte came.
 pub const ROOM_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// [`Slot::seated_after_ns`] of a newcomer still waiting for its slot.
+const NOT_SEATED: u64 = u64::MAX;
+
 impl Slot {
+    /// How long after it opened it got its slot; `None` while it waits for one.
+    fn seated_after(&self) -> Option<std::time::Duration> {
+        let ns = self.seated_after_ns.load(Ordering::Acquire);
+        (ns != NOT_SEATED).then(|| std::time::Duration::from_nanos(ns))
+    }
+
     fn idle(&self) -> bool {
         self.activity
             .get()
@@ -254,8 +261,7 @@ impl Unverified {
             evict: tokio::sync::Notify::new(),
             activity: std::sync::OnceLock::new(),
             made_room: AtomicBool::new(false),
-            seated: AtomicBool::new(false),
-            seated_after_ns: AtomicU64::new(0),
+            seated_after_ns: AtomicU64::new(NOT_SEATED),
             opened: std::time::Instant::now(),
         });
         let mut looked = Looked::default();
@@ -450,8 +456,8 @@ impl ConnectionTrust {
     /// The connection holds a slot of the listener now (it waited for one, or found one free).
     pub(super) fn seated(&self) {
         let waited = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let waited = waited.min(NOT_SEATED - 1);
         self.0.seated_after_ns.store(waited, Ordering::Release);
-        self.0.seated.store(true, Ordering::Release);
     }
 
     /// Resolves once the connection must close gracefully (a request was refused for its

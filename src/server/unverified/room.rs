@@ -49,16 +49,16 @@ pub(super) fn close_oldest(
             continue;
         };
         // Its own, or a newcomer waiting too: closed, it would free no slot.
-        if Some(slot.address) == except || !slot.seated.load(Ordering::Acquire) {
+        let seated_after = slot.seated_after();
+        let Some(waited) = seated_after.filter(|_| Some(slot.address) != except) else {
             at += 1;
             continue;
-        }
+        };
         let opened_for = slot.opened.elapsed();
         if opened_for < age {
             // Every one after it opened later still.
             return false;
         }
-        let waited = std::time::Duration::from_nanos(slot.seated_after_ns.load(Ordering::Acquire));
         if opened_for.saturating_sub(waited) < age {
             // It waited for its slot: its while to authenticate counts from its seat.
             at += 1;
@@ -78,7 +78,7 @@ pub(super) fn seated(held: &Held, looked: &mut Looked) -> usize {
     let seated = |s: &Slot| {
         s.counted.load(Ordering::Acquire)
             && !s.evicted.load(Ordering::Acquire)
-            && s.seated.load(Ordering::Acquire)
+            && s.seated_after().is_some()
     };
     held.slots
         .iter()

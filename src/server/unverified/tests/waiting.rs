@@ -55,7 +55,10 @@ fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
     let old = seat(&guard, b).expect("b");
     // `a` waited (as long as a test may pretend) and is seated only now.
     waited.seated();
-    waited.0.seated_after_ns.store(u64::MAX, Ordering::Release);
+    waited
+        .0
+        .seated_after_ns
+        .store(u64::MAX - 1, Ordering::Release);
     let _newcomer = guard.admit(c).expect("c");
     assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
     assert!(
