@@ -9,10 +9,14 @@
 //! - waiting tenants are served by the thread time their jobs took (start-time fair queuing:
 //!   the least first, a tenant new to the queue starting level with the one served last), so
 //!   a tenant with cheap records goes before one whose jobs are dear, whatever their count;
-//! - tenants whose jobs run long ([`LONG_JOB`] or more past what their record pays for,
-//!   remembered for [`LONG_FOR`], for checks and compiles apart: a tenant's one long compile
-//!   does not hold its checks back), and the compiles of tenants not seen in that time, hold at most
-//!   `workers − 1` threads together, so one thread is always left for short jobs. Round
+//! - tenants whose jobs run long ([`LONG_JOB`] or more past what their records pay for, in
+//!   one job or together within [`LONG_FOR`]; a job whose outcome no budget pays for, a
+//!   check that refused its record, counts whole; remembered for [`LONG_FOR`], for checks and
+//!   compiles apart: a tenant's one long compile does not hold its checks back), and the
+//!   compiles of tenants not seen in that time, hold at most `workers − 1` threads together,
+//!   so one thread is always left for short jobs. Counted one job at a time, twelve tenants
+//!   each refused a 75 ms check every 0.4 s took both threads in turn and another tenant's
+//!   schema records went from 56 to 217 ms (review 28 of #37). Round
 //!   robin let four tenants allowed 1 record/s keep both threads in 1-second checks, and
 //!   another's 20-record requests wait ~2 s a record (review 22 of #37); and fresh tenants
 //!   took the last thread one after another with their first long job (review 23). A tenant
@@ -77,12 +81,21 @@ pub enum Kind {
     Compile = 1,
 }
 
+/// Whether a job's outcome says no budget pays for any of its run (a check that refused its
+/// record, or was stopped): then all of it counts as run past what its record pays for.
+pub trait Unpaid {
+    fn unpaid(&self) -> bool {
+        false
+    }
+}
+
 struct Job {
     state: Arc<AtomicU8>,
     kind: Kind,
     /// Told whether it runs as one of the long jobs (a record's check then runs whole; else it
-    /// stops at what a short job may take, [`ForRecord`]).
-    run: Box<dyn FnOnce(bool) + Send>,
+    /// stops at what a short job may take, [`ForRecord`]); says whether its run was unpaid
+    /// ([`Unpaid`]).
+    run: Box<dyn FnOnce(bool) -> bool + Send>,
     /// The request it checks a record of, and whether that request has more to check.
     request: Option<(u64, bool)>,
     /// What its record pays for, in nanoseconds: only a job longer by [`LONG_JOB`] is long.
@@ -208,8 +221,15 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Check, None, (0, false), move |_| f())
-            .await
+        self.submit(
+            tenant,
+            Kind::Check,
+            None,
+            (0, false),
+            move |_| f(),
+            |_| false,
+        )
+        .await
     }
 
     /// [`Pool::run`] for a compile.
@@ -218,12 +238,20 @@ impl Pool {
         tenant: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolError> {
-        self.submit(tenant, Kind::Compile, None, (0, false), move |_| f())
-            .await
+        self.submit(
+            tenant,
+            Kind::Compile,
+            None,
+            (0, false),
+            move |_| f(),
+            |_| true,
+        )
+        .await
     }
 
-    /// [`Pool::run`] for a record's check, `f` told whether it runs as a long job.
-    pub async fn run_for<R: Send + 'static>(
+    /// [`Pool::run`] for a record's check, `f` told whether it runs as a long job; its outcome
+    /// says whether its run was unpaid.
+    pub async fn run_for<R: Unpaid + Send + 'static>(
         &self,
         tenant: &str,
         record: ForRecord,
@@ -231,8 +259,15 @@ impl Pool {
     ) -> Result<R, PoolError> {
         let paid = u64::try_from(record.paid.as_nanos()).unwrap_or(u64::MAX);
         let request = Some((record.request, record.more));
-        self.submit(tenant, Kind::Check, request, (paid, record.long), f)
-            .await
+        self.submit(
+            tenant,
+            Kind::Check,
+            request,
+            (paid, record.long),
+            f,
+            R::unpaid,
+        )
+        .await
     }
 
     async fn submit<R: Send + 'static>(
@@ -242,6 +277,7 @@ impl Pool {
         request: Option<(u64, bool)>,
         (paid, long): (u64, bool),
         f: impl FnOnce(bool) -> R + Send + 'static,
+        unpaid: fn(&R) -> bool,
     ) -> Result<R, PoolError> {
         let (done, result) = tokio::sync::oneshot::channel();
         let state = Arc::new(AtomicU8::new(QUEUED));
@@ -249,7 +285,10 @@ impl Pool {
             state: state.clone(),
             kind,
             run: Box::new(move |long| {
-                let _ = done.send(f(long));
+                let outcome = f(long);
+                let unpaid = unpaid(&outcome);
+                let _ = done.send(outcome);
+                unpaid
             }),
             request,
             paid,
@@ -365,7 +404,8 @@ fn work(shared: &PoolCore) {
             }
         };
         let (began, cpu) = (shared.clock.now_ns(), thread_cpu());
-        let run = std::mem::replace(&mut taken.job.run, Box::new(|_| {}));
+        let run = std::mem::replace(&mut taken.job.run, Box::new(|_| false));
+        let mut unpaid = false;
         if taken
             .job
             .state
@@ -374,7 +414,7 @@ fn work(shared: &PoolCore) {
         {
             let long = taken.long;
             // A panic drops the job's sender: its caller gets `Lost`, the thread lives on.
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(move || run(long)));
+            unpaid = std::panic::catch_unwind(AssertUnwindSafe(move || run(long))).unwrap_or(true);
         }
         let now = shared.clock.now_ns();
         let took = match (shared.by_cpu, cpu, thread_cpu()) {
@@ -384,7 +424,7 @@ fn work(shared: &PoolCore) {
             _ => now.saturating_sub(began),
         };
         let mut state = shared.state.lock();
-        state.done(&taken, took, now);
+        state.done(&taken, took, unpaid, now);
         // A share freed may let another tenant's job (or this tenant's next) start.
         shared.ready.notify_all();
         stint += took;

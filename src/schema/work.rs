@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::avro::Until;
 use super::compiled::{compile, within_bounds, Compiled, Written};
 use super::lookups::{Lookups, INLINE_WORK};
-use super::pool::{ForRecord, PoolError, LONG_JOB};
+use super::pool::{ForRecord, PoolError, Unpaid, LONG_JOB};
 use super::raw::digest;
 use super::thread_cpu::thread_cpu;
 use super::unpaid_work::{ChecksOwed, UnpaidWork};
@@ -21,6 +21,14 @@ use crate::budget::Clock;
 /// A pool check's outcome: what it found, its CPU, and what its record owes for it; or why it
 /// gave none.
 type CheckRun = Result<(Written, Duration, ChecksOwed), Stopped>;
+
+/// A check that refused its record, or gave no outcome, is paid by no budget: the pool counts
+/// all its run against its tenant's short jobs, not only what it ran past its record's price.
+impl Unpaid for CheckRun {
+    fn unpaid(&self) -> bool {
+        !matches!(self, Ok((Ok(_), _, _)))
+    }
+}
 
 /// Why a pool check gave no outcome.
 enum Stopped {

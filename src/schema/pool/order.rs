@@ -26,6 +26,10 @@ pub(super) struct Lane {
 pub(super) struct Seen {
     pub(super) vtime: u64,
     pub(super) long_until: [u64; 2],
+    /// What its jobs of each kind ran past what their records pay for since `past_since`
+    /// (nanoseconds): at [`LONG_JOB`] together they are long, as one such job is.
+    pub(super) past: [u64; 2],
+    pub(super) past_since: [u64; 2],
     /// Until when it counts as seen (a tenant not seen is held back as running long jobs).
     pub(super) known_until: u64,
 }
@@ -154,8 +158,9 @@ impl State {
         })
     }
 
-    /// `taken`'s job ended after `took` nanoseconds of its thread, at `now`.
-    pub(super) fn done(&mut self, taken: &Taken, took: u64, now: u64) {
+    /// `taken`'s job ended after `took` nanoseconds of its thread, at `now`; `unpaid` if no
+    /// budget pays for any of it.
+    pub(super) fn done(&mut self, taken: &Taken, took: u64, unpaid: bool, now: u64) {
         let tenant = &taken.tenant;
         self.long_running -= usize::from(taken.long);
         if self.seen.len() >= MAX_SEEN && !self.seen.contains_key(tenant) {
@@ -168,8 +173,18 @@ impl State {
         let long_for = u64::try_from(LONG_FOR.as_nanos()).unwrap_or(u64::MAX);
         seen.known_until = now.saturating_add(long_for);
         let long = u64::try_from(LONG_JOB.as_nanos()).unwrap_or(u64::MAX);
-        if took >= long.saturating_add(taken.job.paid) {
-            seen.long_until[taken.job.kind as usize] = now.saturating_add(long_for);
+        let kind = taken.job.kind as usize;
+        if now.saturating_sub(seen.past_since[kind]) >= long_for {
+            (seen.past[kind], seen.past_since[kind]) = (0, now);
+        }
+        let past = if unpaid {
+            took
+        } else {
+            took.saturating_sub(taken.job.paid)
+        };
+        seen.past[kind] = seen.past[kind].saturating_add(past);
+        if seen.past[kind] >= long {
+            seen.long_until[kind] = now.saturating_add(long_for);
         }
         if let Some(lane) = self.lanes.get_mut(tenant) {
             lane.running = lane.running.saturating_sub(1);

@@ -461,3 +461,5 @@ async fn a_job_timed_by_its_threads_cpu_is_not_long_for_a_pause() {
         .runs_long("paused", Kind::Check, clock.now_ns());
     assert!(long);
 }
+
+mod past;
