@@ -283,6 +283,7 @@ impl Idempotency {
                 }
                 Ok(Some(found)) => {
                     claim.forget();
+                    self.count_store_answer(&key.tenant, &found);
                     match found {
                         // claim.lua takes a given-up key as free: never found here.
                         Found::Claimed(_) | Found::Released => Begin::InUse,

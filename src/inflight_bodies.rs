@@ -1,9 +1,12 @@
 //! One memory budget for request bodies in flight, over every connection and HTTP/2 stream of
 //! the produce listener: `[server] max_inflight_body_bytes`.
 //!
-//! A request reserves its declared `Content-Length` before its body is read, or, for a chunked
-//! body, each chunk as it arrives; it holds the reservation until its records are handed to the
-//! producer or it is refused. A stream (Confluent v3) holds what it keeps for as long as it
+//! A request holds its body's bytes as they arrive (one whose declared `Content-Length` does
+//! not fit in what is free now is refused before it is read); it holds them until its records
+//! are handed to the producer or it is refused. Reserving the declared length up front let a
+//! request that sent 13 bytes of a declared 8 MiB hold 8 MiB for the body timeout: eight of
+//! them, from two tenants allowed 1 record a second, took the whole budget (review 31 of
+//! #37). A stream (Confluent v3) holds what it keeps for as long as it
 //! keeps it — the record it is reading, its queued reports, its report window — growing and
 //! shrinking its hold as that changes. When the budget is spent, a new body is refused at once (429
 //! `server_busy`) rather than waiting: a wait would hold the client's connection and our
@@ -146,6 +149,17 @@ impl BodyHold {
     /// Bytes this hold has reserved.
     pub fn bytes(&self) -> u64 {
         self.permits.as_ref().map_or(0, |p| p.num_permits() as u64)
+    }
+
+    /// Whether `more` bytes on top of what is held would fit now (the budget and the owner's
+    /// share), reserving nothing.
+    pub fn fits(&self, more: u64) -> bool {
+        let owner = self.owner.load(Ordering::Acquire);
+        let free = u64::try_from(self.budget.bytes.available_permits()).unwrap_or(u64::MAX);
+        owner
+            .checked_add(more)
+            .is_some_and(|total| total <= self.owner_limit)
+            && more <= free
     }
 
     /// Reserves `more` bytes on top of what is held; `false` (and nothing more reserved) when

@@ -46,6 +46,16 @@ impl Reason {
         matches!(self, Reason::TenantRecords | Reason::TenantBytes)
     }
 
+    /// What the tenant's own traffic spent: its budgets and its share of the buffer, not a
+    /// limit every tenant shares (the global budgets, the buffer, the body budget, Kafka's
+    /// pace or a lag guard), which another tenant's load may have spent.
+    pub fn is_tenants_own(self) -> bool {
+        matches!(
+            self,
+            Reason::TenantRecords | Reason::TenantBytes | Reason::TenantBuffer
+        )
+    }
+
     /// A budget's refill (tenant or global, records or bytes): a wait known to the
     /// nanosecond, which holding the request for ([`crate::hold`]) can cover.
     pub fn is_rate(self) -> bool {

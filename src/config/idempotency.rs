@@ -44,8 +44,10 @@ pub struct IdempotencyConfig {
     /// its keyed requests are refused `429` (reason `idempotency_releases`) before Redis is
     /// asked anything. Claims given up together overdraw it (up to ten minutes of this
     /// rate), and the tenant is held until that is repaid. Requests refused after their claim
-    /// with a 4xx spend it; admitted ones, and ones the gateway could not serve (5xx), never
-    /// do.
+    /// with a 4xx spend it (a 429 of the tenant's own budgets or share too), and so do keyed
+    /// requests the store answers itself (a replay, one more per 32 KiB of its answer; a 409;
+    /// another replica's request pending); admitted ones, ones the gateway could not serve
+    /// (5xx) and 429s of limits every tenant shares never do.
     pub releases_per_tenant_per_sec: u64,
     /// Cluster mode: claims a tenant may give up at once before the rate above applies.
     pub releases_per_tenant_burst: u64,

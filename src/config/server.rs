@@ -44,9 +44,9 @@ pub struct ServerConfig {
     /// HTTP/2 streams (concurrent requests) one connection may have open.
     pub http2_max_streams: u32,
     /// Request-body bytes held in memory at once, over all connections and HTTP/2 streams.
-    /// A request reserves its declared length before its body is read (a chunked one, as its
-    /// chunks arrive); when the budget is spent, new bodies are refused at once with
-    /// `429 server_busy`.
+    /// A body holds what has arrived of it; one whose declared length does not fit in what
+    /// is free now is refused before it is read, and one that outgrows what is free as it
+    /// arrives is cut short, both with `429 server_busy`.
     pub max_inflight_body_bytes: u64,
     /// Failed authentications (bad API keys, bad admin tokens) allowed per client address and
     /// second, after a burst of `auth_failures_burst`, counted for each listener on its own;

@@ -31,6 +31,11 @@ pub struct StoredAnswer {
 pub struct Corrupt;
 
 impl StoredAnswer {
+    /// Its size as stored (what a replay copies out of the store).
+    pub fn stored_bytes(&self) -> usize {
+        self.encoded.len()
+    }
+
     /// The answer an encoder produced (its body is already in memory: encoders write whole
     /// bodies, so collecting it does not wait).
     pub async fn from_response(response: Response) -> Self {

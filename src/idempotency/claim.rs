@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::flight::{Flight, FlightState};
-use super::{Backend, Fingerprint, Idempotency, StoreOp, StoredAnswer, TenantKey, Token};
+use super::{Backend, Fingerprint, Found, Idempotency, StoreOp, StoredAnswer, TenantKey, Token};
+use crate::identity::TenantId;
 
 /// A request's hold on its key. It ends by [`Claim::finish`] (the answer is stored),
 /// [`Claim::release`] (nothing stored: a retry is processed afresh), or dropped: before its
@@ -171,8 +172,22 @@ impl Idempotency {
     /// given up behind a Redis that timed out: that is the store's doing, not the tenant's.
     fn count_release(&self, key: &TenantKey) {
         if let Some(releases) = &self.releases {
-            releases.count(&key.tenant);
+            releases.count(&key.tenant, 1);
         }
+    }
+
+    /// Redis answered a keyed request itself (a stored answer, a key in use, another
+    /// replica's request pending): against its tenant's allowance as a given-up claim is,
+    /// a replay by the size it copies out ([`super::releases::REPLAY_UNIT`]).
+    pub(super) fn count_store_answer(&self, tenant: &TenantId, found: &Found) {
+        let Some(releases) = &self.releases else {
+            return;
+        };
+        let units = match found {
+            Found::Answered(_, answer) => 1 + answer.stored_bytes() / super::releases::REPLAY_UNIT,
+            Found::Claimed(_) | Found::Released | Found::Pending(..) => 1,
+        };
+        releases.count(tenant, u64::try_from(units).unwrap_or(u64::MAX));
     }
 
     /// Cluster mode: gives up the claim `token` holds on `key` (if it holds it: a key another

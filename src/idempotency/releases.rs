@@ -1,4 +1,5 @@
-//! Cluster mode: each tenant's allowance of claims given up without an answer.
+//! Cluster mode: each tenant's allowance of keyed requests Redis worked for and no budget
+//! paid: claims given up without an answer, and requests the store answered itself.
 //!
 //! A keyed request is claimed in Redis before its body is read, and a request refused after
 //! that (a malformed body, a schema violation, an unknown partition, Kafka unavailable) gives
@@ -9,6 +10,11 @@
 //! `releases_per_tenant_burst`, per replica; past that its keyed requests are refused `429`
 //! (reason `idempotency_releases`) before anything is asked of Redis, until the allowance
 //! has room again. Claims given up together past it overdraw it (see [`Releases::count`]).
+//! A keyed request the store answers itself spends it too (review 31 of #37: a stored
+//! answer replayed, a key another request holds, another replica's request pending — each
+//! a claim script, and a replay copies its whole answer out of Redis: 5,400 commands and
+//! 15 MB a second from four connections of a tenant allowed 100 records a second, 68 MB a
+//! second for a 143 KB answer): one unit, and a replay one more per [`REPLAY_UNIT`] bytes.
 //! Requests that are admitted never spend it, so a tenant whose requests succeed is never
 //! held; nor do ones the gateway could not serve (a 5xx: Kafka, the registry or the store
 //! away), nor a claim given up behind a Redis that timed out: those were not the tenant's
@@ -27,6 +33,9 @@ use std::time::Duration;
 
 use crate::budget::{Clock, RateSpec};
 use crate::identity::TenantId;
+
+/// The bytes of a replayed answer that count as one more unit of the allowance.
+pub const REPLAY_UNIT: usize = 32 * 1024;
 
 /// Entries past which the map's full buckets are swept (at most once per new tenant).
 pub const SWEEP_AT: usize = 4_096;
@@ -69,13 +78,14 @@ impl Releases {
         }
     }
 
-    /// `tenant` gave a claim up. Claims made while the allowance had room may all be given
+    /// `tenant` gave a claim up, or had the store answer for it (`units` of the allowance).
+    /// Claims made while the allowance had room may all be given
     /// up together (a tenant's requests in progress are many: review 28 of #37 had 1,000
     /// connections' worth at once, 50× the allowance): each still counts, overdrawing the
     /// allowance, and the tenant is held until it is repaid, up to [`MAX_DEBT_S`] seconds of
     /// its rate. So over any long while a tenant gives up about its rate, however many
     /// requests it has in progress.
-    pub fn count(&self, tenant: &TenantId) {
+    pub fn count(&self, tenant: &TenantId, units: u64) {
         let full = self.spec.full_tat(self.clock.now_ns());
         let mut tats = self.tats.lock();
         if !tats.contains_key(tenant) && tats.len() >= SWEEP_AT {
@@ -85,7 +95,7 @@ impl Releases {
         let most = full
             .saturating_add(self.spec.burst)
             .saturating_add(self.spec.per_sec.saturating_mul(MAX_DEBT_S));
-        *tat = (*tat).max(full).saturating_add(1).min(most);
+        *tat = (*tat).max(full).saturating_add(units).min(most);
     }
 
     /// Tenants tracked now.
@@ -110,7 +120,7 @@ mod tests {
         let (a, b) = (TenantId::new("a"), TenantId::new("b"));
         for _ in 0..3 {
             assert_eq!(releases.spent(&a), None);
-            releases.count(&a);
+            releases.count(&a, 1);
         }
         let wait = releases
             .spent(&a)
@@ -127,7 +137,7 @@ mod tests {
             None,
             "one interval later one release is allowed"
         );
-        releases.count(&a);
+        releases.count(&a, 1);
         assert!(releases.spent(&a).is_some());
     }
 
@@ -139,7 +149,7 @@ mod tests {
         let (releases, clock) = releases(10, 5);
         let a = TenantId::new("a");
         for _ in 0..55 {
-            releases.count(&a);
+            releases.count(&a, 1);
         }
         let wait = releases.spent(&a).expect("overdrawn");
         assert!(wait > Duration::from_millis(4_900), "{wait:?}");
@@ -148,7 +158,7 @@ mod tests {
         clock.advance_ms(200);
         assert_eq!(releases.spent(&a), None, "repaid: 50 at 10 a second");
         for _ in 0..100_000 {
-            releases.count(&a);
+            releases.count(&a, 1);
         }
         let wait = releases.spent(&a).expect("overdrawn");
         assert!(wait <= Duration::from_secs(MAX_DEBT_S + 1), "{wait:?}");
@@ -159,11 +169,11 @@ mod tests {
     fn full_buckets_are_swept_once_the_map_is_large() {
         let (releases, clock) = releases(10, 5);
         for i in 0..SWEEP_AT {
-            releases.count(&TenantId::new(&format!("t{i}")));
+            releases.count(&TenantId::new(&format!("t{i}")), 1);
         }
         assert_eq!(releases.tracked(), SWEEP_AT);
         clock.advance_ms(1_000);
-        releases.count(&TenantId::new("late"));
+        releases.count(&TenantId::new("late"), 1);
         assert_eq!(releases.tracked(), 1, "every bucket had refilled");
     }
 }

@@ -187,11 +187,7 @@ impl Ingest {
                 return Answer::Outcome(Ok(Produced::Settled(sent.batch)));
             }
             Err(e) => {
-                // Counted unless the gateway could not serve it (5xx: Kafka, the registry or
-                // the store away). A 429 counts: its tenant's own budgets, its unpaid work
-                // and the schema threads it keeps busy refuse it as surely as another's load
-                // (review 30 of #37: its own budgets' 429 uncounted, 3,600 claims a second).
-                claim.release(!e.status().is_server_error()).await;
+                claim.release(counted(&e)).await;
                 return e.into();
             }
         };
@@ -340,6 +336,21 @@ impl Ingest {
 
 /// Every record failed without reaching Kafka (the producer could not take them): nothing
 /// was written, so nothing is stored and a retry is processed afresh.
+/// Whether a request refused after its claim spends its tenant's allowance of releases: a
+/// 4xx does, and a 429 of what the tenant's own traffic spent (its budgets, its share of the
+/// buffer, its unpaid schema work and the schema threads its jobs keep busy: review 30 of
+/// #37, uncounted, let a tenant give up 3,600 claims a second). A 5xx (Kafka, the registry
+/// or the store away) does not, nor a 429 of a limit every tenant shares (the global budgets,
+/// the buffer, the body budget, Kafka's pace, a lag guard): counted, another tenant's load
+/// held a victim 7.5–14.5 s after it ended (review 31). Such a 429 after a claim is rare: a
+/// keyed request those limits refuse before its claim asks Redis nothing.
+fn counted(e: &ApiError) -> bool {
+    match e {
+        ApiError::RateLimited(refusal) => refusal.reason.is_tenants_own(),
+        e => !e.status().is_server_error(),
+    }
+}
+
 fn nothing_written(batch: &Batch) -> bool {
     batch
         .outcomes()

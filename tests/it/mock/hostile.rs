@@ -223,18 +223,29 @@ async fn bodies_in_flight_share_one_memory_budget() {
              Content-Type: application/json\r\n{len}Connection: close\r\n\r\n"
         )
     };
-    // A slow upload announces 8,000 bytes and holds them while it trickles.
+    // A stalled upload announces 9,000 bytes and sends 10: it holds what it sent, so a body
+    // of 5,000 fits beside it (review 31 of #37: reserved whole up front, eight such requests
+    // held the whole budget for the body timeout).
+    let mut stalled = sent(&gw, head("Content-Length: 9000\r\n").as_bytes()).await;
+    stalled.write_all(b"{\"records\"").await.expect("write");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let five = json!({"records":[{"value":"s".repeat(5000)}]});
+    let (s, _, a) = post_json(&gw.url("test.hostile"), KEY, &five).await;
+    assert_eq!(s, 200, "a stalled upload holds what it sent: {a}");
+    drop(stalled);
+
+    // A slow upload announces 8,000 bytes and holds what arrives while it trickles.
     let value = "x".repeat(8_000 - 26);
     let body = format!(r#"{{"records":[{{"value":"{value}"}}]}}"#);
     assert_eq!(body.len(), 8_000);
     let mut slow = sent(&gw, head("Content-Length: 8000\r\n").as_bytes()).await;
-    slow.write_all(&body.as_bytes()[..100])
+    slow.write_all(&body.as_bytes()[..7_000])
         .await
         .expect("write");
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // Another body of 3,000 bytes does not fit beside it: refused at once, before it is sent.
-    let mut other = sent(&gw, head("Content-Length: 3000\r\n").as_bytes()).await;
+    // Another body of 3,500 bytes does not fit beside it: refused at once, before it is sent.
+    let mut other = sent(&gw, head("Content-Length: 3500\r\n").as_bytes()).await;
     let text = answer(&mut other).await;
     assert!(text.starts_with("HTTP/1.1 429"), "{text}");
     assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
@@ -259,7 +270,7 @@ async fn bodies_in_flight_share_one_memory_budget() {
     assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
 
     // The slow upload finishes and is written; its hold is given back.
-    slow.write_all(&body.as_bytes()[100..])
+    slow.write_all(&body.as_bytes()[7_000..])
         .await
         .expect("write");
     let text = answer(&mut slow).await;

@@ -313,3 +313,98 @@ async fn a_keyed_request_its_own_budget_refuses_after_its_claim_spends_the_allow
     );
     gw.shutdown().await;
 }
+
+/// Review 31 of #37: a keyed request the store answers itself (a stored answer replayed, a key
+/// another request holds) cost a claim script, and a replay its whole answer out of Redis,
+/// with no budget paying: 5,400 commands a second from four connections of a tenant allowed
+/// 100 records a second. It spends the tenant's allowance as a given-up claim does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_replayed_from_the_store_spend_the_allowance() {
+    let (_kafka, _redis, _clock, gw) = stepped("releases-replays", |cfg| {
+        cfg.idempotency.releases_per_tenant_per_sec = 1;
+        cfg.idempotency.releases_per_tenant_burst = 3;
+    })
+    .await;
+    let one = json!({"records": [{"value": 1}]});
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, replayed, a) = keyed(&gw, "stored", KEY, &one).await;
+        if s == 200 {
+            assert!(!replayed, "the original: {a}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never delivered: {s} {a}");
+    }
+    for i in 0..3 {
+        let (s, replayed, a) = keyed(&gw, "stored", KEY, &one).await;
+        assert_eq!((s, replayed), (200, true), "replay {i}: {a}");
+    }
+    let (s, replayed, a) = keyed(&gw, "stored", KEY, &one).await;
+    assert_eq!(
+        (s, replayed, a["reason"].as_str()),
+        (429, false, Some("idempotency_releases")),
+        "three replays spent the allowance of three: {a}"
+    );
+    gw.shutdown().await;
+}
+
+/// Review 31 of #37: a 429 of a limit every tenant shares (here the body budget, spent by
+/// another's upload), decided after a keyed request's claim, spent the tenant's allowance,
+/// and another tenant's load held it 7.5–14.5 s after it ended. Only what the tenant's own
+/// traffic spent counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_for_a_limit_every_tenant_shares_does_not_spend_the_allowance() {
+    let (_kafka, _redis, _clock, gw) = stepped("releases-shared", |cfg| {
+        cfg.idempotency.releases_per_tenant_per_sec = 1;
+        cfg.idempotency.releases_per_tenant_burst = 1;
+        cfg.server.max_inflight_body_bytes = 10_000;
+        cfg.server.max_body_bytes = 10_000;
+        cfg.tenants.push(tenant("beta", "beta-key", &["test.*"]));
+        for t in &mut cfg.tenants {
+            t.max_buffer_share = Some(1.0);
+        }
+    })
+    .await;
+    // Another tenant's upload holds 8,000 bytes of the 10,000 and stalls.
+    let mut hog = tokio::net::TcpStream::connect(gw.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/topics/{TOPIC}/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer beta-key\r\n\
+         Content-Type: application/json\r\nContent-Length: 9000\r\n\r\n"
+    );
+    hog.write_all(head.as_bytes()).await.expect("head");
+    let opening = format!("{{\"records\":[{{\"value\":\"{}", "h".repeat(8_000 - 22));
+    hog.write_all(opening.as_bytes()).await.expect("body");
+    let busy = json!({"records": [{"value": "b".repeat(3_000)}]});
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut refused = 0;
+    while refused < 5 {
+        let (s, _, a) = keyed(&gw, &format!("busy-{refused}"), KEY, &busy).await;
+        if a["reason"].as_str() != Some("server_busy") {
+            // The hog's bytes not all arrived yet.
+            assert_eq!(s, 200, "{a}");
+            assert!(Instant::now() < deadline, "the hog never held its bytes");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        assert_eq!(s, 429, "{a}");
+        refused += 1;
+    }
+    drop(hog);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, _, a) = keyed(&gw, "after", KEY, &busy).await;
+        assert_ne!(
+            a["reason"].as_str(),
+            Some("idempotency_releases"),
+            "five server_busy refusals after their claims spent nothing: {a}"
+        );
+        if s == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never admitted: {a}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.shutdown().await;
+}
