@@ -197,24 +197,27 @@ impl Cluster {
     }
 
     /// On the request path: asks Redis for what a request's slices lack (plus a refill).
-    /// `Ok` means ask admission again (tokens were granted, or Redis failed and the buckets
-    /// are now on their local share); `Err` is the refusal to answer.
-    pub async fn lease_for(&self, tenant: &Tenant, need: LeaseNeed) -> Result<(), Refusal> {
+    /// `Ok` means ask admission again (tokens were granted, another request's lease brought
+    /// them meanwhile, or Redis failed and the buckets are now on their local share), with
+    /// whether Redis was asked; `Err` is the refusal to answer.
+    pub async fn lease_for(&self, tenant: &Tenant, need: LeaseNeed) -> Result<Asked, Refusal> {
+        let mut asked = Asked::Nothing;
         if let Some(missing) = need.tenant {
             let (slice, spec) = {
                 let state = tenant.admission_state();
                 (state.buckets.slice().cloned(), state.buckets.spec())
             };
             let Some(slice) = slice else {
-                return Ok(()); // the mode changed meanwhile
+                return Ok(asked); // the mode changed meanwhile
             };
             let lock = self.lease_lock(&slice);
             let _one_lease_at_a_time = lock.lock().await;
             if slice.missing(&spec, need.charge).is_none() {
-                return Ok(()); // another request's lease brought enough
+                return Ok(asked); // another request's lease brought enough
             }
             let key = self.store.tenant_key(tenant.id.as_str());
             let (records, bytes) = asks(&slice, &spec, missing, need.partial);
+            asked = Asked::Redis;
             match self
                 .lease(Scope::Tenant, &key, &spec, records, bytes, &slice)
                 .await
@@ -231,21 +234,22 @@ impl Cluster {
                     })
                 }
                 Ok(None) => {}
-                Err(()) => return Ok(()),
+                Err(()) => return Ok(asked),
             }
         }
         if let Some(missing) = need.global {
             let Some(slice) = self.global.slice() else {
-                return Ok(());
+                return Ok(asked);
             };
             let spec = self.global.spec();
             let lock = self.lease_lock(&slice);
             let _one_lease_at_a_time = lock.lock().await;
             if slice.missing(&spec, need.charge).is_none() {
-                return Ok(());
+                return Ok(asked);
             }
             let (records, bytes) = asks(&slice, &spec, missing, need.partial);
             let key = self.store.global_key();
+            asked = Asked::Redis;
             if let Ok(Some((wait, dimension))) = self
                 .lease(Scope::Global, &key, &spec, records, bytes, &slice)
                 .await
@@ -261,7 +265,7 @@ impl Cluster {
                 });
             }
         }
-        Ok(())
+        Ok(asked)
     }
 
     /// Leaves the cluster on shutdown: gives every slice back and takes this replica out of
@@ -301,7 +305,14 @@ impl Cluster {
     }
 }
 
-/// What to ask for: at least what is missing, and enough to leave the slice at its target.
+/// Whether [`Cluster::lease_for`] asked Redis, or found what was missing already brought by
+/// another request's lease (it waited for that lease, one at a time per slice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    Redis,
+    Nothing,
+}
+
 /// What to ask for: at least what is missing (or, `partial`, at least one token of what is
 /// missing: records admitted one by one take what there is), and enough to leave the slice at
 /// its target.

@@ -72,6 +72,7 @@ mod redis {
     mod idempotency;
     mod idempotency_cluster;
     mod idempotency_fairness;
+    mod leases;
 }
 
 /// No broker at all.
