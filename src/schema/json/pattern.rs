@@ -81,15 +81,26 @@ fn width(hir: &regex_syntax::hir::Hir) -> u64 {
 
 /// One live thread in a class's automaton, in states stepped per byte: one, plus one per 128
 /// of the class's ranges (its automaton's states' byte ranges grow with them: `\p{L}` is 677
-/// ranges, at most 48 in one state, and weighs 6; `[a-z0-9.]` 1). Read off the class, not
-/// counted through its UTF-8 sequences: a schema may hold tens of thousands of classes.
+/// ranges, at most 48 in one state, and weighs 6; `[a-z0-9.]` 1), or, if more, one per 32 of
+/// the byte ranges its first state may hold (its ASCII ranges and one per lead byte of the
+/// rest, at most 64): a class of every other ASCII byte and a character per lead byte has 125
+/// ranges and ~113 in its first state, which the engine's fallback reads one by one, and
+/// weighed 1 it ran 2.3× its price (review 31 of #37). Read off the class, not counted
+/// through its UTF-8 sequences: a schema may hold tens of thousands of classes.
 fn class_weight(class: &regex_syntax::hir::Class) -> u64 {
     use regex_syntax::hir::Class;
-    let ranges = match class {
-        Class::Unicode(c) => c.ranges().len(),
-        Class::Bytes(b) => b.ranges().len(),
+    let (ranges, ascii) = match class {
+        Class::Unicode(c) => (
+            c.ranges().len(),
+            c.ranges().iter().filter(|r| r.start() < '\u{80}').count(),
+        ),
+        Class::Bytes(b) => (
+            b.ranges().len(),
+            b.ranges().iter().filter(|r| r.start() < 0x80).count(),
+        ),
     };
-    1 + ranges as u64 / 128
+    let first_state = ascii + (ranges - ascii).min(64);
+    1 + (ranges as u64 / 128).max(first_state as u64 / 32)
 }
 
 #[cfg(test)]
@@ -255,6 +266,34 @@ mod tests {
     /// over 4 MiB of NFA) left every later one priced by its text, and `[ab]*a[ab]{2500}x0`,
     /// 19 characters for ~2,500 live threads, took 44.5 s of CPU in one check. It is priced
     /// by its width whatever the budget, and such a value is refused before it runs.
+    /// Review 31 of #37: a class of every other ASCII byte and one character per UTF-8 lead
+    /// byte (125 ranges) weighed as `[ab]` does, and ran 2.3× its price; its first state's
+    /// byte ranges now weigh it.
+    #[test]
+    fn a_class_of_many_byte_ranges_weighs_more_than_one_of_few() {
+        let ascii = (1u32..0x80).step_by(2);
+        // The first code point of each UTF-8 lead byte, 0xC2 to 0xF4.
+        let leads = (0xc2u32..=0xf4).map(|lead| match lead {
+            0xc2..=0xdf => (lead & 0x1f) << 6,
+            0xe0 => 0x800,
+            0xe1..=0xef => (lead & 0x0f) << 12,
+            0xf0 => 0x1_0000,
+            _ => (lead & 0x07) << 18,
+        });
+        let wide: String = ascii
+            .chain(leads)
+            .map(|c| format!("\\x{{{c:X}}}"))
+            .collect();
+        let narrow = width(&regex_syntax::parse("[ab]*a[ab]{30}").expect("parse"));
+        let wide =
+            width(&regex_syntax::parse(&format!("[{wide}]*a[{wide}]{{30}}")).expect("parse"));
+        assert!(wide >= 3 * narrow, "{wide} against {narrow}");
+        // `\p{L}` and everyday classes weigh as before.
+        let letters = regex_syntax::parse(r"\p{L}").expect("parse");
+        assert_eq!(width(&letters), 6);
+        assert_eq!(width(&regex_syntax::parse("[a-z0-9.]").expect("parse")), 1);
+    }
+
     #[test]
     fn a_pattern_past_the_weighing_budget_is_priced_by_its_width() {
         let mut budget = WEIGH_BUDGET;
