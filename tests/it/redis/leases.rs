@@ -12,7 +12,8 @@ const TOPIC: &str = "test.leases";
 
 /// Review 31 of #37: with a `[global]` budget, a wave of 50 one-record requests, within every
 /// budget and with Redis never empty, got 2 admitted: each request's two lease rounds went on
-/// waiting for others' leases, whose tokens others took first.
+/// waiting for others' leases, whose tokens others took first; and each lease asked for what
+/// one request lacked, so the next took it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_within_every_budget_is_admitted_whole() {
     let kafka = mock_cluster(&[TOPIC]);
@@ -23,6 +24,8 @@ async fn a_wave_within_every_budget_is_admitted_whole() {
     cfg.cluster.key_prefix = redis_prefix("leases-wave");
     cfg.global.records_per_sec = Some(1_000);
     cfg.global.records_burst = Some(1_000);
+    limit_records(&mut cfg, 1_000, 2_000);
+    limit_bytes(&mut cfg, 10 << 20, 10 << 20);
     let gw = Gateway::start_clustered(cfg, clock).await;
     let one = json!({"records": [{"value": 1}]});
     // The producer connected (the clock stands still: nothing refills from here on).
