@@ -1,19 +1,15 @@
 //! Connections that have not authenticated yet, bounded per client address: a connection
 //! counts against its address from its accept until one of its requests carries a valid
-//! credential (or until it closes). Without this, one client can hold every connection the
-//! listener allows — silent sockets each live `header_read_timeout_ms` — and every other
-//! client waits in the kernel's backlog. A connection over its address's allowance is closed
-//! at once, before a byte is read (counted). Peers that are trusted proxies are not counted:
+//! credential (or until it closes); else one client's silent sockets hold every slot and the
+//! others wait in the backlog. One over its address's allowance is closed at once (counted). Peers that are trusted proxies are not counted:
 //! every client behind them shares their address, and the proxy bounds its own clients.
 //! IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
 //! Once authenticated, a connection counts against its **tenant** instead
-//! (`max_connections_per_tenant`): else one tenant with a valid key could open and keep every
-//! connection the listener allows, and the others could not connect at all. A request that
-//! would bind one more connection to a tenant holding its allowance is refused (429
-//! `tenant_connections`) and its connection closed after the answer.
+//! (`max_connections_per_tenant`, else one tenant's key could keep every slot): a request that
+//! would bind one more to a tenant holding its allowance is refused (429 `tenant_connections`)
+//! and its connection closed after the answer.
 //! When the descriptor limit forces fewer connections than configured, the allowance shrinks
-//! in the same proportion ([`Unverified::fit_to`]): else a few addresses would still take
-//! every slot the listener has left. And when the listener is full all the same (many
+//! in proportion ([`Unverified::fit_to`]). And when the listener is full all the same (many
 //! addresses, each within its allowance: review 20 of #37 filled 4,096 slots from 32 addresses,
 //! and a new client waited 9–11 s in the backlog), a new connection makes room: the oldest
 //! unauthenticated connection of the address holding the most is closed, if it holds more than
@@ -64,6 +60,7 @@ pub struct Unverified {
     oldest: Mutex<Held>,
     unverified_now: AtomicUsize,
     room_age: std::time::Duration,
+    known: Known,
 }
 
 /// What a full listener does with a new connection ([`Unverified::make_room_for`]).
@@ -198,6 +195,7 @@ impl Unverified {
             oldest: Mutex::default(),
             unverified_now: AtomicUsize::new(0),
             room_age,
+            known: Known::default(),
         })
     }
 
@@ -346,20 +344,19 @@ impl Unverified {
         drop(looked);
         match made {
             true => Room::Made,
-            // Room can be made from a tenant over its share once the newcomer has waited; and
-            // a client's several newcomers wait together, while none of them has a slot (a
-            // second connection opened while the first waited was refused: review 26), up
-            // to WAITING_PER_ADDRESS (eight addresses of twelve each took every waiting
-            // place: review 27) — but not, while it holds no slot, when another address
-            // holds more in slots, too young to give one up: the newcomer waits for them
-            // (review 28: a flood closing its connections at 0.9 s got a client's pool of
-            // eight two connections served of each eight). Waiting newcomers of another
-            // address do not count: they will never make room.
+            // Room can be made from a tenant over its share once the newcomer has waited; a
+            // client's newcomers wait together while none has a slot (review 26), up to
+            // WAITING_PER_ADDRESS (review 27: eight addresses took every waiting place) —
+            // but not, holding no slot, when another address holds more in slots, too young
+            // to give one up (review 28: a flood closing at 0.9 s got a pool of eight two
+            // served of each eight); nor from an address a connection authenticated from
+            // lately, not the flood's ([`Known`], review 31).
             false
                 if (seated_mine > 0 || mine.saturating_sub(seated_mine) > WAITING_PER_ADDRESS)
                     && mine > 1
                     && !outheld
-                    && (patient || !over_share) =>
+                    && (patient || !over_share)
+                    && !self.known.recent(&address) =>
             {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Room::Refused
@@ -398,6 +395,7 @@ impl ConnectionTrust {
     fn verified(&self) {
         if self.0.counted.swap(false, Ordering::AcqRel) {
             self.0.owner.release(self.0.address);
+            self.0.owner.known.note(self.0.address);
         }
     }
 
@@ -493,7 +491,9 @@ impl Drop for Slot {
     }
 }
 
+mod known;
 mod room;
+use known::Known;
 use room::{close_bound, close_oldest, seated, Looked, Take};
 
 #[cfg(test)]

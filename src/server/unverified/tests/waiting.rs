@@ -118,3 +118,37 @@ fn a_clients_newcomers_wait_while_another_address_holds_more() {
     assert_eq!(guard.make_room_for(pool, WAITED), Room::Refused);
     drop((hog, waiting));
 }
+
+/// Review 31 of #37: against 200 addresses of two connections each, too young to make room,
+/// a client's pool of eight got two served of each eight: each of its newcomers past
+/// WAITING_PER_ADDRESS was refused, as an unknown address's is. An address a connection
+/// authenticated from lately is not the flood's: its newcomers wait.
+#[test]
+fn an_address_that_authenticated_lately_waits_where_an_unknown_one_is_refused() {
+    let guard = Unverified::new(4, 1_000, TrustedProxies::default());
+    let (flood, known, unknown): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.0.1".parse().expect("ip"),
+        "10.0.0.2".parse().expect("ip"),
+        "10.0.0.3".parse().expect("ip"),
+    );
+    let before = seat(&guard, known).expect("known");
+    assert!(before.verified_as("acme"));
+    drop(before);
+    let _young: Vec<_> = (0..3)
+        .map(|_| seat(&guard, flood).expect("flood"))
+        .collect();
+    let mut newcomers = Vec::new();
+    for address in [known, unknown] {
+        newcomers.extend((0..=WAITING_PER_ADDRESS).map(|_| guard.admit(address).expect("admit")));
+    }
+    assert_eq!(
+        guard.make_room_for(unknown, WAITED),
+        Room::Refused,
+        "past its waiting places"
+    );
+    assert_eq!(
+        guard.make_room_for(known, WAITED),
+        Room::Wait,
+        "it authenticated lately"
+    );
+}
