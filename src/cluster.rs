@@ -216,7 +216,13 @@ impl Cluster {
                 return Ok(asked); // another request's lease brought enough
             }
             let key = self.store.tenant_key(tenant.id.as_str());
-            let (records, bytes) = asks(&slice, &spec, missing, need.partial, sharing(&lock));
+            let (records, bytes) = asks(
+                &slice,
+                &spec,
+                missing,
+                need.partial,
+                self.sharing(&lock, &spec),
+            );
             asked = Asked::Redis;
             match self
                 .lease(Scope::Tenant, &key, &spec, records, bytes, &slice)
@@ -247,7 +253,13 @@ impl Cluster {
             if slice.missing(&spec, need.charge).is_none() {
                 return Ok(asked);
             }
-            let (records, bytes) = asks(&slice, &spec, missing, need.partial, sharing(&lock));
+            let (records, bytes) = asks(
+                &slice,
+                &spec,
+                missing,
+                need.partial,
+                self.sharing(&lock, &spec),
+            );
             let key = self.store.global_key();
             asked = Asked::Redis;
             if let Ok(Some((wait, dimension))) = self
@@ -313,34 +325,51 @@ pub enum Asked {
     Nothing,
 }
 
-/// Requests waiting for a slice's lease now, this one included: each holds the lease lock's
-/// `Arc` while it waits (the map of locks holds one more).
-fn sharing(lock: &Arc<tokio::sync::Mutex<()>>) -> u64 {
-    u64::try_from(Arc::strong_count(lock).saturating_sub(1))
-        .unwrap_or(u64::MAX)
-        .max(1)
+/// The other requests waiting for a slice's lease now, and the most a lease may ask for them
+/// in each dimension: a replica's share of `slice_fraction` of the burst, what the slices'
+/// targets are held to, so the slices of all replicas stay within the bound they keep.
+struct Sharing {
+    others: u64,
+    most: (u64, u64),
+}
+
+impl Cluster {
+    fn sharing(&self, lock: &Arc<tokio::sync::Mutex<()>>, spec: &BudgetSpec) -> Sharing {
+        // Each waiting request holds the lock's `Arc`; the map of locks holds one more.
+        let waiting = u64::try_from(Arc::strong_count(lock).saturating_sub(1)).unwrap_or(u64::MAX);
+        let members = f64::from(self.members().max(1));
+        let most = |s: Option<crate::budget::RateSpec>| {
+            s.map_or(0, |s| {
+                (self.settings.slice_fraction * s.burst as f64 / members) as u64
+            })
+        };
+        Sharing {
+            others: waiting.saturating_sub(1),
+            most: (most(spec.records), most(spec.bytes)),
+        }
+    }
 }
 
 /// What to ask for: at least what is missing (or, `partial`, at least one token of what is
 /// missing: records admitted one by one take what there is), and enough to leave the slice at
-/// its target; and, when `sharing` requests wait for the slice's lease at once, what each
-/// of them lacks as this one does (review 31 of #37: a lease for one request at a time, its
-/// tokens taken by the next before it asked admission again, refused 39 of a wave of 50
-/// one-record requests within every budget, with Redis never empty).
+/// its target; and, for the other requests waiting for the slice's lease, what each of them
+/// lacks as this one does, up to a replica's share of the slices' bound (review 31 of #37: a
+/// lease for one request at a time, its tokens taken by the next before it asked admission
+/// again, refused 39 of a wave of 50 one-record requests within every budget, with Redis
+/// never empty).
 fn asks(
     slice: &Slice,
     spec: &BudgetSpec,
     missing: Missing,
     partial: bool,
-    sharing: u64,
+    sharing: Sharing,
 ) -> (Ask, Ask) {
     let (target_r, target_b) = slice.target();
-    let ask = |limited: bool, missing: u64, target: u64| {
+    let ask = |limited: bool, missing: u64, target: u64, most: u64| {
         if limited {
+            let others = missing.saturating_mul(sharing.others).min(most);
             Ask {
-                want: missing
-                    .saturating_mul(sharing)
-                    .saturating_add(target.max(1)),
+                want: missing.saturating_add(others).saturating_add(target.max(1)),
                 min: if partial { missing.min(1) } else { missing },
             }
         } else {
@@ -348,8 +377,18 @@ fn asks(
         }
     };
     (
-        ask(spec.records.is_some(), missing.records, target_r),
-        ask(spec.bytes.is_some(), missing.bytes, target_b),
+        ask(
+            spec.records.is_some(),
+            missing.records,
+            target_r,
+            sharing.most.0,
+        ),
+        ask(
+            spec.bytes.is_some(),
+            missing.bytes,
+            target_b,
+            sharing.most.1,
+        ),
     )
 }
 
