@@ -47,9 +47,10 @@ async fn a_wave_within_every_budget_is_admitted_whole() {
             refused.push(format!("{s} {a}"));
         }
     }
+    let degraded = crate::common::exposition::metric(&gw, "floodgate_cluster_degraded").await;
     assert!(
         refused.is_empty(),
-        "{} refused: {:?}",
+        "{} refused: {:?} (degraded: {degraded:?})",
         refused.len(),
         refused.first()
     );
