@@ -44,7 +44,8 @@ pub struct IdempotencyConfig {
     /// its keyed requests are refused `429` (reason `idempotency_releases`) before Redis is
     /// asked anything. Claims given up together overdraw it (up to ten minutes of this
     /// rate), and the tenant is held until that is repaid. Requests refused after their claim
-    /// with a 4xx spend it (a 429 of the tenant's own budgets or share too), and so do keyed
+    /// with a 4xx spend it (a 429 of the tenant's own budgets or share, or of the body budget,
+    /// too), and so do keyed
     /// requests the store answers itself (a replay, one more per 32 KiB of its answer; a 409;
     /// another replica's request pending); admitted ones, ones the gateway could not serve
     /// (5xx) and 429s of limits every tenant shares never do.

@@ -8,6 +8,7 @@ use axum::response::Response;
 use super::{refused, Held};
 use crate::credential::{Caller, Identity};
 use crate::identity::Topic;
+use crate::inflight_bodies::Cut;
 use crate::kafka::TopicInfo;
 use crate::outcome::ApiError;
 use crate::tenant::Tenant;
@@ -138,6 +139,17 @@ impl Ingest {
         declared: Option<u64>,
     ) -> Result<(), ApiError> {
         self.within_body_limit(declared)?;
+        // A declared length the body budget cannot take now: refused before the key is
+        // claimed, as decoding would refuse it after (review 32 of #37: a tenant that kept the
+        // budget full itself had its keyed requests claimed and refused `server_busy`, 38,000
+        // Redis commands a second).
+        let fits = self
+            .inflight_bodies
+            .hold(tenant.body_bytes.clone(), tenant.buffer_share())
+            .fits(declared.unwrap_or(0));
+        if !fits {
+            return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
+        }
         match self
             .admission
             .precheck_to(tenant, Some(topic), declared.unwrap_or(1))

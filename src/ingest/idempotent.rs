@@ -42,6 +42,7 @@ use crate::idempotency::{
 use crate::identity::Topic;
 use crate::kafka::{Batch, FailureKind};
 use crate::outcome::{ApiError, Produced};
+use crate::refusal::Reason;
 use crate::tenant::Tenant;
 
 /// How long a 409 asks the client to wait: an original still being read or admitted is
@@ -341,12 +342,18 @@ impl Ingest {
 /// buffer, its unpaid schema work and the schema threads its jobs keep busy: review 30 of
 /// #37, uncounted, let a tenant give up 3,600 claims a second). A 5xx (Kafka, the registry
 /// or the store away) does not, nor a 429 of a limit every tenant shares (the global budgets,
-/// the buffer, the body budget, Kafka's pace, a lag guard): counted, another tenant's load
-/// held a victim 7.5–14.5 s after it ended (review 31). Such a 429 after a claim is rare: a
-/// keyed request those limits refuse before its claim asks Redis nothing.
+/// the buffer, Kafka's pace, a lag guard): counted, another tenant's load held a victim
+/// 7.5–14.5 s after it ended (review 31). Such a 429 after a claim is rare: a keyed request
+/// those limits refuse before its claim asks Redis nothing. The body budget's
+/// (`server_busy`) counts: a tenant can fill it itself, and uncounted, one that did had its
+/// keyed requests claimed and refused at 38,000 Redis commands a second (review 32); a
+/// declared length it cannot take is refused before the claim, so only a body without one,
+/// or one that outgrows what is free, is refused after it.
 fn counted(e: &ApiError) -> bool {
     match e {
-        ApiError::RateLimited(refusal) => refusal.reason.is_tenants_own(),
+        ApiError::RateLimited(refusal) => {
+            refusal.reason.is_tenants_own() || refusal.reason == Reason::ServerBusy
+        }
         e => !e.status().is_server_error(),
     }
 }

@@ -349,14 +349,14 @@ impl Unverified {
             // WAITING_PER_ADDRESS (review 27: eight addresses took every waiting place) —
             // but not, holding no slot, when another address holds more in slots, too young
             // to give one up (review 28: a flood closing at 0.9 s got a pool of eight two
-            // served of each eight); nor from an address a connection authenticated from
-            // lately, not the flood's ([`Known`], review 31).
+            // served of each eight); nor, holding no slot, from an address authenticated
+            // from lately ([`Known`], review 31; holding slots too: review 32, 9.9 s).
             false
                 if (seated_mine > 0 || mine.saturating_sub(seated_mine) > WAITING_PER_ADDRESS)
                     && mine > 1
                     && !outheld
                     && (patient || !over_share)
-                    && !self.known.recent(&address) =>
+                    && !(seated_mine == 0 && self.known.recent(&address)) =>
             {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Room::Refused

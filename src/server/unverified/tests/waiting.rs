@@ -152,3 +152,20 @@ fn an_address_that_authenticated_lately_waits_where_an_unknown_one_is_refused() 
         "it authenticated lately"
     );
 }
+
+/// Review 32 of #37: an address known for an authentication was never refused past two, even
+/// holding slots, so a flood with one valid key (one request per address) kept a new client
+/// out up to 9.9 s. Holding a slot, a known address is refused past two as any is.
+#[test]
+fn a_known_address_holding_a_slot_is_refused_past_its_waiting_places() {
+    let guard = Unverified::new(8, 1_000, TrustedProxies::default());
+    let known: IpAddr = "10.0.0.2".parse().expect("ip");
+    let before = seat(&guard, known).expect("known");
+    assert!(before.verified_as("acme"));
+    drop(before);
+    let _seated = seat(&guard, known).expect("seated");
+    let _waiting: Vec<_> = (0..=WAITING_PER_ADDRESS)
+        .map(|_| guard.admit(known).expect("admit"))
+        .collect();
+    assert_eq!(guard.make_room_for(known, WAITED), Room::Refused);
+}
