@@ -47,6 +47,11 @@ pub struct Slice {
     /// How many tokens the agent keeps this slice topped up to (set from observed demand).
     target_records: AtomicU64,
     target_bytes: AtomicU64,
+    /// The last lease Redis refused: when (local clock, ns; 0: none since the last grant),
+    /// the wait it named, and whether for bytes ([`Slice::refused_lately`]).
+    refused_at_ns: AtomicU64,
+    refused_wait_ns: AtomicU64,
+    refused_bytes: std::sync::atomic::AtomicBool,
 }
 
 /// The tokens a request needs beyond what a slice holds (0 in a dimension that has enough
@@ -82,6 +87,34 @@ impl Slice {
     pub fn set_target(&self, records: u64, bytes: u64) {
         self.target_records.store(records, Ordering::Relaxed);
         self.target_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Redis refused a lease at `now`, its tokens due in `wait`.
+    pub fn note_refused(&self, now: u64, wait: std::time::Duration, bytes: bool) {
+        let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.refused_wait_ns.store(wait, Ordering::Relaxed);
+        self.refused_bytes.store(bytes, Ordering::Relaxed);
+        self.refused_at_ns.store(now.max(1), Ordering::Release);
+    }
+
+    /// A lease refused within `memo` of `now` (and within its wait) and not granted since:
+    /// what is left of its wait, and whether for bytes. Requests of that while are refused alike, without asking
+    /// Redis again.
+    pub fn refused_lately(
+        &self,
+        now: u64,
+        memo: std::time::Duration,
+    ) -> Option<(std::time::Duration, bool)> {
+        let at = self.refused_at_ns.load(Ordering::Acquire);
+        let wait = self.refused_wait_ns.load(Ordering::Relaxed);
+        // Never past the refusal's own wait: by then Redis may grant (a held request asks again).
+        let memo = u64::try_from(memo.as_nanos()).unwrap_or(u64::MAX).min(wait);
+        if at == 0 || now.saturating_sub(at) >= memo {
+            return None;
+        }
+        let end = at.saturating_add(wait);
+        let left = std::time::Duration::from_nanos(end.saturating_sub(now).max(1_000_000));
+        Some((left, self.refused_bytes.load(Ordering::Relaxed)))
     }
 
     /// What `charge` lacks, if anything.
@@ -126,6 +159,10 @@ impl Slice {
 
     /// Adds granted tokens.
     pub fn credit(&self, records: u64, bytes: u64, now_ns: u64) {
+        if records > 0 || bytes > 0 {
+            // Redis had tokens again: a refusal it gave before says nothing now.
+            self.refused_at_ns.store(0, Ordering::Release);
+        }
         let mut current = self.held.load(Ordering::Acquire);
         loop {
             let (r, b) = unpack(current);

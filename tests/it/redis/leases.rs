@@ -56,3 +56,42 @@ async fn a_wave_within_every_budget_is_admitted_whole() {
     );
     gw.shutdown().await;
 }
+
+/// Review 32 of #37: each request the global budget refused made a lease call of its own,
+/// 10,000 Redis commands a second from two connections. A lease Redis refused answers the
+/// slice's requests for 100 ms (the clock stands still here: for all of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lease_answers_the_requests_after_it_without_asking_redis() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let clock = Arc::new(ManualClock::new());
+    clock.advance_ms(1_000_000);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.cluster.redis_url = Some(redis_url());
+    cfg.cluster.key_prefix = redis_prefix("leases-refused");
+    cfg.cluster.command_timeout_ms = 2_000;
+    cfg.global.records_per_sec = Some(1);
+    cfg.global.records_burst = Some(5);
+    let gw = Gateway::start_clustered(cfg, clock).await;
+    let records =
+        |n: usize| json!({"records": (0..n).map(|i| json!({"value": i})).collect::<Vec<_>>()});
+    let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &records(4)).await;
+    assert_eq!(s, 200, "{a}");
+    // One record left in Redis: a request of two passes the look before its body, and its
+    // lease is refused.
+    for _ in 0..100 {
+        let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &records(2)).await;
+        assert_eq!(
+            (s, a["reason"].as_str()),
+            (429, Some("global_records")),
+            "{a}"
+        );
+    }
+    let refused = crate::common::exposition::metric(
+        &gw,
+        "floodgate_cluster_lease_calls_total{scope=\"global\",outcome=\"refused\"}",
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(refused <= 2.0, "{refused} lease calls for 100 refusals");
+    gw.shutdown().await;
+}
