@@ -98,8 +98,8 @@ impl Slice {
     }
 
     /// A lease refused within `memo` of `now` (and within its wait) and not granted since:
-    /// what is left of its wait, and whether for bytes. Requests of that while are refused alike, without asking
-    /// Redis again.
+    /// what is left of its wait, and whether for bytes. Requests of that while are refused
+    /// alike, without asking Redis again.
     pub fn refused_lately(
         &self,
         now: u64,

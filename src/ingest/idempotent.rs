@@ -335,8 +335,6 @@ impl Ingest {
     }
 }
 
-/// Every record failed without reaching Kafka (the producer could not take them): nothing
-/// was written, so nothing is stored and a retry is processed afresh.
 /// Whether a request refused after its claim spends its tenant's allowance of releases: a
 /// 4xx does, and a 429 of what the tenant's own traffic spent (its budgets, its share of the
 /// buffer, its unpaid schema work and the schema threads its jobs keep busy: review 30 of
@@ -358,6 +356,8 @@ fn counted(e: &ApiError) -> bool {
     }
 }
 
+/// Every record failed without reaching Kafka (the producer could not take them): nothing
+/// was written, so nothing is stored and a retry is processed afresh.
 fn nothing_written(batch: &Batch) -> bool {
     batch
         .outcomes()
