@@ -1,9 +1,11 @@
 //! Addresses a connection authenticated from lately. A flood's connections never
-//! authenticate; a client that showed a credential from an address is not the flood, and its
-//! newcomers wait for a slot where an unknown address's are refused past
-//! [`super::WAITING_PER_ADDRESS`] (review 31 of #37: against 200 addresses of two connections
-//! each, closed by the attacker at 0.9 s, a client's pool of eight got two served of each
-//! eight, as each of its addresses' newcomers past two was refused).
+//! authenticate; a client that showed a credential from an address is not the flood, and,
+//! while the address holds no slot, its newcomers wait for one where an unknown address's are
+//! refused past [`super::WAITING_PER_ADDRESS`] (review 31 of #37: against 200 addresses of two
+//! connections each, closed by the attacker at 0.9 s, a client's pool of eight got two served
+//! of each eight). Holding a slot, it is refused past two as any address is: a flood with one
+//! valid key, one request from each of its addresses, kept a new client out 9.9 s (review
+//! 32).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
