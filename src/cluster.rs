@@ -167,7 +167,7 @@ impl Cluster {
                     } else {
                         Dimension::Bytes
                     };
-                    slice.note_refused(now, wait, dimension == Dimension::Bytes);
+                    slice.note_refused(now, wait, dimension);
                     return Ok(Some((wait, dimension)));
                 }
                 slice.credit(grant.records, grant.bytes, now);
@@ -211,13 +211,8 @@ impl Cluster {
             let Some(slice) = slice else {
                 return Ok(asked); // the mode changed meanwhile
             };
-            if let Some((wait, bytes)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
-                return Err(memo_refusal(
-                    wait,
-                    bytes,
-                    Reason::TenantRecords,
-                    Reason::TenantBytes,
-                ));
+            if let Some((wait, d)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
+                return Err(lease_refusal(Scope::Tenant, wait, d));
             }
             let lock = self.lease_lock(&slice);
             let _one_lease_at_a_time = lock.lock().await;
@@ -238,15 +233,7 @@ impl Cluster {
                 .await
             {
                 Ok(Some((wait, dimension))) => {
-                    return Err(Refusal {
-                        reason: match dimension {
-                            Dimension::Records => Reason::TenantRecords,
-                            Dimension::Bytes => Reason::TenantBytes,
-                        },
-                        retry_after: wait,
-                        class: None,
-                        lag: None,
-                    })
+                    return Err(lease_refusal(Scope::Tenant, wait, dimension))
                 }
                 Ok(None) => {}
                 Err(()) => return Ok(asked),
@@ -256,13 +243,8 @@ impl Cluster {
             let Some(slice) = self.global.slice() else {
                 return Ok(asked);
             };
-            if let Some((wait, bytes)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
-                return Err(memo_refusal(
-                    wait,
-                    bytes,
-                    Reason::GlobalRecords,
-                    Reason::GlobalBytes,
-                ));
+            if let Some((wait, d)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
+                return Err(lease_refusal(Scope::Global, wait, d));
             }
             let spec = self.global.spec();
             let lock = self.lease_lock(&slice);
@@ -283,15 +265,7 @@ impl Cluster {
                 .lease(Scope::Global, &key, &spec, records, bytes, &slice)
                 .await
             {
-                return Err(Refusal {
-                    reason: match dimension {
-                        Dimension::Records => Reason::GlobalRecords,
-                        Dimension::Bytes => Reason::GlobalBytes,
-                    },
-                    retry_after: wait,
-                    class: None,
-                    lag: None,
-                });
+                return Err(lease_refusal(Scope::Global, wait, dimension));
             }
         }
         Ok(asked)
@@ -340,10 +314,17 @@ impl Cluster {
 /// replica while Redis is empty.
 const REFUSAL_MEMO: Duration = Duration::from_millis(100);
 
-/// The refusal a remembered one gives: in its dimension, with what is left of its wait.
-fn memo_refusal(wait: Duration, bytes: bool, records: Reason, bytes_reason: Reason) -> Refusal {
+/// A lease Redis refused (or a refusal remembered from one), as the request's refusal: in
+/// its scope and dimension, its tokens due in `wait`.
+fn lease_refusal(scope: Scope, wait: Duration, dimension: Dimension) -> Refusal {
+    let reason = match (scope, dimension) {
+        (Scope::Tenant, Dimension::Records) => Reason::TenantRecords,
+        (Scope::Tenant, Dimension::Bytes) => Reason::TenantBytes,
+        (Scope::Global, Dimension::Records) => Reason::GlobalRecords,
+        (Scope::Global, Dimension::Bytes) => Reason::GlobalBytes,
+    };
     Refusal {
-        reason: if bytes { bytes_reason } else { records },
+        reason,
         retry_after: wait,
         class: None,
         lag: None,

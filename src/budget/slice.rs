@@ -90,21 +90,22 @@ impl Slice {
     }
 
     /// Redis refused a lease at `now`, its tokens due in `wait`.
-    pub fn note_refused(&self, now: u64, wait: std::time::Duration, bytes: bool) {
+    pub fn note_refused(&self, now: u64, wait: std::time::Duration, dimension: super::Dimension) {
         let wait = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         self.refused_wait_ns.store(wait, Ordering::Relaxed);
-        self.refused_bytes.store(bytes, Ordering::Relaxed);
+        self.refused_bytes
+            .store(dimension == super::Dimension::Bytes, Ordering::Relaxed);
         self.refused_at_ns.store(now.max(1), Ordering::Release);
     }
 
     /// A lease refused within `memo` of `now` (and within its wait) and not granted since:
-    /// what is left of its wait, and whether for bytes. Requests of that while are refused
+    /// what is left of its wait, and in which dimension. Requests of that while are refused
     /// alike, without asking Redis again.
     pub fn refused_lately(
         &self,
         now: u64,
         memo: std::time::Duration,
-    ) -> Option<(std::time::Duration, bool)> {
+    ) -> Option<(std::time::Duration, super::Dimension)> {
         let at = self.refused_at_ns.load(Ordering::Acquire);
         let wait = self.refused_wait_ns.load(Ordering::Relaxed);
         // Never past the refusal's own wait: by then Redis may grant (a held request asks again).
@@ -114,7 +115,12 @@ impl Slice {
         }
         let end = at.saturating_add(wait);
         let left = std::time::Duration::from_nanos(end.saturating_sub(now).max(1_000_000));
-        Some((left, self.refused_bytes.load(Ordering::Relaxed)))
+        let dimension = if self.refused_bytes.load(Ordering::Relaxed) {
+            super::Dimension::Bytes
+        } else {
+            super::Dimension::Records
+        };
+        Some((left, dimension))
     }
 
     /// What `charge` lacks, if anything.
