@@ -11,7 +11,9 @@
 //! shrinking its hold as that changes. When the budget is spent, a new body is refused at once (429
 //! `server_busy`) rather than waiting: a wait would hold the client's connection and our
 //! socket buffers for nothing, and the client is better told when to come back. The hint is
-//! about one typical hold time (how long reservations are kept, a moving average).
+//! about one typical hold time (how long reservations are kept, a moving average) — unless
+//! the newcomer's owner holds less than an equal share of the budget and uploads of an owner
+//! over its share can be cut to make room (see [`room`]).
 //!
 //! A foundation module: it imports nothing of floodgate's.
 //!
@@ -23,6 +25,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+mod room;
+
+pub use room::WATCHED;
+use room::{Upload, Uploads};
+
 const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(10);
 
@@ -33,6 +40,9 @@ pub struct InflightBodies {
     hold_ewma_ns: AtomicU64,
     /// Uploads answered before their body was read to the end, indexed like [`Cut::ALL`].
     cut_short: [AtomicU64; Cut::ALL.len()],
+    /// Large uploads being read, which may be cut to make room for a newcomer.
+    uploads: Uploads,
+    epoch: Instant,
 }
 
 /// Why an upload was answered before its body was read to the end (a metric label).
@@ -45,10 +55,12 @@ pub enum Cut {
     RecordTooLarge,
     Malformed,
     ServerBusy,
+    /// Cut to make room for a newcomer (see [`room`]).
+    MadeRoom,
 }
 
 impl Cut {
-    pub const ALL: [Cut; 7] = [
+    pub const ALL: [Cut; 8] = [
         Cut::ExceedsBurst,
         Cut::RateLimited,
         Cut::TooManyRecords,
@@ -56,6 +68,7 @@ impl Cut {
         Cut::RecordTooLarge,
         Cut::Malformed,
         Cut::ServerBusy,
+        Cut::MadeRoom,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +80,7 @@ impl Cut {
             Cut::RecordTooLarge => "record_too_large",
             Cut::Malformed => "malformed_body",
             Cut::ServerBusy => "server_busy",
+            Cut::MadeRoom => "made_room",
         }
     }
 }
@@ -80,6 +94,19 @@ pub struct BodyHold {
     /// The holder's own running total (a tenant's bytes in flight), and its ceiling.
     owner: Arc<AtomicU64>,
     owner_limit: u64,
+    /// Whether it may be cut for a newcomer once it holds [`WATCHED`] bytes (a body being
+    /// read), and its watch from then on.
+    watchable: bool,
+    upload: Option<Arc<Upload>>,
+}
+
+/// Why a hold could not grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Short {
+    /// The owner's share of the budget.
+    Share,
+    /// The budget.
+    Budget,
 }
 
 impl InflightBodies {
@@ -90,6 +117,8 @@ impl InflightBodies {
             max,
             hold_ewma_ns: AtomicU64::new(0),
             cut_short: Default::default(),
+            uploads: Uploads::default(),
+            epoch: Instant::now(),
         }
     }
 
@@ -123,6 +152,8 @@ impl InflightBodies {
             since: Instant::now(),
             owner,
             owner_limit: ((self.max as f64 * share) as u64).max(1),
+            watchable: false,
+            upload: None,
         }
     }
 
@@ -165,34 +196,147 @@ impl BodyHold {
     /// Reserves `more` bytes on top of what is held; `false` (and nothing more reserved) when
     /// the budget does not have them now.
     pub fn grow(&mut self, more: u64) -> bool {
+        self.try_grow(more).is_ok()
+    }
+
+    fn try_grow(&mut self, more: u64) -> Result<(), Short> {
         if more == 0 {
-            return true;
+            return Ok(());
         }
-        let Ok(more32) = u32::try_from(more) else {
-            return false;
-        };
-        let limit = self.owner_limit;
-        let within_share = self
-            .owner
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(more).filter(|total| *total <= limit)
-            })
-            .is_ok();
-        if !within_share {
-            return false;
-        }
+        let more32 = u32::try_from(more).map_err(|_| Short::Budget)?;
+        self.within_share(more)?;
         match self.budget.bytes.clone().try_acquire_many_owned(more32) {
             Ok(permits) => {
-                match &mut self.permits {
-                    Some(held) => held.merge(permits),
-                    None => self.permits = Some(permits),
-                }
-                true
+                self.add(permits);
+                Ok(())
             }
             Err(_) => {
                 self.owner.fetch_sub(more, Ordering::AcqRel);
-                false
+                Err(Short::Budget)
             }
+        }
+    }
+
+    /// Counts `more` bytes against the owner's share, if they fit in it.
+    fn within_share(&self, more: u64) -> Result<(), Short> {
+        let limit = self.owner_limit;
+        self.owner
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(more).filter(|total| *total <= limit)
+            })
+            .map(|_| ())
+            .map_err(|_| Short::Share)
+    }
+
+    fn add(&mut self, permits: OwnedSemaphorePermit) {
+        let more = permits.num_permits() as u64;
+        match &mut self.permits {
+            Some(held) => held.merge(permits),
+            None => self.permits = Some(permits),
+        }
+        match &self.upload {
+            Some(upload) => upload.received(more, room::since(self.budget.epoch)),
+            None if self.watchable && self.bytes() >= WATCHED => {
+                let owner = Arc::as_ptr(&self.owner) as usize;
+                let now = room::since(self.budget.epoch);
+                self.upload = Some(self.budget.uploads.watch(owner, self.bytes(), now));
+            }
+            None => {}
+        }
+    }
+
+    /// [`BodyHold::grow`], and when the budget (not the owner's share) is what lacks, cuts
+    /// uploads of an owner over an equal share to make room (see [`room`]) and waits up to
+    /// `wait` for them to give it back.
+    pub async fn grow_making_room(&mut self, more: u64, wait: Duration) -> bool {
+        match self.try_grow(more) {
+            Ok(()) => true,
+            Err(Short::Share) => false,
+            Err(Short::Budget) => {
+                if self.within_share(more).is_err() {
+                    return false;
+                }
+                match self.wait_for_room(more, wait).await {
+                    Some(permits) => {
+                        self.add(permits);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    /// Whether `more` bytes on top of what is held would fit ([`BodyHold::fits`]), making
+    /// room as [`BodyHold::grow_making_room`] does when the budget lacks them; reserves
+    /// nothing.
+    pub async fn fits_making_room(&mut self, more: u64, wait: Duration) -> bool {
+        if self.fits(more) {
+            return true;
+        }
+        if self.within_share(more).is_err() {
+            return false;
+        }
+        match self.wait_for_room(more, wait).await {
+            Some(permits) => {
+                drop(permits);
+                self.owner.fetch_sub(more, Ordering::AcqRel);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// With `more` counted against the owner's share already: cuts uploads for them and
+    /// waits for the permits (given back to the owner's count when none come).
+    async fn wait_for_room(&mut self, more: u64, wait: Duration) -> Option<OwnedSemaphorePermit> {
+        let more32 = u32::try_from(more).ok();
+        let free = self.budget.bytes.available_permits() as u64;
+        let owner = Arc::as_ptr(&self.owner) as usize;
+        let held = self.owner.load(Ordering::Acquire).saturating_sub(more);
+        let permits = match more32 {
+            Some(more32)
+                if self.budget.uploads.make_room(
+                    owner,
+                    held,
+                    more,
+                    more.saturating_sub(free),
+                    self.budget.max,
+                ) =>
+            {
+                let semaphore = self.budget.bytes.clone();
+                tokio::time::timeout(wait, semaphore.acquire_many_owned(more32))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            _ => None,
+        };
+        if permits.is_none() {
+            self.owner.fetch_sub(more, Ordering::AcqRel);
+        }
+        permits
+    }
+
+    /// From now until [`BodyHold::read`], once it holds [`WATCHED`] bytes, the hold may be cut
+    /// for a newcomer: its reader waits on [`BodyHold::cut`] beside the body.
+    pub fn watch_while_reading(&mut self) {
+        self.watchable = true;
+    }
+
+    /// The body was read to its end: no longer cut for a newcomer.
+    pub fn read(&mut self) {
+        self.watchable = false;
+        if let Some(upload) = self.upload.take() {
+            self.budget.uploads.unwatch(&upload);
+        }
+    }
+
+    /// Resolves once the hold was cut for a newcomer (never, unless it is watched).
+    pub async fn cut(&self) {
+        match &self.upload {
+            Some(upload) => upload.cut().await,
+            None => std::future::pending().await,
         }
     }
 
@@ -208,8 +352,11 @@ impl BodyHold {
             return true;
         };
         if let Some(given_back) = permits.split(surplus) {
-            self.owner
-                .fetch_sub(given_back.num_permits() as u64, Ordering::AcqRel);
+            let bytes = given_back.num_permits() as u64;
+            self.owner.fetch_sub(bytes, Ordering::AcqRel);
+            if let Some(upload) = &self.upload {
+                upload.bytes.fetch_sub(bytes, Ordering::AcqRel);
+            }
             drop(given_back);
         }
         true
@@ -218,6 +365,9 @@ impl BodyHold {
 
 impl Drop for BodyHold {
     fn drop(&mut self) {
+        if let Some(upload) = self.upload.take() {
+            self.budget.uploads.unwatch(&upload);
+        }
         if let Some(permits) = self.permits.take() {
             self.owner
                 .fetch_sub(permits.num_permits() as u64, Ordering::AcqRel);

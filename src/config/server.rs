@@ -46,7 +46,9 @@ pub struct ServerConfig {
     /// Request-body bytes held in memory at once, over all connections and HTTP/2 streams.
     /// A body holds what has arrived of it; one whose declared length does not fit in what
     /// is free now is refused before it is read, and one that outgrows what is free as it
-    /// arrives is cut short, both with `429 server_busy`.
+    /// arrives is cut short, both with `429 server_busy` — unless its tenant holds less than
+    /// an equal share of the budget: then the stalest large upload of the tenant holding the
+    /// most is cut (`429 server_busy`) to make room for it.
     pub max_inflight_body_bytes: u64,
     /// Failed authentications (bad API keys, bad admin tokens) allowed per client address and
     /// second, after a burst of `auth_failures_burst`, counted for each listener on its own;

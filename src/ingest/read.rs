@@ -48,13 +48,17 @@ impl Ingest {
         let mut hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
+        hold.watch_while_reading();
         match self
             .decode_body(
                 tenant, topic, &mut body, &mut hold, declared, format, print, held,
             )
             .await
         {
-            Ok(arena) => Ok((arena, hold)),
+            Ok(arena) => {
+                hold.read();
+                Ok((arena, hold))
+            }
             Err(e) => {
                 drop(hold);
                 linger(body);
@@ -79,8 +83,12 @@ impl Ingest {
         // is held is what arrived. Reserved whole up front, eight requests from two tenants
         // allowed 1 record a second, each declaring 8 MiB and sending 13 bytes, held the whole
         // 64 MiB budget for the 30 s body timeout and every tenant was refused (review 31 of
-        // #37: 0 of 378 admitted).
-        if !hold.fits(declared.unwrap_or(0)) {
+        // #37: 0 of 378 admitted). A tenant under an equal share of the budget may have
+        // another's uploads cut to make room (`inflight_bodies::room`).
+        if !hold
+            .fits_making_room(declared.unwrap_or(0), ROOM_WAIT)
+            .await
+        {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
         }
         let mut bounds = self.bounds.clone();
@@ -91,7 +99,14 @@ impl Ingest {
         let mut frames = Frames::new(body, self.body_read_timeout, self.max_body_bytes);
         let mut checked = Charge::default();
         loop {
-            let data = match frames.next().await {
+            let next = tokio::select! {
+                biased;
+                () = hold.cut() => {
+                    return Err(self.cut_short(Cut::MadeRoom, self.busy(tenant)));
+                }
+                next = frames.next() => next,
+            };
+            let data = match next {
                 Ok(Some(data)) => data,
                 Ok(None) => {
                     if let Some(print) = print.as_deref_mut() {
@@ -111,7 +126,11 @@ impl Ingest {
                 print.update(&data);
             }
             let received = frames.received();
-            if received > hold.bytes() && !hold.grow(received - hold.bytes()) {
+            if received > hold.bytes()
+                && !hold
+                    .grow_making_room(received - hold.bytes(), ROOM_WAIT)
+                    .await
+            {
                 return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
             }
             let read = decoder
@@ -188,6 +207,9 @@ fn cut_for(e: &BodyError) -> Cut {
         BodyError::RecordTooLarge(_) => Cut::RecordTooLarge,
     }
 }
+
+/// How long a body waits for the room another's cut uploads give back.
+const ROOM_WAIT: Duration = Duration::from_millis(500);
 
 /// After an answer given before the body's end, how much of the rest is read and discarded,
 /// and for how long at most.

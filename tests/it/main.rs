@@ -42,6 +42,7 @@ mod mock {
     mod partitioner;
     mod reliability;
     mod retry_after;
+    mod room;
     mod slow_clients;
     mod status;
     mod streams;

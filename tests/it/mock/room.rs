@@ -1,0 +1,94 @@
+//! Room in the body budget: a tenant holding less than an equal share of a spent budget has
+//! the stalest upload of the tenant holding the most cut for it, rather than being refused.
+
+use std::time::Duration;
+
+use crate::common::exposition::metric;
+use crate::common::*;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const TOPIC: &str = "test.room";
+const BUDGET: u64 = 1 << 20;
+/// Each hog's body: one record whose value never ends (its last byte is never sent).
+const BODY: usize = 256 * 1024;
+
+/// An upload of `BODY` bytes, all but its last sent.
+async fn stalled(gw: &Gateway, key: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/topics/{TOPIC}/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {BODY}\r\n\r\n"
+    );
+    let opening = r#"{"records":[{"value":""#;
+    let mut body = opening.as_bytes().to_vec();
+    body.resize(BODY - 1, b'h');
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&body).await.expect("body");
+    stream
+}
+
+/// Whatever the server answered on `stream` within `wait` (empty if nothing).
+async fn answered(stream: &mut TcpStream, wait: Duration) -> String {
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(wait, stream.read(&mut buf)).await {
+        Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Review 32 of #37 (F-A): two tenants allowed 1 record a second, each keeping bodies whole
+/// but for their last byte, held the whole body budget, and every other tenant was refused
+/// `server_busy` until the body timeout. Now a newcomer under an equal share of the budget
+/// has one of the heaviest holder's stalled uploads cut for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_under_its_equal_share_gets_room_from_the_heaviest_holders_stalled_upload() {
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.server.max_inflight_body_bytes = BUDGET;
+    cfg.server.max_body_bytes = 512 * 1024;
+    for (id, key) in [("hog-a", "key-hog-a"), ("hog-b", "key-hog-b")] {
+        let mut hog = tenant(id, key, &[TOPIC]);
+        hog.records_per_sec = Some(1);
+        hog.records_burst = Some(1);
+        cfg.tenants.push(hog);
+    }
+    let gw = Gateway::start(cfg).await;
+    // Each hog holds half the budget (its share) with two uploads, all but 4 bytes in all.
+    let mut hogs = Vec::new();
+    for key in ["key-hog-a", "key-hog-a", "key-hog-b", "key-hog-b"] {
+        hogs.push(stalled(&gw, key).await);
+    }
+    let full = (BUDGET - 4) as f64;
+    for _ in 0..200 {
+        if metric(&gw, "floodgate_body_inflight_bytes").await == Some(full) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        metric(&gw, "floodgate_body_inflight_bytes").await,
+        Some(full)
+    );
+
+    let one = json!({"records": [{"value": "v".repeat(1000)}]});
+    let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+
+    // One hog upload was cut (429 server_busy), the other three still wait for their end.
+    let mut cut = 0;
+    for hog in &mut hogs {
+        let text = answered(hog, Duration::from_millis(300)).await;
+        if !text.is_empty() {
+            assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+            assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+            cut += 1;
+        }
+    }
+    assert_eq!(cut, 1);
+    let made_room = r#"floodgate_uploads_cut_short_total{reason="made_room"}"#;
+    assert_eq!(metric(&gw, made_room).await, Some(1.0));
+
+    gw.shutdown().await;
+}
