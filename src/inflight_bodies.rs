@@ -267,6 +267,26 @@ impl BodyHold {
         }
     }
 
+    /// Whether `more` bytes on top of what is held would fit, or room could be made for them
+    /// as [`BodyHold::fits_making_room`] makes it; reserves and cuts nothing.
+    pub fn fits_or_could_make_room(&self, more: u64) -> bool {
+        if self.fits(more) {
+            return true;
+        }
+        let held = self.owner.load(Ordering::Acquire);
+        let free = self.budget.bytes.available_permits() as u64;
+        held.checked_add(more)
+            .is_some_and(|t| t <= self.owner_limit)
+            && self.budget.uploads.make_room(
+                Arc::as_ptr(&self.owner) as usize,
+                held,
+                more,
+                more.saturating_sub(free),
+                self.budget.max,
+                false,
+            )
+    }
+
     /// Whether `more` bytes on top of what is held would fit ([`BodyHold::fits`]), making
     /// room as [`BodyHold::grow_making_room`] does when the budget lacks them; reserves
     /// nothing.
@@ -302,6 +322,7 @@ impl BodyHold {
                     more,
                     more.saturating_sub(free),
                     self.budget.max,
+                    true,
                 ) =>
             {
                 let semaphore = self.budget.bytes.clone();

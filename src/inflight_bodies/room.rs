@@ -80,7 +80,7 @@ impl Uploads {
     /// `owner_held` and asks for `need`: only if it stays within an equal share of `max`
     /// among the owners with a watched upload (and itself), and only from owners over that
     /// share, the one holding the most first. `false`, and nothing cut, when that cannot free
-    /// enough.
+    /// enough. With `cut` false, only says whether it could.
     pub(super) fn make_room(
         &self,
         owner: usize,
@@ -88,6 +88,7 @@ impl Uploads {
         need: u64,
         lacking: u64,
         max: u64,
+        cut: bool,
     ) -> bool {
         let watched = self.lock();
         let mut held: HashMap<usize, u64> = HashMap::new();
@@ -125,7 +126,7 @@ impl Uploads {
             freed = freed.saturating_add(size);
             held.insert(heaviest, bytes.saturating_sub(size));
         }
-        for id in cuts {
+        for id in cuts.into_iter().filter(|_| cut) {
             if let Some(u) = watched.get(&id) {
                 u.cut.store(true, Ordering::Release);
                 u.cut_told.notify_one();

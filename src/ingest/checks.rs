@@ -142,11 +142,12 @@ impl Ingest {
         // A declared length the body budget cannot take now: refused before the key is
         // claimed, as decoding would refuse it after (review 32 of #37: a tenant that kept the
         // budget full itself had its keyed requests claimed and refused `server_busy`, 38,000
-        // Redis commands a second).
+        // Redis commands a second). One room could be made for (`inflight_bodies::room`) goes
+        // on, as an unkeyed one does.
         let fits = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share())
-            .fits(declared.unwrap_or(0));
+            .fits_or_could_make_room(declared.unwrap_or(0));
         if !fits {
             return Err(self.cut_short(Cut::ServerBusy, self.busy(tenant)));
         }

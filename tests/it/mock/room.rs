@@ -38,6 +38,34 @@ async fn answered(stream: &mut TcpStream, wait: Duration) -> String {
     }
 }
 
+const HOGS: [&str; 4] = ["key-hog-a", "key-hog-a", "key-hog-b", "key-hog-b"];
+
+/// Waits until the hogs' uploads hold the whole budget but 4 bytes.
+async fn full(gw: &Gateway) {
+    let full = Some((BUDGET - 4) as f64);
+    for _ in 0..200 {
+        if metric(gw, "floodgate_body_inflight_bytes").await == full {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(metric(gw, "floodgate_body_inflight_bytes").await, full);
+}
+
+/// The hog uploads answered now (each must be `429 server_busy`), by index.
+async fn cut_hogs(hogs: &mut [TcpStream]) -> Vec<usize> {
+    let mut cut = Vec::new();
+    for (i, hog) in hogs.iter_mut().enumerate() {
+        let text = answered(hog, Duration::from_millis(300)).await;
+        if !text.is_empty() {
+            assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+            assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
+            cut.push(i);
+        }
+    }
+    cut
+}
+
 /// Review 32 of #37 (F-A): two tenants allowed 1 record a second, each keeping bodies whole
 /// but for their last byte, held the whole body budget, and every other tenant was refused
 /// `server_busy` until the body timeout. Now a newcomer under an equal share of the budget
@@ -57,38 +85,25 @@ async fn a_tenant_under_its_equal_share_gets_room_from_the_heaviest_holders_stal
     let gw = Gateway::start(cfg).await;
     // Each hog holds half the budget (its share) with two uploads, all but 4 bytes in all.
     let mut hogs = Vec::new();
-    for key in ["key-hog-a", "key-hog-a", "key-hog-b", "key-hog-b"] {
+    for key in HOGS {
         hogs.push(stalled(&gw, key).await);
     }
-    let full = (BUDGET - 4) as f64;
-    for _ in 0..200 {
-        if metric(&gw, "floodgate_body_inflight_bytes").await == Some(full) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(
-        metric(&gw, "floodgate_body_inflight_bytes").await,
-        Some(full)
-    );
-
     let one = json!({"records": [{"value": "v".repeat(1000)}]});
+    full(&gw).await;
     let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &one).await;
     assert_eq!(s, 200, "{a}");
-
-    // One hog upload was cut (429 server_busy), the other three still wait for their end.
-    let mut cut = 0;
-    for hog in &mut hogs {
-        let text = answered(hog, Duration::from_millis(300)).await;
-        if !text.is_empty() {
-            assert!(text.starts_with("HTTP/1.1 429"), "{text}");
-            assert!(text.contains("\"reason\":\"server_busy\""), "{text}");
-            cut += 1;
-        }
-    }
-    assert_eq!(cut, 1);
+    let cut = cut_hogs(&mut hogs).await;
+    assert_eq!(cut.len(), 1);
     let made_room = r#"floodgate_uploads_cut_short_total{reason="made_room"}"#;
     assert_eq!(metric(&gw, made_room).await, Some(1.0));
 
+    // The hog whose upload was cut sends it again, and the budget is full again: a keyed
+    // request (checked before its key is claimed) gets room the same way.
+    hogs[cut[0]] = stalled(&gw, HOGS[cut[0]]).await;
+    full(&gw).await;
+    let (s, replayed, a) = post_keyed(&gw.url(TOPIC), KEY, "room-1", &one).await;
+    assert_eq!((s, replayed), (200, false), "{a}");
+    assert_eq!(cut_hogs(&mut hogs).await.len(), 1);
+    assert_eq!(metric(&gw, made_room).await, Some(2.0));
     gw.shutdown().await;
 }
