@@ -110,6 +110,9 @@ pub enum ApiError {
     /// The tenant's share of the schema step's threads was not free within the wait limit,
     /// or its registrations are spent: retry after this long.
     SchemaBusy(std::time::Duration, String),
+    /// The schema step's threads were busy with other tenants' work within the wait limit
+    /// (`schema_busy` too, as `SchemaBusy`): not what the tenant spent itself.
+    SchemaCrowded(std::time::Duration, String),
     ShuttingDown,
     /// No route has this path.
     NotFound,
@@ -175,7 +178,7 @@ impl ApiError {
             Self::SchemaNotFound(_) => "schema_not_found",
             Self::SchemaInvalid(_) | Self::SchemaRefused(_) => "schema_invalid",
             Self::SchemaTooCostly(_) => "schema_too_costly",
-            Self::SchemaBusy(..) => "schema_busy",
+            Self::SchemaBusy(..) | Self::SchemaCrowded(..) => "schema_busy",
             Self::SchemaRegistryUnavailable(_) => "schema_registry_unavailable",
             Self::ShuttingDown => "shutting_down",
             Self::NotFound => "not_found",
@@ -225,7 +228,7 @@ impl ApiError {
             | Self::SchemaInvalid(_)
             | Self::SchemaRefused(_)
             | Self::SchemaTooCostly(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::SchemaBusy(..) => StatusCode::TOO_MANY_REQUESTS,
+            Self::SchemaBusy(..) | Self::SchemaCrowded(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::SchemaRegistryUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -281,7 +284,9 @@ impl IntoResponse for ApiError {
                     .insert(header::RETRY_AFTER, HeaderValue::from(wait_secs(wait)));
                 response
             }
-            Self::IdempotencyKeyInUse(wait) | Self::SchemaBusy(wait, _) => {
+            Self::IdempotencyKeyInUse(wait)
+            | Self::SchemaBusy(wait, _)
+            | Self::SchemaCrowded(wait, _) => {
                 let body = json!({
                     "error": self.code(),
                     "retry_after_ms": wait_ms(*wait),

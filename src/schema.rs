@@ -168,6 +168,10 @@ pub enum SchemaError {
     /// The tenant's share of the schema step is taken for longer than the wait limit, or its
     /// registrations are spent: retry after this long (429 `schema_busy`).
     Busy(Duration, String),
+    /// The schema threads were busy with other tenants' work for longer than the wait limit,
+    /// nothing of this tenant's own ahead (429 `schema_busy`, which does not spend the
+    /// tenant's allowance of `Idempotency-Key` releases).
+    Crowded(Duration, String),
     /// The request could no longer be admitted when its check was to start (its budgets were
     /// spent while it queued): the caller answers with admission's own refusal.
     Inadmissible,
@@ -194,7 +198,8 @@ impl Failure {
             | SchemaError::Unavailable(d)
             | SchemaError::Refused(d)
             | SchemaError::TooCostly(d)
-            | SchemaError::Busy(_, d) => format!("{side}: {d}"),
+            | SchemaError::Busy(_, d)
+            | SchemaError::Crowded(_, d) => format!("{side}: {d}"),
             SchemaError::Inadmissible => format!("{side}: the request can no longer be admitted"),
             SchemaError::NoRegistry => format!(
                 "{side}: schemas need a Schema Registry, and this gateway has none configured ([schema_registry] url)"

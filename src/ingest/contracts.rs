@@ -64,6 +64,7 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
         SchemaError::Unavailable(_) => ApiError::SchemaRegistryUnavailable(detail),
         SchemaError::TooCostly(_) => ApiError::SchemaTooCostly(detail),
         SchemaError::Busy(wait, _) => ApiError::SchemaBusy(*wait, detail),
+        SchemaError::Crowded(wait, _) => ApiError::SchemaCrowded(*wait, detail),
         // Answered with admission's own refusal where the request is known
         // ([`Ingest::convert_record`]); anywhere else, retry in a second.
         SchemaError::Inadmissible => {

@@ -41,7 +41,8 @@ impl ApiError {
             | Self::SchemaInvalid(d)
             | Self::SchemaRefused(d)
             | Self::SchemaTooCostly(d)
-            | Self::SchemaBusy(_, d) => d.clone(),
+            | Self::SchemaBusy(_, d)
+            | Self::SchemaCrowded(_, d) => d.clone(),
             Self::SchemaRegistryUnavailable(d) => {
                 format!("{d}; nothing was written: retry shortly")
             }

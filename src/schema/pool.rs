@@ -68,8 +68,13 @@ const CANCELLED: u8 = 2;
 /// Why a job gave no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolError {
-    /// Not started within the wait limit (or the tenant's queue is full).
+    /// Not started within the wait limit while the tenant's own work was ahead of it (a job
+    /// of its own running or queued before it, or its jobs held back as long ones), or the
+    /// tenant's queue is full.
     Busy(Duration),
+    /// Not started within the wait limit with nothing of the tenant's own ahead of it: other
+    /// tenants' work held the threads.
+    Crowded(Duration),
     /// The job panicked, or the pool is closed.
     Lost,
 }
@@ -327,8 +332,13 @@ impl Pool {
                     .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
+                    let own = self.shared.own_work_ahead(&tenant, kind);
                     self.shared.purge(&tenant);
-                    Err(PoolError::Busy(self.wait))
+                    Err(if own {
+                        PoolError::Busy(self.wait)
+                    } else {
+                        PoolError::Crowded(self.wait)
+                    })
                 } else {
                     // Started just now: its result comes (bounded by the job's own bounds).
                     result.await.map_err(|_| PoolError::Lost)
@@ -364,6 +374,23 @@ impl PoolCore {
     /// each). Left in the queue until a thread came to the tenant, the refused requests of a
     /// review of #37 held 190 MiB there while every thread was busy, and counted against the
     /// tenant's queue.
+    /// Whether `tenant`'s own work stood before its job of `kind` that waited too long (now
+    /// cancelled): a job of its own running, another queued, or its jobs of that kind
+    /// held back as long ones. If not, other tenants' work held the threads (review 30 of
+    /// #37, R-3: such a refusal spent a victim's allowance of releases).
+    fn own_work_ahead(&self, tenant: &Arc<str>, kind: Kind) -> bool {
+        let state = self.state.lock();
+        let now = self.clock.now_ns();
+        let Some(lane) = state.lanes.get(tenant) else {
+            return false;
+        };
+        let queued = lane
+            .jobs
+            .iter()
+            .any(|j| j.state.load(Ordering::Acquire) != CANCELLED);
+        lane.running > 0 || queued || state.runs_long(tenant, kind, now)
+    }
+
     fn purge(&self, tenant: &Arc<str>) {
         let mut state = self.state.lock();
         let Some(lane) = state.lanes.get_mut(tenant) else {

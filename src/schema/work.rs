@@ -331,6 +331,16 @@ impl Schemas {
                     ),
                 )
             }
+            PoolError::Crowded(wait) => {
+                self.count_refusal("wait");
+                SchemaError::Crowded(
+                    wait,
+                    format!(
+                        "{what} waited {} ms for the schema threads, busy with other tenants' work ([schema_registry] wait_ms, workers): retry shortly",
+                        wait.as_millis()
+                    ),
+                )
+            }
             PoolError::Lost => SchemaError::Invalid(format!("{what} failed; it has been logged")),
         }
     }

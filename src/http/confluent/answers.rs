@@ -65,7 +65,7 @@ pub fn status_and_code(e: &ApiError) -> (StatusCode, u32) {
         E::SchemaNotFound(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42204),
         E::SchemaInvalid(_) | E::SchemaRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42205),
         E::SchemaTooCostly(_) => (StatusCode::UNPROCESSABLE_ENTITY, 42209),
-        E::SchemaBusy(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
+        E::SchemaBusy(..) | E::SchemaCrowded(..) => (StatusCode::TOO_MANY_REQUESTS, 42902),
         E::SchemaRegistryUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 50305),
     }
 }
@@ -224,7 +224,8 @@ pub fn retry_after(e: &ApiError) -> Option<std::time::Duration> {
         | ApiError::IdempotencyReleases(wait)
         | ApiError::IdempotencyKeyInUse(wait)
         | ApiError::Auth(crate::credential::AuthError::KeysUnavailable(wait))
-        | ApiError::SchemaBusy(wait, _) => Some(*wait),
+        | ApiError::SchemaBusy(wait, _)
+        | ApiError::SchemaCrowded(wait, _) => Some(*wait),
         ApiError::SchemaRegistryUnavailable(_) | ApiError::TenantConnections(_) => {
             Some(std::time::Duration::from_secs(1))
         }

@@ -19,6 +19,7 @@ use crate::config::{Config, TenantConfig};
 use crate::idempotency::KeyOutcome;
 use crate::ingest::test_body::Chunks;
 use crate::kafka::MockCluster;
+use crate::outcome::ApiError;
 
 const TOPIC: &str = "test.keys";
 const V1: &str = "/v1/topics/test.keys/records";
@@ -383,4 +384,16 @@ async fn bad_keys_and_keys_on_streams_are_400() {
     assert_eq!(stream.status, StatusCode::BAD_REQUEST);
     assert!(String::from_utf8_lossy(&stream.body).contains("Idempotency-Key"));
     assert_eq!(admitted(&s), 0);
+}
+
+/// R-3 of review 30 of #37: a `schema_busy` the tenant's own work caused spends its allowance
+/// of releases; one the schema threads gave while busy with other tenants' work does not.
+#[test]
+fn a_schema_busy_of_others_work_does_not_spend_the_allowance_of_releases() {
+    let wait = Duration::from_secs(2);
+    assert!(super::counted(&ApiError::SchemaBusy(wait, "own".into())));
+    assert!(!super::counted(&ApiError::SchemaCrowded(
+        wait,
+        "others".into()
+    )));
 }

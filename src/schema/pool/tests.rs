@@ -105,7 +105,8 @@ async fn a_job_not_started_within_the_wait_is_refused_and_never_runs() {
     let ran = Arc::new(AtomicU8::new(0));
     let r = ran.clone();
     let second = pool.run("b", move || r.store(1, Ordering::SeqCst)).await;
-    assert_eq!(second, Err(PoolError::Busy(Duration::from_millis(200))));
+    // Nothing of b's own was ahead of it: a's work held the thread.
+    assert_eq!(second, Err(PoolError::Crowded(Duration::from_millis(200))));
     // Refused, it is gone from the queue at once, with what it held (its closure's `r`),
     // while the thread is still busy.
     assert_eq!(
@@ -119,6 +120,28 @@ async fn a_job_not_started_within_the_wait_is_refused_and_never_runs() {
     // The pool is free again, and the refused job did not run late.
     assert_eq!(pool.run("b", || 7).await, Ok(7));
     assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// R-3 of review 30 of #37: a `schema_busy` its own work caused spends a tenant's allowance
+/// of releases, one other tenants' work caused does not; the pool tells them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_waited_behind_its_tenants_own_work_is_busy_and_one_behind_others_crowded() {
+    let pool = Arc::new(Pool::new(2, 1, Duration::from_millis(200), real()).expect("pool"));
+    let (started, starts) = mpsc::channel();
+    let (first, finish) = hold(&pool, &started, "a");
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("a"));
+    // a's share (one thread) is taken by its own job: its second waits for it.
+    let own = pool.run("a", || ()).await;
+    assert_eq!(own, Err(PoolError::Busy(Duration::from_millis(200))));
+    let (other, finish_other) = hold(&pool, &started, "c");
+    assert_eq!(starts.recv_timeout(Duration::from_secs(5)), Ok("c"));
+    // Both threads are others': b's job waits with nothing of its own ahead.
+    let crowded = pool.run("b", || ()).await;
+    assert_eq!(crowded, Err(PoolError::Crowded(Duration::from_millis(200))));
+    for (task, f) in [(first, finish), (other, finish_other)] {
+        let _ = f.send(());
+        assert_eq!(task.await.expect("task"), Ok(()));
+    }
 }
 
 /// A job of `tenant` that takes `ms` of the pool's clock.
