@@ -277,13 +277,12 @@ impl BodyHold {
         let free = self.budget.bytes.available_permits() as u64;
         held.checked_add(more)
             .is_some_and(|t| t <= self.owner_limit)
-            && self.budget.uploads.make_room(
+            && self.budget.uploads.could_make_room(
                 Arc::as_ptr(&self.owner) as usize,
                 held,
                 more,
                 more.saturating_sub(free),
                 self.budget.max,
-                false,
             )
     }
 
@@ -314,17 +313,17 @@ impl BodyHold {
         let free = self.budget.bytes.available_permits() as u64;
         let owner = Arc::as_ptr(&self.owner) as usize;
         let held = self.owner.load(Ordering::Acquire).saturating_sub(more);
-        let permits = match more32 {
-            Some(more32)
-                if self.budget.uploads.make_room(
-                    owner,
-                    held,
-                    more,
-                    more.saturating_sub(free),
-                    self.budget.max,
-                    true,
-                ) =>
-            {
+        let awaiting = more32.and_then(|_| {
+            self.budget.uploads.make_room(
+                owner,
+                held,
+                more,
+                more.saturating_sub(free),
+                self.budget.max,
+            )
+        });
+        let permits = match (awaiting, more32) {
+            (Some(_awaiting), Some(more32)) => {
                 let semaphore = self.budget.bytes.clone();
                 tokio::time::timeout(wait, semaphore.acquire_many_owned(more32))
                     .await

@@ -34,6 +34,8 @@ const PROGRESS_BYTES: u64 = 16 * 1024;
 pub(super) struct Uploads {
     next_id: AtomicU64,
     watched: Mutex<HashMap<u64, Arc<Upload>>>,
+    /// Bytes newcomers wait for, from uploads cut for them.
+    awaited: AtomicU64,
 }
 
 /// One watched upload: what it holds, when it last progressed, and whether it was cut.
@@ -79,8 +81,10 @@ impl Uploads {
     /// Cuts uploads so that `lacking` more bytes will be free, for `owner`, which holds
     /// `owner_held` and asks for `need`: only if it stays within an equal share of `max`
     /// among the owners with a watched upload (and itself), and only from owners over that
-    /// share, the one holding the most first. `false`, and nothing cut, when that cannot free
-    /// enough. With `cut` false, only says whether it could.
+    /// share, the one holding the most first. What uploads cut already will give back, and
+    /// other newcomers do not wait for, counts as free: newcomers arriving together cut once
+    /// for all. `None`, and nothing cut, when that cannot free enough; else the newcomer's
+    /// wait, to keep while it waits for the room.
     pub(super) fn make_room(
         &self,
         owner: usize,
@@ -88,26 +92,69 @@ impl Uploads {
         need: u64,
         lacking: u64,
         max: u64,
-        cut: bool,
+    ) -> Option<Awaiting<'_>> {
+        let watched = self.lock();
+        let cuts = self.plan(&watched, owner, owner_held, need, lacking, max)?;
+        for id in cuts {
+            if let Some(u) = watched.get(&id) {
+                u.cut.store(true, Ordering::Release);
+                u.cut_told.notify_one();
+            }
+        }
+        self.awaited.fetch_add(need, Ordering::AcqRel);
+        Some(Awaiting {
+            uploads: self,
+            need,
+        })
+    }
+
+    /// Whether [`Uploads::make_room`] would make room; cuts nothing.
+    pub(super) fn could_make_room(
+        &self,
+        owner: usize,
+        owner_held: u64,
+        need: u64,
+        lacking: u64,
+        max: u64,
     ) -> bool {
         let watched = self.lock();
+        self.plan(&watched, owner, owner_held, need, lacking, max)
+            .is_some()
+    }
+
+    /// The uploads to cut (their ids), as [`Uploads::make_room`] says.
+    fn plan(
+        &self,
+        watched: &HashMap<u64, Arc<Upload>>,
+        owner: usize,
+        owner_held: u64,
+        need: u64,
+        lacking: u64,
+        max: u64,
+    ) -> Option<Vec<u64>> {
         let mut held: HashMap<usize, u64> = HashMap::new();
-        for u in watched.values().filter(|u| !u.is_cut()) {
-            *held.entry(u.owner).or_default() += u.bytes.load(Ordering::Acquire);
+        let mut coming = 0u64;
+        for u in watched.values() {
+            let bytes = u.bytes.load(Ordering::Acquire);
+            if u.is_cut() {
+                coming = coming.saturating_add(bytes);
+            } else {
+                *held.entry(u.owner).or_default() += bytes;
+            }
         }
         let owners = held.len() as u64 + u64::from(!held.contains_key(&owner));
         let fair = max / owners.max(1);
         if owner_held.saturating_add(need) > fair {
-            return false;
+            return None;
         }
+        let coming = coming.saturating_sub(self.awaited.load(Ordering::Acquire));
+        let lacking = lacking.saturating_sub(coming);
         let mut cuts = Vec::new();
         let mut freed = 0u64;
         while freed < lacking {
-            let Some((&heaviest, &bytes)) = held.iter().max_by_key(|(_, b)| **b) else {
-                return false;
-            };
+            let (&heaviest, &bytes) = held.iter().max_by_key(|(_, b)| **b)?;
             if bytes <= fair || heaviest == owner {
-                return false;
+                return None;
             }
             let stalest = watched
                 .values()
@@ -117,22 +164,26 @@ impl Uploads {
                         u.progressed_ns.load(Ordering::Relaxed),
                         u64::MAX - u.bytes.load(Ordering::Relaxed),
                     )
-                });
-            let Some(stalest) = stalest else {
-                return false;
-            };
+                })?;
             let size = stalest.bytes.load(Ordering::Acquire);
             cuts.push(stalest.id);
             freed = freed.saturating_add(size);
             held.insert(heaviest, bytes.saturating_sub(size));
         }
-        for id in cuts.into_iter().filter(|_| cut) {
-            if let Some(u) = watched.get(&id) {
-                u.cut.store(true, Ordering::Release);
-                u.cut_told.notify_one();
-            }
-        }
-        true
+        Some(cuts)
+    }
+}
+
+/// A newcomer waiting for room cut uploads will give back: counted so others do not cut for
+/// the same room.
+pub(super) struct Awaiting<'a> {
+    uploads: &'a Uploads,
+    need: u64,
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        self.uploads.awaited.fetch_sub(self.need, Ordering::AcqRel);
     }
 }
 
@@ -206,6 +257,40 @@ mod tests {
             .expect("the stalest upload was cut and gave its hold back");
         assert!(!is_cut(&fresher) && !is_cut(&other));
         assert_eq!(budget.held(), 150_000 + 100_000 + 1_000);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn newcomers_arriving_together_cut_once_for_all() {
+        let budget = Arc::new(InflightBodies::new(400_000));
+        let (a, b) = Default::default();
+        let first = watched(&budget, &a, 150_000);
+        let second = watched(&budget, &a, 150_000);
+        let _other = watched(&budget, &b, 100_000);
+        let newcomer = |budget: &Arc<InflightBodies>| {
+            let mut hold = budget.hold(Default::default(), 1.0);
+            tokio::spawn(async move { hold.grow_making_room(1_000, WAIT).await.then_some(hold) })
+        };
+        let c = newcomer(&budget);
+        while !is_cut(&first) && !is_cut(&second) {
+            tokio::task::yield_now().await;
+        }
+        let d = newcomer(&budget);
+        // d finds room coming from the upload cut for c, and waits for it too.
+        while budget.uploads.awaited.load(Ordering::Acquire) < 2_000 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(u8::from(is_cut(&first)) + u8::from(is_cut(&second)), 1);
+        let (cut, kept) = if is_cut(&first) {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        drop(cut);
+        let c = c.await.expect("c").expect("room for c");
+        let d = d.await.expect("d").expect("room for d");
+        assert!(!is_cut(&kept));
+        assert_eq!((c.bytes(), d.bytes()), (1_000, 1_000));
+        assert_eq!(budget.uploads.awaited.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test]
