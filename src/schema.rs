@@ -177,6 +177,29 @@ pub enum SchemaError {
     Inadmissible,
 }
 
+impl SchemaError {
+    /// What a refusal of the schema step's pool means for the client of `what` (the job).
+    fn of_pool(e: pool::PoolError, what: &str) -> Self {
+        let (wait, own) = match e {
+            pool::PoolError::Busy(wait) => (wait, true),
+            pool::PoolError::Crowded(wait) => (wait, false),
+            pool::PoolError::Lost => {
+                return Self::Invalid(format!("{what} failed; it has been logged"))
+            }
+        };
+        let whose = match own {
+            true => "this tenant's share of the schema threads",
+            false => "the schema threads, busy with other tenants' work",
+        };
+        let ms = wait.as_millis();
+        let detail = format!("{what} waited {ms} ms for {whose} ([schema_registry] wait_ms, workers, tenant_workers): retry shortly");
+        match own {
+            true => Self::Busy(wait, detail),
+            false => Self::Crowded(wait, detail),
+        }
+    }
+}
+
 /// A record's failure: which side, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {

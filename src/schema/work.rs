@@ -318,31 +318,12 @@ impl Schemas {
         )
     }
 
-    /// What a pool refusal means for the client.
+    /// What a pool refusal means for the client (a wait refused is counted).
     fn pool_error(&self, e: PoolError, what: &str) -> SchemaError {
-        match e {
-            PoolError::Busy(wait) => {
-                self.count_refusal("wait");
-                SchemaError::Busy(
-                    wait,
-                    format!(
-                        "{what} waited {} ms for this tenant's share of the schema threads ([schema_registry] wait_ms, tenant_workers): retry shortly",
-                        wait.as_millis()
-                    ),
-                )
-            }
-            PoolError::Crowded(wait) => {
-                self.count_refusal("wait");
-                SchemaError::Crowded(
-                    wait,
-                    format!(
-                        "{what} waited {} ms for the schema threads, busy with other tenants' work ([schema_registry] wait_ms, workers): retry shortly",
-                        wait.as_millis()
-                    ),
-                )
-            }
-            PoolError::Lost => SchemaError::Invalid(format!("{what} failed; it has been logged")),
+        if e != PoolError::Lost {
+            self.count_refusal("wait");
         }
+        SchemaError::of_pool(e, what)
     }
 
     /// A raw schema compiled with id 0 (a draft until the registry gives its id), or the one
