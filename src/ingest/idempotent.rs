@@ -349,8 +349,9 @@ impl Ingest {
 /// or one that outgrows what is free, is refused after it. A `schema_busy` of schema
 /// threads busy with other tenants' work, nothing of the tenant's own ahead, does not count
 /// (R-3 of review 30: another tenant's checks got a victim's keyed records refused after
-/// their claim, and the victim was held 11–12 s after the attack); its claim is held the wait
-/// limit (2 s by default) first, so it cannot be given up fast.
+/// their claim, and the victim was held 11–12 s after the attack). It comes after the wait
+/// limit (2 s by default) with no other job of the tenant queued or running, so about one
+/// such claim per wait limit and replica can be given up uncounted.
 fn counted(e: &ApiError) -> bool {
     match e {
         ApiError::SchemaCrowded(..) => false,
