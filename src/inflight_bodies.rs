@@ -19,6 +19,7 @@
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -268,7 +269,7 @@ impl BodyHold {
     }
 
     /// Whether `more` bytes on top of what is held would fit, or room could be made for them
-    /// as [`BodyHold::fits_making_room`] makes it; reserves and cuts nothing.
+    /// as [`BodyHold::grow_making_room`] makes it; reserves and cuts nothing.
     pub fn fits_or_could_make_room(&self, more: u64) -> bool {
         if self.fits(more) {
             return true;
@@ -284,26 +285,6 @@ impl BodyHold {
                 more.saturating_sub(free),
                 self.budget.max,
             )
-    }
-
-    /// Whether `more` bytes on top of what is held would fit ([`BodyHold::fits`]), making
-    /// room as [`BodyHold::grow_making_room`] does when the budget lacks them; reserves
-    /// nothing.
-    pub async fn fits_making_room(&mut self, more: u64, wait: Duration) -> bool {
-        if self.fits(more) {
-            return true;
-        }
-        if self.within_share(more).is_err() {
-            return false;
-        }
-        match self.wait_for_room(more, wait).await {
-            Some(permits) => {
-                drop(permits);
-                self.owner.fetch_sub(more, Ordering::AcqRel);
-                true
-            }
-            None => false,
-        }
     }
 
     /// With `more` counted against the owner's share already: cuts uploads for them and
@@ -350,6 +331,23 @@ impl BodyHold {
         if let Some(upload) = self.upload.take() {
             self.budget.uploads.unwatch(&upload);
         }
+    }
+
+    /// Watched from now on, whatever it holds (a body that did not end with its first chunk:
+    /// small stalled uploads, many of them, would otherwise keep the budget).
+    pub fn watch_now(&mut self) {
+        if self.watchable && self.upload.is_none() {
+            let owner = Arc::as_ptr(&self.owner) as usize;
+            let now = room::since(self.budget.epoch);
+            self.upload = Some(self.budget.uploads.watch(owner, self.bytes(), now));
+        }
+    }
+
+    /// A future that resolves once the hold is cut for a newcomer, for a reader that keeps it
+    /// beside the hold (a coded body's decoders); `None` until the hold is watched.
+    pub fn cut_signal(&self) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let upload = self.upload.clone()?;
+        Some(Box::pin(async move { upload.cut().await }))
     }
 
     /// Resolves once the hold was cut for a newcomer (never, unless it is watched).

@@ -12,9 +12,11 @@
 //! once, so an owner over it gives way to one under it; within the owner, the upload that
 //! made the least progress lately goes first.
 //!
-//! Only uploads being read are watched, and only once they hold [`WATCHED`] bytes: a small
-//! body is not worth cutting, and a body read to its end waits only for admission (bounded
-//! there). The watch costs a lock on the way in and out, for large bodies only.
+//! Only uploads being read are watched, once they hold [`WATCHED`] bytes or did not end with
+//! their first chunk (small stalled uploads, many of them, would keep the budget too: review
+//! 33), and a coded body's decoders with them; a body read to its end waits only for
+//! admission (bounded there), and a body that came in one piece is never watched. The watch
+//! costs a lock on the way in and out. A v3 stream's hold is not watched.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -301,20 +303,21 @@ mod tests {
         let other = watched(&budget, &b, 100_000);
         let mut more = budget.hold(a, 1.0);
         assert!(!more.grow_making_room(1_000, WAIT).await);
-        assert!(!more.fits_making_room(1_000, WAIT).await);
+        assert!(!more.fits_or_could_make_room(1_000));
         assert!(!is_cut(&first) && !is_cut(&other));
         assert_eq!(budget.held(), 400_000);
     }
 
     #[tokio::test]
-    async fn small_uploads_and_bodies_read_to_their_end_are_never_cut() {
+    async fn small_holds_not_watched_and_bodies_read_to_their_end_are_never_cut() {
         let budget = Arc::new(InflightBodies::new(200_000));
         let (a, b, c) = Default::default();
         let small = watched(&budget, &a, WATCHED - 1);
         let mut read = watched(&budget, &b, 200_000 - WATCHED + 1);
         read.read();
         let mut newcomer = budget.hold(c, 1.0);
-        assert!(!newcomer.fits_making_room(1_000, WAIT).await);
+        assert!(!newcomer.fits_or_could_make_room(1_000));
+        assert!(!newcomer.grow_making_room(1_000, WAIT).await);
         assert!(small.upload.is_none() && read.upload.is_none());
         assert_eq!(a.load(Ordering::Relaxed), WATCHED - 1);
         assert_eq!(budget.held(), 200_000);
