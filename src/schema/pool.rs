@@ -69,8 +69,8 @@ const CANCELLED: u8 = 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolError {
     /// Not started within the wait limit while the tenant's own work was ahead of it (a job
-    /// of its own running or queued before it, or its jobs held back as long ones), or the
-    /// tenant's queue is full.
+    /// of its own running or queued, or its jobs held back as long ones), or the tenant's
+    /// queue is full.
     Busy(Duration),
     /// Not started within the wait limit with nothing of the tenant's own ahead of it: other
     /// tenants' work held the threads.
@@ -370,10 +370,6 @@ impl Drop for Withdraw {
 }
 
 impl PoolCore {
-    /// Drops `tenant`'s cancelled jobs now, with what they hold (a value's copy: up to a record
-    /// each). Left in the queue until a thread came to the tenant, the refused requests of a
-    /// review of #37 held 190 MiB there while every thread was busy, and counted against the
-    /// tenant's queue.
     /// Whether `tenant`'s own work stood before its job of `kind` that waited too long (now
     /// cancelled): a job of its own running, another queued, or its jobs of that kind
     /// held back as long ones. If not, other tenants' work held the threads (review 30 of
@@ -391,6 +387,10 @@ impl PoolCore {
         lane.running > 0 || queued || state.runs_long(tenant, kind, now)
     }
 
+    /// Drops `tenant`'s cancelled jobs now, with what they hold (a value's copy: up to a record
+    /// each). Left in the queue until a thread came to the tenant, the refused requests of a
+    /// review of #37 held 190 MiB there while every thread was busy, and counted against the
+    /// tenant's queue.
     fn purge(&self, tenant: &Arc<str>) {
         let mut state = self.state.lock();
         let Some(lane) = state.lanes.get_mut(tenant) else {
