@@ -385,7 +385,9 @@ async fn a_keyed_request_the_body_budget_cannot_take_is_refused_before_its_claim
         assert!(Instant::now() < deadline, "the hog never held its bytes");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let busy = json!({"records": [{"value": "b".repeat(3_000)}]});
+    // More than an equal share of the budget (5,000 of 10,000 between two tenants): no room
+    // is made for it by cutting the hog's upload (`inflight_bodies::room`).
+    let busy = json!({"records": [{"value": "b".repeat(6_000)}]});
     let before = redis_commands(&redis);
     for i in 0..5 {
         let (s, _, a) = keyed(&gw, &format!("busy-{i}"), KEY, &busy).await;
