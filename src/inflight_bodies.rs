@@ -237,11 +237,7 @@ impl BodyHold {
         }
         match &self.upload {
             Some(upload) => upload.received(more, room::since(self.budget.epoch)),
-            None if self.watchable && self.bytes() >= WATCHED => {
-                let owner = Arc::as_ptr(&self.owner) as usize;
-                let now = room::since(self.budget.epoch);
-                self.upload = Some(self.budget.uploads.watch(owner, self.bytes(), now));
-            }
+            None if self.bytes() >= WATCHED => self.watch_now(),
             None => {}
         }
     }
