@@ -31,6 +31,10 @@ mod room;
 pub use room::WATCHED;
 use room::{Upload, Uploads};
 
+/// Resolves once a hold was cut to make room for a newcomer (see [`room`]), for a reader that
+/// keeps the hold beside it (a coded body's decoders, a stream's memory).
+pub type CutSignal = std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
 const MIN_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(10);
 
@@ -341,7 +345,7 @@ impl BodyHold {
 
     /// A future that resolves once the hold is cut for a newcomer, for a reader that keeps it
     /// beside the hold (a coded body's decoders); `None` until the hold is watched.
-    pub fn cut_signal(&self) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    pub fn cut_signal(&self) -> Option<CutSignal> {
         let upload = self.upload.clone()?;
         Some(Box::pin(async move { upload.cut().await }))
     }

@@ -11,7 +11,6 @@
 //!
 //! Layer: pipeline, as `ingest`.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,7 +22,7 @@ use hyper::body::Frame;
 
 use super::Ingest;
 use crate::inflate::{Codings, InflateError, Inflater, Limits, Next};
-use crate::inflight_bodies::{BodyHold, Cut};
+use crate::inflight_bodies::{BodyHold, Cut, CutSignal};
 use crate::outcome::ApiError;
 use crate::refusal::{Reason, Refusal};
 use crate::tenant::Tenant;
@@ -189,7 +188,7 @@ struct Inflating {
     hold: BodyHold,
     /// Resolves once the hold is cut for a newcomer (`inflight_bodies::room`): the body
     /// then fails as the budget's refusal.
-    cut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    cut: Option<CutSignal>,
     drain: Drain,
     owe_yield: bool,
     /// The wire body has ended (and the inflater knows).

@@ -159,7 +159,8 @@ impl Ingest {
         let hold = self
             .inflight_bodies
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
-        let memory = Arc::new(Memory::open(hold).ok_or_else(|| self.busy(tenant))?);
+        let (memory, cut) = Memory::open(hold).ok_or_else(|| self.busy(tenant))?;
+        let memory = Arc::new(memory);
         let max_text = usize::try_from(self.max_body_bytes).unwrap_or(usize::MAX);
         let decoder = Decoder::streaming(Framing::Concatenated, parser, &self.bounds, max_text);
         let (queue, reports) = mpsc::channel(self.streams.max_unsettled.max(1));
@@ -184,6 +185,7 @@ impl Ingest {
             lookups_since: Instant::now(),
             drain: super::coding::Drain::default(),
             first: None,
+            cut,
         };
         let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);
         pump.drain = drain;

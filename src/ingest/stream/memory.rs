@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 
 use super::FIXED;
-use crate::inflight_bodies::BodyHold;
+use crate::inflight_bodies::{BodyHold, CutSignal};
 
 /// What one stream holds of the body budget: the report window and its last report (fixed),
 /// what has arrived and is not decoded yet with what its decoder holds (the pump's part), and
@@ -21,15 +21,27 @@ struct Held {
 }
 
 impl Memory {
-    /// The window reserved, or `None` when the budget cannot cover it.
-    pub(super) fn open(mut hold: BodyHold) -> Option<Self> {
-        hold.grow(FIXED).then(|| Self {
+    /// The window reserved, or `None` when the budget cannot cover it; with the signal that
+    /// the stream was cut for a newcomer. A stream is watched from its start, whatever it
+    /// holds: many open streams that send nothing would otherwise keep the budget from every
+    /// other tenant (review 33 of #37), as small stalled uploads would.
+    pub(super) fn open(mut hold: BodyHold) -> Option<(Self, CutSignal)> {
+        if !hold.grow(FIXED) {
+            return None;
+        }
+        hold.watch_while_reading();
+        hold.watch_now();
+        let cut = hold
+            .cut_signal()
+            .unwrap_or_else(|| Box::pin(std::future::pending()));
+        let memory = Self {
             state: Mutex::new(Held {
                 hold,
                 decoding: 0,
                 queued: 0,
             }),
-        })
+        };
+        Some((memory, cut))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {

@@ -17,7 +17,7 @@ use super::{LINGER_AFTER, LINGER_BYTES, LINGER_MAX, PIECE_MAX, RECHECK};
 use crate::body::{Decoder, RecordArena, RecordNotes};
 use crate::credential::{AuthError, Identity};
 use crate::identity::Topic;
-use crate::inflight_bodies::Cut;
+use crate::inflight_bodies::{Cut, CutSignal};
 use crate::ingest::{Ingest, RecordSchemas};
 use crate::outcome::ApiError;
 use crate::tenant::Tenant;
@@ -56,6 +56,11 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     /// A body of one record, converted before the stream was answered: admitted as it is,
     /// not converted twice.
     pub(super) first: Option<crate::ingest::contracts::ConvertedRecord>,
+    /// Resolves once the stream was cut to make room in the body budget for a tenant under
+    /// its equal share (`inflight_bodies::room`). Looked at only where the pump waits (for
+    /// the client's bytes or the report queue's room), never while records are being
+    /// admitted and sent: each admitted record keeps its report.
+    pub(super) cut: CutSignal,
 }
 
 /// Why the pump stopped: the client is gone or done (nothing more to say), or this error.
@@ -92,6 +97,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             tokio::select! {
                 biased;
                 () = draining(&mut self.draining) => return Some(ApiError::ShuttingDown),
+                () = &mut self.cut => return Some(self.made_room()),
                 frame = tokio::time::timeout_at(until, body.frame()) => match frame {
                     Err(_) => return Some(self.timed_out()),
                     Ok(None) => return self.finish().await,
@@ -186,6 +192,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             tokio::select! {
                 biased;
                 () = draining(&mut self.draining) => return Err(Some(ApiError::ShuttingDown)),
+                () = &mut self.cut => return Err(Some(self.made_room())),
                 permit = tokio::time::timeout_at(until, self.queue.reserve()) => match permit {
                     Err(_) => return Err(Some(self.timed_out())),
                     Ok(Err(_)) => return Err(None), // the client went away
@@ -222,6 +229,12 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     pub(super) fn busy(&self) -> ApiError {
         let busy = self.ingest.busy(&self.tenant);
         self.ingest.cut_short(Cut::ServerBusy, busy)
+    }
+
+    /// A 429 `server_busy`: the stream was cut to make room for a newcomer.
+    fn made_room(&self) -> ApiError {
+        let busy = self.ingest.busy(&self.tenant);
+        self.ingest.cut_short(Cut::MadeRoom, busy)
     }
 
     /// The body has ended: the last records, or the error of a record cut short.

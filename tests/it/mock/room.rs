@@ -236,3 +236,64 @@ async fn small_stalled_uploads_are_cut_for_a_newcomer() {
     drop(idle);
     gw.shutdown().await;
 }
+
+/// Review 33 of #37: a v3 stream holds its report window (27 KiB) and what it has not decoded
+/// yet for as long as it is open, and it was never cut: open streams that send nothing more
+/// kept the budget from every other tenant as stalled uploads did. A stream is watched from
+/// its start, and cut for a newcomer as an upload is: it ends with a `429` report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_are_cut_for_a_newcomer() {
+    use crate::common::v3::{open_stream_with, read_head, write_chunk, ReportReader};
+    let kafka = mock_cluster(&[TOPIC]);
+    let mut cfg = config(&kafka.bootstrap_servers());
+    cfg.server.max_inflight_body_bytes = 300_000;
+    cfg.server.max_body_bytes = 64 * 1024;
+    with_hogs(&mut cfg);
+    for hog in &mut cfg.tenants[1..] {
+        hog.max_buffer_share = Some(0.6);
+    }
+    let gw = Gateway::start(cfg).await;
+    let path = format!("/v3/clusters/c/topics/{TOPIC}/records");
+    // 2 hogs x 4 streams, each begun with a record it never finishes: 35.5 KB each, 284 KB.
+    let mut hogs = Vec::new();
+    for (i, key) in ["key-hog-a", "key-hog-b"].repeat(4).into_iter().enumerate() {
+        let (addr, path) = (gw.addr, path.clone());
+        let hog = tokio::task::spawn_blocking(move || {
+            let (mut stream, mut reader) = open_stream_with(addr, &path, key);
+            write_chunk(&mut stream, br#"{"value":{"type":"JSON","data":"h"#).expect("write");
+            let status = read_head(&mut reader);
+            if status != 200 {
+                let mut rest = String::new();
+                let _ = std::io::Read::read_to_string(&mut reader, &mut rest);
+                panic!("{i} {key}: {status} {rest}");
+            }
+            (stream, reader)
+        });
+        hogs.push(hog.await.expect("hog"));
+    }
+    holding(&gw, (8 * 35_000) as f64).await;
+    // A 30 KB record does not fit beside them: one hog's stream is cut for it.
+    let one = json!({"records": [{"value": "v".repeat(30_000)}]});
+    let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &one).await;
+    assert_eq!(s, 200, "{a}");
+    let made_room = r#"floodgate_uploads_cut_short_total{reason="made_room"}"#;
+    assert_eq!(metric(&gw, made_room).await, Some(1.0));
+    let ends = tokio::task::spawn_blocking(move || {
+        let mut ends = Vec::new();
+        for (i, (stream, reader)) in hogs.into_iter().enumerate() {
+            let wait = if i == 0 { 500 } else { 50 };
+            stream
+                .set_read_timeout(Some(Duration::from_millis(wait)))
+                .expect("timeout");
+            if let Some(end) = ReportReader::new(reader).next() {
+                ends.push(end);
+            }
+        }
+        ends
+    })
+    .await
+    .expect("ends");
+    assert_eq!(ends.len(), 1, "one stream was cut: {ends:?}");
+    assert_eq!(ends[0]["error_code"], 429, "{ends:?}");
+    gw.shutdown().await;
+}
