@@ -126,8 +126,8 @@ async fn require_admin(
     let Some(id) = presented.and_then(|t| app.admin.tokens.check(t)) else {
         let client = request
             .extensions()
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| app.ingest.proxies.client(c.0.ip(), request.headers()));
+            .get::<crate::server::Peer>()
+            .map(|p| app.ingest.proxies.client(p.addr.ip(), request.headers()));
         if let Some(wait) = client.and_then(|ip| app.admin.failures.fail(ip)) {
             return ApiError::AuthFailures(wait).into_response();
         }

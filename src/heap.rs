@@ -35,6 +35,7 @@ thread_local! {
 }
 
 #[cfg(not(test))]
+#[inline]
 fn add(n: i64) {
     // During a thread's teardown the slot may be gone: that thread measures nothing then.
     let _ = LIVE.try_with(|c| c.set(c.get().wrapping_add(n)));
@@ -55,14 +56,19 @@ fn add(n: i64) {
     }
 }
 
+#[inline]
+#[allow(clippy::cast_possible_wrap)] // a Layout's size is at most isize::MAX: exact
 fn size(layout: Layout) -> i64 {
-    i64::try_from(layout.size()).unwrap_or(i64::MAX)
+    layout.size() as i64
 }
 
 // SAFETY: every call is forwarded unchanged to `System`, which upholds `GlobalAlloc`'s
-// contract; the only addition is a thread-local counter that never allocates.
+// contract; the only addition is a thread-local counter that never allocates. Inlined into
+// the allocator's entry points (in the binary's crate): a call costs the counter's add, not
+// a call of its own (~15 instructions per allocation and free, ~1,500 a request).
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
+    #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout (the caller upholds `alloc`'s contract).
         let p = unsafe { System.alloc(layout) };
@@ -72,6 +78,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
 
+    #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
         let p = unsafe { System.alloc_zeroed(layout) };
@@ -81,17 +88,21 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
 
+    #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` was allocated by `System` through this allocator with `layout`.
         unsafe { System.dealloc(ptr, layout) };
         add(-size(layout));
     }
 
+    #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: as `dealloc`; `new_size` is the caller's, checked by it.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            add(i64::try_from(new_size).unwrap_or(i64::MAX) - size(layout));
+            // `new_size` is at most isize::MAX too (`realloc`'s contract).
+            #[allow(clippy::cast_possible_wrap)]
+            add(new_size as i64 - size(layout));
         }
         p
     }

@@ -8,7 +8,6 @@
 
 pub mod confluent;
 pub mod extract;
-pub mod ratelimit;
 pub mod v1;
 
 use std::sync::Arc;
@@ -19,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::admission::BucketsView;
 use crate::app::AppState;
 use crate::metrics::HttpLabels;
 use crate::outcome::ApiError;
@@ -108,10 +106,9 @@ fn answer_outside_routes(path: &str, e: &ApiError) -> Response {
 }
 
 /// The one middleware of the produce listener (one, because each costs an allocation per
-/// request): once shutdown starts no new work is taken on open connections, every answer
-/// is timed, refusals included, and an answer the pipeline gave its tenant's buckets
-/// ([`crate::admission::BucketsView`]) carries them as the RateLimit fields — written here
-/// once for every wire format.
+/// request): once shutdown starts no new work is taken on open connections, and every answer
+/// is timed, refusals included. (The RateLimit fields are the pipeline's: it writes them on
+/// every answer to a tenant, `outcome::ratelimit`.)
 async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let path = request.uri().path();
@@ -124,7 +121,7 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
     } else {
         "other"
     };
-    let mut response = if state.is_draining() {
+    let response = if state.is_draining() {
         ApiError::ShuttingDown.into_response()
     } else if !state.registry.is_loaded() {
         // Tenants are not known yet: not a 401 for a key that may well be valid.
@@ -135,9 +132,6 @@ async fn edge(State(state): State<Arc<AppState>>, request: Request, next: Next) 
     } else {
         next.run(request).await
     };
-    if let Some(buckets) = response.extensions_mut().remove::<BucketsView>() {
-        ratelimit::insert(response.headers_mut(), &buckets);
-    }
     state
         .metrics
         .http_seconds

@@ -23,6 +23,7 @@ pub mod admin;
 mod detail;
 mod panic;
 mod produced;
+pub mod ratelimit;
 mod readiness;
 
 pub use admin::AdminError;

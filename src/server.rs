@@ -45,7 +45,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -135,7 +134,11 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let conn = Accepted {
             stream,
-            peer: Peer { addr: peer, trust },
+            peer: Peer {
+                addr: peer,
+                trust,
+                cert: None,
+            },
         };
         // A slot free: served at once. Else the newcomer waits for one beside the others
         // waiting, asking for room (see `newcomer`), and the accept loop goes on unless as
@@ -199,28 +202,21 @@ impl Accepted {
             trust.seated();
         }
         tokio::spawn(async move {
-            let evict = peer.trust.clone();
-            let evicted = async {
-                match &evict {
-                    Some(trust) => trust.evicted().await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Closed at once when evicted: whatever it was doing, unauthenticated.
-            tokio::select! {
-                () = serve_connection(stream, peer, router, &bounds, stop) => {}
-                () = evicted => {}
-            }
+            serve_connection(stream, peer, router, &bounds, stop).await;
             drop(permit);
         });
     }
 }
 
-/// Who is at the other end: its address, and its mark while it has not authenticated.
-#[derive(Clone)]
-struct Peer {
-    addr: SocketAddr,
-    trust: Option<ConnectionTrust>,
+/// Who is at the other end: its address, its mark while it has not authenticated, and its
+/// verified client certificate (mTLS). Each request carries it as its one extension of the
+/// connection's (one allocation and map insert per extension and request).
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub trust: Option<ConnectionTrust>,
+    /// Read once per connection, after its handshake.
+    pub cert: Option<Arc<crate::tls::ClientCertificate>>,
 }
 
 async fn serve_connection(
@@ -232,10 +228,13 @@ async fn serve_connection(
 ) {
     let opened = Instant::now();
     let deadline = tokio::time::Instant::from_std(opened + bounds.header_read_timeout);
+    // Closed at once when evicted, whatever it is doing (unauthenticated): here while it
+    // shakes hands, then by the watch.
+    let trust = peer.trust.clone();
     match &bounds.tls {
         Some(acceptor) => {
-            let Ok(Ok(tls)) = tokio::time::timeout_at(deadline, acceptor.accept(stream)).await
-            else {
+            let accept = tokio::time::timeout_at(deadline, acceptor.accept(stream));
+            let Some(Ok(Ok(tls))) = unless_evicted(trust.as_ref(), accept).await else {
                 return;
             };
             let protocol = match tls.get_ref().1.alpn_protocol() {
@@ -243,19 +242,36 @@ async fn serve_connection(
                 _ => Protocol::Http1,
             };
             // Read once per connection; each request carries it (an Arc) as an extension.
-            let cert = crate::tls::client_certificate(tls.get_ref().1);
+            let peer = Peer {
+                cert: crate::tls::client_certificate(tls.get_ref().1),
+                ..peer
+            };
             let io = Wire::new(tls, Vec::new());
-            drive(io, protocol, peer, cert, router, bounds, opened, stop).await;
+            drive(io, protocol, peer, router, bounds, opened, stop).await;
         }
         None => {
-            let Ok(Ok((protocol, prefix))) =
-                tokio::time::timeout_at(deadline, detect(&mut stream)).await
+            let detected = tokio::time::timeout_at(deadline, detect(&mut stream));
+            let Some(Ok(Ok((protocol, prefix)))) = unless_evicted(trust.as_ref(), detected).await
             else {
                 return;
             };
             let io = Wire::new(stream, prefix);
-            drive(io, protocol, peer, None, router, bounds, opened, stop).await;
+            drive(io, protocol, peer, router, bounds, opened, stop).await;
         }
+    }
+}
+
+/// `work`'s output, or `None` once the connection is evicted.
+async fn unless_evicted<T>(
+    trust: Option<&ConnectionTrust>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    let Some(trust) = trust else {
+        return Some(work.await);
+    };
+    tokio::select! {
+        out = work => Some(out),
+        () = trust.evicted() => None,
     }
 }
 
@@ -286,7 +302,6 @@ async fn drive<I>(
     io: Wire<I>,
     protocol: Protocol,
     peer: Peer,
-    cert: Option<Arc<crate::tls::ClientCertificate>>,
     router: Router,
     bounds: &ConnectionBounds,
     opened: Instant,
@@ -294,27 +309,24 @@ async fn drive<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity::new(opened, protocol == Protocol::Http1));
+    let mut activity = Activity::new(opened, protocol == Protocol::Http1);
+    if let Some(trust) = &peer.trust {
+        activity = activity.told_by(trust.told());
+    }
+    let activity = Arc::new(activity);
     if let Some(trust) = &peer.trust {
         trust.served(&activity);
     }
     let tracker = activity.clone();
-    let closing = peer.trust.clone();
+    let trust = peer.trust.clone();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = tracker.begin();
         let router = router.clone();
         let activity = tracker.clone();
         let mut request = request.map(axum::body::Body::new);
-        // Handlers may ask who is calling (axum's ConnectInfo), e.g. to limit failures.
-        request.extensions_mut().insert(ConnectInfo(peer.addr));
-        // The pipeline marks the connection once a request authenticates.
-        if let Some(trust) = &peer.trust {
-            request.extensions_mut().insert(trust.clone());
-        }
-        // The verified client certificate's names (mTLS), for the pipeline's authenticate.
-        if let Some(cert) = &cert {
-            request.extensions_mut().insert(cert.clone());
-        }
+        // Who is calling: its address (to limit failures), its mark (the pipeline marks the
+        // connection once a request authenticates), its certificate's names.
+        request.extensions_mut().insert(peer.clone());
         async move {
             let response = router.oneshot(request).await;
             response.map(|r| in_flight_until_sent(r, guard, &activity))
@@ -323,7 +335,7 @@ async fn drive<I>(
     let io = TokioIo::new(io.heard_by(&activity));
     let watch = Watch {
         activity: &activity,
-        closing: closing.as_ref(),
+        trust: trust.as_ref(),
         first: bounds.header_read_timeout,
         idle: bounds.idle_timeout,
         stop: &mut stop,
@@ -366,8 +378,9 @@ async fn drive<I>(
 /// too long or the server stops, and dropping it if it then takes longer than the idle time.
 struct Watch<'a> {
     activity: &'a Arc<Activity>,
-    /// Closes the connection gracefully when it says so (over its tenant's connections).
-    closing: Option<&'a ConnectionTrust>,
+    /// Closes the connection gracefully when it says so (over its tenant's connections), at
+    /// once when it is evicted.
+    trust: Option<&'a ConnectionTrust>,
     first: Duration,
     idle: Duration,
     stop: &'a mut watch::Receiver<bool>,
@@ -384,22 +397,23 @@ impl Watch<'_> {
             let _ = self.stop.wait_for(|stop| *stop).await;
         };
         tokio::pin!(stopping);
-        let told = async {
-            match self.closing {
-                Some(trust) => trust.closing().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(told);
+        let evicted = || self.trust.is_some_and(ConnectionTrust::is_evicted);
+        let closing = || self.trust.is_some_and(ConnectionTrust::is_closing);
         // Phase 1: serve until idle too long or told to stop; a stalled streamed answer ends
-        // the connection at once — woken at its deadline, not a check later.
+        // the connection at once — woken at its deadline, not a check later. One signal
+        // says the connection must close or a deadline was added: the flags tell which.
         let mut wait = check;
         loop {
+            if evicted() {
+                return;
+            }
+            if closing() {
+                break;
+            }
             tokio::select! {
                 _ = connection.as_mut() => return,
                 () = &mut stopping => break,
-                () = &mut told => break,
-                () = self.activity.deadline_added.notified() => {
+                () = self.activity.told.notified() => {
                     wait = STREAM_CHECK.min(check);
                 }
                 () = tokio::time::sleep(wait) => {
@@ -422,10 +436,10 @@ impl Watch<'_> {
         // Phase 2: finish what is in flight, then close; a peer that will not let go is cut —
         // at once nearly, when it closes to make room for a newcomer that waits for its slot.
         graceful(connection.as_mut());
-        let grace = match self.closing {
+        let grace = match self.trust {
             Some(trust) if trust.made_room() => unverified::ROOM_GRACE,
             _ => self.idle.max(self.first),
         };
-        let _ = tokio::time::timeout(grace, connection).await;
+        let _ = unless_evicted(self.trust, tokio::time::timeout(grace, connection)).await;
     }
 }

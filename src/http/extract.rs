@@ -100,18 +100,10 @@ pub fn produce_request<'a>(
 
 /// The client's address and verified client certificate, as the connection loop recorded them.
 pub fn peer(parts: &axum::http::request::Parts) -> crate::credential::Caller {
+    let peer = parts.extensions.get::<crate::server::Peer>();
     crate::credential::Caller {
-        ip: parts
-            .extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip()),
-        cert: parts
-            .extensions
-            .get::<std::sync::Arc<crate::tls::ClientCertificate>>()
-            .cloned(),
-        trust: parts
-            .extensions
-            .get::<crate::server::ConnectionTrust>()
-            .cloned(),
+        ip: peer.map(|p| p.addr.ip()),
+        cert: peer.and_then(|p| p.cert.clone()),
+        trust: peer.and_then(|p| p.trust.clone()),
     }
 }

@@ -33,7 +33,7 @@ impl Ingest {
             Err(e) => refuse(&e),
             Ok(who) => {
                 let mut response = answer();
-                response.extensions_mut().insert(self.view(&who.tenant));
+                crate::outcome::ratelimit::insert(response.headers_mut(), &self.view(&who.tenant));
                 response
             }
         }

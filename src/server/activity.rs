@@ -52,8 +52,10 @@ pub(super) struct Activity {
     /// Deadlines of the streamed answers in flight (gone when their body is dropped), for
     /// HTTP/1 connections only.
     pub(super) deadlines: std::sync::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
-    /// Told when a deadline is added, so the watch looks at it now, not at its next check.
-    pub(super) deadline_added: tokio::sync::Notify,
+    /// Told when a deadline is added, so the watch looks at it now, not at its next check;
+    /// shared with the connection's `ConnectionTrust`, which tells it when the connection
+    /// must close (one signal for the watch to wait on).
+    pub(super) told: Arc<tokio::sync::Notify>,
     /// Deadlines of streamed answers whose body has ended but may not be written out yet (a
     /// client that does not read leaves them in the connection's buffers): held until the
     /// connection's next request, so the connection is still closed at the deadline.
@@ -70,10 +72,16 @@ impl Activity {
             served: AtomicU64::new(0),
             heard_ns: AtomicU64::new(0),
             deadlines: std::sync::Mutex::default(),
-            deadline_added: tokio::sync::Notify::new(),
+            told: Arc::default(),
             sent: std::sync::Mutex::default(),
             http1,
         }
+    }
+
+    /// Told by `told` (the connection's `ConnectionTrust`'s signal) rather than its own.
+    pub(super) fn told_by(mut self, told: Arc<tokio::sync::Notify>) -> Self {
+        self.told = told;
+        self
     }
 
     pub(super) fn begin(self: &Arc<Self>) -> InFlight {
@@ -118,7 +126,7 @@ impl Activity {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         deadlines.retain(|d| d.strong_count() > 0);
         deadlines.push(Arc::downgrade(&deadline.0));
-        self.deadline_added.notify_one();
+        self.told.notify_one();
     }
 
     /// Whether a streamed answer in flight is past its deadline (`Err`), else how long until

@@ -1,33 +1,31 @@
-//! Connections that have not authenticated yet, bounded per client address: a connection
-//! counts against its address from its accept until one of its requests carries a valid
-//! credential (or until it closes); else one client's silent sockets hold every slot and the
-//! others wait in the backlog. One over its address's allowance is closed at once (counted). Peers that are trusted proxies are not counted:
-//! every client behind them shares their address, and the proxy bounds its own clients.
-//! IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
+//! Connections that have not authenticated yet, bounded per client address: a connection counts
+//! against its address from its accept until one of its requests carries a valid credential (or
+//! until it closes); else one client's silent sockets hold every slot and the others wait in the
+//! backlog. One over its address's allowance is closed at once (counted). Peers that are trusted
+//! proxies are not counted: every client behind them shares their address, and the proxy bounds its
+//! own clients. IPv6 addresses are counted per /64, as the failed-authentication limit counts them.
 //! Once authenticated, a connection counts against its **tenant** instead
 //! (`max_connections_per_tenant`, else one tenant's key could keep every slot): a request that
-//! would bind one more to a tenant holding its allowance is refused (429 `tenant_connections`)
-//! and its connection closed after the answer.
-//! When the descriptor limit forces fewer connections than configured, the allowance shrinks
-//! in proportion ([`Unverified::fit_to`]). And when the listener is full all the same (many
-//! addresses, each within its allowance: review 20 of #37 filled 4,096 slots from 32 addresses,
-//! and a new client waited 9–11 s in the backlog), a new connection makes room: the oldest
-//! unauthenticated connection of the address holding the most is closed, if it holds more than
-//! the newcomer's address does ([`Unverified::make_room_for`]), so the slots are shared fairly
-//! among addresses instead of kept by whoever came first. Authenticated connections take part
-//! in the same rule, counted per tenant (review 22 of #37: four tenants allowed 1 record/s held
-//! 4 × 1,024 keep-alive connections, each kept with one cheap 429 per 10 s, and a new client
-//! waited 20 s and timed out): when the tenant holding the most connections holds more than
+//! would bind one more to a tenant holding its allowance is refused (429 `tenant_connections`) and
+//! its connection closed after the answer. When the descriptor limit forces fewer connections than
+//! configured, the allowance shrinks in proportion ([`Unverified::fit_to`]). And when the listener
+//! is full all the same (many addresses, each within its allowance: review 20 of #37 filled 4,096
+//! slots from 32 addresses, and a new client waited 9–11 s in the backlog), a new connection makes
+//! room: the oldest unauthenticated connection of the address holding the most is closed, if it
+//! holds more than the newcomer's address does ([`Unverified::make_room_for`]), so the slots are
+//! shared fairly among addresses instead of kept by whoever came first. Authenticated connections
+//! take part in the same rule, counted per tenant (review 22 of #37: four tenants allowed 1
+//! record/s held 4 × 1,024 keep-alive connections, each kept with one cheap 429 per 10 s, and a new
+//! client waited 20 s and timed out): when the tenant holding the most connections holds more than
 //! the newcomer's address does and more than its fair share of the listener, its oldest idle
-//! connection is closed gracefully (an HTTP/1 keep-alive connection between requests, an
-//! HTTP/2 session with no stream open), as nginx reuses idle keep-alive connections when its
-//! connections run out; with none idle, a busy one, cut after [`ROOM_GRACE`] — the one its
-//! client has been quiet on longest if that is [`ROOM_QUIET`] or more, else one still being
-//! sent to only for a newcomer that has waited [`ROOM_GRACE`] itself. A tenant
-//! within its share is never taken from (review 23: silent connections from many addresses
-//! closed a small tenant's keep-alive connections one by one). And when every address holds
-//! as many unauthenticated connections as the newcomer's (one each), the oldest of them makes
-//! room once it is [`ROOM_AGE`] old.
+//! connection is closed gracefully (an HTTP/1 keep-alive connection between requests, an HTTP/2
+//! session with no stream open), as nginx reuses idle keep-alive connections when its connections
+//! run out; with none idle, a busy one, cut after [`ROOM_GRACE`] — the one its client has been
+//! quiet on longest if that is [`ROOM_QUIET`] or more, else one still being sent to only for a
+//! newcomer that has waited [`ROOM_GRACE`] itself. A tenant within its share is never taken from
+//! (review 23: silent connections from many addresses closed a small tenant's keep-alive
+//! connections one by one). And when every address holds as many unauthenticated connections as the
+//! newcomer's (one each), the oldest of them makes room once it is [`ROOM_AGE`] old.
 
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -95,8 +93,7 @@ impl Held {
     }
 }
 
-/// A connection's mark, carried by each of its requests (an extension): the pipeline calls
-/// [`ConnectionTrust::verified`] once a request authenticated.
+/// A connection's mark, carried by each of its requests: verified once one authenticated.
 #[derive(Debug, Clone)]
 pub struct ConnectionTrust(Arc<Slot>);
 
@@ -111,10 +108,11 @@ struct Slot {
     tenant: Mutex<Option<Arc<str>>>,
     /// Set when the connection must close after its answers (over its tenant's allowance).
     closing: AtomicBool,
-    close: tokio::sync::Notify,
     /// Set when the connection is closed at once to make room for another address's.
     evicted: AtomicBool,
-    evict: tokio::sync::Notify,
+    /// Told when `closing` or `evicted` is set, and (shared with its `Activity`) when a
+    /// streamed answer's deadline is added: the one signal its task waits on.
+    told: Arc<tokio::sync::Notify>,
     /// What the connection is doing, once it is served: an idle one is closed first to make
     /// room.
     activity: std::sync::OnceLock<Weak<super::activity::Activity>>,
@@ -254,9 +252,8 @@ impl Unverified {
             exempt: !counted,
             tenant: Mutex::new(None),
             closing: AtomicBool::new(false),
-            close: tokio::sync::Notify::new(),
             evicted: AtomicBool::new(false),
-            evict: tokio::sync::Notify::new(),
+            told: Arc::default(),
             activity: std::sync::OnceLock::new(),
             made_room: AtomicBool::new(false),
             seated_after_ns: AtomicU64::new(NOT_SEATED),
@@ -417,7 +414,7 @@ impl ConnectionTrust {
                 if held.n >= owner.max_per_tenant.load(Ordering::Relaxed) {
                     drop(counts);
                     slot.closing.store(true, Ordering::Release);
-                    slot.close.notify_one();
+                    slot.told.notify_one();
                     return false;
                 }
                 let mut looked = Looked::default();
@@ -431,13 +428,26 @@ impl ConnectionTrust {
         true
     }
 
-    /// Resolves once the connection is to be closed at once, to make room for another
-    /// address's ([`Unverified::make_room_for`]); never otherwise.
+    /// Resolves once it is to be closed at once ([`Unverified::make_room_for`]); never else.
     pub async fn evicted(&self) {
-        if self.0.evicted.load(Ordering::Acquire) {
-            return;
+        while !self.is_evicted() {
+            self.0.told.notified().await;
         }
-        self.0.evict.notified().await;
+    }
+
+    /// Whether it is to be closed at once, to make room ([`ConnectionTrust::evicted`]).
+    pub(super) fn is_evicted(&self) -> bool {
+        self.0.evicted.load(Ordering::Acquire)
+    }
+
+    /// Whether it must close gracefully (over its tenant's connections, or to make room).
+    pub(super) fn is_closing(&self) -> bool {
+        self.0.closing.load(Ordering::Acquire)
+    }
+
+    /// The signal told when it must close, for its `Activity` to share.
+    pub(super) fn told(&self) -> Arc<tokio::sync::Notify> {
+        self.0.told.clone()
     }
 
     /// Whether it is closing to make room (its answers in flight get [`ROOM_GRACE`]).
@@ -456,16 +466,6 @@ impl ConnectionTrust {
         let waited = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let waited = waited.min(NOT_SEATED - 1);
         self.0.seated_after_ns.store(waited, Ordering::Release);
-    }
-
-    /// Resolves once the connection must close gracefully (a request was refused for its
-    /// tenant's connections, or the listener is full and its tenant holds the most); never
-    /// otherwise.
-    pub async fn closing(&self) {
-        if self.0.closing.load(Ordering::Acquire) {
-            return;
-        }
-        self.0.close.notified().await;
     }
 }
 

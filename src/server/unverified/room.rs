@@ -65,7 +65,7 @@ pub(super) fn close_oldest(
             continue;
         }
         slot.evicted.store(true, Ordering::Release);
-        slot.evict.notify_one();
+        slot.told.notify_one();
         slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
         held.slots.remove(at);
         return true;
@@ -130,6 +130,6 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> b
     slot.made_room.store(true, Ordering::Release);
     slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
     slot.closing.store(true, Ordering::Release);
-    slot.close.notify_one();
+    slot.told.notify_one();
     true
 }

@@ -70,7 +70,7 @@ pub async fn produce_records(
         Err(e) => error(&e),
     };
     if let Some(buckets) = buckets {
-        response.extensions_mut().insert(buckets);
+        crate::outcome::ratelimit::insert(response.headers_mut(), &buckets);
     }
     response
 }
