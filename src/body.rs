@@ -141,6 +141,12 @@ pub trait ParseRecord: Send + Sync {
         false
     }
 
+    /// Whether [`ParseRecord::fail_record`] may report entries one by one (a batch): then a
+    /// later step may leave records out, and the request's number of records may shrink.
+    fn reports_each(&self) -> bool {
+        false
+    }
+
     /// A side field of the envelope ([`Framing::EnvelopeSide`]) and its value's JSON text (a
     /// string with its quotes and escapes, a number or `null`, at most `max_value_bytes`). By
     /// default refused, as an unknown field would be.
@@ -175,6 +181,9 @@ impl<T: ParseRecord + ?Sized> ParseRecord for &T {
     }
     fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
         (**self).fail_record(record_index, status, message)
+    }
+    fn reports_each(&self) -> bool {
+        (**self).reports_each()
     }
     fn side_field(&self, name: &str, raw_json: &[u8]) -> Result<(), RecordError> {
         (**self).side_field(name, raw_json)

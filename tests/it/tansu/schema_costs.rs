@@ -590,3 +590,50 @@ async fn a_records_key_and_value_schemas_take_their_registrations_together() {
     assert_eq!(registry.versions(&format!("{topic}-value")).len(), 3);
     gw.shutdown().await;
 }
+
+/// Review 35a of #37: a request that can never be admitted for its number of records (more
+/// than its tenant's burst) was refused 413 only after its schema step: a `records:batch` of 10
+/// entries with new raw schemas against a burst of 1 cost 8 registry lookups and 8 compiles
+/// (0.3 s), a v2 request of 10 records with a new `value_schema` one lookup and one compile.
+/// Converting records changes their bytes, never their number: the count is checked first,
+/// and a batch (whose failed entries are left out) stops converting once it keeps more
+/// records than a burst holds.
+#[tokio::test]
+async fn a_request_that_can_never_be_admitted_is_refused_before_its_schemas() {
+    let (registry, topic) = registry_and_topic("test.never").await;
+    let gw = gateway(&registry, "").await;
+    let schema = |i: usize| {
+        json!({"type": "object", "title": format!("n{i}"),
+               "properties": {"a": {"type": "integer"}}})
+        .to_string()
+    };
+    let records: Vec<Value> = (0..10).map(|_| json!({"value": {"a": 1}})).collect();
+    let body = json!({"value_schema": schema(0), "records": records});
+    let (status, answer) = v2(&gw, SLOW_KEY, &topic, "jsonschema", &body).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(
+        registry.calls(Call::Lookup),
+        0,
+        "no lookup for a v2 request"
+    );
+    let entries: Vec<Value> = (1..=10)
+        .map(|i| {
+            json!({"id": i.to_string(),
+            "value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": 1}}})
+        })
+        .collect();
+    let url = format!(
+        "http://{}/v3/clusters/c/topics/{topic}/records:batch",
+        gw.addr
+    );
+    let batch = json!({"entries": entries}).to_string();
+    let headers = [("content-type", "application/json")];
+    let (status, _, text) = post_text(&url, SLOW_KEY, &headers, batch).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(
+        registry.calls(Call::Lookup) <= 2,
+        "the batch stops at its second kept record: {} lookups",
+        registry.calls(Call::Lookup)
+    );
+    assert_eq!(registry.calls(Call::Register), 0);
+}

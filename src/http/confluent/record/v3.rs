@@ -238,6 +238,10 @@ impl ParseRecord for V3Record {
         Ok(true)
     }
 
+    fn reports_each(&self) -> bool {
+        self.batch
+    }
+
     fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
         if !self.batch {
             return false;
