@@ -2,33 +2,32 @@
 //!
 //! A [`Decoder`] is fed the body chunk by chunk. Where a record starts, the wire format's
 //! [`ParseRecord`] parses it from there in one pass when the chunk holds all of it (the common
-//! case); a record cut off by the end of a chunk is followed by the [`scan::Scanner`] until it
-//! is complete and parsed then. Either way the record's own bounds are checked, the record is
-//! copied into a [`RecordArena`], and the body bytes it came from are dropped. After every
-//! chunk the caller knows exactly how many records and bytes the body has carried so far
-//! ([`Decoder::charge`]), so a request that can no longer be admitted — more records than a
-//! burst, than the bucket holds now, than a request may carry — is refused before the rest of
-//! it is read, chunked uploads included.
+//! case); a record cut off by the end of a chunk is followed by the [`scan::Scanner`] until it is
+//! complete and parsed then. Either way the record's own bounds are checked, the record is copied
+//! into a [`RecordArena`], and the body bytes it came from are dropped. After every chunk the
+//! caller knows exactly how many records and bytes the body has carried so far
+//! ([`Decoder::charge`]), so a request that can no longer be admitted — more records than a burst,
+//! than the bucket holds now, than a request may carry — is refused before the rest of it is read,
+//! chunked uploads included.
 //!
-//! Every error names the record (and, for NDJSON, the line) it is about. Nothing here panics on
-//! any input; the fuzz target holds us to that.
+//! Every error names the record (and, for NDJSON, the line) it is about. Nothing here panics on any
+//! input; the fuzz target holds us to that.
 //!
-//! A wire format whose answer reports records one by one (Confluent's `records:batch`) may
-//! take a record that fails to decode as a failed entry instead of failing the body
-//! ([`ParseRecord::skip_failed`]): the parser notes it, the arena never holds it, and the body
-//! goes on. A later pipeline step may fail more of the decoded records the same way
-//! ([`ParseRecord::fail_record`], and [`RecordArena::without`] to drop them before they are
-//! sent). An envelope's side fields ([`Framing::EnvelopeSide`]) go to
-//! [`ParseRecord::side_field`].
+//! A wire format whose answer reports records one by one (Confluent's `records:batch`) may take a
+//! record that fails to decode as a failed entry instead of failing the body
+//! ([`ParseRecord::skip_failed`]): the parser notes it, the arena never holds it, and the body goes
+//! on. A later pipeline step may fail more of the decoded records the same way
+//! ([`ParseRecord::fail_record`], and [`RecordArena::without`] to drop them before they are sent).
+//! An envelope's side fields ([`Framing::EnvelopeSide`]) go to [`ParseRecord::side_field`].
 //!
 //! The record shapes themselves live with their wire format, each in its folder under `http`
 //! (`http::v1::record`, `http::confluent::record`): they implement [`ParseRecord`] for this
-//! decoder, which knows none of them. What their serde shapes share is here, so no format
-//! borrows from another: [`json_prefix`], [`shallow`] and [`whole`].
+//! decoder, which knows none of them. What their serde shapes share is here, so no format borrows
+//! from another: [`json_prefix`], [`shallow`] and [`whole`].
 //!
 //! Layer: domain (wire decoding). Imports only configuration bounds and the record type; the HTTP
-//! adapters pick a framing and a record parser, and nothing here knows about tenants, budgets
-//! or Kafka.
+//! adapters pick a framing and a record parser, and nothing here knows about tenants, budgets or
+//! Kafka.
 
 pub mod arena;
 pub mod scan;
@@ -129,20 +128,18 @@ pub trait ParseRecord: Send + Sync {
         Ok(false)
     }
 
-    /// Fails decoded record `record_index` (its index in the arena the body decoded to, which
-    /// holds the records in body order, failed entries left out) after decoding: a later step
-    /// (such as schema validation) found it invalid. `status` is the HTTP-style code the answer
-    /// gives the entry (400, 422) and `message` names what is wrong. `true` when the format
-    /// reports the entry as failed and writes the others (the caller must then not send the
-    /// record: see [`RecordArena::without`]); `false` (the default) when it cannot, and the
-    /// whole request must be refused instead.
+    /// Fails decoded record `record_index` (its index in the arena: body order, failed entries
+    /// left out) after decoding: a later step (such as schema validation) found it invalid.
+    /// `status` is the HTTP-style code the answer gives the entry (400, 422) and `message` names
+    /// what is wrong. `true` when the format reports the entry as failed and writes the others
+    /// (the caller must then not send the record: see [`RecordArena::without`]); `false` (the
+    /// default) when it cannot, and the whole request must be refused instead.
     fn fail_record(&self, record_index: usize, status: u16, message: String) -> bool {
         let _ = (record_index, status, message);
         false
     }
 
-    /// Whether [`ParseRecord::fail_record`] may report entries one by one (a batch): then a
-    /// later step may leave records out, and the request's number of records may shrink.
+    /// Whether `fail_record` may report entries one by one (a batch's number may shrink).
     fn reports_each(&self) -> bool {
         false
     }
