@@ -252,23 +252,24 @@ impl Compiled {
         }
     }
 
-    /// What checking a value of `len` bytes may cost at most, in the JSON Schema cost model's
-    /// units, where it is known before the check runs: a JSON Schema's cost model, a Protobuf
-    /// value's mapping (linear in it). An Avro value's walk is bounded in steps instead, and
-    /// its schema's defaults may make a short value long to walk, so it has none here.
-    pub(super) fn work_bound(&self, len: usize) -> Option<u64> {
+    /// What checking `data` may cost at most, in the JSON Schema cost model's units, where it
+    /// is known before the check runs: a JSON Schema's cost model (by its length), a Protobuf
+    /// value's mapping and writing (each byte by its depth: [`super::protobuf::work`]). An
+    /// Avro value's walk is bounded in steps instead, and its schema's defaults may make a
+    /// short value long to walk, so it has none here.
+    pub(super) fn work_bound(&self, data: &[u8]) -> Option<u64> {
         match &*self.codec {
-            Codec::Json(j) => Some(j.cost().saturating_mul(len as u64 + 1)),
-            Codec::Protobuf(_) => Some(len as u64),
+            Codec::Json(j) => Some(j.cost().saturating_mul(data.len() as u64 + 1)),
+            Codec::Protobuf(_) => Some(super::protobuf::work(data)),
             Codec::Avro(_) => None,
         }
     }
 
-    /// The most CPU a check of a `len`-byte value may take by the cost model (one unit a
-    /// nanosecond), for a check that cannot be stopped while it runs (JSON Schema,
-    /// Protobuf); `None` for an Avro walk, which stops where it is told.
-    pub(super) fn unstoppable_cpu(&self, len: usize) -> Option<std::time::Duration> {
-        self.work_bound(len).map(std::time::Duration::from_nanos)
+    /// The most CPU a check of `data` may take by the cost model (one unit a nanosecond), for
+    /// a check that cannot be stopped while it runs (JSON Schema, Protobuf); `None` for an
+    /// Avro walk, which stops where it is told.
+    pub(super) fn unstoppable_cpu(&self, data: &[u8]) -> Option<std::time::Duration> {
+        self.work_bound(data).map(std::time::Duration::from_nanos)
     }
 
     /// `data` checked (`keep_json`: kept as it is) or written in its wire format, stopped past
@@ -301,7 +302,7 @@ impl Compiled {
         work: u64,
     ) -> Result<(Written, u64), u64> {
         let Codec::Avro(_) = &*self.codec else {
-            return match self.work_bound(data.len()) {
+            return match self.work_bound(data) {
                 Some(bound) if bound <= work => Ok((
                     self.write_by(data, limit, keep_json, Until::default()),
                     bound,

@@ -191,7 +191,13 @@ const MAX_MESSAGE_DEPTH: usize = 100;
 
 /// The deepest bracket nesting of JSON text, strings skipped.
 fn json_depth(text: &[u8]) -> usize {
+    depths(text).0
+}
+
+/// The deepest a JSON text nests, and every byte weighed by the depth it lies at plus one.
+fn depths(text: &[u8]) -> (usize, u64) {
     let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    let mut weight = 0u64;
     for &b in text {
         match (in_string, b) {
             (true, _) if escaped => escaped = false,
@@ -206,8 +212,21 @@ fn json_depth(text: &[u8]) -> usize {
             (false, b'}' | b']') => depth = depth.saturating_sub(1),
             _ => {}
         }
+        weight = weight.saturating_add(depth as u64 + 1);
     }
-    deepest
+    (deepest, weight)
+}
+
+/// The cost model's units (a nanosecond each) per byte of a value and level it lies under.
+/// Reading the JSON is linear, but writing the message sizes each nested message once per
+/// level above it, so a byte costs about as many steps as it is deep: review 35a of #37 sent a
+/// chain 97 deep ending in 280,000 empty messages (840 KB, valid), priced 0.84 ms at a unit a
+/// byte, which ran 0.83–0.88 s on the thread kept for short checks — ~10.5 ns a byte and level.
+const UNITS_PER_BYTE_LEVEL: u64 = 12;
+
+/// What checking and writing `text` may cost at most, in the cost model's units.
+pub fn work(text: &[u8]) -> u64 {
+    depths(text).1.saturating_mul(UNITS_PER_BYTE_LEVEL)
 }
 
 /// The field prost-reflect names in its unknown-field error (`unrecognized field name 'x'`).
@@ -227,6 +246,32 @@ fn strip_position(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review 35a of #37: each byte is priced by its depth, so a value that nests deep costs
+    /// what writing it costs. Its record (a chain 97 deep ending in 280,000 empty messages,
+    /// 840 KB) ran 0.83–0.88 s, priced 0.84 ms at a unit a byte; an ordinary flat record
+    /// stays well within what a request worker checks inline.
+    #[test]
+    fn a_value_is_priced_by_the_depth_of_its_bytes() {
+        let leaves = vec!["{}"; 280_000].join(",");
+        let deep = format!(
+            "{}{{\"l\":[{leaves}]}}{}",
+            "{\"c\":".repeat(96),
+            "}".repeat(96)
+        );
+        let priced = work(deep.as_bytes());
+        assert!(priced >= 500_000_000, "at least the 500 ms line: {priced}");
+        let flat = format!("{{\"name\":\"{}\",\"n\":1}}", "x".repeat(1000));
+        let priced = work(flat.as_bytes());
+        assert!(
+            priced <= 50_000,
+            "a quarter of one record's inline work: {priced}"
+        );
+        // Brackets in strings are not levels: every byte at depth 1 but the closing brace.
+        let quoted = format!("{{\"s\":\"{}\"}}", "[{".repeat(500));
+        let weight = 2 * quoted.len() as u64 - 1;
+        assert_eq!(work(quoted.as_bytes()), weight * UNITS_PER_BYTE_LEVEL);
+    }
 
     const ORDER: &str = r#"syntax = "proto3"; package shop;
         message Order { int64 id = 1; string sku = 2; repeated Line lines = 3; }

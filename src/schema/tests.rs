@@ -345,7 +345,7 @@ async fn a_requests_inline_checks_are_bounded_and_the_rest_go_to_the_pool() {
     );
     let data = format!(r#"{{"s":"{}"}}"#, "x".repeat(3_000)).into_bytes();
     let work = schema
-        .work_bound(data.len())
+        .work_bound(&data)
         .expect("a JSON Schema check is bounded");
     assert!(
         work <= super::lookups::INLINE_WORK,

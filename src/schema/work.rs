@@ -131,7 +131,7 @@ impl Schemas {
             // One that cannot be stopped goes with the long jobs from the start if the cost
             // model prices it far past what its record pays for.
             let mut long = schema
-                .unstoppable_cpu(data.len())
+                .unstoppable_cpu(data)
                 .is_some_and(|most| most >= paid.saturating_add(FORESEEN_LONG));
             let ran = loop {
                 let job = self.check_job(tenant, schema, data, (limit, keep_json, paid), allowance);
