@@ -164,7 +164,8 @@ impl AppState {
                 config.server.max_unauthenticated_per_address,
                 config.server.max_connections_per_tenant,
                 parts::proxies(config),
-            ),
+            )
+            .with_head_bytes(config.server.max_unauthenticated_bytes),
             delivery_timeout: Duration::from_millis(config.kafka.delivery_timeout_ms),
             cluster,
             streams: parts::stream_bounds(config),

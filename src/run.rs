@@ -282,6 +282,7 @@ fn serve_listeners(
         listeners.admin,
         admin::router(state.clone()),
         ConnectionBounds {
+            max_connections: bounds.max_connections.min(ADMIN_MAX_CONNECTIONS),
             tls: admin_tls,
             unverified: None,
             ..bounds
@@ -291,6 +292,11 @@ fn serve_listeners(
     ));
     Ok((produce, admin))
 }
+
+/// Connections the admin listener serves: operators, probes and scrapes, not producers; it has
+/// no per-address bound, and 4,096 connections each keeping an unfinished head held ~800 MiB
+/// (review 35b of #37). At most this many, each within `max_header_bytes`.
+const ADMIN_MAX_CONNECTIONS: usize = 256;
 
 /// After the listeners closed: Kafka's confirmations awaited until `deadline`, then the keyed
 /// requests' answers stored (a retry after the restart finds them), then the cluster left.

@@ -246,7 +246,7 @@ async fn serve_connection(
                 cert: crate::tls::client_certificate(tls.get_ref().1),
                 ..peer
             };
-            let io = Wire::new(tls, Vec::new());
+            let io = Wire::new(tls, Vec::new()).counted_by(trust);
             drive(io, protocol, peer, router, bounds, opened, stop).await;
         }
         None => {
@@ -255,7 +255,7 @@ async fn serve_connection(
             else {
                 return;
             };
-            let io = Wire::new(stream, prefix);
+            let io = Wire::new(stream, prefix).counted_by(trust);
             drive(io, protocol, peer, router, bounds, opened, stop).await;
         }
     }
@@ -432,6 +432,12 @@ impl Watch<'_> {
                     }
                 }
             }
+        }
+        // A connection that never had a request has nothing to finish: closed now (asked to
+        // close gracefully, an HTTP/2 one waited for its ping's answer, and a peer that never
+        // answered held it 30 s past its first request's time: review 35b of #37).
+        if self.activity.never_asked() {
+            return;
         }
         // Phase 2: finish what is in flight, then close; a peer that will not let go is cut —
         // at once nearly, when it closes to make room for a newcomer that waits for its slot.

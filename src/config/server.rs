@@ -30,6 +30,12 @@ pub struct ServerConfig {
     /// requests authenticates (silent ones included); more are closed at once. Trusted
     /// proxies are not counted.
     pub max_unauthenticated_per_address: usize,
+    /// Bytes all connections of the produce listener may have sent before one of their
+    /// requests authenticates (heads not finished, HTTP/2 header blocks not ended), together.
+    /// Past it, a connection holding more than an equal share of it is closed when it sends
+    /// more; each connection's own head is bounded by `max_header_bytes`. Trusted proxies
+    /// are not counted.
+    pub max_unauthenticated_bytes: u64,
     /// Connections one tenant may hold on the produce listener once authenticated (a
     /// connection counts against the tenant its first authenticated request names); a request
     /// that would bind one more is refused 429 and its connection closed.
@@ -108,6 +114,7 @@ impl Default for ServerConfig {
             max_inflation_ratio: 100,
             max_connections: 4096,
             max_unauthenticated_per_address: 128,
+            max_unauthenticated_bytes: 16 * 1024 * 1024,
             max_connections_per_tenant: 1024,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,

@@ -42,6 +42,10 @@ impl Config {
                 "server.max_connections_per_tenant",
                 s.max_connections_per_tenant as u64,
             ),
+            (
+                "server.max_unauthenticated_bytes",
+                s.max_unauthenticated_bytes,
+            ),
             ("server.header_read_timeout_ms", s.header_read_timeout_ms),
             ("server.idle_timeout_ms", s.idle_timeout_ms),
             ("server.http2_max_streams", u64::from(s.http2_max_streams)),

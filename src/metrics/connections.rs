@@ -24,12 +24,13 @@ impl prometheus_client::collector::Collector for ConnectionCollector {
             ("refused_at_accept", u.refused.load(Relaxed)),
             ("made_room_unauthenticated", u.evicted.load(Relaxed)),
             ("made_room_tenant", u.evicted_bound.load(Relaxed)),
+            ("unauthenticated_bytes", u.closed_for_heads()),
         ]
         .map(|(reason, n)| (vec![("reason", reason)], ConstCounter::new(n)));
         family(
             &mut encoder,
             "connections_closed",
-            "Produce-listener connections closed by its bounds: at accept, over their address's allowance of unauthenticated connections or a newcomer whose address held the most (refused_at_accept); and, the listener full, to make room for a newcomer: an address's oldest unauthenticated one (made_room_unauthenticated), or the tenant holding the most connections' oldest idle one, closed gracefully (made_room_tenant)",
+            "Produce-listener connections closed by its bounds: at accept, over their address's allowance of unauthenticated connections or a newcomer whose address held the most (refused_at_accept); and, the listener full, to make room for a newcomer: an address's oldest unauthenticated one (made_room_unauthenticated), or the tenant holding the most connections' oldest idle one, closed gracefully (made_room_tenant); and an unauthenticated one holding more than an equal share of max_unauthenticated_bytes when it is spent (unauthenticated_bytes)",
             None,
             C,
             &series,

@@ -110,6 +110,11 @@ impl Activity {
         Some(self.opened + since + idle)
     }
 
+    /// Whether the connection has had no request at all: none served, none in flight.
+    pub(super) fn never_asked(&self) -> bool {
+        self.served.load(Ordering::Acquire) == 0 && self.in_flight.load(Ordering::Acquire) == 0
+    }
+
     /// How long the peer has sent nothing, at `now`.
     pub(super) fn quiet_for(&self, now: Instant) -> Duration {
         let heard = Duration::from_nanos(self.heard_ns.load(Ordering::Relaxed));

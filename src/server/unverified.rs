@@ -57,6 +57,8 @@ pub struct Unverified {
     /// makes room.
     oldest: Mutex<Held>,
     unverified_now: AtomicUsize,
+    /// What their heads hold, against `max_unauthenticated_bytes`.
+    heads: heads::Heads,
     room_age: std::time::Duration,
     known: Known,
 }
@@ -113,6 +115,8 @@ struct Slot {
     /// Told when `closing` or `evicted` is set, and (shared with its `Activity`) when a
     /// streamed answer's deadline is added: the one signal its task waits on.
     told: Arc<tokio::sync::Notify>,
+    /// Bytes it sent before it authenticated, counted in the listener's `heads`.
+    heard: AtomicU64,
     /// What the connection is doing, once it is served: an idle one is closed first to make
     /// room.
     activity: std::sync::OnceLock<Weak<super::activity::Activity>>,
@@ -145,32 +149,20 @@ pub const ROOM_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 /// [`Slot::seated_after_ns`] of a newcomer still waiting for its slot.
 const NOT_SEATED: u64 = u64::MAX;
 
-impl Slot {
-    /// How long after it opened it got its slot; `None` while it waits for one.
-    fn seated_after(&self) -> Option<std::time::Duration> {
-        let ns = self.seated_after_ns.load(Ordering::Acquire);
-        (ns != NOT_SEATED).then(|| std::time::Duration::from_nanos(ns))
-    }
-
-    fn idle(&self) -> bool {
-        self.activity
-            .get()
-            .and_then(Weak::upgrade)
-            .is_none_or(|a| a.in_flight.load(Ordering::Acquire) == 0)
-    }
-
-    /// How long its peer has sent nothing at `now` (since it opened, before it is served).
-    fn quiet_for(&self, now: std::time::Instant) -> std::time::Duration {
-        self.activity.get().and_then(Weak::upgrade).map_or_else(
-            || now.saturating_duration_since(self.opened),
-            |a| a.quiet_for(now),
-        )
-    }
-}
-
 impl Unverified {
     pub fn new(max: usize, max_per_tenant: usize, exempt: TrustedProxies) -> Arc<Self> {
         Self::aged(max, max_per_tenant, exempt, ROOM_AGE)
+    }
+
+    /// At most `max_bytes` heard from all unauthenticated connections before they authenticate.
+    pub fn with_head_bytes(self: Arc<Self>, max_bytes: u64) -> Arc<Self> {
+        self.heads.set_max(max_bytes);
+        self
+    }
+
+    /// Unauthenticated connections closed for what their heads held (a spent budget).
+    pub fn closed_for_heads(&self) -> u64 {
+        self.heads.closed.load(Ordering::Relaxed)
     }
 
     /// [`Unverified::new`], an unverified connection making room once older than `room_age`.
@@ -192,6 +184,7 @@ impl Unverified {
             listener: AtomicUsize::new(0),
             oldest: Mutex::default(),
             unverified_now: AtomicUsize::new(0),
+            heads: heads::Heads::new(u64::MAX),
             room_age,
             known: Known::default(),
         })
@@ -254,6 +247,7 @@ impl Unverified {
             closing: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             told: Arc::default(),
+            heard: AtomicU64::new(0),
             activity: std::sync::OnceLock::new(),
             made_room: AtomicBool::new(false),
             seated_after_ns: AtomicU64::new(NOT_SEATED),
@@ -394,6 +388,7 @@ impl ConnectionTrust {
             self.0.owner.release(self.0.address);
             self.0.owner.known.note(self.0.address);
         }
+        self.0.owner.heads.release(&self.0.heard);
     }
 
     /// A request on this connection authenticated as `tenant`: the connection counts against
@@ -474,6 +469,7 @@ impl Drop for Slot {
         if self.counted.swap(false, Ordering::AcqRel) {
             self.owner.release(self.address);
         }
+        self.owner.heads.release(&self.heard);
         let bound = self
             .tenant
             .get_mut()
@@ -491,6 +487,7 @@ impl Drop for Slot {
     }
 }
 
+mod heads;
 mod known;
 mod room;
 use known::Known;

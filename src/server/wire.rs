@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::activity::Activity;
+use super::ConnectionTrust;
 
 /// A stream whose first bytes (`prefix`) were already read, replayed before the rest, its
 /// reads marked on `heard` once it is served.
@@ -19,6 +20,8 @@ pub(super) struct Wire<T> {
     at: usize,
     inner: T,
     heard: Option<Arc<Activity>>,
+    /// Counts what it reads while it has not authenticated (`unverified::heads`).
+    trust: Option<ConnectionTrust>,
 }
 
 impl<T> Wire<T> {
@@ -28,7 +31,13 @@ impl<T> Wire<T> {
             at: 0,
             inner,
             heard: None,
+            trust: None,
         }
+    }
+
+    /// Its reads counted by `trust` while it has not authenticated.
+    pub(super) fn counted_by(self, trust: Option<ConnectionTrust>) -> Self {
+        Self { trust, ..self }
     }
 
     /// Its reads from now on marked on `activity`.
@@ -55,9 +64,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for Wire<T> {
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Some(a) = this.heard.as_ref().filter(|_| buf.filled().len() > before) {
+        let n = buf.filled().len() - before;
+        if n == 0 {
+            return read;
+        }
+        if let Some(a) = this.heard.as_ref() {
             let now = u64::try_from(a.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
             a.heard_ns.store(now, Ordering::Relaxed);
+        }
+        if let Some(trust) = &this.trust {
+            trust.heard(n);
         }
         read
     }

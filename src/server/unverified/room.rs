@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 
 use std::time::Duration;
 
-use super::{Held, Slot, ROOM_QUIET};
+use super::{Held, Slot, NOT_SEATED, ROOM_QUIET};
 
 /// The slots looked at while a count's lock is held, dropped only after it is released: the
 /// last reference to a slot may be one of them, and a slot's drop takes the counts' locks.
@@ -132,4 +132,28 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> b
     slot.closing.store(true, Ordering::Release);
     slot.told.notify_one();
     true
+}
+
+/// What a connection is doing, as the choice of one to close for a newcomer reads it.
+impl Slot {
+    /// How long after it opened it got its slot; `None` while it waits for one.
+    fn seated_after(&self) -> Option<std::time::Duration> {
+        let ns = self.seated_after_ns.load(Ordering::Acquire);
+        (ns != NOT_SEATED).then(|| std::time::Duration::from_nanos(ns))
+    }
+
+    fn idle(&self) -> bool {
+        self.activity
+            .get()
+            .and_then(Weak::upgrade)
+            .is_none_or(|a| a.in_flight.load(Ordering::Acquire) == 0)
+    }
+
+    /// How long its peer has sent nothing at `now` (since it opened, before it is served).
+    fn quiet_for(&self, now: std::time::Instant) -> std::time::Duration {
+        self.activity.get().and_then(Weak::upgrade).map_or_else(
+            || now.saturating_duration_since(self.opened),
+            |a| a.quiet_for(now),
+        )
+    }
 }

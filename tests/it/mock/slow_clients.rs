@@ -184,3 +184,64 @@ async fn tls_clients_that_stall_in_or_after_the_handshake_are_closed() {
     }
     gw.shutdown().await;
 }
+
+/// Review 35b of #37: an HTTP/2 client that sends its preface and never a request was asked to
+/// close gracefully at its first request's time and then waited on: its ping unanswered, it
+/// kept its slot until the keep-alive's timeout (40 s with the defaults). A connection that
+/// never had a request has nothing to finish, and is closed then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_never_asks_is_closed_at_its_first_requests_time() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |cfg| {
+        cfg.server.header_read_timeout_ms = HEADER_MS;
+        cfg.server.idle_timeout_ms = 20_000;
+    })
+    .await;
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream.write_all(H2_HELLO).await.expect("write");
+    let closed = closed_after(&mut stream, started).await;
+    assert!(
+        closed < Duration::from_millis(HEADER_MS + 1_000),
+        "closed after {closed:?}"
+    );
+    gw.shutdown().await;
+}
+
+/// Review 35b of #37: each connection's head is bounded, but not all of them at once — 4,096
+/// connections from 32 addresses, each keeping a 64 KiB head unfinished, held 355 MiB (HTTP/1)
+/// and 0.8–1.0 GiB (HTTP/2 header blocks never ended), with no credential. What connections
+/// send before they authenticate shares one budget; past it, one holding more than an equal
+/// share of it is closed when it sends more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_heads_share_one_budget_of_bytes() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |cfg| {
+        cfg.server.header_read_timeout_ms = 10_000;
+        cfg.server.max_unauthenticated_bytes = 256 * 1024;
+    })
+    .await;
+    let head = format!(
+        "POST /v1/topics/test.slow/records HTTP/1.1\r\nHost: x\r\nX-Pad: {}",
+        "p".repeat(60_000)
+    );
+    let mut heads = Vec::new();
+    for _ in 0..12 {
+        let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+        stream.write_all(head.as_bytes()).await.expect("write");
+        heads.push(stream);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut closed = 0;
+    for stream in &mut heads {
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await;
+        closed += usize::from(matches!(read, Ok(Ok(0) | Err(_))));
+    }
+    // 4 × 60 KB fit in 256 KiB; every later one is over its share when the budget is spent.
+    assert!((6..=9).contains(&closed), "{closed} of 12 closed");
+    let metric_name = r#"floodgate_connections_closed_total{reason="unauthenticated_bytes"}"#;
+    let counted = crate::common::exposition::metric(&gw, metric_name).await;
+    assert_eq!(counted, Some(closed as f64));
+    served(gw.addr, false).await;
+    drop(heads);
+    gw.shutdown().await;
+}
