@@ -36,6 +36,8 @@ enum Source {
     Fallback {
         epoch: u32,
         n: u32,
+        /// This replica's place among the `n` members: which share of the budget is its own.
+        rank: u32,
         /// How often Redis is tried again (a request over the share's burst waits that long).
         reprobe_ns: u64,
     },
@@ -83,7 +85,7 @@ impl Generation {
 
 fn effective(spec: BudgetSpec, source: &Source) -> BudgetSpec {
     match source {
-        Source::Fallback { n, .. } => fallback_of(spec, *n),
+        Source::Fallback { n, rank, .. } => fallback_of(spec, *n, *rank),
         _ => spec,
     }
 }
@@ -230,6 +232,7 @@ impl GlobalBudget {
             Mode::Fallback(n) => Source::Fallback {
                 epoch,
                 n,
+                rank: sharing.rank(),
                 reprobe_ns: sharing.reprobe_ns(),
             },
         };

@@ -318,6 +318,9 @@ pub struct ModeCell {
     /// How often the agent tries Redis again while on local shares: the wait a request larger
     /// than its share (but within the budget) is told, see [`take_fallback`].
     reprobe_ns: u64,
+    /// This replica's place among the members at the last heartbeat (0 before any): which
+    /// part of a budget's remainder its share takes ([`fallback_of`]).
+    rank: std::sync::atomic::AtomicU32,
 }
 
 /// The re-probe interval assumed when none is set.
@@ -330,7 +333,17 @@ impl ModeCell {
             word: AtomicU64::new(u64::from(members.max(1))),
             switched_at_ns: AtomicU64::new(0),
             reprobe_ns: DEFAULT_REPROBE_NS,
+            rank: std::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// This replica's place among the members, as the last heartbeat counted it.
+    pub fn set_rank(&self, rank: u32) {
+        self.rank.store(rank, Ordering::Release);
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank.load(Ordering::Acquire)
     }
 
     /// The agent tries Redis again every `every` while on local shares (its heartbeat).
@@ -473,13 +486,19 @@ pub fn take_fallback(
     })
 }
 
-/// `spec` divided among `n` members: each gets rate / n and burst / n (at least 1 each).
-pub fn fallback_of(spec: BudgetSpec, n: u32) -> BudgetSpec {
+/// `spec` divided among `n` members, for the one at `rank` (from 0): ⌊(rate + rank) / n⌋ and
+/// ⌊(burst + rank) / n⌋, so the members' shares add up to the budget exactly (Hermite's
+/// identity) whatever its size. A share may be 0: that member admits none of it while Redis is
+/// away, and a request is told to retry when Redis is tried again ([`take_fallback`]). (Each
+/// share at least 1 gave a tenant allowed 1 record a second 3 a second from three replicas:
+/// review 35b of #37.)
+pub fn fallback_of(spec: BudgetSpec, n: u32, rank: u32) -> BudgetSpec {
     let n = u64::from(n.max(1));
+    let rank = u64::from(rank).min(n - 1);
     let part = |s: Option<RateSpec>| {
         s.map(|s| RateSpec {
-            per_sec: (s.per_sec / n).max(1),
-            burst: (s.burst / n).max(1),
+            per_sec: s.per_sec.saturating_add(rank) / n,
+            burst: s.burst.saturating_add(rank) / n,
         })
     };
     BudgetSpec {

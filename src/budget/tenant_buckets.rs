@@ -23,6 +23,8 @@ enum Source {
     Fallback {
         epoch: u32,
         n: u32,
+        /// This replica's place among the `n` members: which share of the budget is its own.
+        rank: u32,
         /// How often Redis is tried again (a request over the share's burst waits that long).
         reprobe_ns: u64,
     },
@@ -66,7 +68,7 @@ impl TenantBuckets {
     /// The spec the local TATs are counted in.
     fn effective(&self) -> BudgetSpec {
         match self.source {
-            Source::Fallback { n, .. } => fallback_of(self.spec, n),
+            Source::Fallback { n, rank, .. } => fallback_of(self.spec, n, rank),
             _ => self.spec,
         }
     }
@@ -103,6 +105,7 @@ impl TenantBuckets {
                 Mode::Fallback(n) => Source::Fallback {
                     epoch,
                     n,
+                    rank: sharing.rank(),
                     reprobe_ns: sharing.reprobe_ns(),
                 },
             },

@@ -9,10 +9,11 @@
 -- ARGV[3]  how long it counts without another heartbeat, in ms
 -- ARGV[4]  '1' to leave
 -- ARGV[5]  this process's instance id (random per start)
--- Returns {live members, 0, '', 0}; or, when the id is held by another instance that has not
--- lapsed (two processes with one replica_id, or this replica's previous process killed less
--- than a TTL ago), {live members + 1, 1, holder's instance, holder's beats}: then nothing is
--- changed.
+-- Returns {live members, 0, '', 0, rank}, rank this replica's place (from 0) among the live
+-- members' ids in byte order (what divides a budget exactly among them while Redis is away);
+-- or, when the id is held by another instance that has not lapsed (two processes with one
+-- replica_id, or this replica's previous process killed less than a TTL ago), {live members +
+-- 1, 1, holder's instance, holder's beats, 0}: then nothing is changed.
 local EPOCH_MS = 1700000000000
 local now
 if ARGV[1] == '' then
@@ -39,7 +40,7 @@ if ARGV[4] == '1' then
 else
   if not ours and redis.call('ZSCORE', KEYS[1], ARGV[2]) then
     local beats = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-    return {redis.call('ZCARD', KEYS[1]) + 1, 1, holder, beats}
+    return {redis.call('ZCARD', KEYS[1]) + 1, 1, holder, beats, 0}
   end
   if holder ~= ARGV[5] then
     -- A new holder counts its beats from the start.
@@ -52,4 +53,12 @@ end
 redis.call('PEXPIRE', KEYS[1], math.ceil(ttl) * 2)
 redis.call('PEXPIRE', KEYS[2], math.ceil(ttl) * 2)
 redis.call('PEXPIRE', KEYS[3], math.ceil(ttl) * 2)
-return {redis.call('ZCARD', KEYS[1]), 0, '', 0}
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+table.sort(ids)
+local rank = 0
+for i, id in ipairs(ids) do
+  if id == ARGV[2] then
+    rank = i - 1
+  end
+end
+return {#ids, 0, '', 0, rank}

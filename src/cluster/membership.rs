@@ -110,6 +110,7 @@ impl Cluster {
         match result {
             Ok(m) => {
                 self.stats.members.store(m.members.max(1), Relaxed);
+                self.sharing.set_rank(m.rank);
                 self.recover();
                 Ok(m)
             }
@@ -165,6 +166,7 @@ impl Cluster {
             tracing::warn!(
                 error = %error,
                 share = format!("1/{n}"),
+                place = self.sharing.rank(),
                 "cluster: Redis unreachable; admitting from this replica's local share of every \
                  budget until it answers again"
             );

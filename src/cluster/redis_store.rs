@@ -189,10 +189,12 @@ impl RedisStore {
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(if leave { "1" } else { "0" })
             .arg(instance);
-        let (n, duplicate, holder, beats): (i64, i64, String, i64) = self.run(&invocation).await?;
+        let (n, duplicate, holder, beats, rank): (i64, i64, String, i64, i64) =
+            self.run(&invocation).await?;
         let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
         Ok(Membership {
             members: count(n),
+            rank: count(rank),
             duplicate: duplicate == 1,
             holder: (duplicate == 1).then(|| (holder, beats.max(0).unsigned_abs())),
         })

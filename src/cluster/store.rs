@@ -29,6 +29,8 @@ pub struct Grant {
 pub struct Membership {
     /// Live members, this one included.
     pub members: u32,
+    /// This replica's place among the live members' ids (from 0), for exact local shares.
+    pub rank: u32,
     /// This replica's id is held by another process whose entry has not lapsed: this
     /// heartbeat changed nothing.
     pub duplicate: bool,

@@ -322,8 +322,11 @@ const HELD_LEASES: u32 = 4;
 
 /// Lease rounds a request may take without asking Redis (another request's lease brought what
 /// it lacked, and another request took it first): each is one more wait for the slice's lease,
-/// so a request's rounds stay bounded however many requests share the slice.
-const FREE_ROUNDS: u32 = 8;
+/// so a request's rounds stay bounded however many requests share the slice. At 8, one request
+/// of a wave of 50 within every budget still lost all its rounds now and then on a loaded
+/// machine (two workers, a build beside them) and was refused; each round is one lease's
+/// round trip, so 32 cost at most ~32 round trips of waiting.
+const FREE_ROUNDS: u32 = 32;
 
 fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -95,19 +95,40 @@ fn every_mode_switch_moves_the_epoch_and_a_repeat_does_not() {
     assert_eq!(sharing.current(), (2, Mode::Fallback(2)));
 }
 
+/// Review 35b of #37: each share was at least 1, so three replicas gave a tenant allowed 1
+/// record a second 3 a second while Redis was away. The members' shares add up to the budget
+/// exactly, whatever its size: some get the remainder, and a share may be 0.
 #[test]
-fn a_share_divides_rate_and_burst_and_keeps_at_least_one() {
-    let s = fallback_of(spec(), 3);
+fn the_members_shares_add_up_to_the_budget_exactly() {
+    let s = fallback_of(spec(), 3, 0);
     assert_eq!(s.records.map(|r| (r.per_sec, r.burst)), Some((33, 33)));
-    let tiny = fallback_of(
-        BudgetSpec {
-            records: Some(RateSpec {
-                per_sec: 1,
-                burst: 1,
-            }),
+    for (per_sec, burst, n) in [(1, 1, 3), (100, 100, 3), (1, 5, 3), (7, 2, 5), (10, 10, 1)] {
+        let budget = BudgetSpec {
+            records: Some(RateSpec { per_sec, burst }),
             bytes: None,
-        },
-        5,
-    );
-    assert_eq!(tiny.records.map(|r| (r.per_sec, r.burst)), Some((1, 1)));
+        };
+        let shares: Vec<RateSpec> = (0..n)
+            .filter_map(|rank| fallback_of(budget, n, rank).records)
+            .collect();
+        assert_eq!(
+            shares.iter().map(|s| s.per_sec).sum::<u64>(),
+            per_sec,
+            "{shares:?}"
+        );
+        assert_eq!(
+            shares.iter().map(|s| s.burst).sum::<u64>(),
+            burst,
+            "{shares:?}"
+        );
+    }
+    // A rank past the members (counted before one left) takes the last share, not more.
+    let one = BudgetSpec {
+        records: Some(RateSpec {
+            per_sec: 1,
+            burst: 1,
+        }),
+        bytes: None,
+    };
+    assert_eq!(fallback_of(one, 3, 7).records.map(|r| r.per_sec), Some(1));
+    assert_eq!(fallback_of(one, 3, 0).records.map(|r| r.per_sec), Some(0));
 }

@@ -163,6 +163,30 @@ async fn members_are_counted_from_heartbeats_and_lapse() {
     assert_eq!(members("b", true).await, 0, "b left");
 }
 
+/// Each heartbeat says the replica's place among the live members' ids (byte order): what
+/// divides a budget exactly among them while Redis is away (review 35b of #37: shares of at
+/// least 1 gave a tenant allowed 1 record a second 3 a second from three replicas).
+#[tokio::test]
+async fn each_member_learns_its_place_among_the_members() {
+    let (clock, s) = connected_store("ranks").await;
+    for id in ["gw-c", "gw-a", "gw-b"] {
+        beat(&s, id, id, false).await;
+    }
+    for (id, rank) in [("gw-a", 0), ("gw-b", 1), ("gw-c", 2)] {
+        let m = beat(&s, id, id, false).await;
+        assert_eq!((m.members, m.rank), (3, rank), "{id}");
+    }
+    // gw-a lapses: the others move up.
+    clock.advance_ms(1500);
+    beat(&s, "gw-b", "gw-b", false).await;
+    beat(&s, "gw-c", "gw-c", false).await;
+    clock.advance_ms(600);
+    let m = beat(&s, "gw-c", "gw-c", false).await;
+    assert_eq!((m.members, m.rank), (2, 1));
+    let m = beat(&s, "gw-b", "gw-b", false).await;
+    assert_eq!((m.members, m.rank), (2, 0));
+}
+
 /// Two processes configured with one replica id would be counted as one member, and each
 /// take too large a share: the second is told so and changes nothing; once the first has
 /// lapsed (or left), the id is free again.
