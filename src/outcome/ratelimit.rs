@@ -44,8 +44,11 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
             let _ = state.write_str(", ");
         }
         any = true;
-        let window =
-            ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / u128::from(b.spec.per_sec)).max(1);
+        // A replica's local share of a small budget may refill at 0 a second while Redis is
+        // away (`budget::fallback_of`): shown as at 1 a second, not divided by (that panicked
+        // every answer of such a tenant into a 500).
+        let per_sec = u128::from(b.spec.per_sec.max(1));
+        let window = ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / per_sec).max(1);
         let _ = write!(
             policy,
             "\"{name}\";q={};w={window};qu=\"{unit}\"",
@@ -121,6 +124,25 @@ mod tests {
     fn render(view: &BucketsView) -> Option<(String, String)> {
         let (mut policy, mut state) = (String::new(), String::new());
         render_into(view, &mut policy, &mut state).then_some((policy, state))
+    }
+
+    /// A local share of 0 (a small budget among more replicas, Redis away) renders.
+    #[test]
+    fn a_share_that_never_refills_renders() {
+        let view = BucketsView {
+            tenant_records: Some(BucketView {
+                spec: RateSpec {
+                    per_sec: 0,
+                    burst: 0,
+                },
+                available: 0,
+                full_in_ns: 0,
+            }),
+            ..BucketsView::default()
+        };
+        let (policy, state) = render(&view).expect("one bucket");
+        assert_eq!(policy, r#""tenant-records";q=0;w=1;qu="records""#);
+        assert_eq!(state, r#""tenant-records";r=0;t=0"#);
     }
 
     #[test]
