@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    BucketView, Clock, Dimension, GlobalBudget, Missing, ModeCell, Short, Shortfall, TenantBuckets,
+    BucketView, Clock, GlobalBudget, Missing, ModeCell, Scope, Short, Shortfall, TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::hold::WaitRoom;
@@ -36,17 +36,11 @@ use pending::Pending;
 pub const MAX_ADAPTIVE_WAIT: Duration = Duration::from_secs(5);
 
 fn tenant_reason(s: Shortfall) -> Reason {
-    match s.dimension {
-        Dimension::Records => Reason::TenantRecords,
-        Dimension::Bytes => Reason::TenantBytes,
-    }
+    Reason::Budget(Scope::Tenant, s.dimension)
 }
 
 fn global_reason(s: Shortfall) -> Reason {
-    match s.dimension {
-        Dimension::Records => Reason::GlobalRecords,
-        Dimension::Bytes => Reason::GlobalBytes,
-    }
+    Reason::Budget(Scope::Global, s.dimension)
 }
 
 /// Every bucket that applies to a tenant, as it stands: the source of the RateLimit headers.

@@ -40,10 +40,28 @@ pub struct BudgetSpec {
 }
 
 /// Which bucket a decision is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dimension {
     Records,
     Bytes,
+}
+
+/// Whose budget: one tenant's, or the global broker-protection budget every tenant shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Tenant,
+    Global,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 2] = [Scope::Tenant, Scope::Global];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Tenant => "tenant",
+            Scope::Global => "global",
+        }
+    }
 }
 
 /// A bucket that said no, and how long until it would say yes to the same request.

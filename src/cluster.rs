@@ -319,14 +319,8 @@ const REFUSAL_MEMO: Duration = Duration::from_millis(100);
 /// A lease Redis refused (or a refusal remembered from one), as the request's refusal: in
 /// its scope and dimension, its tokens due in `wait`.
 fn lease_refusal(scope: Scope, wait: Duration, dimension: Dimension) -> Refusal {
-    let reason = match (scope, dimension) {
-        (Scope::Tenant, Dimension::Records) => Reason::TenantRecords,
-        (Scope::Tenant, Dimension::Bytes) => Reason::TenantBytes,
-        (Scope::Global, Dimension::Records) => Reason::GlobalRecords,
-        (Scope::Global, Dimension::Bytes) => Reason::GlobalBytes,
-    };
     Refusal {
-        reason,
+        reason: Reason::Budget(scope, dimension),
         retry_after: wait,
         class: None,
         lag: None,

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::{Dimension, Scope};
+
 /// Why a request was refused with 429; the strings are part of the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
-    TenantRecords,
-    TenantBytes,
-    GlobalRecords,
-    GlobalBytes,
+    /// A budget's bucket (the tenant's or the global one, in records or in bytes) is short.
+    Budget(Scope, Dimension),
     TenantBuffer,
     BufferFull,
     /// The memory budget for request bodies in flight is spent.
@@ -29,10 +29,10 @@ pub enum Reason {
 
 impl Reason {
     pub const ALL: [Reason; 9] = [
-        Reason::TenantRecords,
-        Reason::TenantBytes,
-        Reason::GlobalRecords,
-        Reason::GlobalBytes,
+        Reason::Budget(Scope::Tenant, Dimension::Records),
+        Reason::Budget(Scope::Tenant, Dimension::Bytes),
+        Reason::Budget(Scope::Global, Dimension::Records),
+        Reason::Budget(Scope::Global, Dimension::Bytes),
         Reason::TenantBuffer,
         Reason::BufferFull,
         Reason::ServerBusy,
@@ -43,7 +43,7 @@ impl Reason {
     /// The tenant's own budgets (records or bytes): what they refuse, no share of a shared
     /// limit could admit.
     pub fn is_own_budget(self) -> bool {
-        matches!(self, Reason::TenantRecords | Reason::TenantBytes)
+        matches!(self, Reason::Budget(Scope::Tenant, _))
     }
 
     /// What the tenant's own traffic spent: its budgets and its share of the buffer, not a
@@ -52,28 +52,34 @@ impl Reason {
     pub fn is_tenants_own(self) -> bool {
         matches!(
             self,
-            Reason::TenantRecords | Reason::TenantBytes | Reason::TenantBuffer
+            Reason::Budget(Scope::Tenant, _) | Reason::TenantBuffer
         )
     }
 
     /// A budget's refill (tenant or global, records or bytes): a wait known to the
     /// nanosecond, which holding the request for ([`crate::hold`]) can cover.
     pub fn is_rate(self) -> bool {
-        matches!(
-            self,
-            Reason::TenantRecords
-                | Reason::TenantBytes
-                | Reason::GlobalRecords
-                | Reason::GlobalBytes
-        )
+        matches!(self, Reason::Budget(..))
+    }
+
+    /// Where this reason sits in [`Reason::ALL`]: the index of per-reason counters.
+    pub const fn index(self) -> usize {
+        match self {
+            Reason::Budget(scope, dimension) => 2 * scope as usize + dimension as usize,
+            Reason::TenantBuffer => 4,
+            Reason::BufferFull => 5,
+            Reason::ServerBusy => 6,
+            Reason::Adaptive => 7,
+            Reason::ConsumerLag => 8,
+        }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Reason::TenantRecords => "tenant_records",
-            Reason::TenantBytes => "tenant_bytes",
-            Reason::GlobalRecords => "global_records",
-            Reason::GlobalBytes => "global_bytes",
+            Reason::Budget(Scope::Tenant, Dimension::Records) => "tenant_records",
+            Reason::Budget(Scope::Tenant, Dimension::Bytes) => "tenant_bytes",
+            Reason::Budget(Scope::Global, Dimension::Records) => "global_records",
+            Reason::Budget(Scope::Global, Dimension::Bytes) => "global_bytes",
             Reason::TenantBuffer => "tenant_buffer",
             Reason::BufferFull => "buffer_full",
             Reason::ServerBusy => "server_busy",
@@ -167,7 +173,7 @@ mod tests {
     #[test]
     fn retry_after_rounds_up_and_is_at_least_one_second() {
         let r = |ns| Refusal {
-            reason: Reason::TenantRecords,
+            reason: Reason::Budget(Scope::Tenant, Dimension::Records),
             retry_after: Duration::from_nanos(ns),
             class: None,
             lag: None,
@@ -179,8 +185,21 @@ mod tests {
     }
 
     #[test]
+    fn each_reason_counts_at_its_own_place_with_its_own_name() {
+        let mut names: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+        names.dedup();
+        assert_eq!(names.len(), Reason::ALL.len());
+    }
+
+    #[test]
     fn no_wait_told_is_longer_than_a_day() {
-        let never = Refusal::new(Reason::TenantRecords, Duration::from_nanos(u64::MAX));
+        let never = Refusal::new(
+            Reason::Budget(Scope::Tenant, Dimension::Records),
+            Duration::from_nanos(u64::MAX),
+        );
         assert_eq!(never.retry_after_secs(), 86_400);
         assert_eq!(never.retry_after_ms(), 86_400_000);
         assert_eq!(wait_secs(Duration::MAX), 86_400);

@@ -1,5 +1,5 @@
 use super::*;
-use crate::budget::{BudgetSpec, ManualClock, RateSpec};
+use crate::budget::{BudgetSpec, Dimension, ManualClock, RateSpec};
 use crate::config::TenantConfig;
 use crate::record::Charge;
 
@@ -54,7 +54,10 @@ fn tenant_records_refusal_says_when_enough_records_are_back() {
     assert_eq!(view.tenant_records.map(|v| v.available), Some(0));
     // 3 records at 10/s: 300 ms.
     let refused = refusal(r.admission.admit(&t, Charge::new(3, 1)).0);
-    assert_eq!(refused.reason, Reason::TenantRecords);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Tenant, Dimension::Records)
+    );
     assert_eq!(refused.retry_after, 300 * MS);
     r.clock.advance_ms(299);
     assert_eq!(
@@ -75,7 +78,10 @@ fn tenant_bytes_refusal_names_bytes_and_waits_for_bytes() {
         .0
         .expect("burst");
     let refused = refusal(r.admission.admit(&t, Charge::new(1, 500)).0);
-    assert_eq!(refused.reason, Reason::TenantBytes);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Tenant, Dimension::Bytes)
+    );
     assert_eq!(refused.retry_after, 500 * MS);
 }
 
@@ -94,7 +100,10 @@ fn global_budgets_cap_the_sum_of_tenants() {
         .0
         .expect("global burst");
     let refused = refusal(r.admission.admit(&b, Charge::new(1, 10)).0);
-    assert_eq!(refused.reason, Reason::GlobalRecords);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Global, Dimension::Records)
+    );
     assert_eq!(refused.retry_after, 10 * MS);
 
     r.clock.advance_ms(1000);
@@ -104,7 +113,10 @@ fn global_budgets_cap_the_sum_of_tenants() {
         .0
         .expect("bytes burst");
     let refused = refusal(r.admission.admit(&b, Charge::new(1, 2_500)).0);
-    assert_eq!(refused.reason, Reason::GlobalBytes);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Global, Dimension::Bytes)
+    );
     assert_eq!(refused.retry_after, 250 * MS);
 }
 
@@ -120,7 +132,10 @@ fn a_refused_request_charges_nothing_anywhere() {
     let _hold = r.admission.admit(&t, Charge::new(1, 900)).0.expect("fits");
     let before = (r.admission.view(&t), r.admission.buffer.held());
     let refused = refusal(r.admission.admit(&t, Charge::new(5, 200)).0);
-    assert_eq!(refused.reason, Reason::GlobalBytes);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Global, Dimension::Bytes)
+    );
     assert_eq!((r.admission.view(&t), r.admission.buffer.held()), before);
 }
 
@@ -237,7 +252,10 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
         .admission
         .precheck(&t, 500)
         .expect_err("bytes bucket holds 100");
-    assert_eq!(refused.reason, Reason::TenantBytes);
+    assert_eq!(
+        refused.reason,
+        Reason::Budget(Scope::Tenant, Dimension::Bytes)
+    );
     assert_eq!(refused.retry_after, 400 * MS);
     assert_eq!(
         r.admission.view(&t).tenant_bytes.map(|v| v.available),
@@ -388,10 +406,16 @@ fn a_holdable_wait_never_hides_a_refusal_a_hold_cannot_change() {
             assert_eq!((check.0, admit, early), (full, full, full));
         } else {
             // Without [wait], the budget speaks first, as it always has.
-            assert_eq!(check, (Reason::TenantRecords, 20 * MS));
+            assert_eq!(
+                check,
+                (Reason::Budget(Scope::Tenant, Dimension::Records), 20 * MS)
+            );
             assert_eq!(
                 (admit, early),
-                (Reason::TenantRecords, Reason::TenantRecords)
+                (
+                    Reason::Budget(Scope::Tenant, Dimension::Records),
+                    Reason::Budget(Scope::Tenant, Dimension::Records)
+                )
             );
         }
         // The buffer has room again: only the wait is left, and every check says it, for the
@@ -399,12 +423,12 @@ fn a_holdable_wait_never_hides_a_refusal_a_hold_cannot_change() {
         drop(burst);
         assert_eq!(
             reason(rig.admission.check(&t, one)),
-            (Reason::TenantRecords, 20 * MS)
+            (Reason::Budget(Scope::Tenant, Dimension::Records), 20 * MS)
         );
         let early = rig.admission.precheck(&t, 1).expect_err("refused");
         assert_eq!(
             (early.reason, early.retry_after),
-            (Reason::TenantRecords, 20 * MS)
+            (Reason::Budget(Scope::Tenant, Dimension::Records), 20 * MS)
         );
         assert_eq!(rig.admission.holdable(&early), waits);
         rig.clock.advance_ms(20);

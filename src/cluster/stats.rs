@@ -5,23 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 
-/// Who a lease call was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    Tenant,
-    Global,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 2] = [Scope::Tenant, Scope::Global];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Tenant => "tenant",
-            Scope::Global => "global",
-        }
-    }
-}
+pub use crate::budget::Scope;
 
 /// How a lease call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::Ingest;
 use crate::admission::{Blocked, BucketsView, LeaseNeed};
+use crate::budget::{Dimension, Scope};
 use crate::buffer::BufferLease;
 use crate::cluster::Asked;
 use crate::hold::{Seat, WaitRoom};
@@ -242,12 +243,16 @@ pub(super) fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
 /// A request still short of leased tokens once its lease calls are spent: other requests
 /// took the tokens first, or the caller has spent its calls.
 fn contended(need: LeaseNeed) -> Refusal {
-    let reason = match (need.tenant, need.global) {
-        (Some(m), _) if m.records > 0 => Reason::TenantRecords,
-        (Some(_), _) => Reason::TenantBytes,
-        (None, Some(m)) if m.records > 0 => Reason::GlobalRecords,
-        _ => Reason::GlobalBytes,
+    let (scope, missing) = match (need.tenant, need.global) {
+        (Some(m), _) => (Scope::Tenant, Some(m)),
+        (None, global) => (Scope::Global, global),
     };
+    let dimension = if missing.is_some_and(|m| m.records > 0) {
+        Dimension::Records
+    } else {
+        Dimension::Bytes
+    };
+    let reason = Reason::Budget(scope, dimension);
     Refusal {
         reason,
         retry_after: CONTENDED_RETRY,

@@ -205,6 +205,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::{Dimension, Scope};
     use crate::config::TenantConfig;
 
     fn tenant(id: &str) -> std::sync::Arc<Tenant> {
@@ -225,9 +226,14 @@ mod tests {
         h.sample(1, [&busy, &idle].into_iter());
         assert!(h.rings.is_empty(), "nothing moved yet");
         for second in 2..=70u64 {
-            busy.stats().rejected(Reason::TenantRecords);
             busy.stats()
-                .decided(3, 30, Some(Reason::TenantRecords), true);
+                .rejected(Reason::Budget(Scope::Tenant, Dimension::Records));
+            busy.stats().decided(
+                3,
+                30,
+                Some(Reason::Budget(Scope::Tenant, Dimension::Records)),
+                true,
+            );
             h.sample(second, [&busy, &idle].into_iter());
         }
         assert_eq!(h.rings.len(), 1, "the idle tenant has nothing");
@@ -236,7 +242,10 @@ mod tests {
         assert_eq!(ring.seconds.front().map(|(at, _)| *at), Some(11));
         let last = ring.seconds.back().map(|(_, s)| *s).unwrap_or_default();
         assert_eq!((last.refused_requests, last.refused_records), (1, 3));
-        assert_eq!(last.refused_by_reason[Reason::TenantRecords as usize], 1);
+        assert_eq!(
+            last.refused_by_reason[Reason::Budget(Scope::Tenant, Dimension::Records).index()],
+            1
+        );
         // A minute of quiet and the ring is gone.
         for second in 71..=131u64 {
             h.sample(second, [&busy, &idle].into_iter());

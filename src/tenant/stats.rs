@@ -141,11 +141,11 @@ impl TenantStats {
     }
 
     pub fn rejected(&self, reason: Reason) {
-        self.rejected[reason as usize].fetch_add(1, Relaxed);
+        self.rejected[reason.index()].fetch_add(1, Relaxed);
     }
 
     pub fn rejected_count(&self, reason: Reason) -> u64 {
-        self.rejected[reason as usize].load(Relaxed)
+        self.rejected[reason.index()].load(Relaxed)
     }
 
     pub fn failed(&self, records: u64) {

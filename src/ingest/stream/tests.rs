@@ -8,6 +8,7 @@ use super::*;
 use crate::access::AdminTokens;
 use crate::app::{AppState, BuildOptions};
 use crate::budget::ManualClock;
+use crate::budget::{Dimension, Scope};
 use crate::config::{Config, Priority, TenantConfig};
 use crate::http::confluent::record::{V3Record, V3Types};
 use crate::inflight_bodies::InflightBodies;
@@ -194,7 +195,8 @@ async fn records_over_a_tenants_own_budget_are_not_demand_and_leave_the_adaptive
         "only what its own budget could admit is demand"
     );
     assert_eq!(
-        crit.stats().rejected_count(Reason::TenantRecords),
+        crit.stats()
+            .rejected_count(Reason::Budget(Scope::Tenant, Dimension::Records)),
         50 + 1995
     );
     s.clock.advance_ms(1000);
