@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    BucketView, Clock, GlobalBudget, Missing, ModeCell, Scope, Short, Shortfall, TenantBuckets,
+    BucketView, Clock, GlobalBudget, Missing, ModeCell, PerDimension, Scope, Short, Shortfall,
+    TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::hold::WaitRoom;
@@ -46,10 +47,18 @@ fn global_reason(s: Shortfall) -> Reason {
 /// Every bucket that applies to a tenant, as it stands: the source of the RateLimit headers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BucketsView {
-    pub tenant_records: Option<BucketView>,
-    pub tenant_bytes: Option<BucketView>,
-    pub global_records: Option<BucketView>,
-    pub global_bytes: Option<BucketView>,
+    pub tenant: PerDimension<Option<BucketView>>,
+    pub global: PerDimension<Option<BucketView>>,
+}
+
+impl BucketsView {
+    /// One scope's buckets.
+    pub fn of(&self, scope: Scope) -> &PerDimension<Option<BucketView>> {
+        match scope {
+            Scope::Tenant => &self.tenant,
+            Scope::Global => &self.global,
+        }
+    }
 }
 
 /// Cluster mode: tokens a request needs from the shared budget before it can be admitted.
@@ -105,7 +114,7 @@ pub struct Admission {
 /// its adaptive bucket.
 struct Planned {
     tenant: crate::budget::PendingCharge,
-    adaptive: Option<(u64, u64)>,
+    adaptive: Option<crate::budget::Tats>,
     lag: lag::LagCharge,
 }
 
@@ -455,13 +464,9 @@ impl Admission {
     }
 
     fn view_locked(&self, buckets: &TenantBuckets, now: u64) -> BucketsView {
-        let (tenant_records, tenant_bytes) = buckets.view(now);
-        let (global_records, global_bytes) = self.global.view(now);
         BucketsView {
-            tenant_records,
-            tenant_bytes,
-            global_records,
-            global_bytes,
+            tenant: buckets.view(now),
+            global: self.global.view(now),
         }
     }
 }

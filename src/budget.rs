@@ -28,23 +28,11 @@ pub use global::GlobalBudget;
 pub use slice::{fallback_entry, fallback_of, FallbackLevel, Missing, Mode, ModeCell, Slice};
 pub use tenant_buckets::{PendingCharge, TenantBuckets};
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::dimension::{Dimension, PerDimension};
 use crate::record::Charge;
 
 /// A budget in both dimensions; `None` means that dimension is not limited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BudgetSpec {
-    pub records: Option<RateSpec>,
-    pub bytes: Option<RateSpec>,
-}
-
-/// Which bucket a decision is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dimension {
-    Records,
-    Bytes,
-}
+pub type BudgetSpec = PerDimension<Option<RateSpec>>;
 
 /// Whose budget: one tenant's, or the global broker-protection budget every tenant shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,37 +68,49 @@ pub enum Short {
     Lease(Missing),
 }
 
+/// A budget's level: each bucket's theoretical arrival time (TAT), in that bucket's own ticks
+/// under the spec it is counted in.
+pub type Tats = PerDimension<u64>;
+
 /// Takes from both dimensions or from neither.
 pub fn take_both(
     spec: &BudgetSpec,
-    (r_tat, b_tat): (u64, u64),
+    tats: Tats,
     now_ns: u64,
     charge: Charge,
-) -> Result<(u64, u64), Shortfall> {
-    let take = |s: &Option<RateSpec>, tat: u64, n: u64, dimension| match s {
-        None => Ok(tat),
-        Some(s) => s
-            .try_take(tat, now_ns, n)
-            .map_err(|wait_ns| Shortfall { dimension, wait_ns }),
-    };
-    let r = take(&spec.records, r_tat, charge.records, Dimension::Records);
-    let b = take(&spec.bytes, b_tat, charge.bytes, Dimension::Bytes);
-    match (r, b) {
-        (Ok(r), Ok(b)) => Ok((r, b)),
-        // Report the first dimension that refuses, but wait for the slower of the two.
-        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
-        (Err(r), Err(b)) => Err(Shortfall {
-            wait_ns: r.wait_ns.max(b.wait_ns),
-            ..r
-        }),
+) -> Result<Tats, Shortfall> {
+    let mut taken = tats;
+    let mut short: Option<Shortfall> = None;
+    for d in Dimension::ALL {
+        let Some(s) = spec[d] else { continue };
+        match s.try_take(tats[d], now_ns, charge[d]) {
+            Ok(tat) => taken[d] = tat,
+            // Report the first dimension that refuses, but wait for the slower of the two.
+            Err(wait_ns) => {
+                let first = short.unwrap_or(Shortfall {
+                    dimension: d,
+                    wait_ns,
+                });
+                short = Some(Shortfall {
+                    wait_ns: first.wait_ns.max(wait_ns),
+                    ..first
+                });
+            }
+        }
     }
+    short.map_or(Ok(taken), Err)
 }
 
-/// Retargets one dimension's TAT from `old` to `new` (see [`RateSpec::retarget`]).
-pub fn retarget_tat(old: &Option<RateSpec>, new: &Option<RateSpec>, tat: u64, now_ns: u64) -> u64 {
-    match (old, new) {
-        (Some(o), Some(n)) => o.retarget(tat, now_ns, n),
+/// Retargets each dimension's TAT from `old` to `new` (see [`RateSpec::retarget`]).
+pub fn retarget(old: &BudgetSpec, new: &BudgetSpec, tats: Tats, now_ns: u64) -> Tats {
+    PerDimension::from_fn(|d| match (old[d], new[d]) {
+        (Some(o), Some(n)) => o.retarget(tats[d], now_ns, &n),
         // Newly limited: starts full. No longer limited: the value is unused.
         _ => 0,
-    }
+    })
+}
+
+/// What each limited bucket holds at `now_ns`.
+pub fn view_of(spec: &BudgetSpec, tats: Tats, now_ns: u64) -> PerDimension<Option<BucketView>> {
+    PerDimension::from_fn(|d| spec[d].map(|s| s.view(tats[d], now_ns)))
 }

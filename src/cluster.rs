@@ -67,7 +67,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::admission::LeaseNeed;
-use crate::budget::{BudgetSpec, Clock, Dimension, GlobalBudget, Missing, ModeCell, Slice};
+use crate::budget::{
+    BudgetSpec, Clock, Dimension, GlobalBudget, Missing, ModeCell, PerDimension, Slice,
+};
+use crate::record::Charge;
 use crate::refusal::{Reason, Refusal};
 use crate::tenant::{Tenant, Tenants};
 
@@ -147,33 +150,37 @@ impl Cluster {
         scope: Scope,
         key: &str,
         spec: &BudgetSpec,
-        records: Ask,
-        bytes: Ask,
+        asks: PerDimension<Ask>,
         slice: &Slice,
     ) -> Result<Option<(Duration, Dimension)>, ()> {
         let started = Instant::now();
-        let answer = self.store.lease(key, spec, records, bytes).await;
+        let answer = self.store.lease(key, spec, asks).await;
         self.stats
             .lease_seconds
             .observe(started.elapsed().as_secs_f64());
         let now = self.clock.now_ns();
         match answer {
             Ok(grant) => {
-                slice.note_cluster(grant.left_records, grant.left_bytes, now);
+                slice.note_cluster(grant.left, now);
                 if let Some(wait) = grant.wait {
                     self.stats.count_lease(scope, LeaseOutcome::Refused);
-                    let dimension = if spec.records.is_some() && records.min > grant.left_records {
-                        Dimension::Records
-                    } else {
-                        Dimension::Bytes
-                    };
+                    let dimension =
+                        if spec.records.is_some() && asks.records.min > grant.left.records {
+                            Dimension::Records
+                        } else {
+                            Dimension::Bytes
+                        };
                     slice.note_refused(now, wait, dimension);
                     return Ok(Some((wait, dimension)));
                 }
-                slice.credit(grant.records, grant.bytes, now);
+                slice.credit(grant.granted, now);
                 self.stats.count_lease(scope, LeaseOutcome::Granted);
-                self.stats.granted_records.fetch_add(grant.records, Relaxed);
-                self.stats.granted_bytes.fetch_add(grant.bytes, Relaxed);
+                self.stats
+                    .granted_records
+                    .fetch_add(grant.granted.records, Relaxed);
+                self.stats
+                    .granted_bytes
+                    .fetch_add(grant.granted.bytes, Relaxed);
                 Ok(None)
             }
             Err(e) => {
@@ -184,14 +191,16 @@ impl Cluster {
         }
     }
 
-    async fn give_back(&self, key: &str, spec: &BudgetSpec, records: u64, bytes: u64) {
-        if records == 0 && bytes == 0 {
+    async fn give_back(&self, key: &str, spec: &BudgetSpec, tokens: Charge) {
+        if tokens.records == 0 && tokens.bytes == 0 {
             return;
         }
-        match self.store.give_back(key, spec, records, bytes).await {
+        match self.store.give_back(key, spec, tokens).await {
             Ok(()) => {
-                self.stats.returned_records.fetch_add(records, Relaxed);
-                self.stats.returned_bytes.fetch_add(bytes, Relaxed);
+                self.stats
+                    .returned_records
+                    .fetch_add(tokens.records, Relaxed);
+                self.stats.returned_bytes.fetch_add(tokens.bytes, Relaxed);
             }
             Err(e) => self.stats.count_error(e.kind()),
         }
@@ -221,7 +230,7 @@ impl Cluster {
             // both go round again for the global slice alone, its free rounds spent).
             if slice.missing(&spec, need.charge).is_some() {
                 let key = self.store.tenant_key(tenant.id.as_str());
-                let (records, bytes) = asks(
+                let asks = asks(
                     &slice,
                     &spec,
                     missing,
@@ -229,10 +238,7 @@ impl Cluster {
                     self.sharing(&lock, &spec),
                 );
                 asked = Asked::Redis;
-                match self
-                    .lease(Scope::Tenant, &key, &spec, records, bytes, &slice)
-                    .await
-                {
+                match self.lease(Scope::Tenant, &key, &spec, asks, &slice).await {
                     Ok(Some((wait, dimension))) => {
                         return Err(lease_refusal(Scope::Tenant, wait, dimension))
                     }
@@ -254,7 +260,7 @@ impl Cluster {
             if slice.missing(&spec, need.charge).is_none() {
                 return Ok(asked);
             }
-            let (records, bytes) = asks(
+            let asks = asks(
                 &slice,
                 &spec,
                 missing,
@@ -263,9 +269,8 @@ impl Cluster {
             );
             let key = self.store.global_key();
             asked = Asked::Redis;
-            if let Ok(Some((wait, dimension))) = self
-                .lease(Scope::Global, &key, &spec, records, bytes, &slice)
-                .await
+            if let Ok(Some((wait, dimension))) =
+                self.lease(Scope::Global, &key, &spec, asks, &slice).await
             {
                 return Err(lease_refusal(Scope::Global, wait, dimension));
             }
@@ -288,14 +293,13 @@ impl Cluster {
                 let slice = state.buckets.slice().cloned();
                 (slice.map(|s| s.drain()), state.buckets.spec())
             };
-            if let Some((r, b)) = slice {
-                self.give_back(&self.store.tenant_key(t.id.as_str()), &spec, r, b)
+            if let Some(tokens) = slice {
+                self.give_back(&self.store.tenant_key(t.id.as_str()), &spec, tokens)
                     .await;
             }
         }
         if let Some(slice) = self.global.slice() {
-            let (r, b) = slice.drain();
-            self.give_back(&self.store.global_key(), &self.global.spec(), r, b)
+            self.give_back(&self.store.global_key(), &self.global.spec(), slice.drain())
                 .await;
         }
         let _ = self
@@ -340,7 +344,8 @@ pub enum Asked {
 /// targets are held to, so the slices of all replicas stay within the bound they keep.
 struct Sharing {
     others: u64,
-    most: (u64, u64),
+    /// The most a replica's slice may hold.
+    most: Charge,
 }
 
 impl Cluster {
@@ -355,7 +360,7 @@ impl Cluster {
         };
         Sharing {
             others: waiting.saturating_sub(1),
-            most: (most(spec.records), most(spec.bytes)),
+            most: spec.map(most),
         }
     }
 }
@@ -374,33 +379,25 @@ fn asks(
     missing: Missing,
     partial: bool,
     sharing: Sharing,
-) -> (Ask, Ask) {
-    let (target_r, target_b) = slice.target();
-    let ask = |limited: bool, missing: u64, target: u64, most: u64| {
-        if limited {
-            let others = if sharing.others > 0 { most } else { 0 };
-            Ask {
-                want: missing.saturating_add(others).saturating_add(target.max(1)),
-                min: if partial { missing.min(1) } else { missing },
-            }
-        } else {
-            Ask::default()
+) -> PerDimension<Ask> {
+    let target = slice.target();
+    let others = sharing.others > 0;
+    PerDimension::from_fn(|d| {
+        if spec[d].is_none() {
+            return Ask::default();
         }
-    };
-    (
-        ask(
-            spec.records.is_some(),
-            missing.records,
-            target_r,
-            sharing.most.0,
-        ),
-        ask(
-            spec.bytes.is_some(),
-            missing.bytes,
-            target_b,
-            sharing.most.1,
-        ),
-    )
+        let others = if others { sharing.most[d] } else { 0 };
+        Ask {
+            want: missing[d]
+                .saturating_add(others)
+                .saturating_add(target[d].max(1)),
+            min: if partial {
+                missing[d].min(1)
+            } else {
+                missing[d]
+            },
+        }
+    })
 }
 
 fn duration_ms(d: Duration) -> u64 {

@@ -6,7 +6,8 @@
 //! module's first comment ends with its "Layer:" line, in these seven names.
 //!
 //! 1. Foundations — import nothing of floodgate's but each other:
-//!    [`record`] (records, the `Charge` they make, the `Api` they came by), [`refusal`] (why a
+//!    [`dimension`] (records and bytes, and a value for each), [`record`] (records, the
+//!    `Charge` they make, the `Api` they came by), [`refusal`] (why a
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
 //!    [`access`] (admin tokens), [`budget`] (GCRA token buckets), [`buffer`]
@@ -63,6 +64,7 @@ pub mod config;
 pub mod credential;
 pub mod descriptors;
 pub mod dev;
+pub mod dimension;
 pub mod env_secret;
 pub mod forwarded;
 pub mod heap;

@@ -8,6 +8,8 @@
 
 use std::borrow::Cow;
 
+use crate::dimension::PerDimension;
+
 /// One record, ready for the producer. Borrowed from the request body where possible.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Record<'a> {
@@ -54,11 +56,7 @@ impl Record<'_> {
 /// The cost of a request in both dimensions every budget and the buffer count. The one type
 /// used wherever something is charged, checked or reserved, so the two numbers can never be
 /// passed in the wrong order.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Charge {
-    pub records: u64,
-    pub bytes: u64,
-}
+pub type Charge = PerDimension<u64>;
 
 impl Charge {
     pub const fn new(records: u64, bytes: u64) -> Self {

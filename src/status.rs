@@ -204,7 +204,7 @@ impl StatusBoard {
         );
         let registry = self.tenants.load();
         let tenants = self.tenant_statuses(&registry, query, &span);
-        let (global_records, global_bytes) = self.admission.global.view(self.admission.now_ns());
+        let global = self.admission.global.view(self.admission.now_ns());
         Snapshot {
             window_secs: secs,
             tenant_count: registry.len(),
@@ -215,8 +215,8 @@ impl StatusBoard {
                 refused_records_per_sec: per_sec(totals.refused_records, secs),
             },
             tenants,
-            global_records: global_records.map(Bucket::from),
-            global_bytes: global_bytes.map(Bucket::from),
+            global_records: global.records.map(Bucket::from),
+            global_bytes: global.bytes.map(Bucket::from),
             buffer: self.buffer_status(),
             kafka: self.kafka_status(&span),
             cluster: self.cluster_status(&span),
@@ -271,8 +271,8 @@ impl StatusBoard {
                 .map(|(r, n)| (r.as_str(), per_sec(n, secs)))
                 .collect(),
             history,
-            records_bucket: view.tenant_records.map(Bucket::from),
-            bytes_bucket: view.tenant_bytes.map(Bucket::from),
+            records_bucket: view.tenant.records.map(Bucket::from),
+            bytes_bucket: view.tenant.bytes.map(Bucket::from),
             buffer_bytes: t.usage.bytes.load(Relaxed),
             buffer_records: t.usage.records.load(Relaxed),
             buffer_share: t.buffer_share(),

@@ -41,7 +41,7 @@ pub struct AdaptiveBucket {
     pub class: crate::config::Priority,
     /// `None`: no adaptive limit on this tenant now.
     pub spec: Option<BudgetSpec>,
-    pub tats: (u64, u64),
+    pub tats: crate::budget::Tats,
 }
 
 /// A tenant's settings, parsed and checked: applying them cannot fail.
@@ -205,10 +205,11 @@ impl Tenant {
         let Some(state) = self.admission_if_live() else {
             return 0; // never charged: full
         };
-        let (records, bytes) = state.buckets.view(now_ns);
-        [records, bytes]
+        state
+            .buckets
+            .view(now_ns)
             .iter()
-            .flatten()
+            .filter_map(|(_, v)| v.as_ref())
             .map(|v| v.full_in_ns)
             .max()
             .unwrap_or(0)
@@ -284,7 +285,7 @@ mod tests {
         tenant.admission_state().buckets.commit(charge);
         c.records_per_sec = Some(1000);
         tenant.apply(&TenantSettings::parse(&c).expect("valid"), 0);
-        let (records, _) = tenant.admission_state().buckets.view(0);
+        let records = tenant.admission_state().buckets.view(0).records;
         assert_eq!(records.map(|v| v.available), Some(2));
     }
 
@@ -301,7 +302,7 @@ mod tests {
         // A change before its first request is what the state is made from.
         c.records_per_sec = Some(1000);
         tenant.apply(&TenantSettings::parse(&c).expect("valid"), 0);
-        let (records, _) = tenant.admission_state().buckets.view(0);
+        let records = tenant.admission_state().buckets.view(0).records;
         assert_eq!(
             records.map(|v| (v.spec.burst, v.available)),
             Some((1000, 1000))
@@ -362,7 +363,7 @@ mod tests {
             .build(&empty, 500_000_000);
         let again = back.get("acme").expect("acme");
         assert!(Arc::ptr_eq(again, &acme));
-        let (records, _) = again.admission_state().buckets.view(500_000_000);
+        let records = again.admission_state().buckets.view(500_000_000).records;
         assert_eq!(records.map(|v| v.available), Some(5));
         // Once its buckets would have refilled, a deleted tenant is forgotten.
         let empty = Directory::plan::<TenantConfig>(&[])
@@ -385,12 +386,13 @@ mod tests {
         c.records_per_sec = Some(1);
         c.records_burst = Some(1);
         let _plan = Directory::plan(std::slice::from_ref(&c)).expect("valid");
-        let (records, _) = directory
+        let records = directory
             .get("acme")
             .expect("acme")
             .admission_state()
             .buckets
-            .view(0);
+            .view(0)
+            .records;
         assert_eq!(records.map(|v| v.spec.burst), Some(10));
     }
 

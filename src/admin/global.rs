@@ -15,7 +15,7 @@ use crate::registry::Actor;
 
 fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
     let admission = &app.ingest.admission;
-    let (records, bytes) = admission.global.view(admission.now_ns());
+    let live = admission.global.view(admission.now_ns());
     json!({
         "records_per_sec": config.records_per_sec,
         "records_burst": config.records_burst,
@@ -23,8 +23,8 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
         "bytes_burst": config.bytes_burst,
         "hide_from_tenants": config.hide_from_tenants,
         "live": {"tokens": {
-            "records": records.map(|v| v.available),
-            "bytes": bytes.map(|v| v.available),
+            "records": live.records.map(|v| v.available),
+            "bytes": live.bytes.map(|v| v.available),
         }},
     })
 }

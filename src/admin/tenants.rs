@@ -141,8 +141,8 @@ fn view(app: &AppState, config: &TenantConfig, version: u64) -> TenantView {
             .collect();
         json!({
             "tokens": {
-                "records": limits.tenant_records.map(|v| v.available),
-                "bytes": limits.tenant_bytes.map(|v| v.available),
+                "records": limits.tenant.records.map(|v| v.available),
+                "bytes": limits.tenant.bytes.map(|v| v.available),
             },
             "buffer": {
                 "bytes": t.usage.bytes.load(Relaxed),

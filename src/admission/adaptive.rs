@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Admission, MAX_ADAPTIVE_WAIT};
 use crate::adaptive::PlanCell;
-use crate::budget::BudgetSpec;
+use crate::budget::{retarget, BudgetSpec, Dimension, PerDimension, Tats};
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal};
 use crate::tenant::Tenant;
@@ -40,12 +40,9 @@ impl Admission {
             .flatten();
         let new = share.map(|s| s.spec);
         bucket.tats = match (bucket.spec, new) {
-            (Some(old), Some(new)) => (
-                crate::budget::retarget_tat(&old.records, &new.records, bucket.tats.0, now),
-                crate::budget::retarget_tat(&old.bytes, &new.bytes, bucket.tats.1, now),
-            ),
+            (Some(old), Some(new)) => retarget(&old, &new, bucket.tats, now),
             // A limit coming into force starts full.
-            _ => (0, 0),
+            _ => Tats::default(),
         };
         bucket.spec = new;
         bucket.class = share.map(|s| s.class).unwrap_or_default();
@@ -59,30 +56,29 @@ impl Admission {
         state: &crate::tenant::AdmissionState,
         now: u64,
         charge: Charge,
-    ) -> Result<Option<(u64, u64)>, Denial> {
+    ) -> Result<Option<Tats>, Denial> {
         let bucket = &state.adaptive;
         let Some(spec) = bucket.spec else {
             return Ok(None);
         };
-        let take = |s: &Option<crate::budget::RateSpec>, tat: u64, n: u64| match s {
-            None => Ok(tat),
+        let take = |d: Dimension| match spec[d] {
+            None => Ok(bucket.tats[d]),
             // A request larger than the share's burst passes when the bucket is full and pays
             // afterwards (the TAT moves past the burst): a share smaller than a request is
             // slow for that tenant, never a refusal forever.
-            Some(s) if n > s.burst => {
-                let full_in = s.view(tat, now).full_in_ns;
+            Some(s) if charge[d] > s.burst => {
+                let full_in = s.view(bucket.tats[d], now).full_in_ns;
                 if full_in == 0 {
-                    Ok(s.full_tat(now).saturating_add(n))
+                    Ok(s.full_tat(now).saturating_add(charge[d]))
                 } else {
                     Err(full_in)
                 }
             }
-            Some(s) => s.try_take(tat, now, n),
+            Some(s) => s.try_take(bucket.tats[d], now, charge[d]),
         };
-        let records = take(&spec.records, bucket.tats.0, charge.records);
-        let bytes = take(&spec.bytes, bucket.tats.1, charge.bytes);
-        let own_wait = match (records, bytes) {
-            (Ok(r), Ok(b)) => return Ok(Some((r, b))),
+        let taken = PerDimension::from_fn(take);
+        let own_wait = match (taken.records, taken.bytes) {
+            (Ok(records), Ok(bytes)) => return Ok(Some(Tats { records, bytes })),
             (Err(r), Err(b)) => r.max(b),
             (Err(w), Ok(_)) | (Ok(_), Err(w)) => w,
         };

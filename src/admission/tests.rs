@@ -51,7 +51,7 @@ fn tenant_records_refusal_says_when_enough_records_are_back() {
     let t = tenant("a", Some((10, 10)), None, 1.0);
     let (lease, view) = r.admission.admit(&t, Charge::new(10, 100));
     let _lease = lease.expect("burst is admitted");
-    assert_eq!(view.tenant_records.map(|v| v.available), Some(0));
+    assert_eq!(view.tenant.records.map(|v| v.available), Some(0));
     // 3 records at 10/s: 300 ms.
     let refused = refusal(r.admission.admit(&t, Charge::new(3, 1)).0);
     assert_eq!(
@@ -199,7 +199,7 @@ fn a_request_over_the_burst_is_too_large_not_refused() {
         other => panic!("expected TooLarge, got {other:?}"),
     }
     assert_eq!(
-        r.admission.view(&t).tenant_records.map(|v| v.available),
+        r.admission.view(&t).tenant.records.map(|v| v.available),
         Some(50)
     );
 }
@@ -258,7 +258,7 @@ fn precheck_refuses_without_charging_and_caps_at_the_burst() {
     );
     assert_eq!(refused.retry_after, 400 * MS);
     assert_eq!(
-        r.admission.view(&t).tenant_bytes.map(|v| v.available),
+        r.admission.view(&t).tenant.bytes.map(|v| v.available),
         Some(100)
     );
 }

@@ -19,7 +19,9 @@ use portable_atomic::AtomicU128;
 use super::slice::{
     fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
 };
-use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
+use super::{
+    retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
+};
 use crate::record::Charge;
 
 /// A word no live generation holds: TATs never reach `u64::MAX` in both halves.
@@ -67,12 +69,7 @@ impl Generation {
 
     /// The TATs after taking `charge` from `tats` under the local buckets (a single
     /// instance's, or a share; see `slice::take_fallback`).
-    fn take_local(
-        &self,
-        tats: (u64, u64),
-        now_ns: u64,
-        charge: Charge,
-    ) -> Result<(u64, u64), Shortfall> {
+    fn take_local(&self, tats: Tats, now_ns: u64, charge: Charge) -> Result<Tats, Shortfall> {
         let spec = self.effective();
         match self.source {
             Source::Fallback { reprobe_ns, .. } => {
@@ -101,13 +98,16 @@ pub struct GlobalBudget {
     visible: AtomicBool,
 }
 
-fn pack(records: u64, bytes: u64) -> u128 {
-    (u128::from(records) << 64) | u128::from(bytes)
+fn pack(tats: Tats) -> u128 {
+    (u128::from(tats.records) << 64) | u128::from(tats.bytes)
 }
 
-fn unpack(word: u128) -> (u64, u64) {
+fn unpack(word: u128) -> Tats {
     // Truncation is the point: the halves are the two TATs.
-    ((word >> 64) as u64, word as u64)
+    Tats {
+        records: (word >> 64) as u64,
+        bytes: word as u64,
+    }
 }
 
 impl GlobalBudget {
@@ -145,7 +145,7 @@ impl GlobalBudget {
     }
 
     /// The live generation and its TATs, consistent with each other.
-    fn snapshot(&self) -> (arc_swap::Guard<Arc<Generation>>, (u64, u64)) {
+    fn snapshot(&self) -> (arc_swap::Guard<Arc<Generation>>, Tats) {
         loop {
             let generation = self.current.load();
             let word = generation.tats.load(Ordering::Acquire);
@@ -193,12 +193,12 @@ impl GlobalBudget {
                     std::hint::spin_loop();
                     continue 'generation;
                 }
-                let (r, b) = generation
+                let taken = generation
                     .take_local(unpack(current), now_ns, charge)
                     .map_err(Short::Wait)?;
                 match generation.tats.compare_exchange_weak(
                     current,
-                    pack(r, b),
+                    pack(taken),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -223,7 +223,7 @@ impl GlobalBudget {
         if old.source.epoch() == Some(epoch) {
             return; // another admission switched it meanwhile
         }
-        let (r, b) = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
+        let left = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
         let source = match mode {
             Mode::Leased => Source::Leased {
                 epoch,
@@ -241,17 +241,18 @@ impl GlobalBudget {
         // As a tenant's buckets do (`TenantBuckets::align`): a share carries on from the last
         // outage plus the slice given up; only the very first one, at start-up, is full.
         let tats = match (&old.source, mode) {
-            (Source::Fallback { .. }, Mode::Fallback(_)) => pack(
-                retarget_tat(&from.records, &new.records, r, now_ns),
-                retarget_tat(&from.bytes, &new.bytes, b, now_ns),
-            ),
-            (Source::Leased { slice, .. }, Mode::Fallback(_)) => {
-                let (r, b) = fallback_entry(&new, carried.as_ref(), slice.drain(), now_ns);
-                pack(r, b)
+            (Source::Fallback { .. }, Mode::Fallback(_)) => {
+                pack(retarget(&from, &new, left, now_ns))
             }
+            (Source::Leased { slice, .. }, Mode::Fallback(_)) => pack(fallback_entry(
+                &new,
+                carried.as_ref(),
+                slice.drain(),
+                now_ns,
+            )),
             (Source::Fallback { .. }, Mode::Leased) => {
                 let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
-                *carried = Some(FallbackLevel::left((r, b), from, ended));
+                *carried = Some(FallbackLevel::left(left, from, ended));
                 0
             }
             _ => 0, // full
@@ -270,30 +271,23 @@ impl GlobalBudget {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.current.load_full();
-        let (r, b) = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
+        let left = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
         let from = old.effective();
         let to = effective(new, &old.source);
         self.current.store(Arc::new(Generation {
             spec: new,
             source: old.source.clone(),
-            tats: AtomicU128::new(pack(
-                retarget_tat(&from.records, &to.records, r, now_ns),
-                retarget_tat(&from.bytes, &to.bytes, b, now_ns),
-            )),
+            tats: AtomicU128::new(pack(retarget(&from, &to, left, now_ns))),
         }));
     }
 
     /// Records and bytes buckets as they are now.
-    pub fn view(&self, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
-        let (generation, (r, b)) = self.snapshot();
+    pub fn view(&self, now_ns: u64) -> PerDimension<Option<BucketView>> {
+        let (generation, tats) = self.snapshot();
         if let Source::Leased { slice, .. } = &generation.source {
             return slice.view(&generation.spec, now_ns);
         }
-        let spec = generation.effective();
-        (
-            spec.records.map(|s| s.view(r, now_ns)),
-            spec.bytes.map(|s| s.view(b, now_ns)),
-        )
+        view_of(&generation.effective(), tats, now_ns)
     }
 }
 
@@ -322,7 +316,7 @@ mod tests {
             panic!("too many bytes");
         };
         assert_eq!(err.dimension, Dimension::Bytes);
-        let (records, _) = g.view(0);
+        let records = g.view(0).records;
         assert_eq!(records.map(|v| v.available), Some(10));
     }
 
@@ -330,7 +324,10 @@ mod tests {
     fn both_dimensions_are_charged_together() {
         let g = budget(10, 100);
         g.take(0, Charge::new(4, 40)).expect("fits");
-        let (r, b) = g.view(0);
+        let PerDimension {
+            records: r,
+            bytes: b,
+        } = g.view(0);
         assert_eq!(r.map(|v| v.available), Some(6));
         assert_eq!(b.map(|v| v.available), Some(60));
     }
@@ -349,7 +346,10 @@ mod tests {
             },
             0,
         );
-        let (r, b) = g.view(0);
+        let PerDimension {
+            records: r,
+            bytes: b,
+        } = g.view(0);
         assert_eq!(r.map(|v| v.available), Some(2));
         assert!(b.is_none());
     }
@@ -362,8 +362,8 @@ mod tests {
         let sharing = ModeCell::new(2);
         sharing.set(Mode::Leased, 0);
         g.align(&sharing, 0);
-        g.slice().expect("leased").credit(5, 500, 1);
-        let available = |now| g.view(now).0.map_or(0, |v| v.available);
+        g.slice().expect("leased").credit(Charge::new(5, 500), 1);
+        let available = |now| g.view(now).records.map_or(0, |v| v.available);
         let mut now = S;
         sharing.set(Mode::Fallback(2), now);
         g.align(&sharing, now);

@@ -15,38 +15,42 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use portable_atomic::AtomicU128;
 
-use super::{BucketView, BudgetSpec, Dimension, RateSpec, Shortfall};
+use super::{BucketView, BudgetSpec, Dimension, PerDimension, RateSpec, Shortfall, Tats};
 use crate::record::Charge;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
-fn pack(records: u64, bytes: u64) -> u128 {
-    (u128::from(records) << 64) | u128::from(bytes)
+fn pack(c: Charge) -> u128 {
+    (u128::from(c.records) << 64) | u128::from(c.bytes)
 }
 
-fn unpack(word: u128) -> (u64, u64) {
+fn unpack(word: u128) -> Charge {
     // Truncation is the point: the halves are the two counts.
-    ((word >> 64) as u64, word as u64)
+    Charge::new((word >> 64) as u64, word as u64)
+}
+
+fn load(pair: &PerDimension<AtomicU64>) -> Charge {
+    Charge::new(
+        pair.records.load(Ordering::Relaxed),
+        pair.bytes.load(Ordering::Relaxed),
+    )
 }
 
 /// Tokens leased from the cluster and not spent yet.
 #[derive(Debug, Default)]
 pub struct Slice {
-    /// (records, bytes) held.
+    /// The tokens held, packed into one word (records high, bytes low).
     held: AtomicU128,
     /// What the cluster-wide buckets had left at the last lease answer.
-    cluster_records: AtomicU64,
-    cluster_bytes: AtomicU64,
+    cluster: PerDimension<AtomicU64>,
     /// When that answer came (local clock, ns); 0: no answer yet.
     cluster_at_ns: AtomicU64,
     /// When tokens were last granted (local clock, ns), for expiry.
     granted_at_ns: AtomicU64,
     /// Tokens spent since the slice was made, for the demand estimate.
-    spent_records: AtomicU64,
-    spent_bytes: AtomicU64,
+    spent: PerDimension<AtomicU64>,
     /// How many tokens the agent keeps this slice topped up to (set from observed demand).
-    target_records: AtomicU64,
-    target_bytes: AtomicU64,
+    target: PerDimension<AtomicU64>,
     /// The last lease Redis refused: when (local clock, ns; 0: none since the last grant),
     /// the wait it named, and whether for bytes ([`Slice::refused_lately`]).
     refused_at_ns: AtomicU64,
@@ -63,30 +67,25 @@ impl Slice {
         Self::default()
     }
 
-    /// (records, bytes) held now.
-    pub fn held(&self) -> (u64, u64) {
+    /// The tokens held now.
+    pub fn held(&self) -> Charge {
         unpack(self.held.load(Ordering::Acquire))
     }
 
-    /// (records, bytes) spent since the slice was made.
-    pub fn spent(&self) -> (u64, u64) {
-        (
-            self.spent_records.load(Ordering::Relaxed),
-            self.spent_bytes.load(Ordering::Relaxed),
-        )
+    /// The tokens spent since the slice was made.
+    pub fn spent(&self) -> Charge {
+        load(&self.spent)
     }
 
-    /// The level the agent keeps this slice topped up to, (records, bytes).
-    pub fn target(&self) -> (u64, u64) {
-        (
-            self.target_records.load(Ordering::Relaxed),
-            self.target_bytes.load(Ordering::Relaxed),
-        )
+    /// The level the agent keeps this slice topped up to.
+    pub fn target(&self) -> Charge {
+        load(&self.target)
     }
 
-    pub fn set_target(&self, records: u64, bytes: u64) {
-        self.target_records.store(records, Ordering::Relaxed);
-        self.target_bytes.store(bytes, Ordering::Relaxed);
+    pub fn set_target(&self, target: Charge) {
+        for (d, n) in target.iter() {
+            self.target[d].store(*n, Ordering::Relaxed);
+        }
     }
 
     /// Redis refused a lease at `now`, its tokens due in `wait`.
@@ -132,30 +131,25 @@ impl Slice {
     pub fn take(&self, spec: &BudgetSpec, charge: Charge) -> Result<(), Missing> {
         let mut current = self.held.load(Ordering::Acquire);
         loop {
-            let (r, b) = unpack(current);
-            if let Some(m) = missing(spec, (r, b), charge) {
+            let held = unpack(current);
+            if let Some(m) = missing(spec, held, charge) {
                 return Err(m);
             }
-            let r2 = if spec.records.is_some() {
-                r - charge.records
-            } else {
-                r
-            };
-            let b2 = if spec.bytes.is_some() {
-                b - charge.bytes
-            } else {
-                b
-            };
+            // `missing` said each limited dimension holds enough.
+            let left = PerDimension::from_fn(|d| match spec[d] {
+                Some(_) => held[d] - charge[d],
+                None => held[d],
+            });
             match self.held.compare_exchange_weak(
                 current,
-                pack(r2, b2),
+                pack(left),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.spent_records
-                        .fetch_add(charge.records, Ordering::Relaxed);
-                    self.spent_bytes.fetch_add(charge.bytes, Ordering::Relaxed);
+                    for (d, n) in charge.iter() {
+                        self.spent[d].fetch_add(*n, Ordering::Relaxed);
+                    }
                     return Ok(());
                 }
                 Err(actual) => current = actual,
@@ -164,15 +158,18 @@ impl Slice {
     }
 
     /// Adds granted tokens.
-    pub fn credit(&self, records: u64, bytes: u64, now_ns: u64) {
-        if records > 0 || bytes > 0 {
+    pub fn credit(&self, granted: Charge, now_ns: u64) {
+        let any = granted.records > 0 || granted.bytes > 0;
+        if any {
             // Redis had tokens again: a refusal it gave before says nothing now.
             self.refused_at_ns.store(0, Ordering::Release);
         }
         let mut current = self.held.load(Ordering::Acquire);
         loop {
-            let (r, b) = unpack(current);
-            let next = pack(r.saturating_add(records), b.saturating_add(bytes));
+            let held = unpack(current);
+            let next = pack(PerDimension::from_fn(|d| {
+                held[d].saturating_add(granted[d])
+            }));
             match self.held.compare_exchange_weak(
                 current,
                 next,
@@ -183,13 +180,13 @@ impl Slice {
                 Err(actual) => current = actual,
             }
         }
-        if records > 0 || bytes > 0 {
+        if any {
             self.granted_at_ns.store(now_ns, Ordering::Release);
         }
     }
 
     /// Empties the slice and returns what it held (to give back to the cluster).
-    pub fn drain(&self) -> (u64, u64) {
+    pub fn drain(&self) -> Charge {
         unpack(self.held.swap(0, Ordering::AcqRel))
     }
 
@@ -199,9 +196,10 @@ impl Slice {
     }
 
     /// Remembers what the cluster-wide buckets had left, as a lease call answered.
-    pub fn note_cluster(&self, records: u64, bytes: u64, now_ns: u64) {
-        self.cluster_records.store(records, Ordering::Relaxed);
-        self.cluster_bytes.store(bytes, Ordering::Relaxed);
+    pub fn note_cluster(&self, left: Charge, now_ns: u64) {
+        for (d, n) in left.iter() {
+            self.cluster[d].store(*n, Ordering::Relaxed);
+        }
         self.cluster_at_ns.store(now_ns.max(1), Ordering::Release);
     }
 
@@ -212,10 +210,7 @@ impl Slice {
         if at == 0 {
             return spec.burst;
         }
-        let last = match dimension {
-            Dimension::Records => self.cluster_records.load(Ordering::Relaxed),
-            Dimension::Bytes => self.cluster_bytes.load(Ordering::Relaxed),
-        };
+        let last = self.cluster[dimension].load(Ordering::Relaxed);
         let elapsed = u128::from(now_ns.saturating_sub(at));
         let refill = elapsed * u128::from(spec.per_sec) / NANOS_PER_SEC;
         let refill = u64::try_from(refill).unwrap_or(u64::MAX);
@@ -242,14 +237,9 @@ impl Slice {
         }
     }
 
-    pub fn view(&self, spec: &BudgetSpec, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
-        let (r, b) = self.held();
-        (
-            spec.records
-                .map(|s| self.view_one(&s, Dimension::Records, r, now_ns)),
-            spec.bytes
-                .map(|s| self.view_one(&s, Dimension::Bytes, b, now_ns)),
-        )
+    pub fn view(&self, spec: &BudgetSpec, now_ns: u64) -> PerDimension<Option<BucketView>> {
+        let held = self.held();
+        PerDimension::from_fn(|d| spec[d].map(|s| self.view_one(&s, d, held[d], now_ns)))
     }
 
     /// Would `charge` fit in the slice plus what the cluster is estimated to have? Used where
@@ -261,39 +251,28 @@ impl Slice {
         charge: Charge,
         now_ns: u64,
     ) -> Result<(), Shortfall> {
-        let (r, b) = self.held();
-        let one = |s: &Option<RateSpec>, held: u64, n: u64, dimension| match s {
-            None => Ok(()),
-            Some(s) => {
-                let have = held.saturating_add(self.cluster_estimate(s, dimension, now_ns));
-                if have >= n {
-                    Ok(())
-                } else {
-                    let wait = u128::from(n - have) * NANOS_PER_SEC / u128::from(s.per_sec.max(1));
-                    Err(Shortfall {
-                        dimension,
-                        wait_ns: u64::try_from(wait).unwrap_or(u64::MAX).max(1),
-                    })
-                }
+        let held = self.held();
+        for dimension in Dimension::ALL {
+            let Some(s) = spec[dimension] else { continue };
+            let have = held[dimension].saturating_add(self.cluster_estimate(&s, dimension, now_ns));
+            let need = charge[dimension];
+            if have < need {
+                let wait = u128::from(need - have) * NANOS_PER_SEC / u128::from(s.per_sec.max(1));
+                return Err(Shortfall {
+                    dimension,
+                    wait_ns: u64::try_from(wait).unwrap_or(u64::MAX).max(1),
+                });
             }
-        };
-        one(&spec.records, r, charge.records, Dimension::Records)?;
-        one(&spec.bytes, b, charge.bytes, Dimension::Bytes)
+        }
+        Ok(())
     }
 }
 
-fn missing(spec: &BudgetSpec, (r, b): (u64, u64), charge: Charge) -> Option<Missing> {
-    let lack = |limited: bool, have: u64, need: u64| {
-        if limited {
-            need.saturating_sub(have)
-        } else {
-            0
-        }
-    };
-    let m = Charge::new(
-        lack(spec.records.is_some(), r, charge.records),
-        lack(spec.bytes.is_some(), b, charge.bytes),
-    );
+fn missing(spec: &BudgetSpec, held: Charge, charge: Charge) -> Option<Missing> {
+    let m = PerDimension::from_fn(|d| match spec[d] {
+        Some(_) => charge[d].saturating_sub(held[d]),
+        None => 0,
+    });
     (m.records > 0 || m.bytes > 0).then_some(m)
 }
 
@@ -303,14 +282,14 @@ fn missing(spec: &BudgetSpec, (r, b): (u64, u64), charge: Charge) -> Option<Miss
 /// share's burst in all, not one per stall.
 #[derive(Debug, Clone, Copy)]
 pub struct FallbackLevel {
-    tats: (u64, u64),
+    tats: Tats,
     spec: BudgetSpec,
     left_at_ns: u64,
 }
 
 impl FallbackLevel {
     /// The share as it stood when leased mode came back at `now_ns`.
-    pub fn left(tats: (u64, u64), spec: BudgetSpec, now_ns: u64) -> Self {
+    pub fn left(tats: Tats, spec: BudgetSpec, now_ns: u64) -> Self {
         Self {
             tats,
             spec,
@@ -326,12 +305,12 @@ impl FallbackLevel {
 pub fn fallback_entry(
     share: &BudgetSpec,
     carried: Option<&FallbackLevel>,
-    given: (u64, u64),
+    given: Charge,
     now_ns: u64,
-) -> (u64, u64) {
-    let dim = |new: Option<RateSpec>, old: Option<(Option<RateSpec>, u64)>, extra: u64| {
-        let Some(new) = new else { return 0 };
-        let kept = match old {
+) -> Tats {
+    PerDimension::from_fn(|d| {
+        let Some(new) = share[d] else { return 0 };
+        let kept = match carried.map(|c| (c.spec[d], c.tats[d])) {
             Some((Some(old), tat)) => {
                 let left_at = carried.map_or(now_ns, |c| c.left_at_ns);
                 // Time in leased mode does not refill the share: move its TAT on by as much.
@@ -341,21 +320,9 @@ pub fn fallback_entry(
             }
             _ => 0,
         };
-        let level = kept.saturating_add(extra).min(new.burst);
+        let level = kept.saturating_add(given[d]).min(new.burst);
         new.ticks_at(now_ns) + (new.burst - level)
-    };
-    (
-        dim(
-            share.records,
-            carried.map(|c| (c.spec.records, c.tats.0)),
-            given.0,
-        ),
-        dim(
-            share.bytes,
-            carried.map(|c| (c.spec.bytes, c.tats.1)),
-            given.1,
-        ),
-    )
+    })
 }
 
 /// Takes `charge` from a local share (`share`, TATs `tats`), or says how long to wait.
@@ -368,14 +335,14 @@ pub fn fallback_entry(
 /// bound the shares keep while the replicas cannot see each other.
 pub fn take_fallback(
     share: &BudgetSpec,
-    tats: (u64, u64),
+    tats: Tats,
     now_ns: u64,
     charge: Charge,
     reprobe_ns: u64,
-) -> Result<(u64, u64), Shortfall> {
+) -> Result<Tats, Shortfall> {
     super::take_both(share, tats, now_ns, charge).map_err(|short| {
-        let over_burst = |s: Option<RateSpec>, n: u64| s.is_some_and(|s| n > s.burst);
-        if over_burst(share.records, charge.records) || over_burst(share.bytes, charge.bytes) {
+        let over_burst = |d: Dimension| share[d].is_some_and(|s| charge[d] > s.burst);
+        if Dimension::ALL.into_iter().any(over_burst) {
             Shortfall {
                 wait_ns: reprobe_ns.max(1),
                 ..short
@@ -395,16 +362,12 @@ pub fn take_fallback(
 pub fn fallback_of(spec: BudgetSpec, n: u32, rank: u32) -> BudgetSpec {
     let n = u64::from(n.max(1));
     let rank = u64::from(rank).min(n - 1);
-    let part = |s: Option<RateSpec>| {
+    spec.map(|s| {
         s.map(|s| RateSpec {
             per_sec: s.per_sec.saturating_add(rank) / n,
             burst: s.burst.saturating_add(rank) / n,
         })
-    };
-    BudgetSpec {
-        records: part(spec.records),
-        bytes: part(spec.bytes),
-    }
+    })
 }
 
 mod mode;

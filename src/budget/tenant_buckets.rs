@@ -10,7 +10,9 @@ use std::sync::Arc;
 use super::slice::{
     fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
 };
-use super::{retarget_tat, take_both, BucketView, BudgetSpec, Short, Shortfall};
+use super::{
+    retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
+};
 use crate::record::Charge;
 
 #[derive(Debug, Clone)]
@@ -33,8 +35,8 @@ enum Source {
 #[derive(Debug, Clone)]
 pub struct TenantBuckets {
     spec: BudgetSpec,
-    /// (records TAT, bytes TAT), in each bucket's own ticks, under the effective spec.
-    tats: (u64, u64),
+    /// Each bucket's TAT, in its own ticks, under the effective spec.
+    tats: Tats,
     source: Source,
     /// The local share as the last outage left it (cluster mode).
     carried: Option<FallbackLevel>,
@@ -47,7 +49,7 @@ pub struct PendingCharge(Pending);
 
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    Tats((u64, u64)),
+    Tats(Tats),
     Slice(Charge),
 }
 
@@ -55,7 +57,7 @@ impl TenantBuckets {
     pub fn new(spec: BudgetSpec) -> Self {
         Self {
             spec,
-            tats: (0, 0),
+            tats: Tats::default(),
             source: Source::Own,
             carried: None,
         }
@@ -113,16 +115,13 @@ impl TenantBuckets {
         let new = self.effective();
         match (previous, mode) {
             (Source::Fallback { .. }, Mode::Fallback(_)) => {
-                self.tats = (
-                    retarget_tat(&old_effective.records, &new.records, self.tats.0, now_ns),
-                    retarget_tat(&old_effective.bytes, &new.bytes, self.tats.1, now_ns),
-                );
+                self.tats = retarget(&old_effective, &new, self.tats, now_ns);
             }
             (Source::Leased { slice, .. }, Mode::Fallback(_)) => {
                 self.tats = fallback_entry(&new, self.carried.as_ref(), slice.drain(), now_ns);
             }
             // Start-up: members not counted yet, the share is the conservative one.
-            (Source::Own, Mode::Fallback(_)) => self.tats = (0, 0),
+            (Source::Own, Mode::Fallback(_)) => self.tats = Tats::default(),
             (Source::Fallback { .. }, Mode::Leased) => {
                 let ended = sharing.switched_at_ns().clamp(1, now_ns.max(1));
                 self.carried = Some(FallbackLevel::left(self.tats, old_effective, ended));
@@ -132,7 +131,7 @@ impl TenantBuckets {
     }
 
     /// The TATs after taking `charge` from the local buckets (a single instance's, or a share).
-    fn take_local(&self, now_ns: u64, charge: Charge) -> Result<(u64, u64), Shortfall> {
+    fn take_local(&self, now_ns: u64, charge: Charge) -> Result<Tats, Shortfall> {
         let spec = self.effective();
         match self.source {
             Source::Fallback { reprobe_ns, .. } => {
@@ -181,21 +180,14 @@ impl TenantBuckets {
         let old = self.effective();
         self.spec = new;
         let new = self.effective();
-        self.tats = (
-            retarget_tat(&old.records, &new.records, self.tats.0, now_ns),
-            retarget_tat(&old.bytes, &new.bytes, self.tats.1, now_ns),
-        );
+        self.tats = retarget(&old, &new, self.tats, now_ns);
     }
 
-    pub fn view(&self, now_ns: u64) -> (Option<BucketView>, Option<BucketView>) {
+    pub fn view(&self, now_ns: u64) -> PerDimension<Option<BucketView>> {
         if let Source::Leased { slice, .. } = &self.source {
             return slice.view(&self.spec, now_ns);
         }
-        let spec = self.effective();
-        (
-            spec.records.map(|s| s.view(self.tats.0, now_ns)),
-            spec.bytes.map(|s| s.view(self.tats.1, now_ns)),
-        )
+        view_of(&self.effective(), self.tats, now_ns)
     }
 }
 
@@ -217,7 +209,7 @@ mod tests {
     }
 
     fn available(b: &TenantBuckets, now: u64) -> u64 {
-        b.view(now).0.map_or(0, |v| v.available)
+        b.view(now).records.map_or(0, |v| v.available)
     }
 
     /// Takes everything the buckets hold now; how much that was.
@@ -237,7 +229,7 @@ mod tests {
         sharing.set(Mode::Leased, 0);
         b.align(&sharing, 0);
         let slice = b.slice().expect("leased").clone();
-        slice.credit(10, 0, 1);
+        slice.credit(Charge::new(10, 0), 1);
         // Redis stalls: the share (50/s, burst 50) starts from the slice's 10, not 50.
         let mut now = S;
         sharing.set(Mode::Fallback(2), now);
@@ -245,7 +237,7 @@ mod tests {
         assert_eq!(available(&b, now), 10);
         assert_eq!(
             slice.held(),
-            (0, 0),
+            Charge::default(),
             "taken out of the slice: never given back too"
         );
         let mut admitted = spend_all(&mut b, now);

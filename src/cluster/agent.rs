@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{duration_ns, Ask, Cluster, Scope};
-use crate::budget::{BudgetSpec, Slice};
+use crate::budget::{BudgetSpec, Dimension, PerDimension, Slice};
+use crate::record::Charge;
 use crate::tenant::Tenant;
 
 /// A slice the agent looks after: whose, the tenant (for its lock), the slice, its budget.
@@ -16,9 +17,9 @@ type Tended = (Scope, String, Option<Arc<Tenant>>, Arc<Slice>, BudgetSpec);
 #[derive(Debug, Default)]
 struct Demand {
     slice: usize,
-    spent: (u64, u64),
+    spent: Charge,
     /// Tokens per second, smoothed.
-    rate: (f64, f64),
+    rate: PerDimension<f64>,
 }
 
 impl Cluster {
@@ -80,21 +81,21 @@ impl Cluster {
             let d = demand.entry(name.clone()).or_default();
             seen.push(name);
             let target = self.observe(d, &slice, &spec, tick);
-            slice.set_target(target.0, target.1);
-            let (held_r, held_b) = slice.held();
+            slice.set_target(target);
+            let held = slice.held();
             let idle_for = now.saturating_sub(slice.granted_at_ns());
             let key = match scope {
                 Scope::Tenant => self.store.tenant_key(&id),
                 Scope::Global => self.store.global_key(),
             };
-            if (held_r > 0 || held_b > 0)
+            if (held.records > 0 || held.bytes > 0)
                 && slice.granted_at_ns() > 0
                 && idle_for > duration_ns(self.settings.slice_ttl)
-                && d.rate == (0.0, 0.0)
+                && d.rate == PerDimension::default()
             {
                 // Drained under the tenant's lock: admissions take from a tenant's slice only
                 // under it, so nothing they checked disappears before they commit.
-                let (r, b) = match &tenant {
+                let tokens = match &tenant {
                     Some(t) => {
                         let _state = t.admission_state();
                         slice.drain()
@@ -103,29 +104,20 @@ impl Cluster {
                 };
                 let cluster = self.clone();
                 work.spawn(async move {
-                    cluster.give_back(&key, &spec, r, b).await;
+                    cluster.give_back(&key, &spec, tokens).await;
                 });
                 continue;
             }
-            let low = |held: u64, target: u64, limited: bool| limited && held < target / 2 + 1;
-            let busy = d.rate.0 > 0.0 || d.rate.1 > 0.0;
-            if busy
-                && (low(held_r, target.0, spec.records.is_some())
-                    || low(held_b, target.1, spec.bytes.is_some()))
-            {
-                let records = Ask {
-                    want: target.0.saturating_sub(held_r),
+            let low = |d: Dimension| spec[d].is_some() && held[d] < target[d] / 2 + 1;
+            let busy = d.rate.records > 0.0 || d.rate.bytes > 0.0;
+            if busy && Dimension::ALL.into_iter().any(low) {
+                let asks = PerDimension::from_fn(|d| Ask {
+                    want: target[d].saturating_sub(held[d]),
                     min: 0,
-                };
-                let bytes = Ask {
-                    want: target.1.saturating_sub(held_b),
-                    min: 0,
-                };
+                });
                 let cluster = self.clone();
                 work.spawn(async move {
-                    let _ = cluster
-                        .lease(scope, &key, &spec, records, bytes, &slice)
-                        .await;
+                    let _ = cluster.lease(scope, &key, &spec, asks, &slice).await;
                 });
             }
         }
@@ -140,21 +132,19 @@ impl Cluster {
         slice: &Arc<Slice>,
         spec: &BudgetSpec,
         tick: Duration,
-    ) -> (u64, u64) {
+    ) -> Charge {
         let id = Arc::as_ptr(slice) as usize;
         let spent = slice.spent();
         if d.slice != id {
             *d = Demand {
                 slice: id,
                 spent,
-                rate: (0.0, 0.0),
+                rate: PerDimension::default(),
             };
         }
         let secs = tick.as_secs_f64();
-        let fresh = (
-            spent.0.saturating_sub(d.spent.0) as f64 / secs,
-            spent.1.saturating_sub(d.spent.1) as f64 / secs,
-        );
+        let fresh =
+            PerDimension::from_fn(|dim| spent[dim].saturating_sub(d.spent[dim]) as f64 / secs);
         d.spent = spent;
         // Smoothing over about four ticks; a demand that stops decays to exactly zero.
         let smooth = |old: f64, new: f64| {
@@ -165,7 +155,7 @@ impl Cluster {
                 v
             }
         };
-        d.rate = (smooth(d.rate.0, fresh.0), smooth(d.rate.1, fresh.1));
+        d.rate = PerDimension::from_fn(|dim| smooth(d.rate[dim], fresh[dim]));
         let horizon = self.settings.slice_horizon.as_secs_f64();
         let members = f64::from(self.members());
         let target = |rate: f64, s: Option<crate::budget::RateSpec>| {
@@ -174,6 +164,6 @@ impl Cluster {
                 ((rate * horizon).ceil() as u64).clamp(1, cap)
             })
         };
-        (target(d.rate.0, spec.records), target(d.rate.1, spec.bytes))
+        PerDimension::from_fn(|dim| target(d.rate[dim], spec[dim]))
     }
 }

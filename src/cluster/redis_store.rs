@@ -12,7 +12,8 @@ use redis::Script;
 
 use super::redis_connection::{CallError, Connection, UrlError};
 use super::store::{Ask, BudgetStore, Grant, Membership, StoreError, StoreFuture};
-use crate::budget::{BudgetSpec, Clock, RateSpec};
+use crate::budget::{BudgetSpec, Clock, PerDimension, RateSpec};
+use crate::record::Charge;
 
 impl From<CallError> for StoreError {
     fn from(e: CallError) -> Self {
@@ -118,12 +119,13 @@ impl RedisStore {
         &self,
         key: &str,
         spec: &BudgetSpec,
-        records: Ask,
-        bytes: Ask,
+        asks: PerDimension<Ask>,
     ) -> Result<Grant, StoreError> {
         let mut invocation = self.lease.key(key);
         invocation.arg(self.now_arg());
-        for (s, ask) in [(spec.records, records), (spec.bytes, bytes)] {
+        // The script's arguments: records, then bytes.
+        for (d, ask) in asks.iter() {
+            let s = spec[d];
             invocation
                 .arg(interval_ms(s).to_string())
                 .arg(s.map_or(0, |s| s.burst))
@@ -142,10 +144,8 @@ impl RedisStore {
         }
         let wait_us = at(4);
         Ok(Grant {
-            records: at(0),
-            bytes: at(1),
-            left_records: at(2),
-            left_bytes: at(3),
+            granted: Charge::new(at(0), at(1)),
+            left: Charge::new(at(2), at(3)),
             wait: (wait_us > 0).then(|| Duration::from_micros(wait_us)),
         })
     }
@@ -155,12 +155,13 @@ impl RedisStore {
         &self,
         key: &str,
         spec: &BudgetSpec,
-        records: u64,
-        bytes: u64,
+        tokens: Charge,
     ) -> Result<(), StoreError> {
         let mut invocation = self.give_back.key(key);
         invocation.arg(self.now_arg());
-        for (s, n) in [(spec.records, records), (spec.bytes, bytes)] {
+        // The script's arguments: records, then bytes.
+        for (d, n) in tokens.iter() {
+            let s = spec[d];
             invocation
                 .arg(interval_ms(s).to_string())
                 .arg(s.map_or(0, |s| s.burst))
@@ -218,20 +219,18 @@ impl BudgetStore for RedisStore {
         &'a self,
         key: &'a str,
         spec: &'a BudgetSpec,
-        records: Ask,
-        bytes: Ask,
+        asks: PerDimension<Ask>,
     ) -> StoreFuture<'a, Grant> {
-        Box::pin(RedisStore::lease(self, key, spec, records, bytes))
+        Box::pin(RedisStore::lease(self, key, spec, asks))
     }
 
     fn give_back<'a>(
         &'a self,
         key: &'a str,
         spec: &'a BudgetSpec,
-        records: u64,
-        bytes: u64,
+        tokens: Charge,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(RedisStore::give_back(self, key, spec, records, bytes))
+        Box::pin(RedisStore::give_back(self, key, spec, tokens))
     }
 
     fn heartbeat<'a>(

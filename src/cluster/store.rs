@@ -9,16 +9,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::budget::BudgetSpec;
+use crate::budget::{BudgetSpec, PerDimension};
+use crate::record::Charge;
 
 /// What a lease call answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
-    pub records: u64,
-    pub bytes: u64,
+    pub granted: Charge,
     /// What the shared buckets have left after this call.
-    pub left_records: u64,
-    pub left_bytes: u64,
+    pub left: Charge,
     /// Set when the minimum asked for was not there: nothing was granted, and this is how
     /// long until it would be.
     pub wait: Option<Duration>,
@@ -94,8 +93,7 @@ pub trait BudgetStore: Send + Sync + std::fmt::Debug {
         &'a self,
         key: &'a str,
         spec: &'a BudgetSpec,
-        records: Ask,
-        bytes: Ask,
+        asks: PerDimension<Ask>,
     ) -> StoreFuture<'a, Grant>;
 
     /// Gives unspent tokens back to the pair at `key`.
@@ -103,8 +101,7 @@ pub trait BudgetStore: Send + Sync + std::fmt::Debug {
         &'a self,
         key: &'a str,
         spec: &'a BudgetSpec,
-        records: u64,
-        bytes: u64,
+        tokens: Charge,
     ) -> StoreFuture<'a, ()>;
 
     /// Announces replica `id`, held by this process (`instance`), or takes it out (`leave`);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::Ingest;
 use crate::admission::{Blocked, BucketsView, LeaseNeed};
-use crate::budget::{Dimension, Scope};
+use crate::budget::{Dimension, PerDimension, Scope};
 use crate::buffer::BufferLease;
 use crate::cluster::Asked;
 use crate::hold::{Seat, WaitRoom};
@@ -226,8 +226,7 @@ impl Ingest {
     /// them.
     pub(super) fn shown(&self, mut view: BucketsView) -> BucketsView {
         if !self.admission.global.visible_to_tenants() {
-            view.global_records = None;
-            view.global_bytes = None;
+            view.global = PerDimension::default();
         }
         view
     }

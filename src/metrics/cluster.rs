@@ -164,15 +164,13 @@ fn encode_slices(
         let slice = t
             .admission_if_live()
             .and_then(|s| s.buckets.slice().map(|s| s.held()));
-        if let Some((r, b)) = slice {
-            held.push((
-                vec![("tenant", t.id.as_str()), ("bucket", "records")],
-                ConstGauge::new(r as f64),
-            ));
-            held.push((
-                vec![("tenant", t.id.as_str()), ("bucket", "bytes")],
-                ConstGauge::new(b as f64),
-            ));
+        if let Some(tokens) = slice {
+            for (d, n) in tokens.iter() {
+                held.push((
+                    vec![("tenant", t.id.as_str()), ("bucket", d.as_str())],
+                    ConstGauge::new(*n as f64),
+                ));
+            }
         }
     }
     family(
@@ -187,11 +185,11 @@ fn encode_slices(
         .global
         .slice()
         .map(|s| s.held())
-        .map(|(r, b)| {
-            vec![
-                (vec![("bucket", "records")], ConstGauge::new(r as f64)),
-                (vec![("bucket", "bytes")], ConstGauge::new(b as f64)),
-            ]
+        .map(|tokens| {
+            tokens
+                .iter()
+                .map(|(d, n)| (vec![("bucket", d.as_str())], ConstGauge::new(*n as f64)))
+                .collect()
         })
         .unwrap_or_default();
     family(

@@ -12,13 +12,13 @@ pub(super) fn encode(
     encoder: &mut DescriptorEncoder,
     admission: &Admission,
 ) -> Result<(), std::fmt::Error> {
-    let (gr, gb) = admission.global.view(admission.now_ns());
-    let global: Vec<_> = [("records", gr), ("bytes", gb)]
-        .into_iter()
-        .filter_map(|(bucket, v)| {
+    let view = admission.global.view(admission.now_ns());
+    let global: Vec<_> = view
+        .iter()
+        .filter_map(|(d, v)| {
             v.map(|v| {
                 (
-                    vec![("bucket", bucket)],
+                    vec![("bucket", d.as_str())],
                     ConstGauge::new(v.available as f64),
                 )
             })

@@ -218,13 +218,10 @@ impl TenantSeries {
         for (t, _) in &shown.own {
             let id = t.id.as_str();
             let view = self.admission.view(t);
-            for (bucket, v) in [
-                ("records", view.tenant_records),
-                ("bytes", view.tenant_bytes),
-            ] {
+            for (d, v) in view.tenant.iter() {
                 if let Some(v) = v {
                     tokens.push((
-                        vec![("tenant", id), ("bucket", bucket)],
+                        vec![("tenant", id), ("bucket", d.as_str())],
                         ConstGauge::new(v.available as f64),
                     ));
                 }

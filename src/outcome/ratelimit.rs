@@ -16,18 +16,27 @@ use std::fmt::Write;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::admission::BucketsView;
-use crate::budget::BucketView;
+use crate::budget::{BucketView, Dimension, Scope};
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-fn buckets(view: &BucketsView) -> [(&'static str, &'static str, Option<BucketView>); 4] {
-    [
-        ("tenant-records", "records", view.tenant_records),
-        ("tenant-bytes", "content-bytes", view.tenant_bytes),
-        ("global-records", "records", view.global_records),
-        ("global-bytes", "content-bytes", view.global_bytes),
-    ]
+/// The draft's quota unit of a dimension: `content-bytes` is registered, `records` is ours
+/// (one Kafka record).
+fn unit(d: Dimension) -> &'static str {
+    match d {
+        Dimension::Records => "records",
+        Dimension::Bytes => "content-bytes",
+    }
+}
+
+/// Each bucket that applies, named `scope-dimension` (`"tenant-records"`), in a fixed order.
+fn buckets(view: &BucketsView) -> impl Iterator<Item = (Scope, Dimension, BucketView)> + '_ {
+    Scope::ALL.into_iter().flat_map(move |scope| {
+        view.of(scope)
+            .iter()
+            .filter_map(move |(d, b)| b.map(|b| (scope, d, b)))
+    })
 }
 
 fn ceil_secs(ns: u128) -> u128 {
@@ -37,8 +46,8 @@ fn ceil_secs(ns: u128) -> u128 {
 /// Writes both fields; false when no bucket applies.
 fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Write) -> bool {
     let mut any = false;
-    for (name, unit, bucket) in buckets(view) {
-        let Some(b) = bucket else { continue };
+    for (scope, dimension, b) in buckets(view) {
+        let (scope, unit, dimension) = (scope.as_str(), unit(dimension), dimension.as_str());
         if any {
             let _ = policy.write_str(", ");
             let _ = state.write_str(", ");
@@ -51,12 +60,12 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
         let window = ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / per_sec).max(1);
         let _ = write!(
             policy,
-            "\"{name}\";q={};w={window};qu=\"{unit}\"",
+            "\"{scope}-{dimension}\";q={};w={window};qu=\"{unit}\"",
             b.spec.burst
         );
         let _ = write!(
             state,
-            "\"{name}\";r={};t={}",
+            "\"{scope}-{dimension}\";r={};t={}",
             b.available,
             ceil_secs(u128::from(b.full_in_ns))
         );
@@ -118,7 +127,7 @@ pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::RateSpec;
+    use crate::budget::{PerDimension, RateSpec};
 
     /// The two fields' values, or `None` when no bucket applies.
     fn render(view: &BucketsView) -> Option<(String, String)> {
@@ -129,17 +138,15 @@ mod tests {
     /// A local share of 0 (a small budget among more replicas, Redis away) renders.
     #[test]
     fn a_share_that_never_refills_renders() {
-        let view = BucketsView {
-            tenant_records: Some(BucketView {
-                spec: RateSpec {
-                    per_sec: 0,
-                    burst: 0,
-                },
-                available: 0,
-                full_in_ns: 0,
-            }),
-            ..BucketsView::default()
-        };
+        let mut view = BucketsView::default();
+        view.tenant.records = Some(BucketView {
+            spec: RateSpec {
+                per_sec: 0,
+                burst: 0,
+            },
+            available: 0,
+            full_in_ns: 0,
+        });
         let (policy, state) = render(&view).expect("one bucket");
         assert_eq!(policy, r#""tenant-records";q=0;w=1;qu="records""#);
         assert_eq!(state, r#""tenant-records";r=0;t=0"#);
@@ -147,25 +154,23 @@ mod tests {
 
     #[test]
     fn one_item_per_configured_bucket() {
-        let view = BucketsView {
-            tenant_records: Some(BucketView {
-                spec: RateSpec {
-                    per_sec: 100,
-                    burst: 150,
-                },
-                available: 42,
-                full_in_ns: 1_080_000_000,
-            }),
-            global_bytes: Some(BucketView {
-                spec: RateSpec {
-                    per_sec: 1000,
-                    burst: 1000,
-                },
-                available: 1000,
-                full_in_ns: 0,
-            }),
-            ..BucketsView::default()
-        };
+        let mut view = BucketsView::default();
+        view.tenant.records = Some(BucketView {
+            spec: RateSpec {
+                per_sec: 100,
+                burst: 150,
+            },
+            available: 42,
+            full_in_ns: 1_080_000_000,
+        });
+        view.global.bytes = Some(BucketView {
+            spec: RateSpec {
+                per_sec: 1000,
+                burst: 1000,
+            },
+            available: 1000,
+            full_in_ns: 0,
+        });
         let (policy, state) = render(&view).expect("two buckets");
         assert_eq!(
             policy,
@@ -199,10 +204,14 @@ mod tests {
         };
         // All four buckets with the longest numbers there are: still within the stack buffer.
         let view = BucketsView {
-            tenant_records: bucket(1),
-            tenant_bytes: bucket(3),
-            global_records: bucket(7),
-            global_bytes: bucket(10_000_000_000),
+            tenant: PerDimension {
+                records: bucket(1),
+                bytes: bucket(3),
+            },
+            global: PerDimension {
+                records: bucket(7),
+                bytes: bucket(10_000_000_000),
+            },
         };
         let (policy, state) = render(&view).expect("four buckets");
         let mut headers = HeaderMap::new();

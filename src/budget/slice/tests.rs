@@ -16,45 +16,45 @@ fn spec() -> BudgetSpec {
 #[test]
 fn a_take_charges_both_dimensions_or_neither() {
     let s = Slice::new();
-    s.credit(5, 50, 1);
+    s.credit(Charge::new(5, 50), 1);
     assert_eq!(
         s.take(&spec(), Charge::new(1, 60)),
         Err(Charge::new(0, 10)),
         "bytes short: nothing taken"
     );
-    assert_eq!(s.held(), (5, 50));
+    assert_eq!(s.held(), Charge::new(5, 50));
     s.take(&spec(), Charge::new(2, 20)).expect("fits");
-    assert_eq!(s.held(), (3, 30));
-    assert_eq!(s.spent(), (2, 20));
+    assert_eq!(s.held(), Charge::new(3, 30));
+    assert_eq!(s.spent(), Charge::new(2, 20));
 }
 
 #[test]
 fn an_unlimited_dimension_is_never_missing() {
     let s = Slice::new();
-    s.credit(2, 0, 1);
+    s.credit(Charge::new(2, 0), 1);
     let only_records = BudgetSpec {
         records: spec().records,
         bytes: None,
     };
     s.take(&only_records, Charge::new(2, 1_000_000))
         .expect("bytes are not limited");
-    assert_eq!(s.held(), (0, 0));
+    assert_eq!(s.held(), Charge::new(0, 0));
 }
 
 #[test]
 fn the_view_is_the_slice_plus_the_cluster_estimate_refilled_since() {
     let s = Slice::new();
     let t0 = 5_000_000_000;
-    s.credit(10, 0, t0);
-    s.note_cluster(20, 1000, t0);
-    let (r, _) = s.view(&spec(), t0);
+    s.credit(Charge::new(10, 0), t0);
+    s.note_cluster(Charge::new(20, 1000), t0);
+    let r = s.view(&spec(), t0).records;
     assert_eq!(r.map(|v| v.available), Some(30));
     // 100 ms later the cluster bucket gained 10 records.
-    let (r, _) = s.view(&spec(), t0 + 100_000_000);
+    let r = s.view(&spec(), t0 + 100_000_000).records;
     assert_eq!(r.map(|v| v.available), Some(40));
     assert_eq!(r.map(|v| v.full_in_ns), Some(600_000_000));
     // Never above the burst.
-    let (r, _) = s.view(&spec(), t0 + 10_000_000_000);
+    let r = s.view(&spec(), t0 + 10_000_000_000).records;
     assert_eq!(r.map(|v| v.available), Some(100));
 }
 
@@ -62,8 +62,8 @@ fn the_view_is_the_slice_plus_the_cluster_estimate_refilled_since() {
 fn the_estimate_waits_for_the_refill_of_what_is_missing() {
     let s = Slice::new();
     let t0 = 5_000_000_000;
-    s.note_cluster(0, 1000, t0);
-    s.credit(3, 0, t0);
+    s.note_cluster(Charge::new(0, 1000), t0);
+    s.credit(Charge::new(3, 0), t0);
     let e = s
         .estimate(&spec(), Charge::new(8, 1), t0)
         .expect_err("5 records short");
@@ -77,10 +77,10 @@ fn the_estimate_waits_for_the_refill_of_what_is_missing() {
 #[test]
 fn drain_empties_and_returns_what_was_held() {
     let s = Slice::new();
-    s.credit(4, 40, 7);
+    s.credit(Charge::new(4, 40), 7);
     assert_eq!(s.granted_at_ns(), 7);
-    assert_eq!(s.drain(), (4, 40));
-    assert_eq!(s.held(), (0, 0));
+    assert_eq!(s.drain(), Charge::new(4, 40));
+    assert_eq!(s.held(), Charge::new(0, 0));
 }
 
 #[test]

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use crate::common::exposition::{metric, metric_at, scrape, sum, value, wait_for_metric};
 use crate::common::v3::{open_stream, read_head, stream_chunks, write_chunk, ReportReader};
 use crate::common::*;
-use floodgate::budget::{BudgetSpec, Clock, ManualClock, RateSpec};
+use floodgate::budget::{BudgetSpec, Clock, ManualClock, PerDimension, RateSpec};
 use floodgate::cluster::{Ask, Grant, Membership, RedisStore};
 use floodgate::config::Config;
+use floodgate::record::Charge;
 use serde_json::json;
 
 const TOPIC: &str = "test.cluster";
@@ -62,7 +63,9 @@ fn ask(want: u64, min: u64) -> Ask {
 
 /// One lease from the pair at `key`, which Redis must answer.
 async fn lease(s: &RedisStore, key: &str, budget: &BudgetSpec, records: Ask, bytes: Ask) -> Grant {
-    s.lease(key, budget, records, bytes).await.expect("lease")
+    s.lease(key, budget, PerDimension { records, bytes })
+        .await
+        .expect("lease")
 }
 
 /// The heartbeats' time-to-live in the membership tests.
@@ -83,18 +86,18 @@ async fn lease_grants_what_the_bucket_holds_and_refills_with_the_clock() {
     let budget = spec(Some((100, 50)), None);
 
     let g = lease(&s, &key, &budget, ask(30, 1), Ask::default()).await;
-    assert_eq!((g.records, g.left_records, g.wait), (30, 20, None));
+    assert_eq!((g.granted.records, g.left.records, g.wait), (30, 20, None));
     // Asking for more than is left grants what is left when the minimum is there.
     let g = lease(&s, &key, &budget, ask(40, 5), Ask::default()).await;
-    assert_eq!((g.records, g.left_records), (20, 0));
+    assert_eq!((g.granted.records, g.left.records), (20, 0));
     // 100 ms at 100/s: 10 tokens back.
     clock.advance_ms(100);
     let g = lease(&s, &key, &budget, ask(40, 1), Ask::default()).await;
-    assert_eq!(g.records, 10);
+    assert_eq!(g.granted.records, 10);
     // Never above the burst, however long the wait.
     clock.advance_ms(60_000);
     let g = lease(&s, &key, &budget, ask(1000, 1), Ask::default()).await;
-    assert_eq!(g.records, 50);
+    assert_eq!(g.granted.records, 50);
 }
 
 #[tokio::test]
@@ -105,20 +108,20 @@ async fn a_short_lease_grants_nothing_in_either_bucket_and_says_how_long_to_wait
 
     // Empty the bytes bucket but for 100.
     let g = lease(&s, &key, &budget, ask(1, 1), ask(900, 900)).await;
-    assert_eq!((g.records, g.bytes), (1, 900));
+    assert_eq!((g.granted.records, g.granted.bytes), (1, 900));
     // Records are there, bytes are not: nothing is granted, records included.
     let g = lease(&s, &key, &budget, ask(10, 10), ask(300, 300)).await;
-    assert_eq!((g.records, g.bytes), (0, 0));
-    assert_eq!((g.left_records, g.left_bytes), (99, 100));
+    assert_eq!((g.granted.records, g.granted.bytes), (0, 0));
+    assert_eq!((g.left.records, g.left.bytes), (99, 100));
     // 200 bytes missing at 1000/s: 200 ms.
     assert_eq!(g.wait, Some(Duration::from_millis(200)));
     // The refusal charged nothing: all 99 records are still there.
     let g = lease(&s, &key, &budget, ask(99, 99), Ask::default()).await;
-    assert_eq!(g.records, 99);
+    assert_eq!(g.granted.records, 99);
     // And at exactly the wait, the bytes are.
     clock.advance_ms(200);
     let g = lease(&s, &key, &budget, Ask::default(), ask(300, 300)).await;
-    assert_eq!((g.bytes, g.wait), (300, None));
+    assert_eq!((g.granted.bytes, g.wait), (300, None));
 }
 
 #[tokio::test]
@@ -128,17 +131,21 @@ async fn given_back_tokens_can_be_leased_again_and_a_budget_change_keeps_the_lev
     let budget = spec(Some((10, 100)), None);
 
     let g = lease(&s, &key, &budget, ask(100, 100), Ask::default()).await;
-    assert_eq!(g.records, 100);
-    s.give_back(&key, &budget, 40, 0).await.expect("give back");
+    assert_eq!(g.granted.records, 100);
+    s.give_back(&key, &budget, Charge::new(40, 0))
+        .await
+        .expect("give back");
     let g = lease(&s, &key, &budget, ask(100, 1), Ask::default()).await;
-    assert_eq!(g.records, 40, "exactly what was given back");
+    assert_eq!(g.granted.records, 40, "exactly what was given back");
 
     // 60 left after a give-back of 60; then the budget changes to a burst of 30.
-    s.give_back(&key, &budget, 60, 0).await.expect("give back");
+    s.give_back(&key, &budget, Charge::new(60, 0))
+        .await
+        .expect("give back");
     let smaller = spec(Some((1000, 30)), None);
     let g = lease(&s, &key, &smaller, ask(1000, 1), Ask::default()).await;
     assert_eq!(
-        g.records, 30,
+        g.granted.records, 30,
         "the level is kept, clamped to the new burst; never refilled"
     );
 }
