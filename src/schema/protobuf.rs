@@ -5,13 +5,16 @@
 //! references are not followed).
 
 use prost::Message as _;
-use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor, ReflectMessage as _};
+use prost_reflect::{DeserializeOptions, DynamicMessage, MessageDescriptor};
 
 use super::pointer::Pointer;
 use super::Mismatch;
 
 mod names;
 mod ranges;
+mod required;
+
+use required::Required;
 
 const FILE: &str = "schema.proto";
 
@@ -24,6 +27,8 @@ pub struct ProtobufSchema {
     /// `Struct`, or `Any`, which may hold them): every JSON value under one is a message of
     /// its own when it is read.
     dynamic: bool,
+    /// The proto2 `required` fields of its message types.
+    required: Required,
 }
 
 /// Google's types that take any JSON: each value read into one is a `DynamicMessage`. `Any`
@@ -98,6 +103,7 @@ impl ProtobufSchema {
         Ok(Self {
             record_name: Some(message.full_name().to_string()),
             dynamic: holds_json_types(&message),
+            required: Required::of(&pool),
             message,
         })
     }
@@ -144,8 +150,7 @@ impl ProtobufSchema {
                         message,
                     }
                 })?;
-        let mut at = Pointer::default();
-        required(&message, &mut at)?;
+        self.required.check(&message)?;
         // `encode` sizes the message once to check the buffer; sizing it for the capacity too
         // cost another 10% of the whole conversion (perf: `encoded_len` was the top symbol).
         let mut out = vec![0u8];
@@ -156,34 +161,6 @@ impl ProtobufSchema {
         })?;
         Ok(out)
     }
-}
-
-/// proto2 `required` fields are not checked by the JSON mapping: a message without one would
-/// be written and fail every consumer's parse.
-fn required(message: &DynamicMessage, at: &mut Pointer) -> Result<(), Mismatch> {
-    for field in message.descriptor().fields() {
-        if field.cardinality() == prost_reflect::Cardinality::Required && !message.has_field(&field)
-        {
-            at.push(field.json_name());
-            return Err(Mismatch {
-                too_costly: false,
-                pointer: at.to_string(),
-                message: "a required field is missing".into(),
-            });
-        }
-        if field.kind().as_message().is_some()
-            && !field.is_list()
-            && !field.is_map()
-            && message.has_field(&field)
-        {
-            if let Some(inner) = message.get_field(&field).as_message() {
-                at.push(field.json_name());
-                required(inner, at)?;
-                at.pop();
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Deepest message nesting written.
@@ -241,6 +218,15 @@ fn strip_position(message: &str) -> String {
         .rsplit_once(" at line ")
         .map_or(message, |(m, _)| m)
         .to_string()
+}
+
+#[cfg(test)]
+impl ProtobufSchema {
+    /// The dynamic message of a JSON value, for tests of the steps after the parse.
+    fn decode_for_test(&self, text: &[u8]) -> DynamicMessage {
+        let mut de = serde_json::Deserializer::from_slice(text);
+        DynamicMessage::deserialize(self.message.clone(), &mut de).expect("decodes")
+    }
 }
 
 #[cfg(test)]
