@@ -45,6 +45,7 @@
 //! here knows HTTP or Kafka.
 
 mod agent;
+mod headcount;
 mod membership;
 mod redis_connection;
 mod redis_idempotency;
@@ -90,6 +91,8 @@ pub struct Cluster {
     /// Set once a live replica was found holding this replica's id after start-up: the run
     /// drains and stops (see [`Cluster::refused`]).
     refused: tokio::sync::watch::Sender<bool>,
+    /// The members the shares are divided among, remembered across a Redis that restarts.
+    headcount: std::sync::Mutex<headcount::Headcount>,
 }
 
 impl Cluster {
@@ -110,6 +113,10 @@ impl Cluster {
             tenants,
             global,
             clock,
+            headcount: std::sync::Mutex::new(headcount::Headcount::new(
+                settings.expected_replicas,
+                duration_ns(settings.member_ttl),
+            )),
             settings,
             in_flight: std::sync::Mutex::new(HashMap::new()),
             refused: tokio::sync::watch::Sender::new(false),

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use super::headcount::Headcount;
 use super::{duration_ms, Cluster, Membership, StoreError};
 use crate::budget::Mode;
 
@@ -109,12 +110,15 @@ impl Cluster {
         .await;
         match result {
             Ok(m) => {
-                self.stats.members.store(m.members.max(1), Relaxed);
-                self.sharing.set_rank(m.rank);
+                let now = self.clock.now_ns();
+                let count = self.lock_headcount().heard(m.members, m.rank, now);
+                self.stats.members.store(count.members, Relaxed);
+                self.sharing.set_rank(count.rank);
                 self.recover();
                 Ok(m)
             }
             Err(e) => {
+                self.lock_headcount().failed();
                 self.degrade(&e);
                 Err(e)
             }
@@ -145,6 +149,12 @@ impl Cluster {
             }
             Some(_) => {}
         }
+    }
+
+    fn lock_headcount(&self) -> std::sync::MutexGuard<'_, Headcount> {
+        self.headcount
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The members last counted, or as many as expected before any were.
