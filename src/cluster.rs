@@ -114,7 +114,7 @@ impl Cluster {
             global,
             clock,
             headcount: std::sync::Mutex::new(headcount::Headcount::new(
-                settings.expected_replicas,
+                duration_ns(settings.heartbeat),
                 duration_ns(settings.member_ttl),
             )),
             settings,
@@ -160,6 +160,11 @@ impl Cluster {
         asks: PerDimension<Ask>,
         slice: &Slice,
     ) -> Result<Option<(Duration, Dimension)>, ()> {
+        let levels = slice.cluster_levels(spec, self.clock.now_ns());
+        let asks = PerDimension::from_fn(|d| Ask {
+            level: levels[d],
+            ..asks[d]
+        });
         let started = Instant::now();
         let answer = self.store.lease(key, spec, asks).await;
         self.stats
@@ -403,6 +408,7 @@ fn asks(
             } else {
                 missing[d]
             },
+            level: 0, // set by `lease` from the slice
         }
     })
 }

@@ -217,6 +217,12 @@ impl Slice {
         last.saturating_add(refill).min(spec.burst)
     }
 
+    /// What each limited bucket of the cluster is estimated to hold now (the burst before any
+    /// answer): the level a bucket Redis has forgotten starts from.
+    pub fn cluster_levels(&self, spec: &BudgetSpec, now_ns: u64) -> PerDimension<u64> {
+        PerDimension::from_fn(|d| spec[d].map_or(0, |s| self.cluster_estimate(&s, d, now_ns)))
+    }
+
     /// The bucket a tenant is shown: its slice plus the cluster's estimated level.
     fn view_one(
         &self,
@@ -341,8 +347,14 @@ pub fn take_fallback(
     reprobe_ns: u64,
 ) -> Result<Tats, Shortfall> {
     super::take_both(share, tats, now_ns, charge).map_err(|short| {
-        let over_burst = |d: Dimension| share[d].is_some_and(|s| charge[d] > s.burst);
-        if Dimension::ALL.into_iter().any(over_burst) {
+        // Over the share's burst, or short in a share that never refills (a budget smaller
+        // than the members: review 37b of #37 saw such a share tell its clients to retry in
+        // 1 ms, ~700 refusals a second each): only Redis's return can admit it.
+        let not_here = |d: Dimension| {
+            share[d]
+                .is_some_and(|s| charge[d] > s.burst || (s.per_sec == 0 && d == short.dimension))
+        };
+        if Dimension::ALL.into_iter().any(not_here) {
             Shortfall {
                 wait_ns: reprobe_ns.max(1),
                 ..short

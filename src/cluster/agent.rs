@@ -114,6 +114,7 @@ impl Cluster {
                 let asks = PerDimension::from_fn(|d| Ask {
                     want: target[d].saturating_sub(held[d]),
                     min: 0,
+                    level: 0, // set by `lease` from the slice
                 });
                 let cluster = self.clone();
                 work.spawn(async move {

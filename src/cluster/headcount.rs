@@ -7,10 +7,11 @@
 //! to beat "1 of 1" — and taken that much of every budget (review 36b of #37: three replicas
 //! each took the whole share, 91–92 records in 30 s of a budget of 1 a second, after a few
 //! flaps). So a count goes up at once, but down only once heartbeats have gone on without a
-//! failure for a whole member lifetime (`member_ttl`), by when every live replica has beaten
-//! and a missing one has lapsed; until then the higher count holds, and this replica takes
-//! the smallest place (⌊budget / N⌋, [`crate::budget::fallback_of`]), so the members' shares
-//! add up to the budget at most.
+//! failure for a whole member lifetime (`member_ttl`, counted in heartbeats: the clock the
+//! budgets follow may be a test's), by when every live replica has beaten and a missing one
+//! has lapsed; until then the higher count holds, and this replica takes the smallest place
+//! (⌊budget / N⌋, [`crate::budget::fallback_of`]), so the members' shares add up to the
+//! budget at most. The first count after start is taken as it is: there is none to keep.
 
 /// A count with its place, as the shares use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,43 +22,47 @@ pub struct Count {
 
 #[derive(Debug)]
 pub struct Headcount {
-    /// The count the shares follow.
-    held: u32,
-    /// Since when (local ns) heartbeats have answered without a failure; `None` after one
-    /// failed, until the next answers.
-    steady_since: Option<u64>,
-    /// How long heartbeats must have gone on before a lower count is believed.
-    member_ttl_ns: u64,
+    /// The count the shares follow; `None` before the first heartbeat answered.
+    held: Option<u32>,
+    /// Heartbeats answered since the last one failed (or since start).
+    steady: u32,
+    /// How many must have answered before a lower count is believed: a member lifetime's
+    /// worth, and one more.
+    needed: u32,
 }
 
 impl Headcount {
-    /// Before any heartbeat: as many members as expected.
-    pub fn new(expected: u32, member_ttl_ns: u64) -> Self {
+    /// For heartbeats every `heartbeat_ns`, members lapsing after `member_ttl_ns`.
+    pub fn new(heartbeat_ns: u64, member_ttl_ns: u64) -> Self {
+        let beats = member_ttl_ns
+            .div_ceil(heartbeat_ns.max(1))
+            .saturating_add(1);
         Self {
-            held: expected.max(1),
-            steady_since: None,
-            member_ttl_ns,
+            held: None,
+            steady: 0,
+            needed: u32::try_from(beats).unwrap_or(u32::MAX),
         }
     }
 
-    /// A heartbeat answered at `now_ns`, counting `members` with this replica at `rank`.
-    pub fn heard(&mut self, members: u32, rank: u32, now_ns: u64) -> Count {
+    /// A heartbeat answered, counting `members` with this replica at `rank`.
+    pub fn heard(&mut self, members: u32, rank: u32) -> Count {
         let members = members.max(1);
-        let since = *self.steady_since.get_or_insert(now_ns);
-        let settled = now_ns.saturating_sub(since) >= self.member_ttl_ns;
-        if members >= self.held || settled {
-            self.held = members;
-            return Count { members, rank };
-        }
-        Count {
-            members: self.held,
-            rank: 0,
+        self.steady = self.steady.saturating_add(1);
+        match self.held {
+            Some(held) if members < held && self.steady < self.needed => Count {
+                members: held,
+                rank: 0,
+            },
+            _ => {
+                self.held = Some(members);
+                Count { members, rank }
+            }
         }
     }
 
-    /// A heartbeat failed: the next count is judged from the next answer on.
+    /// A heartbeat failed: the next lower count waits for a lifetime of answers again.
     pub fn failed(&mut self) {
-        self.steady_since = None;
+        self.steady = 0;
     }
 }
 
@@ -65,13 +70,23 @@ impl Headcount {
 mod tests {
     use super::*;
 
-    const TTL: u64 = 10_000;
+    /// Heartbeats every 500 ms, members lapsing after 2 s: a lower count believed at the 5th.
+    fn headcount() -> Headcount {
+        Headcount::new(500, 2_000)
+    }
 
     #[test]
-    fn a_count_goes_up_at_once() {
-        let mut h = Headcount::new(1, TTL);
+    fn the_first_count_is_taken_and_a_count_goes_up_at_once() {
+        let mut h = headcount();
         assert_eq!(
-            h.heard(3, 2, 0),
+            h.heard(1, 0),
+            Count {
+                members: 1,
+                rank: 0
+            }
+        );
+        assert_eq!(
+            h.heard(3, 2),
             Count {
                 members: 3,
                 rank: 2
@@ -81,9 +96,9 @@ mod tests {
 
     #[test]
     fn a_redis_that_comes_back_empty_does_not_shrink_the_count() {
-        let mut h = Headcount::new(3, TTL);
+        let mut h = headcount();
         assert_eq!(
-            h.heard(3, 1, 0),
+            h.heard(3, 1),
             Count {
                 members: 3,
                 rank: 1
@@ -91,23 +106,22 @@ mod tests {
         );
         h.failed();
         // Redis restarted empty: this replica beats first and is counted alone.
-        let first = h.heard(1, 0, 50_000);
         assert_eq!(
-            first,
+            h.heard(1, 0),
             Count {
                 members: 3,
                 rank: 0
             },
-            "the smallest place of the held count"
+            "the smallest place"
         );
         // It fails again at once, and comes back: still three, however often.
-        for at in [60_000, 70_000, 80_000] {
+        for _ in 0..10 {
             h.failed();
-            assert_eq!(h.heard(1, 0, at).members, 3);
+            assert_eq!(h.heard(1, 0).members, 3);
         }
         // The others beat again: their count is heard at once.
         assert_eq!(
-            h.heard(3, 2, 81_000),
+            h.heard(3, 2),
             Count {
                 members: 3,
                 rank: 2
@@ -116,23 +130,27 @@ mod tests {
     }
 
     #[test]
-    fn a_member_that_left_is_believed_gone_after_a_lifetime_of_steady_heartbeats() {
-        let mut h = Headcount::new(3, TTL);
-        h.heard(3, 0, 0);
-        assert_eq!(h.heard(2, 0, TTL - 1).members, 3);
+    fn a_member_that_left_is_believed_gone_after_a_lifetime_of_heartbeats() {
+        let mut h = headcount();
+        h.heard(3, 0);
+        h.failed();
+        for _ in 0..4 {
+            assert_eq!(h.heard(2, 1).members, 3);
+        }
         assert_eq!(
-            h.heard(2, 1, TTL),
+            h.heard(2, 1),
             Count {
                 members: 2,
                 rank: 1
             }
         );
-        // And a failure on the way starts the wait again.
-        let mut h = Headcount::new(3, TTL);
-        h.heard(3, 0, 0);
-        h.failed();
-        assert_eq!(h.heard(2, 1, TTL).members, 3);
-        assert_eq!(h.heard(2, 1, 2 * TTL - 1).members, 3);
-        assert_eq!(h.heard(2, 1, 2 * TTL).members, 2);
+        // In a steady run a member that lapses is believed gone at once.
+        assert_eq!(
+            h.heard(1, 0),
+            Count {
+                members: 1,
+                rank: 0
+            }
+        );
     }
 }

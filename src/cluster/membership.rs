@@ -110,8 +110,7 @@ impl Cluster {
         .await;
         match result {
             Ok(m) => {
-                let now = self.clock.now_ns();
-                let count = self.lock_headcount().heard(m.members, m.rank, now);
+                let count = self.lock_headcount().heard(m.members, m.rank);
                 self.stats.members.store(count.members, Relaxed);
                 self.sharing.set_rank(count.rank);
                 self.recover();

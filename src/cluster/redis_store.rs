@@ -130,7 +130,8 @@ impl RedisStore {
                 .arg(interval_ms(s).to_string())
                 .arg(s.map_or(0, |s| s.burst))
                 .arg(ask.want)
-                .arg(ask.min);
+                .arg(ask.min)
+                .arg(ask.level);
         }
         let answer: Vec<i64> = self.run(&invocation).await?;
         let at = |i: usize| answer.get(i).copied().unwrap_or(0).max(0).unsigned_abs();

@@ -44,6 +44,10 @@ pub struct Membership {
 pub struct Ask {
     pub want: u64,
     pub min: u64,
+    /// What the caller last knew the bucket to hold (its last answer plus the refill since;
+    /// the burst if it never heard): where a bucket the store has no state for starts, so a
+    /// store that forgot its state (a Redis restarted empty) hands out no fresh burst.
+    pub level: u64,
 }
 
 /// Why the store did not answer.

@@ -132,3 +132,26 @@ fn the_members_shares_add_up_to_the_budget_exactly() {
     assert_eq!(fallback_of(one, 3, 7).records.map(|r| r.per_sec), Some(1));
     assert_eq!(fallback_of(one, 3, 0).records.map(|r| r.per_sec), Some(0));
 }
+
+/// A share that never refills (a budget of 1 a second among three) tells a request it cannot
+/// take to come back when Redis is next tried, not in a millisecond.
+#[test]
+fn a_share_that_never_refills_waits_for_redis() {
+    let budget = BudgetSpec {
+        records: Some(RateSpec {
+            per_sec: 1,
+            burst: 3,
+        }),
+        bytes: None,
+    };
+    let share = fallback_of(budget, 3, 0);
+    assert_eq!(share.records.map(|s| (s.per_sec, s.burst)), Some((0, 1)));
+    let reprobe = 500_000_000;
+    let tats = Tats::default();
+    let now = 1_000_000_000;
+    let after_one =
+        take_fallback(&share, tats, now, Charge::new(1, 0), reprobe).expect("the burst");
+    let short =
+        take_fallback(&share, after_one, now, Charge::new(1, 0), reprobe).expect_err("spent");
+    assert_eq!(short.wait_ns, reprobe);
+}

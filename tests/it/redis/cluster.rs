@@ -57,8 +57,13 @@ fn spec(records: Option<(u64, u64)>, bytes: Option<(u64, u64)>) -> BudgetSpec {
     }
 }
 
+/// An ask of a caller that never heard of the bucket: a bucket with no state is full to it.
 fn ask(want: u64, min: u64) -> Ask {
-    Ask { want, min }
+    Ask {
+        want,
+        min,
+        level: u64::MAX,
+    }
 }
 
 /// One lease from the pair at `key`, which Redis must answer.
@@ -434,6 +439,85 @@ async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
     for gw in gws {
         gw.shutdown().await;
     }
+}
+
+/// Redis forgets acme's shared bucket, as one restarted without persistence does.
+async fn forget_bucket(prefix: &str) {
+    let redis = redis::Client::open(redis_url()).expect("client");
+    let mut conn = redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{{{prefix}:tenant:acme}}"))
+        .query_async(&mut conn)
+        .await
+        .expect("del");
+}
+
+/// A bucket Redis has no state for starts at the level its caller last knew, not full, and a
+/// refused ask keeps that start for the next caller (review 37b of #37: a Redis restarted
+/// empty gave every tenant its burst again, 352 records where the bound was 91).
+#[tokio::test]
+async fn a_forgotten_bucket_starts_where_its_caller_last_knew_it() {
+    let (clock, s) = connected_store("forgotten").await;
+    let key = s.tenant_key("acme");
+    let budget = spec(Some((1, 20)), None);
+    let g = lease(&s, &key, &budget, ask(20, 20), Ask::default()).await;
+    assert_eq!((g.granted.records, g.left.records), (20, 0));
+    forget_bucket(&redis_prefix("forgotten")).await;
+    // The caller knew the bucket empty: nothing for it, though Redis has no state.
+    let knew_empty = Ask {
+        want: 20,
+        min: 1,
+        level: 0,
+    };
+    let g = lease(&s, &key, &budget, knew_empty, Ask::default()).await;
+    assert_eq!(g.granted.records, 0);
+    assert_eq!(g.wait, Some(Duration::from_secs(1)));
+    // A caller that never heard of it finds that start, not a full bucket.
+    let g = lease(&s, &key, &budget, ask(20, 1), Ask::default()).await;
+    assert_eq!(
+        (g.granted.records, g.wait),
+        (0, Some(Duration::from_secs(1)))
+    );
+    clock.advance_ms(3_000);
+    let g = lease(&s, &key, &budget, ask(20, 1), Ask::default()).await;
+    assert_eq!(g.granted.records, 3, "what refilled since");
+}
+
+/// Through a replica: the tenant's burst spent, then Redis forgets the bucket; the replica's
+/// next leases start it from the level its last answer said, so the tenant gets what refilled,
+/// not a second burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_forgets_the_buckets_gives_no_tenant_a_second_burst() {
+    let r = Replicas::new("amnesia");
+    let (a, b) = r
+        .start_two(&redis_url(), |cfg| limit_records(cfg, 1, 20))
+        .await;
+    let url = format!("{}?async=true", a.url(TOPIC));
+    let one = json!({"records": [{"value": "v"}]});
+    let mut admitted = 0;
+    for _ in 0..25 {
+        if post_json(&url, KEY, &one).await.0 == 202 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 20, "the burst");
+    forget_bucket(&r.prefix).await;
+    r.clock.advance_ms(2_000);
+    let mut again = 0;
+    for _ in 0..25 {
+        if post_json(&url, KEY, &one).await.0 == 202 {
+            again += 1;
+        }
+    }
+    assert!(
+        again <= 2,
+        "{again} admitted after Redis forgot: only the 2 s of refill"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
 }
 
 /// The value of acme's shared bucket's `field` in Redis.
