@@ -150,6 +150,20 @@ impl ProtobufSchema {
                         message,
                     }
                 })?;
+        // Under Google's JSON types one JSON level is two or three messages (a `Value` holding
+        // a `ListValue` or a `Struct`): the JSON's depth does not bound the message's there
+        // (review 37a of #37: 50 nested lists wrote a message 101 deep, 50 objects 151, and
+        // upb refused to read them back). Counted on the message itself, O(its size).
+        if self.dynamic && message_depth(&message) > MAX_MESSAGE_DEPTH {
+            return Err(Mismatch {
+                too_costly: false,
+                pointer: String::new(),
+                message: format!(
+                    "nests messages deeper than {MAX_MESSAGE_DEPTH} (under Google's JSON types \
+                     a JSON level is two or three), which Protobuf consumers refuse to read"
+                ),
+            });
+        }
         self.required.check(&message)?;
         // `encode` sizes the message once to check the buffer; sizing it for the capacity too
         // cost another 10% of the whole conversion (perf: `encoded_len` was the top symbol).
@@ -161,6 +175,33 @@ impl ProtobufSchema {
         })?;
         Ok(out)
     }
+}
+
+/// How deep `message` nests messages, itself counted as 1: what a consumer's parser counts.
+fn message_depth(message: &DynamicMessage) -> usize {
+    use prost_reflect::Value;
+    let inner = |v: &Value| match v {
+        Value::Message(m) => message_depth(m),
+        Value::List(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Message(m) => message_depth(m),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0),
+        // Each map entry is a message of its own on the wire.
+        Value::Map(entries) => entries
+            .values()
+            .map(|i| match i {
+                Value::Message(m) => 1 + message_depth(m),
+                _ => 1,
+            })
+            .max()
+            .unwrap_or(0),
+        _ => 0,
+    };
+    1 + message.fields().map(|(_, v)| inner(v)).max().unwrap_or(0)
 }
 
 /// Deepest message nesting written.
@@ -318,6 +359,24 @@ mod tests {
                 .pointer,
             "/n/x"
         );
+    }
+
+    /// Nested lists and objects under `google.protobuf.Value` are two and three messages a
+    /// JSON level: refused by the message's own depth (review 37a of #37).
+    #[test]
+    fn json_types_nested_past_what_consumers_read_are_refused() {
+        let s = ProtobufSchema::parse(
+            r#"syntax = "proto3"; import "google/protobuf/struct.proto";
+               message M { google.protobuf.Value v = 1; }"#,
+        )
+        .expect("schema");
+        let lists = |n: usize| format!("{{\"v\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        assert!(s.encode(lists(40).as_bytes()).is_ok(), "81 deep");
+        let e = s.encode(lists(50).as_bytes()).expect_err("101 deep");
+        assert!(e.message.contains("deeper than 100"), "{}", e.message);
+        let objects = |n: usize| format!("{{\"v\":{}1{}}}", "{\"a\":".repeat(n), "}".repeat(n));
+        assert!(s.encode(objects(30).as_bytes()).is_ok(), "92 deep");
+        assert!(s.encode(objects(34).as_bytes()).is_err(), "104 deep");
     }
 
     #[test]
