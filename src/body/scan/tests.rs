@@ -223,3 +223,35 @@ fn side_fields_are_bounded_typed_and_named() {
         );
     }
 }
+
+/// White space between records is bounded, whatever the framing and however it is cut into
+/// chunks; inside a record's strings it is the record's (bounded by the record's size).
+#[test]
+fn a_run_of_white_space_past_the_bound_is_refused() {
+    let blanks = " ".repeat(MAX_BLANK);
+    for framing in [
+        Framing::Envelope("records"),
+        Framing::Lines,
+        Framing::Concatenated,
+    ] {
+        let (open, close) = match framing {
+            Framing::Envelope(_) => (r#"{"records":["#, "]}"),
+            _ => ("", ""),
+        };
+        let within = format!("{open}{blanks}{{\"v\":1}}{close}");
+        assert_eq!(records(framing, &[&within]).expect("within").len(), 1);
+        let over = format!("{open}{blanks} {{\"v\":1}}{close}");
+        let (a, b) = over.split_at(over.len() / 2);
+        match records(framing, &[a, b]) {
+            Err(ScanError::Structure(m)) => assert!(m.contains("white space in a row"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let inside = format!(r#"{{"v":"{blanks}{blanks}"}}"#);
+    assert_eq!(
+        records(Framing::Lines, &[&inside])
+            .expect("a string's")
+            .len(),
+        1
+    );
+}
