@@ -260,7 +260,7 @@ impl Ingest {
             drain_if_small(declared, body).await;
             return Err(e);
         }
-        let (arena, mut hold) = self
+        let (arena, mut hold, body_owed) = self
             .read_records(tenant, topic, body, declared, format, print, &mut held)
             .await?;
         // The topic and partitions first: a record refused for them costs no schema work.
@@ -278,6 +278,7 @@ impl Ingest {
         }
         let lease = self.admit(tenant, topic, arena.charge(), &mut held).await?;
         owed.admitted();
+        body_owed.admitted();
         let batch = self.send(tenant, topic, &records, lease);
         drop(records);
         drop(arena);

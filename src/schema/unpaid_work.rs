@@ -1,7 +1,9 @@
 //! The schema step's CPU that no budget pays for, charged to the tenant that caused it: every
 //! compile, every check that refused its record, the checks of a record refused after they
 //! passed ([`ChecksOwed`]), and what a passing check costs past what an admitted record pays
-//! for (`paid_check_us`, `paid_check_us_per_kib`). An admitted record pays for an ordinary
+//! for (`paid_check_us`, `paid_check_us_per_kib`). The pipeline charges the same bucket for
+//! reading a body whose request is then refused (estimated per piece and per byte:
+//! `ingest::read`), and asks it before reading a large, unsized or inflated body. An admitted record pays for an ordinary
 //! check through the tenant's budgets (records, bytes); nothing paid for a compile, nor for the
 //! check of a record refused by it (422 `schema_violation`, `schema_too_costly`), so a tenant
 //! allowed 1 record/s could make the step work without pause:
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::SchemaError;
 use crate::budget::{Clock, RateSpec};
 
 /// Most tenants followed at once (buckets that are full again are forgotten first).
@@ -149,6 +152,44 @@ impl Drop for ChecksOwed {
         if !self.cpu.is_zero() {
             self.unpaid.charge(&*self.clock, &self.tenant, self.cpu);
         }
+    }
+}
+
+impl super::Schemas {
+    /// What `tenant`'s records will owe for their passed checks, nothing yet.
+    pub fn owed(&self, tenant: &str) -> ChecksOwed {
+        ChecksOwed::new(self.unpaid_work.clone(), self.clock.clone(), tenant)
+    }
+
+    /// Work of `tenant`'s that no budget paid for (a body read for a request that was refused)
+    /// took about `cost`: its unpaid work takes it.
+    pub fn charge_unpaid(&self, tenant: &str, cost: std::time::Duration) {
+        if !cost.is_zero() {
+            self.unpaid_work.charge(&*self.clock, tenant, cost);
+        }
+    }
+
+    /// Whether `tenant` may have work done that no budget may pay for (an unpaid check, a
+    /// large body read that may end refused), or the 429 until it may.
+    pub fn unpaid_allows(&self, tenant: &str) -> Result<(), SchemaError> {
+        self.unpaid_work
+            .may_check(&*self.clock, tenant)
+            .map_err(|wait| self.unpaid_work_spent(wait))
+    }
+
+    /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.
+    pub(super) fn unpaid_work_spent(&self, wait: std::time::Duration) -> SchemaError {
+        self.count_refusal("unpaid_work");
+        let spec = self.unpaid_work.spec();
+        SchemaError::Busy(
+            wait,
+            format!(
+                "this tenant's schema compiles and refused checks used more CPU than it may spend unpaid ({} ms at once, {} ms each second: [schema_registry] tenant_unpaid_work_ms_burst, tenant_unpaid_work_ms_per_sec); retry in {} ms",
+                spec.burst,
+                spec.per_sec,
+                wait.as_millis().max(1)
+            ),
+        )
     }
 }
 

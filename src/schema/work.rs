@@ -298,26 +298,6 @@ impl Schemas {
         Duration::from_micros(us)
     }
 
-    /// What `tenant`'s records will owe for their passed checks, nothing yet.
-    pub fn owed(&self, tenant: &str) -> ChecksOwed {
-        ChecksOwed::new(self.unpaid_work.clone(), self.clock.clone(), tenant)
-    }
-
-    /// The tenant's refused checks spent its milliseconds: 429 until it holds one again.
-    fn unpaid_work_spent(&self, wait: std::time::Duration) -> SchemaError {
-        self.count_refusal("unpaid_work");
-        let spec = self.unpaid_work.spec();
-        SchemaError::Busy(
-            wait,
-            format!(
-                "this tenant's schema compiles and refused checks used more CPU than it may spend unpaid ({} ms at once, {} ms each second: [schema_registry] tenant_unpaid_work_ms_burst, tenant_unpaid_work_ms_per_sec); retry in {} ms",
-                spec.burst,
-                spec.per_sec,
-                wait.as_millis().max(1)
-            ),
-        )
-    }
-
     /// What a pool refusal means for the client (a wait refused is counted).
     fn pool_error(&self, e: PoolError, what: &str) -> SchemaError {
         if e != PoolError::Lost {

@@ -151,3 +151,41 @@ async fn a_chunked_upload_over_the_bucket_gets_429_mid_stream() {
     );
     gw.shutdown().await;
 }
+
+/// Reading a body whose request is then refused is owed to the tenant's unpaid work (the
+/// bucket the schema step spends), so a tenant whose refusals keep the gateway reading large
+/// bodies is refused before the next is read (review 37a of #37: 8 MB bodies refused 413
+/// after being read, a core per tenant allowed 1 record a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_read_for_refused_requests_spend_the_tenants_unpaid_work() {
+    let (_cluster, gw) = gateway_on_mock("test.up", Time::Manual, |cfg| {
+        limit_records(cfg, 1, 1);
+        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
+        cfg.schema_registry.tenant_unpaid_work_ms_burst = 1;
+    })
+    .await;
+    // Two records of 100 KB: over the burst of 1, refused 413 once both are read.
+    let big = "v".repeat(100_000);
+    let body = json!({"records": [{"value": big}, {"value": big}]});
+    let url = gw.url("test.up");
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        let (s, _, a) = post_json(&url, KEY, &body).await;
+        answers.push((s, a["error"].as_str().unwrap_or_default().to_string()));
+    }
+    assert_eq!(
+        answers[0],
+        (413, "exceeds_burst".to_string()),
+        "{answers:?}"
+    );
+    // 200 KB read for nothing is ~0.6 ms of unpaid work: the 1 ms is spent by the second.
+    assert_eq!(
+        answers[2..]
+            .iter()
+            .filter(|(s, e)| *s == 429 && e == "schema_busy")
+            .count(),
+        4,
+        "{answers:?}"
+    );
+    gw.shutdown().await;
+}
