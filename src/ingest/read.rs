@@ -109,7 +109,7 @@ impl Ingest {
         let mut decoder = Decoder::new(format.framing, format.record, &bounds);
         let mut frames = Frames::new(body, self.body_read_timeout, self.max_body_bytes);
         let mut checked = Charge::default();
-        let mut work = BodyWork::new(declared);
+        let mut work = BodyWork::new(declared, self.schemas.most_owed());
         loop {
             let next = tokio::select! {
                 biased;
@@ -138,12 +138,23 @@ impl Ingest {
                 print.update(&data);
             }
             let received = frames.received();
-            if work.read(data.len(), received, owed) {
+            match work.read(data.len(), received, owed) {
+                Reading::On => {}
                 // A body that may cost more than a small one: not read for a tenant whose
                 // unpaid work is spent (its refusals would be paid by no one).
-                self.schemas
+                Reading::Ask => self
+                    .schemas
                     .unpaid_allows(tenant.id.as_str())
-                    .map_err(|e| self.cut_short(Cut::RateLimited, unpaid_refusal(&e)))?;
+                    .map_err(|e| self.cut_short(Cut::RateLimited, unpaid_refusal(&e)))?,
+                Reading::TooCostly(most) => {
+                    let e = ApiError::Malformed(format!(
+                        "the body costs more to read than a request may owe ({} ms: \
+                         [schema_registry] tenant_unpaid_work_ms_burst, at {NS_PER_PIECE} ns a \
+                         piece and {NS_PER_BYTE} ns a byte): send it in larger pieces",
+                        most.as_millis()
+                    ));
+                    return Err(self.cut_short(Cut::Malformed, e));
+                }
             }
             if received > hold.bytes()
                 && !hold
@@ -307,6 +318,18 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
 struct BodyWork {
     declared: Option<u64>,
     asked: bool,
+    /// The most one request may owe: past it the body is not read on, whatever it would
+    /// have been (review 37a: one 8 MB body in 1-byte chunks took 7.4 s to read).
+    most: Duration,
+}
+
+/// What reading a body goes on with after a piece.
+enum Reading {
+    On,
+    /// Ask the tenant's unpaid work first: the body turned out more than small.
+    Ask,
+    /// It costs more than a request may owe.
+    TooCostly(Duration),
 }
 
 /// Nanoseconds a piece of body costs to take in (the framing, the watch, the decoder's call).
@@ -317,26 +340,29 @@ const NS_PER_BYTE: u64 = 3;
 const SMALL_BODY: u64 = 64 * 1024;
 
 impl BodyWork {
-    fn new(declared: Option<u64>) -> Self {
+    fn new(declared: Option<u64>, most: Duration) -> Self {
         Self {
             declared,
             asked: false,
+            most,
         }
     }
 
-    /// A piece of `len` bytes arrived, `received` in all: its cost owed. True once, when the
-    /// body turns out more than small (the tenant's unpaid work is then asked).
-    fn read(&mut self, len: usize, received: u64, owed: &mut BodyOwed<'_>) -> bool {
+    /// A piece of `len` bytes arrived, `received` in all: its cost owed, and what next.
+    fn read(&mut self, len: usize, received: u64, owed: &mut BodyOwed<'_>) -> Reading {
         let ns = NS_PER_PIECE.saturating_add((len as u64).saturating_mul(NS_PER_BYTE));
         owed.cost = owed.cost.saturating_add(Duration::from_nanos(ns));
+        if owed.cost > self.most {
+            return Reading::TooCostly(self.most);
+        }
         let large = self
             .declared
             .is_none_or(|d| d > SMALL_BODY || received > d.max(SMALL_BODY));
         if large && !self.asked {
             self.asked = true;
-            return true;
+            return Reading::Ask;
         }
-        false
+        Reading::On
     }
 }
 

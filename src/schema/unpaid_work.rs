@@ -169,6 +169,11 @@ impl super::Schemas {
         }
     }
 
+    /// The most unpaid work one request may owe: the bucket's burst.
+    pub fn most_owed(&self) -> Duration {
+        Duration::from_millis(self.unpaid_work.spec().burst)
+    }
+
     /// Whether `tenant` may have work done that no budget may pay for (an unpaid check, a
     /// large body read that may end refused), or the 429 until it may.
     pub fn unpaid_allows(&self, tenant: &str) -> Result<(), SchemaError> {

@@ -189,3 +189,26 @@ async fn bodies_read_for_refused_requests_spend_the_tenants_unpaid_work() {
     );
     gw.shutdown().await;
 }
+
+/// A body that costs more to read than a request may owe (its tenant's unpaid-work burst) is
+/// not read on, however it would have ended (review 37a of #37: one 8 MB body in 1-byte chunks
+/// took 7.4 s to read before its 413).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_costlier_to_read_than_a_request_may_owe_is_not_read_on() {
+    let (_cluster, gw) = gateway_on_mock("test.up", Time::Manual, |cfg| {
+        cfg.schema_registry.tenant_unpaid_work_ms_burst = 1;
+    })
+    .await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let mut sent = head("test.up", "application/json").into_bytes();
+    sent.extend(chunk(br#"{"records":[{"value":""#));
+    // 3,000 pieces of one byte: ~2.7 ms to take in, more than the 1 ms a request may owe.
+    for _ in 0..3_000 {
+        sent.extend(chunk(b"x"));
+    }
+    stream.write_all(&sent).await.expect("write");
+    let answer = answer_within(&mut stream, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("costs more to read"), "{answer}");
+    gw.shutdown().await;
+}
