@@ -25,7 +25,9 @@ mod tenant_buckets;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
-pub use slice::{fallback_entry, fallback_of, FallbackLevel, Missing, Mode, ModeCell, Slice};
+pub use slice::{
+    fallback_entry, fallback_of, FallbackLevel, Heard, Missing, Mode, ModeCell, Slice,
+};
 pub use tenant_buckets::{PendingCharge, TenantBuckets};
 
 pub use crate::dimension::{Dimension, PerDimension};

@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use portable_atomic::AtomicU128;
 
 use super::slice::{
-    fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
+    fallback_entry, fallback_of, take_fallback, FallbackLevel, Heard, Mode, ModeCell, Slice,
 };
 use super::{
     retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
@@ -92,8 +92,8 @@ pub struct GlobalBudget {
     current: ArcSwap<Generation>,
     /// Serialises budget changes (never taken by admissions).
     /// One switch or budget change at a time; it also guards the local share as the last
-    /// outage left it (cluster mode).
-    changing: Mutex<Option<FallbackLevel>>,
+    /// outage left it, and what the last leased spell heard of the cluster (cluster mode).
+    changing: Mutex<(Option<FallbackLevel>, Heard)>,
     /// Whether tenants are shown these buckets (their RateLimit fields).
     visible: AtomicBool,
 }
@@ -118,7 +118,7 @@ impl GlobalBudget {
                 source: Source::Own,
                 tats: AtomicU128::new(0),
             }),
-            changing: Mutex::new(None),
+            changing: Mutex::new((None, Heard::default())),
             visible: AtomicBool::new(true),
         }
     }
@@ -215,19 +215,23 @@ impl GlobalBudget {
         if self.current.load().source.epoch() == Some(epoch) {
             return;
         }
-        let mut carried = self
+        let mut changing = self
             .changing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (carried, heard) = &mut *changing;
         let old = self.current.load_full();
         if old.source.epoch() == Some(epoch) {
             return; // another admission switched it meanwhile
+        }
+        if let Source::Leased { slice, .. } = &old.source {
+            *heard = slice.heard();
         }
         let left = unpack(old.tats.swap(CLOSED, Ordering::AcqRel));
         let source = match mode {
             Mode::Leased => Source::Leased {
                 epoch,
-                slice: Arc::new(Slice::new()),
+                slice: Arc::new(Slice::hearing(*heard)),
             },
             Mode::Fallback(n) => Source::Fallback {
                 epoch,

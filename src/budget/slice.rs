@@ -58,6 +58,14 @@ pub struct Slice {
     refused_bytes: std::sync::atomic::AtomicBool,
 }
 
+/// What a slice last heard of the cluster's buckets (what they had left, and when: local ns; 0
+/// never), carried from one leased spell to the next across an outage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Heard {
+    left: Charge,
+    at_ns: u64,
+}
+
 /// The tokens a request needs beyond what a slice holds (0 in a dimension that has enough
 /// or is not limited).
 pub type Missing = Charge;
@@ -65,6 +73,25 @@ pub type Missing = Charge;
 impl Slice {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A slice that starts knowing what `heard` says the cluster's buckets held: a replica's
+    /// next lease after an outage tells Redis where they were, should Redis have forgotten
+    /// them meanwhile (restarted empty: review 37b of #37).
+    pub fn hearing(heard: Heard) -> Self {
+        let slice = Self::default();
+        if heard.at_ns > 0 {
+            slice.note_cluster(heard.left, heard.at_ns);
+        }
+        slice
+    }
+
+    /// What this slice last heard of the cluster's buckets.
+    pub fn heard(&self) -> Heard {
+        Heard {
+            left: load(&self.cluster),
+            at_ns: self.cluster_at_ns.load(Ordering::Acquire),
+        }
     }
 
     /// The tokens held now.

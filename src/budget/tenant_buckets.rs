@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::slice::{
-    fallback_entry, fallback_of, take_fallback, FallbackLevel, Mode, ModeCell, Slice,
+    fallback_entry, fallback_of, take_fallback, FallbackLevel, Heard, Mode, ModeCell, Slice,
 };
 use super::{
     retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
@@ -40,6 +40,8 @@ pub struct TenantBuckets {
     source: Source,
     /// The local share as the last outage left it (cluster mode).
     carried: Option<FallbackLevel>,
+    /// What the last leased spell heard of the cluster's buckets (cluster mode).
+    heard: Heard,
 }
 
 /// What a successful check would charge; commit it to charge the request.
@@ -60,6 +62,7 @@ impl TenantBuckets {
             tats: Tats::default(),
             source: Source::Own,
             carried: None,
+            heard: Heard::default(),
         }
     }
 
@@ -97,12 +100,16 @@ impl TenantBuckets {
             return;
         }
         let old_effective = self.effective();
+        if let Source::Leased { slice, .. } = &self.source {
+            // Carried to the next leased spell (whether an outage came between or not).
+            self.heard = slice.heard();
+        }
         let previous = std::mem::replace(
             &mut self.source,
             match mode {
                 Mode::Leased => Source::Leased {
                     epoch,
-                    slice: Arc::new(Slice::new()),
+                    slice: Arc::new(Slice::hearing(self.heard)),
                 },
                 Mode::Fallback(n) => Source::Fallback {
                     epoch,

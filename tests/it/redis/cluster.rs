@@ -520,6 +520,59 @@ async fn a_redis_that_forgets_the_buckets_gives_no_tenant_a_second_burst() {
     b.shutdown().await;
 }
 
+/// A Redis killed and started again empty: the replicas' leases after the outage start the
+/// buckets where their last answers left them, so the restart hands out no fresh burst (review
+/// 37b of #37: 352 records in 50 s of 15 restarts, where the bound was 91).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_gives_no_tenant_a_second_burst() {
+    let r = Replicas::new("restarted");
+    let mut redis = OwnRedis::start();
+    let (a, b) = r
+        .start_two(&redis.url(), |cfg| {
+            limit_records(cfg, 1, 20);
+            cfg.cluster.heartbeat_ms = 100;
+        })
+        .await;
+    let url = format!("{}?async=true", a.url(TOPIC));
+    let one = json!({"records": [{"value": "v"}]});
+    let mut admitted = 0;
+    for _ in 0..25 {
+        if post_json(&url, KEY, &one).await.0 == 202 {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 20, "the burst");
+    redis.kill();
+    wait_for_metric(
+        &a,
+        "floodgate_cluster_degraded",
+        1.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    redis.restart();
+    wait_for_metric(
+        &a,
+        "floodgate_cluster_degraded",
+        0.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    r.clock.advance_ms(2_000);
+    let mut again = 0;
+    for _ in 0..25 {
+        if post_json(&url, KEY, &one).await.0 == 202 {
+            again += 1;
+        }
+    }
+    assert!(
+        again <= 2,
+        "{again} admitted after the restart: only the 2 s of refill"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 /// The value of acme's shared bucket's `field` in Redis.
 async fn shared_bucket(prefix: &str, field: &str) -> Option<String> {
     let redis = redis::Client::open(redis_url()).expect("client");
