@@ -148,9 +148,9 @@ impl Ingest {
                     .map_err(|e| self.cut_short(Cut::RateLimited, unpaid_refusal(&e)))?,
                 Reading::TooCostly(most) => {
                     let e = ApiError::Malformed(format!(
-                        "the body costs more to read than a request may owe ({} ms: \
+                        "the body's pieces cost more to read than a request may owe ({} ms: \
                          [schema_registry] tenant_unpaid_work_ms_burst, at {NS_PER_PIECE} ns a \
-                         piece and {NS_PER_BYTE} ns a byte): send it in larger pieces",
+                         piece): send it in larger pieces",
                         most.as_millis()
                     ));
                     return Err(self.cut_short(Cut::Malformed, e));
@@ -323,9 +323,12 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
 struct BodyWork {
     declared: Option<u64>,
     asked: bool,
-    /// The most one request may owe: past it the body is not read on, whatever it would
-    /// have been (review 37a: one 8 MB body in 1-byte chunks took 7.4 s to read).
+    /// The most one request may owe for its pieces: past it the body is not read on, whatever
+    /// it would have been (review 37a: one 8 MB body in 1-byte chunks took 7.4 s to read).
+    /// Its bytes are bounded by `max_body_bytes`, the operator's own choice, so a large body in
+    /// ordinary pieces is never refused for them.
     most: Duration,
+    pieces: Duration,
 }
 
 /// What reading a body goes on with after a piece.
@@ -350,6 +353,7 @@ impl BodyWork {
             declared,
             asked: false,
             most,
+            pieces: Duration::ZERO,
         }
     }
 
@@ -357,7 +361,10 @@ impl BodyWork {
     fn read(&mut self, len: usize, received: u64, owed: &mut BodyOwed<'_>) -> Reading {
         let ns = NS_PER_PIECE.saturating_add((len as u64).saturating_mul(NS_PER_BYTE));
         owed.cost = owed.cost.saturating_add(Duration::from_nanos(ns));
-        if owed.cost > self.most {
+        self.pieces = self
+            .pieces
+            .saturating_add(Duration::from_nanos(NS_PER_PIECE));
+        if self.pieces > self.most {
             return Reading::TooCostly(self.most);
         }
         let large = self
