@@ -71,6 +71,10 @@ mod tests {
     use super::*;
 
     /// Heartbeats every 500 ms, members lapsing after 2 s: a lower count believed at the 5th.
+    fn count(members: u32, rank: u32) -> Count {
+        Count { members, rank }
+    }
+
     fn headcount() -> Headcount {
         Headcount::new(500, 2_000)
     }
@@ -78,55 +82,24 @@ mod tests {
     #[test]
     fn the_first_count_is_taken_and_a_count_goes_up_at_once() {
         let mut h = headcount();
-        assert_eq!(
-            h.heard(1, 0),
-            Count {
-                members: 1,
-                rank: 0
-            }
-        );
-        assert_eq!(
-            h.heard(3, 2),
-            Count {
-                members: 3,
-                rank: 2
-            }
-        );
+        assert_eq!(h.heard(1, 0), count(1, 0));
+        assert_eq!(h.heard(3, 2), count(3, 2));
     }
 
     #[test]
     fn a_redis_that_comes_back_empty_does_not_shrink_the_count() {
         let mut h = headcount();
-        assert_eq!(
-            h.heard(3, 1),
-            Count {
-                members: 3,
-                rank: 1
-            }
-        );
+        assert_eq!(h.heard(3, 1), count(3, 1));
         h.failed();
         // Redis restarted empty: this replica beats first and is counted alone.
-        assert_eq!(
-            h.heard(1, 0),
-            Count {
-                members: 3,
-                rank: 0
-            },
-            "the smallest place"
-        );
+        assert_eq!(h.heard(1, 0), count(3, 0), "the smallest place");
         // It fails again at once, and comes back: still three, however often.
         for _ in 0..10 {
             h.failed();
             assert_eq!(h.heard(1, 0).members, 3);
         }
         // The others beat again: their count is heard at once.
-        assert_eq!(
-            h.heard(3, 2),
-            Count {
-                members: 3,
-                rank: 2
-            }
-        );
+        assert_eq!(h.heard(3, 2), count(3, 2));
     }
 
     #[test]
@@ -137,20 +110,8 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(h.heard(2, 1).members, 3);
         }
-        assert_eq!(
-            h.heard(2, 1),
-            Count {
-                members: 2,
-                rank: 1
-            }
-        );
+        assert_eq!(h.heard(2, 1), count(2, 1));
         // In a steady run a member that lapses is believed gone at once.
-        assert_eq!(
-            h.heard(1, 0),
-            Count {
-                members: 1,
-                rank: 0
-            }
-        );
+        assert_eq!(h.heard(1, 0), count(1, 0));
     }
 }

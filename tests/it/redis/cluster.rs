@@ -441,6 +441,18 @@ async fn three_replicas_admit_one_tenant_budget_within_the_stated_bound() {
     }
 }
 
+/// How many of `n` one-record requests to `url` (async) are admitted.
+async fn one_record_posts_admitted(url: &str, n: usize) -> usize {
+    let one = json!({"records": [{"value": "v"}]});
+    let mut admitted = 0;
+    for _ in 0..n {
+        if post_json(url, KEY, &one).await.0 == 202 {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
 /// Redis forgets acme's shared bucket, as one restarted without persistence does.
 async fn forget_bucket(prefix: &str) {
     let redis = redis::Client::open(redis_url()).expect("client");
@@ -496,22 +508,11 @@ async fn a_redis_that_forgets_the_buckets_gives_no_tenant_a_second_burst() {
         .start_two(&redis_url(), |cfg| limit_records(cfg, 1, 20))
         .await;
     let url = format!("{}?async=true", a.url(TOPIC));
-    let one = json!({"records": [{"value": "v"}]});
-    let mut admitted = 0;
-    for _ in 0..25 {
-        if post_json(&url, KEY, &one).await.0 == 202 {
-            admitted += 1;
-        }
-    }
+    let admitted = one_record_posts_admitted(&url, 25).await;
     assert_eq!(admitted, 20, "the burst");
     forget_bucket(&r.prefix).await;
     r.clock.advance_ms(2_000);
-    let mut again = 0;
-    for _ in 0..25 {
-        if post_json(&url, KEY, &one).await.0 == 202 {
-            again += 1;
-        }
-    }
+    let again = one_record_posts_admitted(&url, 25).await;
     assert!(
         again <= 2,
         "{again} admitted after Redis forgot: only the 2 s of refill"
@@ -534,13 +535,7 @@ async fn a_redis_restarted_empty_gives_no_tenant_a_second_burst() {
         })
         .await;
     let url = format!("{}?async=true", a.url(TOPIC));
-    let one = json!({"records": [{"value": "v"}]});
-    let mut admitted = 0;
-    for _ in 0..25 {
-        if post_json(&url, KEY, &one).await.0 == 202 {
-            admitted += 1;
-        }
-    }
+    let admitted = one_record_posts_admitted(&url, 25).await;
     assert_eq!(admitted, 20, "the burst");
     redis.kill();
     wait_for_metric(
@@ -559,12 +554,7 @@ async fn a_redis_restarted_empty_gives_no_tenant_a_second_burst() {
     )
     .await;
     r.clock.advance_ms(2_000);
-    let mut again = 0;
-    for _ in 0..25 {
-        if post_json(&url, KEY, &one).await.0 == 202 {
-            again += 1;
-        }
-    }
+    let again = one_record_posts_admitted(&url, 25).await;
     assert!(
         again <= 2,
         "{again} admitted after the restart: only the 2 s of refill"
