@@ -116,3 +116,21 @@ pub fn retarget(old: &BudgetSpec, new: &BudgetSpec, tats: Tats, now_ns: u64) -> 
 pub fn view_of(spec: &BudgetSpec, tats: Tats, now_ns: u64) -> PerDimension<Option<BucketView>> {
     PerDimension::from_fn(|d| spec[d].map(|s| s.view(tats[d], now_ns)))
 }
+
+/// A local share that does not refill by itself (a budget smaller than its replicas, Redis
+/// away: `fallback_of`) is full again at the earliest when Redis is next tried, `reprobe_ns`
+/// on: shown so, not as full now (review 38b of #37: `r=0;t=0` told clients to retry at once
+/// while the refusal said a second).
+pub fn until_reprobe(
+    views: PerDimension<Option<BucketView>>,
+    reprobe_ns: u64,
+) -> PerDimension<Option<BucketView>> {
+    views.map(|view| {
+        view.map(|mut v| {
+            if v.spec.per_sec == 0 && v.available < v.spec.burst {
+                v.full_in_ns = v.full_in_ns.max(reprobe_ns);
+            }
+            v
+        })
+    })
+}

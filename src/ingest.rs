@@ -35,6 +35,7 @@ mod contracts;
 mod frames;
 mod idempotent;
 mod read;
+mod reading;
 mod request;
 mod settle;
 pub mod stream;

@@ -278,13 +278,14 @@ fn serve_listeners(
         stopped(stop.clone()),
         shutdown_timeout,
     ));
+    let admin_max = bounds.max_connections.min(ADMIN_MAX_CONNECTIONS);
     let admin = tokio::spawn(server::serve(
         listeners.admin,
         admin::router(state.clone()),
         ConnectionBounds {
-            max_connections: bounds.max_connections.min(ADMIN_MAX_CONNECTIONS),
+            max_connections: admin_max,
             tls: admin_tls,
-            unverified: None,
+            unverified: Some(admin_unverified(&state.ingest.proxies, admin_max)),
             ..bounds
         },
         stopped(stop),
@@ -293,10 +294,27 @@ fn serve_listeners(
     Ok((produce, admin))
 }
 
-/// Connections the admin listener serves: operators, probes and scrapes, not producers; it has
-/// no per-address bound, and 4,096 connections each keeping an unfinished head held ~800 MiB
-/// (review 35b of #37). At most this many, each within `max_header_bytes`.
+/// Connections the admin listener serves: operators, probes and scrapes, not producers; 4,096
+/// connections each keeping an unfinished head held ~800 MiB (review 35b of #37). At most
+/// this many, each within `max_header_bytes`.
 const ADMIN_MAX_CONNECTIONS: usize = 256;
+
+/// Connections one address may hold on the admin listener: a probe, a scrape and an operator's
+/// page each keep one. Without a bound, one client's 256 silent connections held every slot and
+/// `/healthz` waited 9–10 s in the backlog for their first-request timeout (review 38b of #37),
+/// past the probes' 2–3 s. Admin connections never authenticate in `Unverified`'s sense (no
+/// tenant), so each counts against its address for its life; a full listener makes room as
+/// the produce listener does (`server::unverified`).
+const ADMIN_PER_ADDRESS: usize = 16;
+
+fn admin_unverified(
+    proxies: &crate::forwarded::TrustedProxies,
+    serving: usize,
+) -> Arc<server::Unverified> {
+    let unverified = server::Unverified::new(ADMIN_PER_ADDRESS, 1, proxies.clone());
+    unverified.fit_to(serving, serving);
+    unverified
+}
 
 /// After the listeners closed: Kafka's confirmations awaited until `deadline`, then the keyed
 /// requests' answers stored (a retry after the restart finds them), then the cluster left.

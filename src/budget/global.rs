@@ -20,7 +20,8 @@ use super::slice::{
     fallback_entry, fallback_of, take_fallback, FallbackLevel, Heard, Mode, ModeCell, Slice,
 };
 use super::{
-    retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
+    retarget, take_both, until_reprobe, view_of, BucketView, BudgetSpec, PerDimension, Short,
+    Shortfall, Tats,
 };
 use crate::record::Charge;
 
@@ -288,10 +289,14 @@ impl GlobalBudget {
     /// Records and bytes buckets as they are now.
     pub fn view(&self, now_ns: u64) -> PerDimension<Option<BucketView>> {
         let (generation, tats) = self.snapshot();
-        if let Source::Leased { slice, .. } = &generation.source {
-            return slice.view(&generation.spec, now_ns);
+        let own = |spec: &BudgetSpec| view_of(spec, tats, now_ns);
+        match &generation.source {
+            Source::Leased { slice, .. } => slice.view(&generation.spec, now_ns),
+            Source::Fallback { reprobe_ns, .. } => {
+                until_reprobe(own(&generation.effective()), *reprobe_ns)
+            }
+            Source::Own => own(&generation.spec),
         }
-        view_of(&generation.effective(), tats, now_ns)
     }
 }
 

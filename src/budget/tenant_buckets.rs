@@ -11,7 +11,8 @@ use super::slice::{
     fallback_entry, fallback_of, take_fallback, FallbackLevel, Heard, Mode, ModeCell, Slice,
 };
 use super::{
-    retarget, take_both, view_of, BucketView, BudgetSpec, PerDimension, Short, Shortfall, Tats,
+    retarget, take_both, until_reprobe, view_of, BucketView, BudgetSpec, PerDimension, Short,
+    Shortfall, Tats,
 };
 use crate::record::Charge;
 
@@ -191,10 +192,13 @@ impl TenantBuckets {
     }
 
     pub fn view(&self, now_ns: u64) -> PerDimension<Option<BucketView>> {
-        if let Source::Leased { slice, .. } = &self.source {
-            return slice.view(&self.spec, now_ns);
+        match &self.source {
+            Source::Leased { slice, .. } => slice.view(&self.spec, now_ns),
+            Source::Fallback { reprobe_ns, .. } => {
+                until_reprobe(view_of(&self.effective(), self.tats, now_ns), *reprobe_ns)
+            }
+            Source::Own => view_of(&self.spec, self.tats, now_ns),
         }
-        view_of(&self.effective(), self.tats, now_ns)
     }
 }
 

@@ -11,6 +11,8 @@ use axum::http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
 use super::frames::{Frames, Stopped};
+use super::reading::BodyOwed;
+use super::reading::{too_costly, unpaid_refusal, BodyWork, Reading};
 use super::{refused, Answer, BodyFormat, Held, Ingest, ProduceRequest};
 use crate::body::{BodyError, Decoder, RecordArena};
 use crate::idempotency::Fingerprinter;
@@ -50,11 +52,7 @@ impl Ingest {
             .hold(tenant.body_bytes.clone(), tenant.buffer_share());
         hold.watch_while_reading();
         // What reading the body costs is owed until admission pays (see `BodyWork`).
-        let mut owed = BodyOwed {
-            schemas: &self.schemas,
-            tenant: tenant.id.as_str(),
-            cost: Duration::ZERO,
-        };
+        let mut owed = BodyOwed::new(&self.schemas, tenant.id.as_str());
         match self
             .decode_body(
                 tenant,
@@ -140,20 +138,15 @@ impl Ingest {
             let received = frames.received();
             match work.read(data.len(), received, owed) {
                 Reading::On => {}
-                // A body that may cost more than a small one: not read for a tenant whose
-                // unpaid work is spent (its refusals would be paid by no one).
+                // A body that may cost more than a small one, or arrives in many pieces: not
+                // read on for a tenant whose unpaid work is spent (its refusals would be paid
+                // by no one).
                 Reading::Ask => self
                     .schemas
                     .unpaid_allows(tenant.id.as_str())
                     .map_err(|e| self.cut_short(Cut::RateLimited, unpaid_refusal(&e)))?,
                 Reading::TooCostly(most) => {
-                    let e = ApiError::Malformed(format!(
-                        "the body's pieces cost more to read than a request may owe ({} ms: \
-                         [schema_registry] tenant_unpaid_work_ms_burst, at {NS_PER_PIECE} ns a \
-                         piece): send it in larger pieces",
-                        most.as_millis()
-                    ));
-                    return Err(self.cut_short(Cut::Malformed, e));
+                    return Err(self.cut_short(Cut::Malformed, too_costly(most)));
                 }
             }
             if received > hold.bytes()
@@ -311,104 +304,4 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-}
-
-/// What reading a body costs that no budget pays for when the request ends refused: owed to
-/// the tenant's unpaid work (`[schema_registry] tenant_unpaid_work_ms_*`, the same bucket the
-/// schema step spends) and forgiven once admission takes the records. Estimated from what
-/// arrived, not measured: per piece and per byte, from the profile of the costliest ways in
-/// (review 37a of #37: 1-byte chunks cost 0.9 µs each; 8 MB of inflated JSON ~26 ms). A body
-/// that is large, of unknown length or inflated is not read for a tenant whose unpaid work is
-/// spent, so its refusals stay cheap.
-struct BodyWork {
-    declared: Option<u64>,
-    asked: bool,
-    /// The most one request may owe for its pieces: past it the body is not read on, whatever
-    /// it would have been (review 37a: one 8 MB body in 1-byte chunks took 7.4 s to read).
-    /// Its bytes are bounded by `max_body_bytes`, the operator's own choice, so a large body in
-    /// ordinary pieces is never refused for them.
-    most: Duration,
-    pieces: Duration,
-}
-
-/// What reading a body goes on with after a piece.
-enum Reading {
-    On,
-    /// Ask the tenant's unpaid work first: the body turned out more than small.
-    Ask,
-    /// It costs more than a request may owe.
-    TooCostly(Duration),
-}
-
-/// Nanoseconds a piece of body costs to take in (the framing, the watch, the decoder's call).
-const NS_PER_PIECE: u64 = 900;
-/// Nanoseconds a byte costs to inflate and scan.
-const NS_PER_BYTE: u64 = 3;
-/// Bodies up to this long (declared, and not inflated past it) are read without asking.
-const SMALL_BODY: u64 = 64 * 1024;
-
-impl BodyWork {
-    fn new(declared: Option<u64>, most: Duration) -> Self {
-        Self {
-            declared,
-            asked: false,
-            most,
-            pieces: Duration::ZERO,
-        }
-    }
-
-    /// A piece of `len` bytes arrived, `received` in all: its cost owed, and what next.
-    fn read(&mut self, len: usize, received: u64, owed: &mut BodyOwed<'_>) -> Reading {
-        let ns = NS_PER_PIECE.saturating_add((len as u64).saturating_mul(NS_PER_BYTE));
-        owed.cost = owed.cost.saturating_add(Duration::from_nanos(ns));
-        self.pieces = self
-            .pieces
-            .saturating_add(Duration::from_nanos(NS_PER_PIECE));
-        if self.pieces > self.most {
-            return Reading::TooCostly(self.most);
-        }
-        let large = self
-            .declared
-            .is_none_or(|d| d > SMALL_BODY || received > d.max(SMALL_BODY));
-        if large && !self.asked {
-            self.asked = true;
-            return Reading::Ask;
-        }
-        Reading::On
-    }
-}
-
-/// A body's reading cost, charged to its tenant's unpaid work when dropped unless admission
-/// took its records ([`BodyOwed::admitted`]): nothing is allocated unless it is charged.
-pub(super) struct BodyOwed<'a> {
-    schemas: &'a crate::schema::Schemas,
-    tenant: &'a str,
-    cost: Duration,
-}
-
-impl BodyOwed<'_> {
-    /// The records were admitted: their budgets paid for reading them.
-    pub(super) fn admitted(mut self) {
-        self.cost = Duration::ZERO;
-    }
-}
-
-impl Drop for BodyOwed<'_> {
-    fn drop(&mut self) {
-        self.schemas.charge_unpaid(self.tenant, self.cost);
-    }
-}
-
-/// The schema step's 429 for spent unpaid work, as a body's refusal.
-fn unpaid_refusal(e: &crate::schema::SchemaError) -> ApiError {
-    match e {
-        crate::schema::SchemaError::Busy(wait, detail) => {
-            ApiError::SchemaBusy(*wait, detail.clone())
-        }
-        // `Schemas::unpaid_allows` answers nothing else.
-        _ => ApiError::SchemaBusy(
-            Duration::from_secs(1),
-            "this tenant's unpaid work is spent".into(),
-        ),
-    }
 }

@@ -185,6 +185,7 @@ impl Ingest {
             lookups_since: Instant::now(),
             drain: super::coding::Drain::default(),
             first: None,
+            work: Default::default(),
             cut,
         };
         let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);

@@ -54,10 +54,17 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
         }
         any = true;
         // A replica's local share of a small budget may refill at 0 a second while Redis is
-        // away (`budget::fallback_of`): shown as at 1 a second, not divided by (that panicked
-        // every answer of such a tenant into a 500).
-        let per_sec = u128::from(b.spec.per_sec.max(1));
-        let window = ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / per_sec).max(1);
+        // away (`budget::fallback_of`): never divided by (that panicked every answer of such
+        // a tenant into a 500).
+        // Such a share's window is the wait until Redis is tried again (`budget::until_reprobe`),
+        // not the burst at 1 a second (review 38b of #37: "w=6" for a share that never refills).
+        let full_in = ceil_secs(u128::from(b.full_in_ns));
+        let window = match b.spec.per_sec {
+            0 => full_in.max(1),
+            per_sec => {
+                ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / u128::from(per_sec)).max(1)
+            }
+        };
         let _ = write!(
             policy,
             "\"{scope}-{dimension}\";q={};w={window};qu=\"{unit}\"",
@@ -65,9 +72,8 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
         );
         let _ = write!(
             state,
-            "\"{scope}-{dimension}\";r={};t={}",
+            "\"{scope}-{dimension}\";r={};t={full_in}",
             b.available,
-            ceil_secs(u128::from(b.full_in_ns))
         );
     }
     any
@@ -150,6 +156,24 @@ mod tests {
         let (policy, state) = render(&view).expect("one bucket");
         assert_eq!(policy, r#""tenant-records";q=0;w=1;qu="records""#);
         assert_eq!(state, r#""tenant-records";r=0;t=0"#);
+    }
+
+    /// A spent share that refills only when Redis is tried again (in a second): its window
+    /// and reset are that second, not the burst at 1 a second nor "now".
+    #[test]
+    fn a_spent_share_waits_for_redis_in_its_fields() {
+        let mut view = BucketsView::default();
+        view.tenant.records = Some(BucketView {
+            spec: RateSpec {
+                per_sec: 0,
+                burst: 6,
+            },
+            available: 0,
+            full_in_ns: 1_000_000_000,
+        });
+        let (policy, state) = render(&view).expect("one bucket");
+        assert_eq!(policy, r#""tenant-records";q=6;w=1;qu="records""#);
+        assert_eq!(state, r#""tenant-records";r=0;t=1"#);
     }
 
     #[test]

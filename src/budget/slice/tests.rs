@@ -154,4 +154,15 @@ fn a_share_that_never_refills_waits_for_redis() {
     let short =
         take_fallback(&share, after_one, now, Charge::new(1, 0), reprobe).expect_err("spent");
     assert_eq!(short.wait_ns, reprobe);
+    // Its view says so too: full again no sooner than Redis is tried, not "full now".
+    let view =
+        crate::budget::until_reprobe(crate::budget::view_of(&share, after_one, now), reprobe);
+    let records = view.records.expect("limited");
+    assert_eq!((records.available, records.full_in_ns), (0, reprobe));
+    let full = crate::budget::until_reprobe(crate::budget::view_of(&share, tats, now), reprobe);
+    assert_eq!(
+        full.records.map(|v| v.full_in_ns),
+        Some(0),
+        "a full share is full now"
+    );
 }

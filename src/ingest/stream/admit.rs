@@ -14,6 +14,7 @@ use super::reports::{Fate, Queued};
 use super::LOOKUPS_REFILL;
 use crate::body::{RecordArena, RecordNotes};
 use crate::buffer::BufferLease;
+use crate::inflight_bodies::Cut;
 use crate::ingest::contracts::{ConvertedRecord, ToConvert};
 use crate::ingest::RecordSchemas;
 use crate::kafka::{Batch, TopicInfo};
@@ -46,6 +47,11 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let mut lookups = std::mem::replace(&mut self.lookups, Lookups::none());
         let first = self.first.take();
         let (batch, fates) = self.admit(&arena, &wanted, &mut lookups, first).await;
+        // Reading the records refused was paid by no budget: their tenant's unpaid work.
+        let refused = fates.iter().filter(|f| f.is_err()).count();
+        let owed = self.work.settle(fates.len(), refused);
+        let tenant = self.tenant.id.as_str();
+        self.ingest.schemas.charge_unpaid(tenant, owed);
         // The piece's records are decided: the next piece's checks owe from nothing.
         lookups.settled();
         self.lookups = lookups;
@@ -90,6 +96,16 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         for entry in entries {
             if self.queue.try_send(entry).is_err() {
                 return Err(None); // the client went away (room was checked before decoding)
+            }
+        }
+        // A stream whose refusals spent its tenant's unpaid work ends: records that take no
+        // token (a partition that does not exist) would otherwise be refused for free for
+        // as long as the stream lasts (review 38a of #37: 511,400 in 10 s, a core).
+        if refused > 0 {
+            let tenant = self.tenant.id.as_str();
+            if let Err(e) = self.ingest.schemas.unpaid_allows(tenant) {
+                let e = crate::ingest::reading::unpaid_refusal(&e);
+                return Err(Some(self.ingest.cut_short(Cut::RateLimited, e)));
             }
         }
         Ok(())

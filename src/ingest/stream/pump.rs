@@ -18,6 +18,9 @@ use crate::body::{Decoder, RecordArena, RecordNotes};
 use crate::credential::{AuthError, Identity};
 use crate::identity::Topic;
 use crate::inflight_bodies::{Cut, CutSignal};
+use crate::ingest::reading::{
+    linger_allows, too_costly, unpaid_refusal, Reading, StreamWork, ASK_EVERY,
+};
 use crate::ingest::{Ingest, RecordSchemas};
 use crate::outcome::ApiError;
 use crate::tenant::Tenant;
@@ -56,6 +59,8 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     /// A body of one record, converted before the stream was answered: admitted as it is,
     /// not converted twice.
     pub(super) first: Option<crate::ingest::contracts::ConvertedRecord>,
+    /// What reading the stream costs until its records are decided (`ingest::reading`).
+    pub(super) work: StreamWork,
     /// Resolves once the stream was cut to make room in the body budget for a tenant under
     /// its equal share (`inflight_bodies::room`). Looked at only where the pump waits (for
     /// the client's bytes or the report queue's room), never while records are being
@@ -78,8 +83,9 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         // one is out (the queue closes with the pump).
         self.memory.set(0, 0);
         let reports = Arc::downgrade(&self.memory);
+        let payer = (self.ingest.clone(), self.tenant.clone());
         drop(self);
-        linger(body, reports).await;
+        linger(body, reports, &payer).await;
     }
 
     async fn pump(&mut self, body: &mut Body) -> Stopped {
@@ -108,6 +114,9 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                     }
                     Ok(Some(Ok(frame))) => {
                         if let Ok(data) = frame.into_data() {
+                            if let Err(e) = self.reading(data.len()) {
+                                return Some(e);
+                            }
                             self.last_data = Instant::now();
                             self.liveness.touch();
                             if !self.memory.set(self.decoder.footprint() + data.len(), 0) {
@@ -118,6 +127,21 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                     }
                 },
                 () = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+
+    /// A piece of `len` bytes arrived: read on only while its tenant's unpaid work allows, and
+    /// while the pieces of the records not yet decided cost less than a request may owe.
+    fn reading(&mut self, len: usize) -> Result<(), ApiError> {
+        let schemas = &self.ingest.schemas;
+        match self.work.read(len, schemas.most_owed()) {
+            Reading::On => Ok(()),
+            Reading::Ask => schemas
+                .unpaid_allows(self.tenant.id.as_str())
+                .map_err(|e| self.ingest.cut_short(Cut::RateLimited, unpaid_refusal(&e))),
+            Reading::TooCostly(most) => {
+                Err(self.ingest.cut_short(Cut::Malformed, too_costly(most)))
             }
         }
     }
@@ -266,11 +290,26 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
 /// body is read and dropped until the reports are out (`reports` — the stream's memory, held
 /// by its reports and their frames — is gone) and a moment more for the client to read them,
 /// within [`LINGER_MAX`] and [`LINGER_BYTES`]. Nothing read here is kept or held.
-async fn linger(mut body: Body, reports: std::sync::Weak<Memory>) {
+///
+/// What it reads is its tenant's unpaid work, charged as it goes: a tenant whose unpaid work is
+/// spent is not read for (review 38a of #37: ~1 s of CPU per stream in 1-byte pieces).
+async fn linger(
+    mut body: Body,
+    reports: std::sync::Weak<Memory>,
+    payer: &(Arc<Ingest>, Arc<Tenant>),
+) {
     let started = Instant::now();
     let mut reports_out: Option<Instant> = None;
     let mut read = 0u64;
+    let (mut pieces, mut bytes) = (0u32, 0u64);
+    let (ingest, tenant) = payer;
     while started.elapsed() < LINGER_MAX && read < LINGER_BYTES {
+        if pieces == ASK_EVERY {
+            if !linger_allows(&ingest.schemas, tenant.id.as_str(), pieces, bytes) {
+                return;
+            }
+            (pieces, bytes) = (0, 0);
+        }
         if reports_out.is_none() && reports.strong_count() == 0 {
             reports_out = Some(Instant::now());
         }
@@ -278,7 +317,11 @@ async fn linger(mut body: Body, reports: std::sync::Weak<Memory>) {
             return;
         }
         match tokio::time::timeout(Duration::from_millis(50), body.frame()).await {
-            Ok(Some(Ok(frame))) => read += frame.data_ref().map_or(0, |d| d.len() as u64),
+            Ok(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                read += len;
+                (pieces, bytes) = (pieces + 1, bytes + len);
+            }
             Ok(_) => return, // the body ended or the client went away
             Err(_) => {}
         }

@@ -245,3 +245,41 @@ async fn unfinished_heads_share_one_budget_of_bytes() {
     drop(heads);
     gw.shutdown().await;
 }
+
+/// One address's silent connections cannot keep the admin listener's probes out: past its
+/// allowance they are closed at once, and `/healthz` from another address is answered at
+/// once (review 38b of #37: 256 silent connections made every probe wait 9–10 s, past the
+/// probes' own 2–3 s timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_one_address_do_not_keep_the_admin_listener_from_probes() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |cfg| {
+        cfg.server.header_read_timeout_ms = 10_000;
+    })
+    .await;
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        if let Ok(s) = TcpStream::connect(gw.admin).await {
+            silent.push(s);
+        }
+    }
+    // Give the accept loop time to take every one of them in (or close it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("addr"))
+        .expect("bind to another loopback address");
+    let mut probe = socket.connect(gw.admin).await.expect("connect");
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = String::new();
+    // Within half the silent connections' first-request timeout: not served after them.
+    tokio::time::timeout(PATIENCE, probe.read_to_string(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(silent);
+    gw.shutdown().await;
+}

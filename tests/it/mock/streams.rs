@@ -488,3 +488,42 @@ fn deaf_stream(addr: std::net::SocketAddr, key: &str) -> (u16, Duration) {
     let _ = std::io::Read::read_to_end(&mut stream, &mut sink);
     (status, closed_at.unwrap_or_else(|| opened.elapsed()))
 }
+
+/// Records a stream refuses without taking a token (here a partition the topic does not have)
+/// are the tenant's unpaid work: once it is spent the stream ends with a 429 report, rather
+/// than refusing records for free as long as it lasts (review 38a of #37: 511,400 404s in
+/// 10 s, a core of CPU, the tenant's budgets untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_refusals_spend_its_unpaid_work_ends() {
+    let (_cluster, gw) = gateway_on_mock("test.nopart", Time::Manual, |cfg| {
+        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
+        cfg.schema_registry.tenant_unpaid_work_ms_burst = 5;
+    })
+    .await;
+    let url = format!(
+        "http://{}/v3/clusters/c/topics/test.nopart/records",
+        gw.addr
+    );
+    // 2,000 records for partition 7: 404 each, ~20 µs of work each, 40 ms in all.
+    let body: Vec<u8> = (0..2_000)
+        .flat_map(|i| {
+            json!({"partition_id": 7, "value": {"type": "STRING", "data": format!("r{i}")}})
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    let (s, _, text) = post_text(&url, KEY, &[("content-type", "application/json")], body).await;
+    assert_eq!(s, 200, "{text}");
+    let not_found = text.matches("\"error_code\":404").count();
+    assert!(
+        (100..2_000).contains(&not_found),
+        "{not_found} refused before the end: {}",
+        &text[text.len().saturating_sub(600)..]
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("\"error_code\":429") && last.contains("unpaid"),
+        "{last}"
+    );
+    gw.shutdown().await;
+}
