@@ -6,7 +6,8 @@
 //! module's first comment ends with its "Layer:" line, in these seven names.
 //!
 //! 1. Foundations — import nothing of floodgate's but each other:
-//!    [`dimension`] (records and bytes, and a value for each), [`record`] (records, the
+//!    [`dimension`] (records and bytes, and a value for each), [`quota`] (calendar quotas:
+//!    hour, day and month windows and what is used of them), [`record`] (records, the
 //!    `Charge` they make, the `Api` they came by), [`refusal`] (why a
 //!    request is not admitted), [`identity`] (tenant ids, key digests and ids, new keys, topics,
 //!    topic patterns), [`env_secret`] (a secret from `NAME` or the file `NAME_FILE` names),
@@ -80,6 +81,7 @@ pub mod lag;
 pub mod lag_agent;
 pub mod metrics;
 pub mod outcome;
+pub mod quota;
 pub mod quote;
 pub mod record;
 pub mod refusal;
