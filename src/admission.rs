@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    BucketView, Clock, GlobalBudget, Missing, ModeCell, PerDimension, Scope, Short, Shortfall,
-    TenantBuckets,
+    Clock, GlobalBudget, Missing, ModeCell, Scope, Short, Shortfall, TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::hold::WaitRoom;
@@ -29,6 +28,10 @@ mod adaptive;
 mod bounds;
 mod lag;
 mod pending;
+mod quota;
+mod view;
+
+pub use view::BucketsView;
 
 use pending::Pending;
 
@@ -42,23 +45,6 @@ fn tenant_reason(s: Shortfall) -> Reason {
 
 fn global_reason(s: Shortfall) -> Reason {
     Reason::Budget(Scope::Global, s.dimension)
-}
-
-/// Every bucket that applies to a tenant, as it stands: the source of the RateLimit headers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BucketsView {
-    pub tenant: PerDimension<Option<BucketView>>,
-    pub global: PerDimension<Option<BucketView>>,
-}
-
-impl BucketsView {
-    /// One scope's buckets.
-    pub fn of(&self, scope: Scope) -> &PerDimension<Option<BucketView>> {
-        match scope {
-            Scope::Tenant => &self.tenant,
-            Scope::Global => &self.global,
-        }
-    }
 }
 
 /// Cluster mode: tokens a request needs from the shared budget before it can be admitted.
@@ -108,6 +94,8 @@ pub struct Admission {
     lag: Option<Arc<crate::lag::LagPlanCell>>,
     /// `[wait]`: requests held for their tokens instead of refused (off by default).
     pub waits: Arc<WaitRoom>,
+    /// Where the calendar quotas' windows turn (`[quotas] utc_offset`).
+    calendar: crate::quota::Calendar,
 }
 
 /// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
@@ -116,6 +104,7 @@ struct Planned {
     tenant: crate::budget::PendingCharge,
     adaptive: Option<crate::budget::Tats>,
     lag: lag::LagCharge,
+    quotas: Option<[crate::quota::QuotaUse; 3]>,
 }
 
 impl Admission {
@@ -128,6 +117,7 @@ impl Admission {
             adaptive: None,
             lag: None,
             waits: Arc::default(),
+            calendar: crate::quota::Calendar::default(),
         }
     }
 
@@ -218,9 +208,12 @@ impl Admission {
                 state.adaptive.tats = tats;
             }
             Self::lag_commit(&mut state, pending.lag);
+            if let Some(used) = pending.quotas {
+                state.quotas.used = used;
+            }
             Ok(lease)
         })();
-        let view = self.view_locked(&state.buckets, now);
+        let view = self.view_locked(&state, now);
         (decision, view)
     }
 
@@ -354,6 +347,7 @@ impl Admission {
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
+        let quotas = self.quota_check(state, charge)?;
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -385,6 +379,7 @@ impl Admission {
                 tenant,
                 adaptive,
                 lag,
+                quotas,
             })
             .map_err(|_| Blocked::Lease(need))
     }
@@ -427,6 +422,9 @@ impl Admission {
             tenant.stats().decided(1, 0, Some(r.reason), false);
             return Err(r);
         }
+        if let Err(Denial::Refused(r)) = self.quota_check(&state, Charge::new(1, 1)) {
+            return Err(r); // a used-up window: refused before the body is read
+        }
         let spec = state.buckets.spec();
         let global_spec = self.global.spec();
         // Only ask for as many bytes as a bucket could ever hold: the exact count, made after
@@ -452,23 +450,6 @@ impl Admission {
         }
         pending.finish()
     }
-
-    /// The tenant's and the global buckets as they are now.
-    pub fn view(&self, tenant: &Tenant) -> BucketsView {
-        let now = self.clock.now_ns();
-        match tenant.admission_if_live() {
-            Some(state) => self.view_locked(&state.buckets, now),
-            // Never charged: its buckets are full, and looking must not give it state.
-            None => self.view_locked(&TenantBuckets::new(tenant.spec()), now),
-        }
-    }
-
-    fn view_locked(&self, buckets: &TenantBuckets, now: u64) -> BucketsView {
-        BucketsView {
-            tenant: buckets.view(now),
-            global: self.global.view(now),
-        }
-    }
 }
 
 fn lease_of(short: &Short) -> Option<Missing> {
@@ -484,6 +465,7 @@ fn refused_plain(reason: Reason, wait_ns: u64) -> Refusal {
         retry_after: Duration::from_nanos(wait_ns),
         class: None,
         lag: None,
+        quota: None,
     }
 }
 
@@ -491,5 +473,7 @@ fn refused(reason: Reason, wait_ns: u64) -> Denial {
     Denial::Refused(refused_plain(reason, wait_ns))
 }
 
+#[cfg(test)]
+mod quota_tests;
 #[cfg(test)]
 mod tests;

@@ -340,6 +340,7 @@ fn lease_refusal(scope: Scope, wait: Duration, dimension: Dimension) -> Refusal 
         retry_after: wait,
         class: None,
         lag: None,
+        quota: None,
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Config {
     /// The global broker-protection budget, summed over all tenants.
     #[serde(default)]
     pub global: GlobalBudgetConfig,
+    /// Calendar quotas: where their windows turn.
+    #[serde(default)]
+    pub quotas: QuotasConfig,
     /// Admin API settings.
     #[serde(default)]
     pub admin: AdminConfig,
@@ -98,6 +101,7 @@ mod lag;
 pub mod librdkafka;
 mod load;
 mod problem;
+mod quota;
 mod reference;
 mod schemas;
 mod server;
@@ -122,6 +126,7 @@ pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
 pub use lag::LagGuardConfig;
 pub use problem::{ConfigError, ConfigProblem};
+pub use quota::{quota_specs, QuotaConfig, QuotasConfig, WindowName, MAX_QUOTAS};
 pub use reference::reference_markdown;
 pub use schemas::{
     check_subject, ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig,

@@ -213,6 +213,53 @@ impl QuotaSpec {
     }
 }
 
+/// A tenant's quotas and what each window kind has used. The use is kept when the quotas
+/// change (the rules in the module's comment), so it lives beside them, not in them.
+#[derive(Debug, Clone, Default)]
+pub struct Quotas {
+    pub specs: std::sync::Arc<[QuotaSpec]>,
+    /// Indexed by [`Window`] (as `usize`), whichever quotas are set.
+    pub used: [QuotaUse; 3],
+}
+
+impl Quotas {
+    /// The uses after taking `charge` from every quota, or the shortfall whose reset comes
+    /// last (the request fits no sooner). Takes from all or from none.
+    pub fn take(
+        &self,
+        calendar: &Calendar,
+        unix_s: i64,
+        charge: Charge,
+    ) -> Result<[QuotaUse; 3], QuotaShort> {
+        let mut used = self.used;
+        let mut short: Option<QuotaShort> = None;
+        for spec in self.specs.iter() {
+            let slot = &mut used[spec.window as usize];
+            match spec.take(calendar, slot, unix_s, charge) {
+                Ok(u) => *slot = u,
+                Err(s) if short.is_none_or(|k| s.reset_in_s > k.reset_in_s) => short = Some(s),
+                Err(_) => {}
+            }
+        }
+        short.map_or(Ok(used), Err)
+    }
+
+    /// Every limited dimension of every quota as it stands at `unix_s`, in window order.
+    pub fn view(
+        &self,
+        calendar: &Calendar,
+        unix_s: i64,
+    ) -> impl Iterator<Item = (Dimension, QuotaView)> + '_ {
+        let calendar = *calendar;
+        self.specs.iter().flat_map(move |spec| {
+            let views = spec.view(&calendar, &self.used[spec.window as usize], unix_s);
+            Dimension::ALL
+                .into_iter()
+                .filter_map(move |d| views[d].map(|v| (d, v)))
+        })
+    }
+}
+
 fn reset_in(span: Span, unix_s: i64) -> u64 {
     u64::try_from(span.end.saturating_sub(unix_s))
         .unwrap_or(0)

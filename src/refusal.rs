@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::budget::{Dimension, Scope};
+use crate::quota::Window;
 
 /// Why a request was refused with 429; the strings are part of the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,10 +26,12 @@ pub enum Reason {
     Adaptive,
     /// A lag guard (`[[lag_guards]]`): the topic's consumers are behind, producers are capped.
     ConsumerLag,
+    /// A calendar quota (the tenant's `quotas`) is used up until its window turns.
+    Quota(Scope),
 }
 
 impl Reason {
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Budget(Scope::Tenant, Dimension::Records),
         Reason::Budget(Scope::Tenant, Dimension::Bytes),
         Reason::Budget(Scope::Global, Dimension::Records),
@@ -38,6 +41,8 @@ impl Reason {
         Reason::ServerBusy,
         Reason::Adaptive,
         Reason::ConsumerLag,
+        Reason::Quota(Scope::Tenant),
+        Reason::Quota(Scope::Global),
     ];
 
     /// The tenant's own budgets (records or bytes): what they refuse, no share of a shared
@@ -52,7 +57,7 @@ impl Reason {
     pub fn is_tenants_own(self) -> bool {
         matches!(
             self,
-            Reason::Budget(Scope::Tenant, _) | Reason::TenantBuffer
+            Reason::Budget(Scope::Tenant, _) | Reason::TenantBuffer | Reason::Quota(Scope::Tenant)
         )
     }
 
@@ -71,6 +76,7 @@ impl Reason {
             Reason::ServerBusy => 6,
             Reason::Adaptive => 7,
             Reason::ConsumerLag => 8,
+            Reason::Quota(scope) => 9 + scope as usize,
         }
     }
 
@@ -85,6 +91,8 @@ impl Reason {
             Reason::ServerBusy => "server_busy",
             Reason::Adaptive => "adaptive",
             Reason::ConsumerLag => "consumer_lag",
+            Reason::Quota(Scope::Tenant) => "tenant_quota",
+            Reason::Quota(Scope::Global) => "global_quota",
         }
     }
 }
@@ -98,6 +106,8 @@ pub struct Refusal {
     pub class: Option<&'static str>,
     /// For `consumer_lag`: which guard, topic and consumer group, named in the detail.
     pub lag: Option<Arc<LagNote>>,
+    /// For `tenant_quota` / `global_quota`: which window, named in the detail.
+    pub quota: Option<Window>,
 }
 
 /// The guard behind a `consumer_lag` refusal.
@@ -115,6 +125,7 @@ impl Refusal {
             retry_after,
             class: None,
             lag: None,
+            quota: None,
         }
     }
 
@@ -177,6 +188,7 @@ mod tests {
             retry_after: Duration::from_nanos(ns),
             class: None,
             lag: None,
+            quota: None,
         };
         assert_eq!((r(1).retry_after_ms(), r(1).retry_after_secs()), (1, 1));
         let long = r(1_000_000_001);

@@ -32,6 +32,8 @@ pub struct AdmissionState {
     pub priority: crate::config::Priority,
     /// Its records toward each lag guard it has written to (few: one per guard).
     pub lag: Vec<crate::lag::LagBucket>,
+    /// Its calendar quotas and what their windows have used.
+    pub quotas: crate::quota::Quotas,
 }
 
 /// A tenant's bucket under the adaptive limit: the plan it follows (by epoch) and its TATs.
@@ -48,6 +50,7 @@ pub struct AdaptiveBucket {
 #[derive(Debug, Clone)]
 pub struct TenantSettings {
     spec: BudgetSpec,
+    quotas: Arc<[crate::quota::QuotaSpec]>,
     topics: Arc<TopicPatterns>,
     buffer_share: f64,
     priority: crate::config::Priority,
@@ -62,8 +65,10 @@ impl TenantSettings {
         let topics = TopicPatterns::parse(&config.topics).map_err(|(i, e)| {
             ConfigProblem::new(format!("tenants[{}].topics[{i}]", config.id), e)
         })?;
+        let at = format!("tenants[{}].quotas", config.id);
         Ok(Self {
             spec,
+            quotas: crate::config::quota_specs(&at, &config.quotas)?.into(),
             topics: Arc::new(topics),
             buffer_share: config.buffer_share(),
             priority: config.priority.unwrap_or_default(),
@@ -111,6 +116,7 @@ pub struct Tenant {
 #[derive(Debug)]
 struct AdmissionSlot {
     spec: BudgetSpec,
+    quotas: Arc<[crate::quota::QuotaSpec]>,
     buffer_share: f64,
     priority: crate::config::Priority,
     /// The shared configuration the settings came from, if they did.
@@ -121,8 +127,13 @@ struct AdmissionSlot {
 impl AdmissionSlot {
     fn state(&mut self) -> &mut AdmissionState {
         let (spec, buffer_share, priority) = (self.spec, self.buffer_share, self.priority);
+        let specs = self.quotas.clone();
         self.state.get_or_insert_with(|| {
             Box::new(AdmissionState {
+                quotas: crate::quota::Quotas {
+                    specs,
+                    used: Default::default(),
+                },
                 buckets: TenantBuckets::new(spec),
                 buffer_share,
                 adaptive: AdaptiveBucket::default(),
@@ -147,6 +158,7 @@ impl Tenant {
             topics: ArcSwap::new(settings.topics.clone()),
             admission: Mutex::new(AdmissionSlot {
                 spec: settings.spec,
+                quotas: settings.quotas.clone(),
                 buffer_share: settings.buffer_share,
                 priority: settings.priority,
                 source: settings.source.clone(),
@@ -166,11 +178,14 @@ impl Tenant {
         self.topics.store(settings.topics.clone());
         let mut slot = self.admission.lock();
         slot.spec = settings.spec;
+        slot.quotas = settings.quotas.clone();
         slot.buffer_share = settings.buffer_share;
         slot.priority = settings.priority;
         slot.source = settings.source.clone();
         if let Some(state) = slot.state.as_deref_mut() {
             state.buckets.set_spec(settings.spec, now_ns);
+            // What each window has used stays: a change never hands out a fresh allowance.
+            state.quotas.specs = settings.quotas.clone();
             state.buffer_share = settings.buffer_share;
             state.priority = settings.priority;
         }

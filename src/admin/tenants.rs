@@ -79,6 +79,9 @@ struct TenantBody {
         skip_serializing_if = "Option::is_none"
     )]
     bytes_burst: Option<u64>,
+    /// Calendar quotas; a change keeps what each window has used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    quotas: Vec<crate::config::QuotaConfig>,
     #[serde(default)]
     max_buffer_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +103,7 @@ impl TenantBody {
             records_burst: c.records_burst,
             bytes_per_sec: c.bytes_per_sec,
             bytes_burst: c.bytes_burst,
+            quotas: c.quotas.clone(),
             max_buffer_share: c.max_buffer_share,
             priority: c.priority,
             jwt_claims: c.jwt_claims.clone(),
@@ -116,6 +120,7 @@ impl TenantBody {
             records_burst: self.records_burst,
             bytes_per_sec: self.bytes_per_sec,
             bytes_burst: self.bytes_burst,
+            quotas: self.quotas,
             max_buffer_share: self.max_buffer_share,
             priority: self.priority,
             jwt_claims: self.jwt_claims,
@@ -352,12 +357,13 @@ pub async fn patch(
 }
 
 /// The fields of [`TenantBody`], what a patch may name.
-const SETTINGS: [&str; 9] = [
+const SETTINGS: [&str; 10] = [
     "topics",
     "records_per_sec",
     "records_burst",
     "bytes_per_sec",
     "bytes_burst",
+    "quotas",
     "max_buffer_share",
     "priority",
     "jwt_claims",

@@ -88,6 +88,7 @@ impl Admission {
             retry_after: Duration::from_nanos(wait_ns),
             class: Some(bucket.class.as_str()),
             lag: None,
+            quota: None,
         }))
     }
 

@@ -65,6 +65,7 @@ impl Admission {
             retry_after: self.buffer.retry_hint(),
             class: None,
             lag: None,
+            quota: None,
         }
     }
 

@@ -88,6 +88,7 @@ impl Admission {
                             topic: topic.as_str().to_string(),
                             group: guard.group.clone(),
                         })),
+                        quota: None,
                     }))
                 }
             }

@@ -174,7 +174,9 @@ pub(super) fn controls(
             std::time::Duration::from_millis(w.max_ms),
             w.max_requests,
             w.max_requests_per_tenant,
-        ));
+        ))
+        // Validated with the configuration: a bad offset never gets here.
+        .with_calendar(config.quotas.calendar().unwrap_or_default());
     if let Some(cluster) = cluster {
         admission = admission.clustered(cluster.sharing.clone());
     }

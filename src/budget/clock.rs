@@ -85,6 +85,15 @@ impl ManualClock {
         }
     }
 
+    /// A manual clock whose wall clock reads `unix_s` now (calendar windows in tests).
+    pub fn at_unix_s(unix_s: u64) -> Self {
+        let clock = Self::new();
+        clock
+            .unix_start_ns
+            .store(unix_s.saturating_mul(1_000_000_000), Ordering::SeqCst);
+        clock
+    }
+
     pub fn advance_ms(&self, ms: u64) {
         self.advance_ns(ms * 1_000_000);
     }

@@ -49,6 +49,10 @@ pub struct TenantConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub bytes_burst: Option<u64>,
+    /// Calendar quotas: records and bytes per hour, day or month, at most one per window
+    /// (`[{ window = "month", records = 10_000_000, bytes = 50_000_000_000 }]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<super::QuotaConfig>,
     /// Largest fraction of the downstream buffer (bytes and records) this tenant may hold.
     #[serde(default)]
     pub max_buffer_share: Option<f64>,
@@ -168,6 +172,9 @@ impl TenantConfig {
         problems.extend(topic_pattern_problems(at, &self.topics));
         if let Err(mut p) = self.spec() {
             p.key = p.key.replacen(&format!("tenants[{}]", self.id), at, 1);
+            problems.push(p);
+        }
+        if let Err(p) = super::quota_specs(&format!("{at}.quotas"), &self.quotas) {
             problems.push(p);
         }
         if let Some(share) = self.max_buffer_share {

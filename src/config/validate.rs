@@ -270,6 +270,9 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
+        if let Err(p) = self.quotas.calendar() {
+            problems.push(p);
+        }
         problems.extend(librdkafka::problems(&self.kafka.producer));
     }
 

@@ -257,6 +257,7 @@ fn contended(need: LeaseNeed) -> Refusal {
         retry_after: CONTENDED_RETRY,
         class: None,
         lag: None,
+        quota: None,
     }
 }
 

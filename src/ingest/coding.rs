@@ -141,6 +141,7 @@ impl Ingest {
                         retry_after: self.inflight_bodies.retry_hint(),
                         class: None,
                         lag: None,
+                        quota: None,
                     }),
                 },
             ),

@@ -215,6 +215,7 @@ impl Ingest {
                 retry_after,
                 class: None,
                 lag: None,
+                quota: None,
             },
         )
     }

@@ -144,6 +144,19 @@ fn auth_detail(e: &AuthError) -> String {
 
 /// A 429's detail: what refused, and what to do about it.
 fn rate_limited_detail(r: &Refusal) -> String {
+    if let Some(window) = r.quota {
+        return format!(
+            "{}: the {} quota is used up until its window turns; retry in {} ms{}",
+            r.reason.as_str(),
+            window.as_str(),
+            r.retry_after_ms(),
+            if r.retry_after >= crate::refusal::MAX_RETRY_AFTER {
+                " (or later: a wait is told at most a day ahead)"
+            } else {
+                ""
+            }
+        );
+    }
     match (r.class, &r.lag) {
         (_, Some(lag)) => format!(
             "{}: consumer group {:?} is behind on topic {:?} (lag guard {:?}): producers \

@@ -76,13 +76,34 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
             b.available,
         );
     }
+    // Calendar quotas: `q` the window's allowance, `w` its length, `r` what is left of it,
+    // `t` the seconds until it turns (a refill of the whole allowance at once).
+    for (dimension, q) in view.quotas.iter().flatten() {
+        let (window, unit, dimension) = (q.window.as_str(), unit(*dimension), dimension.as_str());
+        if any {
+            let _ = policy.write_str(", ");
+            let _ = state.write_str(", ");
+        }
+        any = true;
+        let _ = write!(
+            policy,
+            "\"tenant-{window}-{dimension}\";q={};w={};qu=\"{unit}\"",
+            q.limit, q.window_s
+        );
+        let _ = write!(
+            state,
+            "\"tenant-{window}-{dimension}\";r={};t={}",
+            q.remaining, q.reset_in_s
+        );
+    }
     any
 }
 
 /// A field value formatted on the stack (every request carries two; a `String` per field
-/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes.
+/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, six quota
+/// items ~450 more.
 struct FieldBuf {
-    bytes: [u8; 512],
+    bytes: [u8; 1024],
     len: usize,
     /// A write did not fit: the value is incomplete.
     overflow: bool,
@@ -91,7 +112,7 @@ struct FieldBuf {
 impl FieldBuf {
     fn new() -> Self {
         Self {
-            bytes: [0; 512],
+            bytes: [0; 1024],
             len: 0,
             overflow: false,
         }
@@ -134,6 +155,7 @@ pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
 mod tests {
     use super::*;
     use crate::budget::{PerDimension, RateSpec};
+    use crate::quota::{QuotaView, Window};
 
     /// The two fields' values, or `None` when no bucket applies.
     fn render(view: &BucketsView) -> Option<(String, String)> {
@@ -207,6 +229,27 @@ mod tests {
     }
 
     #[test]
+    fn a_quota_is_an_item_of_its_window_and_dimension() {
+        let mut view = BucketsView::default();
+        view.quotas[0] = Some((
+            Dimension::Records,
+            QuotaView {
+                window: Window::Day,
+                limit: 1_000,
+                remaining: 250,
+                window_s: 86_400,
+                reset_in_s: 3_600,
+            },
+        ));
+        let (policy, state) = render(&view).expect("one quota");
+        assert_eq!(
+            policy,
+            r#""tenant-day-records";q=1000;w=86400;qu="records""#
+        );
+        assert_eq!(state, r#""tenant-day-records";r=250;t=3600"#);
+    }
+
+    #[test]
     fn no_fields_without_buckets() {
         assert_eq!(render(&BucketsView::default()), None);
         let mut headers = HeaderMap::new();
@@ -226,7 +269,8 @@ mod tests {
                 full_in_ns: u64::MAX,
             })
         };
-        // All four buckets with the longest numbers there are: still within the stack buffer.
+        // All four buckets and six quota items with the longest numbers there are: still
+        // within the stack buffer.
         let view = BucketsView {
             tenant: PerDimension {
                 records: bucket(1),
@@ -236,6 +280,16 @@ mod tests {
                 records: bucket(7),
                 bytes: bucket(10_000_000_000),
             },
+            quotas: [Some((
+                Dimension::Bytes,
+                QuotaView {
+                    window: Window::Month,
+                    limit: u64::MAX,
+                    remaining: u64::MAX,
+                    window_s: 2_678_400,
+                    reset_in_s: 2_678_400,
+                },
+            )); 6],
         };
         let (policy, state) = render(&view).expect("four buckets");
         let mut headers = HeaderMap::new();

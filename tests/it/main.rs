@@ -40,6 +40,7 @@ mod mock {
     mod metrics;
     mod mtls;
     mod partitioner;
+    mod quotas;
     mod reliability;
     mod retry_after;
     mod room;

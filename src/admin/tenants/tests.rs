@@ -26,6 +26,11 @@ fn the_body_is_the_config_without_its_id_and_keys() {
         priority: Some(Priority::Batch),
         jwt_claims: vec![JwtClaim::default()],
         cert_names: vec!["c".into()],
+        quotas: vec![crate::config::QuotaConfig {
+            window: crate::config::WindowName::Day,
+            records: Some(1),
+            bytes: None,
+        }],
         ..TenantConfig::default()
     };
     let body = serde_json::to_value(TenantBody::of(&every_field_set)).expect("JSON");

@@ -377,6 +377,12 @@ impl Gateway {
         Self::start_with(config, Some(Arc::new(ManualClock::new()))).await
     }
 
+    /// Starts a gateway on a clock the test steps, its wall clock at the Unix second `unix_s`
+    /// (calendar quotas).
+    pub async fn start_at_unix(config: Config, unix_s: u64) -> Self {
+        Self::start_with(config, Some(Arc::new(ManualClock::at_unix_s(unix_s)))).await
+    }
+
     /// Starts a cluster member: budgets and the shared buckets in Redis follow `clock`, which
     /// the test steps (and may share between members).
     pub async fn start_clustered(config: Config, clock: Arc<ManualClock>) -> Self {

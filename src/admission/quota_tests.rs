@@ -1,0 +1,164 @@
+//! Calendar quotas in admission, on a stepped clock: whole or nothing with every other limit,
+//! a refusal that charges nothing and names the reset, a change that keeps what was used.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Admission, Blocked};
+use crate::budget::{BudgetSpec, Clock, GlobalBudget, ManualClock, Scope};
+use crate::buffer::Buffer;
+use crate::config::{QuotaConfig, TenantConfig, WindowName};
+use crate::quota::{Calendar, Window};
+use crate::record::Charge;
+use crate::refusal::{Denial, Reason, Refusal};
+use crate::tenant::{Tenant, TenantSettings};
+
+/// 2027-03-31 23:59:00 UTC: a minute before a month, a day and an hour all turn.
+const BEFORE_APRIL: u64 = 1_806_537_540;
+
+fn config(quotas: Vec<QuotaConfig>) -> TenantConfig {
+    TenantConfig {
+        id: "a".into(),
+        topics: vec!["*".into()],
+        records_per_sec: Some(1_000),
+        quotas,
+        ..TenantConfig::default()
+    }
+}
+
+fn day(records: u64) -> QuotaConfig {
+    QuotaConfig {
+        window: WindowName::Day,
+        records: Some(records),
+        bytes: None,
+    }
+}
+
+fn rig(unix_s: u64, calendar: Calendar) -> (Arc<ManualClock>, Admission) {
+    let clock = Arc::new(ManualClock::at_unix_s(unix_s));
+    let admission = Admission::new(
+        clock.clone(),
+        Arc::new(GlobalBudget::new(BudgetSpec::default())),
+        Arc::new(Buffer::new(1 << 30, 1 << 20)),
+    )
+    .with_calendar(calendar);
+    (clock, admission)
+}
+
+fn refusal(result: Result<crate::buffer::BufferLease, Blocked>) -> Refusal {
+    match result {
+        Err(Blocked::Denied(Denial::Refused(r))) => r,
+        other => panic!("expected a 429 refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_used_up_day_refuses_until_midnight_and_charges_nothing() {
+    let (clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    let t = Tenant::from_config(&config(vec![day(10)])).expect("tenant");
+    let (lease, view) = admission.admit(&t, Charge::new(8, 80));
+    drop(lease.expect("within the quota"));
+    let (_, item) = view.quotas[0].expect("the day quota is shown");
+    assert_eq!(
+        (item.window, item.limit, item.remaining),
+        (Window::Day, 10, 2)
+    );
+    assert_eq!((item.window_s, item.reset_in_s), (86_400, 60));
+    let tokens = |a: &Admission| a.view(&t).tenant.records.map(|b| b.available);
+    let before = tokens(&admission);
+    // Three more do not fit: refused whole, for the day, until midnight, and not charged.
+    let refused = refusal(admission.admit(&t, Charge::new(3, 30)).0);
+    assert_eq!(refused.reason, Reason::Quota(Scope::Tenant));
+    assert_eq!(refused.reason.as_str(), "tenant_quota");
+    assert_eq!(refused.quota, Some(Window::Day));
+    assert_eq!(refused.retry_after, Duration::from_secs(60));
+    assert_eq!(tokens(&admission), before, "a refusal costs no tokens");
+    drop(
+        admission
+            .admit(&t, Charge::new(2, 20))
+            .0
+            .expect("the rest of the day"),
+    );
+    // The early check (before a body is read) refuses a used-up window too.
+    assert_eq!(
+        admission.precheck(&t, 100).expect_err("spent").reason,
+        Reason::Quota(Scope::Tenant)
+    );
+    clock.advance_ms(60_000);
+    drop(
+        admission
+            .admit(&t, Charge::new(10, 100))
+            .0
+            .expect("a new day"),
+    );
+}
+
+#[test]
+fn another_limit_refusing_leaves_the_quota_untouched() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    let mut c = config(vec![day(100)]);
+    c.records_per_sec = Some(5);
+    c.records_burst = Some(5);
+    let t = Tenant::from_config(&c).expect("tenant");
+    drop(admission.admit(&t, Charge::new(5, 5)).0.expect("the burst"));
+    let r = refusal(admission.admit(&t, Charge::new(1, 1)).0);
+    assert!(
+        matches!(r.reason, Reason::Budget(Scope::Tenant, _)),
+        "{r:?}"
+    );
+    let view = admission.view(&t);
+    assert_eq!(view.quotas[0].expect("shown").1.remaining, 95);
+}
+
+#[test]
+fn a_change_mid_window_keeps_what_the_window_used() {
+    let (clock, admission) = rig(BEFORE_APRIL - 3_600, Calendar::default());
+    let t = Tenant::from_config(&config(vec![day(10)])).expect("tenant");
+    drop(admission.admit(&t, Charge::new(7, 7)).0.expect("within"));
+    // Raised to 12: five more, not twelve.
+    let raised = TenantSettings::parse(&config(vec![day(12)])).expect("settings");
+    t.apply(&raised, clock.now_ns());
+    assert!(admission.admit(&t, Charge::new(6, 6)).0.is_err());
+    drop(
+        admission
+            .admit(&t, Charge::new(5, 5))
+            .0
+            .expect("the difference"),
+    );
+    // Lowered below the use: nothing more today.
+    let lowered = TenantSettings::parse(&config(vec![day(3)])).expect("settings");
+    t.apply(&lowered, clock.now_ns());
+    let r = refusal(admission.admit(&t, Charge::new(1, 1)).0);
+    assert_eq!(r.retry_after, Duration::from_secs(3_660));
+}
+
+#[test]
+fn months_and_offsets_turn_where_the_calendar_says() {
+    // +02:00: April starts at 22:00 UTC on 31 March, 1 h 59 min after BEFORE_APRIL - 2 h.
+    let east = Calendar::with_offset(7_200).expect("offset");
+    let (clock, admission) = rig(BEFORE_APRIL - 7_200, east);
+    let month = QuotaConfig {
+        window: WindowName::Month,
+        records: None,
+        bytes: Some(1_000),
+    };
+    let t = Tenant::from_config(&config(vec![month])).expect("tenant");
+    drop(
+        admission
+            .admit(&t, Charge::new(1, 1_000))
+            .0
+            .expect("March's bytes"),
+    );
+    let r = refusal(admission.admit(&t, Charge::new(1, 1)).0);
+    assert_eq!(
+        (r.quota, r.retry_after),
+        (Some(Window::Month), Duration::from_secs(60))
+    );
+    clock.advance_ms(60_000);
+    drop(
+        admission
+            .admit(&t, Charge::new(1, 1_000))
+            .0
+            .expect("April at +02:00"),
+    );
+}

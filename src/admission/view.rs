@@ -1,0 +1,65 @@
+//! What a tenant is shown of the limits that apply to it: its buckets, the global ones, and
+//! its calendar quotas, as they stand (the source of the `RateLimit` fields).
+
+use super::Admission;
+use crate::budget::{BucketView, Dimension, PerDimension, Scope, TenantBuckets};
+use crate::quota::QuotaView;
+use crate::tenant::{AdmissionState, Tenant};
+
+/// The most quota items a view holds: one per window kind and dimension.
+const QUOTA_ITEMS: usize = 6;
+
+/// Every bucket and quota that applies to a tenant, as it stands. `Copy`, on the stack: every
+/// answer carries one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BucketsView {
+    pub tenant: PerDimension<Option<BucketView>>,
+    pub global: PerDimension<Option<BucketView>>,
+    /// The tenant's quotas, window by window, records before bytes.
+    pub quotas: [Option<(Dimension, QuotaView)>; QUOTA_ITEMS],
+}
+
+impl BucketsView {
+    /// One scope's buckets.
+    pub fn of(&self, scope: Scope) -> &PerDimension<Option<BucketView>> {
+        match scope {
+            Scope::Tenant => &self.tenant,
+            Scope::Global => &self.global,
+        }
+    }
+}
+
+impl Admission {
+    /// The tenant's and the global buckets, and its quotas, as they are now.
+    pub fn view(&self, tenant: &Tenant) -> BucketsView {
+        let now = self.clock.now_ns();
+        match tenant.admission_if_live() {
+            Some(state) => self.view_locked(&state, now),
+            // Never charged: its buckets are full (its quotas are shown from its first
+            // admission), and looking must not give it state.
+            None => BucketsView {
+                tenant: TenantBuckets::new(tenant.spec()).view(now),
+                global: self.global.view(now),
+                quotas: Default::default(),
+            },
+        }
+    }
+
+    pub(super) fn view_locked(&self, state: &AdmissionState, now: u64) -> BucketsView {
+        let mut quotas = [None; QUOTA_ITEMS];
+        if !state.quotas.specs.is_empty() {
+            let unix = self.unix_s();
+            for (slot, item) in quotas
+                .iter_mut()
+                .zip(state.quotas.view(&self.calendar, unix))
+            {
+                *slot = Some(item);
+            }
+        }
+        BucketsView {
+            tenant: state.buckets.view(now),
+            global: self.global.view(now),
+            quotas,
+        }
+    }
+}
