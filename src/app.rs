@@ -40,6 +40,10 @@ pub struct AppState {
     pub lag: Arc<crate::lag_agent::LagAgent>,
     /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
     pub compat: crate::config::CompatConfig,
+    /// Where the quotas' counts are kept across restarts (`[quotas] state_file`), and how
+    /// often they are written.
+    pub quota_file: Option<Arc<crate::quota_file::QuotaFile>>,
+    pub quota_save_ms: u64,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
 }
@@ -201,6 +205,12 @@ impl AppState {
             },
             ready_high_water: config.buffer.ready_high_water,
             compat: config.compat.clone(),
+            quota_file: config
+                .quotas
+                .state_file
+                .as_deref()
+                .map(|p| Arc::new(crate::quota_file::QuotaFile::new(p))),
+            quota_save_ms: config.quotas.save_ms,
             draining: AtomicBool::new(false),
         })
     }

@@ -30,7 +30,8 @@
 //!    Registry schemas and the topics' data contracts).
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
 //!    [`credential`] (a credential becomes an identity), [`registry`] (the registry's
-//!    declarative state, its changes, audit and persistence), [`idempotency`]
+//!    declarative state, its changes, audit and persistence), [`quota_file`] (what the
+//!    quotas used, kept across a restart), [`idempotency`]
 //!    (`Idempotency-Key`), [`cluster`] (every use of Redis: shared budgets behind
 //!    `BudgetStore`, the shared idempotency store), the agents that feed the controllers:
 //!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and what
@@ -82,6 +83,7 @@ pub mod lag_agent;
 pub mod metrics;
 pub mod outcome;
 pub mod quota;
+pub mod quota_file;
 pub mod quote;
 pub mod record;
 pub mod refusal;

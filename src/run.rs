@@ -171,6 +171,9 @@ async fn start_tasks(state: &Arc<AppState>) -> Result<AbortOnDrop, BuildError> {
     tasks
         .0
         .push(tokio::spawn(state.registry.clone().follow()).abort_handle());
+    if let Some(file) = &state.quota_file {
+        tasks.0.push(keep_quota_counts(state, file).abort_handle());
+    }
     tasks.0.push(state.adaptive.start().abort_handle());
     tasks.0.push(state.lag.start().abort_handle());
     // The status page's history is kept whether or not anyone looks.
@@ -316,6 +319,38 @@ fn admin_unverified(
     unverified
 }
 
+/// Reads the quota counts a previous run kept, then writes them every `[quotas] save_ms`
+/// (off the request workers). A file that cannot be read is logged and left alone: the counts
+/// start from zero and the next save replaces it.
+fn keep_quota_counts(
+    state: &Arc<AppState>,
+    file: &Arc<crate::quota_file::QuotaFile>,
+) -> tokio::task::JoinHandle<()> {
+    let tenants = state.ingest.tenants.clone();
+    let every = std::time::Duration::from_millis(state.quota_save_ms);
+    match file.load_into(&tenants) {
+        Ok(n) => tracing::info!(tenants = n, "quotas: counts of the windows read back"),
+        Err(e) => {
+            tracing::error!(error = %e, "quotas: the kept counts cannot be read; counting from zero")
+        }
+    }
+    let file = file.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let (file, tenants) = (file.clone(), tenants.clone());
+            match tokio::task::spawn_blocking(move || file.save(&tenants)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "quotas: counts not saved"),
+                Err(_) => {}
+            }
+        }
+    })
+}
+
 /// After the listeners closed: Kafka's confirmations awaited until `deadline`, then the keyed
 /// requests' answers stored (a retry after the restart finds them), then the cluster left.
 /// Returns the accepted records Kafka had not confirmed.
@@ -348,6 +383,15 @@ async fn drain(state: &AppState, deadline: Instant) -> i32 {
     }
     if let Some(cluster) = &state.ingest.cluster {
         cluster.leave().await;
+    }
+    if let Some(file) = state.quota_file.clone() {
+        // Every request has been answered: what the windows used is final for this run.
+        let tenants = state.ingest.tenants.clone();
+        match tokio::task::spawn_blocking(move || file.save(&tenants)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "shutdown: quota counts not saved"),
+            Err(e) => tracing::error!(error = %e, "shutdown: quota counts not saved"),
+        }
     }
     unconfirmed
 }

@@ -91,7 +91,7 @@ pub fn quota_specs(at: &str, quotas: &[QuotaConfig]) -> Result<Vec<QuotaSpec>, C
 }
 
 /// `[quotas]`: where the calendar windows of every quota turn.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct QuotasConfig {
     /// The offset from UTC the windows follow, `+HH:MM` or `-HH:MM` (`+02:00`: days and months
@@ -99,9 +99,40 @@ pub struct QuotasConfig {
     /// Unset: UTC.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utc_offset: Option<String>,
+    /// Where a single replica keeps what its tenants' quota windows have used, so a restart
+    /// does not hand out a fresh allowance: rewritten every `save_ms` and at shutdown (a crash
+    /// loses at most `save_ms` of counts). Unset: the counts live in memory only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_file: Option<std::path::PathBuf>,
+    /// How often the counts are written to `state_file`, in milliseconds (100 to 60,000).
+    #[serde(default = "default_save_ms")]
+    pub save_ms: u64,
+}
+
+fn default_save_ms() -> u64 {
+    1_000
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            utc_offset: None,
+            state_file: None,
+            save_ms: default_save_ms(),
+        }
+    }
 }
 
 impl QuotasConfig {
+    /// Problems with `save_ms`.
+    pub fn problems(&self) -> Vec<ConfigProblem> {
+        let mut problems: Vec<ConfigProblem> = self.calendar().err().into_iter().collect();
+        if !(100..=60_000).contains(&self.save_ms) {
+            problems.push(ConfigProblem::new("quotas.save_ms", "must be 100 to 60000"));
+        }
+        problems
+    }
+
     /// The calendar, or the problem with `utc_offset`.
     pub fn calendar(&self) -> Result<Calendar, ConfigProblem> {
         let Some(text) = &self.utc_offset else {
@@ -182,6 +213,7 @@ mod tests {
         let at = |s: &str| {
             QuotasConfig {
                 utc_offset: Some(s.into()),
+                ..QuotasConfig::default()
             }
             .calendar()
         };

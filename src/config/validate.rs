@@ -270,9 +270,7 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
-        if let Err(p) = self.quotas.calendar() {
-            problems.push(p);
-        }
+        problems.extend(self.quotas.problems());
         problems.extend(librdkafka::problems(&self.kafka.producer));
     }
 

@@ -43,8 +43,14 @@ async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
     assert_eq!(a["reason"], "tenant_quota");
     assert_eq!(a["retry_after_ms"], 60_000);
     assert_eq!(h["retry-after"], "60");
-    assert!(a["detail"].as_str().unwrap_or("").contains("day quota"), "{a}");
-    assert_eq!(h["ratelimit"], "\"tenant-day-records\";r=2;t=60", "nothing charged");
+    assert!(
+        a["detail"].as_str().unwrap_or("").contains("day quota"),
+        "{a}"
+    );
+    assert_eq!(
+        h["ratelimit"], "\"tenant-day-records\";r=2;t=60",
+        "nothing charged"
+    );
 
     // Lowered to 4 through the admin API: the 3 used stay used, one more fits.
     let (s, body) = admin_patch(
@@ -55,12 +61,20 @@ async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
     .await;
     assert_eq!(s, 200, "{body}");
     let (s, _, a) = post_json(&url, KEY, &records(2, "refused")).await;
-    assert_eq!((s, a["reason"].as_str()), (429, Some("tenant_quota")), "{a}");
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_quota")),
+        "{a}"
+    );
     let (s, _, a) = post_json(&url, KEY, &records(1, "kept")).await;
     assert_eq!(s, 200, "{a}");
     // Spent: refused before its body is read as well.
     let (s, _, a) = post_json(&url, KEY, &records(1, "refused")).await;
-    assert_eq!((s, a["reason"].as_str()), (429, Some("tenant_quota")), "{a}");
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_quota")),
+        "{a}"
+    );
 
     // Midnight: the whole day again.
     gw.advance_ms(60_000);
@@ -87,6 +101,67 @@ async fn a_second_quota_of_one_window_is_refused_by_the_admin_api() {
     )
     .await;
     assert_eq!(s, 422, "{body}");
-    assert!(body.to_string().contains("at most one per window"), "{body}");
+    assert!(
+        body.to_string().contains("at most one per window"),
+        "{body}"
+    );
+    gw.shutdown().await;
+}
+
+fn with_counts_kept(cluster: &Cluster, dir: &std::path::Path) -> floodgate::config::Config {
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].quotas = vec![QuotaConfig {
+        window: WindowName::Day,
+        records: Some(5),
+        bytes: None,
+    }];
+    cfg.quotas.state_file = Some(dir.join("quota-counts.json"));
+    cfg.quotas.save_ms = 100;
+    cfg
+}
+
+/// A restart does not hand out a fresh allowance: a clean one keeps every count, a killed one
+/// what the last save held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gateway_keeps_what_its_windows_used() {
+    let cluster = mock_cluster(&["test.quota"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gw = Gateway::start_at_unix(with_counts_kept(&cluster, dir.path()), BEFORE_MIDNIGHT).await;
+    let (s, _, a) = post_json(&gw.url("test.quota"), KEY, &records(3, "kept")).await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+
+    // Cleanly stopped: the 3 stay used, 2 are left.
+    let gw = Gateway::start_at_unix(with_counts_kept(&cluster, dir.path()), BEFORE_MIDNIGHT).await;
+    let url = gw.url("test.quota");
+    let (s, _, a) = post_json(&url, KEY, &records(3, "refused")).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_quota")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&url, KEY, &records(1, "kept")).await;
+    assert_eq!(s, 200, "{a}");
+    // Killed once a save holds the 4: still 4 used after it.
+    let file = dir.path().join("quota-counts.json");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !std::fs::read_to_string(&file).is_ok_and(|t| t.contains("\"records\":4")) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the counts were not saved"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    gw.abort();
+    let gw = Gateway::start_at_unix(with_counts_kept(&cluster, dir.path()), BEFORE_MIDNIGHT).await;
+    let url = gw.url("test.quota");
+    let (s, _, a) = post_json(&url, KEY, &records(2, "refused")).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("tenant_quota")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&url, KEY, &records(1, "kept")).await;
+    assert_eq!(s, 200, "{a}");
     gw.shutdown().await;
 }
