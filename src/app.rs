@@ -205,11 +205,7 @@ impl AppState {
             },
             ready_high_water: config.buffer.ready_high_water,
             compat: config.compat.clone(),
-            quota_file: config
-                .quotas
-                .state_file
-                .as_deref()
-                .map(|p| Arc::new(crate::quota_file::QuotaFile::new(p))),
+            quota_file: parts::quota_file(config),
             quota_save_ms: config.quotas.save_ms,
             draining: AtomicBool::new(false),
         })

@@ -319,3 +319,9 @@ pub(super) fn scrape_token(
             .map_err(BuildError::MetricsToken),
     }
 }
+
+/// Where the quotas' counts are kept across restarts, if `[quotas] state_file` says.
+pub(super) fn quota_file(config: &Config) -> Option<Arc<crate::quota_file::QuotaFile>> {
+    let path = config.quotas.state_file.as_deref()?;
+    Some(Arc::new(crate::quota_file::QuotaFile::new(path)))
+}
