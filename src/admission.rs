@@ -460,13 +460,7 @@ fn lease_of(short: &Short) -> Option<Missing> {
 }
 
 fn refused_plain(reason: Reason, wait_ns: u64) -> Refusal {
-    Refusal {
-        reason,
-        retry_after: Duration::from_nanos(wait_ns),
-        class: None,
-        lag: None,
-        quota: None,
-    }
+    Refusal::new(reason, Duration::from_nanos(wait_ns))
 }
 
 fn refused(reason: Reason, wait_ns: u64) -> Denial {

@@ -335,13 +335,7 @@ const REFUSAL_MEMO: Duration = Duration::from_millis(100);
 /// A lease Redis refused (or a refusal remembered from one), as the request's refusal: in
 /// its scope and dimension, its tokens due in `wait`.
 fn lease_refusal(scope: Scope, wait: Duration, dimension: Dimension) -> Refusal {
-    Refusal {
-        reason: Reason::Budget(scope, dimension),
-        retry_after: wait,
-        class: None,
-        lag: None,
-        quota: None,
-    }
+    Refusal::new(Reason::Budget(scope, dimension), wait)
 }
 
 /// Whether [`Cluster::lease_for`] asked Redis, or found what was missing already brought by

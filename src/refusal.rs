@@ -183,12 +183,11 @@ mod tests {
 
     #[test]
     fn retry_after_rounds_up_and_is_at_least_one_second() {
-        let r = |ns| Refusal {
-            reason: Reason::Budget(Scope::Tenant, Dimension::Records),
-            retry_after: Duration::from_nanos(ns),
-            class: None,
-            lag: None,
-            quota: None,
+        let r = |ns| {
+            Refusal::new(
+                Reason::Budget(Scope::Tenant, Dimension::Records),
+                Duration::from_nanos(ns),
+            )
         };
         assert_eq!((r(1).retry_after_ms(), r(1).retry_after_secs()), (1, 1));
         let long = r(1_000_000_001);

@@ -60,13 +60,7 @@ impl Admission {
     }
 
     pub(super) fn buffer_refusal_plain(&self, reason: Reason) -> Refusal {
-        Refusal {
-            reason,
-            retry_after: self.buffer.retry_hint(),
-            class: None,
-            lag: None,
-            quota: None,
-        }
+        Refusal::new(reason, self.buffer.retry_hint())
     }
 
     pub(super) fn buffer_refusal(&self, reason: Reason) -> Denial {

@@ -252,13 +252,7 @@ fn contended(need: LeaseNeed) -> Refusal {
         Dimension::Bytes
     };
     let reason = Reason::Budget(scope, dimension);
-    Refusal {
-        reason,
-        retry_after: CONTENDED_RETRY,
-        class: None,
-        lag: None,
-        quota: None,
-    }
+    Refusal::new(reason, CONTENDED_RETRY)
 }
 
 /// A request's place in `[wait]`'s waiting room, from its early check to its admission: the

@@ -136,13 +136,10 @@ impl Ingest {
                 },
                 match tenant {
                     Some(tenant) => self.busy(tenant),
-                    None => ApiError::RateLimited(Refusal {
-                        reason: Reason::ServerBusy,
-                        retry_after: self.inflight_bodies.retry_hint(),
-                        class: None,
-                        lag: None,
-                        quota: None,
-                    }),
+                    None => ApiError::RateLimited(Refusal::new(
+                        Reason::ServerBusy,
+                        self.inflight_bodies.retry_hint(),
+                    )),
                 },
             ),
         };

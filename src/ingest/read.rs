@@ -208,16 +208,7 @@ impl Ingest {
 
     pub(super) fn busy(&self, tenant: &Tenant) -> ApiError {
         let retry_after = self.inflight_bodies.retry_hint();
-        refused(
-            tenant,
-            Refusal {
-                reason: Reason::ServerBusy,
-                retry_after,
-                class: None,
-                lag: None,
-                quota: None,
-            },
-        )
+        refused(tenant, Refusal::new(Reason::ServerBusy, retry_after))
     }
 
     /// Counts an upload answered before its body was read to the end.
