@@ -19,6 +19,9 @@ PRODUCE_PORT=${CONTRACT_PRODUCE_PORT:-18280}
 ADMIN_PORT=${CONTRACT_ADMIN_PORT:-18290}
 BIN=target/debug/floodgate
 
+# The contract checked is the one its generator makes (no edit by hand it would undo).
+python3 scripts/openapi.py --check
+
 if [ ! -x "$VENV/bin/schemathesis" ]; then
   mkdir -p "$(dirname "$VENV")"
   python3 -m venv "$VENV"

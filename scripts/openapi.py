@@ -1,9 +1,15 @@
 """Writes openapi.json, the API contract schemathesis checks the live gateway against
-(scripts/contract.sh). Edit this file, run `python3 scripts/openapi.py`, commit both."""
+(scripts/contract.sh). Edit this file, run `python3 scripts/openapi.py`, commit both.
+`--check` writes nothing and fails when openapi.json is not what this file makes (an edit
+made to the JSON by hand, which the next run here would undo)."""
 import json
 import os
+import sys
+import tempfile
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "openapi.json")
+COMMITTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "openapi.json")
+CHECK = sys.argv[1:] == ["--check"]
+OUT = tempfile.mkstemp(suffix=".json")[1] if CHECK else COMMITTED
 MAX_RATE = 10_000_000_000
 MAX_BURST = 1 << 50
 # Every record costs this many bytes besides its key, value and headers (src/record.rs): a bytes
@@ -51,6 +57,7 @@ credential_name = {"type": "string", "minLength": 1, "maxLength": 512, "pattern"
 tenant_settings_props = {
     "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
     **budget_props,
+    "quotas": {"type": "array", "maxItems": 3, "items": ref("Quota"), "description": "calendar quotas, at most one per window; a change keeps what each window has used"},
     "max_buffer_share": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
     "priority": {"type": ["string", "null"], "enum": ["critical", "standard", "batch", None], "description": "who is refused first under the adaptive limit: batch, then standard; critical keeps a reserved share"},
     "jwt_claims": {"type": "array", "maxItems": 100, "uniqueItems": True, "description": "JWTs this tenant accepts: an issuer of [[auth.jwt]] (another issuer is 422) and the value of its tenant_claim; each belongs to one tenant at most (422)",
@@ -65,7 +72,7 @@ schemas = {
             "error": {"type": "string", "description": "stable code"},
             "detail": {"type": "string"},
             "field": {"type": "string", "description": "422 only: the offending field"},
-            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "auth_failures", "tenant_connections"], "description": "429 only"},
+            "reason": {"type": "string", "enum": ["tenant_records", "tenant_bytes", "global_records", "global_bytes", "tenant_buffer", "buffer_full", "server_busy", "adaptive", "consumer_lag", "tenant_quota", "global_quota", "auth_failures", "tenant_connections", "idempotency_releases"], "description": "429 only"},
             "retry_after_ms": {"type": "integer", "minimum": 0, "maximum": 86400000, "description": "429, and 409 idempotency_key_in_use"},
             "offsets": {"type": "array", "items": ref("RecordResult"), "description": "502/503 after delivery: each record's offset or error"},
             "current_version": {"type": "integer", "minimum": 0, "description": "409 only: the tenant's version now"},
@@ -99,7 +106,7 @@ schemas = {
         "type": "object", "additionalProperties": False,
         "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
         "properties": {**tenant_settings_props, **budget_view_props,
-                       **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["jwt_claims", "cert_names"]}},
+                       **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["quotas", "jwt_claims", "cert_names"]}},
         # No rule on a small bytes_per_sec here: a patch keeps the tenant's bytes_burst.
         "dependentRequired": dependent,
     },
@@ -167,7 +174,8 @@ schemas = {
                                                  "baseline_ms": {"type": ["number", "null"], "description": "the path's p90 at its best, learned (low load after start and after each recovery)"},
                                                  "noise_ms": {"type": "number", "description": "how far healthy readings wander from the baseline (mean deviation)"},
                                                  "healthy_below_ms": {"type": ["number", "null"]}, "target_ms": {"type": ["number", "null"]},
-                                                 "target_from": {"type": ["string", "null"], "enum": ["configured", "baseline", None]}}},
+                                                 "target_from": {"type": ["string", "null"], "enum": ["configured", "baseline", "accepted", None]},
+                                                 "accepted_ms": {"type": ["number", "null"], "description": "a delivery p90 that cutting the limit to its floor did not move (at most 16 x the baseline's floor), taken as the path's own until a reading is healthy by the baseline: slow above 1.5 x it, healthy under 1.25 x it"}}},
                        "librdkafka": {"type": "array", "description": "librdkafka's own windows per broker over its last statistics interval: where delivery time went (shown, not followed)",
                                       "items": {"type": "object", "properties": {"broker": {"type": "string"}, "rtt_p50_ms": {"type": "number"}, "rtt_p99_ms": {"type": "number"},
                                                                                  "int_latency_p99_ms": {"type": "number"}, "outbuf_latency_p99_ms": {"type": "number"}}}}},
@@ -335,6 +343,9 @@ paths = {
                 "refused_by_reason": {"type": "object", "additionalProperties": {"type": "number"}},
                 "history": {"type": "array", "items": {"type": "object", "properties": {"admitted_records": {"type": "number"}, "refused_requests": {"type": "number"}}}},
                 "records_bucket": {"type": ["object", "null"]}, "bytes_bucket": {"type": ["object", "null"]},
+                "quotas": {"type": "array", "description": "calendar quotas in their current window", "items": {"type": "object", "properties": {
+                    "window": {"type": "string", "enum": ["hour", "day", "month"]}, "dimension": {"type": "string", "enum": ["records", "bytes"]},
+                    "used": {"type": "integer"}, "limit": {"type": "integer"}, "reset_in_s": {"type": "integer"}}}},
                 "buffer_bytes": {"type": "integer"}, "buffer_records": {"type": "integer"}, "buffer_share": {"type": "number"}}}},
             "global_records": {"type": ["object", "null"]}, "global_bytes": {"type": ["object", "null"]},
             "buffer": {"type": "object"}, "kafka": {"type": "object"}, "cluster": {"type": ["object", "null"]},
@@ -434,6 +445,11 @@ S["V3Cluster"] = {"type": "object", "required": ["kind", "metadata", "cluster_id
     "cluster_id": {"type": "string"}}}
 S["V3ClusterList"] = {"type": "object", "required": ["kind", "data"], "properties": {
     "kind": {"const": "KafkaClusterList"}, "metadata": {"type": "object"}, "data": {"type": "array", "items": ref("V3Cluster")}}}
+# A calendar quota, as the admin API takes it (config::QuotaConfig).
+S["Quota"] = {"type": "object", "additionalProperties": False, "required": ["window"], "properties": {
+    "window": {"type": "string", "enum": ["hour", "day", "month"], "description": "the calendar period counted, in [quotas] utc_offset"},
+    "records": {"type": "integer", "minimum": 1, "description": "records admitted per window"},
+    "bytes": {"type": "integer", "minimum": 1, "description": "record bytes admitted per window"}}}
 
 def cerr(desc, media="application/json", headers=None):
     r = {"description": desc, "content": {media: {"schema": ref("ConfluentError")}}}
@@ -541,3 +557,8 @@ for path, item in paths.items():
     r["400"]["description"] += "; a body that is not valid data of its Content-Encoding (" + ("40001" if confluent else "malformed_body") + ": the detail names the coding)"
 json.dump(spec, open(OUT, "w"), indent=2, ensure_ascii=False)
 open(OUT, "a").write("\n")
+if CHECK:
+    made, committed = open(OUT).read(), open(COMMITTED).read()
+    os.unlink(OUT)
+    if made != committed:
+        sys.exit("openapi.json is not what scripts/openapi.py makes: edit the script, run it, commit both")

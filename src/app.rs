@@ -40,12 +40,22 @@ pub struct AppState {
     pub lag: Arc<crate::lag_agent::LagAgent>,
     /// Confluent REST Proxy compatibility settings (the v2 and v3 routes).
     pub compat: crate::config::CompatConfig,
-    /// Where the quotas' counts are kept across restarts (`[quotas] state_file`), and how
-    /// often they are written.
-    pub quota_file: Option<Arc<crate::quota_file::QuotaFile>>,
-    pub quota_save_ms: u64,
+    /// Where the quotas are counted (`[quotas]`, and whether replicas share the tenants).
+    pub quotas: QuotaKeeping,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
+}
+
+/// Where the quotas' counts live: in this process, kept across restarts in `[quotas]
+/// state_file` (written every `save_ms`); never shared, so refused where replicas would each
+/// count them.
+#[derive(Debug)]
+pub struct QuotaKeeping {
+    pub file: Option<Arc<crate::quota_file::QuotaFile>>,
+    pub save_ms: u64,
+    /// Several replicas share the tenants (`[cluster] redis_url` or `shared_registry`): an
+    /// admin change giving a tenant quotas is refused (`config::SINGLE_REPLICA_ONLY`).
+    pub replicated: bool,
 }
 
 /// The admin API's credentials.
@@ -205,8 +215,7 @@ impl AppState {
             },
             ready_high_water: config.buffer.ready_high_water,
             compat: config.compat.clone(),
-            quota_file: parts::quota_file(config),
-            quota_save_ms: config.quotas.save_ms,
+            quotas: parts::quota_keeping(config),
             draining: AtomicBool::new(false),
         })
     }

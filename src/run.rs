@@ -171,7 +171,7 @@ async fn start_tasks(state: &Arc<AppState>) -> Result<AbortOnDrop, BuildError> {
     tasks
         .0
         .push(tokio::spawn(state.registry.clone().follow()).abort_handle());
-    if let Some(file) = &state.quota_file {
+    if let Some(file) = &state.quotas.file {
         tasks.0.push(keep_quota_counts(state, file).abort_handle());
     }
     tasks.0.push(state.adaptive.start().abort_handle());
@@ -327,7 +327,7 @@ fn keep_quota_counts(
     file: &Arc<crate::quota_file::QuotaFile>,
 ) -> tokio::task::JoinHandle<()> {
     let tenants = state.ingest.tenants.clone();
-    let every = std::time::Duration::from_millis(state.quota_save_ms);
+    let every = std::time::Duration::from_millis(state.quotas.save_ms);
     match file.load_into(&tenants) {
         Ok(n) => tracing::info!(tenants = n, "quotas: counts of the windows read back"),
         Err(e) => {
@@ -384,7 +384,7 @@ async fn drain(state: &AppState, deadline: Instant) -> i32 {
     if let Some(cluster) = &state.ingest.cluster {
         cluster.leave().await;
     }
-    if let Some(file) = state.quota_file.clone() {
+    if let Some(file) = state.quotas.file.clone() {
         // Every request has been answered: what the windows used is final for this run.
         let tenants = state.ingest.tenants.clone();
         match tokio::task::spawn_blocking(move || file.save(&tenants)).await {

@@ -35,8 +35,8 @@ use crate::tenant::{Tenant, Tenants};
 use history::{History, Second};
 pub use query::{Query, Sort, LIMIT_DEFAULT, LIMIT_MAX};
 pub use snapshot::{
-    BrokerStatus, Bucket, BufferStatus, ClusterStatus, KafkaStatus, SecondRates, Snapshot,
-    TenantStatus, Totals,
+    BrokerStatus, Bucket, BufferStatus, ClusterStatus, KafkaStatus, QuotaStatus, SecondRates,
+    Snapshot, TenantStatus, Totals,
 };
 use window::{per_sec, quantile, Sums};
 
@@ -273,6 +273,12 @@ impl StatusBoard {
             history,
             records_bucket: view.tenant.records.map(Bucket::from),
             bytes_bucket: view.tenant.bytes.map(Bucket::from),
+            quotas: view
+                .quotas
+                .iter()
+                .flatten()
+                .map(|(d, q)| QuotaStatus::of(*d, *q))
+                .collect(),
             buffer_bytes: t.usage.bytes.load(Relaxed),
             buffer_records: t.usage.records.load(Relaxed),
             buffer_share: t.buffer_share(),

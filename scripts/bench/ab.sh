@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A/B of floodgate builds on the paths #16 measures, in interleaved rounds on one broker:
-#   scripts/bench/ab.sh NAME=BINARY [NAME=BINARY ...]
+#   scripts/bench/ab.sh NAME=BINARY[+TOML] [NAME=BINARY[+TOML] ...]
+# (+TOML: a file whose lines are added to that run's tenant, e.g. a quota, to compare one
+# build with and without a setting.)
 # Per round and per build: single-record async (64 connections) and batched async (100 records
 # per request, 16 connections), SECS seconds each, with floodgate's CPU seconds from /proc; then
 # the do-nothing handler (the HTTP limit) and the direct librdkafka producer with floodgate's
@@ -46,7 +48,13 @@ for r in $(seq 1 "$ROUNDS"); do
   for spec in "$@"; do
     name=${spec%%=*}
     bin=${spec#*=}
-    FLOODGATE=$bin bench_floodgate "$OUT/ab.toml" "$OUT/ab-$name.log" "$ADMIN_PORT"
+    config=$OUT/ab.toml
+    if [[ $bin == *+* ]]; then
+      config=$OUT/ab-$name.toml
+      cat "$OUT/ab.toml" "${bin#*+}" > "$config"
+      bin=${bin%%+*}
+    fi
+    FLOODGATE=$bin bench_floodgate "$config" "$OUT/ab-$name.log" "$ADMIN_PORT"
     c0=$(cpu "$FG")
     if [ -n "${PERF:-}" ] && [ "$r" = 1 ]; then
       perf record -q --call-graph "$PERF" -p "$FG" -o "$OUT/perf-$name.data" -- sleep "$SECS" 2>/dev/null &

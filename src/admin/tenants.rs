@@ -299,6 +299,7 @@ pub async fn put(
 ) -> Result<Response, AdminError> {
     let expected = if_match(&headers, &id)?;
     let settings: TenantBody = parse(&body)?;
+    quotas_counted_here(&app, &settings)?;
     let created = change_if(&app, &actor, "tenant.put", expected, |state| {
         let keys = state
             .tenants
@@ -346,6 +347,7 @@ pub async fn patch(
             }
         }
         let settings: TenantBody = parse(merged.to_string().as_bytes())?;
+        quotas_counted_here(&app, &settings)?;
         let keys = current.api_key_sha256.clone();
         state
             .tenants
@@ -354,6 +356,17 @@ pub async fn patch(
     })
     .await?;
     tenant_response(&app, &id, StatusCode::OK).await
+}
+
+/// Quotas only where one replica counts them (`config::SINGLE_REPLICA_ONLY`).
+fn quotas_counted_here(app: &AppState, settings: &TenantBody) -> Result<(), AdminError> {
+    if app.quotas.replicated && !settings.quotas.is_empty() {
+        return Err(AdminError::InvalidField {
+            field: "quotas".into(),
+            detail: crate::config::SINGLE_REPLICA_ONLY.into(),
+        });
+    }
+    Ok(())
 }
 
 /// The fields of [`TenantBody`], what a patch may name.

@@ -321,7 +321,14 @@ pub(super) fn scrape_token(
 }
 
 /// Where the quotas' counts are kept across restarts, if `[quotas] state_file` says.
-pub(super) fn quota_file(config: &Config) -> Option<Arc<crate::quota_file::QuotaFile>> {
-    let path = config.quotas.state_file.as_deref()?;
-    Some(Arc::new(crate::quota_file::QuotaFile::new(path)))
+pub(super) fn quota_keeping(config: &Config) -> super::QuotaKeeping {
+    super::QuotaKeeping {
+        file: config
+            .quotas
+            .state_file
+            .as_deref()
+            .map(|path| Arc::new(crate::quota_file::QuotaFile::new(path))),
+        save_ms: config.quotas.save_ms,
+        replicated: config.cluster.replicated(),
+    }
 }

@@ -112,6 +112,11 @@ fn decodes_to_utf8(text: &str) -> bool {
 }
 
 impl ClusterConfig {
+    /// Several replicas may serve the same tenants: budgets in Redis or a shared registry.
+    pub fn replicated(&self) -> bool {
+        self.redis_url.is_some() || self.shared_registry
+    }
+
     pub(super) fn problems(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
         if let Some(url) = &self.redis_url {

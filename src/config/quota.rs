@@ -50,6 +50,14 @@ impl From<WindowName> for Window {
     }
 }
 
+/// Why quotas are refused with more than one replica: the counts are kept by one process (in
+/// memory and `[quotas] state_file`), so N replicas sharing a tenant would each admit its
+/// whole quota. Shared counts in Redis are not built yet; until then a configuration or an
+/// admin change that would count N times is refused rather than silently exceeded.
+pub const SINGLE_REPLICA_ONLY: &str = "quotas are counted by a single replica only: with \
+     [cluster] redis_url or shared_registry each replica would count its own (N times the \
+     quota); not supported yet";
+
 /// The most quotas one list holds: one per window kind.
 pub const MAX_QUOTAS: usize = Window::ALL.len();
 

@@ -452,3 +452,19 @@ fn internal_topics_are_topic_patterns_and_a_required_certificate_needs_a_ca() {
     ))
     .is_empty());
 }
+
+#[test]
+fn quotas_are_refused_where_replicas_would_each_count_them() {
+    let tenant = "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
+                  quotas = [{ window = \"day\", records = 10 }]\n";
+    assert!(problems(tenant).is_empty(), "a single replica counts them");
+    for cluster in [
+        "[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\n",
+        "[cluster]\nshared_registry = true\nregistry_secret_env = \"S\"\n",
+    ] {
+        let p = problems(&format!("{cluster}{tenant}"));
+        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["tenants[0].quotas"], "{cluster}: {p:?}");
+        assert!(p[0].message.contains("single replica"), "{}", p[0].message);
+    }
+}

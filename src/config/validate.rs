@@ -277,8 +277,15 @@ impl Config {
     /// `[auth]` and the tenants, each and together.
     fn tenants_problems(&self, problems: &mut Vec<ConfigProblem>) {
         problems.extend(self.auth.problems());
+        let replicas = self.cluster.replicated();
         for (i, t) in self.tenants.iter().enumerate() {
             problems.extend(t.problems(&format!("tenants[{i}]")));
+            if replicas && !t.quotas.is_empty() {
+                problems.push(ConfigProblem::new(
+                    format!("tenants[{i}].quotas"),
+                    super::SINGLE_REPLICA_ONLY,
+                ));
+            }
             for (j, claim) in t.jwt_claims.iter().enumerate() {
                 if !self.auth.has_issuer(&claim.issuer) {
                     problems.push(ConfigProblem::new(

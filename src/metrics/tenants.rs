@@ -215,6 +215,7 @@ impl TenantSeries {
     ) -> Result<(), std::fmt::Error> {
         let mut tokens = Vec::new();
         let mut held = Vec::new();
+        let (mut quota_used, mut quota_limit) = (Vec::new(), Vec::new());
         for (t, _) in &shown.own {
             let id = t.id.as_str();
             let view = self.admission.view(t);
@@ -225,6 +226,18 @@ impl TenantSeries {
                         ConstGauge::new(v.available as f64),
                     ));
                 }
+            }
+            for (d, q) in view.quotas.iter().flatten() {
+                let labels = vec![
+                    ("tenant", id),
+                    ("window", q.window.as_str()),
+                    ("dimension", d.as_str()),
+                ];
+                quota_used.push((
+                    labels.clone(),
+                    ConstGauge::new((q.limit - q.remaining) as f64),
+                ));
+                quota_limit.push((labels, ConstGauge::new(q.limit as f64)));
             }
             held.push((
                 vec![("tenant", id)],
@@ -244,6 +257,23 @@ impl TenantSeries {
             None,
             G,
             &tokens,
+        )?;
+        family(
+            encoder,
+            "tenant_quota_used",
+            "What each calendar quota's current window has admitted (tenants with series of \
+             their own), by window and dimension",
+            None,
+            G,
+            &quota_used,
+        )?;
+        family(
+            encoder,
+            "tenant_quota_limit",
+            "Each calendar quota's limit per window, by window and dimension",
+            None,
+            G,
+            &quota_limit,
         )?;
         family(
             encoder,

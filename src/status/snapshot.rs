@@ -24,6 +24,31 @@ impl From<BucketView> for Bucket {
     }
 }
 
+/// One limited dimension of a calendar quota, in its current window.
+#[derive(Debug, Serialize)]
+pub struct QuotaStatus {
+    /// `hour`, `day` or `month`.
+    pub window: &'static str,
+    /// `records` or `bytes`.
+    pub dimension: &'static str,
+    pub used: u64,
+    pub limit: u64,
+    /// Seconds until the window turns.
+    pub reset_in_s: u64,
+}
+
+impl QuotaStatus {
+    pub fn of(dimension: crate::dimension::Dimension, v: crate::quota::QuotaView) -> Self {
+        Self {
+            window: v.window.as_str(),
+            dimension: dimension.as_str(),
+            used: v.limit - v.remaining,
+            limit: v.limit,
+            reset_in_s: v.reset_in_s,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct SecondRates {
     pub admitted_records: f64,
@@ -44,6 +69,8 @@ pub struct TenantStatus {
     pub history: Vec<SecondRates>,
     pub records_bucket: Option<Bucket>,
     pub bytes_bucket: Option<Bucket>,
+    /// Its calendar quotas, window by window, records before bytes (empty: none).
+    pub quotas: Vec<QuotaStatus>,
     pub buffer_bytes: u64,
     pub buffer_records: u64,
     /// The share of the buffer this tenant may hold.

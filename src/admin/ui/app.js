@@ -61,6 +61,20 @@ function bucketBar(bucket, unit) {
   return wrap;
 }
 
+// A tenant's calendar quotas: one bar per window and dimension, what the window used of it.
+function quotaBars(quotas) {
+  if (!quotas.length) return el("span", { class: "muted" }, "none");
+  const cell = el("div", { class: "quotas" });
+  for (const q of quotas) {
+    const unit = q.dimension === "records" ? "rec" : "B";
+    const wrap = el("div", { class: "bar", "data-quota": q.window + "-" + q.dimension });
+    wrap.append(gauge(q.used / q.limit), el("span", {}, q.window + ": " + fmt(q.used, 0) + " / " + fmt(q.limit, 0) + " " + unit));
+    wrap.title = "turns in " + fmt(q.reset_in_s / 3600, 1) + " h; bar = share of the window's quota used";
+    cell.append(wrap);
+  }
+  return cell;
+}
+
 function sparkline(history) {
   const ns = "http://www.w3.org/2000/svg";
   const w = 120, h = 28;
@@ -212,6 +226,7 @@ function renderTenants() {
       el("td", {}, sparkline(t.history)),
       el("td", {}, bucketBar(t.records_bucket, "rec")),
       el("td", {}, bucketBar(t.bytes_bucket, "B")),
+      el("td", {}, quotaBars(t.quotas || [])),
       el("td", { class: "num", title: "may hold " + fmt(t.buffer_share * 100, 0) + "% of the buffer" }, bytes(t.buffer_bytes)));
     if (t.refused_requests_per_sec > 0) row.classList.add("refused");
     body.append(row);

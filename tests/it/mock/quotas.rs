@@ -3,6 +3,7 @@
 //! item, a change through the admin API that keeps what the window used, and Kafka holding
 //! exactly what was admitted. The broker is librdkafka's in-process mock cluster.
 
+use crate::common::exposition::metric;
 use crate::common::*;
 use floodgate::config::{QuotaConfig, WindowName};
 use serde_json::json;
@@ -36,6 +37,12 @@ async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
         "\"tenant-day-records\";q=5;w=86400;qu=\"records\""
     );
     assert_eq!(h["ratelimit"], "\"tenant-day-records\";r=2;t=60");
+    let series =
+        "floodgate_tenant_quota_used{tenant=\"acme\",window=\"day\",dimension=\"records\"}";
+    assert_eq!(metric(&gw, series).await, Some(3.0));
+    let series =
+        "floodgate_tenant_quota_limit{tenant=\"acme\",window=\"day\",dimension=\"records\"}";
+    assert_eq!(metric(&gw, series).await, Some(5.0));
 
     // Three more than the day has left: refused whole, told to come back at midnight.
     let (s, h, a) = post_json(&url, KEY, &records(3, "refused")).await;

@@ -1135,3 +1135,22 @@ async fn a_stream_within_its_budget_is_admitted_whole_in_cluster_mode() {
     drop(reader);
     gw.shutdown().await;
 }
+
+/// Quota counts are kept by one process: where replicas share the tenants, the admin API
+/// refuses to give a tenant quotas rather than let each replica admit the whole quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_refuses_quotas_replicas_would_each_count() {
+    let replicas = Replicas::new("quotas_refused");
+    let gw = replicas.start(1, &redis_url(), |_| {}).await.remove(0);
+    let quotas = json!({"quotas": [{"window": "day", "records": 10}]});
+    let (s, body) = admin_patch(&gw, "/admin/tenants/acme", quotas.clone()).await;
+    assert_eq!(s, 422, "{body}");
+    assert_eq!(body["field"], "quotas", "{body}");
+    let mut put = quotas;
+    put["topics"] = json!(["test.*"]);
+    let (s, body) = admin_put(&gw, "/admin/tenants/newcomer", put).await;
+    assert_eq!(s, 422, "{body}");
+    let (s, body) = admin_get(&gw, "/admin/tenants/acme").await;
+    assert_eq!(s, 200, "{body}");
+    assert!(body["quotas"].is_null(), "nothing changed: {body}");
+}
