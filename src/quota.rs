@@ -134,6 +134,9 @@ pub struct QuotaUse {
     /// The window counted (its first second); what was counted in an earlier one is gone.
     pub window: Option<(Window, i64)>,
     pub used: Charge,
+    /// The first second after that window, once computed (0: not yet): the calendar is not
+    /// worked out again for every request while the window runs.
+    pub ends: i64,
 }
 
 /// A quota that cannot take a request: which dimension, and when its window turns.
@@ -159,6 +162,15 @@ pub struct QuotaView {
 impl QuotaSpec {
     /// What is used of the window holding `unix_s`: `used`'s count if it is that window's.
     pub fn used_at(&self, calendar: &Calendar, used: &QuotaUse, unix_s: i64) -> (Span, Charge) {
+        if let Some((w, start)) = used.window {
+            if w == self.window && start <= unix_s && unix_s < used.ends {
+                let span = Span {
+                    start,
+                    end: used.ends,
+                };
+                return (span, used.used);
+            }
+        }
         let span = calendar.span(self.window, unix_s);
         let counted = match used.window {
             Some((w, start)) if w == self.window && start == span.start => used.used,
@@ -189,6 +201,7 @@ impl QuotaSpec {
         }
         Ok(QuotaUse {
             window: Some((self.window, span.start)),
+            ends: span.end,
             used: PerDimension::from_fn(|d| counted[d].saturating_add(charge[d])),
         })
     }

@@ -117,6 +117,8 @@ impl QuotaFile {
                 state.quotas.used[window as usize] = QuotaUse {
                     window: Some((window, c.start)),
                     used: Charge::new(c.records, c.bytes),
+                    // Worked out on the first request: the file keeps starts only.
+                    ends: 0,
                 };
             }
             given += 1;
