@@ -91,6 +91,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     open.method_not_allowed_fallback(not_allowed)
         .merge(admin)
         .fallback(|| async { ApiError::NotFound })
+        .layer(middleware::from_fn(a_client))
         // The bound `http::extract::Body` names in its 413.
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::http::extract::MAX_ADMIN_BODY_BYTES,
@@ -100,6 +101,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         ))
         .with_state(state)
 }
+
+/// Connections on the admin listener count against their address until they send a whole
+/// request: then they are a client's (a probe's, a scraper's, an operator's), not a silent
+/// one's, and a full listener takes room from silent ones first. Counted against their address
+/// for life, one keep-alive connection made a host "the address holding the most" against a
+/// flood of one silent connection from each of 300 addresses, and its probes were closed at
+/// accept (review 39 of #37).
+async fn a_client(request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<crate::server::Peer>();
+    if let Some(trust) = peer.and_then(|p| p.trust.as_ref()) {
+        // Every admin connection is one client's: never over an allowance (`run`).
+        trust.verified_as(ADMIN_CLIENTS);
+    }
+    next.run(request).await
+}
+
+/// The name admin connections are counted under once they sent a request.
+const ADMIN_CLIENTS: &str = "admin listener";
 
 /// Admin calls need a valid admin token; the token's id becomes the audit log's actor.
 async fn require_admin(

@@ -107,6 +107,12 @@ pub enum BuildError {
     Auth(#[from] crate::credential::AuthBuildError),
     #[error("schema_registry: {0}")]
     Schemas(String),
+    #[error(
+        "admin.state_file: tenant {0:?} has quotas, and {q}: remove them (PATCH quotas: null on a \
+         single replica) or run one replica",
+        q = crate::config::SINGLE_REPLICA_ONLY
+    )]
+    QuotasReplicated(String),
 }
 
 impl AppState {

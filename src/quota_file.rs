@@ -80,12 +80,16 @@ pub enum QuotaFileError {
 #[derive(Debug)]
 pub struct QuotaFile {
     path: PathBuf,
+    /// One save at a time: the periodic save and the drain's write the same temporary file,
+    /// and two at once could rename one half-written by the other (review 39 of #37).
+    writing: std::sync::Mutex<()>,
 }
 
 impl QuotaFile {
     pub fn new(path: &Path) -> Self {
         Self {
             path: path.to_path_buf(),
+            writing: std::sync::Mutex::new(()),
         }
     }
 
@@ -161,6 +165,10 @@ impl QuotaFile {
             _ => PathBuf::from("."),
         };
         let tmp = folder.join(".quota-counts.tmp");
+        let _one = self
+            .writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = std::fs::File::create(&tmp).map_err(failed)?;
         out.write_all(&text).map_err(failed)?;
         out.sync_all().map_err(failed)?;

@@ -302,19 +302,21 @@ fn serve_listeners(
 /// this many, each within `max_header_bytes`.
 const ADMIN_MAX_CONNECTIONS: usize = 256;
 
-/// Connections one address may hold on the admin listener: a probe, a scrape and an operator's
-/// page each keep one. Without a bound, one client's 256 silent connections held every slot and
-/// `/healthz` waited 9–10 s in the backlog for their first-request timeout (review 38b of #37),
-/// past the probes' 2–3 s. Admin connections never authenticate in `Unverified`'s sense (no
-/// tenant), so each counts against its address for its life; a full listener makes room as
-/// the produce listener does (`server::unverified`).
-const ADMIN_PER_ADDRESS: usize = 16;
-
+/// The admin listener's connections are counted by address until they send a request
+/// (`admin::a_client`), and a full listener makes room as the produce listener does
+/// (`server::unverified`): a newcomer closes the oldest silent connection of the address
+/// holding the most. Without it, one client's 256 silent connections held every slot and
+/// `/healthz` waited 9–10 s in the backlog for their first-request timeout (review 38b of
+/// #37), past the probes' 2–3 s. No address is refused at accept for its number: a probe or
+/// an operator's script may open many at once (a hundred probes from one address).
 fn admin_unverified(
     proxies: &crate::forwarded::TrustedProxies,
     serving: usize,
 ) -> Arc<server::Unverified> {
-    let unverified = server::Unverified::new(ADMIN_PER_ADDRESS, 1, proxies.clone());
+    // Connections that sent a request are counted together (`admin::a_client`), never
+    // refused for their number; a full listener closes the oldest idle one of them only once
+    // they hold more than half of it.
+    let unverified = server::Unverified::new(serving, serving, proxies.clone());
     unverified.fit_to(serving, serving);
     unverified
 }

@@ -2,7 +2,8 @@
 # Instructions per request, counted by valgrind's callgrind (not seconds: the same figure for
 # the same binary and load whatever else the machine runs, so two builds compare on a busy
 # host where scripts/bench/ab.sh's CPU times spread by 5-10 %):
-#   scripts/bench/instructions.sh NAME=BINARY [NAME=BINARY ...]
+#   scripts/bench/instructions.sh NAME=BINARY[+TOML] [NAME=BINARY[+TOML] ...]
+# (+TOML: lines added to that run's tenant, as in ab.sh.)
 # Per round and per build: floodgate under callgrind against one Tansu, 500 single-record
 # async requests to warm it, its counters zeroed, then N more (4 keep-alive connections,
 # 200-byte records, as ab.sh's single-record run), and a dump. Prints per request: all the
@@ -55,9 +56,15 @@ for r in $(seq 1 "$ROUNDS"); do
   for spec in "$@"; do
     name=${spec%%=*}
     bin=${spec#*=}
+    config=$OUT/instructions.toml
+    if [[ $bin == *+* ]]; then
+      config=$OUT/instructions-$name.toml
+      cat "$OUT/instructions.toml" "${bin#*+}" > "$config"
+      bin=${bin%%+*}
+    fi
     dump=$OUT/callgrind-$name-$r
     rm -f "$dump".*
-    valgrind --tool=callgrind --callgrind-out-file="$dump.%p" "$bin" --config "$OUT/instructions.toml" \
+    valgrind --tool=callgrind --callgrind-out-file="$dump.%p" "$bin" --config "$config" \
       > "$OUT/instructions-$name.log" 2>&1 &
     FG=$!
     PIDS+=("$FG")

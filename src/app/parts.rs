@@ -72,11 +72,18 @@ pub(super) fn open_registry(
     };
     let file = file.unwrap_or_else(|| crate::registry::FilePart::of(config));
     if !config.cluster.shared_registry {
-        return Ok(Arc::new(RegistryStore::open(
-            file,
-            persistence,
-            clock.clone(),
-        )?));
+        let store = RegistryStore::open(file, persistence, clock.clone())?;
+        // The file's tenants are checked by `Config::validate`, the admin API's changes as
+        // they come; the saved state's were made by a single replica and may carry quotas,
+        // which replicas sharing budgets would each count whole (review 39 of #37: 10 of a
+        // quota of 5 admitted by two replicas). A shared registry's come from replicas that
+        // refused them.
+        if config.cluster.replicated() {
+            if let Some(id) = store.tenant_with_quotas() {
+                return Err(BuildError::QuotasReplicated(id));
+            }
+        }
+        return Ok(Arc::new(store));
     }
     let secrets = match secrets {
         Some(secrets) => secrets,

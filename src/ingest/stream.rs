@@ -186,6 +186,7 @@ impl Ingest {
             drain: super::coding::Drain::default(),
             first: None,
             work: Default::default(),
+            refusals_owed: false,
             cut,
         };
         let (mut body, drain) = self.decoded_body(tenant, request.body, codings, true);

@@ -14,7 +14,6 @@ use super::reports::{Fate, Queued};
 use super::LOOKUPS_REFILL;
 use crate::body::{RecordArena, RecordNotes};
 use crate::buffer::BufferLease;
-use crate::inflight_bodies::Cut;
 use crate::ingest::contracts::{ConvertedRecord, ToConvert};
 use crate::ingest::RecordSchemas;
 use crate::kafka::{Batch, TopicInfo};
@@ -98,16 +97,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                 return Err(None); // the client went away (room was checked before decoding)
             }
         }
-        // A stream whose refusals spent its tenant's unpaid work ends: records that take no
-        // token (a partition that does not exist) would otherwise be refused for free for
-        // as long as the stream lasts (review 38a of #37: 511,400 in 10 s, a core).
-        if refused > 0 {
-            let tenant = self.tenant.id.as_str();
-            if let Err(e) = self.ingest.schemas.unpaid_allows(tenant) {
-                let e = crate::ingest::reading::unpaid_refusal(&e);
-                return Err(Some(self.ingest.cut_short(Cut::RateLimited, e)));
-            }
-        }
+        self.refusals_owed |= refused > 0;
         Ok(())
     }
 

@@ -61,6 +61,8 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     pub(super) first: Option<crate::ingest::contracts::ConvertedRecord>,
     /// What reading the stream costs until its records are decided (`ingest::reading`).
     pub(super) work: StreamWork,
+    /// Records were refused since the tenant's unpaid work was last asked.
+    pub(super) refusals_owed: bool,
     /// Resolves once the stream was cut to make room in the body budget for a tenant under
     /// its equal share (`inflight_bodies::room`). Looked at only where the pump waits (for
     /// the client's bytes or the report queue's room), never while records are being
@@ -94,7 +96,8 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                 return Some(e);
             }
             if !self.rest.is_empty() || self.decoder.decoded() > 0 {
-                if let Err(stopped) = self.work().await {
+                let ended = axum::body::HttpBody::is_end_stream(body);
+                if let Err(stopped) = self.work(ended).await {
                     return stopped;
                 }
                 continue;
@@ -186,8 +189,12 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         Ok(())
     }
 
-    /// Decodes what has arrived as far as the report queue has room, admits and sends it.
-    async fn work(&mut self) -> Result<(), Stopped> {
+    /// Decodes what has arrived as far as the report queue has room, admits and sends it. A
+    /// stream whose refusals spent its tenant's unpaid work ends there, unless its body has
+    /// ended anyway: records that take no token (a partition that does not exist) would
+    /// otherwise be refused for free for as long as it lasts (review 38a of #37: 511,400 in
+    /// 10 s, a core).
+    async fn work(&mut self, ended: bool) -> Result<(), Stopped> {
         let room = self.room().await?;
         let mut failed = None;
         while !self.rest.is_empty() && self.decoder.decoded() < room {
@@ -197,6 +204,13 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             }
         }
         self.admit_decoded().await?;
+        if std::mem::take(&mut self.refusals_owed) && !ended {
+            let tenant = self.tenant.id.as_str();
+            if let Err(e) = self.ingest.schemas.unpaid_allows(tenant) {
+                let e = unpaid_refusal(&e);
+                return Err(Some(self.ingest.cut_short(Cut::RateLimited, e)));
+            }
+        }
         match failed {
             Some(e) => Err(Some(e)),
             None => Ok(()),

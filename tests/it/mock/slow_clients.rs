@@ -283,3 +283,60 @@ async fn silent_connections_from_one_address_do_not_keep_the_admin_listener_from
     drop(silent);
     gw.shutdown().await;
 }
+
+/// A connection from `local` to `to`.
+async fn from(local: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{local}:0").parse().expect("addr"))?;
+    socket.connect(to).await
+}
+
+/// `GET /healthz` on `stream`, its answer's status line (keep-alive: the answer is read by
+/// its length).
+async fn healthz(stream: &mut TcpStream) -> String {
+    let sent = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    if sent.is_err() {
+        return "not sent".into();
+    }
+    let mut buf = vec![0u8; 4096];
+    match tokio::time::timeout(PATIENCE, stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        other => format!("no answer: {other:?}"),
+    }
+}
+
+/// One silent connection from each of 300 addresses fills the admin listener; an address that
+/// holds a keep-alive connection which has had its requests is not "the address holding the
+/// most": its new probe is served, and its keep-alive connection goes on (review 39 of #37:
+/// every such probe was closed at accept, and the keep-alive connections were cut).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_from_many_addresses_do_not_keep_out_a_client_holding_one() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |cfg| {
+        cfg.server.header_read_timeout_ms = 10_000;
+    })
+    .await;
+    let mut kept = from("127.0.0.2", gw.admin).await.expect("connect");
+    assert!(healthz(&mut kept).await.contains(" 200 "));
+    let mut silent = Vec::new();
+    for i in 0..300u32 {
+        if let Ok(s) = from(&format!("127.0.{}.{}", 1 + i / 200, 1 + i % 200), gw.admin).await {
+            silent.push(s);
+        }
+    }
+    // Old enough to give a slot up to a newcomer.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let mut probe = from("127.0.0.2", gw.admin).await.expect("connect");
+    assert!(healthz(&mut probe).await.contains(" 200 "), "the probe");
+    assert!(
+        healthz(&mut kept).await.contains(" 200 "),
+        "the kept connection"
+    );
+    drop(silent);
+    gw.shutdown().await;
+}

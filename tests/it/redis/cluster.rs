@@ -1154,3 +1154,40 @@ async fn the_admin_api_refuses_quotas_replicas_would_each_count() {
     assert_eq!(s, 200, "{body}");
     assert!(body["quotas"].is_null(), "nothing changed: {body}");
 }
+
+/// A saved registry state from a single replica may carry quotas; a replica starting with it
+/// in cluster mode refuses to start rather than count a quota each (review 39 of #37: two
+/// replicas admitted 10 of a day quota of 5, 20 after a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_state_with_quotas_does_not_start_in_cluster_mode() {
+    let replicas = Replicas::new("quotas_saved");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("registry.json");
+    let mut single = replicas.config(&redis_url(), |_| {});
+    single.cluster.redis_url = None;
+    single.admin.state_file = Some(state.clone());
+    let gw = Gateway::start(single.clone()).await;
+    let (s, body) = admin_patch(
+        &gw,
+        "/admin/tenants/acme",
+        json!({"quotas": [{"window": "day", "records": 5}]}),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    gw.shutdown().await;
+
+    let mut member = single;
+    member.cluster.redis_url = Some(redis_url());
+    let started = floodgate::run(
+        member,
+        loopback_listeners().await,
+        clustered_options(&replicas.clock),
+        async {},
+    )
+    .await;
+    let error = started.expect_err("refused").to_string();
+    assert!(
+        error.contains("\"acme\" has quotas") && error.contains("single replica"),
+        "{error}"
+    );
+}
