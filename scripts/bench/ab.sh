@@ -46,14 +46,8 @@ results=$OUT/ab-results.txt
 : > "$results"
 for r in $(seq 1 "$ROUNDS"); do
   for spec in "$@"; do
-    name=${spec%%=*}
-    bin=${spec#*=}
-    config=$OUT/ab.toml
-    if [[ $bin == *+* ]]; then
-      config=$OUT/ab-$name.toml
-      cat "$OUT/ab.toml" "${bin#*+}" > "$config"
-      bin=${bin%%+*}
-    fi
+    bench_spec "$spec" "$OUT/ab.toml" ab
+    name=$SPEC_NAME bin=$SPEC_BIN config=$SPEC_CONFIG
     FLOODGATE=$bin bench_floodgate "$config" "$OUT/ab-$name.log" "$ADMIN_PORT"
     c0=$(cpu "$FG")
     if [ -n "${PERF:-}" ] && [ "$r" = 1 ]; then

@@ -54,14 +54,8 @@ results=$OUT/instructions-results.txt
 : > "$results"
 for r in $(seq 1 "$ROUNDS"); do
   for spec in "$@"; do
-    name=${spec%%=*}
-    bin=${spec#*=}
-    config=$OUT/instructions.toml
-    if [[ $bin == *+* ]]; then
-      config=$OUT/instructions-$name.toml
-      cat "$OUT/instructions.toml" "${bin#*+}" > "$config"
-      bin=${bin%%+*}
-    fi
+    bench_spec "$spec" "$OUT/instructions.toml" instructions
+    name=$SPEC_NAME bin=$SPEC_BIN config=$SPEC_CONFIG
     dump=$OUT/callgrind-$name-$r
     rm -f "$dump".*
     valgrind --tool=callgrind --callgrind-out-file="$dump.%p" "$bin" --config "$config" \

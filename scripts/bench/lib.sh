@@ -154,3 +154,16 @@ bench_cpu_run() {
   "${LOAD[@]}" run "$@" >/dev/null 2>&1
   echo "$name $c0 $(cpu "$pid")" >> "$file"
 }
+
+# A run's NAME=BINARY[+TOML] (ab.sh, instructions.sh): sets SPEC_NAME, SPEC_BIN and SPEC_CONFIG
+# (config $2, or $2 with TOML's lines added to its last tenant, written to $OUT/$3-NAME.toml).
+bench_spec() {
+  SPEC_NAME=${1%%=*}
+  SPEC_BIN=${1#*=}
+  SPEC_CONFIG=$2
+  if [[ $SPEC_BIN == *+* ]]; then
+    SPEC_CONFIG=$OUT/$3-$SPEC_NAME.toml
+    cat "$2" "${SPEC_BIN#*+}" > "$SPEC_CONFIG"
+    SPEC_BIN=${SPEC_BIN%%+*}
+  fi
+}
