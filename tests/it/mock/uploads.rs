@@ -152,21 +152,32 @@ async fn a_chunked_upload_over_the_bucket_gets_429_mid_stream() {
     gw.shutdown().await;
 }
 
+/// A gateway whose tenant may admit 1 record at once and owe 1 ms of unpaid work, on a clock
+/// that does not move unless stepped.
+async fn one_record_one_unpaid_ms() -> (Cluster, Gateway) {
+    gateway_on_mock("test.up", Time::Manual, |cfg| {
+        limit_records(cfg, 1, 1);
+        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
+        cfg.schema_registry.tenant_unpaid_work_ms_burst = 1;
+    })
+    .await
+}
+
+/// Two records of 100 KB: over a burst of 1, refused 413 once both are read.
+fn two_large_records() -> serde_json::Value {
+    let big = "v".repeat(100_000);
+    json!({"records": [{"value": big}, {"value": big}]})
+}
+
 /// Reading a body whose request is then refused is owed to the tenant's unpaid work (the
 /// bucket the schema step spends), so a tenant whose refusals keep the gateway reading large
 /// bodies is refused before the next is read (review 37a of #37: 8 MB bodies refused 413
 /// after being read, a core per tenant allowed 1 record a second).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_read_for_refused_requests_spend_the_tenants_unpaid_work() {
-    let (_cluster, gw) = gateway_on_mock("test.up", Time::Manual, |cfg| {
-        limit_records(cfg, 1, 1);
-        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
-        cfg.schema_registry.tenant_unpaid_work_ms_burst = 1;
-    })
-    .await;
+    let (_cluster, gw) = one_record_one_unpaid_ms().await;
     // Two records of 100 KB: over the burst of 1, refused 413 once both are read.
-    let big = "v".repeat(100_000);
-    let body = json!({"records": [{"value": big}, {"value": big}]});
+    let body = two_large_records();
     let url = gw.url("test.up");
     let mut answers = Vec::new();
     for _ in 0..6 {
@@ -219,16 +230,10 @@ async fn a_body_costlier_to_read_than_a_request_may_owe_is_not_read_on() {
 /// each while their tenant owed two minutes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_body_in_tiny_pieces_is_not_read_for_a_tenant_whose_unpaid_work_is_spent() {
-    let (_cluster, gw) = gateway_on_mock("test.up", Time::Manual, |cfg| {
-        limit_records(cfg, 1, 1);
-        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
-        cfg.schema_registry.tenant_unpaid_work_ms_burst = 1;
-    })
-    .await;
+    let (_cluster, gw) = one_record_one_unpaid_ms().await;
     // A 413 of 200 KB read for nothing (~0.6 ms), then one more large body: that one is
     // refused at its first piece, the unpaid work spent.
-    let big = "v".repeat(100_000);
-    let refused = json!({"records": [{"value": big}, {"value": big}]});
+    let refused = two_large_records();
     let (s, _, a) = post_json(&gw.url("test.up"), KEY, &refused).await;
     assert_eq!(s, 413, "{a}");
     let (s, _, a) = post_json(&gw.url("test.up"), KEY, &refused).await;
