@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 
 use super::frames::{Frames, Stopped};
 use super::reading::BodyOwed;
-use super::reading::{linger_allows, too_costly, unpaid_refusal, BodyWork, Reading, ASK_EVERY};
+use super::reading::{too_costly, unpaid_refusal, BodyWork, LingerBill, Reading};
 use super::{refused, Answer, BodyFormat, Held, Ingest, ProduceRequest};
 use crate::body::{BodyError, Decoder, RecordArena};
 use crate::idempotency::Fingerprinter;
@@ -256,25 +256,20 @@ fn linger(mut body: Body, (schemas, tenant): (Arc<Schemas>, Arc<str>)) {
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + LINGER_TIME;
         let (mut read, mut pieces) = (0u64, 0u32);
-        let (mut unpaid_pieces, mut unpaid_bytes) = (0u32, 0u64);
+        let mut bill = LingerBill::new(&schemas, &tenant);
         while read < LINGER_BYTES && pieces < LINGER_PIECES {
-            if unpaid_pieces == ASK_EVERY {
-                if !linger_allows(&schemas, &tenant, unpaid_pieces, unpaid_bytes) {
-                    return;
-                }
-                (unpaid_pieces, unpaid_bytes) = (0, 0);
-            }
             match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(Some(Ok(frame))) => {
                     let len = frame.data_ref().map_or(0, |d| d.len() as u64);
                     read += len;
                     pieces += 1;
-                    (unpaid_pieces, unpaid_bytes) = (unpaid_pieces + 1, unpaid_bytes + len);
+                    if !bill.read(len) {
+                        return;
+                    }
                 }
                 _ => break,
             }
         }
-        linger_allows(&schemas, &tenant, unpaid_pieces, unpaid_bytes);
     });
 }
 

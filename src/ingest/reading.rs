@@ -157,16 +157,52 @@ impl StreamWork {
     }
 }
 
-/// Pieces read and dropped after an answer: their cost, charged every [`ASK_EVERY`] pieces,
-/// and whether the tenant's unpaid work still allows reading on.
-pub(super) fn linger_allows(schemas: &Schemas, tenant: &str, pieces: u32, bytes: u64) -> bool {
-    let cost = Duration::from_nanos(
-        NS_PER_PIECE
-            .saturating_mul(u64::from(pieces))
-            .saturating_add(bytes.saturating_mul(NS_PER_BYTE)),
-    );
-    schemas.charge_unpaid(tenant, cost);
-    schemas.unpaid_allows(tenant).is_ok()
+/// What a lingering read (the rest of a body or a stream read and dropped after an answer)
+/// owes its tenant's unpaid work: charged every [`ASK_EVERY`] pieces, when the tenant is asked
+/// whether reading may go on, and for the rest when dropped.
+pub(super) struct LingerBill<'a> {
+    schemas: &'a Schemas,
+    tenant: &'a str,
+    pieces: u32,
+    bytes: u64,
+}
+
+impl<'a> LingerBill<'a> {
+    pub(super) fn new(schemas: &'a Schemas, tenant: &'a str) -> Self {
+        Self {
+            schemas,
+            tenant,
+            pieces: 0,
+            bytes: 0,
+        }
+    }
+
+    /// A piece of `len` bytes was read: whether reading may go on.
+    pub(super) fn read(&mut self, len: u64) -> bool {
+        self.pieces += 1;
+        self.bytes = self.bytes.saturating_add(len);
+        self.pieces < ASK_EVERY || self.charge()
+    }
+
+    /// Charges what is owed; whether the tenant's unpaid work still allows reading on.
+    fn charge(&mut self) -> bool {
+        let cost = Duration::from_nanos(
+            NS_PER_PIECE
+                .saturating_mul(u64::from(self.pieces))
+                .saturating_add(self.bytes.saturating_mul(NS_PER_BYTE)),
+        );
+        (self.pieces, self.bytes) = (0, 0);
+        self.schemas.charge_unpaid(self.tenant, cost);
+        self.schemas.unpaid_allows(self.tenant).is_ok()
+    }
+}
+
+impl Drop for LingerBill<'_> {
+    fn drop(&mut self) {
+        if self.pieces > 0 {
+            self.charge();
+        }
+    }
 }
 
 /// The 400 for pieces that cost more to read than a request may owe.

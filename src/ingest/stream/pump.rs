@@ -18,9 +18,7 @@ use crate::body::{Decoder, RecordArena, RecordNotes};
 use crate::credential::{AuthError, Identity};
 use crate::identity::Topic;
 use crate::inflight_bodies::{Cut, CutSignal};
-use crate::ingest::reading::{
-    linger_allows, too_costly, unpaid_refusal, Reading, StreamWork, ASK_EVERY,
-};
+use crate::ingest::reading::{too_costly, unpaid_refusal, LingerBill, Reading, StreamWork};
 use crate::ingest::{Ingest, RecordSchemas};
 use crate::outcome::ApiError;
 use crate::tenant::Tenant;
@@ -315,15 +313,9 @@ async fn linger(
     let started = Instant::now();
     let mut reports_out: Option<Instant> = None;
     let mut read = 0u64;
-    let (mut pieces, mut bytes) = (0u32, 0u64);
     let (ingest, tenant) = payer;
+    let mut bill = LingerBill::new(&ingest.schemas, tenant.id.as_str());
     while started.elapsed() < LINGER_MAX && read < LINGER_BYTES {
-        if pieces == ASK_EVERY {
-            if !linger_allows(&ingest.schemas, tenant.id.as_str(), pieces, bytes) {
-                return;
-            }
-            (pieces, bytes) = (0, 0);
-        }
         if reports_out.is_none() && reports.strong_count() == 0 {
             reports_out = Some(Instant::now());
         }
@@ -334,7 +326,9 @@ async fn linger(
             Ok(Some(Ok(frame))) => {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
                 read += len;
-                (pieces, bytes) = (pieces + 1, bytes + len);
+                if !bill.read(len) {
+                    return;
+                }
             }
             Ok(_) => return, // the body ended or the client went away
             Err(_) => {}
