@@ -313,9 +313,9 @@ fn admin_unverified(
     proxies: &crate::forwarded::TrustedProxies,
     serving: usize,
 ) -> Arc<server::Unverified> {
-    // Connections that sent a request are counted together (`admin::a_client`), never
-    // refused for their number; a full listener closes the oldest idle one of them only once
-    // they hold more than half of it.
+    // Connections that sent a request are counted by source (`admin::a_client`), never
+    // refused for their number; a full listener closes the oldest idle one of the source
+    // holding the most, once it holds more than its share.
     let unverified = server::Unverified::new(serving, serving, proxies.clone());
     unverified.fit_to(serving, serving);
     unverified

@@ -148,7 +148,10 @@ impl Ingest {
                     .unpaid_allows(tenant.id.as_str())
                     .map_err(|e| self.cut_short(Cut::RateLimited, unpaid_refusal(&e)))?,
                 Reading::TooCostly(most) => {
-                    return Err(self.cut_short(Cut::Malformed, too_costly(most)));
+                    return Err(self.cut_short(
+                        Cut::Malformed,
+                        too_costly(most, super::reading::NS_PER_PIECE),
+                    ));
                 }
             }
             if received > hold.bytes()
@@ -256,7 +259,7 @@ fn linger(mut body: Body, (schemas, tenant): (Arc<Schemas>, Arc<str>)) {
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + LINGER_TIME;
         let (mut read, mut pieces) = (0u64, 0u32);
-        let mut bill = LingerBill::new(&schemas, &tenant);
+        let mut bill = LingerBill::new(&schemas, &tenant, super::reading::NS_PER_PIECE);
         while read < LINGER_BYTES && pieces < LINGER_PIECES {
             match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(Some(Ok(frame))) => {

@@ -21,7 +21,7 @@ use crate::schema::{SchemaError, Schemas};
 pub(super) const NS_PER_PIECE: u64 = 900;
 /// ... and a piece of a stream (its pump's turn besides: review 38a of #37 measured 15 s of CPU
 /// for 6.6 M 1-byte chunks of one stream).
-const NS_PER_STREAM_PIECE: u64 = 2_300;
+pub(super) const NS_PER_STREAM_PIECE: u64 = 2_300;
 /// Nanoseconds a byte costs to inflate and scan.
 const NS_PER_BYTE: u64 = 3;
 /// Nanoseconds a record a stream refuses costs: decoded, checked, reported.
@@ -123,7 +123,11 @@ impl Drop for BodyOwed<'_> {
 /// then in the share of the records refused, with each refused record's own cost.
 #[derive(Debug, Default)]
 pub struct StreamWork {
+    /// The cost of the pieces read and not yet charged to anyone.
     unsettled: Duration,
+    /// The cost of the pieces read since records were last decided (charged or not): the
+    /// bound on what one request may owe.
+    undecided: Duration,
     count: u32,
 }
 
@@ -131,11 +135,11 @@ impl StreamWork {
     /// A piece of `len` bytes arrived: `Ask` every [`ASK_EVERY`] pieces; too costly once the
     /// pieces not yet decided into records cost more than a request may owe (`most`).
     pub(super) fn read(&mut self, len: usize, most: Duration) -> Reading {
-        self.unsettled = self
-            .unsettled
-            .saturating_add(piece_cost(NS_PER_STREAM_PIECE, len));
+        let cost = piece_cost(NS_PER_STREAM_PIECE, len);
+        self.unsettled = self.unsettled.saturating_add(cost);
+        self.undecided = self.undecided.saturating_add(cost);
         self.count = self.count.saturating_add(1);
-        if self.unsettled > most {
+        if self.undecided > most {
             return Reading::TooCostly(most);
         }
         if self.count % ASK_EVERY == 0 {
@@ -150,10 +154,19 @@ impl StreamWork {
         if decided == 0 {
             return Duration::ZERO;
         }
+        self.undecided = Duration::ZERO;
         let unsettled = std::mem::take(&mut self.unsettled);
         let share = unsettled.mul_f64(refused as f64 / decided as f64);
         let own = Duration::from_nanos(NS_PER_REFUSED_RECORD.saturating_mul(refused as u64));
         share.saturating_add(own)
+    }
+
+    /// What the pieces read since the last decision cost, owed now: at every ask (a record
+    /// still undecided after 64 pieces is paid for by the tenant's unpaid work, not by the
+    /// admission it may never reach) and when the stream ends (review 40 of #37: a record
+    /// sent in 300,000 1-byte pieces and never finished cost 0.7 s and was charged nothing).
+    pub(super) fn take_unsettled(&mut self) -> Duration {
+        std::mem::take(&mut self.unsettled)
     }
 }
 
@@ -163,15 +176,18 @@ impl StreamWork {
 pub(super) struct LingerBill<'a> {
     schemas: &'a Schemas,
     tenant: &'a str,
+    /// A body's piece costs [`NS_PER_PIECE`], a stream's [`NS_PER_STREAM_PIECE`].
+    ns_per_piece: u64,
     pieces: u32,
     bytes: u64,
 }
 
 impl<'a> LingerBill<'a> {
-    pub(super) fn new(schemas: &'a Schemas, tenant: &'a str) -> Self {
+    pub(super) fn new(schemas: &'a Schemas, tenant: &'a str, ns_per_piece: u64) -> Self {
         Self {
             schemas,
             tenant,
+            ns_per_piece,
             pieces: 0,
             bytes: 0,
         }
@@ -187,7 +203,7 @@ impl<'a> LingerBill<'a> {
     /// Charges what is owed; whether the tenant's unpaid work still allows reading on.
     fn charge(&mut self) -> bool {
         let cost = Duration::from_nanos(
-            NS_PER_PIECE
+            self.ns_per_piece
                 .saturating_mul(u64::from(self.pieces))
                 .saturating_add(self.bytes.saturating_mul(NS_PER_BYTE)),
         );
@@ -206,10 +222,12 @@ impl Drop for LingerBill<'_> {
 }
 
 /// The 400 for pieces that cost more to read than a request may owe.
-pub(super) fn too_costly(most: Duration) -> ApiError {
+/// `ns_per_piece`: what one of its pieces costs ([`NS_PER_PIECE`] for a body,
+/// [`NS_PER_STREAM_PIECE`] for a stream).
+pub(super) fn too_costly(most: Duration, ns_per_piece: u64) -> ApiError {
     ApiError::Malformed(format!(
         "the body's pieces cost more to read than a request may owe ({} ms: \
-         [schema_registry] tenant_unpaid_work_ms_burst, at {NS_PER_PIECE} ns a piece): send it \
+         [schema_registry] tenant_unpaid_work_ms_burst, at {ns_per_piece} ns a piece): send it \
          in larger pieces",
         most.as_millis()
     ))
@@ -258,5 +276,32 @@ mod tests {
             w.read(1, Duration::from_micros(100)),
             Reading::TooCostly(_)
         ));
+    }
+
+    #[test]
+    fn a_record_never_decided_is_owed_at_each_ask_and_still_bounded_by_what_a_request_may_owe() {
+        let mut w = StreamWork::default();
+        let most = Duration::from_secs(1);
+        for _ in 1..ASK_EVERY {
+            assert!(matches!(w.read(1, most), Reading::On));
+        }
+        assert!(matches!(w.read(1, most), Reading::Ask));
+        // 64 pieces of 1 byte, owed at the ask, and not again when the record is decided.
+        let owed = w.take_unsettled();
+        assert_eq!(
+            owed,
+            Duration::from_nanos(64 * (NS_PER_STREAM_PIECE + NS_PER_BYTE))
+        );
+        assert_eq!(w.take_unsettled(), Duration::ZERO);
+        assert_eq!(w.settle(1, 1), Duration::from_nanos(NS_PER_REFUSED_RECORD));
+        // Charged as it goes, an undecided record is still cut at what a request may owe.
+        let mut w = StreamWork::default();
+        let small = Duration::from_micros(300);
+        let cut = (0..200).position(|_| {
+            let r = w.read(1, small);
+            w.take_unsettled();
+            matches!(r, Reading::TooCostly(_))
+        });
+        assert_eq!(cut, Some(130), "300 µs at 2.3 µs a piece");
     }
 }

@@ -18,7 +18,9 @@ use crate::body::{Decoder, RecordArena, RecordNotes};
 use crate::credential::{AuthError, Identity};
 use crate::identity::Topic;
 use crate::inflight_bodies::{Cut, CutSignal};
-use crate::ingest::reading::{too_costly, unpaid_refusal, LingerBill, Reading, StreamWork};
+use crate::ingest::reading::{
+    too_costly, unpaid_refusal, LingerBill, Reading, StreamWork, NS_PER_STREAM_PIECE,
+};
 use crate::ingest::{Ingest, RecordSchemas};
 use crate::outcome::ApiError;
 use crate::tenant::Tenant;
@@ -74,6 +76,13 @@ pub(super) type Stopped = Option<ApiError>;
 impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     pub(super) async fn run(mut self, mut body: Body) {
         let end = self.pump(&mut body).await;
+        // However the stream ended, the pieces of a record it never decided were read unpaid.
+        let owed = self.work.take_unsettled();
+        if !owed.is_zero() {
+            self.ingest
+                .schemas
+                .charge_unpaid(self.tenant.id.as_str(), owed);
+        }
         let Some(error) = end else {
             return; // the body ended (or broke off): nothing more will come
         };
@@ -138,12 +147,16 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         let schemas = &self.ingest.schemas;
         match self.work.read(len, schemas.most_owed()) {
             Reading::On => Ok(()),
-            Reading::Ask => schemas
-                .unpaid_allows(self.tenant.id.as_str())
-                .map_err(|e| self.ingest.cut_short(Cut::RateLimited, unpaid_refusal(&e))),
-            Reading::TooCostly(most) => {
-                Err(self.ingest.cut_short(Cut::Malformed, too_costly(most)))
+            Reading::Ask => {
+                let tenant = self.tenant.id.as_str();
+                schemas.charge_unpaid(tenant, self.work.take_unsettled());
+                schemas
+                    .unpaid_allows(tenant)
+                    .map_err(|e| self.ingest.cut_short(Cut::RateLimited, unpaid_refusal(&e)))
             }
+            Reading::TooCostly(most) => Err(self
+                .ingest
+                .cut_short(Cut::Malformed, too_costly(most, NS_PER_STREAM_PIECE))),
         }
     }
 
@@ -314,7 +327,7 @@ async fn linger(
     let mut reports_out: Option<Instant> = None;
     let mut read = 0u64;
     let (ingest, tenant) = payer;
-    let mut bill = LingerBill::new(&ingest.schemas, tenant.id.as_str());
+    let mut bill = LingerBill::new(&ingest.schemas, tenant.id.as_str(), NS_PER_STREAM_PIECE);
     while started.elapsed() < LINGER_MAX && read < LINGER_BYTES {
         if reports_out.is_none() && reports.strong_count() == 0 {
             reports_out = Some(Instant::now());

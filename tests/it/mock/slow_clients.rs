@@ -340,3 +340,33 @@ async fn silent_connections_from_many_addresses_do_not_keep_out_a_client_holding
     drop(silent);
     gw.shutdown().await;
 }
+
+/// One address's 300 connections that each sent a request (a `/healthz`) and idle fill the
+/// admin listener; each newcomer of theirs closes one of their own idle connections, never an
+/// operator's keep-alive one from another address (review 40 of #37: counted all together,
+/// the oldest idle admin connection, the operator's, was closed at every newcomer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_addresss_clients_make_room_from_their_own_idle_connections() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |_| {}).await;
+    let mut kept = from("127.0.0.2", gw.admin).await.expect("connect");
+    assert!(healthz(&mut kept).await.contains(" 200 "));
+    let mut flood = Vec::new();
+    for _ in 0..2 {
+        for _ in 0..300 {
+            let Ok(mut s) = from("127.0.0.3", gw.admin).await else {
+                continue;
+            };
+            if healthz(&mut s).await.contains(" 200 ") {
+                flood.push(s);
+            }
+        }
+        assert!(
+            healthz(&mut kept).await.contains(" 200 "),
+            "the operator's connection, after {} of the flood's",
+            flood.len()
+        );
+    }
+    assert!(flood.len() > 256, "the listener was full: {}", flood.len());
+    drop(flood);
+    gw.shutdown().await;
+}

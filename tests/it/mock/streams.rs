@@ -527,3 +527,44 @@ async fn a_stream_whose_refusals_spend_its_unpaid_work_ends() {
     );
     gw.shutdown().await;
 }
+
+/// A record sent in thousands of 1-byte pieces and never finished is read as its tenant's
+/// unpaid work, charged every 64 pieces: once spent, the stream ends with a 429 report
+/// (review 40 of #37: 300,000 such pieces took 0.7 s of CPU and were charged nothing, as
+/// only records decided were ever charged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_in_tiny_pieces_that_never_ends_spends_the_unpaid_work_and_ends_the_stream() {
+    let (_cluster, gw) = gateway_on_mock("test.tiny", Time::Manual, |cfg| {
+        cfg.schema_registry.tenant_unpaid_work_ms_per_sec = 1;
+        cfg.schema_registry.tenant_unpaid_work_ms_burst = 5;
+    })
+    .await;
+    let (mut stream, reader) = open_stream(gw.addr, "/v3/clusters/c/topics/test.tiny/records");
+    let reports = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
+        reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        assert_eq!(read_head(&mut reader), 200);
+        ReportReader::new(reader).rest()
+    });
+    // 5 ms at 2.3 µs a piece: about 2,200 pieces; 20,000 are sent, none ends the record.
+    let writer = tokio::task::spawn_blocking(move || {
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let _ = write_chunk(&mut stream, br#"{"value":{"type":"STRING","data":""#);
+        let pieces = b"1\r\na\r\n".repeat(20_000);
+        let _ = stream.write_all(&pieces);
+        stream
+    });
+    let reports = reports.await.expect("reports");
+    let last = reports.last().map(Value::to_string).unwrap_or_default();
+    assert!(
+        last.contains("\"error_code\":429") && last.contains("unpaid"),
+        "{reports:?}"
+    );
+    drop(writer.await.expect("writer"));
+    gw.shutdown().await;
+}
