@@ -55,6 +55,9 @@ pub struct LeaseNeed {
     /// What the tenant's slice lacks for it, and the global slice.
     pub tenant: Option<Missing>,
     pub global: Option<Missing>,
+    /// The quotas whose allowances lack for it, a bit per window (`1 << window`; cluster
+    /// mode's shared quotas): the lease works out what each lacks.
+    pub quotas: u8,
     /// The tokens may come in part: records admitted one by one (a stream's group) take what
     /// there is, where a request admitted whole needs all of it or nothing.
     pub partial: bool,
@@ -62,7 +65,7 @@ pub struct LeaseNeed {
 
 impl LeaseNeed {
     fn any(&self) -> bool {
-        self.tenant.is_some() || self.global.is_some()
+        self.tenant.is_some() || self.global.is_some() || self.quotas != 0
     }
 }
 
@@ -96,6 +99,9 @@ pub struct Admission {
     pub waits: Arc<WaitRoom>,
     /// Where the calendar quotas' windows turn (`[quotas] utc_offset`).
     calendar: crate::quota::Calendar,
+    /// Cluster mode: the share of a quota the replicas may admit between them without Redis
+    /// (`[cluster] slice_fraction`, see `quota::shared`).
+    quota_fraction: f64,
 }
 
 /// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
@@ -104,7 +110,7 @@ struct Planned {
     tenant: crate::budget::PendingCharge,
     adaptive: Option<crate::budget::Tats>,
     lag: lag::LagCharge,
-    quotas: Option<[crate::quota::QuotaUse; 3]>,
+    quotas: quota::QuotaPlan,
 }
 
 impl Admission {
@@ -118,6 +124,7 @@ impl Admission {
             lag: None,
             waits: Arc::default(),
             calendar: crate::quota::Calendar::default(),
+            quota_fraction: 0.0,
         }
     }
 
@@ -146,9 +153,11 @@ impl Admission {
         self.clock.sleep_until(until_ns).await;
     }
 
-    /// Admission for a cluster member: buckets follow `sharing`.
-    pub fn clustered(mut self, sharing: Arc<ModeCell>) -> Self {
+    /// Admission for a cluster member: buckets follow `sharing`; without Redis, the replicas
+    /// admit at most `quota_fraction` of a shared quota between them.
+    pub fn clustered(mut self, sharing: Arc<ModeCell>, quota_fraction: f64) -> Self {
         self.sharing = Some(sharing);
+        self.quota_fraction = quota_fraction;
         self
     }
 
@@ -198,9 +207,8 @@ impl Admission {
                 Short::Wait(g) => Blocked::Denied(refused(global_reason(g), g.wait_ns)),
                 Short::Lease(m) => Blocked::Lease(LeaseNeed {
                     charge,
-                    tenant: None,
                     global: Some(m),
-                    partial: false,
+                    ..LeaseNeed::default()
                 }),
             })?;
             state.buckets.commit(pending.tenant);
@@ -208,9 +216,7 @@ impl Admission {
                 state.adaptive.tats = tats;
             }
             Self::lag_commit(&mut state, pending.lag);
-            if let Some(used) = pending.quotas {
-                state.quotas.used = used;
-            }
+            self.quota_commit(&mut state, pending.quotas, now, charge);
             Ok(lease)
         })();
         let view = self.view_locked(&state, now);
@@ -347,7 +353,7 @@ impl Admission {
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
-        let quotas = self.quota_check(state, charge)?;
+        let quotas = self.quota_check(state, now, charge)?;
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -362,12 +368,15 @@ impl Admission {
         }
         held.finish()
             .map_err(|r| Blocked::Denied(Denial::Refused(r)))?;
-        let need = LeaseNeed {
-            charge,
-            tenant: pending.as_ref().err().and_then(lease_of),
-            global: global.as_ref().err().and_then(lease_of),
-            partial: false,
-        };
+        let need = quota::with_quotas(
+            LeaseNeed {
+                charge,
+                tenant: pending.as_ref().err().and_then(lease_of),
+                global: global.as_ref().err().and_then(lease_of),
+                ..LeaseNeed::default()
+            },
+            &quotas,
+        );
         if need.any() {
             if !self.buffer.has_room(charge) {
                 return Err(self.buffer_refusal(Reason::BufferFull).into());
@@ -422,7 +431,7 @@ impl Admission {
             tenant.stats().decided(1, 0, Some(r.reason), false);
             return Err(r);
         }
-        if let Err(Denial::Refused(r)) = self.quota_check(&state, Charge::new(1, 1)) {
+        if let Err(Denial::Refused(r)) = self.quota_check(&state, now, Charge::new(1, 1)) {
             return Err(r); // a used-up window: refused before the body is read
         }
         let spec = state.buckets.spec();

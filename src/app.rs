@@ -53,9 +53,9 @@ pub struct AppState {
 pub struct QuotaKeeping {
     pub file: Option<Arc<crate::quota_file::QuotaFile>>,
     pub save_ms: u64,
-    /// Several replicas share the tenants (`[cluster] redis_url` or `shared_registry`): an
-    /// admin change giving a tenant quotas is refused (`config::SINGLE_REPLICA_ONLY`).
-    pub replicated: bool,
+    /// Replicas share the tenants without Redis (`config::ClusterConfig::counts_apart`): an
+    /// admin change giving a tenant quotas is refused (`config::COUNTED_APART`).
+    pub counts_apart: bool,
 }
 
 /// The admin API's credentials.
@@ -107,12 +107,6 @@ pub enum BuildError {
     Auth(#[from] crate::credential::AuthBuildError),
     #[error("schema_registry: {0}")]
     Schemas(String),
-    #[error(
-        "admin.state_file: tenant {0:?} has quotas, and {q}: remove them (PATCH quotas: null on a \
-         single replica) or run one replica",
-        q = crate::config::SINGLE_REPLICA_ONLY
-    )]
-    QuotasReplicated(String),
 }
 
 impl AppState {

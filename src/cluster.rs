@@ -47,6 +47,7 @@
 mod agent;
 mod headcount;
 mod membership;
+mod quota_lease;
 mod redis_connection;
 mod redis_idempotency;
 mod redis_store;
@@ -60,7 +61,9 @@ pub use redis_idempotency::RedisIdempotencyStore;
 pub use redis_store::RedisStore;
 pub use settings::Settings;
 pub use stats::{ClusterStats, LeaseOutcome, Scope, ERROR_KINDS};
-pub use store::{Ask, BudgetStore, Grant, Membership, StoreError, StoreFuture};
+pub use store::{
+    Ask, BudgetStore, Grant, Membership, QuotaAsk, QuotaGrant, StoreError, StoreFuture,
+};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -93,7 +96,13 @@ pub struct Cluster {
     refused: tokio::sync::watch::Sender<bool>,
     /// The members the shares are divided among, remembered across a Redis that restarts.
     headcount: std::sync::Mutex<headcount::Headcount>,
+    /// One request-path quota lease at a time per tenant (by serial) and window kind.
+    quota_in_flight: std::sync::Mutex<QuotaLocks>,
+    /// Where the quotas' windows turn (`[quotas] utc_offset`).
+    calendar: crate::quota::Calendar,
 }
+
+type QuotaLocks = HashMap<(u64, crate::quota::Window), Arc<tokio::sync::Mutex<()>>>;
 
 impl Cluster {
     pub fn new(
@@ -120,7 +129,21 @@ impl Cluster {
             settings,
             in_flight: std::sync::Mutex::new(HashMap::new()),
             refused: tokio::sync::watch::Sender::new(false),
+            quota_in_flight: std::sync::Mutex::new(HashMap::new()),
+            calendar: crate::quota::Calendar::default(),
         }
+    }
+
+    /// Quotas whose windows turn by `calendar`.
+    pub fn with_calendar(mut self, calendar: crate::quota::Calendar) -> Self {
+        self.calendar = calendar;
+        self
+    }
+
+    /// `[cluster] slice_fraction`: what the replicas' slices and quota allowances hold at most
+    /// between them, as a part of the budget or quota.
+    pub fn slice_fraction(&self) -> f64 {
+        self.settings.slice_fraction
     }
 
     /// The request-path lease lock of one slice (forgotten once nobody holds it).
@@ -259,6 +282,11 @@ impl Cluster {
                 }
             }
         }
+        // The quotas before the global slice, whose lease may find it brought meanwhile and
+        // end the call.
+        if need.quotas != 0 && self.lease_quotas(tenant, &need).await? == Asked::Redis {
+            asked = Asked::Redis;
+        }
         if let Some(missing) = need.global {
             let Some(slice) = self.global.slice() else {
                 return Ok(asked);
@@ -314,6 +342,7 @@ impl Cluster {
             self.give_back(&self.store.global_key(), &self.global.spec(), slice.drain())
                 .await;
         }
+        self.give_back_quotas().await;
         let _ = self
             .store
             .heartbeat(

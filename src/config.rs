@@ -126,9 +126,7 @@ pub use idempotency::{IdempotencyConfig, OnStoreError};
 pub use kafka::{KafkaConfig, ProducerProperties, PropertyValue};
 pub use lag::LagGuardConfig;
 pub use problem::{ConfigError, ConfigProblem};
-pub use quota::{
-    quota_specs, QuotaConfig, QuotasConfig, WindowName, MAX_QUOTAS, SINGLE_REPLICA_ONLY,
-};
+pub use quota::{quota_specs, QuotaConfig, QuotasConfig, WindowName, COUNTED_APART, MAX_QUOTAS};
 pub use reference::reference_markdown;
 pub use schemas::{
     check_subject, ContractConfig, ContractMode, SchemaFormat, SchemaRegistryConfig,

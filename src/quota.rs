@@ -16,6 +16,8 @@
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
+pub mod shared;
+
 use crate::dimension::{Dimension, PerDimension};
 use crate::record::Charge;
 
@@ -231,8 +233,11 @@ impl QuotaSpec {
 #[derive(Debug, Clone, Default)]
 pub struct Quotas {
     pub specs: std::sync::Arc<[QuotaSpec]>,
-    /// Indexed by [`Window`] (as `usize`), whichever quotas are set.
+    /// Indexed by [`Window`] (as `usize`), whichever quotas are set. In cluster mode, the
+    /// shared counts as this replica knows them (see `shared::uses`).
     pub used: [QuotaUse; 3],
+    /// Cluster mode: this replica's allowances of the shared counts, by window.
+    pub shared: [shared::Allowance; 3],
 }
 
 impl Quotas {

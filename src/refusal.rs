@@ -129,6 +129,15 @@ impl Refusal {
         }
     }
 
+    /// A tenant's quota of `window` used up: back in `wait` (the window's end: a month's
+    /// reset may be weeks away, so told at most a day ahead, `Retry-After`'s bound).
+    pub fn quota(window: Window, wait: Duration) -> Self {
+        Self {
+            quota: Some(window),
+            ..Self::new(Reason::Quota(Scope::Tenant), wait.min(MAX_RETRY_AFTER))
+        }
+    }
+
     /// Milliseconds to wait, rounded up so a client that waits exactly this long is admitted.
     pub fn retry_after_ms(&self) -> u64 {
         wait_ms(self.retry_after)

@@ -278,14 +278,6 @@ impl RegistryStore {
         self.state.lock().await.clone()
     }
 
-    /// A tenant whose settings carry quotas, if any: checked at the start, before anyone can
-    /// be changing the state (`None` too if someone were).
-    pub fn tenant_with_quotas(&self) -> Option<String> {
-        let state = self.state.try_lock().ok()?;
-        let mut with = state.tenants.values().filter(|t| !t.quotas.is_empty());
-        with.next().map(|t| t.id.clone())
-    }
-
     /// Reads the state in place (no copy of every tenant, as a snapshot makes).
     pub async fn read<T>(&self, read: impl FnOnce(&RegistryState) -> T) -> T {
         read(&*self.state.lock().await)

@@ -132,7 +132,7 @@ impl AdmissionSlot {
             Box::new(AdmissionState {
                 quotas: crate::quota::Quotas {
                     specs,
-                    used: Default::default(),
+                    ..Default::default()
                 },
                 buckets: TenantBuckets::new(spec),
                 buffer_share,

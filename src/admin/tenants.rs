@@ -358,12 +358,12 @@ pub async fn patch(
     tenant_response(&app, &id, StatusCode::OK).await
 }
 
-/// Quotas only where one replica counts them (`config::SINGLE_REPLICA_ONLY`).
+/// Quotas only where one replica counts them (`config::COUNTED_APART`).
 fn quotas_counted_here(app: &AppState, settings: &TenantBody) -> Result<(), AdminError> {
-    if app.quotas.replicated && !settings.quotas.is_empty() {
+    if app.quotas.counts_apart && !settings.quotas.is_empty() {
         return Err(AdminError::InvalidField {
             field: "quotas".into(),
-            detail: crate::config::SINGLE_REPLICA_ONLY.into(),
+            detail: crate::config::COUNTED_APART.into(),
         });
     }
     Ok(())

@@ -73,16 +73,6 @@ pub(super) fn open_registry(
     let file = file.unwrap_or_else(|| crate::registry::FilePart::of(config));
     if !config.cluster.shared_registry {
         let store = RegistryStore::open(file, persistence, clock.clone())?;
-        // The file's tenants are checked by `Config::validate`, the admin API's changes as
-        // they come; the saved state's were made by a single replica and may carry quotas,
-        // which replicas sharing budgets would each count whole (review 39 of #37: 10 of a
-        // quota of 5 admitted by two replicas). A shared registry's come from replicas that
-        // refused them.
-        if config.cluster.replicated() {
-            if let Some(id) = store.tenant_with_quotas() {
-                return Err(BuildError::QuotasReplicated(id));
-            }
-        }
         return Ok(Arc::new(store));
     }
     let secrets = match secrets {
@@ -145,13 +135,17 @@ pub(super) fn cluster(
         Duration::from_millis(config.cluster.command_timeout_ms),
         store_clock,
     )?;
-    Ok(Some(Arc::new(Cluster::new(
-        Box::new(store),
-        registry.tenants().clone(),
-        registry.global().clone(),
-        clock.clone(),
-        Settings::from_config(&config.cluster, produce_port),
-    ))))
+    Ok(Some(Arc::new(
+        Cluster::new(
+            Box::new(store),
+            registry.tenants().clone(),
+            registry.global().clone(),
+            clock.clone(),
+            Settings::from_config(&config.cluster, produce_port),
+        )
+        // Validated with the configuration: a bad offset never gets here.
+        .with_calendar(config.quotas.calendar().unwrap_or_default()),
+    )))
 }
 
 /// What decides admission: the admission itself and the two agents that feed it plans.
@@ -185,7 +179,7 @@ pub(super) fn controls(
         // Validated with the configuration: a bad offset never gets here.
         .with_calendar(config.quotas.calendar().unwrap_or_default());
     if let Some(cluster) = cluster {
-        admission = admission.clustered(cluster.sharing.clone());
+        admission = admission.clustered(cluster.sharing.clone(), cluster.slice_fraction());
     }
     let admission = Arc::new(admission);
     let tenants = registry.tenants();
@@ -336,6 +330,6 @@ pub(super) fn quota_keeping(config: &Config) -> super::QuotaKeeping {
             .as_deref()
             .map(|path| Arc::new(crate::quota_file::QuotaFile::new(path))),
         save_ms: config.quotas.save_ms,
-        replicated: config.cluster.replicated(),
+        counts_apart: config.cluster.counts_apart(),
     }
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 use redis::Script;
 
 use super::redis_connection::{CallError, Connection, UrlError};
-use super::store::{Ask, BudgetStore, Grant, Membership, StoreError, StoreFuture};
+use super::store::{
+    Ask, BudgetStore, Grant, Membership, QuotaAsk, QuotaGrant, StoreError, StoreFuture,
+};
 use crate::budget::{BudgetSpec, Clock, PerDimension, RateSpec};
 use crate::record::Charge;
 
@@ -45,6 +47,7 @@ pub struct RedisStore {
     lease: Script,
     give_back: Script,
     members: Script,
+    quota: Script,
     prefix: String,
     /// `None`: Redis's own clock.
     clock: Option<Arc<dyn Clock>>,
@@ -77,6 +80,7 @@ impl RedisStore {
             lease: Script::new(include_str!("lease.lua")),
             give_back: Script::new(include_str!("give_back.lua")),
             members: Script::new(include_str!("members.lua")),
+            quota: Script::new(include_str!("quota.lua")),
             prefix: prefix.to_string(),
             clock,
         })
@@ -101,6 +105,14 @@ impl RedisStore {
 
     pub fn global_key(&self) -> String {
         format!("{{{}:global}}", self.prefix)
+    }
+
+    pub fn quota_key(&self, tenant: &str, window: crate::quota::Window, start: i64) -> String {
+        format!(
+            "{}:quota:{}:{start}",
+            self.tenant_key(tenant),
+            window.as_str()
+        )
     }
 
     fn members_key(&self) -> String {
@@ -172,6 +184,46 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Leases from (or gives back to) the quota count at `key`.
+    pub async fn quota(
+        &self,
+        key: &str,
+        instance: &str,
+        ask: QuotaAsk,
+    ) -> Result<QuotaGrant, StoreError> {
+        let mut invocation = self.quota.key(key);
+        invocation
+            .arg(ask.expire_at_s.max(0))
+            .arg(ask.members.max(1))
+            .arg(instance);
+        // The script's arguments: records, then bytes.
+        for (d, limit) in ask.limit.iter() {
+            invocation
+                .arg(limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)))
+                .arg(ask.want[d])
+                .arg(ask.min[d])
+                .arg(ask.known[d])
+                .arg(ask.outage[d])
+                .arg(ask.give[d])
+                .arg(ask.received[d]);
+        }
+        let answer: Vec<i64> = self.run(&invocation).await?;
+        if answer.len() != 5 {
+            return Err(StoreError::from(CallError::Redis(redis::RedisError::from(
+                (
+                    redis::ErrorKind::TypeError,
+                    "the quota script answered with an unexpected shape",
+                ),
+            ))));
+        }
+        let at = |i: usize| answer[i].max(0).unsigned_abs();
+        Ok(QuotaGrant {
+            granted: Charge::new(at(0), at(1)),
+            count: Charge::new(at(2), at(3)),
+            refused: answer[4] == 1,
+        })
+    }
+
     /// Announces replica `id`, held by this process (`instance`), or takes it out; counts the
     /// live members by distinct id.
     pub async fn heartbeat(
@@ -232,6 +284,19 @@ impl BudgetStore for RedisStore {
         tokens: Charge,
     ) -> StoreFuture<'a, ()> {
         Box::pin(RedisStore::give_back(self, key, spec, tokens))
+    }
+
+    fn quota_key(&self, tenant: &str, window: crate::quota::Window, start: i64) -> String {
+        RedisStore::quota_key(self, tenant, window, start)
+    }
+
+    fn quota<'a>(
+        &'a self,
+        key: &'a str,
+        instance: &'a str,
+        ask: QuotaAsk,
+    ) -> StoreFuture<'a, QuotaGrant> {
+        Box::pin(RedisStore::quota(self, key, instance, ask))
     }
 
     fn heartbeat<'a>(

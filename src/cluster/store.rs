@@ -50,6 +50,39 @@ pub struct Ask {
     pub level: u64,
 }
 
+/// What to ask of a quota's shared count (see `quota.lua`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaAsk {
+    pub limit: PerDimension<Option<u64>>,
+    pub want: Charge,
+    pub min: Charge,
+    /// The count the caller last heard: where a count the store forgot starts.
+    pub known: Charge,
+    /// Admitted without a lease in the window in all, while the store did not answer: what
+    /// the store has not been told of yet is added to the count (a report is never counted
+    /// twice).
+    pub outage: Charge,
+    /// An unspent part given back (a replica leaving).
+    pub give: Charge,
+    /// What the caller was granted in the window, as it heard the answers: a grant the store
+    /// made whose answer was lost is taken off the count again.
+    pub received: Charge,
+    /// The members counted: a lease beyond `min` takes at most a member's part of the rest.
+    pub members: u32,
+    /// When the count may be forgotten (Unix seconds).
+    pub expire_at_s: i64,
+}
+
+/// What a quota lease answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaGrant {
+    pub granted: Charge,
+    /// The shared count after this call, every part leased included.
+    pub count: Charge,
+    /// `min` was not there: nothing was granted.
+    pub refused: bool,
+}
+
 /// Why the store did not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -107,6 +140,18 @@ pub trait BudgetStore: Send + Sync + std::fmt::Debug {
         spec: &'a BudgetSpec,
         tokens: Charge,
     ) -> StoreFuture<'a, ()>;
+
+    /// The key of a tenant's shared count for the quota window of `window` starting at
+    /// `start` (Unix seconds).
+    fn quota_key(&self, tenant: &str, window: crate::quota::Window, start: i64) -> String;
+
+    /// Leases from (or gives back to) the quota count at `key`, for the process `instance`.
+    fn quota<'a>(
+        &'a self,
+        key: &'a str,
+        instance: &'a str,
+        ask: QuotaAsk,
+    ) -> StoreFuture<'a, QuotaGrant>;
 
     /// Announces replica `id`, held by this process (`instance`), or takes it out (`leave`);
     /// counts the live members by distinct id.

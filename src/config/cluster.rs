@@ -117,6 +117,12 @@ impl ClusterConfig {
         self.redis_url.is_some() || self.shared_registry
     }
 
+    /// Replicas share tenants but count nothing together: a shared registry without Redis.
+    /// Each would count a quota whole.
+    pub fn counts_apart(&self) -> bool {
+        self.shared_registry && self.redis_url.is_none()
+    }
+
     pub(super) fn problems(&self) -> Vec<ConfigProblem> {
         let mut problems = Vec::new();
         if let Some(url) = &self.redis_url {

@@ -50,13 +50,11 @@ impl From<WindowName> for Window {
     }
 }
 
-/// Why quotas are refused with more than one replica: the counts are kept by one process (in
-/// memory and `[quotas] state_file`), so N replicas sharing a tenant would each admit its
-/// whole quota. Shared counts in Redis are not built yet; until then a configuration or an
-/// admin change that would count N times is refused rather than silently exceeded.
-pub const SINGLE_REPLICA_ONLY: &str = "quotas are counted by a single replica only: with \
-     [cluster] redis_url or shared_registry each replica would count its own (N times the \
-     quota); not supported yet";
+/// Why quotas are refused where replicas share tenants without Redis: each replica counts a
+/// quota alone (in memory and `[quotas] state_file`), so N replicas would each admit it whole.
+/// With `[cluster] redis_url` the counts are shared in Redis (`quota::shared`).
+pub const COUNTED_APART: &str = "quotas need [cluster] redis_url when replicas share the \
+     registry: without it each replica would count its own (N times the quota)";
 
 /// The most quotas one list holds: one per window kind.
 pub const MAX_QUOTAS: usize = Window::ALL.len();
@@ -133,8 +131,16 @@ impl Default for QuotasConfig {
 
 impl QuotasConfig {
     /// Problems with `save_ms`.
-    pub fn problems(&self) -> Vec<ConfigProblem> {
+    /// The problems of `[quotas]`; `redis` is whether `[cluster] redis_url` is set (the
+    /// counts then live in Redis, and a state file would not be read).
+    pub fn problems(&self, redis: bool) -> Vec<ConfigProblem> {
         let mut problems: Vec<ConfigProblem> = self.calendar().err().into_iter().collect();
+        if redis && self.state_file.is_some() {
+            problems.push(ConfigProblem::new(
+                "quotas.state_file",
+                "is not read with [cluster] redis_url: the counts live in Redis",
+            ));
+        }
         if !(100..=60_000).contains(&self.save_ms) {
             problems.push(ConfigProblem::new("quotas.save_ms", "must be 100 to 60000"));
         }

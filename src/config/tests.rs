@@ -458,13 +458,27 @@ fn quotas_are_refused_where_replicas_would_each_count_them() {
     let tenant = "[[tenants]]\nid = \"a\"\ntopics = [\"x\"]\n\
                   quotas = [{ window = \"day\", records = 10 }]\n";
     assert!(problems(tenant).is_empty(), "a single replica counts them");
-    for cluster in [
-        "[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\n",
-        "[cluster]\nshared_registry = true\nregistry_secret_env = \"S\"\n",
-    ] {
-        let p = problems(&format!("{cluster}{tenant}"));
-        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
-        assert_eq!(keys, ["tenants[0].quotas"], "{cluster}: {p:?}");
-        assert!(p[0].message.contains("single replica"), "{}", p[0].message);
-    }
+    let redis = "[cluster]\nredis_url = \"redis://127.0.0.1:6379\"\n";
+    let shared = "[cluster]\nshared_registry = true\nregistry_secret_env = \"S\"\n";
+    assert!(
+        problems(&format!("{redis}{tenant}")).is_empty(),
+        "replicas count them together in Redis"
+    );
+    assert!(
+        problems(&format!(
+            "{shared}redis_url = \"redis://127.0.0.1:6379\"\n{tenant}"
+        ))
+        .is_empty(),
+        "a shared registry with Redis counts them together too"
+    );
+    let p = problems(&format!("{shared}{tenant}"));
+    let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["tenants[0].quotas"], "{p:?}");
+    assert!(p[0].message.contains("redis_url"), "{}", p[0].message);
+    // With Redis the counts live there: a state file would never be read.
+    let p = problems(&format!(
+        "{redis}[quotas]\nstate_file = \"/tmp/q.json\"\n{tenant}"
+    ));
+    let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["quotas.state_file"], "{p:?}");
 }

@@ -270,20 +270,20 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
-        problems.extend(self.quotas.problems());
+        problems.extend(self.quotas.problems(self.cluster.redis_url.is_some()));
         problems.extend(librdkafka::problems(&self.kafka.producer));
     }
 
     /// `[auth]` and the tenants, each and together.
     fn tenants_problems(&self, problems: &mut Vec<ConfigProblem>) {
         problems.extend(self.auth.problems());
-        let replicas = self.cluster.replicated();
+        let replicas = self.cluster.counts_apart();
         for (i, t) in self.tenants.iter().enumerate() {
             problems.extend(t.problems(&format!("tenants[{i}]")));
             if replicas && !t.quotas.is_empty() {
                 problems.push(ConfigProblem::new(
                     format!("tenants[{i}].quotas"),
-                    super::SINGLE_REPLICA_ONLY,
+                    super::COUNTED_APART,
                 ));
             }
             for (j, claim) in t.jwt_claims.iter().enumerate() {

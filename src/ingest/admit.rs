@@ -242,6 +242,14 @@ pub(super) fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
 /// A request still short of leased tokens once its lease calls are spent: other requests
 /// took the tokens first, or the caller has spent its calls.
 fn contended(need: LeaseNeed) -> Refusal {
+    if need.tenant.is_none() && need.global.is_none() {
+        if let Some(window) = crate::quota::Window::ALL
+            .into_iter()
+            .find(|w| need.quotas & (1 << *w as usize) != 0)
+        {
+            return Refusal::quota(window, CONTENDED_RETRY);
+        }
+    }
     let (scope, missing) = match (need.tenant, need.global) {
         (Some(m), _) => (Scope::Tenant, Some(m)),
         (None, global) => (Scope::Global, global),

@@ -75,6 +75,7 @@ mod redis {
     mod idempotency_cluster;
     mod idempotency_fairness;
     mod leases;
+    mod quotas;
 }
 
 /// No broker at all.

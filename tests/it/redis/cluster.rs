@@ -19,10 +19,10 @@ use floodgate::config::Config;
 use floodgate::record::Charge;
 use serde_json::json;
 
-const TOPIC: &str = "test.cluster";
+pub(super) const TOPIC: &str = "test.cluster";
 
 /// The clock every test here steps: far from zero, as a running gateway's would be.
-fn stepped_clock() -> Arc<ManualClock> {
+pub(super) fn stepped_clock() -> Arc<ManualClock> {
     let clock = Arc::new(ManualClock::new());
     clock.advance_ms(1_000_000);
     clock
@@ -42,7 +42,7 @@ fn store(prefix: &str, clock: &Arc<ManualClock>) -> RedisStore {
 
 /// A store on the shared Redis under a key prefix of `test`'s own, connected, and the clock
 /// its scripts are given: how each test of the scripts on their own starts.
-async fn connected_store(test: &str) -> (Arc<ManualClock>, RedisStore) {
+pub(super) async fn connected_store(test: &str) -> (Arc<ManualClock>, RedisStore) {
     let clock = stepped_clock();
     let s = store(&redis_prefix(test), &clock);
     s.connect().await.expect("redis");
@@ -244,28 +244,38 @@ fn member(bootstrap: &str, url: &str, prefix: &str, edit: impl Fn(&mut Config)) 
 
 /// What the replicas of one test share: a mock Kafka cluster with [`TOPIC`], the stepped
 /// clock, and a Redis key prefix of the test's own.
-struct Replicas {
+pub(super) struct Replicas {
     kafka: Cluster,
-    clock: Arc<ManualClock>,
+    pub(super) clock: Arc<ManualClock>,
     prefix: String,
 }
 
 impl Replicas {
-    fn new(test: &str) -> Self {
+    pub(super) fn new(test: &str) -> Self {
+        Self::on(test, stepped_clock())
+    }
+
+    /// The replicas of `test`, on `clock`.
+    pub(super) fn on(test: &str, clock: Arc<ManualClock>) -> Self {
         Self {
             kafka: mock_cluster(&[TOPIC]),
-            clock: stepped_clock(),
+            clock,
             prefix: redis_prefix(test),
         }
     }
 
     /// A member's configuration, with Redis at `url`, after `edit`.
-    fn config(&self, url: &str, edit: impl Fn(&mut Config)) -> Config {
+    pub(super) fn config(&self, url: &str, edit: impl Fn(&mut Config)) -> Config {
         member(&self.kafka.bootstrap_servers(), url, &self.prefix, edit)
     }
 
     /// Starts `n` members alike, with Redis at `url`.
-    async fn start(&self, n: usize, url: &str, edit: impl Fn(&mut Config)) -> Vec<Gateway> {
+    pub(super) async fn start(
+        &self,
+        n: usize,
+        url: &str,
+        edit: impl Fn(&mut Config),
+    ) -> Vec<Gateway> {
         let mut gws = Vec::with_capacity(n);
         for _ in 0..n {
             let cfg = self.config(url, &edit);
@@ -291,7 +301,7 @@ impl Replicas {
 }
 
 /// Where each gateway takes produce requests, with the test key.
-fn urls(gws: &[&Gateway]) -> Vec<(String, &'static str)> {
+pub(super) fn urls(gws: &[&Gateway]) -> Vec<(String, &'static str)> {
     gws.iter().map(|g| (g.url(TOPIC), KEY)).collect()
 }
 
@@ -301,7 +311,7 @@ fn one_record() -> serde_json::Value {
 
 /// Sends one-record async requests round-robin until every gateway has refused once;
 /// returns what each admitted. Any answer but 202 or 429 fails the test.
-async fn hammer(http: &reqwest::Client, urls: &[(String, &str)]) -> Vec<u64> {
+pub(super) async fn hammer(http: &reqwest::Client, urls: &[(String, &str)]) -> Vec<u64> {
     let mut admitted = vec![0u64; urls.len()];
     let mut refused = vec![false; urls.len()];
     while refused.iter().any(|r| !r) {
@@ -352,7 +362,12 @@ fn worst_window(totals: &[u64], window: usize) -> u64 {
 }
 
 /// Waits until every one of `gws` reads `value` for the series `name`; the longest it took.
-async fn all_read(gws: &[&Gateway], name: &str, value: f64, within: Duration) -> Duration {
+pub(super) async fn all_read(
+    gws: &[&Gateway],
+    name: &str,
+    value: f64,
+    within: Duration,
+) -> Duration {
     let mut longest = Duration::ZERO;
     for gw in gws {
         longest = longest.max(wait_for_metric(gw, name, value, within).await);
@@ -1134,60 +1149,4 @@ async fn a_stream_within_its_budget_is_admitted_whole_in_cluster_mode() {
     assert_eq!(refused, 0, "every record within the budget is written");
     drop(reader);
     gw.shutdown().await;
-}
-
-/// Quota counts are kept by one process: where replicas share the tenants, the admin API
-/// refuses to give a tenant quotas rather than let each replica admit the whole quota.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_api_refuses_quotas_replicas_would_each_count() {
-    let replicas = Replicas::new("quotas_refused");
-    let gw = replicas.start(1, &redis_url(), |_| {}).await.remove(0);
-    let quotas = json!({"quotas": [{"window": "day", "records": 10}]});
-    let (s, body) = admin_patch(&gw, "/admin/tenants/acme", quotas.clone()).await;
-    assert_eq!(s, 422, "{body}");
-    assert_eq!(body["field"], "quotas", "{body}");
-    let mut put = quotas;
-    put["topics"] = json!(["test.*"]);
-    let (s, body) = admin_put(&gw, "/admin/tenants/newcomer", put).await;
-    assert_eq!(s, 422, "{body}");
-    let (s, body) = admin_get(&gw, "/admin/tenants/acme").await;
-    assert_eq!(s, 200, "{body}");
-    assert!(body["quotas"].is_null(), "nothing changed: {body}");
-}
-
-/// A saved registry state from a single replica may carry quotas; a replica starting with it
-/// in cluster mode refuses to start rather than count a quota each (review 39 of #37: two
-/// replicas admitted 10 of a day quota of 5, 20 after a restart).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_saved_state_with_quotas_does_not_start_in_cluster_mode() {
-    let replicas = Replicas::new("quotas_saved");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("registry.json");
-    let mut single = replicas.config(&redis_url(), |_| {});
-    single.cluster.redis_url = None;
-    single.admin.state_file = Some(state.clone());
-    let gw = Gateway::start(single.clone()).await;
-    let (s, body) = admin_patch(
-        &gw,
-        "/admin/tenants/acme",
-        json!({"quotas": [{"window": "day", "records": 5}]}),
-    )
-    .await;
-    assert_eq!(s, 200, "{body}");
-    gw.shutdown().await;
-
-    let mut member = single;
-    member.cluster.redis_url = Some(redis_url());
-    let started = floodgate::run(
-        member,
-        loopback_listeners().await,
-        clustered_options(&replicas.clock),
-        async {},
-    )
-    .await;
-    let error = started.expect_err("refused").to_string();
-    assert!(
-        error.contains("\"acme\" has quotas") && error.contains("single replica"),
-        "{error}"
-    );
 }

@@ -1,0 +1,191 @@
+//! Quotas counted in Redis (`quota::shared`): the request-path lease of a quota's allowance,
+//! one at a time per tenant and window kind, and the allowances given back on leaving.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Asked, Cluster, QuotaAsk};
+use crate::admission::LeaseNeed;
+use crate::dimension::PerDimension;
+use crate::quota::shared::{self, Leased};
+use crate::quota::{QuotaSpec, Window};
+use crate::record::Charge;
+use crate::refusal::Refusal;
+use crate::tenant::Tenant;
+
+/// A quota's count may be forgotten a day after its window ends: a replica whose clock runs
+/// a little late still finds it.
+const KEPT_AFTER_S: i64 = 86_400;
+
+impl Cluster {
+    fn unix_s(&self) -> i64 {
+        i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
+    }
+
+    /// The request-path lease lock of one tenant's quota (forgotten once nobody holds it).
+    fn quota_lock(&self, tenant: &Tenant, window: Window) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .quota_in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.entry((tenant.serial, window)).or_default().clone()
+    }
+
+    /// Asks Redis for what the request's quota allowances lack (plus a top-up of a member's
+    /// part of `slice_fraction` of the quota). `Ok` means ask admission again; `Err` is the
+    /// refusal: the quota has less left than the request needs.
+    pub(super) async fn lease_quotas(
+        &self,
+        tenant: &Tenant,
+        need: &LeaseNeed,
+    ) -> Result<Asked, Refusal> {
+        let mut asked = Asked::Nothing;
+        for window in Window::ALL {
+            if need.quotas & (1 << window as usize) == 0 {
+                continue;
+            }
+            let lock = self.quota_lock(tenant, window);
+            let _one_lease_at_a_time = lock.lock().await;
+            let unix_s = self.unix_s();
+            let (spec, allowance, span) = {
+                let state = tenant.admission_state();
+                let Some(spec) = state
+                    .quotas
+                    .specs
+                    .iter()
+                    .find(|s| s.window == window)
+                    .copied()
+                else {
+                    continue; // the quota was taken away meanwhile
+                };
+                let (a, span) = shared::current(
+                    &state.quotas.shared[window as usize],
+                    &spec,
+                    &self.calendar,
+                    unix_s,
+                );
+                (spec, a, span)
+            };
+            let missing = lacking(&spec, allowance.held, need.charge);
+            if missing == Charge::default() {
+                continue; // another request's lease brought it meanwhile
+            }
+            let members = self.members().max(1);
+            let ask = QuotaAsk {
+                limit: spec.limit,
+                want: PerDimension::from_fn(|d| {
+                    missing[d].saturating_add(top_up(
+                        &spec,
+                        d,
+                        self.settings.slice_fraction,
+                        members,
+                    ))
+                }),
+                min: if need.partial {
+                    missing.map(|m| m.min(1))
+                } else {
+                    missing
+                },
+                known: allowance.heard,
+                outage: allowance.outage,
+                give: Charge::default(),
+                received: allowance.received,
+                members,
+                expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
+            };
+            let key = self.store.quota_key(tenant.id.as_str(), window, span.start);
+            asked = Asked::Redis;
+            match self.store.quota(&key, &self.settings.instance, ask).await {
+                Ok(grant) => {
+                    let leased = Leased {
+                        window: (window, span.start),
+                        granted: grant.granted,
+                        count: grant.count,
+                        reported: allowance.unreported,
+                    };
+                    let (unix_s, now_ns) = (self.unix_s(), self.clock.now_ns());
+                    tenant
+                        .admission_state()
+                        .quotas
+                        .leased(leased, &self.calendar, unix_s, now_ns);
+                    if grant.refused {
+                        let reset = u64::try_from(span.end.saturating_sub(unix_s)).unwrap_or(0);
+                        return Err(Refusal::quota(window, Duration::from_secs(reset.max(1))));
+                    }
+                }
+                Err(e) => {
+                    self.degrade(&e);
+                    return Ok(asked);
+                }
+            }
+        }
+        Ok(asked)
+    }
+
+    /// Leaving: gives every quota allowance still held back to its count (and reports what was
+    /// admitted without Redis), best effort.
+    pub(super) async fn give_back_quotas(&self) {
+        let unix_s = self.unix_s();
+        let registry = self.tenants.load();
+        for t in registry.tenants() {
+            let allowances: Vec<(QuotaSpec, shared::Allowance, crate::quota::Span)> = {
+                let Some(state) = t.admission_if_live() else {
+                    continue;
+                };
+                state
+                    .quotas
+                    .specs
+                    .iter()
+                    .map(|spec| {
+                        let (a, span) = shared::current(
+                            &state.quotas.shared[spec.window as usize],
+                            spec,
+                            &self.calendar,
+                            unix_s,
+                        );
+                        (*spec, a, span)
+                    })
+                    .filter(|(_, a, _)| {
+                        a.held != Charge::default() || a.unreported != Charge::default()
+                    })
+                    .collect()
+            };
+            for (spec, a, span) in allowances {
+                let ask = QuotaAsk {
+                    limit: spec.limit,
+                    known: a.heard,
+                    outage: a.outage,
+                    give: a.held,
+                    received: a.received,
+                    members: 1,
+                    expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
+                    ..QuotaAsk::default()
+                };
+                let key = self.store.quota_key(t.id.as_str(), spec.window, span.start);
+                if let Err(e) = self.store.quota(&key, &self.settings.instance, ask).await {
+                    self.stats.count_error(e.kind());
+                }
+            }
+        }
+    }
+}
+
+/// What an allowance holding `held` lacks for `charge`, in the quota's limited dimensions.
+fn lacking(spec: &QuotaSpec, held: Charge, charge: Charge) -> Charge {
+    PerDimension::from_fn(|d| {
+        if spec.limit[d].is_some() {
+            charge[d].saturating_sub(held[d])
+        } else {
+            0
+        }
+    })
+}
+
+/// What a lease asks for beyond the request: a member's part of `fraction` of the quota, so
+/// the allowances of all replicas hold at most that fraction between them.
+fn top_up(spec: &QuotaSpec, d: crate::dimension::Dimension, fraction: f64, members: u32) -> u64 {
+    spec.limit[d].map_or(0, |limit| {
+        ((fraction * limit as f64 / f64::from(members)) as u64).max(1)
+    })
+}

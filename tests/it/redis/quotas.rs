@@ -1,0 +1,342 @@
+//! Calendar quotas shared by replicas through Redis: the quota script on its own (leases
+//! held to what is left, a forgotten count restarted where a replica last heard it), then
+//! replicas sharing one day quota exactly while Redis answers, within quota × (1 + ε) while
+//! Redis is paused again and again, and across a Redis restarted empty.
+//!
+//! Replicas run in this process on one stepped clock whose wall clock reads noon tomorrow
+//! (UTC): no window turns during a test, and no count's expiry is in the past.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cluster::{all_read, connected_store, hammer, urls, Replicas};
+use crate::common::exposition::{scrape, value};
+use crate::common::*;
+use floodgate::budget::{Clock, ManualClock, PerDimension};
+use floodgate::cluster::QuotaAsk;
+use floodgate::config::{Config, QuotaConfig, WindowName};
+use floodgate::quota::Window;
+use floodgate::record::Charge;
+
+/// A stepped clock at noon (UTC) tomorrow.
+fn noon_tomorrow() -> Arc<ManualClock> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let noon = (now / 86_400 + 1) * 86_400 + 43_200;
+    Arc::new(ManualClock::at_unix_s(noon))
+}
+
+fn day_quota(records: u64) -> impl Fn(&mut Config) {
+    move |cfg: &mut Config| {
+        // The rate budgets far away: only the quota refuses.
+        limit_records(cfg, 1_000_000, 1_000_000);
+        cfg.tenants[0].quotas = vec![QuotaConfig {
+            window: WindowName::Day,
+            records: Some(records),
+            bytes: None,
+        }];
+    }
+}
+
+fn ask(limit: u64, want: u64, min: u64) -> QuotaAsk {
+    QuotaAsk {
+        limit: PerDimension {
+            records: Some(limit),
+            bytes: None,
+        },
+        want: Charge::new(want, 0),
+        min: Charge::new(min, 0),
+        members: 1,
+        expire_at_s: 4_102_444_800, // 2100-01-01
+        ..QuotaAsk::default()
+    }
+}
+
+#[tokio::test]
+async fn the_quota_script_leases_what_is_left_and_a_forgotten_count_starts_where_it_was_heard() {
+    let (_clock, s) = connected_store("quota_script").await;
+    let key = s.quota_key("acme", Window::Day, 1_814_400_000);
+    let g = s.quota(&key, "i1", ask(100, 30, 10)).await.expect("lease");
+    assert_eq!(
+        (g.granted.records, g.count.records, g.refused),
+        (30, 30, false)
+    );
+    let got = |received: u64, a: QuotaAsk| QuotaAsk {
+        received: Charge::new(received, 0),
+        ..a
+    };
+    // 70 left: a lease needing 80 gets nothing and counts nothing.
+    let g = s
+        .quota(&key, "i1", got(30, ask(100, 200, 80)))
+        .await
+        .expect("lease");
+    assert_eq!(
+        (g.granted.records, g.count.records, g.refused),
+        (0, 30, true)
+    );
+    // A grant whose answer is lost (the call timed out, then ran): the caller's next call
+    // says it received 30 in all, and the 20 it never heard of are counted no more.
+    let lost = s
+        .quota(&key, "i1", got(30, ask(100, 20, 20)))
+        .await
+        .expect("lease");
+    assert_eq!(lost.count.records, 50);
+    let g = s
+        .quota(&key, "i1", got(30, ask(100, 200, 70)))
+        .await
+        .expect("lease");
+    assert_eq!((g.granted.records, g.count.records), (70, 100));
+    // Another process's grants are its own: a new instance takes none of them back.
+    let g = s.quota(&key, "i2", ask(100, 1, 1)).await.expect("lease");
+    assert_eq!(
+        (g.granted.records, g.count.records, g.refused),
+        (0, 100, true)
+    );
+
+    // Redis forgets the count (a restart without persistence): the caller's last heard count
+    // is where it starts again, so nothing is granted twice.
+    let mut redis = redis::Client::open(redis_url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut redis)
+        .await
+        .expect("DEL");
+    let forgotten = QuotaAsk {
+        known: Charge::new(100, 0),
+        ..got(100, ask(100, 1, 1))
+    };
+    let g = s.quota(&key, "i1", forgotten).await.expect("lease");
+    assert_eq!(
+        (g.granted.records, g.count.records, g.refused),
+        (0, 100, true)
+    );
+
+    // Given back (a replica leaving) and reported (admitted while Redis was away).
+    let back = QuotaAsk {
+        give: Charge::new(40, 0),
+        outage: Charge::new(5, 0),
+        ..got(100, ask(100, 0, 0))
+    };
+    let g = s.quota(&key, "i1", back).await.expect("give back");
+    assert_eq!(g.count.records, 65);
+    // A report whose answer was lost, made again: what was reported already is not added.
+    let again = QuotaAsk {
+        outage: Charge::new(7, 0),
+        ..got(100, ask(100, 0, 0))
+    };
+    let g = s.quota(&key, "i1", again).await.expect("report");
+    assert_eq!(g.count.records, 67);
+
+    // Beyond what it needs, a lease takes a member's part of what is left.
+    let other = s.quota_key("acme", Window::Day, 1_814_486_400);
+    let shared = QuotaAsk {
+        members: 3,
+        ..ask(90, 90, 0)
+    };
+    let g = s.quota(&other, "i1", shared).await.expect("lease");
+    assert_eq!(g.granted.records, 30);
+}
+
+/// The records admitted by one-record requests, round-robin until every replica refuses
+/// while Redis answers (a replica on its outage part refuses until Redis is tried again: it
+/// is asked again once Redis answers), and each refusal checked: `tenant_quota`, told to
+/// come back at midnight.
+async fn exhaust(r: &Replicas, gws: &[&Gateway]) -> u64 {
+    let http = reqwest::Client::new();
+    let mut total = 0;
+    loop {
+        total += hammer(&http, &urls(gws)).await.iter().sum::<u64>();
+        let mut degraded = 0.0;
+        for gw in gws {
+            degraded += value(&scrape(gw).await, "floodgate_cluster_degraded").unwrap_or(0.0);
+        }
+        if degraded == 0.0 {
+            break;
+        }
+        all_read(
+            gws,
+            "floodgate_cluster_degraded",
+            0.0,
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    for gw in gws {
+        let (s, h, a) = post_json(&gw.url(super::cluster::TOPIC), KEY, &one()).await;
+        assert_eq!(
+            (s, a["reason"].as_str()),
+            (429, Some("tenant_quota")),
+            "{a}"
+        );
+        let midnight = 86_400 - r.clock.unix_s() % 86_400;
+        assert_eq!(h["retry-after"], midnight.to_string(), "{a}");
+    }
+    total
+}
+
+fn one() -> serde_json::Value {
+    serde_json::json!({"records": [{"value": "x"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_admit_exactly_a_shared_day_quota_while_redis_answers() {
+    let r = Replicas::on("quota_three", noon_tomorrow());
+    let gws = r.start(3, &redis_url(), day_quota(300)).await;
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    all_read(
+        &refs,
+        "floodgate_cluster_members",
+        3.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let admitted = exhaust(&r, &refs).await;
+    assert_eq!(admitted, 300, "the quota, exactly, across three replicas");
+    // The next hour changes nothing: the day is used up on every replica.
+    r.clock.advance_ms(3_600_000);
+    assert_eq!(exhaust(&r, &refs).await, 0);
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_stay_within_the_stated_bound_of_a_day_quota_while_redis_flaps() {
+    const QUOTA: u64 = 1_200;
+    let r = Replicas::on("quota_flapping", noon_tomorrow());
+    let redis = OwnRedis::start();
+    let flappy = |cfg: &mut Config| {
+        day_quota(QUOTA)(cfg);
+        cfg.cluster.heartbeat_ms = 100;
+        cfg.cluster.member_ttl_ms = 60_000;
+        cfg.cluster.expected_replicas = 3;
+    };
+    let gws = r.start(3, &redis.url(), flappy).await;
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    all_read(
+        &refs,
+        "floodgate_cluster_members",
+        3.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let port = redis.port;
+    let pauser = tokio::task::spawn_blocking(move || {
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(300));
+            let paused = std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "CLIENT", "PAUSE", "400", "ALL"])
+                .output()
+                .expect("redis-cli");
+            assert!(paused.status.success());
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+    // A trickle of requests through the stalls (the quota outlasts them), then the rest.
+    let http = reqwest::Client::new();
+    let urls = urls(&refs);
+    let mut total = 0u64;
+    while !pauser.is_finished() {
+        for (url, key) in &urls {
+            let response = http
+                .post(format!("{url}?async=true"))
+                .bearer_auth(key)
+                .json(&one())
+                .send()
+                .await
+                .expect("sent");
+            match response.status().as_u16() {
+                202 => total += 1,
+                429 => {}
+                other => panic!("unexpected {other}"),
+            }
+        }
+    }
+    pauser.await.expect("pauser");
+    let mut stalls = 0.0;
+    for gw in &refs {
+        stalls += value(&scrape(gw).await, "floodgate_cluster_degradations_total").unwrap_or(0.0);
+    }
+    total += exhaust(&r, &refs).await;
+    let bound = QUOTA as f64 * 1.25; // ε = [cluster] slice_fraction's default
+    eprintln!("{total} admitted of a quota of {QUOTA} through {stalls} stalls; bound {bound}");
+    assert!(stalls >= 3.0, "the stalls were noticed: {stalls}");
+    assert!(total as f64 <= bound, "{total} > {bound}");
+    assert!(total >= QUOTA, "the quota was used: {total}");
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_keeps_the_quota_counts_the_replicas_heard() {
+    const QUOTA: u64 = 400;
+    let r = Replicas::on("quota_restart", noon_tomorrow());
+    let mut redis = OwnRedis::start();
+    let gws = r.start(2, &redis.url(), day_quota(QUOTA)).await;
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    all_read(
+        &refs,
+        "floodgate_cluster_members",
+        2.0,
+        Duration::from_secs(5),
+    )
+    .await;
+    // 300 of the 400 admitted, half through each replica.
+    let mut total = 0u64;
+    for i in 0..300 {
+        let (s, _, a) = post_json(&refs[i % 2].url(super::cluster::TOPIC), KEY, &one()).await;
+        assert_eq!(s, 200, "{a}");
+        total += 1;
+    }
+    // Redis restarts with nothing: had it started the day's count at zero, the replicas
+    // would admit 400 more.
+    redis.kill();
+    redis.restart();
+    total += exhaust(&r, &refs).await;
+    eprintln!("{total} admitted of a quota of {QUOTA} across a Redis restarted empty");
+    assert!(total >= QUOTA, "the quota was used: {total}");
+    assert!(
+        total as f64 <= QUOTA as f64 * 1.25,
+        "{total} admitted: the count was forgotten"
+    );
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+/// With Redis the admin API gives a tenant quotas (counted there), and a change keeps what
+/// the window used on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_gives_quotas_that_every_replica_counts_together() {
+    let r = Replicas::on("quota_admin", noon_tomorrow());
+    let gws = r
+        .start(2, &redis_url(), |cfg| {
+            limit_records(cfg, 1_000_000, 1_000_000)
+        })
+        .await;
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    let day = serde_json::json!({"quotas": [{"window": "day", "records": 50}]});
+    // The registry is each replica's own here (no shared registry): both are told.
+    for gw in &refs {
+        let (s, body) = admin_patch(gw, "/admin/tenants/acme", day.clone()).await;
+        assert_eq!(s, 200, "{body}");
+    }
+    assert_eq!(exhaust(&r, &refs).await, 50);
+    // Raised to 80 on both: 30 more, not 80 (the day's use is kept in Redis).
+    let raised = serde_json::json!({"quotas": [{"window": "day", "records": 80}]});
+    for gw in &refs {
+        let (s, body) = admin_patch(gw, "/admin/tenants/acme", raised.clone()).await;
+        assert_eq!(s, 200, "{body}");
+    }
+    assert_eq!(exhaust(&r, &refs).await, 30);
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
