@@ -22,7 +22,9 @@ pub struct ClusterConfig {
     /// call failed and, if Redis keeps failing, runs on its local share.
     pub command_timeout_ms: u64,
     /// ε: the slices all replicas hold together stay within ε × burst (each replica at most
-    /// ε × burst / members). The cluster-wide bound is burst × (1 + ε) + rate × T.
+    /// ε × burst / members). The cluster-wide bound is burst × (1 + ε) + rate × T. For a
+    /// calendar quota, the allowances held stay within ε × quota, and without Redis the
+    /// replicas admit at most ε × quota more per window.
     pub slice_fraction: f64,
     /// A slice is sized for this much of the replica's observed demand, in milliseconds.
     pub slice_horizon_ms: u64,

@@ -107,7 +107,8 @@ pub struct QuotasConfig {
     pub utc_offset: Option<String>,
     /// Where a single replica keeps what its tenants' quota windows have used, so a restart
     /// does not hand out a fresh allowance: rewritten every `save_ms` and at shutdown (a crash
-    /// loses at most `save_ms` of counts). Unset: the counts live in memory only.
+    /// loses at most `save_ms` of counts). Unset: the counts live in memory only. Not with
+    /// `[cluster] redis_url`: the replicas' counts live in Redis then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_file: Option<std::path::PathBuf>,
     /// How often the counts are written to `state_file`, in milliseconds (100 to 60,000).

@@ -423,16 +423,6 @@ impl ConnectionTrust {
         true
     }
 
-    /// Where it comes from, as connections are counted by (an IPv6 /64 is one source).
-    pub fn source(&self) -> IpAddr {
-        self.0.address
-    }
-
-    /// Whether a request verified it already ([`ConnectionTrust::verified_as`]).
-    pub fn is_verified(&self) -> bool {
-        !self.0.counted.load(Ordering::Acquire)
-    }
-
     /// Resolves once it is to be closed at once ([`Unverified::make_room_for`]); never else.
     pub async fn evicted(&self) {
         while !self.is_evicted() {

@@ -157,3 +157,17 @@ impl Slot {
         )
     }
 }
+
+/// What a listener whose verified connections are counted by where they come from (the admin
+/// listener's, `admin::a_client`) asks of a connection.
+impl super::ConnectionTrust {
+    /// Where it comes from, as connections are counted by (an IPv6 /64 is one source).
+    pub fn source(&self) -> IpAddr {
+        self.0.address
+    }
+
+    /// Whether a request verified it already ([`super::ConnectionTrust::verified_as`]).
+    pub fn is_verified(&self) -> bool {
+        !self.0.counted.load(Ordering::Acquire)
+    }
+}

@@ -40,6 +40,27 @@ fn day_quota(records: u64) -> impl Fn(&mut Config) {
     }
 }
 
+/// `n` replicas after `edit`, with Redis at `url`, once each has counted the others.
+async fn started(r: &Replicas, n: usize, url: &str, edit: impl Fn(&mut Config)) -> Vec<Gateway> {
+    let gws = r.start(n, url, edit).await;
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    let members = n as f64;
+    all_read(
+        &refs,
+        "floodgate_cluster_members",
+        members,
+        Duration::from_secs(5),
+    )
+    .await;
+    gws
+}
+
+async fn stop(gws: Vec<Gateway>) {
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
 fn ask(limit: u64, want: u64, min: u64) -> QuotaAsk {
     QuotaAsk {
         limit: PerDimension {
@@ -187,23 +208,14 @@ fn one() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_admit_exactly_a_shared_day_quota_while_redis_answers() {
     let r = Replicas::on("quota_three", noon_tomorrow());
-    let gws = r.start(3, &redis_url(), day_quota(300)).await;
+    let gws = started(&r, 3, &redis_url(), day_quota(300)).await;
     let refs: Vec<&Gateway> = gws.iter().collect();
-    all_read(
-        &refs,
-        "floodgate_cluster_members",
-        3.0,
-        Duration::from_secs(5),
-    )
-    .await;
     let admitted = exhaust(&r, &refs).await;
     assert_eq!(admitted, 300, "the quota, exactly, across three replicas");
     // The next hour changes nothing: the day is used up on every replica.
     r.clock.advance_ms(3_600_000);
     assert_eq!(exhaust(&r, &refs).await, 0);
-    for gw in gws {
-        gw.shutdown().await;
-    }
+    stop(gws).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,15 +229,8 @@ async fn replicas_stay_within_the_stated_bound_of_a_day_quota_while_redis_flaps(
         cfg.cluster.member_ttl_ms = 60_000;
         cfg.cluster.expected_replicas = 3;
     };
-    let gws = r.start(3, &redis.url(), flappy).await;
+    let gws = started(&r, 3, &redis.url(), flappy).await;
     let refs: Vec<&Gateway> = gws.iter().collect();
-    all_read(
-        &refs,
-        "floodgate_cluster_members",
-        3.0,
-        Duration::from_secs(5),
-    )
-    .await;
     let port = redis.port;
     let pauser = tokio::task::spawn_blocking(move || {
         for _ in 0..6 {
@@ -269,9 +274,7 @@ async fn replicas_stay_within_the_stated_bound_of_a_day_quota_while_redis_flaps(
     assert!(stalls >= 3.0, "the stalls were noticed: {stalls}");
     assert!(total as f64 <= bound, "{total} > {bound}");
     assert!(total >= QUOTA, "the quota was used: {total}");
-    for gw in gws {
-        gw.shutdown().await;
-    }
+    stop(gws).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,15 +282,8 @@ async fn a_redis_restarted_empty_keeps_the_quota_counts_the_replicas_heard() {
     const QUOTA: u64 = 400;
     let r = Replicas::on("quota_restart", noon_tomorrow());
     let mut redis = OwnRedis::start();
-    let gws = r.start(2, &redis.url(), day_quota(QUOTA)).await;
+    let gws = started(&r, 2, &redis.url(), day_quota(QUOTA)).await;
     let refs: Vec<&Gateway> = gws.iter().collect();
-    all_read(
-        &refs,
-        "floodgate_cluster_members",
-        2.0,
-        Duration::from_secs(5),
-    )
-    .await;
     // 300 of the 400 admitted, half through each replica.
     let mut total = 0u64;
     for i in 0..300 {
@@ -306,9 +302,7 @@ async fn a_redis_restarted_empty_keeps_the_quota_counts_the_replicas_heard() {
         total as f64 <= QUOTA as f64 * 1.25,
         "{total} admitted: the count was forgotten"
     );
-    for gw in gws {
-        gw.shutdown().await;
-    }
+    stop(gws).await;
 }
 
 /// With Redis the admin API gives a tenant quotas (counted there), and a change keeps what
@@ -336,7 +330,5 @@ async fn the_admin_api_gives_quotas_that_every_replica_counts_together() {
         assert_eq!(s, 200, "{body}");
     }
     assert_eq!(exhaust(&r, &refs).await, 30);
-    for gw in gws {
-        gw.shutdown().await;
-    }
+    stop(gws).await;
 }
