@@ -66,6 +66,8 @@ tenant_settings_props = {
     "cert_names": {"type": "array", "maxItems": 100, "uniqueItems": True, "items": credential_name, "description": "client-certificate names this tenant accepts (the kind [auth.client_cert] name picks: SAN URI, SAN DNS or CN); each belongs to one tenant at most"},
 }
 schemas = {
+    "Flow": {"type": "object", "required": ["requests", "records", "bytes"], "properties": {
+        "requests": {"type": "integer", "minimum": 0}, "records": {"type": "integer", "minimum": 0}, "bytes": {"type": "integer", "minimum": 0}}},
     "Error": {
         "type": "object", "required": ["error", "detail"],
         "properties": {
@@ -360,6 +362,27 @@ paths = {
     "/ui/app.js": {"get": {"summary": "The status page's script", "responses": {"200": {"description": "JavaScript", "content": {"text/javascript; charset=utf-8": {"schema": {"type": "string"}}}}}}},
     "/ui/app.css": {"get": {"summary": "The status page's stylesheet", "responses": {"200": {"description": "CSS", "content": {"text/css; charset=utf-8": {"schema": {"type": "string"}}}}}}},
     "/ui/favicon.svg": {"get": {"summary": "The status page's icon", "responses": {"200": {"description": "SVG", "content": {"image/svg+xml": {"schema": {"type": "string"}}}}}}},
+    "/admin/usage": {"get": admin_op("Usage by tenant and hour or day, for chargeback, as this replica counted it: admitted, delivered and refused (by reason), a page at a time in (start, tenant) order. Each replica answers for its own traffic; with [cluster] redis_url, sum the replicas' answers", {
+        "200": jres("a page of intervals", {"type": "object", "required": ["replica", "granularity", "rows", "next"], "properties": {
+            "replica": {"type": ["string", "null"], "description": "this replica's id in cluster mode"},
+            "granularity": {"type": "string", "enum": ["hour", "day"]},
+            "rows": {"type": "array", "items": {"type": "object", "required": ["tenant", "start", "end", "admitted", "failed_records", "delivered_records", "refused"], "properties": {
+                "tenant": {"type": "string"},
+                "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
+                "admitted": ref("Flow"),
+                "failed_records": {"type": "integer", "minimum": 0, "description": "admitted records Kafka then refused or did not take in time"},
+                "delivered_records": {"type": "integer", "minimum": 0, "description": "admitted records less the failed ones: what Kafka holds"},
+                "refused": {"type": "object", "description": "by reason (tenant_records, tenant_quota, ...); records and bytes of requests refused after their body was read", "additionalProperties": ref("Flow")}}}},
+            "next": {"type": ["string", "null"], "description": "pass as `after` for the next page; null on the last"}}}),
+        "422": err("invalid_field: a parameter out of range or unknown"),
+    }, params=[
+        {"name": "tenant", "in": "query", "required": False, "schema": {"type": "string"}, "description": "one tenant only"},
+        {"name": "from", "in": "query", "required": False, "schema": {"type": "string"}, "description": "intervals starting at or after this: RFC 3339 or Unix seconds"},
+        {"name": "to", "in": "query", "required": False, "schema": {"type": "string"}, "description": "intervals starting before this: RFC 3339 or Unix seconds"},
+        {"name": "granularity", "in": "query", "required": False, "schema": {"type": "string", "enum": ["hour", "day"], "default": "hour"}},
+        {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}, "description": "the previous page's `next`"},
+    ])},
     "/admin/audit": {"get": admin_op("Recent registry changes (shared registry), from every replica, in topic order", {
         "200": jres("the changes at or after `since`", {"type": "object", "required": ["shared", "entries"], "properties": {
             "shared": {"type": "boolean", "description": "false: a local registry, whose audit events are in the log only"},

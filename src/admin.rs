@@ -12,6 +12,7 @@ mod keys;
 mod lag_guards;
 mod tenants;
 mod ui;
+mod usage;
 
 use std::sync::Arc;
 
@@ -57,6 +58,7 @@ routes! {
     "/admin/tenants/{id}/keys/{key_id}" => { delete: keys::revoke },
     "/admin/global" => { get: global::get, put: global::put },
     "/admin/audit" => { get: global::audit },
+    "/admin/usage" => { get: usage::get },
     "/admin/status" => { get: status },
     "/admin/adaptive" => { get: adaptive::get, put: adaptive::put },
     "/admin/lag-guards" => { get: lag_guards::list },

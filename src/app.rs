@@ -42,6 +42,8 @@ pub struct AppState {
     pub compat: crate::config::CompatConfig,
     /// Where the quotas are counted (`[quotas]`, and whether replicas share the tenants).
     pub quotas: QuotaKeeping,
+    /// Usage by tenant and hour (`[usage]`).
+    pub usage: Arc<crate::usage::Ledger>,
     /// Set when shutdown starts: new requests get 503 with `Connection: close`.
     draining: AtomicBool,
 }
@@ -201,6 +203,7 @@ impl AppState {
             &clock,
         );
         Ok(Self {
+            usage: parts::usage_ledger(config, registry.tenants(), &clock),
             metrics_token,
             status,
             adaptive: controls.adaptive,

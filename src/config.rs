@@ -38,6 +38,9 @@ pub struct Config {
     /// Calendar quotas: where their windows turn.
     #[serde(default)]
     pub quotas: QuotasConfig,
+    /// Usage by tenant and hour, for chargeback.
+    #[serde(default)]
+    pub usage: UsageConfig,
     /// Admin API settings.
     #[serde(default)]
     pub admin: AdminConfig,
@@ -109,6 +112,7 @@ mod split;
 mod telemetry;
 mod tenant;
 mod topics;
+mod usage;
 mod validate;
 mod wait;
 
@@ -136,6 +140,7 @@ pub use telemetry::{LogConfig, LogFormat, MetricsConfig, PerTenant};
 pub use tenant::{cross_tenant_problems, JwtClaim, Priority, TenantConfig, DEFAULT_BUFFER_SHARE};
 pub(crate) use topics::topic_pattern_problems;
 pub use topics::MAX_TOPIC_PATTERNS;
+pub use usage::UsageConfig;
 pub use wait::{burst_costs, WaitConfig, MAX_WAIT_MS};
 
 #[cfg(test)]

@@ -31,7 +31,8 @@
 //! 4. Decisions and state — [`admission`] (the atomic admit-or-refuse decision),
 //!    [`credential`] (a credential becomes an identity), [`registry`] (the registry's
 //!    declarative state, its changes, audit and persistence), [`quota_file`] (what the
-//!    quotas used, kept across a restart), [`idempotency`]
+//!    quotas used, kept across a restart), [`usage`] (usage by tenant and hour, for
+//!    chargeback), [`idempotency`]
 //!    (`Idempotency-Key`), [`cluster`] (every use of Redis: shared budgets behind
 //!    `BudgetStore`, the shared idempotency store), the agents that feed the controllers:
 //!    [`adaptive_agent`] (Kafka's signals) and [`lag_agent`] (consumer-group offsets), and what
@@ -96,6 +97,7 @@ pub mod status;
 pub mod telemetry;
 pub mod tenant;
 pub mod tls;
+pub mod usage;
 
 // The unit tests measure what schema compiles keep, as the gateway does (main.rs).
 #[cfg(test)]

@@ -176,8 +176,9 @@ async fn start_tasks(state: &Arc<AppState>) -> Result<AbortOnDrop, BuildError> {
     }
     tasks.0.push(state.adaptive.start().abort_handle());
     tasks.0.push(state.lag.start().abort_handle());
-    // The status page's history is kept whether or not anyone looks.
+    // The status page's history and the usage ledger are kept whether or not anyone looks.
     tasks.0.push(state.status.start().abort_handle());
+    tasks.0.push(state.usage.start().abort_handle());
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
         cluster.join().await?;

@@ -8,7 +8,7 @@ mod directory;
 mod stats;
 
 pub use directory::{Directory, DirectoryPlan, Tenants};
-pub use stats::{TenantCounts, TenantStats, Totals, TOTALS};
+pub use stats::{Flow, TenantCounts, TenantStats, Totals, UsageCounts, TOTALS};
 
 use std::sync::{Arc, OnceLock};
 

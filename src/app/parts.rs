@@ -333,3 +333,24 @@ pub(super) fn quota_keeping(config: &Config) -> super::QuotaKeeping {
         counts_apart: config.cluster.counts_apart(),
     }
 }
+
+/// Usage by tenant and hour (`[usage]`), on the budgets' clock and the quotas' calendar.
+pub(super) fn usage_ledger(
+    config: &Config,
+    tenants: &Arc<crate::tenant::Tenants>,
+    clock: &Arc<dyn Clock>,
+) -> Arc<crate::usage::Ledger> {
+    let settings = crate::usage::Settings {
+        tick: Duration::from_millis(config.usage.tick_ms),
+        retention_hours: config.usage.retention_hours,
+        max_rows: config.usage.max_rows,
+    };
+    // Validated with the configuration: a bad offset never gets here.
+    let calendar = config.quotas.calendar().unwrap_or_default();
+    Arc::new(crate::usage::Ledger::new(
+        tenants.clone(),
+        clock.clone(),
+        calendar,
+        settings,
+    ))
+}

@@ -271,6 +271,7 @@ impl Config {
             problems.push(p);
         }
         problems.extend(self.quotas.problems(self.cluster.redis_url.is_some()));
+        problems.extend(self.usage.problems());
         problems.extend(librdkafka::problems(&self.kafka.producer));
     }
 

@@ -23,6 +23,9 @@ pub struct TenantStats {
     sampled: Mutex<TenantCounts>,
     /// Refused requests, indexed like [`Reason::ALL`].
     rejected: [AtomicU64; Reason::ALL.len()],
+    /// Records and bytes of refused requests whose body was read, indexed like
+    /// [`Reason::ALL`] (usage for chargeback, `usage`).
+    refused_by: [(AtomicU64, AtomicU64); Reason::ALL.len()],
     /// Requests per API they came through, indexed like [`Api::ALL`]: (answered 2xx, not).
     by_api: [(AtomicU64, AtomicU64); Api::ALL.len()],
 }
@@ -41,6 +44,45 @@ impl TenantCounts {
     pub fn refused_total(&self) -> u64 {
         self.refused.iter().sum()
     }
+}
+
+/// Requests, and the records and bytes they carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Flow {
+    pub requests: u64,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+impl Flow {
+    /// `self - before`, per count (never below zero).
+    pub fn since(self, before: Flow) -> Flow {
+        Flow {
+            requests: self.requests.saturating_sub(before.requests),
+            records: self.records.saturating_sub(before.records),
+            bytes: self.bytes.saturating_sub(before.bytes),
+        }
+    }
+
+    pub fn add(&mut self, other: Flow) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.records = self.records.saturating_add(other.records);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == Flow::default()
+    }
+}
+
+/// What usage for chargeback counts of a tenant: admitted (requests, records, bytes), records
+/// Kafka then failed, and refusals by reason (indexed like [`Reason::ALL`]; records and bytes
+/// only of refused requests whose body was read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageCounts {
+    pub admitted: Flow,
+    pub failed_records: u64,
+    pub refused: [Flow; Reason::ALL.len()],
 }
 
 /// How many counters [`TenantStats::totals`] gives.
@@ -118,8 +160,31 @@ impl TenantStats {
             self.offered_records.fetch_add(records, Relaxed);
             self.offered_bytes.fetch_add(bytes, Relaxed);
         }
-        if refused.is_some() && read {
+        if let (Some(reason), true) = (refused, read) {
             self.refused_records.fetch_add(records, Relaxed);
+            let (r, b) = &self.refused_by[reason.index()];
+            r.fetch_add(records, Relaxed);
+            b.fetch_add(bytes, Relaxed);
+        }
+    }
+
+    /// What usage for chargeback reads: every count it keeps, now.
+    pub fn usage(&self) -> UsageCounts {
+        UsageCounts {
+            admitted: Flow {
+                requests: self.admitted_requests.load(Relaxed),
+                records: self.admitted_records.load(Relaxed),
+                bytes: self.admitted_bytes.load(Relaxed),
+            },
+            failed_records: self.failed_records.load(Relaxed),
+            refused: std::array::from_fn(|i| {
+                let (records, bytes) = &self.refused_by[i];
+                Flow {
+                    requests: self.rejected[i].load(Relaxed),
+                    records: records.load(Relaxed),
+                    bytes: bytes.load(Relaxed),
+                }
+            }),
         }
     }
 

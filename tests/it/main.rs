@@ -49,6 +49,7 @@ mod mock {
     mod streams;
     mod tls;
     mod uploads;
+    mod usage;
 }
 
 /// The Tansu broker started by scripts/test.sh (and the mock cluster for some).

@@ -1,0 +1,251 @@
+//! Usage for chargeback: per tenant and hour, what this replica admitted (requests, records,
+//! bytes), how many of those records Kafka then failed, and what it refused, by reason.
+//!
+//! The ledger reads the tenants' own counters (`tenant::TenantStats::usage`, atomics the
+//! request path already keeps) every `[usage] tick_ms` and before every answer it gives, and
+//! adds what changed since its last look to the row of the hour it looks in: nothing is
+//! added to the request path, and a request is counted in the hour it was looked at in, at
+//! most one tick after it was decided. Tenants with no traffic since the last look add no row.
+//!
+//! **Bounds.** Rows older than `retention_hours` go; beyond `max_rows` the oldest hour goes
+//! first. A row holds only the reasons that refused something, so it is about 100 bytes.
+//!
+//! **Where it ends.** Each replica keeps its own (with `[cluster] redis_url`, the replicas'
+//! rows add up: ask each, or read the export topic); a restart starts empty; the export
+//! (`usage::export`) is the durable copy.
+//!
+//! Layer: decisions and state. Imports tenants, the calendar and the foundations.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use crate::budget::Clock;
+use crate::quota::{Calendar, Window};
+use crate::refusal::Reason;
+use crate::tenant::{Flow, Tenants, UsageCounts};
+
+const HOUR_S: i64 = 3_600;
+
+/// One tenant's usage in one interval.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Row {
+    pub admitted: Flow,
+    pub failed_records: u64,
+    /// Refusals by reason: only the reasons that refused something.
+    pub refused: Vec<(Reason, Flow)>,
+}
+
+impl Row {
+    fn add(&mut self, other: &Row) {
+        self.admitted.add(other.admitted);
+        self.failed_records = self.failed_records.saturating_add(other.failed_records);
+        for (reason, flow) in &other.refused {
+            match self.refused.iter_mut().find(|(r, _)| r == reason) {
+                Some((_, f)) => f.add(*flow),
+                None => self.refused.push((*reason, *flow)),
+            }
+        }
+    }
+
+    /// What changed between two readings of a tenant's counters (`None`: nothing).
+    fn between(before: &UsageCounts, now: &UsageCounts) -> Option<Row> {
+        let row = Row {
+            admitted: now.admitted.since(before.admitted),
+            failed_records: now.failed_records.saturating_sub(before.failed_records),
+            refused: Reason::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (*r, now.refused[i].since(before.refused[i])))
+                .filter(|(_, f)| !f.is_zero())
+                .collect(),
+        };
+        (row != Row::default()).then_some(row)
+    }
+}
+
+/// How rows are kept (`[usage]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// How often the counters are read.
+    pub tick: std::time::Duration,
+    pub retention_hours: u32,
+    pub max_rows: usize,
+}
+
+/// How a query groups hours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    Hour,
+    Day,
+}
+
+/// One row of an answer: a tenant's usage in `[start, end)` (Unix seconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interval {
+    pub tenant: Arc<str>,
+    pub start: i64,
+    pub end: i64,
+    pub row: Row,
+}
+
+/// Which rows a query wants, and the page.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub tenant: Option<String>,
+    /// Intervals starting at or after `from`, and before `to` (Unix seconds).
+    pub from: i64,
+    pub to: i64,
+    pub granularity: Granularity,
+    /// Only intervals after this one (the last of the previous page: start, tenant).
+    pub after: Option<(i64, String)>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    rows: BTreeMap<(i64, Arc<str>), Row>,
+    /// Each tenant's counters at the last look, by the tenant's serial (a tenant made again
+    /// counts from zero).
+    last: HashMap<u64, UsageCounts>,
+}
+
+/// The ledger: every tenant's usage by hour, as this replica counted it.
+#[derive(Debug)]
+pub struct Ledger {
+    tenants: Arc<Tenants>,
+    clock: Arc<dyn Clock>,
+    calendar: Calendar,
+    settings: Settings,
+    inner: Mutex<Inner>,
+}
+
+impl Ledger {
+    pub fn new(
+        tenants: Arc<Tenants>,
+        clock: Arc<dyn Clock>,
+        calendar: Calendar,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            tenants,
+            clock,
+            calendar,
+            settings,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn unix_s(&self) -> i64 {
+        i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
+    }
+
+    /// Adds what every tenant's counters moved since the last look to this hour's rows; the
+    /// rows past the bounds go. What moved, by tenant (the export's input).
+    pub fn tick(&self) -> Vec<(Arc<str>, i64)> {
+        // The calendar's hours: with a half-hour offset they start at :30 UTC, so its days
+        // are whole hours.
+        let hour = self.calendar.span(Window::Hour, self.unix_s()).start;
+        let registry = self.tenants.load();
+        let mut inner = self.lock();
+        let Inner { rows, last } = &mut *inner;
+        let mut seen = HashSet::with_capacity(last.len());
+        let mut moved = Vec::new();
+        for t in registry.tenants() {
+            let Some(stats) = t.stats_if_any() else {
+                continue;
+            };
+            seen.insert(t.serial);
+            let counts = stats.usage();
+            let before = last.entry(t.serial).or_default();
+            if let Some(delta) = Row::between(before, &counts) {
+                let id: Arc<str> = Arc::from(t.id.as_str());
+                rows.entry((hour, id.clone())).or_default().add(&delta);
+                moved.push((id, hour));
+            }
+            *before = counts;
+        }
+        last.retain(|serial, _| seen.contains(serial));
+        let oldest = hour.saturating_sub(i64::from(self.settings.retention_hours) * HOUR_S);
+        while rows
+            .first_key_value()
+            .is_some_and(|((h, _), _)| *h < oldest)
+            || rows.len() > self.settings.max_rows
+        {
+            rows.pop_first();
+        }
+        moved
+    }
+
+    /// One tenant's row of one hour, if it has one.
+    pub fn row(&self, tenant: &str, hour: i64) -> Option<Row> {
+        self.lock().rows.get(&(hour, Arc::from(tenant))).cloned()
+    }
+
+    /// The intervals a query asks for, at most `limit` of them, in (start, tenant) order, and
+    /// whether more follow. Looks at the counters first, so the answer is current.
+    pub fn query(&self, q: &Query) -> (Vec<Interval>, bool) {
+        self.tick();
+        let inner = self.lock();
+        let mut grouped: BTreeMap<(i64, Arc<str>), (i64, Row)> = BTreeMap::new();
+        for ((hour, tenant), row) in &inner.rows {
+            if q.tenant.as_deref().is_some_and(|t| t != &**tenant) {
+                continue;
+            }
+            let (start, end) = match q.granularity {
+                Granularity::Hour => (*hour, hour.saturating_add(HOUR_S)),
+                // The calendar's day holding the hour ([quotas] utc_offset, as quotas use).
+                Granularity::Day => {
+                    let span = self.calendar.span(Window::Day, *hour);
+                    (span.start, span.end)
+                }
+            };
+            if start < q.from || start >= q.to {
+                continue;
+            }
+            if q.after
+                .as_ref()
+                .is_some_and(|(s, t)| (start, &**tenant) <= (*s, t.as_str()))
+            {
+                continue;
+            }
+            let (_, sum) = grouped
+                .entry((start, tenant.clone()))
+                .or_insert_with(|| (end, Row::default()));
+            sum.add(row);
+        }
+        let more = grouped.len() > q.limit;
+        let page = grouped
+            .into_iter()
+            .take(q.limit)
+            .map(|((start, tenant), (end, row))| Interval {
+                tenant,
+                start,
+                end,
+                row,
+            })
+            .collect();
+        (page, more)
+    }
+
+    /// Looks at the counters every `tick` until the process ends.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let ledger = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ledger.settings.tick);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                ledger.tick();
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,125 @@
+//! Usage for chargeback through the admin API, on a clock the test steps and sets on the
+//! calendar: what was admitted and refused, by hour and reason, adds up to what Kafka holds;
+//! hours add up to days; pages follow one another. The broker is librdkafka's in-process
+//! mock cluster.
+
+use crate::common::*;
+use floodgate::config::{QuotaConfig, WindowName};
+use serde_json::{json, Value};
+
+/// 2027-03-31 23:59:00 UTC: a minute before the hour, the day and the month turn.
+const BEFORE_MIDNIGHT: u64 = 1_806_537_540;
+
+fn records(n: usize, tag: &str) -> Value {
+    let r: Vec<_> = (0..n)
+        .map(|i| json!({"value": format!("{tag}-{i}")}))
+        .collect();
+    json!({ "records": r })
+}
+
+async fn usage(gw: &Gateway, query: &str) -> (u16, Value) {
+    admin_get(gw, &format!("/admin/usage?{query}")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_by_hour_and_reason_adds_up_to_what_kafka_holds() {
+    let cluster = mock_cluster(&["test.usage"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].quotas = vec![QuotaConfig {
+        window: WindowName::Day,
+        records: Some(5),
+        bytes: None,
+    }];
+    let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
+    let url = gw.url("test.usage");
+    let post = |n: usize, tag: &'static str| {
+        let url = url.clone();
+        async move { post_json(&url, KEY, &records(n, tag)).await.0 }
+    };
+    // 23:59: 3 admitted; 3 more refused by the day's quota after their body was read.
+    assert_eq!(post(3, "kept").await, 200);
+    assert_eq!(post(3, "refused").await, 429);
+    // Counted in the hour the ledger looks in (every `tick_ms`, and before every answer):
+    // here an answer, before the clock jumps a minute at once.
+    let (s, _) = usage(&gw, "").await;
+    assert_eq!(s, 200);
+    // Midnight: 4 admitted, 2 refused.
+    gw.advance_ms(60_000);
+    assert_eq!(post(4, "kept").await, 200);
+    assert_eq!(post(2, "refused").await, 429);
+
+    let (s, body) = usage(&gw, "tenant=acme&granularity=hour").await;
+    assert_eq!(s, 200, "{body}");
+    let rows = body["rows"].as_array().expect("rows");
+    let brief: Vec<(&str, u64, u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["start"].as_str().unwrap_or(""),
+                r["admitted"]["records"].as_u64().unwrap_or(0),
+                r["refused"]["tenant_quota"]["requests"]
+                    .as_u64()
+                    .unwrap_or(0),
+                r["refused"]["tenant_quota"]["records"]
+                    .as_u64()
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        brief,
+        [
+            ("2027-03-31T23:00:00Z", 3, 1, 3),
+            ("2027-04-01T00:00:00Z", 4, 1, 2)
+        ],
+        "{body}"
+    );
+    assert_eq!(rows[0]["end"], "2027-04-01T00:00:00Z");
+    assert!(
+        rows[0]["admitted"]["bytes"].as_u64().unwrap_or(0) > 0,
+        "{body}"
+    );
+    assert_eq!(rows[1]["admitted"]["requests"], 1);
+
+    // By day: the two hours fall in two days.
+    let (_, days) = usage(&gw, "granularity=day&from=2027-03-31T00:00:00Z").await;
+    let starts: Vec<&str> = days["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["start"].as_str())
+        .collect();
+    assert_eq!(starts, ["2027-03-31T00:00:00Z", "2027-04-01T00:00:00Z"]);
+    // `to` is exclusive, in Unix seconds too.
+    let (_, first_day) = usage(&gw, "granularity=day&to=1806537600").await;
+    assert_eq!(first_day["rows"].as_array().map(Vec::len), Some(1));
+
+    // A page at a time.
+    let (_, page) = usage(&gw, "limit=1").await;
+    assert_eq!(page["rows"].as_array().map(Vec::len), Some(1));
+    let next = page["next"].as_str().expect("a next page").to_string();
+    let (_, last) = usage(&gw, &format!("limit=1&after={next}")).await;
+    assert_eq!(last["rows"][0]["start"], "2027-04-01T00:00:00Z");
+    assert!(last["next"].is_null(), "{last}");
+
+    for bad in [
+        "granularity=week",
+        "limit=0",
+        "from=yesterday",
+        "after=x",
+        "colour=red",
+    ] {
+        let (s, body) = usage(&gw, bad).await;
+        assert_eq!(s, 422, "{bad}: {body}");
+        assert_eq!(body["error"], "invalid_field", "{body}");
+    }
+
+    gw.shutdown().await;
+    let delivered: u64 = rows
+        .iter()
+        .filter_map(|r| r["delivered_records"].as_u64())
+        .sum();
+    let got = read_all(&cluster.bootstrap_servers(), "test.usage", 1, 7).await;
+    assert_eq!(got.len() as u64, delivered, "usage says what Kafka holds");
+    assert_eq!(delivered, 7);
+}
