@@ -17,6 +17,7 @@ MAX_BURST = 1 << 50
 RECORD_OVERHEAD_BYTES = 8
 B64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 def ref(n): return {"$ref": f"#/components/schemas/{n}"}
+LIMIT_MODE = {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce", "description": "shadow: refuses nothing, counts what it would refuse"}
 def jres(desc, schema, headers=None):
     r = {"description": desc, "content": {"application/json": {"schema": schema}}}
     if headers: r["headers"] = headers
@@ -58,6 +59,7 @@ tenant_settings_props = {
     "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string", "pattern": topic_pattern}, "description": "glob patterns (*, ?) of the topics the tenant may write"},
     **budget_props,
     "quotas": {"type": "array", "maxItems": 3, "items": ref("Quota"), "description": "calendar quotas, at most one per window; a change keeps what each window has used"},
+    "budget_mode": LIMIT_MODE,
     "max_buffer_share": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
     "priority": {"type": ["string", "null"], "enum": ["critical", "standard", "batch", None], "description": "who is refused first under the adaptive limit: batch, then standard; critical keeps a reserved share"},
     "jwt_claims": {"type": "array", "maxItems": 100, "uniqueItems": True, "description": "JWTs this tenant accepts: an issuer of [[auth.jwt]] (another issuer is 422) and the value of its tenant_claim; each belongs to one tenant at most (422)",
@@ -126,12 +128,12 @@ schemas = {
     },
     "GlobalSettings": {
         "type": "object", "additionalProperties": False,
-        "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}},
+        "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}, "mode": LIMIT_MODE},
         "dependentRequired": dependent, **small_bytes_rate,
     },
     "Global": {
         "type": "object",
-        "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "live": {"type": "object"}},
+        "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "mode": LIMIT_MODE, "live": {"type": "object"}},
     },
     "AdaptiveSettings": {
         "type": "object", "additionalProperties": False,
@@ -366,13 +368,14 @@ paths = {
         "200": jres("a page of intervals", {"type": "object", "required": ["replica", "granularity", "rows", "next"], "properties": {
             "replica": {"type": ["string", "null"], "description": "this replica's id in cluster mode"},
             "granularity": {"type": "string", "enum": ["hour", "day"]},
-            "rows": {"type": "array", "items": {"type": "object", "required": ["tenant", "start", "end", "admitted", "failed_records", "delivered_records", "refused"], "properties": {
+            "rows": {"type": "array", "items": {"type": "object", "required": ["tenant", "start", "end", "admitted", "failed_records", "delivered_records", "refused", "shadowed"], "properties": {
                 "tenant": {"type": "string"},
                 "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
                 "admitted": ref("Flow"),
                 "failed_records": {"type": "integer", "minimum": 0, "description": "admitted records Kafka then refused or did not take in time"},
                 "delivered_records": {"type": "integer", "minimum": 0, "description": "admitted records less the failed ones: what Kafka holds"},
-                "refused": {"type": "object", "description": "by reason (tenant_records, tenant_quota, ...); records and bytes of requests refused after their body was read", "additionalProperties": ref("Flow")}}}},
+                "refused": {"type": "object", "description": "by reason (tenant_records, tenant_quota, ...); records and bytes of requests refused after their body was read", "additionalProperties": ref("Flow")},
+                "shadowed": {"type": "object", "description": "by reason: requests a limit in shadow mode would have refused, admitted all the same (and counted in admitted)", "additionalProperties": ref("Flow")}}}},
             "next": {"type": ["string", "null"], "description": "pass as `after` for the next page; null on the last"}}}),
         "422": err("invalid_field: a parameter out of range or unknown"),
     }, params=[
@@ -472,7 +475,8 @@ S["V3ClusterList"] = {"type": "object", "required": ["kind", "data"], "propertie
 S["Quota"] = {"type": "object", "additionalProperties": False, "required": ["window"], "properties": {
     "window": {"type": "string", "enum": ["hour", "day", "month"], "description": "the calendar period counted, in [quotas] utc_offset"},
     "records": {"type": "integer", "minimum": 1, "description": "records admitted per window"},
-    "bytes": {"type": "integer", "minimum": 1, "description": "record bytes admitted per window"}}}
+    "bytes": {"type": "integer", "minimum": 1, "description": "record bytes admitted per window"},
+    "mode": LIMIT_MODE}}
 
 def cerr(desc, media="application/json", headers=None):
     r = {"description": desc, "content": {media: {"schema": ref("ConfluentError")}}}

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::adaptive::PlanCell;
 use crate::budget::{
-    Clock, GlobalBudget, Missing, ModeCell, Scope, Short, Shortfall, TenantBuckets,
+    BudgetSpec, Clock, GlobalBudget, Missing, ModeCell, Scope, Short, Shortfall, TenantBuckets,
 };
 use crate::buffer::{Buffer, BufferLease};
 use crate::hold::WaitRoom;
@@ -28,7 +28,9 @@ mod adaptive;
 mod bounds;
 mod lag;
 mod pending;
+mod precheck;
 mod quota;
+mod shadow;
 mod view;
 
 pub use view::BucketsView;
@@ -107,7 +109,12 @@ pub struct Admission {
 /// What a successful check would charge: the tenant's buckets and, under an adaptive limit,
 /// its adaptive bucket.
 struct Planned {
-    tenant: crate::budget::PendingCharge,
+    /// `None`: the tenant's budgets are not charged (shadow mode: they would refuse).
+    tenant: Option<crate::budget::PendingCharge>,
+    /// Whether the global budget is charged (not in shadow mode when it would refuse).
+    global: bool,
+    /// The reason a limit in shadow mode would have refused the request for (the first).
+    shadow: Option<Reason>,
     adaptive: Option<crate::budget::Tats>,
     lag: lag::LagCharge,
     quotas: quota::QuotaPlan,
@@ -202,21 +209,38 @@ impl Admission {
                 .try_reserve(&tenant.usage, charge)
                 .ok_or_else(|| self.buffer_refusal(Reason::BufferFull))?;
             // Another tenant may have taken the global tokens since the check above; if so
-            // the lease is dropped here, giving its space back exactly.
-            self.global.take(now, charge).map_err(|short| match short {
-                Short::Wait(g) => Blocked::Denied(refused(global_reason(g), g.wait_ns)),
-                Short::Lease(m) => Blocked::Lease(LeaseNeed {
-                    charge,
-                    global: Some(m),
-                    ..LeaseNeed::default()
-                }),
-            })?;
-            state.buckets.commit(pending.tenant);
+            // the lease is dropped here, giving its space back exactly (or, in shadow mode,
+            // it is noted as a would-be refusal).
+            let mut shadow = pending.shadow;
+            if pending.global {
+                match self.global.take(now, charge) {
+                    Ok(()) => {}
+                    Err(Short::Wait(g)) if self.global.is_shadow() => {
+                        shadow.get_or_insert(global_reason(g));
+                    }
+                    Err(Short::Wait(g)) => {
+                        return Err(Blocked::Denied(refused(global_reason(g), g.wait_ns)))
+                    }
+                    Err(Short::Lease(m)) => {
+                        return Err(Blocked::Lease(LeaseNeed {
+                            charge,
+                            global: Some(m),
+                            ..LeaseNeed::default()
+                        }))
+                    }
+                }
+            }
+            if let Some(t) = pending.tenant {
+                state.buckets.commit(t);
+            }
             if let Some(tats) = pending.adaptive {
                 state.adaptive.tats = tats;
             }
             Self::lag_commit(&mut state, pending.lag);
             self.quota_commit(&mut state, pending.quotas, now, charge);
+            if let Some(reason) = shadow {
+                tenant.stats().shadowed(reason, charge);
+            }
             Ok(lease)
         })();
         let view = self.view_locked(&state, now);
@@ -298,12 +322,23 @@ impl Admission {
                 return Err(d);
             }
             Err(Blocked::Lease(_)) => {
-                if let Err(t) = state.buckets.estimate(now, charge) {
+                // A budget in shadow mode refuses nothing (`shadow`), its estimate neither.
+                let tenant_estimate = if state.budget_shadow {
+                    Ok(())
+                } else {
+                    state.buckets.estimate(now, charge)
+                };
+                if let Err(t) = tenant_estimate {
                     pending
                         .add(self, refused_plain(tenant_reason(t), t.wait_ns))
                         .map_err(Denial::Refused)?;
                 }
-                if let Err(g) = self.global.estimate(now, charge) {
+                let global_estimate = if self.global.is_shadow() {
+                    Ok(())
+                } else {
+                    self.global.estimate(now, charge)
+                };
+                if let Err(g) = global_estimate {
                     pending
                         .add(self, refused_plain(global_reason(g), g.wait_ns))
                         .map_err(Denial::Refused)?;
@@ -328,10 +363,26 @@ impl Admission {
         charge: Charge,
     ) -> Result<Planned, Blocked> {
         let share = state.buffer_share;
-        self.never_fits(state.buckets.spec(), share, charge)?;
-        let pending = state.buckets.check(now, charge);
-        let global = self.global.check(now, charge);
-        let global_wait = |g: &Result<(), Short>| match g {
+        let shown = |shadow: bool, spec| if shadow { BudgetSpec::default() } else { spec };
+        let spec = shown(state.budget_shadow, state.buckets.spec());
+        let global_spec = shown(self.global.is_shadow(), self.global.spec());
+        self.never_fits(spec, global_spec, share, charge)?;
+        let mut shadow = None;
+        let mut pending = state.buckets.check(now, charge).map(Some);
+        let slice = state.buckets.slice().map(|s| &**s);
+        let would = shadow::would_refuse(&pending, slice, now, Scope::Tenant);
+        if let Some(reason) = would.filter(|_| state.budget_shadow) {
+            shadow = Some(reason);
+            pending = Ok(None);
+        }
+        let mut global = self.global.check(now, charge).map(|()| true);
+        let slice = self.global.slice();
+        let would = shadow::would_refuse(&global, slice.as_deref(), now, Scope::Global);
+        if let Some(reason) = would.filter(|_| self.global.is_shadow()) {
+            shadow.get_or_insert(reason);
+            global = Ok(false);
+        }
+        let global_wait = |g: &Result<bool, Short>| match g {
             Err(Short::Wait(g)) => g.wait_ns,
             _ => 0,
         };
@@ -353,7 +404,20 @@ impl Admission {
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
-        let quotas = self.quota_check(state, now, charge)?;
+        let (quotas, quota_shadow) = self.quota_check(state, now, charge, shadow.is_some())?;
+        if quota_shadow {
+            shadow.get_or_insert(Reason::Quota(Scope::Tenant));
+        }
+        // A request a limit in shadow mode would refuse charges no limit in shadow mode, as
+        // its refusal would have charged none: their levels then move as enforced ones would.
+        if shadow.is_some() {
+            if state.budget_shadow {
+                pending = Ok(None);
+            }
+            if self.global.is_shadow() {
+                global = Ok(false);
+            }
+        }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
@@ -383,81 +447,17 @@ impl Admission {
             }
             return Err(Blocked::Lease(need));
         }
+        let global = global.map_err(|_| Blocked::Lease(need))?;
         pending
             .map(|tenant| Planned {
                 tenant,
+                global,
+                shadow,
                 adaptive,
                 lag,
                 quotas,
             })
             .map_err(|_| Blocked::Lease(need))
-    }
-
-    /// The early check made before the body is read: could this tenant be admitted with at
-    /// least one record and `bytes_upper` bytes (the body's declared length, which bounds
-    /// the record bytes from above)? Charges nothing. A refusal `[wait]` could hold comes only
-    /// when nothing else refuses (the caller decides whether the request may wait).
-    pub fn precheck(&self, tenant: &Tenant, bytes_upper: u64) -> Result<(), Refusal> {
-        self.precheck_to(tenant, None, bytes_upper)
-    }
-
-    /// [`Admission::precheck`] for records to `topic`.
-    pub fn precheck_to(
-        &self,
-        tenant: &Tenant,
-        topic: Option<&Topic>,
-        bytes_upper: u64,
-    ) -> Result<(), Refusal> {
-        let now = self.clock.now_ns();
-        let mut state = tenant.admission_state();
-        self.align(&mut state.buckets, now);
-        self.follow_plan(tenant, &mut state, now);
-        self.follow_lag(tenant, &mut state, topic, now, 0);
-        if let Err(Denial::Refused(r)) = self.adaptive_check(tenant, &state, now, Charge::new(1, 1))
-        {
-            // Refused before its records are counted: count what this tenant's requests
-            // usually hold, so the next split sees the demand the limit held back.
-            tenant
-                .stats()
-                .decided(lag::typical_records(tenant), 0, Some(r.reason), false);
-            return Err(r);
-        }
-        if let Err(Denial::Refused(r)) = self.lag_check(&state, topic, now, 1) {
-            // Refused before its records are counted: count what this tenant's requests
-            // usually hold, so the next split and the guard's release rule see the demand the
-            // cap holds back (the plan is already followed: nothing moves).
-            let typical = lag::typical_records(tenant);
-            self.follow_lag(tenant, &mut state, topic, now, typical);
-            tenant.stats().decided(1, 0, Some(r.reason), false);
-            return Err(r);
-        }
-        if let Err(Denial::Refused(r)) = self.quota_check(&state, now, Charge::new(1, 1)) {
-            return Err(r); // a used-up window: refused before the body is read
-        }
-        let spec = state.buckets.spec();
-        let global_spec = self.global.spec();
-        // Only ask for as many bytes as a bucket could ever hold: the exact count, made after
-        // parsing, decides the rest.
-        let cap = |burst: Option<u64>| burst.map_or(bytes_upper, |b| bytes_upper.min(b));
-        let tenant_bytes = cap(spec.bytes.map(|s| s.burst));
-        let global_bytes = cap(global_spec.bytes.map(|s| s.burst));
-        let mut pending = Pending::default();
-        if let Err(t) = state.buckets.estimate(now, Charge::new(1, tenant_bytes)) {
-            pending.add(self, refused_plain(tenant_reason(t), t.wait_ns))?;
-        }
-        if let Err(g) = self.global.estimate(now, Charge::new(1, global_bytes)) {
-            pending.add(self, refused_plain(global_reason(g), g.wait_ns))?;
-        }
-        let (held_bytes, held_records) = self.tenant_usage(tenant);
-        let (share_bytes, share_records) = self.share(state.buffer_share);
-        if state.buffer_share < 1.0 && (held_records >= share_records || held_bytes >= share_bytes)
-        {
-            return Err(self.buffer_refusal_plain(Reason::TenantBuffer));
-        }
-        if !self.buffer.has_room(Charge::new(1, 1)) {
-            return Err(self.buffer_refusal_plain(Reason::BufferFull));
-        }
-        pending.finish()
     }
 }
 
@@ -478,5 +478,7 @@ fn refused(reason: Reason, wait_ns: u64) -> Denial {
 
 #[cfg(test)]
 mod quota_tests;
+#[cfg(test)]
+mod shadow_tests;
 #[cfg(test)]
 mod tests;

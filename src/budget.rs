@@ -26,7 +26,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use gcra::{BucketView, RateSpec, MAX_BURST, MAX_RATE_PER_SEC};
 pub use global::GlobalBudget;
 pub use slice::{
-    fallback_entry, fallback_of, FallbackLevel, Heard, Missing, Mode, ModeCell, Slice,
+    fallback_entry, fallback_of, FallbackLevel, Heard, Missing, Mode, ModeCell, Slice, REFUSAL_MEMO,
 };
 pub use tenant_buckets::{PendingCharge, TenantBuckets};
 

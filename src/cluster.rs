@@ -73,6 +73,7 @@ use std::time::{Duration, Instant};
 use crate::admission::LeaseNeed;
 use crate::budget::{
     BudgetSpec, Clock, Dimension, GlobalBudget, Missing, ModeCell, PerDimension, Slice,
+    REFUSAL_MEMO,
 };
 use crate::record::Charge;
 use crate::refusal::{Reason, Refusal};
@@ -247,16 +248,21 @@ impl Cluster {
     /// whether Redis was asked; `Err` is the refusal to answer.
     pub async fn lease_for(&self, tenant: &Tenant, need: LeaseNeed) -> Result<Asked, Refusal> {
         let mut asked = Asked::Nothing;
+        // A budget in shadow mode is asked for as an enforced one, but never refuses: its
+        // refusal is counted by admission (`admission::shadow`), from the slice's memo of it.
         if let Some(missing) = need.tenant {
-            let (slice, spec) = {
+            let (slice, spec, shadow) = {
                 let state = tenant.admission_state();
-                (state.buckets.slice().cloned(), state.buckets.spec())
+                let slice = state.buckets.slice().cloned();
+                (slice, state.buckets.spec(), state.budget_shadow)
             };
             let Some(slice) = slice else {
                 return Ok(asked); // the mode changed meanwhile
             };
-            if let Some((wait, d)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
-                return Err(lease_refusal(Scope::Tenant, wait, d));
+            match slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
+                Some(_) if shadow => return Ok(asked),
+                Some((wait, d)) => return Err(lease_refusal(Scope::Tenant, wait, d)),
+                None => {}
             }
             let lock = self.lease_lock(&slice);
             let _one_lease_at_a_time = lock.lock().await;
@@ -274,6 +280,7 @@ impl Cluster {
                 );
                 asked = Asked::Redis;
                 match self.lease(Scope::Tenant, &key, &spec, asks, &slice).await {
+                    Ok(Some(_)) if shadow => return Ok(asked),
                     Ok(Some((wait, dimension))) => {
                         return Err(lease_refusal(Scope::Tenant, wait, dimension))
                     }
@@ -291,8 +298,11 @@ impl Cluster {
             let Some(slice) = self.global.slice() else {
                 return Ok(asked);
             };
-            if let Some((wait, d)) = slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
-                return Err(lease_refusal(Scope::Global, wait, d));
+            let shadow = self.global.is_shadow();
+            match slice.refused_lately(self.clock.now_ns(), REFUSAL_MEMO) {
+                Some(_) if shadow => return Ok(asked),
+                Some((wait, d)) => return Err(lease_refusal(Scope::Global, wait, d)),
+                None => {}
             }
             let spec = self.global.spec();
             let lock = self.lease_lock(&slice);
@@ -312,7 +322,9 @@ impl Cluster {
             if let Ok(Some((wait, dimension))) =
                 self.lease(Scope::Global, &key, &spec, asks, &slice).await
             {
-                return Err(lease_refusal(Scope::Global, wait, dimension));
+                if !shadow {
+                    return Err(lease_refusal(Scope::Global, wait, dimension));
+                }
             }
         }
         Ok(asked)
@@ -354,12 +366,6 @@ impl Cluster {
             .await;
     }
 }
-
-/// How long a lease Redis refused answers for the slice's requests without asking Redis again
-/// (review 32 of #37: each request the global budget refused made its own lease call, 10,000
-/// Redis commands a second from two connections): at most ten calls a second per slice and
-/// replica while Redis is empty.
-const REFUSAL_MEMO: Duration = Duration::from_millis(100);
 
 /// A lease Redis refused (or a refusal remembered from one), as the request's refusal: in
 /// its scope and dimension, its tokens due in `wait`.

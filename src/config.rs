@@ -122,7 +122,7 @@ pub use auth::{
     MAX_NAME_BYTES,
 };
 pub(crate) use budget::budget_spec;
-pub use budget::{whole_number, GlobalBudgetConfig};
+pub use budget::{whole_number, GlobalBudgetConfig, LimitMode};
 pub use buffer::{BufferConfig, RequestBounds};
 pub use cluster::ClusterConfig;
 pub use compat::CompatConfig;

@@ -128,6 +128,8 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 pub struct QuotaSpec {
     pub window: Window,
     pub limit: PerDimension<Option<u64>>,
+    /// Shadow mode: what it would refuse is noted, not refused, and not charged.
+    pub shadow: bool,
 }
 
 /// What one quota has counted: in which window, and how much of it is used.
@@ -242,24 +244,31 @@ pub struct Quotas {
 
 impl Quotas {
     /// The uses after taking `charge` from every quota, or the shortfall whose reset comes
-    /// last (the request fits no sooner). Takes from all or from none.
+    /// last (the request fits no sooner). Takes from all or from none. A quota in shadow mode
+    /// that cannot take it is left as it was, and said (the second value); `waived`: every
+    /// quota in shadow mode is left as it was (another would refuse the request).
     pub fn take(
         &self,
         calendar: &Calendar,
         unix_s: i64,
         charge: Charge,
-    ) -> Result<[QuotaUse; 3], QuotaShort> {
+        waived: bool,
+    ) -> Result<([QuotaUse; 3], Option<QuotaShort>), QuotaShort> {
         let mut used = self.used;
         let mut short: Option<QuotaShort> = None;
-        for spec in self.specs.iter() {
+        let mut shadow: Option<QuotaShort> = None;
+        for spec in self.specs.iter().filter(|s| !(waived && s.shadow)) {
             let slot = &mut used[spec.window as usize];
             match spec.take(calendar, slot, unix_s, charge) {
                 Ok(u) => *slot = u,
+                Err(s) if spec.shadow => {
+                    shadow.get_or_insert(s);
+                }
                 Err(s) if short.is_none_or(|k| s.reset_in_s > k.reset_in_s) => short = Some(s),
                 Err(_) => {}
             }
         }
-        short.map_or(Ok(used), Err)
+        short.map_or(Ok((used, shadow)), Err)
     }
 
     /// Every limited dimension of every quota as it stands at `unix_s`, in window order.
@@ -307,6 +316,7 @@ mod tests {
                 records: Some(records),
                 bytes: None,
             },
+            shadow: false,
         }
     }
 
@@ -463,6 +473,7 @@ mod tests {
                 records: None,
                 bytes: Some(1_000),
             },
+            shadow: false,
         };
         let t = at(2027, 1, 1, 0, 0, 0);
         let used = q

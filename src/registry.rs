@@ -152,6 +152,7 @@ impl RegistryStore {
             Directory::from_configs(&state.configs()).map_err(RegistryError::Invalid)?;
         let global = GlobalBudget::new(state.global.spec().map_err(RegistryError::Invalid)?);
         global.set_visible_to_tenants(!state.global.hide_from_tenants);
+        global.set_shadow(state.global.mode.is_shadow());
         persistence.save(&state)?;
         tracing::info!(tenants = state.tenants.len(), "tenant registry loaded");
         Ok(Self {
@@ -261,6 +262,7 @@ impl RegistryStore {
         self.global.set_spec(global, now);
         self.global
             .set_visible_to_tenants(!next.global.hide_from_tenants);
+        self.global.set_shadow(next.global.mode.is_shadow());
     }
 
     /// The live registry requests read.

@@ -33,18 +33,36 @@ pub struct Row {
     pub failed_records: u64,
     /// Refusals by reason: only the reasons that refused something.
     pub refused: Vec<(Reason, Flow)>,
+    /// Would-be refusals of limits in shadow mode (admitted all the same), likewise.
+    pub shadowed: Vec<(Reason, Flow)>,
+}
+
+/// `into += from`, reason by reason.
+fn add_by_reason(into: &mut Vec<(Reason, Flow)>, from: &[(Reason, Flow)]) {
+    for (reason, flow) in from {
+        match into.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, f)) => f.add(*flow),
+            None => into.push((*reason, *flow)),
+        }
+    }
+}
+
+/// What moved between two readings of counters by reason: the reasons that moved.
+fn moved_by_reason(before: &[Flow], now: &[Flow]) -> Vec<(Reason, Flow)> {
+    Reason::ALL
+        .iter()
+        .zip(before.iter().zip(now))
+        .map(|(r, (b, n))| (*r, n.since(*b)))
+        .filter(|(_, f)| !f.is_zero())
+        .collect()
 }
 
 impl Row {
     fn add(&mut self, other: &Row) {
         self.admitted.add(other.admitted);
         self.failed_records = self.failed_records.saturating_add(other.failed_records);
-        for (reason, flow) in &other.refused {
-            match self.refused.iter_mut().find(|(r, _)| r == reason) {
-                Some((_, f)) => f.add(*flow),
-                None => self.refused.push((*reason, *flow)),
-            }
-        }
+        add_by_reason(&mut self.refused, &other.refused);
+        add_by_reason(&mut self.shadowed, &other.shadowed);
     }
 
     /// What changed between two readings of a tenant's counters (`None`: nothing).
@@ -52,12 +70,8 @@ impl Row {
         let row = Row {
             admitted: now.admitted.since(before.admitted),
             failed_records: now.failed_records.saturating_sub(before.failed_records),
-            refused: Reason::ALL
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (*r, now.refused[i].since(before.refused[i])))
-                .filter(|(_, f)| !f.is_zero())
-                .collect(),
+            refused: moved_by_reason(&before.refused, &now.refused),
+            shadowed: moved_by_reason(&before.shadowed, &now.shadowed),
         };
         (row != Row::default()).then_some(row)
     }

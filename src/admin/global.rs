@@ -22,6 +22,7 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
         "bytes_per_sec": config.bytes_per_sec,
         "bytes_burst": config.bytes_burst,
         "hide_from_tenants": config.hide_from_tenants,
+        "mode": config.mode,
         "live": {"tokens": {
             "records": live.records.map(|v| v.available),
             "bytes": live.bytes.map(|v| v.available),

@@ -82,6 +82,9 @@ struct TenantBody {
     /// Calendar quotas; a change keeps what each window has used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     quotas: Vec<crate::config::QuotaConfig>,
+    /// `shadow`: the records and bytes budgets only count what they would refuse.
+    #[serde(default, skip_serializing_if = "crate::config::LimitMode::is_enforce")]
+    budget_mode: crate::config::LimitMode,
     #[serde(default)]
     max_buffer_share: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +107,7 @@ impl TenantBody {
             bytes_per_sec: c.bytes_per_sec,
             bytes_burst: c.bytes_burst,
             quotas: c.quotas.clone(),
+            budget_mode: c.budget_mode,
             max_buffer_share: c.max_buffer_share,
             priority: c.priority,
             jwt_claims: c.jwt_claims.clone(),
@@ -121,6 +125,7 @@ impl TenantBody {
             bytes_per_sec: self.bytes_per_sec,
             bytes_burst: self.bytes_burst,
             quotas: self.quotas,
+            budget_mode: self.budget_mode,
             max_buffer_share: self.max_buffer_share,
             priority: self.priority,
             jwt_claims: self.jwt_claims,
@@ -370,13 +375,14 @@ fn quotas_counted_here(app: &AppState, settings: &TenantBody) -> Result<(), Admi
 }
 
 /// The fields of [`TenantBody`], what a patch may name.
-const SETTINGS: [&str; 10] = [
+const SETTINGS: [&str; 11] = [
     "topics",
     "records_per_sec",
     "records_burst",
     "bytes_per_sec",
     "bytes_burst",
     "quotas",
+    "budget_mode",
     "max_buffer_share",
     "priority",
     "jwt_claims",

@@ -93,13 +93,16 @@ fn query(raw: Option<&str>) -> Result<Query, AdminError> {
     Ok(q)
 }
 
-fn interval(i: &Interval) -> Value {
-    let refused: Map<String, Value> = i
-        .row
-        .refused
+/// Flows by reason, as an object keyed by the reason's name.
+fn by_reason(flows: &[(crate::refusal::Reason, crate::tenant::Flow)]) -> Value {
+    let map: Map<String, Value> = flows
         .iter()
         .map(|(reason, flow)| (reason.as_str().to_string(), json!(flow)))
         .collect();
+    Value::Object(map)
+}
+
+fn interval(i: &Interval) -> Value {
     json!({
         "tenant": &*i.tenant,
         "start": rfc3339(i.start),
@@ -107,7 +110,8 @@ fn interval(i: &Interval) -> Value {
         "admitted": i.row.admitted,
         "failed_records": i.row.failed_records,
         "delivered_records": i.row.admitted.records.saturating_sub(i.row.failed_records),
-        "refused": refused,
+        "refused": by_reason(&i.row.refused),
+        "shadowed": by_reason(&i.row.shadowed),
     })
 }
 

@@ -12,10 +12,10 @@ impl Admission {
     pub(super) fn never_fits(
         &self,
         spec: BudgetSpec,
+        global: BudgetSpec,
         share: f64,
         charge: Charge,
     ) -> Result<(), Denial> {
-        let global = self.global.spec();
         let (share_bytes, share_records) = self.share(share);
         let burst = |s: Option<crate::budget::RateSpec>| s.map(|s| s.burst);
         let (r, b) = ("records", "bytes");

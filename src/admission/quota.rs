@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Admission, LeaseNeed};
 use crate::budget::{Mode, ModeCell};
-use crate::quota::shared::{self, Allowance, SharedShort, Standing};
+use crate::quota::shared::{self, SharedShort, Standing};
 use crate::quota::{Calendar, QuotaShort, QuotaUse};
 use crate::record::Charge;
 use crate::refusal::{Denial, Refusal};
@@ -21,7 +21,7 @@ use crate::tenant::AdmissionState;
 pub(super) enum QuotaPlan {
     None,
     Local([QuotaUse; 3]),
-    Shared,
+    Shared { waived: bool },
     Lease(u8),
 }
 
@@ -37,26 +37,29 @@ impl Admission {
         i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
     }
 
-    /// The quotas' uses after `charge`, the leases they need first, or the refusal.
+    /// The quotas' uses after `charge`, the leases they need first, or the refusal; and
+    /// whether a quota in shadow mode would have refused it. `waived`: another limit in shadow
+    /// mode would refuse it, so quotas in shadow mode are left as they are.
     pub(super) fn quota_check(
         &self,
         state: &AdmissionState,
         now_ns: u64,
         charge: Charge,
-    ) -> Result<QuotaPlan, Denial> {
+        waived: bool,
+    ) -> Result<(QuotaPlan, bool), Denial> {
         if state.quotas.specs.is_empty() {
-            return Ok(QuotaPlan::None);
+            return Ok((QuotaPlan::None, false));
         }
         let unix_s = self.unix_s();
         let Some(sharing) = &self.sharing else {
-            return match state.quotas.take(&self.calendar, unix_s, charge) {
-                Ok(used) => Ok(QuotaPlan::Local(used)),
+            return match state.quotas.take(&self.calendar, unix_s, charge, waived) {
+                Ok((used, shadow)) => Ok((QuotaPlan::Local(used), shadow.is_some())),
                 Err(short) => Err(quota_refusal(short, None)),
             };
         };
-        match self.shared_take(state, sharing, unix_s, now_ns, charge) {
-            Ok(_) => Ok(QuotaPlan::Shared),
-            Err(SharedShort::Lease(windows)) => Ok(QuotaPlan::Lease(windows)),
+        match self.shared_take(state, sharing, unix_s, now_ns, charge, waived) {
+            Ok((_, _, shadow)) => Ok((QuotaPlan::Shared { waived }, shadow.is_some())),
+            Err(SharedShort::Lease(windows)) => Ok((QuotaPlan::Lease(windows), false)),
             // Without Redis the outage part is spent, not the quota: the client is told to
             // come back when Redis is tried again, not at the window's end.
             Err(SharedShort::Short { short, outage }) => Err(quota_refusal(
@@ -74,7 +77,8 @@ impl Admission {
         unix_s: i64,
         now_ns: u64,
         charge: Charge,
-    ) -> Result<([Allowance; 3], [QuotaUse; 3]), SharedShort> {
+        waived: bool,
+    ) -> Result<shared::Taken, SharedShort> {
         let standing = match sharing.current().1 {
             Mode::Leased => Standing::Leased,
             Mode::Fallback(members) => Standing::Outage {
@@ -86,10 +90,10 @@ impl Admission {
             &state.quotas.specs,
             &state.quotas.shared,
             &self.calendar,
-            unix_s,
-            now_ns,
+            shared::At { unix_s, now_ns },
             standing,
             charge,
+            waived,
         )
     }
 
@@ -104,11 +108,11 @@ impl Admission {
     ) {
         match plan {
             QuotaPlan::Local(used) => state.quotas.used = used,
-            QuotaPlan::Shared => {
+            QuotaPlan::Shared { waived } => {
                 let Some(sharing) = &self.sharing else { return };
                 let unix_s = self.unix_s();
-                if let Ok((allowances, used)) =
-                    self.shared_take(state, sharing, unix_s, now_ns, charge)
+                if let Ok((allowances, used, _)) =
+                    self.shared_take(state, sharing, unix_s, now_ns, charge, waived)
                 {
                     state.quotas.shared = allowances;
                     state.quotas.used = used;

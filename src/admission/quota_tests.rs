@@ -31,6 +31,7 @@ fn day(records: u64) -> QuotaConfig {
         window: WindowName::Day,
         records: Some(records),
         bytes: None,
+        mode: Default::default(),
     }
 }
 
@@ -141,6 +142,7 @@ fn months_and_offsets_turn_where_the_calendar_says() {
         window: WindowName::Month,
         records: None,
         bytes: Some(1_000),
+        mode: Default::default(),
     };
     let t = Tenant::from_config(&config(vec![month])).expect("tenant");
     drop(

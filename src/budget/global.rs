@@ -97,6 +97,8 @@ pub struct GlobalBudget {
     changing: Mutex<(Option<FallbackLevel>, Heard)>,
     /// Whether tenants are shown these buckets (their RateLimit fields).
     visible: AtomicBool,
+    /// Shadow mode: what the buckets would refuse is counted, not refused, and not charged.
+    shadow: AtomicBool,
 }
 
 fn pack(tats: Tats) -> u128 {
@@ -121,7 +123,17 @@ impl GlobalBudget {
             }),
             changing: Mutex::new((None, Heard::default())),
             visible: AtomicBool::new(true),
+            shadow: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the global budget only counts what it would refuse (`[global] mode`).
+    pub fn is_shadow(&self) -> bool {
+        self.shadow.load(Ordering::Relaxed)
+    }
+
+    pub fn set_shadow(&self, shadow: bool) {
+        self.shadow.store(shadow, Ordering::Relaxed);
     }
 
     /// Whether tenants are shown the global buckets in their RateLimit fields.

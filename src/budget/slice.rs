@@ -36,6 +36,12 @@ fn load(pair: &PerDimension<AtomicU64>) -> Charge {
     )
 }
 
+/// How long a lease Redis refused answers for the slice's requests without asking Redis again
+/// (review 32 of #37: each request the global budget refused made its own lease call, 10,000
+/// Redis commands a second from two connections): at most ten calls a second per slice and
+/// replica while Redis is empty. A budget in shadow mode counts a would-be refusal as long.
+pub const REFUSAL_MEMO: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Tokens leased from the cluster and not spent yet.
 #[derive(Debug, Default)]
 pub struct Slice {

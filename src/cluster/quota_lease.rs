@@ -109,7 +109,9 @@ impl Cluster {
                         .admission_state()
                         .quotas
                         .leased(leased, &self.calendar, unix_s, now_ns);
-                    if grant.refused {
+                    // A quota in shadow mode refuses nothing: admission counts it from the
+                    // count just heard (`admission::shadow`).
+                    if grant.refused && !spec.shadow {
                         let reset = u64::try_from(span.end.saturating_sub(unix_s)).unwrap_or(0);
                         return Err(Refusal::quota(window, Duration::from_secs(reset.max(1))));
                     }

@@ -42,6 +42,32 @@ pub struct GlobalBudgetConfig {
     /// `global_records` / `global_bytes`, with its `Retry-After`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub hide_from_tenants: bool,
+    /// `shadow`: the global budget refuses nothing; what it would refuse is counted (metrics,
+    /// usage, the status page) with its reason, and admitted.
+    #[serde(default, skip_serializing_if = "LimitMode::is_enforce")]
+    pub mode: LimitMode,
+}
+
+/// Whether a limit refuses (`enforce`, the default) or only counts what it would refuse
+/// (`shadow`): how a new, tighter limit is rolled out without refusing anyone first.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitMode {
+    #[default]
+    Enforce,
+    Shadow,
+}
+
+impl LimitMode {
+    pub fn is_enforce(&self) -> bool {
+        *self == LimitMode::Enforce
+    }
+
+    pub fn is_shadow(self) -> bool {
+        self == LimitMode::Shadow
+    }
 }
 
 impl GlobalBudgetConfig {

@@ -29,6 +29,10 @@ pub struct QuotaConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub bytes: Option<u64>,
+    /// `shadow`: the quota refuses nothing; what it would refuse is counted (metrics, usage,
+    /// the status page) as `tenant_quota`, and admitted, its window's use not charged.
+    #[serde(default, skip_serializing_if = "super::LimitMode::is_enforce")]
+    pub mode: super::LimitMode,
 }
 
 /// A quota's window as written.
@@ -91,6 +95,7 @@ pub fn quota_specs(at: &str, quotas: &[QuotaConfig]) -> Result<Vec<QuotaSpec>, C
                 records: q.records,
                 bytes: q.bytes,
             },
+            shadow: q.mode.is_shadow(),
         });
     }
     Ok(specs)
@@ -192,6 +197,7 @@ mod tests {
             window,
             records,
             bytes,
+            mode: Default::default(),
         }
     }
 

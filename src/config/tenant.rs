@@ -53,6 +53,10 @@ pub struct TenantConfig {
     /// (`[{ window = "month", records = 10_000_000, bytes = 50_000_000_000 }]`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<super::QuotaConfig>,
+    /// `shadow`: the tenant's records and bytes budgets refuse nothing; what they would refuse
+    /// is counted (metrics, usage, the status page) with its reason, and admitted.
+    #[serde(default, skip_serializing_if = "super::LimitMode::is_enforce")]
+    pub budget_mode: super::LimitMode,
     /// Largest fraction of the downstream buffer (bytes and records) this tenant may hold.
     #[serde(default)]
     pub max_buffer_share: Option<f64>,

@@ -57,11 +57,14 @@ fn counter_series() -> Vec<(usize, [(&'static str, &'static str); 2])> {
         out.push((4, [("api", api.as_str()), ("outcome", "ok")]));
         out.push((4, [("api", api.as_str()), ("outcome", "error")]));
     }
+    for r in Reason::ALL {
+        out.push((5, [("reason", r.as_str()), ("", "")]));
+    }
     out
 }
 
 /// The counter families, by the index [`counter_series`] gives.
-const FAMILIES: [(&str, &str, Option<Unit>); 5] = [
+const FAMILIES: [(&str, &str, Option<Unit>); 6] = [
     (
         "tenant_requests",
         "Produce requests by tenant and outcome",
@@ -85,6 +88,11 @@ const FAMILIES: [(&str, &str, Option<Unit>); 5] = [
     (
         "tenant_api_requests",
         "Produce requests by tenant, API (v1, Confluent v2, v3) and outcome (ok: 2xx)",
+        None,
+    ),
+    (
+        "tenant_shadow_rejections",
+        "Requests a limit in shadow mode would have refused with 429 (admitted all the same), by tenant and the reason it would have given",
         None,
     ),
 ];

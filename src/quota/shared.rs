@@ -100,21 +100,38 @@ pub enum SharedShort {
 /// allowance came back (a replica that left gives its allowance back).
 pub const HEARD_TRUSTED_NS: u64 = 1_000_000_000;
 
+/// When a take happens: the wall clock (the calendar's windows) and the budgets' clock (how
+/// old what was heard is).
+#[derive(Debug, Clone, Copy)]
+pub struct At {
+    pub unix_s: i64,
+    pub now_ns: u64,
+}
+
+/// What a take leaves: the allowances and the uses after it, and what a quota in shadow mode
+/// would have refused (it was left as it was).
+pub type Taken = ([Allowance; 3], [QuotaUse; 3], Option<QuotaShort>);
+
 /// Takes `charge` from every shared quota, or from none: the allowances and the uses after
 /// it, or why not. Refusals come before leases: a request some quota refuses costs no call.
 pub fn take(
     specs: &[QuotaSpec],
     allowances: &[Allowance; 3],
     calendar: &Calendar,
-    unix_s: i64,
-    now_ns: u64,
+    at: At,
     standing: Standing,
     charge: Charge,
-) -> Result<([Allowance; 3], [QuotaUse; 3]), SharedShort> {
+    waived: bool,
+) -> Result<Taken, SharedShort> {
+    let At { unix_s, now_ns } = at;
     let mut after = *allowances;
     let mut lease = 0u8;
     let mut short: Option<(QuotaShort, bool)> = None;
-    for spec in specs {
+    let mut shadow: Option<QuotaShort> = None;
+    // `waived`: another limit in shadow mode would refuse the request: quotas in shadow mode
+    // are left as they are, as its refusal would leave them.
+    for spec in specs.iter().filter(|s| !(waived && s.shadow)) {
+        let mut this: Option<(QuotaShort, bool)> = None;
         let slot = spec.window as usize;
         let span = calendar.span(spec.window, unix_s);
         let mut a = allowances[slot].for_window(spec.window, span);
@@ -149,11 +166,19 @@ pub fn take(
                     window: spec.window,
                     reset_in_s: super::reset_in(span, unix_s),
                 };
-                let outage = matches!(standing, Standing::Outage { .. });
-                if short.is_none_or(|(k, _)| s.reset_in_s > k.reset_in_s) {
-                    short = Some((s, outage));
-                }
+                this.get_or_insert((s, matches!(standing, Standing::Outage { .. })));
             }
+        }
+        match this {
+            // Shadow mode: noted, and the quota left as it was, as a refusal would leave it.
+            Some((s, _)) if spec.shadow => {
+                shadow.get_or_insert(s);
+                continue;
+            }
+            Some((s, outage)) if short.is_none_or(|(k, _)| s.reset_in_s > k.reset_in_s) => {
+                short = Some((s, outage));
+            }
+            _ => {}
         }
         if missing != Charge::default() {
             lease |= 1 << slot;
@@ -166,7 +191,7 @@ pub fn take(
     if lease != 0 {
         return Err(SharedShort::Lease(lease));
     }
-    Ok((after, uses(specs, &after, calendar, unix_s)))
+    Ok((after, uses(specs, &after, calendar, unix_s), shadow))
 }
 
 /// The uses the views show (status page, metrics, RateLimit fields): each shared quota's
@@ -256,6 +281,7 @@ mod tests {
                 records: Some(records),
                 bytes: None,
             },
+            shadow: false,
         }]
     }
 
@@ -275,22 +301,25 @@ mod tests {
         a: &[Allowance; 3],
         standing: Standing,
         records: u64,
-    ) -> Result<([Allowance; 3], [QuotaUse; 3]), SharedShort> {
+    ) -> Result<Taken, SharedShort> {
         take(
             &day(10),
             a,
             &Calendar::default(),
-            T + 60,
-            NOW,
+            At {
+                unix_s: T + 60,
+                now_ns: NOW,
+            },
             standing,
             Charge::new(records, 7),
+            false,
         )
     }
 
     #[test]
     fn an_allowance_admits_without_a_lease_and_a_short_one_asks_for_the_rest() {
         let a = heard(6, 4);
-        let (after, used) = take_now(&a, Standing::Leased, 3).expect("held");
+        let (after, used, _) = take_now(&a, Standing::Leased, 3).expect("held");
         let slot = Window::Day as usize;
         assert_eq!(after[slot].held.records, 1);
         // 6 counted in Redis, 1 of them still held here: 5 used.
@@ -318,10 +347,13 @@ mod tests {
             &day(10),
             &a,
             &Calendar::default(),
-            T + 61,
-            NOW + HEARD_TRUSTED_NS,
+            At {
+                unix_s: T + 61,
+                now_ns: NOW + HEARD_TRUSTED_NS,
+            },
             Standing::Leased,
             Charge::new(1, 0),
+            false,
         );
         assert!(matches!(later, Err(SharedShort::Lease(_))), "{later:?}");
     }
@@ -334,7 +366,7 @@ mod tests {
             fraction: 0.6,
         };
         let a = heard(3, 1);
-        let (after, used) = take_now(&a, outage, 3).expect("1 held + 2 of the part");
+        let (after, used, _) = take_now(&a, outage, 3).expect("1 held + 2 of the part");
         let slot = Window::Day as usize;
         assert_eq!(after[slot].unreported.records, 2);
         assert_eq!(used[slot].used.records, 3 + 2);
@@ -351,10 +383,13 @@ mod tests {
             &day(10),
             &reported,
             &Calendar::default(),
-            T + 86_400,
-            NOW,
+            At {
+                unix_s: T + 86_400,
+                now_ns: NOW,
+            },
             outage,
             Charge::new(2, 0),
+            false,
         );
         assert!(tomorrow.is_ok(), "{tomorrow:?}");
     }

@@ -21,7 +21,7 @@ use crate::config::{ConfigProblem, TenantConfig};
 use crate::identity::{ApiKeyHash, TenantId};
 
 /// An immutable snapshot of who is who; replaced whole when tenants or keys change.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Directory {
     by_key: HashMap<ApiKeyHash, Arc<Tenant>>,
     /// Tenants by the JWTs they accept: issuer, then the value of its tenant claim (two levels,
@@ -36,6 +36,19 @@ pub struct Directory {
     /// remembered or forgotten), as they were when it left: a sum over tenants plus this
     /// (the metrics' `_other`) never goes down when a tenant is deleted.
     retired: Totals,
+}
+
+impl Default for Directory {
+    fn default() -> Self {
+        Self {
+            by_key: HashMap::new(),
+            by_jwt: HashMap::new(),
+            by_cert: HashMap::new(),
+            by_id: BTreeMap::new(),
+            departed: HashMap::new(),
+            retired: [0; super::TOTALS],
+        }
+    }
 }
 
 /// Checked tenant settings, ready to become the live registry.

@@ -26,6 +26,9 @@ pub struct TenantStats {
     /// Records and bytes of refused requests whose body was read, indexed like
     /// [`Reason::ALL`] (usage for chargeback, `usage`).
     refused_by: [(AtomicU64, AtomicU64); Reason::ALL.len()],
+    /// Requests a limit in shadow mode would have refused (and their records and bytes),
+    /// indexed like [`Reason::ALL`]: admitted all the same.
+    shadowed: [[AtomicU64; 3]; Reason::ALL.len()],
     /// Requests per API they came through, indexed like [`Api::ALL`]: (answered 2xx, not).
     by_api: [(AtomicU64, AtomicU64); Api::ALL.len()],
 }
@@ -83,14 +86,17 @@ pub struct UsageCounts {
     pub admitted: Flow,
     pub failed_records: u64,
     pub refused: [Flow; Reason::ALL.len()],
+    /// Would-be refusals of limits in shadow mode (admitted), by reason.
+    pub shadowed: [Flow; Reason::ALL.len()],
 }
 
 /// How many counters [`TenantStats::totals`] gives.
-pub const TOTALS: usize = 5 + Reason::ALL.len() + 2 * Api::ALL.len();
+pub const TOTALS: usize = 5 + 2 * Reason::ALL.len() + 2 * Api::ALL.len();
 
 /// Every monotonic counter of a tenant in one fixed order: admitted requests, refused
 /// requests, admitted records, failed records, admitted bytes, then refusals by reason (in
-/// [`Reason::ALL`] order), then requests by API, answered 2xx and not (in [`Api::ALL`] order).
+/// [`Reason::ALL`] order), then requests by API, answered 2xx and not (in [`Api::ALL`] order),
+/// then would-be refusals of limits in shadow mode by reason.
 /// What a sum over tenants (the metrics' `_other`) adds up.
 pub type Totals = [u64; TOTALS];
 
@@ -124,6 +130,10 @@ impl TenantStats {
             let (ok, not_ok) = self.api_counts(*api);
             c[5 + Reason::ALL.len() + 2 * i] = ok;
             c[5 + Reason::ALL.len() + 2 * i + 1] = not_ok;
+        }
+        let shadow = 5 + Reason::ALL.len() + 2 * Api::ALL.len();
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            c[shadow + i] = self.shadowed_flow(*r).requests;
         }
         c
     }
@@ -185,6 +195,7 @@ impl TenantStats {
                     bytes: bytes.load(Relaxed),
                 }
             }),
+            shadowed: std::array::from_fn(|i| self.shadowed_flow(Reason::ALL[i])),
         }
     }
 
@@ -203,6 +214,24 @@ impl TenantStats {
     pub fn api_counts(&self, api: Api) -> (u64, u64) {
         let (good, bad) = &self.by_api[api as usize];
         (good.load(Relaxed), bad.load(Relaxed))
+    }
+
+    /// A request admitted that a limit in shadow mode would have refused for `reason`.
+    pub fn shadowed(&self, reason: Reason, charge: crate::record::Charge) {
+        let [requests, records, bytes] = &self.shadowed[reason.index()];
+        requests.fetch_add(1, Relaxed);
+        records.fetch_add(charge.records, Relaxed);
+        bytes.fetch_add(charge.bytes, Relaxed);
+    }
+
+    /// Would-be refusals for `reason` (shadow mode): requests, records, bytes.
+    pub fn shadowed_flow(&self, reason: Reason) -> Flow {
+        let [requests, records, bytes] = &self.shadowed[reason.index()];
+        Flow {
+            requests: requests.load(Relaxed),
+            records: records.load(Relaxed),
+            bytes: bytes.load(Relaxed),
+        }
     }
 
     pub fn rejected(&self, reason: Reason) {

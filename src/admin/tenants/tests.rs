@@ -26,10 +26,12 @@ fn the_body_is_the_config_without_its_id_and_keys() {
         priority: Some(Priority::Batch),
         jwt_claims: vec![JwtClaim::default()],
         cert_names: vec!["c".into()],
+        budget_mode: crate::config::LimitMode::Shadow,
         quotas: vec![crate::config::QuotaConfig {
             window: crate::config::WindowName::Day,
             records: Some(1),
             bytes: None,
+            mode: crate::config::LimitMode::Shadow,
         }],
         ..TenantConfig::default()
     };

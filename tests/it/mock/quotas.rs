@@ -26,6 +26,7 @@ async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
         window: WindowName::Day,
         records: Some(5),
         bytes: None,
+        mode: Default::default(),
     }];
     let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
     let url = gw.url("test.quota");
@@ -121,6 +122,7 @@ fn with_counts_kept(cluster: &Cluster, dir: &std::path::Path) -> floodgate::conf
         window: WindowName::Day,
         records: Some(5),
         bytes: None,
+        mode: Default::default(),
     }];
     cfg.quotas.state_file = Some(dir.join("quota-counts.json"));
     cfg.quotas.save_ms = 100;

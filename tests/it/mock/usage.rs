@@ -29,6 +29,7 @@ async fn usage_by_hour_and_reason_adds_up_to_what_kafka_holds() {
         window: WindowName::Day,
         records: Some(5),
         bytes: None,
+        mode: Default::default(),
     }];
     let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
     let url = gw.url("test.usage");

@@ -36,6 +36,7 @@ fn day_quota(records: u64) -> impl Fn(&mut Config) {
             window: WindowName::Day,
             records: Some(records),
             bytes: None,
+            mode: Default::default(),
         }];
     }
 }
