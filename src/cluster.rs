@@ -101,6 +101,8 @@ pub struct Cluster {
     quota_in_flight: std::sync::Mutex<QuotaLocks>,
     /// Where the quotas' windows turn (`[quotas] utc_offset`).
     calendar: crate::quota::Calendar,
+    /// A heartbeat has answered: one that finds this replica not held is Redis forgetting it.
+    beaten: std::sync::atomic::AtomicBool,
 }
 
 type QuotaLocks = HashMap<(u64, crate::quota::Window), Arc<tokio::sync::Mutex<()>>>;
@@ -132,6 +134,7 @@ impl Cluster {
             refused: tokio::sync::watch::Sender::new(false),
             quota_in_flight: std::sync::Mutex::new(HashMap::new()),
             calendar: crate::quota::Calendar::default(),
+            beaten: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

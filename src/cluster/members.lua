@@ -9,8 +9,10 @@
 -- ARGV[3]  how long it counts without another heartbeat, in ms
 -- ARGV[4]  '1' to leave
 -- ARGV[5]  this process's instance id (random per start)
--- Returns {live members, 0, '', 0, rank}, rank this replica's place (from 0) among the live
--- members' ids in byte order (what divides a budget exactly among them while Redis is away);
+-- Returns {live members, 0, '', 0, rank, fresh}, rank this replica's place (from 0) among the
+-- live members' ids in byte order (what divides a budget exactly among them while Redis is
+-- away), fresh 1 when this process was not held as the replica's holder before this beat (its
+-- first, or Redis forgot it: restarted empty, or the entry lapsed);
 -- or, when the id is held by another instance that has not lapsed (two processes with one
 -- replica_id, or this replica's previous process killed less than a TTL ago), {live members +
 -- 1, 1, holder's instance, holder's beats, 0}: then nothing is changed.
@@ -40,7 +42,7 @@ if ARGV[4] == '1' then
 else
   if not ours and redis.call('ZSCORE', KEYS[1], ARGV[2]) then
     local beats = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
-    return {redis.call('ZCARD', KEYS[1]) + 1, 1, holder, beats, 0}
+    return {redis.call('ZCARD', KEYS[1]) + 1, 1, holder, beats, 0, 0}
   end
   if holder ~= ARGV[5] then
     -- A new holder counts its beats from the start.
@@ -61,4 +63,4 @@ for i, id in ipairs(ids) do
     rank = i - 1
   end
 end
-return {#ids, 0, '', 0, rank}
+return {#ids, 0, '', 0, rank, (holder ~= ARGV[5]) and 1 or 0}

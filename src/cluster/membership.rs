@@ -130,6 +130,15 @@ impl Cluster {
         let Ok(m) = self.heartbeat().await else {
             return;
         };
+        // Not held as this replica's holder, though it has beaten before: Redis forgot it
+        // (restarted empty), and with it the quotas' counts, which it is reminded of.
+        let beaten_before = self.beaten.swap(true, Relaxed);
+        if m.fresh && !m.duplicate && beaten_before {
+            tracing::warn!(
+                "cluster: Redis had forgotten this replica; telling it the quota counts heard"
+            );
+            self.remind_quotas().await;
+        }
         if !m.duplicate {
             *watch = None;
             return;

@@ -93,6 +93,8 @@ impl Cluster {
                 received: allowance.received,
                 members,
                 expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
+                unsure_ms: self.unsure_ms(),
+                fraction: self.settings.slice_fraction,
             };
             let key = self.store.quota_key(tenant.id.as_str(), window, span.start);
             asked = Asked::Redis;
@@ -125,9 +127,28 @@ impl Cluster {
         Ok(asked)
     }
 
+    /// How long a count made where its tenant has none is unsure (`quota.lua`): long enough
+    /// for every live replica to beat, find Redis forgot it, and push what it heard.
+    fn unsure_ms(&self) -> u64 {
+        u64::try_from(self.settings.heartbeat.as_millis().saturating_mul(3)).unwrap_or(u64::MAX)
+    }
+
     /// Leaving: gives every quota allowance still held back to its count (and reports what was
     /// admitted without Redis), best effort.
     pub(super) async fn give_back_quotas(&self) {
+        self.push_quotas(true).await;
+    }
+
+    /// Redis forgot this replica (restarted empty): tells it every count this replica heard
+    /// in the current windows, and what it admitted without a lease, so a count made again
+    /// starts where the replicas knew it (`quota.lua`'s unsure counts). Best effort.
+    pub(super) async fn remind_quotas(&self) {
+        self.push_quotas(false).await;
+    }
+
+    /// One call per tenant window this replica knows of: its heard count and reports, and
+    /// (`give`) its unspent allowance given back.
+    async fn push_quotas(&self, give: bool) {
         let unix_s = self.unix_s();
         let registry = self.tenants.load();
         for t in registry.tenants() {
@@ -148,9 +169,7 @@ impl Cluster {
                         );
                         (*spec, a, span)
                     })
-                    .filter(|(_, a, _)| {
-                        a.held != Charge::default() || a.unreported != Charge::default()
-                    })
+                    .filter(|(_, a, _)| a.heard_at_ns != 0 || a.unreported != Charge::default())
                     .collect()
             };
             for (spec, a, span) in allowances {
@@ -158,15 +177,18 @@ impl Cluster {
                     limit: spec.limit,
                     known: a.heard,
                     outage: a.outage,
-                    give: a.held,
+                    give: if give { a.held } else { Charge::default() },
                     received: a.received,
                     members: 1,
                     expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
+                    unsure_ms: self.unsure_ms(),
+                    fraction: self.settings.slice_fraction,
                     ..QuotaAsk::default()
                 };
                 let key = self.store.quota_key(t.id.as_str(), spec.window, span.start);
                 if let Err(e) = self.store.quota(&key, &self.settings.instance, ask).await {
                     self.stats.count_error(e.kind());
+                    return;
                 }
             }
         }

@@ -193,9 +193,13 @@ impl RedisStore {
     ) -> Result<QuotaGrant, StoreError> {
         let mut invocation = self.quota.key(key);
         invocation
+            .key(format!("{}:gen", key.rsplitn(3, ':').last().unwrap_or(key)))
             .arg(ask.expire_at_s.max(0))
             .arg(ask.members.max(1))
-            .arg(instance);
+            .arg(instance)
+            .arg(self.now_arg())
+            .arg(ask.unsure_ms)
+            .arg(ask.fraction.to_string());
         // The script's arguments: records, then bytes.
         for (d, limit) in ask.limit.iter() {
             invocation
@@ -243,7 +247,7 @@ impl RedisStore {
             .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
             .arg(if leave { "1" } else { "0" })
             .arg(instance);
-        let (n, duplicate, holder, beats, rank): (i64, i64, String, i64, i64) =
+        let (n, duplicate, holder, beats, rank, fresh): (i64, i64, String, i64, i64, i64) =
             self.run(&invocation).await?;
         let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
         Ok(Membership {
@@ -251,6 +255,7 @@ impl RedisStore {
             rank: count(rank),
             duplicate: duplicate == 1,
             holder: (duplicate == 1).then(|| (holder, beats.max(0).unsigned_abs())),
+            fresh: fresh == 1,
         })
     }
 }

@@ -37,6 +37,9 @@ pub struct Membership {
     /// whose count moves between two looks is alive; one whose count stands still until its
     /// entry lapses is gone (killed without leaving).
     pub holder: Option<(String, u64)>,
+    /// This process was not held as the replica's holder before this beat: its first, or
+    /// Redis forgot it (restarted empty, or its entry lapsed).
+    pub fresh: bool,
 }
 
 /// How many tokens to ask for in each dimension.
@@ -51,7 +54,7 @@ pub struct Ask {
 }
 
 /// What to ask of a quota's shared count (see `quota.lua`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct QuotaAsk {
     pub limit: PerDimension<Option<u64>>,
     pub want: Charge,
@@ -71,6 +74,11 @@ pub struct QuotaAsk {
     pub members: u32,
     /// When the count may be forgotten (Unix seconds).
     pub expire_at_s: i64,
+    /// A count made where its tenant has none (its first, or Redis forgot them) is unsure for
+    /// this long: it takes the highest count callers heard, and grants each caller at most
+    /// `fraction` × limit / members meanwhile (see `quota.lua`).
+    pub unsure_ms: u64,
+    pub fraction: f64,
 }
 
 /// What a quota lease answered.

@@ -60,6 +60,10 @@ impl From<WindowName> for Window {
 pub const COUNTED_APART: &str = "quotas need [cluster] redis_url when replicas share the \
      registry: without it each replica would count its own (N times the quota)";
 
+/// The largest quota: counts in Redis's scripts are exact up to 2^53 (review 1 of #41: a quota
+/// of 2^63 overflowed there and admitted nothing).
+pub const MAX_QUOTA: u64 = 1 << 53;
+
 /// The most quotas one list holds: one per window kind.
 pub const MAX_QUOTAS: usize = Window::ALL.len();
 
@@ -86,6 +90,14 @@ pub fn quota_specs(at: &str, quotas: &[QuotaConfig]) -> Result<Vec<QuotaSpec>, C
                 return Err(ConfigProblem::new(
                     format!("{at}[{i}].{key}"),
                     "must be at least 1",
+                ));
+            }
+            if limit.is_some_and(|l| l > MAX_QUOTA) {
+                return Err(ConfigProblem::new(
+                    format!("{at}[{i}].{key}"),
+                    format!(
+                        "must be at most {MAX_QUOTA} (2^53: what Redis's scripts count exactly)"
+                    ),
                 ));
             }
         }
@@ -227,6 +239,14 @@ mod tests {
             quota_specs("q", &zero).expect_err("zero").key,
             "q[0].records"
         );
+    }
+    #[test]
+    fn a_quota_past_what_redis_counts_exactly_is_refused() {
+        let at = "tenants[a].quotas";
+        let huge = quota(WindowName::Day, Some(MAX_QUOTA + 1), None);
+        let e = quota_specs(at, &[huge]).expect_err("past 2^53");
+        assert_eq!(e.key, "tenants[a].quotas[0].records");
+        assert!(quota_specs(at, &[quota(WindowName::Day, None, Some(MAX_QUOTA))]).is_ok());
     }
 
     #[test]
