@@ -345,6 +345,7 @@ paths = {
                 "admitted_records_per_sec": {"type": "number"}, "admitted_requests_per_sec": {"type": "number"}, "refused_requests_per_sec": {"type": "number"},
                 "refused_records_per_sec": {"type": "number", "description": "records of refused requests whose body was read"},
                 "refused_by_reason": {"type": "object", "additionalProperties": {"type": "number"}},
+                "shadowed_by_reason": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "requests a limit in shadow mode would have refused since start, by the reason it would have given"},
                 "history": {"type": "array", "items": {"type": "object", "properties": {"admitted_records": {"type": "number"}, "refused_requests": {"type": "number"}}}},
                 "records_bucket": {"type": ["object", "null"]}, "bytes_bucket": {"type": ["object", "null"]},
                 "quotas": {"type": "array", "description": "calendar quotas in their current window", "items": {"type": "object", "properties": {

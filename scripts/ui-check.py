@@ -84,7 +84,8 @@ def main():
         produce = f"http://127.0.0.1:{PRODUCE}/v1/topics/events.demo/records?async=true"
         status, body = request("PUT", admin + "/admin/tenants/batch-jobs", token,
                                {"topics": ["events.demo"], "records_per_sec": 1, "records_burst": 1,
-                                "quotas": [{"window": "day", "records": 100000}]})
+                                "quotas": [{"window": "day", "records": 100000},
+                                           {"window": "hour", "records": 1, "mode": "shadow"}]})
         assert status == 201, (status, body)
         status, body = request("POST", admin + "/admin/tenants/batch-jobs/keys", token)
         assert status == 201, (status, body)
@@ -142,6 +143,8 @@ def main():
             assert ids[0] == "batch-jobs", f"sorted by refusal rate: {ids}"
             reasons = driver.find_element(By.CSS_SELECTOR, 'tr[data-tenant="batch-jobs"]').text
             assert "tenant_records" in reasons, reasons
+            # The hour quota in shadow mode: what it would have refused, refusing nothing.
+            assert "tenant_quota (shadow)" in reasons, reasons
             # The day quota: what the day admitted of it (the records batch-jobs got through).
             quota = driver.find_element(By.CSS_SELECTOR, 'tr[data-tenant="batch-jobs"] [data-quota="day-records"]').text
             assert re.fullmatch(r"day: [1-9][\d,]* / 100,000 rec", quota), quota

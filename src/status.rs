@@ -22,7 +22,7 @@ mod query;
 mod snapshot;
 mod window;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -270,6 +270,13 @@ impl StatusBoard {
                 .filter(|(_, n)| *n > 0)
                 .map(|(r, n)| (r.as_str(), per_sec(n, secs)))
                 .collect(),
+            shadowed_by_reason: t.stats_if_any().map_or_else(HashMap::new, |s| {
+                Reason::ALL
+                    .iter()
+                    .map(|r| (r.as_str(), s.shadowed_flow(*r).requests))
+                    .filter(|(_, n)| *n > 0)
+                    .collect()
+            }),
             history,
             records_bucket: view.tenant.records.map(Bucket::from),
             bytes_bucket: view.tenant.bytes.map(Bucket::from),

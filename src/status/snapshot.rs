@@ -65,6 +65,9 @@ pub struct TenantStatus {
     pub refused_records_per_sec: f64,
     /// Refusals per second by reason, only the reasons that occurred in the window.
     pub refused_by_reason: HashMap<&'static str, f64>,
+    /// Requests a limit in shadow mode would have refused since start, by the reason it would
+    /// have given (admitted all the same): how a limit being rolled out would bite.
+    pub shadowed_by_reason: HashMap<&'static str, u64>,
     /// Per second, oldest first (at most [`super::history::SECONDS`]).
     pub history: Vec<SecondRates>,
     pub records_bucket: Option<Bucket>,

@@ -218,6 +218,7 @@ function renderTenants() {
   for (const t of tenants) {
     const reasons = el("td", {});
     for (const [r, n] of Object.entries(t.refused_by_reason)) reasons.append(el("span", { class: "reason", title: fmt(n) + "/s" }, r));
+    for (const [r, n] of Object.entries(t.shadowed_by_reason || {})) reasons.append(el("span", { class: "reason shadow", title: fmt(n, 0) + " would have been refused (shadow mode)" }, r + " (shadow)"));
     const row = el("tr", { "data-tenant": t.id },
       el("td", {}, t.id),
       el("td", { class: "num" }, fmt(t.admitted_records_per_sec)),
