@@ -109,6 +109,8 @@ pub enum BuildError {
     Auth(#[from] crate::credential::AuthBuildError),
     #[error("schema_registry: {0}")]
     Schemas(String),
+    #[error("usage.topic: {0}")]
+    UsageExport(String),
 }
 
 impl AppState {
@@ -190,7 +192,7 @@ impl AppState {
             schemas,
             internal: crate::identity::InternalTopics::new(
                 &config.cluster.registry_topic,
-                &config.kafka.internal_topics,
+                &parts::internal_topics(config),
             ),
         };
         let (status, metrics) = parts::observability(
@@ -203,7 +205,7 @@ impl AppState {
             &clock,
         );
         Ok(Self {
-            usage: parts::usage_ledger(config, registry.tenants(), &clock),
+            usage: parts::usage_ledger(config, registry.tenants(), &clock, produce_port)?,
             metrics_token,
             status,
             adaptive: controls.adaptive,

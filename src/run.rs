@@ -178,7 +178,9 @@ async fn start_tasks(state: &Arc<AppState>) -> Result<AbortOnDrop, BuildError> {
     tasks.0.push(state.lag.start().abort_handle());
     // The status page's history and the usage ledger are kept whether or not anyone looks.
     tasks.0.push(state.status.start().abort_handle());
-    tasks.0.push(state.usage.start().abort_handle());
+    tasks
+        .0
+        .extend(state.usage.start().iter().map(|t| t.abort_handle()));
     // A cluster member joins before it serves, so its first requests use the shared budgets.
     if let Some(cluster) = &state.ingest.cluster {
         cluster.join().await?;
@@ -387,6 +389,8 @@ async fn drain(state: &AppState, deadline: Instant) -> i32 {
     if let Some(cluster) = &state.ingest.cluster {
         cluster.leave().await;
     }
+    // Every request has been answered: what they used is final for this run.
+    state.usage.flush(std::time::Duration::from_secs(5)).await;
     if let Some(file) = state.quotas.file.clone() {
         // Every request has been answered: what the windows used is final for this run.
         let tenants = state.ingest.tenants.clone();

@@ -102,6 +102,42 @@ pub struct Interval {
     pub row: Row,
 }
 
+impl Interval {
+    /// The interval as `GET /admin/usage` and the export show it (openapi.json's schema).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "tenant": &*self.tenant,
+            "start": rfc3339(self.start),
+            "end": rfc3339(self.end),
+            "admitted": self.row.admitted,
+            "failed_records": self.row.failed_records,
+            "delivered_records": self.row.admitted.records.saturating_sub(self.row.failed_records),
+            "refused": by_reason(&self.row.refused),
+            "shadowed": by_reason(&self.row.shadowed),
+        })
+    }
+}
+
+/// Flows by reason, as an object keyed by the reason's name.
+fn by_reason(flows: &[(Reason, Flow)]) -> serde_json::Value {
+    flows
+        .iter()
+        .map(|(reason, flow)| (reason.as_str().to_string(), serde_json::json!(flow)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// A Unix second as RFC 3339 (`null` past what the calendar holds).
+pub fn rfc3339(unix_s: i64) -> serde_json::Value {
+    time::OffsetDateTime::from_unix_timestamp(unix_s)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .map_or(serde_json::Value::Null, serde_json::Value::String)
+}
+
 /// Which rows a query wants, and the page.
 #[derive(Debug, Clone)]
 pub struct Query {
@@ -131,6 +167,8 @@ pub struct Ledger {
     calendar: Calendar,
     settings: Settings,
     inner: Mutex<Inner>,
+    /// `[usage] topic`: where the rows are exported.
+    export: Option<Arc<export::Export>>,
 }
 
 impl Ledger {
@@ -146,6 +184,24 @@ impl Ledger {
             calendar,
             settings,
             inner: Mutex::default(),
+            export: None,
+        }
+    }
+
+    /// A ledger whose rows are exported by `export`.
+    pub fn exported(mut self, export: export::Export) -> Self {
+        self.export = Some(Arc::new(export));
+        self
+    }
+
+    /// Shutdown: writes what moved since the last export (within `within`), if there is an
+    /// export.
+    pub async fn flush(&self, within: std::time::Duration) {
+        let Some(export) = &self.export else { return };
+        match tokio::time::timeout(within, export.export(self)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "shutdown: usage not exported"),
+            Err(_) => tracing::warn!("shutdown: usage not exported in time"),
         }
     }
 
@@ -201,6 +257,22 @@ impl Ledger {
         self.lock().rows.get(&(hour, Arc::from(tenant))).cloned()
     }
 
+    /// The hourly intervals of these (tenant, hour) rows, as they stand (gone ones left out).
+    pub fn intervals(&self, keys: &HashSet<(Arc<str>, i64)>) -> Vec<Interval> {
+        let inner = self.lock();
+        keys.iter()
+            .filter_map(|(tenant, hour)| {
+                let row = inner.rows.get(&(*hour, tenant.clone()))?;
+                Some(Interval {
+                    tenant: tenant.clone(),
+                    start: *hour,
+                    end: hour.saturating_add(HOUR_S),
+                    row: row.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// The intervals a query asks for, at most `limit` of them, in (start, tenant) order, and
     /// whether more follow. Looks at the counters first, so the answer is current.
     pub fn query(&self, q: &Query) -> (Vec<Interval>, bool) {
@@ -247,8 +319,14 @@ impl Ledger {
         (page, more)
     }
 
-    /// Looks at the counters every `tick` until the process ends.
-    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// Looks at the counters every `tick` until the process ends (and exports, if it does).
+    pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks: Vec<_> = self.export.iter().map(|e| e.start(self.clone())).collect();
+        tasks.push(self.looking());
+        tasks
+    }
+
+    fn looking(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let ledger = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(ledger.settings.tick);
@@ -260,6 +338,8 @@ impl Ledger {
         })
     }
 }
+
+pub mod export;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use time::format_description::well_known::Rfc3339;
 
 use super::api::{params, AppRef};
@@ -33,13 +33,6 @@ fn instant(field: &str, v: &str) -> Result<i64, AdminError> {
                 format!("must be RFC 3339 (2027-07-01T00:00:00Z) or Unix seconds, not {v:?}"),
             )
         })
-}
-
-fn rfc3339(unix_s: i64) -> Value {
-    time::OffsetDateTime::from_unix_timestamp(unix_s)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .map_or(Value::Null, Value::String)
 }
 
 /// The query the parameters ask for.
@@ -93,28 +86,6 @@ fn query(raw: Option<&str>) -> Result<Query, AdminError> {
     Ok(q)
 }
 
-/// Flows by reason, as an object keyed by the reason's name.
-fn by_reason(flows: &[(crate::refusal::Reason, crate::tenant::Flow)]) -> Value {
-    let map: Map<String, Value> = flows
-        .iter()
-        .map(|(reason, flow)| (reason.as_str().to_string(), json!(flow)))
-        .collect();
-    Value::Object(map)
-}
-
-fn interval(i: &Interval) -> Value {
-    json!({
-        "tenant": &*i.tenant,
-        "start": rfc3339(i.start),
-        "end": rfc3339(i.end),
-        "admitted": i.row.admitted,
-        "failed_records": i.row.failed_records,
-        "delivered_records": i.row.admitted.records.saturating_sub(i.row.failed_records),
-        "refused": by_reason(&i.row.refused),
-        "shadowed": by_reason(&i.row.shadowed),
-    })
-}
-
 pub async fn get(State(app): AppRef, RawQuery(raw): RawQuery) -> Result<Response, AdminError> {
     let q = query(raw.as_deref())?;
     let (rows, more) = app.usage.query(&q);
@@ -127,7 +98,7 @@ pub async fn get(State(app): AppRef, RawQuery(raw): RawQuery) -> Result<Response
             Granularity::Hour => "hour",
             Granularity::Day => "day",
         },
-        "rows": rows.iter().map(interval).collect::<Vec<_>>(),
+        "rows": rows.iter().map(Interval::to_json).collect::<Vec<_>>(),
         "next": next,
     }))
     .into_response())

@@ -334,12 +334,14 @@ pub(super) fn quota_keeping(config: &Config) -> super::QuotaKeeping {
     }
 }
 
-/// Usage by tenant and hour (`[usage]`), on the budgets' clock and the quotas' calendar.
+/// Usage by tenant and hour (`[usage]`), on the budgets' clock and the quotas' calendar, and
+/// its export if `[usage] topic` is set.
 pub(super) fn usage_ledger(
     config: &Config,
     tenants: &Arc<crate::tenant::Tenants>,
     clock: &Arc<dyn Clock>,
-) -> Arc<crate::usage::Ledger> {
+    produce_port: u16,
+) -> Result<Arc<crate::usage::Ledger>, BuildError> {
     let settings = crate::usage::Settings {
         tick: Duration::from_millis(config.usage.tick_ms),
         retention_hours: config.usage.retention_hours,
@@ -347,10 +349,26 @@ pub(super) fn usage_ledger(
     };
     // Validated with the configuration: a bad offset never gets here.
     let calendar = config.quotas.calendar().unwrap_or_default();
-    Arc::new(crate::usage::Ledger::new(
-        tenants.clone(),
-        clock.clone(),
-        calendar,
-        settings,
-    ))
+    let ledger = crate::usage::Ledger::new(tenants.clone(), clock.clone(), calendar, settings);
+    let Some(topic) = &config.usage.topic else {
+        return Ok(Arc::new(ledger));
+    };
+    let log = crate::kafka::log::LogTopic::new(
+        crate::kafka::connection_config(&config.kafka),
+        topic,
+        Duration::from_secs(10),
+        None,
+    )
+    .map_err(|e| BuildError::UsageExport(e.to_string()))?;
+    let who = Settings::from_config(&config.cluster, produce_port);
+    let every = Duration::from_millis(config.usage.export_ms);
+    let export = crate::usage::export::Export::new(log, &who.replica_id, &who.instance, every);
+    Ok(Arc::new(ledger.exported(export)))
+}
+
+/// The topics no tenant may write: `[kafka] internal_topics`, and the usage export's.
+pub(super) fn internal_topics(config: &Config) -> Vec<String> {
+    let mut topics = config.kafka.internal_topics.clone();
+    topics.extend(config.usage.topic.clone());
+    topics
 }

@@ -16,6 +16,14 @@ pub struct UsageConfig {
     /// The most rows kept, one per tenant and hour with traffic (about 100 bytes each); past
     /// it the oldest hour goes first.
     pub max_rows: usize,
+    /// A compacted topic the usage is exported to, one record per tenant and hour whose counts
+    /// moved, every `export_ms` and at shutdown (created if missing; no tenant may write it).
+    /// Unset: no export.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// How often the export writes, in milliseconds (1,000 to 3,600,000): what a process
+    /// killed without draining may not have exported.
+    pub export_ms: u64,
 }
 
 impl Default for UsageConfig {
@@ -24,6 +32,8 @@ impl Default for UsageConfig {
             tick_ms: 10_000,
             retention_hours: 48,
             max_rows: 500_000,
+            topic: None,
+            export_ms: 60_000,
         }
     }
 }
@@ -45,6 +55,20 @@ impl UsageConfig {
                 "usage.max_rows",
                 "must be 1 to 50000000",
             ));
+        }
+        if !(1_000..=3_600_000).contains(&self.export_ms) {
+            problems.push(ConfigProblem::new(
+                "usage.export_ms",
+                "must be 1000 to 3600000",
+            ));
+        }
+        if let Some(topic) = &self.topic {
+            if crate::identity::Topic::parse(topic).is_err() {
+                problems.push(ConfigProblem::new(
+                    "usage.topic",
+                    "is not a valid topic name",
+                ));
+            }
         }
         problems
     }

@@ -124,3 +124,31 @@ async fn usage_by_hour_and_reason_adds_up_to_what_kafka_holds() {
     assert_eq!(got.len() as u64, delivered, "usage says what Kafka holds");
     assert_eq!(delivered, 7);
 }
+
+/// `[usage] topic`: the rows are exported to a compacted topic, one record per tenant, hour
+/// and process with the hour's totals, and written at shutdown; no tenant may write the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_exported_to_its_topic_and_a_tenant_cannot_write_there() {
+    let cluster = mock_cluster(&["test.usage", "fg.usage"]);
+    let mut cfg = config(&cluster.bootstrap_servers());
+    cfg.tenants[0].topics = vec!["test.*".into(), "fg.*".into()];
+    cfg.usage.topic = Some("fg.usage".into());
+    cfg.usage.export_ms = 3_600_000; // only the one at shutdown, in this test
+    let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
+    let (s, _, a) = post_json(&gw.url("test.usage"), KEY, &records(5, "kept")).await;
+    assert_eq!(s, 200, "{a}");
+    // The tenant's patterns allow it; the gateway does not.
+    let (s, _, a) = post_json(&gw.url("fg.usage"), KEY, &records(1, "forged")).await;
+    assert_eq!(s, 403, "{a}");
+    gw.shutdown().await;
+    let got = read_all(&cluster.bootstrap_servers(), "fg.usage", 1, 1).await;
+    assert_eq!(got.len(), 1, "one tenant, one hour");
+    let key = String::from_utf8_lossy(got[0].key.as_deref().unwrap_or_default()).to_string();
+    assert!(key.starts_with("acme/2027-03-31T23:00:00Z/"), "{key}");
+    let value: Value =
+        serde_json::from_slice(got[0].value.as_deref().unwrap_or_default()).expect("JSON");
+    assert_eq!(value["tenant"], "acme", "{value}");
+    assert_eq!(value["delivered_records"], 5, "{value}");
+    assert_eq!(value["admitted"]["requests"], 1, "{value}");
+    assert!(value["instance"].is_string(), "{value}");
+}
