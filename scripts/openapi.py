@@ -374,7 +374,7 @@ paths = {
                 "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
                 "admitted": ref("Flow"),
                 "failed_records": {"type": "integer", "minimum": 0, "description": "admitted records Kafka then refused or did not take in time"},
-                "delivered_records": {"type": "integer", "minimum": 0, "description": "admitted records less the failed ones: what Kafka holds"},
+                "delivered_records": {"type": "integer", "minimum": 0, "description": "records Kafka acknowledged, in the interval its answer came: what Kafka holds (a record still in flight is not in it yet)"},
                 "refused": {"type": "object", "description": "by reason (tenant_records, tenant_quota, ...); records and bytes of requests refused after their body was read", "additionalProperties": ref("Flow")},
                 "shadowed": {"type": "object", "description": "by reason: requests a limit in shadow mode would have refused, admitted all the same (and counted in admitted)", "additionalProperties": ref("Flow")}}}},
             "next": {"type": ["string", "null"], "description": "pass as `after` for the next page; null on the last"}}}),

@@ -6,7 +6,7 @@
 //!
 //! Layer: domain. Imports configuration, the buffer, the record type, topic names and the lag
 //! guards' offset type; it does not know what a tenant is (failures are counted through
-//! [`FailureCounter`]) nor how a request looked, nor what the log's records mean.
+//! [`OutcomeCounter`]) nor how a request looked, nor what the log's records mean.
 
 mod catalog;
 mod delivery;
@@ -18,7 +18,7 @@ mod settings;
 mod stats;
 
 pub use catalog::{Reachability, TopicCatalog, TopicInfo};
-pub use delivery::{Batch, DeliveryFailure, FailureCounter, FailureKind, Outcome};
+pub use delivery::{Batch, DeliveryFailure, FailureKind, Outcome, OutcomeCounter};
 pub use latency::{DeliveryLatency, LatencyWindow, RESOLUTION as LATENCY_RESOLUTION};
 pub use log::{LogReader, LogRecord, LogTopic, OutRecord};
 pub use offsets::KafkaOffsets;

@@ -3,7 +3,10 @@
 -- what all replicas admit in the window stays within the quota.
 --
 -- KEYS[1]  the count's hash, e.g. {fg:tenant:acme}:quota:day:1814400000
--- KEYS[2]  the tenant's mark that its counts exist, {fg:tenant:acme}:quota:gen (kept 62 days)
+-- KEYS[2]  the mark that the tenant's counts of this window kind exist,
+--          {fg:tenant:acme}:quota:day:gen (kept 62 days; one per kind: a request counted in
+--          an hour and a day quota makes both counts, and the first made must not mark the
+--          second as a new window's)
 -- ARGV[1]  when the count may go (Unix seconds: the window's end and a day), or 0
 -- ARGV[2]  the members counted (a lease is held to a member's part of what is left)
 -- ARGV[3]  the caller: its process's instance id
@@ -22,8 +25,8 @@
 --
 -- A Redis restarted empty has forgotten the counts, and a replica that never heard one
 -- cannot tell that from a window's first count. The tenant's mark tells: a count made while
--- the mark exists is a new window's, from zero; one made without it is the tenant's first in
--- 62 days, or Redis forgot. That count is unsure for ARGV[5] ms: it takes the highest count
+-- the mark exists is a new window's, from zero; one made without it is the tenant's first of
+-- its kind in 62 days, or Redis forgot. That count is unsure for ARGV[5] ms: it takes the highest count
 -- callers heard (the replicas that knew it push theirs when they find Redis forgot them), and
 -- each caller is granted at most its part meanwhile, so a replica that knew nothing takes no
 -- more than that from a count that was lost.
@@ -31,7 +34,9 @@
 -- Grants up to `want` in each limited dimension but at least `min` in each, or nothing: a
 -- request is never charged in one only. Beyond `min`, a lease takes at most a member's part
 -- of what is left, so the parts held unspent shrink as the quota runs out.
--- Returns {granted records, granted bytes, count records, count bytes, refused (0/1)}.
+-- Returns {granted records, granted bytes, count records, count bytes, refused (0/1), the ms
+-- the count stays unsure (0: sure)}: a caller refused its part of an unsure count is told to
+-- come back when the count is sure, not at the window's end.
 local expire_at = tonumber(ARGV[1])
 local members = math.max(1, tonumber(ARGV[2]))
 local holder = ARGV[3]
@@ -109,4 +114,8 @@ end
 if expire_at > 0 then
   redis.call('EXPIREAT', KEYS[1], expire_at)
 end
-return {dims[1].grant, dims[2].grant, dims[1].count, dims[2].count, refused and 1 or 0}
+local unsure_left = 0
+if unsure then
+  unsure_left = math.ceil(unsure_until - now)
+end
+return {dims[1].grant, dims[2].grant, dims[1].count, dims[2].count, refused and 1 or 0, unsure_left}

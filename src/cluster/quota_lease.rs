@@ -114,8 +114,13 @@ impl Cluster {
                     // A quota in shadow mode refuses nothing: admission counts it from the
                     // count just heard (`admission::shadow`).
                     if grant.refused && !spec.shadow {
+                        // Refused its part of an unsure count: back once the count is sure
+                        // (review 2 of #41: a new tenant's burst was told 12.5 h).
                         let reset = u64::try_from(span.end.saturating_sub(unix_s)).unwrap_or(0);
-                        return Err(Refusal::quota(window, Duration::from_secs(reset.max(1))));
+                        let wait = grant
+                            .unsure_for
+                            .unwrap_or(Duration::from_secs(reset.max(1)));
+                        return Err(Refusal::quota(window, wait));
                     }
                 }
                 Err(e) => {

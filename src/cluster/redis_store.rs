@@ -193,7 +193,11 @@ impl RedisStore {
     ) -> Result<QuotaGrant, StoreError> {
         let mut invocation = self.quota.key(key);
         invocation
-            .key(format!("{}:gen", key.rsplitn(3, ':').last().unwrap_or(key)))
+            // The window kind's mark: the count's key with `gen` for the window's start.
+            .key(format!(
+                "{}:gen",
+                key.rsplit_once(':').map_or(key, |(kind, _)| kind)
+            ))
             .arg(ask.expire_at_s.max(0))
             .arg(ask.members.max(1))
             .arg(instance)
@@ -212,7 +216,7 @@ impl RedisStore {
                 .arg(ask.received[d]);
         }
         let answer: Vec<i64> = self.run(&invocation).await?;
-        if answer.len() != 5 {
+        if answer.len() != 6 {
             return Err(StoreError::from(CallError::Redis(redis::RedisError::from(
                 (
                     redis::ErrorKind::TypeError,
@@ -225,6 +229,8 @@ impl RedisStore {
             granted: Charge::new(at(0), at(1)),
             count: Charge::new(at(2), at(3)),
             refused: answer[4] == 1,
+            unsure_for: (answer[5] > 0)
+                .then(|| std::time::Duration::from_millis(answer[5].unsigned_abs())),
         })
     }
 

@@ -89,6 +89,8 @@ pub struct QuotaGrant {
     pub count: Charge,
     /// `min` was not there: nothing was granted.
     pub refused: bool,
+    /// The count is unsure for this long more (`quota.lua`): a refusal lasts no longer.
+    pub unsure_for: Option<Duration>,
 }
 
 /// Why the store did not answer.

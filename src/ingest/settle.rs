@@ -10,7 +10,7 @@ use super::{Ack, BodyFormat, Ingest, ProduceRequest};
 use crate::admission::BucketsView;
 use crate::buffer::BufferLease;
 use crate::identity::Topic;
-use crate::kafka::{Batch, FailureCounter};
+use crate::kafka::{Batch, OutcomeCounter};
 use crate::outcome::{ApiError, Produced};
 use crate::record::Record;
 use crate::tenant::{Tenant, TenantStats};
@@ -88,9 +88,13 @@ pub(super) fn failed_at_enqueue(batch: &Batch) -> bool {
     batch.outcomes().any(|o| matches!(o, Some(Err(_))))
 }
 
-/// The tenant's failure counter is where Kafka-side failures are counted.
-impl FailureCounter for TenantStats {
+/// The tenant's counters are where Kafka's answers are counted.
+impl OutcomeCounter for TenantStats {
     fn records_failed(&self, records: u64) {
         self.failed(records);
+    }
+
+    fn records_delivered(&self, records: u64) {
+        self.delivered(records);
     }
 }

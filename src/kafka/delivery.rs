@@ -13,10 +13,13 @@ use tokio::sync::Notify;
 
 use crate::buffer::BufferLease;
 
-/// Who counts a request's failed records (the sending tenant's counters). Kafka's side does not
-/// know what a tenant is; the ingest pipeline hands in the counter.
-pub trait FailureCounter: Send + Sync + std::fmt::Debug {
+/// Who counts a request's records as Kafka answers for them, failed or delivered (the sending
+/// tenant's counters). Kafka's side does not know what a tenant is; the ingest pipeline hands
+/// in the counter.
+pub trait OutcomeCounter: Send + Sync + std::fmt::Debug {
     fn records_failed(&self, records: u64);
+    /// Acknowledged by Kafka: what it holds.
+    fn records_delivered(&self, _records: u64) {}
 }
 
 /// Where a record landed.
@@ -153,14 +156,14 @@ pub struct Batch {
     /// Given back the moment the last record is answered.
     lease: Mutex<Option<BufferLease>>,
     /// Failures are counted when they happen, for async requests too.
-    failures: std::sync::Arc<dyn FailureCounter>,
+    failures: std::sync::Arc<dyn OutcomeCounter>,
 }
 
 impl Batch {
     pub fn new(
         records: usize,
         lease: BufferLease,
-        failures: std::sync::Arc<dyn FailureCounter>,
+        failures: std::sync::Arc<dyn OutcomeCounter>,
     ) -> Self {
         Self {
             outcomes: (0..records).map(|_| OnceLock::new()).collect(),
@@ -174,7 +177,7 @@ impl Batch {
 
     /// A batch of no records, complete already: a request whose every entry failed before it
     /// could be sent (its answer reports each failure), so nothing was admitted or leased.
-    pub fn empty(failures: std::sync::Arc<dyn FailureCounter>) -> Self {
+    pub fn empty(failures: std::sync::Arc<dyn OutcomeCounter>) -> Self {
         Self {
             outcomes: Vec::new(),
             remaining: AtomicUsize::new(0),
@@ -203,6 +206,8 @@ impl Batch {
         }
         if failed {
             self.failures.records_failed(1);
+        } else {
+            self.failures.records_delivered(1);
         }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let lease = self
@@ -262,7 +267,7 @@ mod tests {
 
     #[derive(Debug, Default)]
     struct Count(AtomicUsize);
-    impl FailureCounter for Count {
+    impl OutcomeCounter for Count {
         fn records_failed(&self, records: u64) {
             self.0.fetch_add(records as usize, Ordering::Relaxed);
         }

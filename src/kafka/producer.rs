@@ -22,7 +22,7 @@ use rdkafka::producer::{
 };
 use rdkafka::{ClientConfig, ClientContext, Message, Statistics};
 
-use super::delivery::{Batch, Delivered, DeliveryFailure, FailureCounter, Ticket};
+use super::delivery::{Batch, Delivered, DeliveryFailure, OutcomeCounter, Ticket};
 use super::stats::{ErrorLabels, KafkaMetrics, KafkaStats};
 use crate::buffer::{Buffer, BufferLease};
 use crate::record::Record;
@@ -204,7 +204,7 @@ impl KafkaProducer {
         topic: &str,
         records: &[Record<'_>],
         lease: BufferLease,
-        failures: Arc<dyn FailureCounter>,
+        failures: Arc<dyn OutcomeCounter>,
     ) -> Arc<Batch> {
         let batch = Arc::new(Batch::new(records.len(), lease, failures));
         let producer = self.live();

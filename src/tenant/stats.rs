@@ -17,6 +17,8 @@ pub struct TenantStats {
     pub offered_bytes: AtomicU64,
     /// Records Kafka definitively refused or that could not be delivered in time.
     pub failed_records: AtomicU64,
+    /// Records Kafka acknowledged.
+    pub delivered_records: AtomicU64,
     /// Records of refused requests whose body was read (counted where they were refused).
     pub refused_records: AtomicU64,
     /// The counters as the status sampler last read them (see `status::history`).
@@ -85,6 +87,7 @@ impl Flow {
 pub struct UsageCounts {
     pub admitted: Flow,
     pub failed_records: u64,
+    pub delivered_records: u64,
     pub refused: [Flow; Reason::ALL.len()],
     /// Would-be refusals of limits in shadow mode (admitted), by reason.
     pub shadowed: [Flow; Reason::ALL.len()],
@@ -187,6 +190,7 @@ impl TenantStats {
                 bytes: self.admitted_bytes.load(Relaxed),
             },
             failed_records: self.failed_records.load(Relaxed),
+            delivered_records: self.delivered_records.load(Relaxed),
             refused: std::array::from_fn(|i| {
                 let (records, bytes) = &self.refused_by[i];
                 Flow {
@@ -244,5 +248,9 @@ impl TenantStats {
 
     pub fn failed(&self, records: u64) {
         self.failed_records.fetch_add(records, Relaxed);
+    }
+
+    pub fn delivered(&self, records: u64) {
+        self.delivered_records.fetch_add(records, Relaxed);
     }
 }

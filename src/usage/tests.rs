@@ -60,6 +60,7 @@ fn what_moved_between_looks_lands_in_the_hour_it_was_looked_at_in() {
     acme.stats().admitted(10, 1_000);
     acme.stats().admitted(5, 500);
     acme.stats().failed(2);
+    acme.stats().delivered(13);
     let quota = Reason::Quota(Scope::Tenant);
     acme.stats().rejected(quota);
     acme.stats().decided(3, 300, Some(quota), true);
@@ -76,7 +77,7 @@ fn what_moved_between_looks_lands_in_the_hour_it_was_looked_at_in() {
             bytes: 1_500
         }
     );
-    assert_eq!(first.failed_records, 2);
+    assert_eq!((first.failed_records, first.delivered_records), (2, 13));
     assert_eq!(
         first.refused,
         vec![(

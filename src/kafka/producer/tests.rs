@@ -11,7 +11,7 @@ use crate::record::{Charge, Record};
 
 #[derive(Debug)]
 struct NoCount;
-impl FailureCounter for NoCount {
+impl OutcomeCounter for NoCount {
     fn records_failed(&self, _: u64) {}
 }
 
