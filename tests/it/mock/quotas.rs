@@ -9,25 +9,31 @@ use floodgate::config::{QuotaConfig, WindowName};
 use serde_json::json;
 
 /// 2027-03-31 23:59:00 UTC: a minute before the day turns.
-const BEFORE_MIDNIGHT: u64 = 1_806_537_540;
+pub(super) const BEFORE_MIDNIGHT: u64 = 1_806_537_540;
 
-fn records(n: usize, tag: &str) -> serde_json::Value {
+pub(super) fn records(n: usize, tag: &str) -> serde_json::Value {
     let r: Vec<_> = (0..n)
         .map(|i| json!({"value": format!("{tag}-{i}")}))
         .collect();
     json!({ "records": r })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
-    let cluster = mock_cluster(&["test.quota"]);
+/// The test tenant on `cluster` with a day quota of `records`.
+pub(super) fn with_day_quota(cluster: &Cluster, records: u64) -> floodgate::config::Config {
     let mut cfg = config(&cluster.bootstrap_servers());
     cfg.tenants[0].quotas = vec![QuotaConfig {
         window: WindowName::Day,
-        records: Some(5),
+        records: Some(records),
         bytes: None,
         mode: Default::default(),
     }];
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_day_is_refused_until_it_turns_and_a_change_keeps_its_use() {
+    let cluster = mock_cluster(&["test.quota"]);
+    let cfg = with_day_quota(&cluster, 5);
     let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
     let url = gw.url("test.quota");
 

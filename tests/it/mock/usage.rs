@@ -3,19 +3,9 @@
 //! hours add up to days; pages follow one another. The broker is librdkafka's in-process
 //! mock cluster.
 
+use super::quotas::{records, with_day_quota, BEFORE_MIDNIGHT};
 use crate::common::*;
-use floodgate::config::{QuotaConfig, WindowName};
-use serde_json::{json, Value};
-
-/// 2027-03-31 23:59:00 UTC: a minute before the hour, the day and the month turn.
-const BEFORE_MIDNIGHT: u64 = 1_806_537_540;
-
-fn records(n: usize, tag: &str) -> Value {
-    let r: Vec<_> = (0..n)
-        .map(|i| json!({"value": format!("{tag}-{i}")}))
-        .collect();
-    json!({ "records": r })
-}
+use serde_json::Value;
 
 async fn usage(gw: &Gateway, query: &str) -> (u16, Value) {
     admin_get(gw, &format!("/admin/usage?{query}")).await
@@ -24,14 +14,7 @@ async fn usage(gw: &Gateway, query: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_by_hour_and_reason_adds_up_to_what_kafka_holds() {
     let cluster = mock_cluster(&["test.usage"]);
-    let mut cfg = config(&cluster.bootstrap_servers());
-    cfg.tenants[0].quotas = vec![QuotaConfig {
-        window: WindowName::Day,
-        records: Some(5),
-        bytes: None,
-        mode: Default::default(),
-    }];
-    let gw = Gateway::start_at_unix(cfg, BEFORE_MIDNIGHT).await;
+    let gw = Gateway::start_at_unix(with_day_quota(&cluster, 5), BEFORE_MIDNIGHT).await;
     let url = gw.url("test.usage");
     let post = |n: usize, tag: &'static str| {
         let url = url.clone();
