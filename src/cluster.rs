@@ -101,8 +101,10 @@ pub struct Cluster {
     quota_in_flight: std::sync::Mutex<QuotaLocks>,
     /// Where the quotas' windows turn (`[quotas] utc_offset`).
     calendar: crate::quota::Calendar,
-    /// A heartbeat has answered: one that finds this replica not held is Redis forgetting it.
+    /// A heartbeat has answered: one that finds this replica not held is Redis forgetting it
+    /// (`forgotten`, until the agent has reminded it of the quotas' counts).
     beaten: std::sync::atomic::AtomicBool,
+    forgotten: std::sync::atomic::AtomicBool,
 }
 
 type QuotaLocks = HashMap<(u64, crate::quota::Window), Arc<tokio::sync::Mutex<()>>>;
@@ -135,6 +137,7 @@ impl Cluster {
             quota_in_flight: std::sync::Mutex::new(HashMap::new()),
             calendar: crate::quota::Calendar::default(),
             beaten: std::sync::atomic::AtomicBool::new(false),
+            forgotten: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

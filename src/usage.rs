@@ -166,6 +166,10 @@ struct Inner {
     /// Each tenant's counters at the last look, by the tenant's serial (a tenant made again
     /// counts from zero).
     last: HashMap<u64, UsageCounts>,
+    /// With an export: the rows that moved since the export last took them (every look
+    /// adds to it, whoever looks: review 3 of #41 found the export missing the rows that the
+    /// ticks and the admin answers had looked at).
+    unexported: HashSet<(Arc<str>, i64)>,
 }
 
 /// The ledger: every tenant's usage by hour, as this replica counted it.
@@ -224,17 +228,21 @@ impl Ledger {
         i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
     }
 
-    /// Adds what every tenant's counters moved since the last look to this hour's rows; the
-    /// rows past the bounds go. What moved, by tenant (the export's input).
-    pub fn tick(&self) -> Vec<(Arc<str>, i64)> {
+    /// Adds what every tenant's counters moved since the last look to this hour's rows (and,
+    /// with an export, to the rows it has to write); the rows past the bounds go.
+    pub fn tick(&self) {
         // The calendar's hours: with a half-hour offset they start at :30 UTC, so its days
         // are whole hours.
         let hour = self.calendar.span(Window::Hour, self.unix_s()).start;
         let registry = self.tenants.load();
         let mut inner = self.lock();
-        let Inner { rows, last } = &mut *inner;
+        let exported = self.export.is_some();
+        let Inner {
+            rows,
+            last,
+            unexported,
+        } = &mut *inner;
         let mut seen = HashSet::with_capacity(last.len());
-        let mut moved = Vec::new();
         for t in registry.tenants() {
             let Some(stats) = t.stats_if_any() else {
                 continue;
@@ -245,7 +253,9 @@ impl Ledger {
             if let Some(delta) = Row::between(before, &counts) {
                 let id: Arc<str> = Arc::from(t.id.as_str());
                 rows.entry((hour, id.clone())).or_default().add(&delta);
-                moved.push((id, hour));
+                if exported {
+                    unexported.insert((id, hour));
+                }
             }
             *before = counts;
         }
@@ -258,7 +268,21 @@ impl Ledger {
         {
             rows.pop_first();
         }
-        moved
+        if exported {
+            unexported.retain(|(t, h)| rows.contains_key(&(*h, t.clone())));
+        }
+    }
+
+    /// The export: the rows that moved since it last took them (looking first), and none of
+    /// them any more, until [`Ledger::unexported_again`] gives back those it could not write.
+    pub fn take_unexported(&self) -> HashSet<(Arc<str>, i64)> {
+        self.tick();
+        std::mem::take(&mut self.lock().unexported)
+    }
+
+    /// Rows an export could not write: taken again by the next.
+    pub fn unexported_again(&self, keys: HashSet<(Arc<str>, i64)>) {
+        self.lock().unexported.extend(keys);
     }
 
     /// One tenant's row of one hour, if it has one.

@@ -110,6 +110,16 @@ impl Cluster {
         .await;
         match result {
             Ok(m) => {
+                // Not held as this replica's holder, though it has beaten before: Redis forgot
+                // it (restarted empty, flushed, failed over to an empty replica). Its member
+                // count is as short as a restart's, though no call failed (review 3 of #41:
+                // after a FLUSHALL the first replica to beat counted itself alone).
+                let beaten_before = self.beaten.swap(true, Relaxed);
+                let forgot = m.fresh && !m.duplicate && beaten_before;
+                self.forgotten.store(forgot, Relaxed);
+                if forgot {
+                    self.lock_headcount().failed();
+                }
                 let count = self.lock_headcount().heard(m.members, m.rank);
                 self.stats.members.store(count.members, Relaxed);
                 self.sharing.set_rank(count.rank);
@@ -130,10 +140,8 @@ impl Cluster {
         let Ok(m) = self.heartbeat().await else {
             return;
         };
-        // Not held as this replica's holder, though it has beaten before: Redis forgot it
-        // (restarted empty), and with it the quotas' counts, which it is reminded of.
-        let beaten_before = self.beaten.swap(true, Relaxed);
-        if m.fresh && !m.duplicate && beaten_before {
+        // Redis forgot this replica, and with it the quotas' counts, which it is reminded of.
+        if self.forgotten.swap(false, Relaxed) {
             tracing::warn!(
                 "cluster: Redis had forgotten this replica; telling it the quota counts heard"
             );

@@ -12,8 +12,7 @@
 //!
 //! Layer: decisions and state; writes through `kafka::log`.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ledger;
@@ -27,8 +26,6 @@ pub struct Export {
     replica: String,
     instance: String,
     every: Duration,
-    /// Rows that moved and are not written yet (or whose write failed).
-    pending: Mutex<HashSet<(Arc<str>, i64)>>,
 }
 
 impl Export {
@@ -38,25 +35,13 @@ impl Export {
             replica: replica.to_string(),
             instance: instance.to_string(),
             every,
-            pending: Mutex::default(),
         }
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<(Arc<str>, i64)>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reads the counters into the ledger and writes every row that moved since the last
     /// export that took; on a failure the rows stay pending for the next one.
     pub async fn export(&self, ledger: &Ledger) -> Result<usize, LogError> {
-        let moved = ledger.tick();
-        let keys = {
-            let mut pending = self.pending();
-            pending.extend(moved);
-            pending.clone()
-        };
+        let keys = ledger.take_unexported();
         if keys.is_empty() {
             return Ok(0);
         }
@@ -77,10 +62,13 @@ impl Export {
                 headers: Vec::new(),
             })
         });
-        let written = self.log.write(records).await?.len();
-        let mut pending = self.pending();
-        pending.retain(|k| !keys.contains(k));
-        Ok(written)
+        match self.log.write(records).await {
+            Ok(offsets) => Ok(offsets.len()),
+            Err(e) => {
+                ledger.unexported_again(keys);
+                Err(e)
+            }
+        }
     }
 
     /// Creates the topic if it is missing, then exports every `export_ms` until the process

@@ -513,3 +513,33 @@ async fn a_burst_past_a_new_count_is_told_to_come_back_when_it_is_sure() {
     assert_eq!(s, 200, "sure now: {a}");
     stop(gws).await;
 }
+
+/// A Redis that forgets everything but keeps answering (`FLUSHALL`, a failover to an empty
+/// replica) fails no heartbeat: the first replica to beat after it finds itself alone. It
+/// keeps counting the members it knew until they have had a lifetime to come back, so its
+/// part of a count made again is not the whole (review 3 of #41: 400 of a day quota of 300).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_redis_does_not_make_a_replica_count_itself_alone() {
+    let r = Replicas::new("quota_flushed");
+    let redis = OwnRedis::start();
+    let gws = started(&r, 3, &redis.url(), |_| {}).await;
+    // A member lifetime of heartbeats without a failure (2 s at the defaults): after it, a
+    // count that goes down is believed at once (`cluster::headcount`).
+    tokio::time::sleep(Duration::from_millis(6 * HEARTBEAT_MS)).await;
+    let flushed = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "FLUSHALL"])
+        .output()
+        .expect("redis-cli");
+    assert!(flushed.status.success());
+    // Two heartbeats: every replica beats, the first of them alone in a Redis just flushed.
+    let started = std::time::Instant::now();
+    let mut fewest = u32::MAX;
+    while started.elapsed() < Duration::from_millis(2 * HEARTBEAT_MS + 200) {
+        for gw in &gws {
+            let members = value(&scrape(gw).await, "floodgate_cluster_members").unwrap_or(0.0);
+            fewest = fewest.min(members as u32);
+        }
+    }
+    assert_eq!(fewest, 3, "a replica counted fewer members after the flush");
+    stop(gws).await;
+}
