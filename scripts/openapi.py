@@ -17,6 +17,8 @@ MAX_BURST = 1 << 50
 RECORD_OVERHEAD_BYTES = 8
 B64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 def ref(n): return {"$ref": f"#/components/schemas/{n}"}
+# A time bound of /admin/usage: Unix seconds, or RFC 3339.
+INSTANT = {"anyOf": [{"type": "string", "pattern": "^-?[0-9]{1,18}$"}, {"type": "string", "format": "date-time"}]}
 LIMIT_MODE = {"type": "string", "enum": ["enforce", "shadow"], "default": "enforce", "description": "shadow: refuses nothing, counts what it would refuse"}
 def jres(desc, schema, headers=None):
     r = {"description": desc, "content": {"application/json": {"schema": schema}}}
@@ -110,7 +112,8 @@ schemas = {
         "type": "object", "additionalProperties": False,
         "description": "JSON merge patch (RFC 7396) of the tenant's settings: a field set to null is unset (a rate with its burst); a burst is changed together with its rate; topics cannot be unset",
         "properties": {**tenant_settings_props, **budget_view_props,
-                       **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["quotas", "jwt_claims", "cert_names"]}},
+                       **{k: {**tenant_settings_props[k], "type": ["array", "null"]} for k in ["quotas", "jwt_claims", "cert_names"]},
+                       "budget_mode": {**LIMIT_MODE, "type": ["string", "null"], "enum": ["enforce", "shadow", None]}},
         # No rule on a small bytes_per_sec here: a patch keeps the tenant's bytes_burst.
         "dependentRequired": dependent,
     },
@@ -381,11 +384,11 @@ paths = {
         "422": err("invalid_field: a parameter out of range or unknown"),
     }, params=[
         {"name": "tenant", "in": "query", "required": False, "schema": {"type": "string"}, "description": "one tenant only"},
-        {"name": "from", "in": "query", "required": False, "schema": {"type": "string"}, "description": "intervals starting at or after this: RFC 3339 or Unix seconds"},
-        {"name": "to", "in": "query", "required": False, "schema": {"type": "string"}, "description": "intervals starting before this: RFC 3339 or Unix seconds"},
+        {"name": "from", "in": "query", "required": False, "schema": INSTANT, "description": "intervals starting at or after this: RFC 3339 or Unix seconds"},
+        {"name": "to", "in": "query", "required": False, "schema": INSTANT, "description": "intervals starting before this: RFC 3339 or Unix seconds"},
         {"name": "granularity", "in": "query", "required": False, "schema": {"type": "string", "enum": ["hour", "day"], "default": "hour"}},
         {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
-        {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}, "description": "the previous page's `next`"},
+        {"name": "after", "in": "query", "required": False, "schema": {"type": "string", "pattern": "^-?[0-9]{1,18}[.]"}, "description": "the previous page's `next` (START.TENANT)"},
     ])},
     "/admin/audit": {"get": admin_op("Recent registry changes (shared registry), from every replica, in topic order", {
         "200": jres("the changes at or after `since`", {"type": "object", "required": ["shared", "entries"], "properties": {

@@ -25,7 +25,8 @@ fn instant(field: &str, v: &str) -> Result<i64, AdminError> {
     if let Ok(n) = v.parse::<i64>() {
         return Ok(n);
     }
-    time::OffsetDateTime::parse(v, &Rfc3339)
+    // RFC 3339 lets `t` and `z` be lower case.
+    time::OffsetDateTime::parse(&v.to_ascii_uppercase(), &Rfc3339)
         .map(|t| t.unix_timestamp())
         .map_err(|_| {
             invalid(
