@@ -1,5 +1,6 @@
 //! Usage for chargeback: per tenant and hour, what this replica admitted (requests, records,
-//! bytes), how many of those records Kafka then failed, and what it refused, by reason.
+//! bytes), how many records Kafka acknowledged or failed, what it refused, by reason, and what
+//! limits in shadow mode would have refused.
 //!
 //! The ledger reads the tenants' own counters (`tenant::TenantStats::usage`, atomics the
 //! request path already keeps) every `[usage] tick_ms` and before every answer it gives, and
