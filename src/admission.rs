@@ -367,20 +367,24 @@ impl Admission {
         let spec = shown(state.budget_shadow, state.buckets.spec());
         let global_spec = shown(self.global.is_shadow(), self.global.spec());
         self.never_fits(spec, global_spec, share, charge)?;
+        // Shadow mode asks what a limit would refuse only of a limit in shadow mode: the global
+        // slice is an `Arc` taken from its `ArcSwap`, not worth taking on every request.
         let mut shadow = None;
         let mut pending = state.buckets.check(now, charge).map(Some);
-        let slice = state.buckets.slice().map(|s| &**s);
-        let would = shadow::would_refuse(&pending, slice, now, Scope::Tenant);
-        if let Some(reason) = would.filter(|_| state.budget_shadow) {
-            shadow = Some(reason);
-            pending = Ok(None);
+        if state.budget_shadow {
+            let slice = state.buckets.slice().map(|s| &**s);
+            if let Some(r) = shadow::would_refuse(&pending, slice, now, Scope::Tenant) {
+                shadow = Some(r);
+                pending = Ok(None);
+            }
         }
         let mut global = self.global.check(now, charge).map(|()| true);
-        let slice = self.global.slice();
-        let would = shadow::would_refuse(&global, slice.as_deref(), now, Scope::Global);
-        if let Some(reason) = would.filter(|_| self.global.is_shadow()) {
-            shadow.get_or_insert(reason);
-            global = Ok(false);
+        if self.global.is_shadow() {
+            let slice = self.global.slice();
+            if let Some(r) = shadow::would_refuse(&global, slice.as_deref(), now, Scope::Global) {
+                shadow.get_or_insert(r);
+                global = Ok(false);
+            }
         }
         let global_wait = |g: &Result<bool, Short>| match g {
             Err(Short::Wait(g)) => g.wait_ns,
