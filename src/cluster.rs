@@ -195,6 +195,10 @@ impl Cluster {
             level: levels[d],
             ..asks[d]
         });
+        // A refusal's wait counts from the asking, as the held request's does: stamped at the
+        // answer, a memo would outlast the hold by the call's latency and send the request
+        // back to wait again (a test stepping the clock during the call hung on that).
+        let asked = self.clock.now_ns();
         let started = Instant::now();
         let answer = self.store.lease(key, spec, asks).await;
         self.stats
@@ -212,7 +216,7 @@ impl Cluster {
                         } else {
                             Dimension::Bytes
                         };
-                    slice.note_refused(now, wait, dimension);
+                    slice.note_refused(asked, wait, dimension);
                     return Ok(Some((wait, dimension)));
                 }
                 slice.credit(grant.granted, now);
