@@ -131,12 +131,14 @@ schemas = {
     },
     "GlobalSettings": {
         "type": "object", "additionalProperties": False,
-        "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}, "mode": LIMIT_MODE},
+        "properties": {**budget_props, "hide_from_tenants": {"type": "boolean", "description": "leave the global buckets out of tenants' RateLimit fields"}, "mode": LIMIT_MODE,
+                       "quotas": {"type": "array", "maxItems": 3, "items": ref("Quota"), "description": "calendar quotas on all tenants together, at most one per window, refused as global_quota; a change keeps what each window has used"}},
         "dependentRequired": dependent, **small_bytes_rate,
     },
     "Global": {
         "type": "object",
-        "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "mode": LIMIT_MODE, "live": {"type": "object"}},
+        "properties": {**budget_view_props, "hide_from_tenants": {"type": "boolean"}, "mode": LIMIT_MODE, "quotas": {"type": "array", "items": ref("Quota")},
+                       "live": {"type": "object", "description": "tokens now, and each global quota's window as used (window, dimension, used, limit, reset_in_s)"}},
     },
     "AdaptiveSettings": {
         "type": "object", "additionalProperties": False,
@@ -356,6 +358,7 @@ paths = {
                     "used": {"type": "integer"}, "limit": {"type": "integer"}, "reset_in_s": {"type": "integer"}}}},
                 "buffer_bytes": {"type": "integer"}, "buffer_records": {"type": "integer"}, "buffer_share": {"type": "number"}}}},
             "global_records": {"type": ["object", "null"]}, "global_bytes": {"type": ["object", "null"]},
+            "global_quotas": {"type": "array", "description": "the global calendar quotas in their current window, as a tenant's quotas are shown"},
             "buffer": {"type": "object"}, "kafka": {"type": "object"}, "cluster": {"type": ["object", "null"]},
             "lag_guards": {"type": "array"}, "adaptive": {"type": ["object", "null"], "description": "the adaptive limit as GET /admin/adaptive shows it"}}}),
         "422": err("invalid_field: limit out of range, sort not refused|admitted|id, or an unknown parameter"),

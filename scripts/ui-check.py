@@ -96,6 +96,13 @@ def main():
         status, body = request("PUT", admin + "/admin/adaptive", token,
                                {"enabled": True, "max_records_per_sec": 100000})
         assert status == 200, (status, body)
+        # A global month quota, beside whatever global budget the dev gateway has.
+        status, body = request("GET", admin + "/admin/global", token)
+        assert status == 200, (status, body)
+        settings = {k: v for k, v in body.items() if k not in ("live", "quotas") and v is not None}
+        settings["quotas"] = [{"window": "month", "records": 10000000}]
+        status, body = request("PUT", admin + "/admin/global", token, settings)
+        assert status == 200, (status, body)
 
         refusing = threading.Event()
         refusing.set()
@@ -151,6 +158,9 @@ def main():
             assert "none" in driver.find_element(By.CSS_SELECTOR, 'tr[data-tenant="demo"]').text
             demo_refused = driver.find_element(By.CSS_SELECTOR, 'tr[data-tenant="demo"] td.refused').text
             assert demo_refused == "0", demo_refused
+            # The global month quota: what the month admitted of it, every tenant together.
+            month = driver.find_element(By.CSS_SELECTOR, '#global [data-quota="month-records"]').text
+            assert re.fullmatch(r"month: [1-9][\d,]* / 10,000,000 rec", month), month
             gauge = driver.find_element(By.ID, "buffer-gauge")
             assert gauge.get_attribute("data-fill") is not None
             assert driver.find_element(By.ID, "buffer-text").text.strip(), "buffer text"

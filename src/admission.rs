@@ -58,8 +58,9 @@ pub struct LeaseNeed {
     pub tenant: Option<Missing>,
     pub global: Option<Missing>,
     /// The quotas whose allowances lack for it, a bit per window (`1 << window`; cluster
-    /// mode's shared quotas): the lease works out what each lacks.
+    /// mode's shared quotas): the lease works out what each lacks. `global_quotas` alike.
     pub quotas: u8,
+    pub global_quotas: u8,
     /// The tokens may come in part: records admitted one by one (a stream's group) take what
     /// there is, where a request admitted whole needs all of it or nothing.
     pub partial: bool,
@@ -67,7 +68,7 @@ pub struct LeaseNeed {
 
 impl LeaseNeed {
     fn any(&self) -> bool {
-        self.tenant.is_some() || self.global.is_some() || self.quotas != 0
+        self.tenant.is_some() || self.global.is_some() || self.quotas | self.global_quotas != 0
     }
 }
 
@@ -212,6 +213,7 @@ impl Admission {
             // the lease is dropped here, giving its space back exactly (or, in shadow mode,
             // it is noted as a would-be refusal).
             let mut shadow = pending.shadow;
+            let global_quotas = self.global_quota_take(now, charge, shadow.is_some())?;
             if pending.global {
                 match self.global.take(now, charge) {
                     Ok(()) => {}
@@ -237,7 +239,10 @@ impl Admission {
                 state.adaptive.tats = tats;
             }
             Self::lag_commit(&mut state, pending.lag);
-            self.quota_commit(&mut state, pending.quotas, now, charge);
+            self.quota_commit(&mut state.quotas, pending.quotas, now, charge);
+            if let Some(take) = global_quotas {
+                take.commit(self, now, charge);
+            }
             if let Some(reason) = shadow {
                 tenant.stats().shadowed(reason, charge);
             }
@@ -408,10 +413,12 @@ impl Admission {
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
-        let (quotas, quota_shadow) = self.quota_check(state, now, charge, shadow.is_some())?;
+        let (quotas, quota_shadow) =
+            self.quota_check(&state.quotas, Scope::Tenant, now, charge, shadow.is_some())?;
         if quota_shadow {
             shadow.get_or_insert(Reason::Quota(Scope::Tenant));
         }
+        let global_quotas = self.global_quota_check(now, charge, &mut shadow)?;
         // A request a limit in shadow mode would refuse charges no limit in shadow mode, as
         // its refusal would have charged none: their levels then move as enforced ones would.
         if shadow.is_some() {
@@ -444,6 +451,7 @@ impl Admission {
                 ..LeaseNeed::default()
             },
             &quotas,
+            &global_quotas,
         );
         if need.any() {
             if !self.buffer.has_room(charge) {

@@ -78,6 +78,7 @@ use crate::budget::{
 use crate::record::Charge;
 use crate::refusal::{Reason, Refusal};
 use crate::tenant::{Tenant, Tenants};
+use quota_lease::Holder;
 
 /// One replica's membership in the cluster.
 #[derive(Debug)]
@@ -107,7 +108,8 @@ pub struct Cluster {
     forgotten: std::sync::atomic::AtomicBool,
 }
 
-type QuotaLocks = HashMap<(u64, crate::quota::Window), Arc<tokio::sync::Mutex<()>>>;
+/// Keyed by tenant serial (`None`: the global quotas) and window kind.
+type QuotaLocks = HashMap<(Option<u64>, crate::quota::Window), Arc<tokio::sync::Mutex<()>>>;
 
 impl Cluster {
     pub fn new(
@@ -301,7 +303,20 @@ impl Cluster {
         }
         // The quotas before the global slice, whose lease may find it brought meanwhile and
         // end the call.
-        if need.quotas != 0 && self.lease_quotas(tenant, &need).await? == Asked::Redis {
+        if need.quotas != 0
+            && self
+                .lease_quotas(Holder::Tenant(tenant), need.quotas, &need)
+                .await?
+                == Asked::Redis
+        {
+            asked = Asked::Redis;
+        }
+        if need.global_quotas != 0
+            && self
+                .lease_quotas(Holder::Global, need.global_quotas, &need)
+                .await?
+                == Asked::Redis
+        {
             asked = Asked::Redis;
         }
         if let Some(missing) = need.global {

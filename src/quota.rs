@@ -16,6 +16,7 @@
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
+pub mod global;
 pub mod shared;
 
 use crate::dimension::{Dimension, PerDimension};

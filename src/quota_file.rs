@@ -1,6 +1,6 @@
-//! What the tenants' calendar quotas have used, kept across restarts of a single replica: a
-//! JSON file (`[quotas] state_file`) rewritten whole every `[quotas] save_ms` and once more
-//! when the run drains, and read back at start.
+//! What the calendar quotas (the tenants', the global ones) have used, kept across restarts of
+//! a single replica: a JSON file (`[quotas] state_file`) rewritten whole every
+//! `[quotas] save_ms` and once more when the run drains, and read back at start.
 //!
 //! A clean shutdown loses nothing; a crash loses what was admitted since the last save (at
 //! most `save_ms`, 1 s by default). The file is replaced atomically (a private temporary file,
@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::quota::global::GlobalQuotas;
 use crate::quota::{QuotaUse, Window};
 use crate::record::Charge;
 use crate::tenant::Tenants;
@@ -65,6 +66,9 @@ impl From<WindowKey> for Window {
 struct File {
     version: u32,
     tenants: BTreeMap<String, Vec<Counted>>,
+    /// The global quotas' counts (`[global] quotas`); absent in files written before them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    global: Vec<Counted>,
 }
 
 /// Why the counts could not be read or written.
@@ -93,9 +97,14 @@ impl QuotaFile {
         }
     }
 
-    /// Gives each tenant of `tenants` the counts the file holds for it; returns how many
-    /// tenants had some. A missing file is a first start: nothing to give.
-    pub fn load_into(&self, tenants: &Tenants) -> Result<usize, QuotaFileError> {
+    /// Gives each tenant of `tenants` the counts the file holds for it, and the global quotas
+    /// theirs; returns how many tenants had some. A missing file is a first start: nothing to
+    /// give.
+    pub fn load_into(
+        &self,
+        tenants: &Tenants,
+        global: &GlobalQuotas,
+    ) -> Result<usize, QuotaFileError> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -115,45 +124,25 @@ impl QuotaFile {
             let Some(tenant) = directory.get(&id) else {
                 continue; // removed since
             };
-            let mut state = tenant.admission_state();
-            for c in counts {
-                let window = Window::from(c.window);
-                state.quotas.used[window as usize] = QuotaUse {
-                    window: Some((window, c.start)),
-                    used: Charge::new(c.records, c.bytes),
-                    // Worked out on the first request: the file keeps starts only.
-                    ends: 0,
-                };
-            }
+            restore(&mut tenant.admission_state().quotas.used, counts);
             given += 1;
         }
+        restore(&mut global.lock().used, file.global);
         Ok(given)
     }
 
-    /// Writes every live tenant's counts, replacing the file whole.
-    pub fn save(&self, tenants: &Tenants) -> Result<(), QuotaFileError> {
+    /// Writes every live tenant's counts and the global quotas', replacing the file whole.
+    pub fn save(&self, tenants: &Tenants, global: &GlobalQuotas) -> Result<(), QuotaFileError> {
         let mut file = File {
             version: VERSION,
             tenants: BTreeMap::new(),
+            global: counted(&global.lock().used),
         };
         for tenant in tenants.load().tenants() {
             let Some(state) = tenant.admission_if_live() else {
                 continue; // never admitted anything: nothing used
             };
-            let counts: Vec<Counted> = state
-                .quotas
-                .used
-                .iter()
-                .filter_map(|u| {
-                    let (window, start) = u.window?;
-                    Some(Counted {
-                        window: window.into(),
-                        start,
-                        records: u.used.records,
-                        bytes: u.used.bytes,
-                    })
-                })
-                .collect();
+            let counts = counted(&state.quotas.used);
             if !counts.is_empty() {
                 file.tenants.insert(tenant.id.as_str().to_string(), counts);
             }
@@ -176,5 +165,33 @@ impl QuotaFile {
         std::fs::File::open(&folder)
             .and_then(|d| d.sync_all())
             .map_err(failed)
+    }
+}
+
+/// The windows of `used` that counted something, as the file keeps them.
+fn counted(used: &[QuotaUse; 3]) -> Vec<Counted> {
+    used.iter()
+        .filter_map(|u| {
+            let (window, start) = u.window?;
+            Some(Counted {
+                window: window.into(),
+                start,
+                records: u.used.records,
+                bytes: u.used.bytes,
+            })
+        })
+        .collect()
+}
+
+/// The file's counts back into `used`.
+fn restore(used: &mut [QuotaUse; 3], counts: Vec<Counted>) {
+    for c in counts {
+        let window = Window::from(c.window);
+        used[window as usize] = QuotaUse {
+            window: Some((window, c.start)),
+            used: Charge::new(c.records, c.bytes),
+            // Worked out on the first request: the file keeps starts only.
+            ends: 0,
+        };
     }
 }

@@ -132,9 +132,14 @@ impl Refusal {
     /// A tenant's quota of `window` used up: back in `wait` (the window's end: a month's
     /// reset may be weeks away, so told at most a day ahead, `Retry-After`'s bound).
     pub fn quota(window: Window, wait: Duration) -> Self {
+        Self::quota_of(Scope::Tenant, window, wait)
+    }
+
+    /// [`Refusal::quota`] of a tenant's quota or a global one.
+    pub fn quota_of(scope: Scope, window: Window, wait: Duration) -> Self {
         Self {
             quota: Some(window),
-            ..Self::new(Reason::Quota(Scope::Tenant), wait.min(MAX_RETRY_AFTER))
+            ..Self::new(Reason::Quota(scope), wait.min(MAX_RETRY_AFTER))
         }
     }
 

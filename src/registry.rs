@@ -153,6 +153,9 @@ impl RegistryStore {
         let global = GlobalBudget::new(state.global.spec().map_err(RegistryError::Invalid)?);
         global.set_visible_to_tenants(!state.global.hide_from_tenants);
         global.set_shadow(state.global.mode.is_shadow());
+        global
+            .quotas
+            .set_specs(state.global.quota_specs().map_err(RegistryError::Invalid)?);
         persistence.save(&state)?;
         tracing::info!(tenants = state.tenants.len(), "tenant registry loaded");
         Ok(Self {
@@ -263,6 +266,10 @@ impl RegistryStore {
         self.global
             .set_visible_to_tenants(!next.global.hide_from_tenants);
         self.global.set_shadow(next.global.mode.is_shadow());
+        // Checked with the rest of `next` before it was installed.
+        self.global
+            .quotas
+            .set_specs(next.global.quota_specs().unwrap_or_default());
     }
 
     /// The live registry requests read.

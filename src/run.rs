@@ -332,8 +332,9 @@ fn keep_quota_counts(
     file: &Arc<crate::quota_file::QuotaFile>,
 ) -> tokio::task::JoinHandle<()> {
     let tenants = state.ingest.tenants.clone();
+    let global = state.ingest.admission.global.clone();
     let every = std::time::Duration::from_millis(state.quotas.save_ms);
-    match file.load_into(&tenants) {
+    match file.load_into(&tenants, &global.quotas) {
         Ok(n) => tracing::info!(tenants = n, "quotas: counts of the windows read back"),
         Err(e) => {
             tracing::error!(error = %e, "quotas: the kept counts cannot be read; counting from zero")
@@ -346,8 +347,8 @@ fn keep_quota_counts(
         tick.tick().await;
         loop {
             tick.tick().await;
-            let (file, tenants) = (file.clone(), tenants.clone());
-            match tokio::task::spawn_blocking(move || file.save(&tenants)).await {
+            let (file, tenants, global) = (file.clone(), tenants.clone(), global.clone());
+            match tokio::task::spawn_blocking(move || file.save(&tenants, &global.quotas)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "quotas: counts not saved"),
                 Err(_) => {}
@@ -394,7 +395,8 @@ async fn drain(state: &AppState, deadline: Instant) -> i32 {
     if let Some(file) = state.quotas.file.clone() {
         // Every request has been answered: what the windows used is final for this run.
         let tenants = state.ingest.tenants.clone();
-        match tokio::task::spawn_blocking(move || file.save(&tenants)).await {
+        let global = state.ingest.admission.global.clone();
+        match tokio::task::spawn_blocking(move || file.save(&tenants, &global.quotas)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "shutdown: quota counts not saved"),
             Err(e) => tracing::error!(error = %e, "shutdown: quota counts not saved"),

@@ -217,6 +217,9 @@ impl StatusBoard {
             tenants,
             global_records: global.records.map(Bucket::from),
             global_bytes: global.bytes.map(Bucket::from),
+            global_quotas: (self.admission.global_quotas().into_iter())
+                .map(|(d, q)| QuotaStatus::of(d, q))
+                .collect(),
             buffer: self.buffer_status(),
             kafka: self.kafka_status(&span),
             cluster: self.cluster_status(&span),

@@ -23,10 +23,20 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
         "bytes_burst": config.bytes_burst,
         "hide_from_tenants": config.hide_from_tenants,
         "mode": config.mode,
-        "live": {"tokens": {
-            "records": live.records.map(|v| v.available),
-            "bytes": live.bytes.map(|v| v.available),
-        }},
+        "quotas": config.quotas,
+        "live": {
+            "tokens": {
+                "records": live.records.map(|v| v.available),
+                "bytes": live.bytes.map(|v| v.available),
+            },
+            "quotas": admission.global_quotas().into_iter().map(|(d, q)| json!({
+                "window": q.window.as_str(),
+                "dimension": d.as_str(),
+                "used": q.limit.saturating_sub(q.remaining),
+                "limit": q.limit,
+                "reset_in_s": q.reset_in_s,
+            })).collect::<Vec<_>>(),
+        },
     })
 }
 
@@ -40,6 +50,12 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, AdminError> {
     let global: GlobalBudgetConfig = parse(&body)?;
+    if app.quotas.counts_apart && !global.quotas.is_empty() {
+        return Err(AdminError::InvalidField {
+            field: "quotas".into(),
+            detail: crate::config::COUNTED_APART.into(),
+        });
+    }
     let saved = change(&app, &actor, "global.put", |state| {
         state.global = global;
         Ok(state.global.clone())

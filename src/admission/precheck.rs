@@ -2,6 +2,7 @@
 //! record? Charges nothing.
 
 use super::{global_reason, lag, refused_plain, tenant_reason, Admission, Pending};
+use crate::budget::Scope;
 use crate::identity::Topic;
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal};
@@ -46,8 +47,15 @@ impl Admission {
             tenant.stats().decided(1, 0, Some(r.reason), false);
             return Err(r);
         }
-        if let Err(Denial::Refused(r)) = self.quota_check(&state, now, Charge::new(1, 1), false) {
-            return Err(r); // a used-up window: refused before the body is read
+        // A used-up window (the tenant's or a global one): refused before the body is read.
+        let one = Charge::new(1, 1);
+        if let Err(Denial::Refused(r)) =
+            self.quota_check(&state.quotas, Scope::Tenant, now, one, false)
+        {
+            return Err(r);
+        }
+        if let Err(Denial::Refused(r)) = self.global_quota_check(now, one, &mut None) {
+            return Err(r);
         }
         let spec = state.buckets.spec();
         let global_spec = self.global.spec();

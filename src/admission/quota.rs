@@ -5,13 +5,14 @@
 
 use std::time::Duration;
 
-use super::{Admission, LeaseNeed};
-use crate::budget::{Mode, ModeCell};
+use std::sync::MutexGuard;
+
+use super::{Admission, Blocked, LeaseNeed};
+use crate::budget::{Mode, ModeCell, Scope};
 use crate::quota::shared::{self, SharedShort, Standing};
-use crate::quota::{Calendar, QuotaShort, QuotaUse};
+use crate::quota::{Calendar, QuotaShort, QuotaUse, Quotas};
 use crate::record::Charge;
-use crate::refusal::{Denial, Refusal};
-use crate::tenant::AdmissionState;
+use crate::refusal::{Denial, Reason, Refusal};
 
 /// What the quotas say of a request: what admitting it does to them (their uses; in cluster
 /// mode, worked out again on admission under the same lock: the allowances are larger than a
@@ -38,41 +39,88 @@ impl Admission {
     }
 
     /// The quotas' uses after `charge`, the leases they need first, or the refusal; and
-    /// whether a quota in shadow mode would have refused it. `waived`: another limit in shadow
-    /// mode would refuse it, so quotas in shadow mode are left as they are.
+    /// whether a quota in shadow mode would have refused it. `quotas` are `scope`'s (a
+    /// tenant's, under its lock, or the global ones, under theirs). `waived`: another limit in
+    /// shadow mode would refuse it, so quotas in shadow mode are left as they are.
     pub(super) fn quota_check(
         &self,
-        state: &AdmissionState,
+        quotas: &Quotas,
+        scope: Scope,
         now_ns: u64,
         charge: Charge,
         waived: bool,
     ) -> Result<(QuotaPlan, bool), Denial> {
-        if state.quotas.specs.is_empty() {
+        if quotas.specs.is_empty() {
             return Ok((QuotaPlan::None, false));
         }
         let unix_s = self.unix_s();
         let Some(sharing) = &self.sharing else {
-            return match state.quotas.take(&self.calendar, unix_s, charge, waived) {
+            return match quotas.take(&self.calendar, unix_s, charge, waived) {
                 Ok((used, shadow)) => Ok((QuotaPlan::Local(used), shadow.is_some())),
-                Err(short) => Err(quota_refusal(short, None)),
+                Err(short) => Err(quota_refusal(scope, short, None)),
             };
         };
-        match self.shared_take(state, sharing, unix_s, now_ns, charge, waived) {
+        match self.shared_take(quotas, sharing, unix_s, now_ns, charge, waived) {
             Ok((_, _, shadow)) => Ok((QuotaPlan::Shared { waived }, shadow.is_some())),
             Err(SharedShort::Lease(windows)) => Ok((QuotaPlan::Lease(windows), false)),
             // Without Redis the outage part is spent, not the quota: the client is told to
             // come back when Redis is tried again, not at the window's end.
             Err(SharedShort::Short { short, outage }) => Err(quota_refusal(
+                scope,
                 short,
                 outage.then(|| Duration::from_nanos(sharing.reprobe_ns())),
             )),
         }
     }
 
+    /// [`Admission::quota_check`] of the global quotas, if any is set; a quota in shadow mode
+    /// that would refuse is noted in `shadow`.
+    pub(super) fn global_quota_check(
+        &self,
+        now_ns: u64,
+        charge: Charge,
+        shadow: &mut Option<Reason>,
+    ) -> Result<QuotaPlan, Denial> {
+        if !self.global.quotas.any() {
+            return Ok(QuotaPlan::None);
+        }
+        let quotas = self.global.quotas.lock();
+        let (plan, would) =
+            self.quota_check(&quotas, Scope::Global, now_ns, charge, shadow.is_some())?;
+        if would {
+            shadow.get_or_insert(Reason::Quota(Scope::Global));
+        }
+        Ok(plan)
+    }
+
+    /// The global quotas as a request is about to be admitted: checked again under their
+    /// lock, which is kept until [`GlobalQuotaTake::commit`] (another tenant may have taken
+    /// from them since the plan). `None` when no global quota is set.
+    pub(super) fn global_quota_take(
+        &self,
+        now_ns: u64,
+        charge: Charge,
+        waived: bool,
+    ) -> Result<Option<GlobalQuotaTake<'_>>, Blocked> {
+        if !self.global.quotas.any() {
+            return Ok(None);
+        }
+        let quotas = self.global.quotas.lock();
+        match self.quota_check(&quotas, Scope::Global, now_ns, charge, waived) {
+            Ok((QuotaPlan::Lease(windows), _)) => Err(Blocked::Lease(LeaseNeed {
+                charge,
+                global_quotas: windows,
+                ..LeaseNeed::default()
+            })),
+            Ok((plan, _)) => Ok(Some(GlobalQuotaTake { quotas, plan })),
+            Err(denial) => Err(Blocked::Denied(denial)),
+        }
+    }
+
     /// The shared quotas' allowances and uses after `charge`, or why not.
     fn shared_take(
         &self,
-        state: &AdmissionState,
+        quotas: &Quotas,
         sharing: &ModeCell,
         unix_s: i64,
         now_ns: u64,
@@ -87,8 +135,8 @@ impl Admission {
             },
         };
         shared::take(
-            &state.quotas.specs,
-            &state.quotas.shared,
+            &quotas.specs,
+            &quotas.shared,
             &self.calendar,
             shared::At { unix_s, now_ns },
             standing,
@@ -101,21 +149,21 @@ impl Admission {
     /// lock the plan was made under, so the shared take is the one the plan saw.
     pub(super) fn quota_commit(
         &self,
-        state: &mut AdmissionState,
+        quotas: &mut Quotas,
         plan: QuotaPlan,
         now_ns: u64,
         charge: Charge,
     ) {
         match plan {
-            QuotaPlan::Local(used) => state.quotas.used = used,
+            QuotaPlan::Local(used) => quotas.used = used,
             QuotaPlan::Shared { waived } => {
                 let Some(sharing) = &self.sharing else { return };
                 let unix_s = self.unix_s();
                 if let Ok((allowances, used, _)) =
-                    self.shared_take(state, sharing, unix_s, now_ns, charge, waived)
+                    self.shared_take(quotas, sharing, unix_s, now_ns, charge, waived)
                 {
-                    state.quotas.shared = allowances;
-                    state.quotas.used = used;
+                    quotas.shared = allowances;
+                    quotas.used = used;
                 }
             }
             QuotaPlan::None | QuotaPlan::Lease(_) => {}
@@ -123,19 +171,35 @@ impl Admission {
     }
 }
 
-/// A quota's refusal: it waits for the window to turn, or for `retry`.
-fn quota_refusal(short: QuotaShort, retry: Option<Duration>) -> Denial {
-    let wait = retry.unwrap_or(Duration::from_secs(short.reset_in_s));
-    Denial::Refused(Refusal::quota(short.window, wait))
+/// The global quotas held between their last check and the request's commit.
+pub(super) struct GlobalQuotaTake<'a> {
+    quotas: MutexGuard<'a, Quotas>,
+    plan: QuotaPlan,
 }
 
-/// A request's quota leases, as admission's lease need carries them.
-pub(super) fn with_quotas(need: LeaseNeed, plan: &QuotaPlan) -> LeaseNeed {
-    match plan {
-        QuotaPlan::Lease(windows) => LeaseNeed {
-            quotas: *windows,
-            ..need
-        },
-        _ => need,
+impl GlobalQuotaTake<'_> {
+    /// The request is admitted: the global quotas count it.
+    pub(super) fn commit(mut self, admission: &Admission, now_ns: u64, charge: Charge) {
+        admission.quota_commit(&mut self.quotas, self.plan, now_ns, charge);
+    }
+}
+
+/// A quota's refusal: it waits for the window to turn, or for `retry`.
+fn quota_refusal(scope: Scope, short: QuotaShort, retry: Option<Duration>) -> Denial {
+    let wait = retry.unwrap_or(Duration::from_secs(short.reset_in_s));
+    Denial::Refused(Refusal::quota_of(scope, short.window, wait))
+}
+
+/// A request's quota leases (its tenant's, the global ones), as admission's lease need
+/// carries them.
+pub(super) fn with_quotas(need: LeaseNeed, tenant: &QuotaPlan, global: &QuotaPlan) -> LeaseNeed {
+    let windows = |plan: &QuotaPlan| match plan {
+        QuotaPlan::Lease(windows) => *windows,
+        _ => 0,
+    };
+    LeaseNeed {
+        quotas: windows(tenant),
+        global_quotas: windows(global),
+        ..need
     }
 }

@@ -164,3 +164,93 @@ fn months_and_offsets_turn_where_the_calendar_says() {
             .expect("April at +02:00"),
     );
 }
+
+/// A global day quota of `records` on `admission`'s global budget, in `mode`.
+fn global_day(admission: &Admission, records: u64, shadow: bool) {
+    let q = crate::quota::QuotaSpec {
+        window: Window::Day,
+        limit: crate::dimension::PerDimension {
+            records: Some(records),
+            bytes: None,
+        },
+        shadow,
+    };
+    admission.global.quotas.set_specs(Arc::from(vec![q]));
+}
+
+fn tenant(id: &str) -> Tenant {
+    let mut c = config(Vec::new());
+    c.id = id.into();
+    Tenant::from_config(&c).expect("tenant")
+}
+
+#[test]
+fn a_global_quota_counts_every_tenant_and_refuses_all_until_the_reset() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    global_day(&admission, 10, false);
+    let (a, b) = (tenant("a"), tenant("b"));
+    drop(admission.admit(&a, Charge::new(6, 6)).0.expect("a's six"));
+    drop(admission.admit(&b, Charge::new(4, 4)).0.expect("b's four"));
+    for t in [&a, &b] {
+        let before = admission.view(t).tenant.records.map(|v| v.available);
+        let r = refusal(admission.admit(t, Charge::new(1, 1)).0);
+        assert_eq!(r.reason, Reason::Quota(Scope::Global));
+        assert_eq!(r.reason.as_str(), "global_quota");
+        assert_eq!(r.quota, Some(Window::Day));
+        assert_eq!(r.retry_after, Duration::from_secs(60), "to midnight");
+        let after = admission.view(t).tenant.records.map(|v| v.available);
+        assert_eq!(after, before, "a refusal charges the tenant nothing");
+    }
+    // Checked before the body is read, too.
+    assert_eq!(
+        admission.precheck(&a, 1).expect_err("used up").reason,
+        Reason::Quota(Scope::Global)
+    );
+    let used: Vec<_> = admission
+        .global_quotas()
+        .into_iter()
+        .map(|(_, v)| (v.window, v.limit, v.remaining))
+        .collect();
+    assert_eq!(used, vec![(Window::Day, 10, 0)]);
+}
+
+#[test]
+fn a_global_quota_in_shadow_mode_admits_and_counts_what_it_would_refuse() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    global_day(&admission, 10, true);
+    let a = tenant("a");
+    drop(admission.admit(&a, Charge::new(10, 10)).0.expect("ten"));
+    drop(
+        admission
+            .admit(&a, Charge::new(3, 3))
+            .0
+            .expect("shadow: admitted"),
+    );
+    let shadowed = a.stats().shadowed_flow(Reason::Quota(Scope::Global));
+    assert_eq!((shadowed.requests, shadowed.records), (1, 3));
+    // Not charged: the window still holds the ten it took.
+    assert_eq!(admission.global_quotas()[0].1.remaining, 0);
+    assert_eq!(
+        a.stats()
+            .shadowed_flow(Reason::Quota(Scope::Tenant))
+            .requests,
+        0
+    );
+}
+
+#[test]
+fn a_request_another_limit_refuses_leaves_the_global_quota_untouched() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    global_day(&admission, 100, false);
+    let mut c = config(Vec::new());
+    c.records_per_sec = Some(5);
+    c.records_burst = Some(5);
+    let t = Tenant::from_config(&c).expect("tenant");
+    drop(admission.admit(&t, Charge::new(5, 5)).0.expect("the burst"));
+    let r = refusal(admission.admit(&t, Charge::new(1, 1)).0);
+    assert!(
+        matches!(r.reason, Reason::Budget(Scope::Tenant, _)),
+        "{r:?}"
+    );
+    assert_eq!(admission.global_quotas()[0].1.remaining, 95);
+}

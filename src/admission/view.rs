@@ -30,6 +30,20 @@ impl BucketsView {
 }
 
 impl Admission {
+    /// The global quotas as they stand, window by window, records before bytes (empty: none
+    /// is set). For operators: tenants are not shown them.
+    pub fn global_quotas(&self) -> Vec<(Dimension, QuotaView)> {
+        if !self.global.quotas.any() {
+            return Vec::new();
+        }
+        let unix = self.unix_s();
+        self.global
+            .quotas
+            .lock()
+            .view(&self.calendar, unix)
+            .collect()
+    }
+
     /// The tenant's and the global buckets, and its quotas, as they are now.
     pub fn view(&self, tenant: &Tenant) -> BucketsView {
         let now = self.clock.now_ns();

@@ -99,6 +99,8 @@ pub struct GlobalBudget {
     visible: AtomicBool,
     /// Shadow mode: what the buckets would refuse is counted, not refused, and not charged.
     shadow: AtomicBool,
+    /// The calendar quotas on all tenants together (`[global] quotas`), set with the budget.
+    pub quotas: crate::quota::global::GlobalQuotas,
 }
 
 fn pack(tats: Tats) -> u128 {
@@ -124,6 +126,7 @@ impl GlobalBudget {
             changing: Mutex::new((None, Heard::default())),
             visible: AtomicBool::new(true),
             shadow: AtomicBool::new(false),
+            quotas: crate::quota::global::GlobalQuotas::default(),
         }
     }
 

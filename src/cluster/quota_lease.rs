@@ -1,17 +1,39 @@
 //! Quotas counted in Redis (`quota::shared`): the request-path lease of a quota's allowance,
-//! one at a time per tenant and window kind, and the allowances given back on leaving.
+//! one at a time per holder (a tenant, or the global quotas) and window kind, and the
+//! allowances given back on leaving.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Asked, Cluster, QuotaAsk};
 use crate::admission::LeaseNeed;
+use crate::budget::Scope;
 use crate::dimension::PerDimension;
 use crate::quota::shared::{self, Leased};
-use crate::quota::{QuotaSpec, Window};
+use crate::quota::{QuotaSpec, Quotas, Span, Window};
 use crate::record::Charge;
 use crate::refusal::Refusal;
 use crate::tenant::Tenant;
+
+/// Whose quotas a lease is for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Holder<'a> {
+    Tenant(&'a Tenant),
+    /// `[global] quotas`: counted by all tenants together.
+    Global,
+}
+
+impl Holder<'_> {
+    fn scope(self) -> Scope {
+        match self {
+            Holder::Tenant(_) => Scope::Tenant,
+            Holder::Global => Scope::Global,
+        }
+    }
+}
+
+/// One quota window a replica knows of: its quota, this replica's allowance, the window.
+type Known = (QuotaSpec, shared::Allowance, Span);
 
 /// A quota's count may be forgotten a day after its window ends: a replica whose clock runs
 /// a little late still finds it.
@@ -22,14 +44,34 @@ impl Cluster {
         i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
     }
 
-    /// The request-path lease lock of one tenant's quota (forgotten once nobody holds it).
-    fn quota_lock(&self, tenant: &Tenant, window: Window) -> Arc<tokio::sync::Mutex<()>> {
+    /// The request-path lease lock of one holder's quota (forgotten once nobody holds it).
+    fn quota_lock(&self, holder: Holder<'_>, window: Window) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self
             .quota_in_flight
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        locks.entry((tenant.serial, window)).or_default().clone()
+        let serial = match holder {
+            Holder::Tenant(t) => Some(t.serial),
+            Holder::Global => None,
+        };
+        locks.entry((serial, window)).or_default().clone()
+    }
+
+    /// Works on a holder's quotas under their lock (never held across an await).
+    fn with_quotas<T>(&self, holder: Holder<'_>, work: impl FnOnce(&mut Quotas) -> T) -> T {
+        match holder {
+            Holder::Tenant(t) => work(&mut t.admission_state().quotas),
+            Holder::Global => work(&mut self.global.quotas.lock()),
+        }
+    }
+
+    /// The key of a holder's shared count of the window of `window` starting at `start`.
+    fn holder_key(&self, holder: Holder<'_>, window: Window, start: i64) -> String {
+        match holder {
+            Holder::Tenant(t) => self.store.quota_key(t.id.as_str(), window, start),
+            Holder::Global => self.store.global_quota_key(window, start),
+        }
     }
 
     /// Asks Redis for what the request's quota allowances lack (plus a top-up of a member's
@@ -37,35 +79,30 @@ impl Cluster {
     /// refusal: the quota has less left than the request needs.
     pub(super) async fn lease_quotas(
         &self,
-        tenant: &Tenant,
+        holder: Holder<'_>,
+        windows: u8,
         need: &LeaseNeed,
     ) -> Result<Asked, Refusal> {
         let mut asked = Asked::Nothing;
         for window in Window::ALL {
-            if need.quotas & (1 << window as usize) == 0 {
+            if windows & (1 << window as usize) == 0 {
                 continue;
             }
-            let lock = self.quota_lock(tenant, window);
+            let lock = self.quota_lock(holder, window);
             let _one_lease_at_a_time = lock.lock().await;
             let unix_s = self.unix_s();
-            let (spec, allowance, span) = {
-                let state = tenant.admission_state();
-                let Some(spec) = state
-                    .quotas
-                    .specs
-                    .iter()
-                    .find(|s| s.window == window)
-                    .copied()
-                else {
-                    continue; // the quota was taken away meanwhile
-                };
+            let known = self.with_quotas(holder, |quotas| {
+                let spec = quotas.specs.iter().find(|s| s.window == window).copied()?;
                 let (a, span) = shared::current(
-                    &state.quotas.shared[window as usize],
+                    &quotas.shared[window as usize],
                     &spec,
                     &self.calendar,
                     unix_s,
                 );
-                (spec, a, span)
+                Some((spec, a, span))
+            });
+            let Some((spec, allowance, span)) = known else {
+                continue; // the quota was taken away meanwhile
             };
             let missing = lacking(&spec, allowance.held, need.charge);
             if missing == Charge::default() {
@@ -96,7 +133,7 @@ impl Cluster {
                 unsure_ms: self.unsure_ms(),
                 fraction: self.settings.slice_fraction,
             };
-            let key = self.store.quota_key(tenant.id.as_str(), window, span.start);
+            let key = self.holder_key(holder, window, span.start);
             asked = Asked::Redis;
             match self.store.quota(&key, &self.settings.instance, ask).await {
                 Ok(grant) => {
@@ -107,10 +144,9 @@ impl Cluster {
                         reported: allowance.unreported,
                     };
                     let (unix_s, now_ns) = (self.unix_s(), self.clock.now_ns());
-                    tenant
-                        .admission_state()
-                        .quotas
-                        .leased(leased, &self.calendar, unix_s, now_ns);
+                    self.with_quotas(holder, |quotas| {
+                        quotas.leased(leased, &self.calendar, unix_s, now_ns);
+                    });
                     // A quota in shadow mode refuses nothing: admission counts it from the
                     // count just heard (`admission::shadow`).
                     if grant.refused && !spec.shadow {
@@ -120,7 +156,7 @@ impl Cluster {
                         let wait = grant
                             .unsure_for
                             .unwrap_or(Duration::from_secs(reset.max(1)));
-                        return Err(Refusal::quota(window, wait));
+                        return Err(Refusal::quota_of(holder.scope(), window, wait));
                     }
                 }
                 Err(e) => {
@@ -151,52 +187,63 @@ impl Cluster {
         self.push_quotas(false).await;
     }
 
-    /// One call per tenant window this replica knows of: its heard count and reports, and
-    /// (`give`) its unspent allowance given back.
+    /// One call per quota window this replica knows of (its tenants', the global ones): its
+    /// heard count and reports, and (`give`) its unspent allowance given back.
     async fn push_quotas(&self, give: bool) {
         let unix_s = self.unix_s();
+        let global = self.with_quotas(Holder::Global, |q| self.known(q, unix_s));
+        if !self.push_known(Holder::Global, global, give).await {
+            return;
+        }
         let registry = self.tenants.load();
         for t in registry.tenants() {
-            let allowances: Vec<(QuotaSpec, shared::Allowance, crate::quota::Span)> = {
-                let Some(state) = t.admission_if_live() else {
-                    continue;
-                };
-                state
-                    .quotas
-                    .specs
-                    .iter()
-                    .map(|spec| {
-                        let (a, span) = shared::current(
-                            &state.quotas.shared[spec.window as usize],
-                            spec,
-                            &self.calendar,
-                            unix_s,
-                        );
-                        (*spec, a, span)
-                    })
-                    .filter(|(_, a, _)| a.heard_at_ns != 0 || a.unreported != Charge::default())
-                    .collect()
+            let known = match t.admission_if_live() {
+                Some(state) => self.known(&state.quotas, unix_s),
+                None => continue,
             };
-            for (spec, a, span) in allowances {
-                let ask = QuotaAsk {
-                    limit: spec.limit,
-                    known: a.heard,
-                    outage: a.outage,
-                    give: if give { a.held } else { Charge::default() },
-                    received: a.received,
-                    members: 1,
-                    expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
-                    unsure_ms: self.unsure_ms(),
-                    fraction: self.settings.slice_fraction,
-                    ..QuotaAsk::default()
-                };
-                let key = self.store.quota_key(t.id.as_str(), spec.window, span.start);
-                if let Err(e) = self.store.quota(&key, &self.settings.instance, ask).await {
-                    self.stats.count_error(e.kind());
-                    return;
-                }
+            if !self.push_known(Holder::Tenant(t), known, give).await {
+                return;
             }
         }
+    }
+
+    /// The windows of `quotas` this replica heard a count of or admitted without a lease.
+    fn known(&self, quotas: &Quotas, unix_s: i64) -> Vec<Known> {
+        quotas
+            .specs
+            .iter()
+            .map(|spec| {
+                let slot = &quotas.shared[spec.window as usize];
+                let (a, span) = shared::current(slot, spec, &self.calendar, unix_s);
+                (*spec, a, span)
+            })
+            .filter(|(_, a, _)| a.heard_at_ns != 0 || a.unreported != Charge::default())
+            .collect()
+    }
+
+    /// Tells Redis what this replica knows of a holder's windows; `false` once a call fails
+    /// (Redis is away: the rest would fail too).
+    async fn push_known(&self, holder: Holder<'_>, known: Vec<Known>, give: bool) -> bool {
+        for (spec, a, span) in known {
+            let ask = QuotaAsk {
+                limit: spec.limit,
+                known: a.heard,
+                outage: a.outage,
+                give: if give { a.held } else { Charge::default() },
+                received: a.received,
+                members: 1,
+                expire_at_s: span.end.saturating_add(KEPT_AFTER_S),
+                unsure_ms: self.unsure_ms(),
+                fraction: self.settings.slice_fraction,
+                ..QuotaAsk::default()
+            };
+            let key = self.holder_key(holder, spec.window, span.start);
+            if let Err(e) = self.store.quota(&key, &self.settings.instance, ask).await {
+                self.stats.count_error(e.kind());
+                return false;
+            }
+        }
+        true
     }
 }
 

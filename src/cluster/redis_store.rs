@@ -115,6 +115,11 @@ impl RedisStore {
         )
     }
 
+    /// [`RedisStore::quota_key`] of a global quota: under the global budget's hash tag.
+    pub fn global_quota_key(&self, window: crate::quota::Window, start: i64) -> String {
+        format!("{}:quota:{}:{start}", self.global_key(), window.as_str())
+    }
+
     fn members_key(&self) -> String {
         format!("{{{}:members}}", self.prefix)
     }
@@ -299,6 +304,10 @@ impl BudgetStore for RedisStore {
 
     fn quota_key(&self, tenant: &str, window: crate::quota::Window, start: i64) -> String {
         RedisStore::quota_key(self, tenant, window, start)
+    }
+
+    fn global_quota_key(&self, window: crate::quota::Window, start: i64) -> String {
+        RedisStore::global_quota_key(self, window, start)
     }
 
     fn quota<'a>(

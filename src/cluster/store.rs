@@ -155,6 +155,9 @@ pub trait BudgetStore: Send + Sync + std::fmt::Debug {
     /// `start` (Unix seconds).
     fn quota_key(&self, tenant: &str, window: crate::quota::Window, start: i64) -> String;
 
+    /// The key of a global quota's shared count, as [`Store::quota_key`] of a tenant's.
+    fn global_quota_key(&self, window: crate::quota::Window, start: i64) -> String;
+
     /// Leases from (or gives back to) the quota count at `key`, for the process `instance`.
     fn quota<'a>(
         &'a self,

@@ -46,6 +46,11 @@ pub struct GlobalBudgetConfig {
     /// usage, the status page) with its reason, and admitted.
     #[serde(default, skip_serializing_if = "LimitMode::is_enforce")]
     pub mode: LimitMode,
+    /// Calendar quotas on what all tenants send together, at most one per window kind (for
+    /// example `[{ window = "month", bytes = 50_000_000_000_000 }]`); refused as
+    /// `global_quota`. Each has its own `mode`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<super::QuotaConfig>,
 }
 
 /// Whether a limit refuses (`enforce`, the default) or only counts what it would refuse
@@ -71,8 +76,10 @@ impl LimitMode {
 }
 
 impl GlobalBudgetConfig {
-    /// The budget this section describes, or the key of the first invalid value.
+    /// The budget this section describes, or the key of the first invalid value (its quotas
+    /// included: every check of the section goes through here).
     pub fn spec(&self) -> Result<BudgetSpec, ConfigProblem> {
+        self.quota_specs()?;
         budget_spec(
             "global",
             self.records_per_sec,
@@ -80,6 +87,11 @@ impl GlobalBudgetConfig {
             self.bytes_per_sec,
             self.bytes_burst,
         )
+    }
+
+    /// The global quotas, or the key of the first invalid value.
+    pub fn quota_specs(&self) -> Result<std::sync::Arc<[crate::quota::QuotaSpec]>, ConfigProblem> {
+        super::quota_specs("global.quotas", &self.quotas).map(Into::into)
     }
 }
 

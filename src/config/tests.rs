@@ -481,4 +481,18 @@ fn quotas_are_refused_where_replicas_would_each_count_them() {
     ));
     let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
     assert_eq!(keys, ["quotas.state_file"], "{p:?}");
+    // The global quotas alike; a bad one is named where it is written.
+    let global = "[global]\nquotas = [{ window = \"month\", bytes = 1000 }]\n";
+    assert!(problems(global).is_empty(), "{:?}", problems(global));
+    assert!(problems(&format!("{redis}{global}")).is_empty());
+    let p = problems(&format!("{global}{shared}"));
+    let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["global.quotas"], "{p:?}");
+    let twice = "[global]\nquotas = [{ window = \"day\", records = 1 }, \
+                 { window = \"day\", bytes = 1000 }]\n";
+    let p = problems(twice);
+    assert!(
+        p.iter().any(|p| p.key.starts_with("global.quotas")),
+        "{p:?}"
+    );
 }

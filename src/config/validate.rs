@@ -270,6 +270,9 @@ impl Config {
         if let Err(p) = self.global.spec() {
             problems.push(p);
         }
+        if self.cluster.counts_apart() && !self.global.quotas.is_empty() {
+            problems.push(ConfigProblem::new("global.quotas", super::COUNTED_APART));
+        }
         problems.extend(self.quotas.problems(self.cluster.redis_url.is_some()));
         problems.extend(self.usage.problems());
         problems.extend(librdkafka::problems(&self.kafka.producer));

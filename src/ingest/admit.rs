@@ -243,11 +243,16 @@ pub(super) fn refused(tenant: &Tenant, refusal: Refusal) -> ApiError {
 /// took the tokens first, or the caller has spent its calls.
 fn contended(need: LeaseNeed) -> Refusal {
     if need.tenant.is_none() && need.global.is_none() {
-        if let Some(window) = crate::quota::Window::ALL
-            .into_iter()
-            .find(|w| need.quotas & (1 << *w as usize) != 0)
-        {
+        let first = |windows: u8| {
+            crate::quota::Window::ALL
+                .into_iter()
+                .find(|w| windows & (1 << *w as usize) != 0)
+        };
+        if let Some(window) = first(need.quotas) {
             return Refusal::quota(window, CONTENDED_RETRY);
+        }
+        if let Some(window) = first(need.global_quotas) {
+            return Refusal::quota_of(Scope::Global, window, CONTENDED_RETRY);
         }
     }
     let (scope, missing) = match (need.tenant, need.global) {

@@ -1,5 +1,5 @@
 //! The global budget's series: the tokens its buckets hold now (a dimension without a global
-//! limit has no series).
+//! limit has no series), and its calendar quotas' use.
 
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -31,5 +31,30 @@ pub(super) fn encode(
         None,
         G,
         &global,
+    )?;
+    let (mut used, mut limit) = (Vec::new(), Vec::new());
+    for (d, q) in admission.global_quotas() {
+        let labels = vec![("window", q.window.as_str()), ("dimension", d.as_str())];
+        used.push((
+            labels.clone(),
+            ConstGauge::new(q.limit.saturating_sub(q.remaining) as f64),
+        ));
+        limit.push((labels, ConstGauge::new(q.limit as f64)));
+    }
+    family(
+        encoder,
+        "global_quota_used",
+        "What each global calendar quota's current window has admitted, by window and dimension",
+        None,
+        G,
+        &used,
+    )?;
+    family(
+        encoder,
+        "global_quota_limit",
+        "Each global calendar quota's limit per window, by window and dimension",
+        None,
+        G,
+        &limit,
     )
 }

@@ -127,6 +127,8 @@ pub struct Snapshot {
     pub tenants: Vec<TenantStatus>,
     pub global_records: Option<Bucket>,
     pub global_bytes: Option<Bucket>,
+    /// The global calendar quotas (`[global] quotas`), as a tenant's are shown.
+    pub global_quotas: Vec<QuotaStatus>,
     pub buffer: BufferStatus,
     pub kafka: KafkaStatus,
     pub cluster: Option<ClusterStatus>,

@@ -71,6 +71,7 @@ mod tansu {
 mod redis {
     mod cluster;
     mod dashboards;
+    mod global_quotas;
     mod holds;
     mod idempotency;
     mod idempotency_cluster;

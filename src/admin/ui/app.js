@@ -61,7 +61,7 @@ function bucketBar(bucket, unit) {
   return wrap;
 }
 
-// A tenant's calendar quotas: one bar per window and dimension, what the window used of it.
+// Calendar quotas (a tenant's, or the global ones): one bar per window and dimension, what the window used of it.
 function quotaBars(quotas) {
   if (!quotas.length) return el("span", { class: "muted" }, "none");
   const cell = el("div", { class: "quotas" });
@@ -116,9 +116,11 @@ function render(s) {
 
   const global = $("global");
   global.replaceChildren();
-  if (!s.global_records && !s.global_bytes) global.append(el("span", { class: "muted" }, "unlimited"));
+  const globalQuotas = s.global_quotas || [];
+  if (!s.global_records && !s.global_bytes && !globalQuotas.length) global.append(el("span", { class: "muted" }, "unlimited"));
   if (s.global_records) global.append(el("div", {}, "records"), bucketBar(s.global_records, "rec"));
   if (s.global_bytes) global.append(el("div", {}, "bytes"), bucketBar(s.global_bytes, "B"));
+  if (globalQuotas.length) global.append(el("div", {}, "quotas"), Object.assign(quotaBars(globalQuotas), { id: "global-quotas" }));
 
   const k = s.kafka;
   const rows = [

@@ -180,3 +180,32 @@ async fn a_restarted_gateway_keeps_what_its_windows_used() {
     assert_eq!(s, 200, "{a}");
     gw.shutdown().await;
 }
+
+/// The global quotas' counts are kept with the tenants': a restart hands out no fresh global
+/// allowance either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gateway_keeps_what_its_global_windows_used() {
+    let cluster = mock_cluster(&["test.quota"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let global = |cluster: &Cluster| {
+        let mut cfg = with_counts_kept(cluster, dir.path());
+        cfg.global.quotas = std::mem::take(&mut cfg.tenants[0].quotas);
+        cfg
+    };
+    let gw = Gateway::start_at_unix(global(&cluster), BEFORE_MIDNIGHT).await;
+    let (s, _, a) = post_json(&gw.url("test.quota"), KEY, &records(3, "kept")).await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+
+    let gw = Gateway::start_at_unix(global(&cluster), BEFORE_MIDNIGHT).await;
+    let url = gw.url("test.quota");
+    let (s, _, a) = post_json(&url, KEY, &records(3, "refused")).await;
+    assert_eq!(
+        (s, a["reason"].as_str()),
+        (429, Some("global_quota")),
+        "{a}"
+    );
+    let (s, _, a) = post_json(&url, KEY, &records(2, "kept")).await;
+    assert_eq!(s, 200, "{a}");
+    gw.shutdown().await;
+}
