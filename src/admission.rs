@@ -213,7 +213,7 @@ impl Admission {
             // the lease is dropped here, giving its space back exactly (or, in shadow mode,
             // it is noted as a would-be refusal).
             let mut shadow = pending.shadow;
-            let global_quotas = self.global_quota_take(now, charge, shadow.is_some())?;
+            let global_quotas = self.global_quota_take(now, charge, &mut shadow)?;
             if pending.global {
                 match self.global.take(now, charge) {
                     Ok(()) => {}
@@ -413,12 +413,7 @@ impl Admission {
         }
         let adaptive = self.adaptive_check(tenant, state, now, charge)?;
         let lag = self.lag_check(state, topic, now, charge.records)?;
-        let (quotas, quota_shadow) =
-            self.quota_check(&state.quotas, Scope::Tenant, now, charge, shadow.is_some())?;
-        if quota_shadow {
-            shadow.get_or_insert(Reason::Quota(Scope::Tenant));
-        }
-        let global_quotas = self.global_quota_check(now, charge, &mut shadow)?;
+        let (quotas, global_quotas) = self.quotas_check(state, now, charge, &mut shadow)?;
         // A request a limit in shadow mode would refuse charges no limit in shadow mode, as
         // its refusal would have charged none: their levels then move as enforced ones would.
         if shadow.is_some() {

@@ -13,6 +13,7 @@ use crate::quota::shared::{self, SharedShort, Standing};
 use crate::quota::{Calendar, QuotaShort, QuotaUse, Quotas};
 use crate::record::Charge;
 use crate::refusal::{Denial, Reason, Refusal};
+use crate::tenant::AdmissionState;
 
 /// What the quotas say of a request: what admitting it does to them (their uses; in cluster
 /// mode, worked out again on admission under the same lock: the allowances are larger than a
@@ -73,6 +74,33 @@ impl Admission {
         }
     }
 
+    /// The tenant's quotas and the global ones: their plans, or the refusal. A quota in
+    /// shadow mode that would refuse is noted in `shadow`, and waives every other quota in
+    /// shadow mode, as its refusal would have charged none.
+    pub(super) fn quotas_check(
+        &self,
+        state: &AdmissionState,
+        now_ns: u64,
+        charge: Charge,
+        shadow: &mut Option<Reason>,
+    ) -> Result<(QuotaPlan, QuotaPlan), Denial> {
+        let waived = shadow.is_some();
+        let (mut tenant, would) =
+            self.quota_check(&state.quotas, Scope::Tenant, now_ns, charge, waived)?;
+        if would {
+            shadow.get_or_insert(Reason::Quota(Scope::Tenant));
+        }
+        let global = self.global_quota_check(now_ns, charge, shadow)?;
+        if !waived && !would && shadow.is_some() {
+            // Only a global quota in shadow mode would refuse it: the tenant's in shadow mode
+            // are left as they are.
+            tenant = self
+                .quota_check(&state.quotas, Scope::Tenant, now_ns, charge, true)?
+                .0;
+        }
+        Ok((tenant, global))
+    }
+
     /// [`Admission::quota_check`] of the global quotas, if any is set; a quota in shadow mode
     /// that would refuse is noted in `shadow`.
     pub(super) fn global_quota_check(
@@ -96,23 +124,29 @@ impl Admission {
     /// The global quotas as a request is about to be admitted: checked again under their
     /// lock, which is kept until [`GlobalQuotaTake::commit`] (another tenant may have taken
     /// from them since the plan). `None` when no global quota is set.
+    /// A quota in shadow mode that would refuse it now is noted in `shadow`.
     pub(super) fn global_quota_take(
         &self,
         now_ns: u64,
         charge: Charge,
-        waived: bool,
+        shadow: &mut Option<Reason>,
     ) -> Result<Option<GlobalQuotaTake<'_>>, Blocked> {
         if !self.global.quotas.any() {
             return Ok(None);
         }
         let quotas = self.global.quotas.lock();
-        match self.quota_check(&quotas, Scope::Global, now_ns, charge, waived) {
+        match self.quota_check(&quotas, Scope::Global, now_ns, charge, shadow.is_some()) {
             Ok((QuotaPlan::Lease(windows), _)) => Err(Blocked::Lease(LeaseNeed {
                 charge,
                 global_quotas: windows,
                 ..LeaseNeed::default()
             })),
-            Ok((plan, _)) => Ok(Some(GlobalQuotaTake { quotas, plan })),
+            Ok((plan, would)) => {
+                if would {
+                    shadow.get_or_insert(Reason::Quota(Scope::Global));
+                }
+                Ok(Some(GlobalQuotaTake { quotas, plan }))
+            }
             Err(denial) => Err(Blocked::Denied(denial)),
         }
     }

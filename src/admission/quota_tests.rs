@@ -254,3 +254,24 @@ fn a_request_another_limit_refuses_leaves_the_global_quota_untouched() {
     );
     assert_eq!(admission.global_quotas()[0].1.remaining, 95);
 }
+
+#[test]
+fn a_global_quota_in_shadow_mode_that_would_refuse_waives_the_tenants_shadow_quota() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    global_day(&admission, 5, true);
+    let mut shadow_day = day(100);
+    shadow_day.mode = crate::config::LimitMode::Shadow;
+    let t = Tenant::from_config(&config(vec![shadow_day])).expect("tenant");
+    drop(admission.admit(&t, Charge::new(5, 5)).0.expect("five"));
+    // Enforced, the global quota would refuse the next three: so the tenant's quota in shadow
+    // mode is not charged for them either.
+    drop(
+        admission
+            .admit(&t, Charge::new(3, 3))
+            .0
+            .expect("shadow: admitted"),
+    );
+    assert_eq!(admission.view(&t).quotas[0].expect("shown").1.remaining, 95);
+    let shadowed = t.stats().shadowed_flow(Reason::Quota(Scope::Global));
+    assert_eq!((shadowed.requests, shadowed.records), (1, 3));
+}
