@@ -17,6 +17,8 @@ pub struct BucketsView {
     pub global: PerDimension<Option<BucketView>>,
     /// The tenant's quotas, window by window, records before bytes.
     pub quotas: [Option<(Dimension, QuotaView)>; QUOTA_ITEMS],
+    /// The global quotas, alike (hidden with the global buckets: `hide_from_tenants`).
+    pub global_quotas: [Option<(Dimension, QuotaView)>; QUOTA_ITEMS],
 }
 
 impl BucketsView {
@@ -31,7 +33,7 @@ impl BucketsView {
 
 impl Admission {
     /// The global quotas as they stand, window by window, records before bytes (empty: none
-    /// is set). For operators: tenants are not shown them.
+    /// is set).
     pub fn global_quotas(&self) -> Vec<(Dimension, QuotaView)> {
         if !self.global.quotas.any() {
             return Vec::new();
@@ -42,6 +44,19 @@ impl Admission {
             .lock()
             .view(&self.calendar, unix)
             .collect()
+    }
+
+    /// The global quotas as an answer's view holds them.
+    fn global_quota_items(&self) -> [Option<(Dimension, QuotaView)>; QUOTA_ITEMS] {
+        let mut items = [None; QUOTA_ITEMS];
+        if self.global.quotas.any() {
+            let unix = self.unix_s();
+            let quotas = self.global.quotas.lock();
+            for (slot, item) in items.iter_mut().zip(quotas.view(&self.calendar, unix)) {
+                *slot = Some(item);
+            }
+        }
+        items
     }
 
     /// The tenant's and the global buckets, and its quotas, as they are now.
@@ -55,6 +70,7 @@ impl Admission {
                 tenant: TenantBuckets::new(tenant.spec()).view(now),
                 global: self.global.view(now),
                 quotas: Default::default(),
+                global_quotas: self.global_quota_items(),
             },
         }
     }
@@ -74,6 +90,7 @@ impl Admission {
             tenant: state.buckets.view(now),
             global: self.global.view(now),
             quotas,
+            global_quotas: self.global_quota_items(),
         }
     }
 }

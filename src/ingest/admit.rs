@@ -222,11 +222,12 @@ impl Ingest {
         self.shown(self.admission.view(tenant))
     }
 
-    /// `view` as the tenant may see it: the global buckets hidden unless the operator shows
-    /// them.
+    /// `view` as the tenant may see it: the global buckets and quotas hidden unless the
+    /// operator shows them.
     pub(super) fn shown(&self, mut view: BucketsView) -> BucketsView {
         if !self.admission.global.visible_to_tenants() {
             view.global = PerDimension::default();
+            view.global_quotas = Default::default();
         }
         view
     }

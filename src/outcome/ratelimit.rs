@@ -71,14 +71,21 @@ fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Wri
     }
     // Calendar quotas: `q` the window's allowance, `w` its length, `r` what is left of it,
     // `t` the seconds until it turns (a refill of the whole allowance at once).
-    for (dimension, q) in view.quotas.iter().flatten() {
+    let quotas = [
+        ("\"tenant-", &view.quotas),
+        ("\"global-", &view.global_quotas),
+    ];
+    for (scope, (dimension, q)) in quotas
+        .into_iter()
+        .flat_map(|(scope, items)| items.iter().flatten().map(move |item| (scope, item)))
+    {
         let (window, unit, dimension) = (q.window.as_str(), unit(*dimension), dimension.as_str());
         if any {
             put(policy, &[", "]);
             put(state, &[", "]);
         }
         any = true;
-        let name = ["\"tenant-", window, "-", dimension, "\""];
+        let name = [scope, window, "-", dimension, "\""];
         policy_item(policy, &name, q.limit, q.window_s, unit);
         state_item(state, &name, q.remaining, q.reset_in_s);
     }
@@ -123,10 +130,10 @@ fn state_item(out: &mut impl Write, name: &[&str], r: u64, t: u64) {
 }
 
 /// A field value formatted on the stack (every request carries two; a `String` per field
-/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, six quota
-/// items ~450 more.
+/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, each quota
+/// item ~75 more (twelve at most: six of the tenant's, six global).
 struct FieldBuf {
-    bytes: [u8; 1024],
+    bytes: [u8; 1536],
     len: usize,
     /// A write did not fit: the value is incomplete.
     overflow: bool,
@@ -135,7 +142,7 @@ struct FieldBuf {
 impl FieldBuf {
     fn new() -> Self {
         Self {
-            bytes: [0; 1024],
+            bytes: [0; 1536],
             len: 0,
             overflow: false,
         }
@@ -292,8 +299,8 @@ mod tests {
                 full_in_ns: u64::MAX,
             })
         };
-        // All four buckets and six quota items with the longest numbers there are: still
-        // within the stack buffer.
+        // All four buckets and twelve quota items (the tenant's six, the global six) with the
+        // longest numbers there are: still within the stack buffer.
         let view = BucketsView {
             tenant: PerDimension {
                 records: bucket(1),
@@ -313,8 +320,19 @@ mod tests {
                     reset_in_s: 2_678_400,
                 },
             )); 6],
+            global_quotas: [Some((
+                Dimension::Records,
+                QuotaView {
+                    window: Window::Month,
+                    limit: u64::MAX,
+                    remaining: u64::MAX,
+                    window_s: 2_678_400,
+                    reset_in_s: 2_678_400,
+                },
+            )); 6],
         };
         let (policy, state) = render(&view).expect("four buckets");
+        assert!(policy.contains("\"global-month-records\";q=18446744073709551615"));
         let mut headers = HeaderMap::new();
         insert(&mut headers, &view);
         assert_eq!(headers[&RATELIMIT_POLICY], policy.as_str());

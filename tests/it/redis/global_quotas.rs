@@ -68,8 +68,12 @@ async fn started(r: &Replicas, n: usize, edit: impl Fn(&mut Config)) -> Vec<Gate
 /// (`quota.lua`): the records admitted, 1.
 async fn first(r: &Replicas, gw: &Gateway) -> u64 {
     let one = serde_json::json!({"records": [{"value": "x"}]});
-    let (s, _, a) = post_json(&gw.url(TOPIC), KEY, &one).await;
+    let (s, h, a) = post_json(&gw.url(TOPIC), KEY, &one).await;
     assert_eq!(s, 200, "{a}");
+    // Each tenant is told the global quota too (the global buckets are not hidden).
+    let policy = h["ratelimit-policy"].to_str().expect("policy");
+    assert!(policy.contains("\"global-day-records\";q="), "{policy}");
+    assert!(policy.contains(";w=86400;"), "{policy}");
     r.clock.advance_ms(3 * 500 + 1);
     1
 }
