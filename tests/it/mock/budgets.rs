@@ -224,6 +224,13 @@ async fn the_global_buckets_can_be_hidden_from_tenants() {
         cfg.global.records_per_sec = Some(100);
         cfg.global.records_burst = Some(3);
         cfg.global.hide_from_tenants = true;
+        // A global quota is hidden with the buckets.
+        cfg.global.quotas = vec![floodgate::config::QuotaConfig {
+            window: floodgate::config::WindowName::Day,
+            records: Some(1_000),
+            bytes: None,
+            mode: Default::default(),
+        }];
     })
     .await;
     let url = gw.url("test.hide");
