@@ -26,10 +26,30 @@ pub struct Listeners {
 impl Listeners {
     pub async fn bind(config: &Config) -> std::io::Result<Self> {
         Ok(Self {
-            produce: TcpListener::bind(config.server.listen).await?,
-            admin: TcpListener::bind(config.server.admin_listen).await?,
+            produce: bind_listener(config.server.listen)?,
+            admin: bind_listener(config.server.admin_listen)?,
         })
     }
+}
+
+/// Connections the kernel may hold for the accept loop (`listen(2)`'s backlog; Linux caps it at
+/// `net.core.somaxconn`, 4,096 by default). The standard library's 128 was full whenever
+/// clients reconnected as fast as a full listener closed their connections: a new client's
+/// SYN was dropped, and it waited for its retransmissions, 1, 3 or 7 s (review 41-r3 of #37:
+/// probes of the admin listener waited 3.4–5.0 s under 200 addresses' reconnecting
+/// connections). Queued, a newcomer waits its turn among them instead.
+pub const LISTEN_BACKLOG: u32 = 4_096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`], reusing the address as `TcpListener::bind`
+/// does (a restart binds again at once).
+pub fn bind_listener(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// What a run needs besides its configuration.

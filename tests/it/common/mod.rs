@@ -27,7 +27,6 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use reqwest::Method;
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -334,9 +333,10 @@ pub fn clustered_options(clock: &Arc<ManualClock>) -> floodgate::RunOptions {
 
 /// A produce and an admin listener on free loopback ports, for `floodgate::run`.
 pub async fn loopback_listeners() -> Listeners {
+    let any = "127.0.0.1:0".parse().expect("addr");
     Listeners {
-        produce: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
-        admin: TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        produce: floodgate::run::bind_listener(any).expect("bind"),
+        admin: floodgate::run::bind_listener(any).expect("bind"),
     }
 }
 

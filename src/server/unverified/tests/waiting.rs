@@ -169,3 +169,33 @@ fn a_known_address_holding_a_slot_is_refused_past_its_waiting_places() {
         .collect();
     assert_eq!(guard.make_room_for(known, WAITED), Room::Refused);
 }
+
+/// Review 41-r3: an address whose two connections were both closed for room and wait again
+/// holds no slot; its newcomer takes from a tenant holding two (over its share of one), as a
+/// newcomer of an address holding nothing does. Counted with its own other newcomer (two), it
+/// could take from nobody, and newcomers like it held every waiting place.
+#[test]
+fn an_address_whose_connections_all_wait_takes_from_a_tenant_holding_two() {
+    let guard = Unverified::new(16, 1_000, TrustedProxies::default());
+    guard.fit_to(4, 4);
+    let ip = |n: u8| IpAddr::from([10, 0, 1, n]);
+    let mut seated = Vec::new();
+    for n in 1..=2 {
+        for _ in 0..2 {
+            let trust = seat(&guard, ip(n)).expect("seated");
+            assert!(trust.verified_as(&format!("admin clients from {}", ip(n))));
+            seated.push(trust);
+        }
+    }
+    let _first = guard.admit(ip(3)).expect("waiting");
+    let _second = guard.admit(ip(3)).expect("waiting");
+    assert_eq!(guard.make_room_for(ip(3), WAITED), Room::Made);
+    assert_eq!(
+        seated
+            .iter()
+            .filter(|t| t.0.closing.load(Ordering::Acquire))
+            .count(),
+        1,
+        "one idle connection of a tenant holding two"
+    );
+}
