@@ -287,7 +287,7 @@ paths = {
     "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "alive", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     "/readyz": {"get": {"summary": "Ready for traffic", "responses": {
         "200": jres("ready", ref("Readiness")),
-        "503": jres("not ready: shutting_down, registry_unverified, registry_loading, buffer_high_water or kafka_unreachable", ref("Readiness")),
+        "503": jres("not ready: shutting_down, registry_unverified, registry_loading, quotas_counted_apart (the shared registry sets quotas, and this replica has no [cluster] redis_url to count them with the others), buffer_high_water or kafka_unreachable", ref("Readiness")),
     }}},
     "/metrics": {"get": {"summary": "Prometheus metrics (OpenMetrics text)", "responses": {"200": {"description": "the exposition", "content": {"text/plain; version=0.0.4; charset=utf-8": {"schema": {"type": "string"}}, "application/openmetrics-text; version=1.0.0; charset=utf-8": {"schema": {"type": "string"}}}}}, "description": "OpenMetrics when the Accept header asks for application/openmetrics-text (as Prometheus does), Prometheus' classic text format otherwise. Per-tenant series as [metrics] per_tenant says (default: the 100 busiest, the rest under tenant=\"_other\"). With [metrics] token_env, 401 without its bearer token."}},
     "/admin/tenants": {"get": admin_op("List tenants, a page at a time in id order", {

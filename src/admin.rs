@@ -267,6 +267,15 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Readiness {
             detail: "the tenant registry is still being read from the registry topic".into(),
         };
     }
+    // Quotas reach a replica without Redis through a shared registry written by one with it
+    // (check-config and the admin API refuse them here): counted alone, they would be admitted
+    // once per such replica (review 41-r4: 100 of a global quota of 50). It takes no traffic.
+    if app.quotas.counts_apart && app.registry.has_quotas() {
+        return Readiness::NotReady {
+            reason: "quotas_counted_apart",
+            detail: crate::config::COUNTED_APART.into(),
+        };
+    }
     let buffer = &app.ingest.admission.buffer;
     let (bytes, records) = buffer.held();
     let fill = (bytes as f64 / buffer.max_bytes() as f64)

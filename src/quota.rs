@@ -158,6 +158,9 @@ pub struct QuotaShort {
 pub struct QuotaView {
     pub window: Window,
     pub limit: u64,
+    /// What the window counted: past `limit` once a limit was lowered below it (then
+    /// `remaining` is 0, and `limit - remaining` would hide by how much).
+    pub used: u64,
     pub remaining: u64,
     /// The window's length and the seconds left of it.
     pub window_s: u64,
@@ -223,6 +226,7 @@ impl QuotaSpec {
             self.limit[d].map(|limit| QuotaView {
                 window: self.window,
                 limit,
+                used: counted[d],
                 remaining: limit.saturating_sub(counted[d]),
                 window_s: u64::try_from(span.end.saturating_sub(span.start)).unwrap_or(0),
                 reset_in_s: reset_in(span, unix_s),

@@ -52,7 +52,7 @@ pub use state::{FileChanges, FilePart, RegistryState, VERSION};
 pub use versions::{Expected, VersionedTenant};
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +127,14 @@ pub struct RegistryStore {
     tenants: Arc<Tenants>,
     global: Arc<GlobalBudget>,
     clock: Arc<dyn Clock>,
+    /// Whether any tenant, or the global budget, has a calendar quota (`/readyz` keeps a
+    /// replica that would count them alone out of rotation).
+    quotas: AtomicBool,
+}
+
+/// Whether `state` sets any calendar quota.
+fn has_quotas(state: &RegistryState) -> bool {
+    !state.global.quotas.is_empty() || state.tenants.values().any(|t| !t.quotas.is_empty())
 }
 
 impl RegistryStore {
@@ -158,12 +166,14 @@ impl RegistryStore {
             .set_specs(state.global.quota_specs().map_err(RegistryError::Invalid)?);
         persistence.save(&state)?;
         tracing::info!(tenants = state.tenants.len(), "tenant registry loaded");
+        let quotas = AtomicBool::new(has_quotas(&state));
         Ok(Self {
             state: tokio::sync::Mutex::new(state),
             backend: Backend::Local(persistence),
             tenants: Arc::new(Tenants::new(directory)),
             global: Arc::new(global),
             clock,
+            quotas,
         })
     }
 
@@ -193,6 +203,7 @@ impl RegistryStore {
             tenants: Arc::new(Tenants::new(Directory::default())),
             global: Arc::new(global),
             clock,
+            quotas: AtomicBool::new(false),
         }
     }
 
@@ -270,6 +281,12 @@ impl RegistryStore {
         self.global
             .quotas
             .set_specs(next.global.quota_specs().unwrap_or_default());
+        self.quotas.store(has_quotas(next), Ordering::Release);
+    }
+
+    /// Whether any tenant, or the global budget, has a calendar quota now.
+    pub fn has_quotas(&self) -> bool {
+        self.quotas.load(Ordering::Acquire)
     }
 
     /// The live registry requests read.

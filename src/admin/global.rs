@@ -32,7 +32,7 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
             "quotas": admission.global_quotas().into_iter().map(|(d, q)| json!({
                 "window": q.window.as_str(),
                 "dimension": d.as_str(),
-                "used": q.limit.saturating_sub(q.remaining),
+                "used": q.used,
                 "limit": q.limit,
                 "reset_in_s": q.reset_in_s,
             })).collect::<Vec<_>>(),

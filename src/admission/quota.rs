@@ -10,9 +10,9 @@ use std::sync::MutexGuard;
 use super::{Admission, Blocked, LeaseNeed};
 use crate::budget::{Mode, ModeCell, Scope};
 use crate::quota::shared::{self, SharedShort, Standing};
-use crate::quota::{Calendar, QuotaShort, QuotaUse, Quotas};
+use crate::quota::{Calendar, QuotaShort, QuotaUse, Quotas, Window};
 use crate::record::Charge;
-use crate::refusal::{Denial, Reason, Refusal};
+use crate::refusal::{Denial, Reason, Refusal, TooLarge};
 use crate::tenant::AdmissionState;
 
 /// What the quotas say of a request: what admitting it does to them (their uses; in cluster
@@ -53,6 +53,9 @@ impl Admission {
     ) -> Result<(QuotaPlan, bool), Denial> {
         if quotas.specs.is_empty() {
             return Ok((QuotaPlan::None, false));
+        }
+        if let Some(too) = too_large(quotas, scope, charge) {
+            return Err(Denial::TooLarge(too));
         }
         let unix_s = self.unix_s();
         let Some(sharing) = &self.sharing else {
@@ -215,6 +218,34 @@ impl GlobalQuotaTake<'_> {
     /// The request is admitted: the global quotas count it.
     pub(super) fn commit(mut self, admission: &Admission, now_ns: u64, charge: Charge) {
         admission.quota_commit(&mut self.quotas, self.plan, now_ns, charge);
+    }
+}
+
+/// A request larger than a whole window of an enforced quota: never admitted as it is (a 413,
+/// as one larger than a burst), not told to come back when the window turns, where it would be
+/// refused again (review 41-r4).
+fn too_large(quotas: &Quotas, scope: Scope, charge: Charge) -> Option<TooLarge> {
+    quotas.specs.iter().filter(|s| !s.shadow).find_map(|spec| {
+        spec.limit.iter().find_map(|(d, limit)| {
+            limit.filter(|l| charge[d] > *l).map(|allowed| TooLarge {
+                unit: d.as_str(),
+                requested: charge[d],
+                limit: quota_name(scope, spec.window),
+                allowed,
+            })
+        })
+    })
+}
+
+/// A quota as a refusal's detail names it.
+fn quota_name(scope: Scope, window: Window) -> &'static str {
+    match (scope, window) {
+        (Scope::Tenant, Window::Hour) => "tenant hour quota",
+        (Scope::Tenant, Window::Day) => "tenant day quota",
+        (Scope::Tenant, Window::Month) => "tenant month quota",
+        (Scope::Global, Window::Hour) => "global hour quota",
+        (Scope::Global, Window::Day) => "global day quota",
+        (Scope::Global, Window::Month) => "global month quota",
     }
 }
 

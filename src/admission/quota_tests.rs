@@ -275,3 +275,43 @@ fn a_global_quota_in_shadow_mode_that_would_refuse_waives_the_tenants_shadow_quo
     let shadowed = t.stats().shadowed_flow(Reason::Quota(Scope::Global));
     assert_eq!((shadowed.requests, shadowed.records), (1, 3));
 }
+
+#[test]
+fn a_quota_lowered_below_its_use_shows_the_use_not_the_limit() {
+    let (clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    global_day(&admission, 300, false);
+    let t = Tenant::from_config(&config(vec![day(300)])).expect("tenant");
+    drop(admission.admit(&t, Charge::new(200, 200)).0.expect("200"));
+    global_day(&admission, 100, false);
+    let lowered = TenantSettings::parse(&config(vec![day(100)])).expect("settings");
+    t.apply(&lowered, clock.now_ns());
+    let (_, global) = admission.global_quotas()[0];
+    let (_, own) = admission.view(&t).quotas[0].expect("shown");
+    for v in [global, own] {
+        assert_eq!((v.limit, v.used, v.remaining), (100, 200, 0));
+    }
+}
+
+#[test]
+fn a_request_larger_than_a_whole_window_is_too_large_not_told_to_wait() {
+    let (_clock, admission) = rig(BEFORE_APRIL, Calendar::default());
+    let t = Tenant::from_config(&config(vec![day(10)])).expect("tenant");
+    let too_large = |result: Result<crate::buffer::BufferLease, Blocked>| match result {
+        Err(Blocked::Denied(Denial::TooLarge(t))) => (t.limit, t.requested, t.allowed),
+        other => panic!("expected a 413, got {other:?}"),
+    };
+    assert_eq!(
+        too_large(admission.admit(&t, Charge::new(11, 11)).0),
+        ("tenant day quota", 11, 10)
+    );
+    global_day(&admission, 8, false);
+    assert_eq!(
+        too_large(admission.admit(&t, Charge::new(9, 9)).0),
+        ("global day quota", 9, 8)
+    );
+    // Nothing was used: the whole of each window is left.
+    assert_eq!(admission.global_quotas()[0].1.remaining, 8);
+    // A quota in shadow mode refuses nothing, however large the request.
+    global_day(&admission, 8, true);
+    drop(admission.admit(&t, Charge::new(9, 9)).0.expect("shadow"));
+}

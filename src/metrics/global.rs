@@ -35,10 +35,7 @@ pub(super) fn encode(
     let (mut used, mut limit) = (Vec::new(), Vec::new());
     for (d, q) in admission.global_quotas() {
         let labels = vec![("window", q.window.as_str()), ("dimension", d.as_str())];
-        used.push((
-            labels.clone(),
-            ConstGauge::new(q.limit.saturating_sub(q.remaining) as f64),
-        ));
+        used.push((labels.clone(), ConstGauge::new(q.used as f64)));
         limit.push((labels, ConstGauge::new(q.limit as f64)));
     }
     family(

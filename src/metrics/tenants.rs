@@ -241,10 +241,7 @@ impl TenantSeries {
                     ("window", q.window.as_str()),
                     ("dimension", d.as_str()),
                 ];
-                quota_used.push((
-                    labels.clone(),
-                    ConstGauge::new((q.limit - q.remaining) as f64),
-                ));
+                quota_used.push((labels.clone(), ConstGauge::new(q.used as f64)));
                 quota_limit.push((labels, ConstGauge::new(q.limit as f64)));
             }
             held.push((

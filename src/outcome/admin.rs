@@ -42,15 +42,14 @@ impl AdminError {
     /// A 422 for a configuration problem, named by field (`records_per_sec`), not by its
     /// place in a config file (`tenants[acme].records_per_sec`).
     pub fn invalid_field(problem: &ConfigProblem) -> Self {
-        let field = if problem.key.starts_with("tenants[") || problem.key.starts_with("global.") {
-            problem
-                .key
-                .split_once("].")
-                .map(|(_, f)| f)
-                .or_else(|| problem.key.strip_prefix("global."))
-                .unwrap_or(&problem.key)
-        } else {
-            &problem.key
+        // The field as the body names it: `tenants[ID].quotas[0].records` is `quotas[0].records`
+        // of a tenant's body, `global.quotas[0].records` the same of the global one (review
+        // 41-r4: split at its first `].`, it was named `records`).
+        let key = problem.key.as_str();
+        let field = match key.strip_prefix("global.") {
+            Some(field) => field,
+            None if key.starts_with("tenants[") => key.split_once("].").map_or(key, |(_, f)| f),
+            None => key,
         };
         Self::InvalidField {
             field: field.to_string(),
@@ -177,6 +176,18 @@ mod tests {
             challenge,
             serde_json::from_slice(&body).unwrap_or_default(),
         )
+    }
+
+    #[test]
+    fn a_problem_is_named_as_the_body_names_its_field() {
+        let named = |key: &str| match AdminError::invalid_field(&ConfigProblem::new(key, "bad")) {
+            AdminError::InvalidField { field, .. } => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(named("tenants[a].quotas[0].records"), "quotas[0].records");
+        assert_eq!(named("global.quotas[1].window"), "quotas[1].window");
+        assert_eq!(named("global.records_burst"), "records_burst");
+        assert_eq!(named("limit"), "limit");
     }
 
     /// The shapes the admin API answered with while its errors were the produce API's

@@ -266,6 +266,7 @@ mod tests {
             QuotaView {
                 window: Window::Day,
                 limit: 1_000,
+                used: 750,
                 remaining: 250,
                 window_s: 86_400,
                 reset_in_s: 3_600,
@@ -315,6 +316,7 @@ mod tests {
                 QuotaView {
                     window: Window::Month,
                     limit: u64::MAX,
+                    used: 0,
                     remaining: u64::MAX,
                     window_s: 2_678_400,
                     reset_in_s: 2_678_400,
@@ -325,6 +327,7 @@ mod tests {
                 QuotaView {
                     window: Window::Month,
                     limit: u64::MAX,
+                    used: 0,
                     remaining: u64::MAX,
                     window_s: 2_678_400,
                     reset_in_s: 2_678_400,

@@ -42,7 +42,7 @@ impl QuotaStatus {
         Self {
             window: v.window.as_str(),
             dimension: dimension.as_str(),
-            used: v.limit - v.remaining,
+            used: v.used,
             limit: v.limit,
             reset_in_s: v.reset_in_s,
         }

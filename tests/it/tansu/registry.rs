@@ -902,3 +902,51 @@ async fn a_tenants_jwt_claims_set_on_one_replica_admit_its_token_on_another() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Polls `/readyz` on `gw` until its status is `status`; fails after 10 s.
+async fn until_ready_is(gw: &Gateway, status: u16) -> Value {
+    let started = Instant::now();
+    loop {
+        let (s, body) = readiness(gw).await;
+        if s == status {
+            return body;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{s} {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A replica without Redis in a fleet sharing its registry with replicas that count quotas in
+/// Redis would count a quota set there alone (review 41-r4: 100 admitted of a global quota of
+/// 50): it says it is not ready while any quota is set, and ready again once none is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_would_count_quotas_alone_takes_no_traffic_while_there_are_any() {
+    let registry = unique_topic("_fg_registry");
+    let mut counted = shared(&tansu(), &registry);
+    counted.cluster.redis_url = Some(redis_url());
+    counted.cluster.key_prefix = redis_prefix("apart");
+    let (a, b) = two(start_all(vec![counted, shared(&tansu(), &registry)]).await);
+    let day = json!({"quotas": [{"window": "day", "records": 50}]});
+    let (s, body) = admin_put(&a, "/admin/global", day).await;
+    assert_eq!(s, 200, "{body}");
+    let body = until_ready_is(&b, 503).await;
+    assert_eq!(body["reason"], "quotas_counted_apart", "{body}");
+    assert_eq!(
+        readiness(&a).await.0,
+        200,
+        "the replica with Redis counts them"
+    );
+    // And the admin API of the one without refuses to set them.
+    let (s, body) = admin_put(
+        &b,
+        "/admin/global",
+        json!({"quotas": [{"window": "day", "records": 9}]}),
+    )
+    .await;
+    assert_eq!((s, body["field"].as_str()), (422, Some("quotas")), "{body}");
+    let (s, body) = admin_put(&a, "/admin/global", json!({})).await;
+    assert_eq!(s, 200, "{body}");
+    until_ready_is(&b, 200).await;
+    a.shutdown().await;
+    b.shutdown().await;
+}
