@@ -299,12 +299,9 @@ impl Unverified {
         // Only a tenant over its fair share of the listener gives a connection up: else
         // silent connections from many addresses closed a small tenant's keep-alive
         // connections one by one (review 23 of #37: 8 connections, 41 of 112 requests broken).
-        // A tenant's connections are in slots: compared with what this address would hold in
-        // slots with this newcomer seated, not with its other newcomers waiting too (review
-        // 41-r3 of #37: 200 admin addresses' two connections each, reconnecting; every waiting
-        // place went to an address with both of its connections waiting, none could take from
-        // a tenant holding two, and the accept loop stood still until their 10 s ran out, the
-        // probes queued behind them).
+        // Compared with what this address would hold in slots with this newcomer seated, not
+        // with its other newcomers waiting (review 41-r3 of #37: such waiters took every place
+        // and could take from nobody; the accept loop stood still, probes waited 3–8 s).
         let share = self.listener.load(Ordering::Relaxed) / (tenants.len() + 1);
         let mut tenant_most = tenants
             .values_mut()
