@@ -131,9 +131,11 @@ fn state_item(out: &mut impl Write, name: &[&str], r: u64, t: u64) {
 
 /// A field value formatted on the stack (every request carries two; a `String` per field
 /// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, each quota
-/// item ~75 more (twelve at most: six of the tenant's, six global).
+/// item ~75 more: 1 KB holds them and ten quota items; more (at most twelve, six of the
+/// tenant's and six global) are written again on the heap ([`insert`]). The array is zeroed
+/// for every answer, so it is no larger than most answers need.
 struct FieldBuf {
-    bytes: [u8; 1536],
+    bytes: [u8; 1024],
     len: usize,
     /// A write did not fit: the value is incomplete.
     overflow: bool,
@@ -142,7 +144,7 @@ struct FieldBuf {
 impl FieldBuf {
     fn new() -> Self {
         Self {
-            bytes: [0; 1536],
+            bytes: [0; 1024],
             len: 0,
             overflow: false,
         }
@@ -174,8 +176,18 @@ pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
     if !render_into(view, &mut policy, &mut state) {
         return;
     }
-    // A value that did not fit (never with four buckets) is left out rather than cut short.
-    if let (Some(p), Some(s)) = (policy.value(), state.value()) {
+    let values = match (policy.value(), state.value()) {
+        (Some(p), Some(s)) => Some((p, s)),
+        // Longer than the stack's buffer (many quota items): written again on the heap.
+        _ => {
+            let (mut policy, mut state) = (String::new(), String::new());
+            render_into(view, &mut policy, &mut state);
+            HeaderValue::from_str(&policy)
+                .ok()
+                .zip(HeaderValue::from_str(&state).ok())
+        }
+    };
+    if let Some((p, s)) = values {
         headers.insert(RATELIMIT_POLICY.clone(), p);
         headers.insert(RATELIMIT.clone(), s);
     }
@@ -301,7 +313,7 @@ mod tests {
             })
         };
         // All four buckets and twelve quota items (the tenant's six, the global six) with the
-        // longest numbers there are: still within the stack buffer.
+        // longest numbers there are: past the stack's buffer, written again on the heap.
         let view = BucketsView {
             tenant: PerDimension {
                 records: bucket(1),
@@ -336,6 +348,7 @@ mod tests {
         };
         let (policy, state) = render(&view).expect("four buckets");
         assert!(policy.contains("\"global-month-records\";q=18446744073709551615"));
+        assert!(policy.len() > 1024, "{}", policy.len());
         let mut headers = HeaderMap::new();
         insert(&mut headers, &view);
         assert_eq!(headers[&RATELIMIT_POLICY], policy.as_str());
