@@ -263,6 +263,15 @@ impl Quotas {
         let mut short: Option<QuotaShort> = None;
         let mut shadow: Option<QuotaShort> = None;
         for spec in self.specs.iter().filter(|s| !(waived && s.shadow)) {
+            // Larger than a whole window: enforced, a 413, no quota refusal (review 41-r5).
+            if spec.shadow
+                && spec
+                    .limit
+                    .iter()
+                    .any(|(d, l)| l.is_some_and(|l| charge[d] > l))
+            {
+                continue;
+            }
             let slot = &mut used[spec.window as usize];
             match spec.take(calendar, slot, unix_s, charge) {
                 Ok(u) => *slot = u,

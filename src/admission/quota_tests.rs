@@ -311,7 +311,10 @@ fn a_request_larger_than_a_whole_window_is_too_large_not_told_to_wait() {
     );
     // Nothing was used: the whole of each window is left.
     assert_eq!(admission.global_quotas()[0].1.remaining, 8);
-    // A quota in shadow mode refuses nothing, however large the request.
+    // A quota in shadow mode refuses nothing, however large the request, and does not count
+    // it as a quota's refusal: enforced, it is a 413, not a `global_quota` (review 41-r5).
     global_day(&admission, 8, true);
     drop(admission.admit(&t, Charge::new(9, 9)).0.expect("shadow"));
+    let shadowed = t.stats().shadowed_flow(Reason::Quota(Scope::Global));
+    assert_eq!(shadowed.requests, 0);
 }

@@ -131,6 +131,15 @@ pub fn take(
     // `waived`: another limit in shadow mode would refuse the request: quotas in shadow mode
     // are left as they are, as its refusal would leave them.
     for spec in specs.iter().filter(|s| !(waived && s.shadow)) {
+        // Larger than a whole window: enforced, a 413 (`admission::quota`), no quota refusal.
+        if spec.shadow
+            && spec
+                .limit
+                .iter()
+                .any(|(d, l)| l.is_some_and(|l| charge[d] > l))
+        {
+            continue;
+        }
         let mut this: Option<(QuotaShort, bool)> = None;
         let slot = spec.window as usize;
         let span = calendar.span(spec.window, unix_s);
