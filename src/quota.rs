@@ -168,6 +168,11 @@ pub struct QuotaView {
 }
 
 impl QuotaSpec {
+    /// Whether `charge` is larger than a whole window in a limited dimension: never admitted.
+    pub fn larger_than_window(&self, charge: Charge) -> bool {
+        (self.limit.iter()).any(|(d, limit)| limit.is_some_and(|l| charge[d] > l))
+    }
+
     /// What is used of the window holding `unix_s`: `used`'s count if it is that window's.
     pub fn used_at(&self, calendar: &Calendar, used: &QuotaUse, unix_s: i64) -> (Span, Charge) {
         if let Some((w, start)) = used.window {
@@ -264,12 +269,7 @@ impl Quotas {
         let mut shadow: Option<QuotaShort> = None;
         for spec in self.specs.iter().filter(|s| !(waived && s.shadow)) {
             // Larger than a whole window: enforced, a 413, no quota refusal (review 41-r5).
-            if spec.shadow
-                && spec
-                    .limit
-                    .iter()
-                    .any(|(d, l)| l.is_some_and(|l| charge[d] > l))
-            {
+            if spec.shadow && spec.larger_than_window(charge) {
                 continue;
             }
             let slot = &mut used[spec.window as usize];

@@ -132,12 +132,7 @@ pub fn take(
     // are left as they are, as its refusal would leave them.
     for spec in specs.iter().filter(|s| !(waived && s.shadow)) {
         // Larger than a whole window: enforced, a 413 (`admission::quota`), no quota refusal.
-        if spec.shadow
-            && spec
-                .limit
-                .iter()
-                .any(|(d, l)| l.is_some_and(|l| charge[d] > l))
-        {
+        if spec.shadow && spec.larger_than_window(charge) {
             continue;
         }
         let mut this: Option<(QuotaShort, bool)> = None;
