@@ -479,7 +479,8 @@ S["V3Cluster"] = {"type": "object", "required": ["kind", "metadata", "cluster_id
 S["V3ClusterList"] = {"type": "object", "required": ["kind", "data"], "properties": {
     "kind": {"const": "KafkaClusterList"}, "metadata": {"type": "object"}, "data": {"type": "array", "items": ref("V3Cluster")}}}
 # A calendar quota, as the admin API takes it (config::QuotaConfig).
-S["Quota"] = {"type": "object", "additionalProperties": False, "required": ["window"], "properties": {
+S["Quota"] = {"type": "object", "additionalProperties": False, "required": ["window"],
+    "anyOf": [{"required": ["records"]}, {"required": ["bytes"]}], "properties": {
     "window": {"type": "string", "enum": ["hour", "day", "month"], "description": "the calendar period counted, in [quotas] utc_offset"},
     "records": {"type": "integer", "minimum": 1, "description": "records admitted per window"},
     "bytes": {"type": "integer", "minimum": 1, "description": "record bytes admitted per window"},
