@@ -12,6 +12,7 @@ use crate::config::GlobalBudgetConfig;
 use crate::http::extract::Body;
 use crate::outcome::AdminError;
 use crate::registry::Actor;
+use crate::status::QuotaStatus;
 
 fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
     let admission = &app.ingest.admission;
@@ -29,13 +30,10 @@ fn global_view(app: &AppState, config: &GlobalBudgetConfig) -> Value {
                 "records": live.records.map(|v| v.available),
                 "bytes": live.bytes.map(|v| v.available),
             },
-            "quotas": admission.global_quotas().into_iter().map(|(d, q)| json!({
-                "window": q.window.as_str(),
-                "dimension": d.as_str(),
-                "used": q.used,
-                "limit": q.limit,
-                "reset_in_s": q.reset_in_s,
-            })).collect::<Vec<_>>(),
+            // As the status page shows a quota.
+            "quotas": admission.global_quotas().into_iter()
+                .map(|(d, q)| QuotaStatus::of(d, q))
+                .collect::<Vec<_>>(),
         },
     })
 }

@@ -35,28 +35,16 @@ impl Admission {
     /// The global quotas as they stand, window by window, records before bytes (empty: none
     /// is set).
     pub fn global_quotas(&self) -> Vec<(Dimension, QuotaView)> {
-        if !self.global.quotas.any() {
-            return Vec::new();
-        }
-        let unix = self.unix_s();
-        self.global
-            .quotas
-            .lock()
-            .view(&self.calendar, unix)
-            .collect()
+        self.global_quota_items().into_iter().flatten().collect()
     }
 
     /// The global quotas as an answer's view holds them.
     fn global_quota_items(&self) -> [Option<(Dimension, QuotaView)>; QUOTA_ITEMS] {
-        let mut items = [None; QUOTA_ITEMS];
-        if self.global.quotas.any() {
-            let unix = self.unix_s();
-            let quotas = self.global.quotas.lock();
-            for (slot, item) in items.iter_mut().zip(quotas.view(&self.calendar, unix)) {
-                *slot = Some(item);
-            }
+        if !self.global.quotas.any() {
+            return [None; QUOTA_ITEMS];
         }
-        items
+        let unix = self.unix_s();
+        items(self.global.quotas.lock().view(&self.calendar, unix))
     }
 
     /// The tenant's and the global buckets, and its quotas, as they are now.
@@ -76,16 +64,11 @@ impl Admission {
     }
 
     pub(super) fn view_locked(&self, state: &AdmissionState, now: u64) -> BucketsView {
-        let mut quotas = [None; QUOTA_ITEMS];
-        if !state.quotas.specs.is_empty() {
-            let unix = self.unix_s();
-            for (slot, item) in quotas
-                .iter_mut()
-                .zip(state.quotas.view(&self.calendar, unix))
-            {
-                *slot = Some(item);
-            }
-        }
+        let quotas = if state.quotas.specs.is_empty() {
+            [None; QUOTA_ITEMS]
+        } else {
+            items(state.quotas.view(&self.calendar, self.unix_s()))
+        };
         BucketsView {
             tenant: state.buckets.view(now),
             global: self.global.view(now),
@@ -93,4 +76,15 @@ impl Admission {
             global_quotas: self.global_quota_items(),
         }
     }
+}
+
+/// Quota items as a view holds them (at most [`QUOTA_ITEMS`]).
+fn items(
+    views: impl Iterator<Item = (Dimension, QuotaView)>,
+) -> [Option<(Dimension, QuotaView)>; QUOTA_ITEMS] {
+    let mut items = [None; QUOTA_ITEMS];
+    for (slot, item) in items.iter_mut().zip(views) {
+        *slot = Some(item);
+    }
+    items
 }
