@@ -34,9 +34,10 @@ impl Admission {
         self
     }
 
-    /// The wall clock in Unix seconds, as the quotas' windows follow it.
-    pub(super) fn unix_s(&self) -> i64 {
-        i64::try_from(self.clock.unix_s()).unwrap_or(i64::MAX)
+    /// The wall clock in Unix seconds when the clock read `now_ns`, as the quotas' windows
+    /// follow it.
+    pub(super) fn unix_s(&self, now_ns: u64) -> i64 {
+        i64::try_from(self.clock.unix_s_at(now_ns)).unwrap_or(i64::MAX)
     }
 
     /// The quotas' uses after `charge`, the leases they need first, or the refusal; and
@@ -57,7 +58,7 @@ impl Admission {
         if let Some(too) = too_large(quotas, scope, charge) {
             return Err(Denial::TooLarge(too));
         }
-        let unix_s = self.unix_s();
+        let unix_s = self.unix_s(now_ns);
         let Some(sharing) = &self.sharing else {
             return match quotas.take(&self.calendar, unix_s, charge, waived) {
                 Ok((used, shadow)) => Ok((QuotaPlan::Local(used), shadow.is_some())),
@@ -195,7 +196,7 @@ impl Admission {
             QuotaPlan::Local(used) => quotas.used = used,
             QuotaPlan::Shared { waived } => {
                 let Some(sharing) = &self.sharing else { return };
-                let unix_s = self.unix_s();
+                let unix_s = self.unix_s(now_ns);
                 if let Ok((allowances, used, _)) =
                     self.shared_take(quotas, sharing, unix_s, now_ns, charge, waived)
                 {

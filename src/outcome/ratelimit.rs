@@ -13,132 +13,169 @@
 
 use std::fmt::Write;
 
+mod policy;
+
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::admission::BucketsView;
-use crate::budget::{BucketView, Dimension, Scope};
+use crate::budget::{Dimension, Scope};
+use crate::quota::Window;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
-/// The draft's quota unit of a dimension: `content-bytes` is registered, `records` is ours
-/// (one Kafka record).
-fn unit(d: Dimension) -> &'static str {
-    match d {
-        Dimension::Records => "records",
-        Dimension::Bytes => "content-bytes",
-    }
+/// An item's name and the fixed parts around its numbers: `"tenant-records";r=` before the
+/// state's `r`, `"tenant-records";q=` before the policy's `q`, `;qu="records"` after its `w`.
+/// One `str` each, not a name put together per answer: every write is a call.
+struct Name {
+    state: &'static str,
+    policy: &'static str,
+    unit: &'static str,
 }
 
-/// Each bucket that applies, named `scope-dimension` (`"tenant-records"`), in a fixed order.
-fn buckets(view: &BucketsView) -> impl Iterator<Item = (Scope, Dimension, BucketView)> + '_ {
-    Scope::ALL.into_iter().flat_map(move |scope| {
-        view.of(scope)
-            .iter()
-            .filter_map(move |(d, b)| b.map(|b| (scope, d, b)))
-    })
+macro_rules! name {
+    ($name:literal, $unit:literal) => {
+        Name {
+            state: concat!("\"", $name, "\";r="),
+            policy: concat!("\"", $name, "\";q="),
+            unit: concat!(";qu=\"", $unit, "\""),
+        }
+    };
 }
 
-fn ceil_secs(ns: u128) -> u128 {
+/// Every item's name, by [`bucket_name`] and [`quota_name`]. The draft's quota unit is
+/// `content-bytes` for bytes (registered) and `records` for records (ours: one Kafka record).
+/// A unit test checks each against the names of its scope, window and dimension.
+const NAMES: [Name; 16] = [
+    name!("tenant-records", "records"),
+    name!("tenant-bytes", "content-bytes"),
+    name!("global-records", "records"),
+    name!("global-bytes", "content-bytes"),
+    name!("tenant-hour-records", "records"),
+    name!("tenant-hour-bytes", "content-bytes"),
+    name!("tenant-day-records", "records"),
+    name!("tenant-day-bytes", "content-bytes"),
+    name!("tenant-month-records", "records"),
+    name!("tenant-month-bytes", "content-bytes"),
+    name!("global-hour-records", "records"),
+    name!("global-hour-bytes", "content-bytes"),
+    name!("global-day-records", "records"),
+    name!("global-day-bytes", "content-bytes"),
+    name!("global-month-records", "records"),
+    name!("global-month-bytes", "content-bytes"),
+];
+
+fn bucket_name(scope: Scope, dimension: Dimension) -> u64 {
+    scope as u64 * 2 + dimension as u64
+}
+
+fn quota_name(scope: Scope, window: Window, dimension: Dimension) -> u64 {
+    4 + scope as u64 * 6 + window as u64 * 2 + dimension as u64
+}
+
+fn ceil_secs(ns: u64) -> u64 {
     ns.div_ceil(1_000_000_000)
 }
 
-/// Writes both fields; false when no bucket applies.
-fn render_into(view: &BucketsView, policy: &mut impl Write, state: &mut impl Write) -> bool {
+/// Marks, in a key's name word, a bucket whose `w` word is its wait in seconds, not its rate
+/// (a share refilling at 0 a second).
+const WAIT: u64 = 1 << 8;
+
+/// Each bucket and quota that applies, in a fixed order (buckets, then the tenant's and the
+/// global quotas): writes the `RateLimit` field, and gathers in `key` what the
+/// `RateLimit-Policy` field is made of (the name, `q`, and what `w` is worked out from).
+fn render_state(view: &BucketsView, state: &mut impl Write, key: &mut policy::Key) -> bool {
     let mut any = false;
-    for (scope, dimension, b) in buckets(view) {
-        let (scope, unit, dimension) = (scope.as_str(), unit(dimension), dimension.as_str());
+    let mut item = |name: u64, q: u64, w: u64, r: u64, t: u64| {
         if any {
-            put(policy, &[", "]);
-            put(state, &[", "]);
+            let _ = state.write_str(", ");
         }
         any = true;
-        // A replica's local share of a small budget may refill at 0 a second while Redis is
-        // away (`budget::fallback_of`): never divided by (that panicked every answer of such
-        // a tenant into a 500). Such a share's window is the wait until Redis is tried again
-        // (`budget::until_reprobe`), not the burst at 1 a second (review 38b of #37: "w=6"
-        // for a share that never refills).
-        let full_in = ceil_secs(u128::from(b.full_in_ns));
-        let window = match b.spec.per_sec {
-            0 => full_in.max(1),
-            per_sec => {
-                ceil_secs(u128::from(b.spec.burst) * 1_000_000_000 / u128::from(per_sec)).max(1)
-            }
-        };
-        let name = ["\"", scope, "-", dimension, "\""];
-        policy_item(policy, &name, b.spec.burst, wide(window), unit);
-        state_item(state, &name, b.available, wide(full_in));
+        let index = usize::try_from(name & !WAIT).unwrap_or(usize::MAX);
+        let name_str = NAMES.get(index).map_or("", |n| n.state);
+        let _ = state.write_str(name_str);
+        num(state, r);
+        let _ = state.write_str(";t=");
+        num(state, t);
+        key.push([name, q, w]);
+    };
+    for scope in Scope::ALL {
+        for (dimension, bucket) in view.of(scope).iter() {
+            let Some(b) = bucket else { continue };
+            let full_in = ceil_secs(b.full_in_ns);
+            // A replica's local share of a small budget may refill at 0 a second while Redis
+            // is away (`budget::fallback_of`): never divided by (that panicked every answer of
+            // such a tenant into a 500). Such a share's window is the wait until Redis is
+            // tried again (`budget::until_reprobe`), not the burst at 1 a second (review 38b
+            // of #37: "w=6" for a share that never refills).
+            let name = bucket_name(scope, dimension);
+            let (name, w) = match b.spec.per_sec {
+                0 => (name | WAIT, full_in),
+                per_sec => (name, per_sec),
+            };
+            item(name, b.spec.burst, w, b.available, full_in);
+        }
     }
     // Calendar quotas: `q` the window's allowance, `w` its length, `r` what is left of it,
     // `t` the seconds until it turns (a refill of the whole allowance at once).
-    let quotas = [
-        ("\"tenant-", &view.quotas),
-        ("\"global-", &view.global_quotas),
-    ];
-    for (scope, (dimension, q)) in quotas
-        .into_iter()
-        .flat_map(|(scope, items)| items.iter().flatten().map(move |item| (scope, item)))
-    {
-        let (window, unit, dimension) = (q.window.as_str(), unit(*dimension), dimension.as_str());
-        if any {
-            put(policy, &[", "]);
-            put(state, &[", "]);
+    for (scope, quotas) in [
+        (Scope::Tenant, &view.quotas),
+        (Scope::Global, &view.global_quotas),
+    ] {
+        for (dimension, q) in quotas.iter().flatten() {
+            let name = quota_name(scope, q.window, *dimension);
+            item(name, q.limit, q.window_s, q.remaining, q.reset_in_s);
         }
-        any = true;
-        let name = [scope, window, "-", dimension, "\""];
-        policy_item(policy, &name, q.limit, q.window_s, unit);
-        state_item(state, &name, q.remaining, q.reset_in_s);
     }
     any
+}
+
+/// Writes the `RateLimit-Policy` field from what [`render_state`] gathered.
+fn render_policy(key: &policy::Key, out: &mut impl Write) {
+    for (i, &[name, q, w]) in key.items().iter().enumerate() {
+        let index = usize::try_from(name & !WAIT).unwrap_or(usize::MAX);
+        let Some(n) = NAMES.get(index) else { continue };
+        // A bucket's `w` is the seconds to refill its burst (a share's wait, if it refills at
+        // 0 a second); a quota's is its window's length.
+        let w = if name & WAIT != 0 {
+            w.max(1)
+        } else if index < 4 {
+            (u128::from(q) * 1_000_000_000 / u128::from(w.max(1)))
+                .div_ceil(1_000_000_000)
+                .max(1)
+                .try_into()
+                .unwrap_or(u64::MAX)
+        } else {
+            w
+        };
+        if i > 0 {
+            let _ = out.write_str(", ");
+        }
+        let _ = out.write_str(n.policy);
+        num(out, q);
+        let _ = out.write_str(";w=");
+        num(out, w);
+        let _ = out.write_str(n.unit);
+    }
 }
 
 // Items are written piece by piece, numbers by `itoa`: `write!` went through `core::fmt` for
 // every number and name, ~1,300 instructions an item and field (callgrind), a sixth of a
 // single-record request's path on the workers once a tenant had three quota items.
-
-fn put(out: &mut impl Write, parts: &[&str]) {
-    for p in parts {
-        let _ = out.write_str(p);
-    }
-}
-
 fn num(out: &mut impl Write, n: u64) {
     let _ = out.write_str(itoa::Buffer::new().format(n));
-}
-
-fn wide(n: u128) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
-/// `NAME;q=Q;w=W;qu="UNIT"`
-fn policy_item(out: &mut impl Write, name: &[&str], q: u64, w: u64, unit: &str) {
-    put(out, name);
-    put(out, &[";q="]);
-    num(out, q);
-    put(out, &[";w="]);
-    num(out, w);
-    put(out, &[";qu=\"", unit, "\""]);
-}
-
-/// `NAME;r=R;t=T`
-fn state_item(out: &mut impl Write, name: &[&str], r: u64, t: u64) {
-    put(out, name);
-    put(out, &[";r="]);
-    num(out, r);
-    put(out, &[";t="]);
-    num(out, t);
 }
 
 /// A field value formatted on the stack (every request carries two; a `String` per field
 /// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, each quota
 /// item ~75 more: 1 KB holds them and ten quota items; more (at most twelve, six of the
-/// tenant's and six global) are written again on the heap ([`insert`]). The array is zeroed
-/// for every answer, so it is no larger than most answers need.
+/// tenant's and six global) go on to the heap. The array is zeroed for every answer, so it
+/// is no larger than most answers need.
 struct FieldBuf {
     bytes: [u8; 1024],
     len: usize,
-    /// A write did not fit: the value is incomplete.
-    overflow: bool,
+    /// Where the value goes on once it is longer than the array (the array's part first).
+    spill: Option<String>,
 }
 
 impl FieldBuf {
@@ -146,212 +183,59 @@ impl FieldBuf {
         Self {
             bytes: [0; 1024],
             len: 0,
-            overflow: false,
+            spill: None,
         }
     }
 
     fn value(&self) -> Option<HeaderValue> {
-        if self.overflow {
-            return None;
+        match &self.spill {
+            Some(long) => HeaderValue::from_str(long).ok(),
+            None => HeaderValue::from_bytes(self.bytes.get(..self.len)?).ok(),
         }
-        HeaderValue::from_bytes(self.bytes.get(..self.len)?).ok()
+    }
+
+    #[cold]
+    fn spill(&mut self, s: &str) {
+        let long = self.spill.get_or_insert_with(|| {
+            // Only whole `str`s were written: the array's part is UTF-8.
+            let head = self.bytes.get(..self.len).unwrap_or_default();
+            String::from_utf8_lossy(head).into_owned()
+        });
+        long.push_str(s);
     }
 }
 
 impl Write for FieldBuf {
+    #[inline]
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         let end = self.len + s.len();
-        let Some(dest) = self.bytes.get_mut(self.len..end) else {
-            self.overflow = true;
-            return Err(std::fmt::Error);
-        };
-        dest.copy_from_slice(s.as_bytes());
-        self.len = end;
+        match self.bytes.get_mut(self.len..end) {
+            Some(dest) if self.spill.is_none() => {
+                dest.copy_from_slice(s.as_bytes());
+                self.len = end;
+            }
+            _ => self.spill(s),
+        }
         Ok(())
     }
 }
 
 pub fn insert(headers: &mut HeaderMap, view: &BucketsView) {
-    let (mut policy, mut state) = (FieldBuf::new(), FieldBuf::new());
-    if !render_into(view, &mut policy, &mut state) {
+    let mut state = FieldBuf::new();
+    let mut key = policy::Key::default();
+    if !render_state(view, &mut state, &mut key) {
         return;
     }
-    let values = match (policy.value(), state.value()) {
-        (Some(p), Some(s)) => Some((p, s)),
-        // Longer than the stack's buffer (many quota items): written again on the heap.
-        _ => {
-            let (mut policy, mut state) = (String::new(), String::new());
-            render_into(view, &mut policy, &mut state);
-            HeaderValue::from_str(&policy)
-                .ok()
-                .zip(HeaderValue::from_str(&state).ok())
-        }
-    };
-    if let Some((p, s)) = values {
-        headers.insert(RATELIMIT_POLICY.clone(), p);
-        headers.insert(RATELIMIT.clone(), s);
+    let policy = policy::cached(&key, || {
+        let mut policy = FieldBuf::new();
+        render_policy(&key, &mut policy);
+        policy.value()
+    });
+    if let Some((policy, state)) = policy.zip(state.value()) {
+        headers.insert(RATELIMIT_POLICY.clone(), policy);
+        headers.insert(RATELIMIT.clone(), state);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::budget::{PerDimension, RateSpec};
-    use crate::quota::{QuotaView, Window};
-
-    /// The two fields' values, or `None` when no bucket applies.
-    fn render(view: &BucketsView) -> Option<(String, String)> {
-        let (mut policy, mut state) = (String::new(), String::new());
-        render_into(view, &mut policy, &mut state).then_some((policy, state))
-    }
-
-    /// A local share of 0 (a small budget among more replicas, Redis away) renders.
-    #[test]
-    fn a_share_that_never_refills_renders() {
-        let mut view = BucketsView::default();
-        view.tenant.records = Some(BucketView {
-            spec: RateSpec {
-                per_sec: 0,
-                burst: 0,
-            },
-            available: 0,
-            full_in_ns: 0,
-        });
-        let (policy, state) = render(&view).expect("one bucket");
-        assert_eq!(policy, r#""tenant-records";q=0;w=1;qu="records""#);
-        assert_eq!(state, r#""tenant-records";r=0;t=0"#);
-    }
-
-    /// A spent share that refills only when Redis is tried again (in a second): its window
-    /// and reset are that second, not the burst at 1 a second nor "now".
-    #[test]
-    fn a_spent_share_waits_for_redis_in_its_fields() {
-        let mut view = BucketsView::default();
-        view.tenant.records = Some(BucketView {
-            spec: RateSpec {
-                per_sec: 0,
-                burst: 6,
-            },
-            available: 0,
-            full_in_ns: 1_000_000_000,
-        });
-        let (policy, state) = render(&view).expect("one bucket");
-        assert_eq!(policy, r#""tenant-records";q=6;w=1;qu="records""#);
-        assert_eq!(state, r#""tenant-records";r=0;t=1"#);
-    }
-
-    #[test]
-    fn one_item_per_configured_bucket() {
-        let mut view = BucketsView::default();
-        view.tenant.records = Some(BucketView {
-            spec: RateSpec {
-                per_sec: 100,
-                burst: 150,
-            },
-            available: 42,
-            full_in_ns: 1_080_000_000,
-        });
-        view.global.bytes = Some(BucketView {
-            spec: RateSpec {
-                per_sec: 1000,
-                burst: 1000,
-            },
-            available: 1000,
-            full_in_ns: 0,
-        });
-        let (policy, state) = render(&view).expect("two buckets");
-        assert_eq!(
-            policy,
-            "\"tenant-records\";q=150;w=2;qu=\"records\", \"global-bytes\";q=1000;w=1;qu=\"content-bytes\""
-        );
-        assert_eq!(
-            state,
-            "\"tenant-records\";r=42;t=2, \"global-bytes\";r=1000;t=0"
-        );
-    }
-
-    #[test]
-    fn a_quota_is_an_item_of_its_window_and_dimension() {
-        let mut view = BucketsView::default();
-        view.quotas[0] = Some((
-            Dimension::Records,
-            QuotaView {
-                window: Window::Day,
-                limit: 1_000,
-                used: 750,
-                remaining: 250,
-                window_s: 86_400,
-                reset_in_s: 3_600,
-            },
-        ));
-        let (policy, state) = render(&view).expect("one quota");
-        assert_eq!(
-            policy,
-            r#""tenant-day-records";q=1000;w=86400;qu="records""#
-        );
-        assert_eq!(state, r#""tenant-day-records";r=250;t=3600"#);
-    }
-
-    #[test]
-    fn no_fields_without_buckets() {
-        assert_eq!(render(&BucketsView::default()), None);
-        let mut headers = HeaderMap::new();
-        insert(&mut headers, &BucketsView::default());
-        assert!(headers.is_empty());
-    }
-
-    #[test]
-    fn the_headers_carry_the_rendered_values_for_every_bucket() {
-        let bucket = |per_sec: u64| {
-            Some(BucketView {
-                spec: RateSpec {
-                    per_sec,
-                    burst: u64::MAX / 2,
-                },
-                available: u64::MAX / 4,
-                full_in_ns: u64::MAX,
-            })
-        };
-        // All four buckets and twelve quota items (the tenant's six, the global six) with the
-        // longest numbers there are: past the stack's buffer, written again on the heap.
-        let view = BucketsView {
-            tenant: PerDimension {
-                records: bucket(1),
-                bytes: bucket(3),
-            },
-            global: PerDimension {
-                records: bucket(7),
-                bytes: bucket(10_000_000_000),
-            },
-            quotas: [Some((
-                Dimension::Bytes,
-                QuotaView {
-                    window: Window::Month,
-                    limit: u64::MAX,
-                    used: 0,
-                    remaining: u64::MAX,
-                    window_s: 2_678_400,
-                    reset_in_s: 2_678_400,
-                },
-            )); 6],
-            global_quotas: [Some((
-                Dimension::Records,
-                QuotaView {
-                    window: Window::Month,
-                    limit: u64::MAX,
-                    used: 0,
-                    remaining: u64::MAX,
-                    window_s: 2_678_400,
-                    reset_in_s: 2_678_400,
-                },
-            )); 6],
-        };
-        let (policy, state) = render(&view).expect("four buckets");
-        assert!(policy.contains("\"global-month-records\";q=18446744073709551615"));
-        assert!(policy.len() > 1024, "{}", policy.len());
-        let mut headers = HeaderMap::new();
-        insert(&mut headers, &view);
-        assert_eq!(headers[&RATELIMIT_POLICY], policy.as_str());
-        assert_eq!(headers[&RATELIMIT], state.as_str());
-    }
-}
+mod tests;
