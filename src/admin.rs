@@ -93,7 +93,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     open.method_not_allowed_fallback(not_allowed)
         .merge(admin)
         .fallback(|| async { ApiError::NotFound })
-        .layer(middleware::from_fn(a_client))
+        .layer(middleware::from_fn_with_state(state.clone(), a_client))
         // The bound `http::extract::Body` names in its 413.
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::http::extract::MAX_ADMIN_BODY_BYTES,
@@ -114,15 +114,34 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// together, 300 connections from one address that each sent one `/healthz` made "the admin
 /// clients" the group over its share, and its oldest idle connection, an operator's
 /// keep-alive scraper, was closed at every newcomer (review 40 of #37: 4 of 8 scrapes broken).
-async fn a_client(request: Request, next: Next) -> Response {
+///
+/// A connection a valid admin token came on is the operator's ([`ConnectionTrust::operator`]):
+/// never closed to make room, whatever its address holds.
+///
+/// [`ConnectionTrust::operator`]: crate::server::ConnectionTrust::operator
+async fn a_client(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<crate::server::Peer>();
     if let Some(trust) = peer.and_then(|p| p.trust.as_ref()) {
-        if !trust.is_verified() {
+        let operator =
+            || bearer(request.headers()).is_some_and(|t| app.admin.tokens.check(t).is_some());
+        if !trust.is_operator() && operator() {
+            trust.operator();
+        } else if !trust.is_verified() {
             // Never over an allowance (`run`): the name is only what they are counted by.
             trust.verified_as(&format!("admin clients from {}", trust.source()));
         }
     }
     next.run(request).await
+}
+
+/// The token of an `Authorization: Bearer` field.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
 }
 
 /// Admin calls need a valid admin token; the token's id becomes the audit log's actor.
@@ -138,13 +157,7 @@ async fn require_admin(
         ))
         .into_response();
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
+    let presented = bearer(request.headers());
     // A valid token is never refused for its address's failures; failing requests are
     // counted per client address on this listener's own guard.
     let Some(id) = presented.and_then(|t| app.admin.tokens.check(t)) else {
@@ -166,12 +179,7 @@ async fn require_admin(
 /// otherwise. With `[metrics] token_env`, only for a scraper presenting that token.
 async fn metrics(State(app): State<Arc<AppState>>, headers: axum::http::HeaderMap) -> Response {
     if let Some(token) = &app.metrics_token {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, t)| t.trim());
+        let presented = bearer(&headers);
         let matches = presented.is_some_and(|p| {
             use sha2::Digest as _;
             // Compared as digests: no timing difference tells how much of it was right.

@@ -106,6 +106,8 @@ struct Slot {
     counted: AtomicBool,
     /// A trusted proxy's connection: counted against neither an address nor a tenant.
     exempt: bool,
+    /// One a request carried an operator's credential on (`ConnectionTrust::operator`).
+    operator: AtomicBool,
     /// The tenant the connection counts against once a request authenticated.
     tenant: Mutex<Option<Arc<str>>>,
     /// Set when the connection must close after its answers (over its tenant's allowance).
@@ -222,6 +224,17 @@ impl Unverified {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// One connection of `tenant`'s is no longer counted against it.
+    fn unbind(&self, tenant: &str) {
+        let mut counts = self.tenant_counts();
+        if let Some(held) = counts.get_mut(tenant) {
+            held.n = held.n.saturating_sub(1);
+            if held.n == 0 {
+                counts.remove(tenant);
+            }
+        }
+    }
+
     /// Unverified connections an address may hold now.
     pub fn allowance(&self) -> usize {
         self.max.load(Ordering::Relaxed)
@@ -243,6 +256,7 @@ impl Unverified {
             address,
             counted: AtomicBool::new(false),
             exempt: !counted,
+            operator: AtomicBool::new(false),
             tenant: Mutex::new(None),
             closing: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
@@ -383,116 +397,10 @@ impl Unverified {
     }
 }
 
-impl ConnectionTrust {
-    /// A request on this connection authenticated: it no longer counts against its address
-    /// (reached through [`ConnectionTrust::verified_as`], which also counts it for its tenant).
-    fn verified(&self) {
-        if self.0.counted.swap(false, Ordering::AcqRel) {
-            self.0.owner.release(self.0.address);
-            self.0.owner.known.note(self.0.address);
-        }
-        self.0.owner.heads.release(&self.0.heard);
-    }
-
-    /// A request on this connection authenticated as `tenant`: the connection counts against
-    /// its address no more, and against the tenant from its first such request. `false` when
-    /// the tenant already holds its allowance: refuse the request; the connection closes
-    /// after its answers.
-    pub fn verified_as(&self, tenant: &str) -> bool {
-        let slot = &self.0;
-        if !slot.exempt {
-            let mut bound = slot
-                .tenant
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if bound.is_none() {
-                let owner = &slot.owner;
-                let mut counts = owner.tenant_counts();
-                let held = counts.entry(Arc::from(tenant)).or_default();
-                if held.n >= owner.max_per_tenant.load(Ordering::Relaxed) {
-                    drop(counts);
-                    slot.closing.store(true, Ordering::Release);
-                    slot.told.notify_one();
-                    return false;
-                }
-                let mut looked = Looked::default();
-                held.push(slot, |s| !s.closing.load(Ordering::Acquire), &mut looked);
-                *bound = Some(Arc::from(tenant));
-                drop(counts);
-                drop(looked);
-            }
-        }
-        self.verified();
-        true
-    }
-
-    /// Resolves once it is to be closed at once ([`Unverified::make_room_for`]); never else.
-    pub async fn evicted(&self) {
-        while !self.is_evicted() {
-            self.0.told.notified().await;
-        }
-    }
-
-    /// Whether it is to be closed at once, to make room ([`ConnectionTrust::evicted`]).
-    pub(super) fn is_evicted(&self) -> bool {
-        self.0.evicted.load(Ordering::Acquire)
-    }
-
-    /// Whether it must close gracefully (over its tenant's connections, or to make room).
-    pub(super) fn is_closing(&self) -> bool {
-        self.0.closing.load(Ordering::Acquire)
-    }
-
-    /// The signal told when it must close, for its `Activity` to share.
-    pub(super) fn told(&self) -> Arc<tokio::sync::Notify> {
-        self.0.told.clone()
-    }
-
-    /// Whether it is closing to make room (its answers in flight get [`ROOM_GRACE`]).
-    pub fn made_room(&self) -> bool {
-        self.0.made_room.load(Ordering::Acquire)
-    }
-
-    /// The connection is served now, doing what `activity` says (its idle ones are closed
-    /// first to make room).
-    pub(super) fn served(&self, activity: &Arc<super::activity::Activity>) {
-        let _ = self.0.activity.set(Arc::downgrade(activity));
-    }
-
-    /// The connection holds a slot of the listener now (it waited for one, or found one free).
-    pub(super) fn seated(&self) {
-        let waited = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let waited = waited.min(NOT_SEATED - 1);
-        self.0.seated_after_ns.store(waited, Ordering::Release);
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        if self.counted.swap(false, Ordering::AcqRel) {
-            self.owner.release(self.address);
-        }
-        self.owner.heads.release(&self.heard);
-        let bound = self
-            .tenant
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(tenant) = bound {
-            let mut counts = self.owner.tenant_counts();
-            if let Some(held) = counts.get_mut(&tenant) {
-                held.n = held.n.saturating_sub(1);
-                if held.n == 0 {
-                    counts.remove(&tenant);
-                }
-            }
-        }
-    }
-}
-
 mod heads;
 mod known;
 mod room;
+mod trust;
 use known::Known;
 use room::{close_bound, close_oldest, seated, Looked, Take};
 

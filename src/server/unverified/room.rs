@@ -105,9 +105,9 @@ pub(super) enum Take {
 /// may be taken.
 pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> bool {
     held.slots.retain(|w| {
-        looked
-            .at(w)
-            .is_some_and(|s| !s.closing.load(Ordering::Acquire))
+        looked.at(w).is_some_and(|s| {
+            !s.closing.load(Ordering::Acquire) && !s.operator.load(Ordering::Acquire)
+        })
     });
     let idle = held
         .slots

@@ -199,3 +199,44 @@ fn an_address_whose_connections_all_wait_takes_from_a_tenant_holding_two() {
         "one idle connection of a tenant holding two"
     );
 }
+
+/// Review 41-r5 of #37 (F1): with many admin client groups, the share is one; an operator host
+/// holding two keep-alive connections was a group over it, and lost requests to the flood's
+/// newcomers. A connection a valid admin token came on is the operator's: counted in no group,
+/// never closed to make room, though its host holds the most; a flooding group holding two
+/// gives one up instead.
+#[test]
+fn an_operators_connections_are_never_closed_to_make_room() {
+    let guard = Unverified::new(16, 1_000, TrustedProxies::default());
+    guard.fit_to(4, 4);
+    let ip = |n: u8| IpAddr::from([10, 0, 2, n]);
+    let operator = ip(1);
+    let mut operators = Vec::new();
+    for _ in 0..3 {
+        let trust = seat(&guard, operator).expect("seated");
+        // A probe first (counted in its address's group), then an admin call.
+        assert!(trust.verified_as(&format!("admin clients from {operator}")));
+        trust.operator();
+        assert!(trust.is_operator());
+        operators.push(trust);
+    }
+    assert_eq!(guard.held_by(&format!("admin clients from {operator}")), 0);
+    let mut flood = Vec::new();
+    for n in 2..=3 {
+        for _ in 0..2 {
+            let trust = seat(&guard, ip(n)).expect("seated");
+            assert!(trust.verified_as(&format!("admin clients from {}", ip(n))));
+            flood.push(trust);
+        }
+    }
+    for newcomer in 10..14 {
+        let _waiting = guard.admit(ip(newcomer)).expect("waiting");
+        guard.make_room_for(ip(newcomer), WAITED);
+    }
+    let closing = |t: &ConnectionTrust| t.0.closing.load(Ordering::Acquire);
+    assert!(!operators.iter().any(closing), "the operator's are kept");
+    assert!(flood.iter().any(closing), "the flood's give room");
+    // An operator's connection is bound to no group again by a later probe.
+    assert!(operators[0].verified_as(&format!("admin clients from {operator}")));
+    assert_eq!(guard.held_by(&format!("admin clients from {operator}")), 0);
+}
