@@ -93,7 +93,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     open.method_not_allowed_fallback(not_allowed)
         .merge(admin)
         .fallback(|| async { ApiError::NotFound })
-        .layer(middleware::from_fn_with_state(state.clone(), a_client))
+        .layer(middleware::from_fn(a_client))
         // The bound `http::extract::Body` names in its 413.
         .layer(axum::extract::DefaultBodyLimit::max(
             crate::http::extract::MAX_ADMIN_BODY_BYTES,
@@ -115,18 +115,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// clients" the group over its share, and its oldest idle connection, an operator's
 /// keep-alive scraper, was closed at every newcomer (review 40 of #37: 4 of 8 scrapes broken).
 ///
-/// A connection a valid admin token came on is the operator's ([`ConnectionTrust::operator`]):
+/// A connection a valid admin token came on is the operator's ([`require_admin`] marks it):
 /// never closed to make room, whatever its address holds.
-///
-/// [`ConnectionTrust::operator`]: crate::server::ConnectionTrust::operator
-async fn a_client(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+async fn a_client(request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<crate::server::Peer>();
     if let Some(trust) = peer.and_then(|p| p.trust.as_ref()) {
-        let operator =
-            || bearer(request.headers()).is_some_and(|t| app.admin.tokens.check(t).is_some());
-        if !trust.is_operator() && operator() {
-            trust.operator();
-        } else if !trust.is_verified() {
+        if !trust.is_verified() {
             // Never over an allowance (`run`): the name is only what they are counted by.
             trust.verified_as(&format!("admin clients from {}", trust.source()));
         }
@@ -170,6 +164,12 @@ async fn require_admin(
         }
         return AdminError::Unauthorized("missing or wrong admin token".into()).into_response();
     };
+    // The connection is the operator's: counted in no group, never closed to make room
+    // (`ConnectionTrust::operator`).
+    let peer = request.extensions().get::<crate::server::Peer>();
+    if let Some(trust) = peer.and_then(|p| p.trust.as_ref()) {
+        trust.operator();
+    }
     let actor = Actor::new(id);
     request.extensions_mut().insert(actor);
     next.run(request).await

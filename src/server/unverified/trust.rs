@@ -23,12 +23,14 @@ impl ConnectionTrust {
     /// after its answers.
     pub fn verified_as(&self, tenant: &str) -> bool {
         let slot = &self.0;
-        if !slot.exempt && !slot.operator.load(Ordering::Acquire) {
+        if !slot.exempt {
             let mut bound = slot
                 .tenant
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if bound.is_none() {
+            // Looked at under the lock `operator` takes after setting it: a request binding it
+            // while another marks it the operator's leaves it bound to nothing.
+            if bound.is_none() && !slot.operator.load(Ordering::Acquire) {
                 let owner = &slot.owner;
                 let mut counts = owner.tenant_counts();
                 let held = counts.entry(Arc::from(tenant)).or_default();
