@@ -338,8 +338,10 @@ fn admin_unverified(
 ) -> Arc<server::Unverified> {
     // Connections that sent a request are counted by source (`admin::a_client`), never
     // refused for their number; a full listener closes the oldest idle one of the source
-    // holding the most, once it holds more than its share.
-    let unverified = server::Unverified::new(serving, serving, proxies.clone());
+    // holding the most, once it holds more than its share (among the sources holding some and
+    // those whose connections all wait).
+    let unverified =
+        server::Unverified::new(serving, serving, proxies.clone()).sharing_with_waiters();
     unverified.fit_to(serving, serving);
     unverified
 }

@@ -61,6 +61,9 @@ pub struct Unverified {
     heads: heads::Heads,
     room_age: std::time::Duration,
     known: Known,
+    /// Addresses whose connections all wait for a slot count in a group's fair share
+    /// ([`Unverified::sharing_with_waiters`]).
+    waiters_share: AtomicBool,
 }
 
 /// What a full listener does with a new connection ([`Unverified::make_room_for`]).
@@ -162,6 +165,18 @@ impl Unverified {
         self
     }
 
+    /// A group's fair share of the listener counts the addresses whose connections all wait
+    /// for a slot, beside the groups holding some: for the admin listener, whose groups are
+    /// its clients by address. Counted apart, 127 addresses holding two each (their fair share
+    /// of 256 among 128) kept 73 others' newcomers waiting, none able to take, until the
+    /// waiting places were full and a probe waited in the backlog past 5 s (review 41-r6's
+    /// session, and review 41-r5's F2). Not for tenants: a flood of silent addresses would
+    /// shrink every tenant's share (review 23 of #37).
+    pub fn sharing_with_waiters(self: Arc<Self>) -> Arc<Self> {
+        self.waiters_share.store(true, Ordering::Relaxed);
+        self
+    }
+
     /// Unauthenticated connections closed for what their heads held (a spent budget).
     pub fn closed_for_heads(&self) -> u64 {
         self.heads.closed.load(Ordering::Relaxed)
@@ -189,6 +204,7 @@ impl Unverified {
             heads: heads::Heads::new(u64::MAX),
             room_age,
             known: Known::default(),
+            waiters_share: AtomicBool::new(false),
         })
     }
 
@@ -304,6 +320,12 @@ impl Unverified {
         let l = &mut looked;
         // Of this address's, those in a slot already (not newcomers waiting like this one).
         let seated_mine = counts.get(&address).map_or(0, |h| seated(h, l));
+        // Addresses holding no slot, all their connections waiting (this one's among them).
+        let waiting_parties = if self.waiters_share.load(Ordering::Relaxed) {
+            counts.values().filter(|h| seated(h, l) == 0).count()
+        } else {
+            0
+        };
         let mut tenants = self.tenant_counts();
         let address_most = counts
             .iter_mut()
@@ -316,7 +338,10 @@ impl Unverified {
         // Compared with what this address would hold in slots with this newcomer seated, not
         // with its other newcomers waiting (review 41-r3 of #37: such waiters took every place
         // and could take from nobody; the accept loop stood still, probes waited 3–8 s).
-        let share = self.listener.load(Ordering::Relaxed) / (tenants.len() + 1);
+        // The newcomer is one more party, unless its address is counted among the waiting.
+        let newcomer = usize::from(waiting_parties == 0 || seated_mine > 0);
+        let parties = tenants.len() + waiting_parties + newcomer;
+        let share = self.listener.load(Ordering::Relaxed) / parties;
         let mut tenant_most = tenants
             .values_mut()
             .filter(|h| h.n > seated_mine + 1 && h.n > share)

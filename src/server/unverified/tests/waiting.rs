@@ -240,3 +240,38 @@ fn an_operators_connections_are_never_closed_to_make_room() {
     assert!(operators[0].verified_as(&format!("admin clients from {operator}")));
     assert_eq!(guard.held_by(&format!("admin clients from {operator}")), 0);
 }
+
+/// Review 41-r5 of #37 (F2), and this session's probe test: 127 admin addresses holding two
+/// each (their share of 254 among 128 groups) left the others' newcomers waiting, none able to
+/// take. On a listener sharing with waiters (the admin one), the addresses whose connections
+/// all wait count in the share: a group holding two is over it, and gives one up.
+#[test]
+fn addresses_that_only_wait_count_in_the_admin_share() {
+    let ip = |n: u8| IpAddr::from([10, 0, 3, n]);
+    for sharing in [false, true] {
+        let guard = Unverified::new(16, 1_000, TrustedProxies::default());
+        let guard = if sharing {
+            guard.sharing_with_waiters()
+        } else {
+            guard
+        };
+        guard.fit_to(8, 8);
+        let mut seated = Vec::new();
+        for n in 1..=3 {
+            for _ in 0..2 {
+                let trust = seat(&guard, ip(n)).expect("seated");
+                assert!(trust.verified_as(&format!("admin clients from {}", ip(n))));
+                seated.push(trust);
+            }
+        }
+        // Three addresses holding nothing wait: share 8 / (3 + 1) = 2 counted apart, and
+        // 8 / (3 + 3) = 1 with them.
+        let waiting: Vec<_> = (10..13)
+            .map(|n| guard.admit(ip(n)).expect("waiting"))
+            .collect();
+        let room = guard.make_room_for(ip(10), WAITED);
+        let expected = if sharing { Room::Made } else { Room::Wait };
+        assert_eq!(room, expected, "sharing with waiters: {sharing}");
+        drop(waiting);
+    }
+}
