@@ -168,10 +168,10 @@ impl Unverified {
     /// A group's fair share of the listener counts the addresses whose connections all wait
     /// for a slot, beside the groups holding some: for the admin listener, whose groups are
     /// its clients by address. Counted apart, 127 addresses holding two each (their fair share
-    /// of 256 among 128) kept 73 others' newcomers waiting, none able to take, until the
-    /// waiting places were full and a probe waited in the backlog past 5 s (review 41-r6's
-    /// session, and review 41-r5's F2). Not for tenants: a flood of silent addresses would
-    /// shrink every tenant's share (review 23 of #37).
+    /// of 254 among 128, an operator holding two more) kept 73 others' newcomers waiting, none
+    /// able to take, until the waiting places were full and a probe waited in the backlog past
+    /// 5 s (`mock::slow_clients`; review 41-r5's F2 is of the same family). Not for tenants: a
+    /// flood of silent addresses would shrink every tenant's share (review 23 of #37).
     pub fn sharing_with_waiters(self: Arc<Self>) -> Arc<Self> {
         self.waiters_share.store(true, Ordering::Relaxed);
         self
