@@ -81,27 +81,13 @@ impl Admission {
     }
 }
 
-/// Quota items as a view holds them (at most [`QUOTA_ITEMS`]): every answer of a tenant with
-/// quotas builds one, so a plain loop into the array (an iterator's adapters cost ~250
-/// instructions an item here).
+/// Quota items as a view holds them (at most [`QUOTA_ITEMS`]).
 fn items(
     quotas: &Quotas,
     calendar: &Calendar,
     unix_s: i64,
 ) -> [Option<(Dimension, QuotaView)>; QUOTA_ITEMS] {
     let mut items = [None; QUOTA_ITEMS];
-    let mut slots = items.iter_mut();
-    for spec in quotas.specs.iter() {
-        let Some(used) = quotas.used.get(spec.window as usize) else {
-            continue;
-        };
-        let views = spec.view(calendar, used, unix_s);
-        for d in Dimension::ALL {
-            let Some(view) = views[d] else { continue };
-            if let Some(slot) = slots.next() {
-                *slot = Some((d, view));
-            }
-        }
-    }
+    quotas.view_into(calendar, unix_s, &mut items);
     items
 }

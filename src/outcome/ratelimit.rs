@@ -166,10 +166,10 @@ fn num(out: &mut impl Write, n: u64) {
     let _ = out.write_str(itoa::Buffer::new().format(n));
 }
 
-/// A field value formatted on the stack (every request carries two; a `String` per field
-/// and its growth were ~4 allocations per request). Four buckets need ~250 bytes, each quota
-/// item ~75 more: 1 KB holds them and ten quota items; more (at most twelve, six of the
-/// tenant's and six global) go on to the heap. The array is zeroed for every answer, so it
+/// A field value formatted on the stack (every answer writes its `RateLimit` field; a
+/// `String` per field and its growth were ~4 allocations per request). Four buckets need ~250
+/// bytes, each quota item ~75 more: 1 KB holds them and ten quota items; more (at most twelve,
+/// six of the tenant's and six global) go on to the heap. The array is zeroed for every answer, so it
 /// is no larger than most answers need.
 struct FieldBuf {
     bytes: [u8; 1024],

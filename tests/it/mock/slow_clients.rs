@@ -401,6 +401,30 @@ async fn reconnecting(local: String, to: SocketAddr, until: Instant) -> u64 {
     opened
 }
 
+/// Two connections from each of 200 addresses (127.0.1.x), each reconnecting as `reconnecting`
+/// does until `until`.
+fn reconnecting_flood(to: SocketAddr, until: Instant) -> Vec<tokio::task::JoinHandle<u64>> {
+    (0..400u32)
+        .map(|i| tokio::spawn(reconnecting(format!("127.0.1.{}", 1 + i / 2), to, until)))
+        .collect()
+}
+
+/// An operator's two keep-alive connections from 127.0.0.2, each told apart by one admin call
+/// already answered.
+async fn operator_connections(to: SocketAddr) -> Vec<TcpStream> {
+    let mut connections = Vec::new();
+    for _ in 0..2 {
+        let mut stream = from("127.0.0.2", to).await.expect("connect");
+        let status = call(&mut stream, &operator_call()).await;
+        assert!(
+            status.is_ok_and(|s| s.contains(" 200 ")),
+            "the operator's first call"
+        );
+        connections.push(stream);
+    }
+    connections
+}
+
 /// An operator's call: `GET /admin/tenants` with the admin token.
 fn operator_call() -> String {
     format!("GET /admin/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN_TOKEN}\r\n\r\n")
@@ -476,23 +500,8 @@ async fn reconnecting_admin_clients_from_many_addresses_do_not_keep_a_probe_wait
     // An operator's two connections hold two slots: 127 addresses holding two (their share of
     // 254 among 128) left the others' newcomers waiting, none able to take, and probes waited
     // past 5 s in 3 of 5 runs (before waiting addresses counted in the share).
-    let mut operator = Vec::new();
-    for _ in 0..2 {
-        let mut stream = from("127.0.0.2", gw.admin).await.expect("connect");
-        let status = call(&mut stream, &operator_call()).await;
-        assert!(
-            status.is_ok_and(|s| s.contains(" 200 ")),
-            "the operator's call"
-        );
-        operator.push(stream);
-    }
-    let mut flood = Vec::new();
-    for i in 0..200u32 {
-        for _ in 0..2 {
-            let local = format!("127.0.1.{}", 1 + i);
-            flood.push(tokio::spawn(reconnecting(local, gw.admin, until)));
-        }
-    }
+    let _operator = operator_connections(gw.admin).await;
+    let flood = reconnecting_flood(gw.admin, until);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut waits = Vec::new();
     for _ in 0..5 {
@@ -526,20 +535,12 @@ async fn an_operators_keep_alive_connections_outlast_a_reconnecting_flood() {
     let until = Instant::now() + Duration::from_secs(8);
     // Their connections are theirs before the flood comes (a connection is told apart by its
     // first admin call).
-    let mut operator = Vec::new();
-    for _ in 0..2 {
-        let mut stream = from("127.0.0.2", gw.admin).await.expect("connect");
-        let status = call(&mut stream, &operator_call()).await;
-        assert!(status.is_ok_and(|s| s.contains(" 200 ")), "the first call");
-        operator.push(tokio::spawn(operator_calls(stream, gw.admin, until)));
-    }
-    let mut flood = Vec::new();
-    for i in 0..200u32 {
-        for _ in 0..2 {
-            let local = format!("127.0.1.{}", 1 + i);
-            flood.push(tokio::spawn(reconnecting(local, gw.admin, until)));
-        }
-    }
+    let operator: Vec<_> = operator_connections(gw.admin)
+        .await
+        .into_iter()
+        .map(|stream| tokio::spawn(operator_calls(stream, gw.admin, until)))
+        .collect();
+    let flood = reconnecting_flood(gw.admin, until);
     let mut opened = 0;
     for f in flood {
         opened += f.await.expect("flood task");
