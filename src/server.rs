@@ -201,9 +201,13 @@ impl Accepted {
         if let Some(trust) = &peer.trust {
             trust.seated();
         }
+        let trust = peer.trust.clone();
         tokio::spawn(async move {
             serve_connection(stream, peer, router, &bounds, stop).await;
-            drop(permit);
+            match trust {
+                Some(trust) => trust.hand_on(permit),
+                None => drop(permit),
+            }
         });
     }
 }

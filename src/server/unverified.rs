@@ -98,6 +98,21 @@ impl Held {
     }
 }
 
+/// Where the slot of a connection closed for a newcomer goes when it ends: to that newcomer.
+pub type Heir = tokio::sync::oneshot::Sender<tokio::sync::OwnedSemaphorePermit>;
+
+/// Who a connection's slot goes to when it ends ([`ConnectionTrust::hand_on`]).
+#[derive(Debug, Default)]
+enum Bequest {
+    /// Back to the listener's semaphore.
+    #[default]
+    Listener,
+    /// To the newcomer it was closed for.
+    Heir(Heir),
+    /// It ended: its slot went back already.
+    Ended,
+}
+
 /// A connection's mark, carried by each of its requests: verified once one authenticated.
 #[derive(Debug, Clone)]
 pub struct ConnectionTrust(Arc<Slot>);
@@ -134,6 +149,8 @@ struct Slot {
     /// its slot was closed after its TLS handshake, before its first request).
     seated_after_ns: AtomicU64,
     opened: std::time::Instant,
+    /// Who its slot goes to when it ends.
+    bequest: Mutex<Bequest>,
 }
 
 /// How long a busy connection closed to make room may finish what it is doing: a stream's
@@ -149,6 +166,8 @@ pub const WAITING_PER_ADDRESS: usize = 2;
 pub const ROOM_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
 /// An unauthenticated connection younger than this is not closed to make room for a newcomer
 /// whose address holds as many: else two floods would close each other's before a byte came.
+/// One that has said nothing, or had its answers and is idle, had its while after a quarter
+/// of it ([`room::ROOM_AGE_SPOKEN_FOR`]).
 pub const ROOM_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// [`Slot::seated_after_ns`] of a newcomer still waiting for its slot.
@@ -282,6 +301,7 @@ impl Unverified {
             made_room: AtomicBool::new(false),
             seated_after_ns: AtomicU64::new(NOT_SEATED),
             opened: std::time::Instant::now(),
+            bequest: Mutex::default(),
         });
         let mut looked = Looked::default();
         if counted {
@@ -313,6 +333,20 @@ impl Unverified {
     /// ([`Room::Refused`]: waiting, it would hold every other newcomer in the backlog behind
     /// it).
     pub fn make_room_for(&self, peer: IpAddr, waited: std::time::Duration) -> Room {
+        self.make_room_for_heir(peer, waited, None)
+    }
+
+    /// [`Unverified::make_room_for`], the slot of the connection closed for the newcomer
+    /// handed to `heir` when that connection ends ([`ConnectionTrust::hand_on`]). Left to the
+    /// semaphore, it went to whichever newcomer had waited longest, often one that could take
+    /// from no one; the newcomer it was freed for then waited two seconds to ask again (review
+    /// 41-r7 of #37: probes from a new address waited 1.4–1.6 s on a full admin listener).
+    pub fn make_room_for_heir(
+        &self,
+        peer: IpAddr,
+        waited: std::time::Duration,
+        heir: Option<Heir>,
+    ) -> Room {
         let address = crate::auth_failures::source(peer);
         let mut counts = self.counts();
         let mine = counts.get(&address).map_or(0, |h| h.n);
@@ -353,17 +387,17 @@ impl Unverified {
         let outheld =
             seated_mine == 0 && address_most.as_deref().is_some_and(|a| seated(a, l) > mine);
         let made = match (address_most, tenant_most.as_deref_mut()) {
-            (Some(a), Some(t)) if t.n > a.n => idle(t, l) || close_oldest(a, age, l, None),
-            (Some(a), t) => close_oldest(a, age, l, None) || t.is_some_and(|t| idle(t, l)),
+            (Some(a), Some(t)) if t.n > a.n => idle(t, l).or_else(|| close_oldest(a, age, l, None)),
+            (Some(a), t) => close_oldest(a, age, l, None).or_else(|| t.and_then(|t| idle(t, l))),
             (None, Some(t)) => idle(t, l),
-            (None, None) => false,
+            (None, None) => None,
         };
         // Every address holding one (review 24 of #37: 400 addresses' silent connections
         // filled the listener, and a new one waited 8–10 s for their deadline): the oldest
         // unverified one, if it had a while to speak, makes room for the newcomer — before a
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
         let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), age, l, Some(address));
-        let made = made || (seated_mine == 0 && oldest(l));
+        let made = made.or_else(|| (seated_mine == 0).then(|| oldest(l)).flatten());
         // A busy one last: first one its peer has sent nothing on for a while; one still
         // being sent to (an upload in progress) only once the newcomer has waited a grace of
         // its own — an upload may end meanwhile and leave its connection idle (review 25:
@@ -372,8 +406,14 @@ impl Unverified {
         let patient = waited >= ROOM_GRACE;
         let take = if patient { Take::Any } else { Take::Quiet };
         let over_share = tenant_most.is_some();
-        let made = made || tenant_most.is_some_and(|t| close_bound(t, l, take));
+        let made = made.or_else(|| tenant_most.and_then(|t| close_bound(t, l, take)));
+        // Told once its heir is named: ending for this, it hands its slot on.
+        if let Some(closed) = &made {
+            closed.tell(heir);
+        }
         drop((counts, tenants));
+        // A slot's last reference may be one of these, and its drop takes the locks.
+        let made = made.map(drop).is_some();
         drop(looked);
         match made {
             true => Room::Made,

@@ -26,6 +26,7 @@ static ALLOCATOR: floodgate::heap::Counting = floodgate::heap::Counting;
 mod mock {
     mod adaptive;
     mod admin;
+    mod admin_floods;
     mod backpressure;
     mod budgets;
     mod descriptors;

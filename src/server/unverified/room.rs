@@ -23,9 +23,9 @@ impl Looked {
     }
 }
 
-/// Closes the oldest of `held`'s unverified connections in a slot (an address's, or every
-/// one's) at once, but those of the newcomer's own address (`except`), if it is older than
-/// `age`; `false` if none is.
+/// Marks the oldest of `held`'s unverified connections in a slot (an address's, or every
+/// one's) to close at once, but those of the newcomer's own address (`except`), if it is older
+/// than `age`: that one, to be told ([`Slot::tell`]) once its heir is named; `None` if none is.
 /// - Newcomers waiting for a slot are passed over: a newcomer that waited a second was the
 ///   oldest, and closed itself or another waiting one, freeing no slot (review 26 of #37:
 ///   every new client reset after a second while busy connections filled the listener).
@@ -37,7 +37,7 @@ pub(super) fn close_oldest(
     age: std::time::Duration,
     looked: &mut Looked,
     except: Option<IpAddr>,
-) -> bool {
+) -> Option<Arc<Slot>> {
     let mut at = 0;
     while let Some(weak) = held.slots.get(at).cloned() {
         let live = looked
@@ -55,23 +55,32 @@ pub(super) fn close_oldest(
             continue;
         };
         let opened_for = slot.opened.elapsed();
-        if opened_for < age {
+        let least = age / ROOM_AGE_SPOKEN_FOR;
+        if opened_for < least {
             // Every one after it opened later still.
-            return false;
+            return None;
         }
-        if opened_for.saturating_sub(waited) < age {
-            // It waited for its slot: its while to authenticate counts from its seat.
+        // It waited for its slot: its while to authenticate counts from its seat.
+        let seated_for = opened_for.saturating_sub(waited);
+        if seated_for < age && !(seated_for >= least && slot.spoken_for()) {
             at += 1;
             continue;
         }
         slot.evicted.store(true, Ordering::Release);
-        slot.told.notify_one();
         slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
         held.slots.remove(at);
-        return true;
+        return weak.upgrade();
     }
-    false
+    None
 }
+
+/// The part of [`super::ROOM_AGE`] after which a connection that has said nothing, or has had
+/// its answers and is idle, had its while to authenticate: its client either never spoke or
+/// spoke without a credential. Each slot then turns over four times a second, not once: with
+/// twice as many clients as slots reconnecting as soon as closed (review 41-r7 of #37: 620
+/// connections from 300 addresses on the admin listener's 256), a newcomer waited about
+/// (clients − slots) / slots seconds for its turn, 1.4–1.6 s for a probe.
+pub(super) const ROOM_AGE_SPOKEN_FOR: u32 = 4;
 
 /// How many of `held`'s unverified connections hold a slot.
 pub(super) fn seated(held: &Held, looked: &mut Looked) -> usize {
@@ -98,12 +107,12 @@ pub(super) enum Take {
     Any,
 }
 
-/// Closes gracefully the oldest idle one of a tenant's connections, else (as `take` allows) a
-/// busy one, which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close after its
-/// answers, a stream's answer ran a minute while the newcomer waited; review 24: a busy one
-/// never taken, four tenants' streams kept new connections out for minutes); `false` if none
-/// may be taken.
-pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> bool {
+/// Marks to close gracefully the oldest idle one of a tenant's connections, else (as `take`
+/// allows) a busy one, which gets [`ROOM_GRACE`] to finish (review 23 of #37: told to close
+/// after its answers, a stream's answer ran a minute while the newcomer waited; review 24: a
+/// busy one never taken, four tenants' streams kept new connections out for minutes): that
+/// one, to be told ([`Slot::tell`]) once its heir is named; `None` if none may be taken.
+pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> Option<Arc<Slot>> {
     held.slots.retain(|w| {
         looked.at(w).is_some_and(|s| {
             !s.closing.load(Ordering::Acquire) && !s.operator.load(Ordering::Acquire)
@@ -121,17 +130,12 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> b
             .max_by_key(|&(i, q)| (q, std::cmp::Reverse(i)))?;
         (take == Take::Any || (take == Take::Quiet && for_ >= ROOM_QUIET)).then_some(at)
     };
-    let Some(at) = idle.or_else(busy) else {
-        return false;
-    };
-    let Some(slot) = held.slots.remove(at).and_then(|w| looked.at(&w)) else {
-        return false;
-    };
+    let at = idle.or_else(busy)?;
+    let slot = held.slots.remove(at)?.upgrade()?;
     slot.made_room.store(true, Ordering::Release);
     slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
     slot.closing.store(true, Ordering::Release);
-    slot.told.notify_one();
-    true
+    Some(slot)
 }
 
 /// What a connection is doing, as the choice of one to close for a newcomer reads it.
@@ -140,6 +144,17 @@ impl Slot {
     fn seated_after(&self) -> Option<std::time::Duration> {
         let ns = self.seated_after_ns.load(Ordering::Acquire);
         (ns != NOT_SEATED).then(|| std::time::Duration::from_nanos(ns))
+    }
+
+    /// Whether it has said nothing yet, or had its answers and is idle: either way its
+    /// client will not authenticate on it soon ([`ROOM_AGE_SPOKEN_FOR`]).
+    fn spoken_for(&self) -> bool {
+        let served = self
+            .activity
+            .get()
+            .and_then(Weak::upgrade)
+            .is_some_and(|a| a.served.load(Ordering::Acquire) > 0);
+        self.heard.load(Ordering::Acquire) == 0 || (served && self.idle())
     }
 
     fn idle(&self) -> bool {

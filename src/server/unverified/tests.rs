@@ -428,4 +428,5 @@ fn a_waiting_newcomer_is_never_closed_to_make_room() {
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);
 }
 
+mod heir;
 mod waiting;

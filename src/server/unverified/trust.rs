@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{ConnectionTrust, Looked, Slot, NOT_SEATED};
+use super::{Bequest, ConnectionTrust, Heir, Looked, Slot, NOT_SEATED};
 
 impl ConnectionTrust {
     /// A request on this connection authenticated: it no longer counts against its address
@@ -116,6 +116,38 @@ impl ConnectionTrust {
         let waited = u64::try_from(self.0.opened.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let waited = waited.min(NOT_SEATED - 1);
         self.0.seated_after_ns.store(waited, Ordering::Release);
+    }
+}
+
+impl ConnectionTrust {
+    /// The connection ended: its slot (`permit`) goes to the newcomer it was closed for, if
+    /// one still waits, else back to the listener.
+    pub(in crate::server) fn hand_on(&self, permit: tokio::sync::OwnedSemaphorePermit) {
+        let bequest = std::mem::replace(&mut *self.0.bequest(), Bequest::Ended);
+        if let Bequest::Heir(heir) = bequest {
+            // A newcomer gone meanwhile gives it back: dropped, the permit returns.
+            let _ = heir.send(permit);
+        }
+    }
+}
+
+impl Slot {
+    /// Tells it to close (marked so already), its slot going to `heir` when it ends; to the
+    /// listener if it ended first.
+    pub(super) fn tell(&self, heir: Option<Heir>) {
+        if let Some(heir) = heir {
+            let mut bequest = self.bequest();
+            if !matches!(*bequest, Bequest::Ended) {
+                *bequest = Bequest::Heir(heir);
+            }
+        }
+        self.told.notify_one();
+    }
+
+    fn bequest(&self) -> std::sync::MutexGuard<'_, Bequest> {
+        self.bequest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

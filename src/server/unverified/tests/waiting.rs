@@ -53,8 +53,9 @@ fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
     );
     let waited = guard.admit(a).expect("a");
     let old = seat(&guard, b).expect("b");
-    // `a` waited (as long as a test may pretend) and is seated only now.
+    // `a` waited (as long as a test may pretend) and is seated only now, shaking hands.
     waited.seated();
+    waited.heard(1);
     waited
         .0
         .seated_after_ns
@@ -69,6 +70,52 @@ fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
         old.0.evicted.load(Ordering::Acquire),
         "the one seated longest"
     );
+}
+
+/// Review 41-r7 of #37: with twice as many clients as the admin listener's slots reconnecting
+/// whenever closed, each slot turned over once a [`ROOM_AGE`], and a probe waited 1.4–1.6 s
+/// for its turn. A connection that has said nothing, or has had its answers and is idle, had
+/// its while after a quarter of it; one that spoke and has no answer yet (a TLS handshake, a
+/// request in flight) keeps the whole while.
+#[test]
+fn a_silent_or_answered_connection_makes_room_sooner() {
+    let guard = Unverified::aged(
+        3,
+        1_000,
+        TrustedProxies::default(),
+        std::time::Duration::from_nanos(1),
+    );
+    let ip = |last: u8| IpAddr::from([10, 0, 0, last]);
+    // Seated this instant: younger than the age (as a test may pretend).
+    let just_seated = |last: u8| {
+        let trust = seat(&guard, ip(last)).expect("seated");
+        trust
+            .0
+            .seated_after_ns
+            .store(u64::MAX - 1, Ordering::Release);
+        trust
+    };
+    let shaking = just_seated(1);
+    shaking.heard(1);
+    let silent = just_seated(2);
+    let answered = just_seated(3);
+    answered.heard(1);
+    let activity = Arc::new(crate::server::activity::Activity::new(
+        std::time::Instant::now(),
+        true,
+    ));
+    activity.served.store(1, Ordering::Release);
+    answered.served(&activity);
+    let _first = guard.admit(ip(4)).expect("newcomer");
+    assert_eq!(guard.make_room_for(ip(4), WAITED), Room::Made);
+    assert!(!shaking.is_evicted(), "spoke, no answer yet: kept");
+    assert!(silent.is_evicted(), "said nothing");
+    let _second = guard.admit(ip(5)).expect("newcomer");
+    assert_eq!(guard.make_room_for(ip(5), WAITED), Room::Made);
+    assert!(answered.is_evicted(), "had its answer, idle");
+    let _third = guard.admit(ip(6)).expect("newcomer");
+    assert_eq!(guard.make_room_for(ip(6), WAITED), Room::Wait);
+    assert!(!shaking.is_evicted());
 }
 
 /// Review 28 of #37: while a flood's connections were all too young to make room (closed by
