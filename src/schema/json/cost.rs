@@ -84,6 +84,16 @@ pub(super) fn patterns(v: &Value, depth: usize) -> usize {
 /// while the model counted each as one check.
 pub(super) const CONTENT_WEIGHT: u64 = 256;
 
+/// Subschema checks a `format` costs per string node (64 bytes): asserted (draft 7 and before),
+/// each parses the whole string again. Measured (review 41-r8 of #37, release binary):
+/// `uri-template` over a 900 KB string (14,063 nodes) took 2.0–3.9 ms of CPU per keyword,
+/// ~280 ns a node, about 6 checks at the model's ~50 ns; `iri-reference` ~0.7 ms; `email`,
+/// `uri`, `date-time` and the rest under 0.12 ms. Counted as one check, 600 `uri-template`s
+/// under an `allOf` were 1.4–2.4 s of CPU for one record. 16 is the dearest measured with
+/// room to spare (at most ~0.35 s of such checks fit under [`super::MAX_CHECK_WORK`]), and
+/// costs a record of ordinary fields with formats nothing it notices.
+pub(super) const FORMAT_WEIGHT: u64 = 16;
+
 /// Extra work `uniqueItems` may cost on `value`: jsonschema hashes the items of an array and
 /// compares those whose hashes meet; items that are arrays or objects can all hash alike
 /// (arrays of empty arrays hash to nothing), so such an array costs its length times its
@@ -211,6 +221,29 @@ mod tests {
         assert!(e.too_costly, "{}", e.message);
         assert!(s.check(&json!((0..100_000).collect::<Vec<_>>())).is_ok());
     }
+    /// Review 41-r8 of #37: 600 `format: "uri-template"` under an `allOf` (16.9 KB) over a
+    /// 900 KB string were 1.4–2.4 s of CPU for one record, each counted as one check. Each now
+    /// weighs as the parse it is: refused before it runs; one over a short string still checks.
+    #[test]
+    fn formats_weigh_as_the_parse_they_are() {
+        let formats: Vec<Value> = (0..600)
+            .map(|_| json!({"format": "uri-template"}))
+            .collect();
+        let s = JsonSchema::parse(
+            &json!({"$schema": "http://json-schema.org/draft-07/schema#", "allOf": formats})
+                .to_string(),
+        )
+        .expect("schema");
+        let text = format!("{{{}b}}", "a,".repeat(449_990));
+        let e = s.check(&json!(text)).expect_err("refused before it runs");
+        assert!(e.too_costly, "{}", e.message);
+        let one = JsonSchema::parse(
+            r#"{"$schema":"http://json-schema.org/draft-07/schema#","format":"uri-template"}"#,
+        )
+        .expect("schema");
+        assert!(one.check(&json!("/users/{id}")).is_ok());
+    }
+
     /// A review of #37: `format: "regex"` on `(?<n0>)(?<n1>)…(` was 13.2 s of CPU for 891 KB
     /// (quadratic in the names); `unevaluatedProperties` beside 22 nested `anyOf`s 3 s for a 2 KB
     /// record (doubling per level). Both are refused before they run; shallow uses still check.

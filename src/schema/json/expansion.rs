@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::cost::{data_cost, CONTENT_WEIGHT};
+use super::cost::{data_cost, CONTENT_WEIGHT, FORMAT_WEIGHT};
 use super::pattern::{pattern_cost, WEIGH_BUDGET};
 
 /// Most subschema visits one validation of the schema can make, counted over its `$ref`s
@@ -172,6 +172,9 @@ impl<'a> Expansion<'a> {
                         // The string parsed or decoded again, whole, for each.
                         ("contentMediaType" | "contentEncoding", _) if self.weigh_patterns => {
                             (CONTENT_WEIGHT, false)
+                        }
+                        ("format", Value::String(_)) if self.weigh_patterns => {
+                            (FORMAT_WEIGHT, false)
                         }
                         ("examples" | "default" | "required", _) => (1, false),
                         (k, Value::Object(entries)) if DISJOINT.contains(&k) => {
