@@ -203,6 +203,19 @@ fn content_types_select_the_format() {
         Some(Format::Ndjson)
     );
     assert_eq!(Format::from_content_type("text/plain"), None);
+    // Read as UTF-8: another charset is refused (415), not misread.
+    assert_eq!(
+        Format::from_content_type("application/json; charset=\"UTF-8\""),
+        Some(Format::Json)
+    );
+    assert_eq!(
+        Format::from_content_type("application/json; charset=\"utf-16\""),
+        None
+    );
+    assert_eq!(
+        Format::from_content_type("application/x-ndjson;charset=latin1"),
+        None
+    );
 }
 
 /// A deterministic fuzz smoke test (the coverage-guided target lives in fuzz/): thousands of

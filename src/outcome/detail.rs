@@ -68,7 +68,7 @@ impl ApiError {
                  internal_topics): no API key may write it"
             ),
             Self::UnsupportedMediaType(got) => format!(
-                "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson"
+                "Content-Type {got:?} is not accepted; use application/json or application/x-ndjson (UTF-8)"
             ),
             Self::BodyTooLarge { limit } => format!("the body (as inflated, if it is compressed) is larger than {limit} bytes"),
             Self::InflationRatio(ratio) => format!(

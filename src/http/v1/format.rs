@@ -10,10 +10,25 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format for a `Content-Type` value, ignoring parameters such as `charset`.
+    /// The format for a `Content-Type` value; `None` for another type, or for a `charset`
+    /// other than UTF-8 (the body is read as UTF-8, as JSON is exchanged: RFC 8259 §8.1; a
+    /// body declared UTF-16 was read as UTF-8, review 41-r8 of #37). Other parameters are
+    /// ignored.
     pub fn from_content_type(value: &str) -> Option<Self> {
-        let essence = value.split(';').next().unwrap_or("").trim();
-        if essence.eq_ignore_ascii_case("application/json") {
+        let mut parts = value.split(';');
+        let essence = parts.next().unwrap_or("").trim();
+        let foreign = parts.any(|p| {
+            p.split_once('=').is_some_and(|(name, charset)| {
+                let charset = charset.trim().trim_matches('"');
+                name.trim().eq_ignore_ascii_case("charset")
+                    && !["utf-8", "utf8", "us-ascii"]
+                        .iter()
+                        .any(|c| charset.eq_ignore_ascii_case(c))
+            })
+        });
+        if foreign {
+            None
+        } else if essence.eq_ignore_ascii_case("application/json") {
             Some(Self::Json)
         } else if essence.eq_ignore_ascii_case("application/x-ndjson")
             || essence.eq_ignore_ascii_case("application/ndjson")
