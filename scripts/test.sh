@@ -42,7 +42,8 @@ scripts/clients.sh "$FLOODGATE_CLIENTS"
 # the real clock had a binary, and so the machine, to themselves; they run after the rest, on
 # their own (the same binary, filtered). Arguments (cargo test's, e.g. a test name) mean one
 # run of what they select.
-ALONE=(mock::adaptive:: mock::lag_guard:: mock::retry_after:: tansu::adaptive_recovery::)
+# The admin floods' probes are timed too, and their churn of connections takes the cores.
+ALONE=(mock::adaptive:: mock::admin_floods:: mock::lag_guard:: mock::retry_after:: tansu::adaptive_recovery::)
 # #44's recovery test judges the median of five consecutive runs of each scenario (~3.7 min
 # each); one run when it is started by hand, unless FLOODGATE_RECOVERY_RUNS says otherwise.
 export FLOODGATE_RECOVERY_RUNS=${FLOODGATE_RECOVERY_RUNS:-5}
