@@ -4,12 +4,16 @@
 //! With `tls_client_ca_file`, the produce listener verifies client certificates (rustls's
 //! `WebPkiClientVerifier`: the chain to one of those CAs, the validity period, the client-auth
 //! key usage), required or optional. A verified certificate's names are read once, at the
-//! handshake, into a [`ClientCertificate`] every request of the connection carries.
+//! handshake, into a [`ClientCertificate`] every request of the connection carries. A chain of
+//! more than [`chain::MAX_INTERMEDIATES`] intermediates, or naming one subject twice, is
+//! refused before webpki builds paths over it ([`chain`]).
 //!
 //! Layer: foundations. Imports nothing of floodgate's above the foundations.
 
 use std::path::Path;
 use std::sync::Arc;
+
+mod chain;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -143,7 +147,7 @@ pub fn acceptor(
             let verifier = verifier
                 .build()
                 .map_err(|e| TlsError::Config(rustls::Error::General(e.to_string())))?;
-            builder.with_client_cert_verifier(verifier)
+            builder.with_client_cert_verifier(Arc::new(chain::Bounded(verifier)))
         }
     };
     let mut config = builder.with_single_cert(certs, key)?;
