@@ -3,7 +3,7 @@
 //! waiting (at most [`waiting_bound`] of them) rather than in the accept loop.
 //!
 //! The connection closed for a newcomer hands its slot to that newcomer when it ends
-//! ([`Unverified::make_room_for_heir`]), not to whichever has waited longest.
+//! ([`Unverified::make_room_for`]), not to whichever has waited longest.
 //!
 //! Why beside, not in turn: a busy connection chosen to make room gets a second to finish
 //! before it is cut, and a newcomer awaited in the accept loop held every one behind it for
@@ -54,7 +54,7 @@ pub async fn slot_for(
         // Room made: one connection is closing for this newcomer and hands its slot to it
         // when it ends, and asking again at once would close another.
         let (heir, handed) = oneshot::channel();
-        let again = match unverified.make_room_for_heir(peer, came.elapsed(), Some(heir)) {
+        let again = match unverified.make_room_for(peer, came.elapsed(), Some(heir)) {
             Room::Refused => return None,
             Room::Made => ROOM_MADE_WAIT,
             Room::Wait => ROOM_ASK,

@@ -331,17 +331,11 @@ impl Unverified {
     /// oldest idle authenticated one (closed gracefully) — [`Room::Made`]. Or, `peer`'s
     /// address holding the most itself (more than this one), says to close the newcomer
     /// ([`Room::Refused`]: waiting, it would hold every other newcomer in the backlog behind
-    /// it).
-    pub fn make_room_for(&self, peer: IpAddr, waited: std::time::Duration) -> Room {
-        self.make_room_for_heir(peer, waited, None)
-    }
-
-    /// [`Unverified::make_room_for`], the slot of the connection closed for the newcomer
-    /// handed to `heir` when that connection ends ([`ConnectionTrust::hand_on`]). Left to the
-    /// semaphore, it went to whichever newcomer had waited longest, often one that could take
+    /// it). The slot of the connection closed for the newcomer is handed to `heir` when that
+    /// connection ends ([`ConnectionTrust::hand_on`]). Left to the semaphore, it went to whichever newcomer had waited longest, often one that could take
     /// from no one; the newcomer it was freed for then waited two seconds to ask again (review
     /// 41-r7 of #37: probes from a new address waited 1.4–1.6 s on a full admin listener).
-    pub fn make_room_for_heir(
+    pub fn make_room_for(
         &self,
         peer: IpAddr,
         waited: std::time::Duration,

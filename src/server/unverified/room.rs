@@ -38,6 +38,7 @@ pub(super) fn close_oldest(
     looked: &mut Looked,
     except: Option<IpAddr>,
 ) -> Option<Arc<Slot>> {
+    let least = age / ROOM_AGE_SPOKEN_FOR;
     let mut at = 0;
     while let Some(weak) = held.slots.get(at).cloned() {
         let live = looked
@@ -55,7 +56,6 @@ pub(super) fn close_oldest(
             continue;
         };
         let opened_for = slot.opened.elapsed();
-        let least = age / ROOM_AGE_SPOKEN_FOR;
         if opened_for < least {
             // Every one after it opened later still.
             return None;
@@ -149,12 +149,14 @@ impl Slot {
     /// Whether it has said nothing yet, or had its answers and is idle: either way its
     /// client will not authenticate on it soon ([`ROOM_AGE_SPOKEN_FOR`]).
     fn spoken_for(&self) -> bool {
-        let served = self
+        let answered_and_idle = self
             .activity
             .get()
             .and_then(Weak::upgrade)
-            .is_some_and(|a| a.served.load(Ordering::Acquire) > 0);
-        self.heard.load(Ordering::Acquire) == 0 || (served && self.idle())
+            .is_some_and(|a| {
+                a.served.load(Ordering::Acquire) > 0 && a.in_flight.load(Ordering::Acquire) == 0
+            });
+        self.heard.load(Ordering::Acquire) == 0 || answered_and_idle
     }
 
     fn idle(&self) -> bool {

@@ -89,7 +89,11 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     // a's first one authenticated: not a candidate, and no longer counted.
     assert!(from_a[0].verified_as("t"));
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Made, "a holds 3, c 1");
+    assert_eq!(
+        guard.make_room_for(c, WAITED, None),
+        Room::Made,
+        "a holds 3, c 1"
+    );
     assert!(
         !from_a[0].0.evicted.load(Ordering::Acquire),
         "verified: kept"
@@ -106,20 +110,24 @@ async fn a_full_listener_makes_room_from_the_address_holding_the_most() {
     drop(from_a);
     assert_eq!(guard.held(a), 0);
     assert_eq!(
-        guard.make_room_for(b, WAITED),
+        guard.make_room_for(b, WAITED, None),
         Room::Refused,
         "b holds the most: its newcomer is closed"
     );
     let _second = guard.admit(c).expect("c");
     // b's 2 are not more than c's 2, but neither of c's holds a slot: not refused (review
     // 26), and the oldest unverified one in a slot makes room.
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(c, WAITED, None), Room::Made);
     assert!(from_b[0].0.evicted.load(Ordering::Acquire));
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
     let lone = Unverified::new(4, 1_000, TrustedProxies::default());
     let _one = seat(&lone, a).expect("a");
     let _other = seat(&lone, b).expect("b");
-    assert_eq!(lone.make_room_for(b, WAITED), Room::Wait, "one each: wait");
+    assert_eq!(
+        lone.make_room_for(b, WAITED, None),
+        Room::Wait,
+        "one each: wait"
+    );
 }
 
 /// Review 5 of #37: a tenant allowed 1 record/s opened and authenticated 4,096 connections
@@ -173,7 +181,7 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     assert!(lone.verified_as("lone"));
     let _newcomer = guard.admit(c).expect("c");
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Made,
         "greedy holds 3, c 1"
     );
@@ -190,7 +198,7 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
         "closed gracefully, not cut"
     );
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Made,
         "still 3 until it closes"
     );
@@ -201,20 +209,20 @@ fn a_full_listener_makes_room_from_the_tenant_holding_the_most() {
     // Review 24: a busy one is taken last, and gets a short grace to finish.
     assert!(!greedy[0].0.made_room.load(Ordering::Acquire));
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Made,
         "then the busy one"
     );
     assert!(greedy[0].0.closing.load(Ordering::Acquire));
     assert!(greedy[0].made_room(), "cut after ROOM_GRACE");
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Wait,
         "all of greedy's closing"
     );
     drop(greedy);
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Wait,
         "lone's one is kept"
     );
@@ -242,12 +250,12 @@ fn only_a_tenant_over_its_share_of_the_listener_makes_room() {
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
     let _newcomer = guard.admit(c).expect("c");
     // 12 / (2 + 1) = 4: "small" holds 4, not more.
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Wait);
+    assert_eq!(guard.make_room_for(c, WAITED, None), Room::Wait);
     assert!(held.iter().all(|t| !t.0.closing.load(Ordering::Acquire)));
     let fifth = seat(&guard, a).expect("a");
     assert!(fifth.verified_as("small"));
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Made,
         "5 of 12 is over its share"
     );
@@ -271,19 +279,19 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
         .collect();
     assert!(held[0].verified_as("t"), "verified: out of the order");
     let newcomer = guard.admit(ip(9)).expect("newcomer");
-    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(ip(9), WAITED, None), Room::Made);
     assert!(!held[0].0.evicted.load(Ordering::Acquire));
     assert!(
         held[1].0.evicted.load(Ordering::Acquire),
         "the oldest unverified"
     );
     assert!(!held[2].0.evicted.load(Ordering::Acquire));
-    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(ip(9), WAITED, None), Room::Made);
     assert!(held[2].0.evicted.load(Ordering::Acquire), "then the next");
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 2);
     // The newcomer, now the oldest unverified of all, is not closed for itself.
     drop(held);
-    assert_eq!(guard.make_room_for(ip(9), WAITED), Room::Wait);
+    assert_eq!(guard.make_room_for(ip(9), WAITED, None), Room::Wait);
     assert!(!newcomer.0.evicted.load(Ordering::Acquire), "its own");
     // Younger than the age: kept (two floods would close each other's at once).
     let young = Unverified::new(4, 1_000, TrustedProxies::default());
@@ -291,7 +299,7 @@ fn a_listener_full_of_one_connection_per_address_makes_room_from_the_oldest() {
         .map(|n| seat(&young, ip(n)).expect("one each"))
         .collect();
     let _newcomer = young.admit(ip(9)).expect("newcomer");
-    assert_eq!(young.make_room_for(ip(9), WAITED), Room::Wait);
+    assert_eq!(young.make_room_for(ip(9), WAITED, None), Room::Wait);
 }
 
 /// Review 25 of #37: a flood of silent connections made every newcomer cut a busy upload of a
@@ -322,7 +330,7 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
     let silent = seat(&guard, "10.0.0.2".parse().expect("ip")).expect("silent");
     let c: IpAddr = "10.0.0.3".parse().expect("ip");
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(c, WAITED, None), Room::Made);
     assert!(
         silent.0.evicted.load(Ordering::Acquire),
         "the silent one first"
@@ -340,7 +348,7 @@ fn a_silent_connection_makes_room_before_a_busy_one_is_cut() {
         })
         .collect();
     let _newcomer = young.admit(c).expect("c");
-    assert_eq!(young.make_room_for(c, WAITED), Room::Made);
+    assert_eq!(young.make_room_for(c, WAITED, None), Room::Made);
     assert!(uploads[0].made_room(), "cut after ROOM_GRACE");
 }
 
@@ -374,20 +382,20 @@ fn a_busy_connection_still_sent_to_is_cut_only_for_a_newcomer_that_waited() {
     let _first = guard.admit(c).expect("c");
     let _second = guard.admit(c).expect("c");
     let fresh = std::time::Duration::ZERO;
-    assert_eq!(guard.make_room_for(c, fresh), Room::Made);
+    assert_eq!(guard.make_room_for(c, fresh, None), Room::Made);
     assert!(uploads[2].made_room(), "the quiet one, though the youngest");
     assert!(uploads[..2]
         .iter()
         .all(|u| !u.0.closing.load(Ordering::Acquire)));
     assert_eq!(
-        guard.make_room_for(c, fresh),
+        guard.make_room_for(c, fresh, None),
         Room::Wait,
         "c holds 2, but room can be made once it waited"
     );
     assert!(uploads[..2]
         .iter()
         .all(|u| !u.0.closing.load(Ordering::Acquire)));
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(c, WAITED, None), Room::Made);
     assert!(uploads[0].made_room(), "then the oldest still sent to");
 }
 
@@ -422,7 +430,7 @@ fn a_waiting_newcomer_is_never_closed_to_make_room() {
     );
     let waiting = guard.admit(first).expect("first");
     let _newcomer = guard.admit(second).expect("second");
-    assert_eq!(guard.make_room_for(second, WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(second, WAITED, None), Room::Made);
     assert!(!waiting.0.evicted.load(Ordering::Acquire), "waits on");
     assert!(streams[0].made_room(), "the busy one is cut");
     assert_eq!(guard.evicted.load(Ordering::Relaxed), 0);

@@ -31,10 +31,7 @@ async fn the_slot_made_for_a_newcomer_is_handed_to_it() {
     tokio::task::yield_now().await;
     let _newcomer = guard.admit(probe).expect("probe");
     let (heir, mut handed) = tokio::sync::oneshot::channel();
-    assert_eq!(
-        guard.make_room_for_heir(probe, WAITED, Some(heir)),
-        Room::Made
-    );
+    assert_eq!(guard.make_room_for(probe, WAITED, Some(heir)), Room::Made);
     let (closed, permit) = seated.remove(0);
     assert!(closed.is_evicted(), "a's oldest closes for it");
     closed.hand_on(permit);
@@ -56,10 +53,7 @@ async fn the_slot_made_for_a_newcomer_is_handed_to_it() {
     // A newcomer gone before the slot is handed on: back to the listener.
     let _another = guard.admit(probe).expect("probe");
     let (heir, handed) = tokio::sync::oneshot::channel();
-    assert_eq!(
-        guard.make_room_for_heir(probe, WAITED, Some(heir)),
-        Room::Made
-    );
+    assert_eq!(guard.make_room_for(probe, WAITED, Some(heir)), Room::Made);
     drop(handed);
     let (closed, permit) = seated.remove(0);
     assert!(closed.is_evicted());

@@ -19,7 +19,7 @@ fn a_clients_young_connections_are_kept_and_its_waiting_newcomers_bounded() {
     let handshaking: Vec<_> = (0..3).map(|_| seat(&guard, pool).expect("pool")).collect();
     let _newcomer = guard.admit(c).expect("c");
     assert_eq!(
-        guard.make_room_for(c, WAITED),
+        guard.make_room_for(c, WAITED, None),
         Room::Wait,
         "too young to close"
     );
@@ -29,10 +29,14 @@ fn a_clients_young_connections_are_kept_and_its_waiting_newcomers_bounded() {
     let waiting: Vec<_> = (0..WAITING_PER_ADDRESS)
         .map(|_| guard.admit(d).expect("d"))
         .collect();
-    assert_eq!(guard.make_room_for(d, WAITED), Room::Wait, "wait together");
+    assert_eq!(
+        guard.make_room_for(d, WAITED, None),
+        Room::Wait,
+        "wait together"
+    );
     let _one_more = guard.admit(d).expect("d");
     assert_eq!(
-        guard.make_room_for(d, WAITED),
+        guard.make_room_for(d, WAITED, None),
         Room::Refused,
         "past its waiting places"
     );
@@ -61,7 +65,7 @@ fn a_connection_that_waited_for_its_slot_has_its_while_from_its_seat() {
         .seated_after_ns
         .store(u64::MAX - 1, Ordering::Release);
     let _newcomer = guard.admit(c).expect("c");
-    assert_eq!(guard.make_room_for(c, WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(c, WAITED, None), Room::Made);
     assert!(
         !waited.0.evicted.load(Ordering::Acquire),
         "just seated: kept, though it opened first"
@@ -107,14 +111,14 @@ fn a_silent_or_answered_connection_makes_room_sooner() {
     activity.served.store(1, Ordering::Release);
     answered.served(&activity);
     let _first = guard.admit(ip(4)).expect("newcomer");
-    assert_eq!(guard.make_room_for(ip(4), WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(ip(4), WAITED, None), Room::Made);
     assert!(!shaking.is_evicted(), "spoke, no answer yet: kept");
     assert!(silent.is_evicted(), "said nothing");
     let _second = guard.admit(ip(5)).expect("newcomer");
-    assert_eq!(guard.make_room_for(ip(5), WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(ip(5), WAITED, None), Room::Made);
     assert!(answered.is_evicted(), "had its answer, idle");
     let _third = guard.admit(ip(6)).expect("newcomer");
-    assert_eq!(guard.make_room_for(ip(6), WAITED), Room::Wait);
+    assert_eq!(guard.make_room_for(ip(6), WAITED, None), Room::Wait);
     assert!(!shaking.is_evicted());
 }
 
@@ -135,13 +139,13 @@ fn a_clients_newcomers_wait_while_another_address_holds_more() {
         .collect();
     let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
     assert_eq!(
-        guard.make_room_for(pool, WAITED),
+        guard.make_room_for(pool, WAITED, None),
         Room::Wait,
         "the flood holds more, too young to give one up"
     );
     let more: Vec<_> = (0..4).map(|_| guard.admit(pool).expect("pool")).collect();
     assert_eq!(
-        guard.make_room_for(pool, WAITED),
+        guard.make_room_for(pool, WAITED, None),
         Room::Refused,
         "holding the most itself (7 against 6), past its waiting places"
     );
@@ -155,14 +159,14 @@ fn a_clients_newcomers_wait_while_another_address_holds_more() {
         .collect();
     let seated = seat(&guard, pool).expect("pool");
     let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
-    assert_eq!(guard.make_room_for(pool, WAITED), Room::Refused);
+    assert_eq!(guard.make_room_for(pool, WAITED, None), Room::Refused);
     drop((young, seated, waiting));
     // Another address's newcomers waiting, not in slots, will never make room: they do not
     // keep a client's newcomers waiting past their places.
     let guard = Unverified::new(8, 1_000, TrustedProxies::default());
     let hog: Vec<_> = (0..6).map(|_| guard.admit(flood).expect("hog")).collect();
     let waiting: Vec<_> = (0..3).map(|_| guard.admit(pool).expect("pool")).collect();
-    assert_eq!(guard.make_room_for(pool, WAITED), Room::Refused);
+    assert_eq!(guard.make_room_for(pool, WAITED, None), Room::Refused);
     drop((hog, waiting));
 }
 
@@ -189,12 +193,12 @@ fn an_address_that_authenticated_lately_waits_where_an_unknown_one_is_refused() 
         newcomers.extend((0..=WAITING_PER_ADDRESS).map(|_| guard.admit(address).expect("admit")));
     }
     assert_eq!(
-        guard.make_room_for(unknown, WAITED),
+        guard.make_room_for(unknown, WAITED, None),
         Room::Refused,
         "past its waiting places"
     );
     assert_eq!(
-        guard.make_room_for(known, WAITED),
+        guard.make_room_for(known, WAITED, None),
         Room::Wait,
         "it authenticated lately"
     );
@@ -214,7 +218,7 @@ fn a_known_address_holding_a_slot_is_refused_past_its_waiting_places() {
     let _waiting: Vec<_> = (0..=WAITING_PER_ADDRESS)
         .map(|_| guard.admit(known).expect("admit"))
         .collect();
-    assert_eq!(guard.make_room_for(known, WAITED), Room::Refused);
+    assert_eq!(guard.make_room_for(known, WAITED, None), Room::Refused);
 }
 
 /// Review 41-r3: an address whose two connections were both closed for room and wait again
@@ -236,7 +240,7 @@ fn an_address_whose_connections_all_wait_takes_from_a_tenant_holding_two() {
     }
     let _first = guard.admit(ip(3)).expect("waiting");
     let _second = guard.admit(ip(3)).expect("waiting");
-    assert_eq!(guard.make_room_for(ip(3), WAITED), Room::Made);
+    assert_eq!(guard.make_room_for(ip(3), WAITED, None), Room::Made);
     assert_eq!(
         seated
             .iter()
@@ -278,7 +282,7 @@ fn an_operators_connections_are_never_closed_to_make_room() {
     }
     for newcomer in 10..14 {
         let _waiting = guard.admit(ip(newcomer)).expect("waiting");
-        guard.make_room_for(ip(newcomer), WAITED);
+        guard.make_room_for(ip(newcomer), WAITED, None);
     }
     let closing = |t: &ConnectionTrust| t.0.closing.load(Ordering::Acquire);
     assert!(!operators.iter().any(closing), "the operator's are kept");
@@ -316,7 +320,7 @@ fn addresses_that_only_wait_count_in_the_admin_share() {
         let waiting: Vec<_> = (10..13)
             .map(|n| guard.admit(ip(n)).expect("waiting"))
             .collect();
-        let room = guard.make_room_for(ip(10), WAITED);
+        let room = guard.make_room_for(ip(10), WAITED, None);
         let expected = if sharing { Room::Made } else { Room::Wait };
         assert_eq!(room, expected, "sharing with waiters: {sharing}");
         drop(waiting);
