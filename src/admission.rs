@@ -30,9 +30,11 @@ mod lag;
 mod pending;
 mod precheck;
 mod quota;
+mod reservation;
 mod shadow;
 mod view;
 
+pub use reservation::Reservation;
 pub use view::BucketsView;
 
 use pending::Pending;
@@ -198,13 +200,30 @@ impl Admission {
         topic: Option<&Topic>,
         charge: Charge,
     ) -> (Result<BufferLease, Blocked>, BucketsView) {
+        self.admit_reserved(tenant, topic, charge, None)
+    }
+
+    /// [`Admission::admit_to`] for a request that reserved its tenant's tokens before
+    /// registering its raw schemas: its own reservation is not counted against it, and is
+    /// given up, under the same lock, once it is admitted.
+    pub fn admit_reserved(
+        &self,
+        tenant: &Tenant,
+        topic: Option<&Topic>,
+        charge: Charge,
+        own: Option<&mut Reservation>,
+    ) -> (Result<BufferLease, Blocked>, BucketsView) {
         let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
         self.align(&mut state.buckets, now);
         self.follow_plan(tenant, &mut state, now);
         self.follow_lag(tenant, &mut state, topic, now, charge.records);
+        let others = state.reserved.minus(
+            own.as_deref()
+                .map_or_else(Charge::default, Reservation::charge),
+        );
         let decision = (|| {
-            let pending = self.plan(tenant, &state, topic, now, charge)?;
+            let pending = self.plan(tenant, &state, topic, now, (charge, others))?;
             let lease = self
                 .buffer
                 .try_reserve(&tenant.usage, charge)
@@ -248,6 +267,11 @@ impl Admission {
             }
             Ok(lease)
         })();
+        if decision.is_ok() {
+            if let Some(own) = own {
+                state.reserved = state.reserved.minus(own.give_up());
+            }
+        }
         let view = self.view_locked(&state, now);
         (decision, view)
     }
@@ -284,7 +308,7 @@ impl Admission {
         if state.buckets.estimate(now, one).is_err() || self.global.estimate(now, one).is_err() {
             return None;
         }
-        match self.plan(tenant, &state, topic, now, charge) {
+        match self.plan(tenant, &state, topic, now, (charge, state.reserved)) {
             Err(Blocked::Lease(need)) => Some(LeaseNeed {
                 partial: true,
                 ..need
@@ -310,19 +334,32 @@ impl Admission {
         topic: Option<&Topic>,
         charge: Charge,
     ) -> Result<(), Denial> {
-        let now = self.clock.now_ns();
         let mut state = tenant.admission_state();
+        self.check_locked(tenant, &mut state, topic, charge)
+    }
+
+    /// [`Admission::check_to`] under the tenant's lock, taken by the caller; what other
+    /// requests of the tenant reserved counts as taken.
+    fn check_locked(
+        &self,
+        tenant: &Tenant,
+        state: &mut crate::tenant::AdmissionState,
+        topic: Option<&Topic>,
+        charge: Charge,
+    ) -> Result<(), Denial> {
+        let now = self.clock.now_ns();
         self.align(&mut state.buckets, now);
-        self.follow_plan(tenant, &mut state, now);
-        self.follow_lag(tenant, &mut state, topic, now, 0);
+        self.follow_plan(tenant, state, now);
+        self.follow_lag(tenant, state, topic, now, 0);
         let mut pending = Pending::default();
-        match self.plan(tenant, &state, topic, now, charge) {
+        let others = state.reserved;
+        match self.plan(tenant, state, topic, now, (charge, others)) {
             Ok(_nothing_charged) => {}
             Err(Blocked::Denied(d)) => {
                 if matches!(&d, Denial::Refused(r) if r.reason == Reason::ConsumerLag) {
                     // Refused mid-stream by a lag guard: the records read so far are demand
                     // its cap holds back (its release rule weighs them).
-                    self.follow_lag(tenant, &mut state, topic, now, charge.records);
+                    self.follow_lag(tenant, state, topic, now, charge.records);
                 }
                 return Err(d);
             }
@@ -331,7 +368,7 @@ impl Admission {
                 let tenant_estimate = if state.budget_shadow {
                     Ok(())
                 } else {
-                    state.buckets.estimate(now, charge)
+                    state.buckets.estimate(now, charge.plus(others))
                 };
                 if let Err(t) = tenant_estimate {
                     pending
@@ -358,14 +395,15 @@ impl Admission {
 
     /// The checks shared by `admit` and `check`, under the tenant's lock: what the tenant's
     /// buckets would become, or why not. Refusals come before lease needs: a request that
-    /// would be refused anyway costs no Redis call.
+    /// would be refused anyway costs no Redis call. `others`: what the tenant's other
+    /// requests reserved, taken before this one by its budgets and its buffer share.
     fn plan(
         &self,
         tenant: &Tenant,
         state: &crate::tenant::AdmissionState,
         topic: Option<&Topic>,
         now: u64,
-        charge: Charge,
+        (charge, others): (Charge, Charge),
     ) -> Result<Planned, Blocked> {
         let share = state.buffer_share;
         let shown = |shadow: bool, spec| if shadow { BudgetSpec::default() } else { spec };
@@ -375,7 +413,7 @@ impl Admission {
         // Shadow mode asks what a limit would refuse only of a limit in shadow mode: the global
         // slice is an `Arc` taken from its `ArcSwap`, not worth taking on every request.
         let mut shadow = None;
-        let mut pending = state.buckets.check(now, charge).map(Some);
+        let mut pending = reservation::check_after(&state.buckets, now, charge, others).map(Some);
         if state.budget_shadow {
             let slice = state.buckets.slice().map(|s| &**s);
             if let Some(r) = shadow::would_refuse(&pending, slice, now, Scope::Tenant) {
@@ -425,6 +463,10 @@ impl Admission {
             }
         }
         let (held_bytes, held_records) = self.tenant_usage(tenant);
+        let (held_bytes, held_records) = (
+            held_bytes.saturating_add(others.bytes),
+            held_records.saturating_add(others.records),
+        );
         let (share_bytes, share_records) = self.share(share);
         // A share of 1.0 is the whole buffer: then the buffer's own check speaks.
         if share < 1.0

@@ -266,7 +266,8 @@ impl Authenticator {
         if as_jwt {
             return (
                 Method::Jwt,
-                self.by_token(tenants, &presented, digest, held).await,
+                self.by_token(tenants, &presented, digest, (held, caller.ip))
+                    .await,
             );
         }
         (Method::ApiKey, Err(AuthError::Unauthorized))

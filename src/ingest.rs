@@ -266,7 +266,11 @@ impl Ingest {
             .await?;
         // The topic and partitions first: a record refused for them costs no schema work.
         self.check_topic(topic, arena.partitions()).await?;
-        let (arena, owed) = self
+        let contracts::Applied {
+            arena,
+            owed,
+            mut reserved,
+        } = self
             .apply_schemas(tenant, topic, arena, &mut hold, &format)
             .await?;
         let records = arena.records();
@@ -277,7 +281,8 @@ impl Ingest {
             let batch = Arc::new(Batch::empty(tenant.stats().clone()));
             return Ok(Admitted { batch, view: None });
         }
-        let lease = self.admit(tenant, topic, arena.charge(), &mut held).await?;
+        let charge = (arena.charge(), reserved.as_mut());
+        let lease = self.admit(tenant, topic, charge, &mut held).await?;
         owed.admitted();
         body_owed.admitted();
         let batch = self.send(tenant, topic, &records, lease);

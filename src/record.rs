@@ -63,6 +63,22 @@ impl Charge {
         Self { records, bytes }
     }
 
+    /// Both charges together.
+    pub fn plus(self, other: Self) -> Self {
+        Self::new(
+            self.records.saturating_add(other.records),
+            self.bytes.saturating_add(other.bytes),
+        )
+    }
+
+    /// This charge without `other` (none below nothing).
+    pub fn minus(self, other: Self) -> Self {
+        Self::new(
+            self.records.saturating_sub(other.records),
+            self.bytes.saturating_sub(other.bytes),
+        )
+    }
+
     /// The cost of these records.
     pub fn of(records: &[Record<'_>]) -> Self {
         Self {

@@ -36,6 +36,10 @@ pub struct AdmissionState {
     pub quotas: crate::quota::Quotas,
     /// Its records and bytes budgets only count what they would refuse (`budget_mode`).
     pub budget_shadow: bool,
+    /// What its requests registering raw schemas have spoken for and not yet been admitted
+    /// for ([`crate::admission::Reservation`]): every other admission of the tenant counts it
+    /// as taken.
+    pub reserved: crate::record::Charge,
 }
 
 /// A tenant's bucket under the adaptive limit: the plan it follows (by epoch) and its TATs.
@@ -146,6 +150,7 @@ impl AdmissionSlot {
                 adaptive: AdaptiveBucket::default(),
                 lag: Vec::new(),
                 priority,
+                reserved: Default::default(),
             })
         })
     }

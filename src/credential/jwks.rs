@@ -1,6 +1,7 @@
 //! An issuer's signing keys (RFC 7517 JWK sets): parsed strictly, fetched with bounds, kept
 //! while the JWKS server is away, refreshed on a schedule, refetched for an unknown `kid` at most
-//! once per `min_refetch_s`.
+//! once per `min_refetch_s` — and once more per tenant for its own producers' addresses
+//! ([`acquainted`]), so a stranger's forged `kid` cannot keep a rotated-in key refused.
 //!
 //! Each key is bound to the one algorithm its type allows when the set is read — RSA → RS256,
 //! EC P-256 → ES256, OKP Ed25519 → EdDSA — and a token's `alg` must equal it. So a token can
@@ -18,6 +19,9 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 
 use crate::budget::Clock;
+
+mod acquainted;
+use acquainted::Acquainted;
 
 /// Most keys kept from one set (issuers publish a handful; the rest are ignored).
 pub const MAX_KEYS: usize = 64;
@@ -190,6 +194,14 @@ enum Origin {
     File,
 }
 
+/// Who a refetch for an unknown `kid` is made for ([`KeySource::asker`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asker {
+    /// A token from an address that verified as this tenant lately.
+    Known(Arc<str>),
+    Stranger,
+}
+
 /// Why a refetch did not happen or did not help.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetched {
@@ -232,6 +244,8 @@ pub struct KeySource {
     /// sees whether one ended meanwhile.
     finished: AtomicU64,
     pub failures: AtomicU64,
+    /// Addresses its tokens were verified from lately: their tenants' own refetch allowances.
+    acquainted: Acquainted,
 }
 
 /// What builds a key source.
@@ -303,6 +317,7 @@ impl KeySource {
             last_failed: AtomicBool::new(false),
             fetches: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            acquainted: Acquainted::default(),
         }
     }
 
@@ -332,18 +347,37 @@ impl KeySource {
         self.last_failed.load(Ordering::Acquire)
     }
 
-    /// How long until the throttle allows the next fetch (zero: now). An unknown `kid` within
-    /// that time may be a key the issuer rotated in since the last fetch: its client is told to
-    /// come back then (503 `jwks_unavailable`), not that its token is bad.
-    pub fn next_fetch_in(&self) -> Duration {
+    /// How long until the throttle allows the next fetch for a token from `asker` (zero: now).
+    /// An unknown `kid` within that time may be a key the issuer rotated in since the last
+    /// fetch: its client is told to come back then (503 `jwks_unavailable`), not that its
+    /// token is bad.
+    pub fn next_fetch_in(&self, asker: &Asker) -> Duration {
         if !self.attempted.load(Ordering::Acquire) {
             return Duration::ZERO;
         }
-        let since = self
-            .clock
-            .now_ns()
-            .saturating_sub(self.last_attempt_ns.load(Ordering::Acquire));
-        self.min_refetch.saturating_sub(Duration::from_nanos(since))
+        let now = self.clock.now_ns();
+        let since = now.saturating_sub(self.last_attempt_ns.load(Ordering::Acquire));
+        let general = self.min_refetch.saturating_sub(Duration::from_nanos(since));
+        match asker {
+            Asker::Known(t) => general.min(self.acquainted.wait(t, now, self.min_refetch)),
+            Asker::Stranger => general,
+        }
+    }
+
+    /// Who asks for a refetch: the tenant the token's address verified as lately, if any.
+    pub fn asker(&self, ip: Option<std::net::IpAddr>) -> Asker {
+        let now = self.clock.now_ns();
+        match ip.and_then(|ip| self.acquainted.tenant_of(ip, now)) {
+            Some(t) => Asker::Known(t),
+            None => Asker::Stranger,
+        }
+    }
+
+    /// A token of this issuer was verified from `ip` as `tenant`.
+    pub fn verified_from(&self, ip: Option<std::net::IpAddr>, tenant: &str) {
+        if let Some(ip) = ip {
+            self.acquainted.note(ip, tenant, self.clock.now_ns());
+        }
     }
 
     /// Whether a fetch may start now.
@@ -358,6 +392,12 @@ impl KeySource {
     /// sees the throttle: a flood makes one fetch, not one each); the keys held stay if it fails.
     /// Returns when the next scheduled refresh is due, with the outcome.
     pub async fn fetch(&self) -> (Fetched, Duration) {
+        self.fetch_for(&Asker::Stranger).await
+    }
+
+    /// [`KeySource::fetch`] for an unknown `kid` of a token from `asker`: a known tenant's
+    /// producers may fetch on its own allowance when the general one is spent.
+    pub async fn fetch_for(&self, asker: &Asker) -> (Fetched, Duration) {
         let Origin::Url {
             url,
             client,
@@ -387,7 +427,17 @@ impl KeySource {
             return (fetched, self.min_refetch);
         }
         if !self.due(now) {
-            return (Fetched::Throttled, self.min_refetch);
+            let Asker::Known(tenant) = asker else {
+                return (Fetched::Throttled, self.min_refetch);
+            };
+            if !self
+                .acquainted
+                .wait(tenant, now, self.min_refetch)
+                .is_zero()
+            {
+                return (Fetched::Throttled, self.min_refetch);
+            }
+            self.acquainted.fetched(tenant, now);
         }
         self.last_attempt_ns.store(now, Ordering::Release);
         self.attempted.store(true, Ordering::Release);

@@ -33,7 +33,10 @@ impl Authenticator {
         tenants: &Tenants,
         token: &str,
         digest: [u8; 32],
-        held: &(dyn Fn() -> Option<std::time::Duration> + Sync),
+        (held, source): (
+            &(dyn Fn() -> Option<std::time::Duration> + Sync),
+            Option<std::net::IpAddr>,
+        ),
     ) -> Result<Identity, AuthError> {
         let now = self.clock.unix_s();
         let generation = tenants.generation();
@@ -58,9 +61,12 @@ impl Authenticator {
                 if let Some(wait) = held() {
                     return Err(AuthError::Held(wait));
                 }
-                let (verified, keys_generation) = self.verify(token, now).await?;
+                let (verified, keys_generation) = self.verify(token, now, source).await?;
                 let verified = Arc::new(verified);
                 let tenant = self.resolve_token(&tenants.load(), &verified);
+                if let (Some(t), Some(issuer)) = (&tenant, self.issuers.get(verified.issuer)) {
+                    issuer.keys.verified_from(source, t.id.as_str());
+                }
                 // A token whose topics claim compiles to more than MAX_CACHED_TOPICS_BYTES is
                 // verified on every request instead: the cache's bound is in entries, and one
                 // such entry could hold hundreds of kilobytes.
@@ -99,6 +105,7 @@ impl Authenticator {
         &self,
         token: &str,
         now: u64,
+        source: Option<std::net::IpAddr>,
     ) -> Result<(VerifiedToken, u64), AuthError> {
         let bad = AuthError::Token;
         let parsed = jwt::parse(token).map_err(bad)?;
@@ -142,13 +149,15 @@ impl Authenticator {
                 Lookup::Unknown
             )
         {
-            let (fetched, _) = issuer.keys.fetch().await;
+            // From an address that verified as a tenant lately, on its tenant's allowance too.
+            let asker = issuer.keys.asker(source);
+            let (fetched, _) = issuer.keys.fetch_for(&asker).await;
             keys = issuer.keys.keys();
             if matches!(
                 keys.find(parsed.kid.as_deref(), parsed.alg),
                 Lookup::Unknown
             ) {
-                let unavailable = AuthError::KeysUnavailable(issuer.keys.next_fetch_in());
+                let unavailable = AuthError::KeysUnavailable(issuer.keys.next_fetch_in(&asker));
                 match fetched {
                     Fetched::Failed(_) => return Err(unavailable),
                     // Joined a fetch that read the set before this token came: the key may

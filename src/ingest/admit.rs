@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Ingest;
-use crate::admission::{Blocked, BucketsView, LeaseNeed};
+use crate::admission::{Blocked, BucketsView, LeaseNeed, Reservation};
 use crate::budget::{Dimension, PerDimension, Scope};
 use crate::buffer::BufferLease;
 use crate::cluster::Asked;
@@ -22,16 +22,17 @@ impl Ingest {
     /// Charges every budget and reserves buffer space for the whole request, or nothing.
     /// In cluster mode a request the local slices cannot cover waits for one lease call (the
     /// missing tokens, or the refusal) and is decided again. `held` is the request's place in
-    /// `[wait]`'s waiting room (a seat it may have taken before its body was read).
+    /// `[wait]`'s waiting room (a seat it may have taken before its body was read);
+    /// `reserved`, what it reserved before registering its raw schemas.
     pub(super) async fn admit<'a>(
         &'a self,
         tenant: &'a Tenant,
         topic: &Topic,
-        charge: Charge,
+        (charge, reserved): (Charge, Option<&mut Reservation>),
         held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
         // Two lease rounds cover a tenant and a global slice both short.
-        self.admit_counted(tenant, topic, charge, &mut 2, held)
+        self.admit_counted(tenant, topic, (charge, reserved), &mut 2, held)
             .await
     }
 
@@ -46,10 +47,11 @@ impl Ingest {
         &self,
         tenant: &Tenant,
         topic: &Topic,
-        charge: Charge,
+        (charge, reserved): (Charge, Option<&mut Reservation>),
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
-        self.admit_counted(tenant, topic, charge, leases, &mut Held::never())
+        let held = &mut Held::never();
+        self.admit_counted(tenant, topic, (charge, reserved), leases, held)
             .await
     }
 
@@ -57,11 +59,13 @@ impl Ingest {
         &'a self,
         tenant: &'a Tenant,
         topic: &Topic,
-        charge: Charge,
+        (charge, reserved): (Charge, Option<&mut Reservation>),
         leases: &mut u32,
         held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
-        let admitted = self.decide(tenant, topic, charge, leases, held).await;
+        let admitted = self
+            .decide(tenant, topic, (charge, reserved), leases, held)
+            .await;
         let refused = match &admitted {
             Ok(_) => None,
             Err(ApiError::RateLimited(r)) => Some(r.reason),
@@ -79,7 +83,7 @@ impl Ingest {
         &'a self,
         tenant: &'a Tenant,
         topic: &Topic,
-        charge: Charge,
+        (charge, mut reserved): (Charge, Option<&mut Reservation>),
         leases: &mut u32,
         held: &mut Held<'a>,
     ) -> Result<BufferLease, ApiError> {
@@ -89,7 +93,9 @@ impl Ingest {
             // When the refusal's wait is counted from: a hold ends at this reading plus the
             // wait, however late it starts.
             let mut asked = self.admission.now_ns();
-            let (decision, view) = self.admission.admit_to(tenant, Some(topic), charge);
+            let (decision, view) =
+                self.admission
+                    .admit_reserved(tenant, Some(topic), charge, reserved.as_deref_mut());
             // Taken under the decision's own lock: the answer's RateLimit fields need no
             // second look at the buckets.
             held.view = Some(view);

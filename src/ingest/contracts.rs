@@ -9,15 +9,19 @@
 //! record of the request was checked against its schema (a stream's record: that record), and
 //! after every other check that can refuse the request without the registry — the topic
 //! exists, and the tenant's budgets, the global budget, the adaptive and lag shares and the
-//! buffer would admit the request now (`Admission::check_to`, which takes nothing). Registering after admission instead would hold the request's buffer space and
-//! spent tokens across a registry call whose failure could not give them back (leased tokens
-//! in cluster mode are not returned); a request refused by admission in the moment between
-//! the check and the admission itself is the one way a registration can outlive its request,
-//! and it is charged to the tenant's registrations all the same.
+//! buffer would admit the request now. What the request needs of its tenant's own budgets and
+//! buffer share is then reserved until its admission ([`crate::admission::Reservation`]): no
+//! other request of the tenant can take it meanwhile, and a failed registration gives it back
+//! untaken. Registering after admission instead would hold spent tokens across a registry call
+//! whose failure could not give them back (leased tokens in cluster mode are not returned).
+//! Another tenant taking the global budget or the buffer in the moment of a registration is the
+//! one way a registration can outlive its request, and it is charged to the tenant's
+//! registrations all the same.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::admission::Reservation;
 use crate::body::RecordArena;
 use crate::identity::Topic;
 use crate::inflight_bodies::BodyHold;
@@ -76,9 +80,10 @@ pub fn failure_error(index: usize, failure: &Failure) -> ApiError {
 
 impl Ingest {
     /// The records in their schemas' wire format (a new arena, held against the body budget
-    /// while both exist), with what their checks cost (owed until they are admitted), or the
-    /// request's refusal. Records that want no schema on a topic without a contract pass
-    /// untouched, and a request with none costs nothing here.
+    /// while both exist), with what their checks cost (owed until they are admitted) and what
+    /// the request reserved before registering raw schemas, or the request's refusal. Records
+    /// that want no schema on a topic without a contract pass untouched, and a request with
+    /// none costs nothing here.
     pub async fn apply_schemas(
         &self,
         tenant: &Arc<Tenant>,
@@ -86,7 +91,7 @@ impl Ingest {
         arena: RecordArena,
         hold: &mut BodyHold,
         format: &BodyFormat<'_>,
-    ) -> Result<(RecordArena, ChecksOwed), ApiError> {
+    ) -> Result<Applied, ApiError> {
         // Asked only when a format says what its records want: `/v1` records on a topic
         // without a contract pass without it.
         let wanted = match format.schemas {
@@ -97,7 +102,7 @@ impl Ingest {
         let owed = self.schemas.owed(tenant.id.as_str());
         if !self.schemas.applies(topic, &wanted) {
             // Nothing to convert: no gate, no allocation, on the path most requests take.
-            return Ok((arena, owed));
+            return Ok(Applied::untouched(arena, owed));
         }
         // Boxed: the conversion's state is the pipeline's largest (3 KB), and inline it would
         // be every request's, moved with it (memcpy was 1.3 % of a single-record profile).
@@ -113,7 +118,7 @@ impl Ingest {
         mut owed: ChecksOwed,
         hold: &mut BodyHold,
         format: &BodyFormat<'_>,
-    ) -> Result<(RecordArena, ChecksOwed), ApiError> {
+    ) -> Result<Applied, ApiError> {
         let notes = format.schemas;
         let records = arena.records();
         // Converting records changes their bytes, never their number: a request that can
@@ -190,14 +195,16 @@ impl Ingest {
             .await?
         {
             drop(records);
-            return Ok((arena, owed));
+            return Ok(Applied::untouched(arena, owed));
         }
+        let mut reserved = None;
         if !deferred.is_empty() {
-            let ids = self
+            let (ids, reservation) = self
                 .register_deferred(tenant, topic, &mut out, deferred, format)
                 .await?;
             key_id = key_id.or(ids.0);
             value_id = value_id.or(ids.1);
+            reserved = Some(reservation);
         }
         if let Some(n) = notes {
             n.used_ids(key_id, value_id);
@@ -207,7 +214,11 @@ impl Ingest {
         // The old arena is gone: what is held is what the body needed or the new arena, the
         // larger.
         let _ = hold.resize(before.max(out.held() as u64));
-        Ok((out, owed))
+        Ok(Applied {
+            arena: out,
+            owed,
+            reserved,
+        })
     }
 
     /// The schema step over some records, the one loop every path shares: each record's key
@@ -216,7 +227,7 @@ impl Ingest {
     /// schema and the topic has no contract: the records pass untouched, at no cost.
     pub(super) async fn convert_each(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         records: ToConvert<'_, '_>,
         lookups: &mut Lookups,
@@ -238,18 +249,19 @@ impl Ingest {
     }
 
     /// The request's raw schemas registered, once every record fit and the request would be
-    /// admitted, and their ids written into the kept records; a record whose registration
-    /// failed is the request's refusal, or (a batch) its own failure and left out. The ids
-    /// used, for the answer.
+    /// admitted (and what it needs of its tenant is reserved), and their ids written into the
+    /// kept records; a record whose registration failed is the request's refusal, or (a
+    /// batch) its own failure and left out. The ids used, for the answer, and the
+    /// reservation, for its admission.
     async fn register_deferred(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         out: &mut RecordArena,
         deferred: Vec<(usize, usize, Vec<Pending>)>,
         format: &BodyFormat<'_>,
-    ) -> Result<(Option<u32>, Option<u32>), ApiError> {
-        self.would_admit(tenant, topic, out.charge()).await?;
+    ) -> Result<((Option<u32>, Option<u32>), Reservation), ApiError> {
+        let reservation = self.reserve(tenant, topic, out.charge()).await?;
         let (mut ids, mut failed) = ((None, None), Vec::new());
         for (index, at, pending) in deferred {
             let registered = match self.schemas.register(tenant.id.as_str(), &pending).await {
@@ -277,7 +289,7 @@ impl Ingest {
         if !failed.is_empty() {
             *out = out.without(&failed);
         }
-        Ok(ids)
+        Ok((ids, reservation))
     }
 
     /// Registers a stream record's pending raw schemas (the record is admitted alone).
@@ -298,20 +310,38 @@ impl Ingest {
         topic: &Topic,
         charge: Charge,
     ) -> Result<(), ApiError> {
-        match self.catalog.lookup(topic.as_str()).await {
-            Ok(TopicInfo::Exists { .. }) => {}
-            Ok(TopicInfo::Missing) => return Err(ApiError::UnknownTopic(topic.as_str().into())),
-            Err(e) => return Err(ApiError::KafkaUnavailable(e)),
-        }
+        self.topic_exists(topic).await?;
         self.admission
             .check_to(tenant, Some(topic), charge)
             .map_err(|d| self.denied(tenant, d))
     }
 
+    /// [`Ingest::would_admit`], and what the request needs of its tenant's budgets and buffer
+    /// share reserved for its admission: what comes before registering raw schemas.
+    async fn reserve(
+        &self,
+        tenant: &Arc<Tenant>,
+        topic: &Topic,
+        charge: Charge,
+    ) -> Result<Reservation, ApiError> {
+        self.topic_exists(topic).await?;
+        self.admission
+            .reserve_to(tenant, Some(topic), charge)
+            .map_err(|d| self.denied(tenant, d))
+    }
+
+    async fn topic_exists(&self, topic: &Topic) -> Result<(), ApiError> {
+        match self.catalog.lookup(topic.as_str()).await {
+            Ok(TopicInfo::Exists { .. }) => Ok(()),
+            Ok(TopicInfo::Missing) => Err(ApiError::UnknownTopic(topic.as_str().into())),
+            Err(e) => Err(ApiError::KafkaUnavailable(e)),
+        }
+    }
+
     /// Record `index` in its schemas, or its error (counted when the data did not fit).
     async fn convert_record(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         topic: &Topic,
         (index, whole): (usize, bool),
         r: &Record<'_>,
@@ -371,17 +401,19 @@ impl Ingest {
         // other check has passed — its size above, its partition and its budgets here (review
         // 21 of #37: a v3 record naming a partition the topic does not have added a version).
         // A request's wait for every record ([`Ingest::register_deferred`]).
+        let mut reserved = None;
         if !c.pending.is_empty() && !whole {
             self.check_topic(topic, std::iter::once(r.partition))
                 .await?;
             let charge = Charge::of(std::slice::from_ref(r));
-            self.would_admit(tenant, topic, charge).await?;
+            reserved = Some(self.reserve(tenant, topic, charge).await?);
             self.register_pending(tenant, &mut c)
                 .await
                 .map_err(|f| failure_error(index, &f))?;
         }
         let owned = |b: Option<&[u8]>| b.map(|b| Cow::Owned(b.to_vec()));
         Ok(ConvertedRecord {
+            reserved,
             checked: owed.hand_over(),
             key_id: c.key_id,
             value_id: c.value_id,
@@ -423,4 +455,24 @@ pub(super) struct ConvertedRecord {
     pub pending: Vec<Pending>,
     /// The CPU its checks took, owed until it is admitted ([`ChecksOwed`]).
     pub checked: std::time::Duration,
+    /// A stream's record that registered raw schemas: what it reserved for its admission.
+    pub reserved: Option<Reservation>,
+}
+
+/// The schema step's outcome for a request: its records, what their checks cost (owed until
+/// they are admitted), and what it reserved of its tenant before registering raw schemas.
+pub struct Applied {
+    pub arena: RecordArena,
+    pub owed: ChecksOwed,
+    pub reserved: Option<Reservation>,
+}
+
+impl Applied {
+    fn untouched(arena: RecordArena, owed: ChecksOwed) -> Self {
+        Self {
+            arena,
+            owed,
+            reserved: None,
+        }
+    }
 }

@@ -51,8 +51,10 @@ use crate::admission::BucketsView;
 use crate::body::{Decoder, Framing, RecordNotes};
 use crate::credential::Identity;
 use crate::outcome::ApiError;
+use crate::record::Charge;
 use crate::schema::Lookups;
 use crate::tenant::Tenant;
+use admit::First;
 use memory::Memory;
 use pump::Pump;
 #[cfg(test)]
@@ -206,7 +208,7 @@ impl Ingest {
     /// queue has room for its records).
     async fn first_piece<P: RecordNotes + RecordSchemas + 'static>(
         &self,
-        tenant: &Tenant,
+        tenant: &Arc<Tenant>,
         pump: &mut Pump<P>,
         body: &mut Body,
     ) -> Result<(), ApiError> {
@@ -225,8 +227,10 @@ impl Ingest {
         if whole && pump.decoder.decoded() == 0 {
             return Err(ApiError::NoRecords);
         }
-        // One whole record, not a stream: its schema is checked now, so a record that does
-        // not fit is answered with its status, as a record that does not decode is.
+        // One whole record, not a stream: its schema is checked now and what it needs of its
+        // tenant reserved, so a record that does not fit, or that its budgets refuse, is
+        // answered with its status, as a record that does not decode is (review 41-r9 of #37:
+        // concurrent single records were refused by admission under 200, in the report).
         if whole && pump.decoder.decoded() == 1 {
             let wanted = pump.decoder.parser().wanted_at(0);
             let records = pump.decoder.pending().records();
@@ -243,7 +247,26 @@ impl Ingest {
                 Ok(())
             })
             .await?;
-            pump.first = first;
+            let mut first = First {
+                converted: first,
+                reserved: None,
+            };
+            let charge = match &first.converted {
+                Some(c) if c.reserved.is_some() => None,
+                Some(c) => Some(Charge::of(std::slice::from_ref(&c.record))),
+                None => Some(Charge::of(&records[..records.len().min(1)])),
+            };
+            if let Some(charge) = charge {
+                let reserved = self
+                    .admission
+                    .reserve_to(tenant, Some(&pump.topic), charge)
+                    .map_err(|d| self.denied(tenant, d))?;
+                match first.converted.as_mut() {
+                    Some(c) => c.reserved = Some(reserved),
+                    None => first.reserved = Some(reserved),
+                }
+            }
+            pump.first = Some(first);
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ use super::pump::{Pump, Stopped};
 use super::reports::cost;
 use super::reports::{Fate, Queued};
 use super::LOOKUPS_REFILL;
+use crate::admission::Reservation;
 use crate::body::{RecordArena, RecordNotes};
 use crate::buffer::BufferLease;
 use crate::ingest::contracts::{ConvertedRecord, ToConvert};
@@ -102,13 +103,13 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     }
 
     /// Each record's fate: its index in the batch sent, or why it was refused. `first`: the
-    /// body's one record, converted already.
+    /// body's one record, converted already and its tokens reserved.
     async fn admit(
         &self,
         arena: &RecordArena,
         wanted: &[Wanted],
         lookups: &mut Lookups,
-        first: Option<ConvertedRecord>,
+        first: Option<First>,
     ) -> (Option<Arc<Batch>>, Vec<Result<u32, ApiError>>) {
         let records = arena.records();
         // What the checks of the records refused below cost: no budget paid for them.
@@ -116,9 +117,20 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         if records.is_empty() {
             return (None, Vec::new());
         }
+        let (first, mut first_reserved) = match first {
+            Some(f) if records.len() == 1 => (f.converted, f.reserved),
+            _ => (None, None),
+        };
         // Only the records the budgets would take now are converted: a stream far over its
-        // budget makes the gateway do no schema work for records it refuses anyway.
-        let admissible = self.admissible(&records);
+        // budget makes the gateway do no schema work for records it refuses anyway. A single
+        // record's tokens are reserved already.
+        let reserved =
+            first_reserved.is_some() || first.as_ref().is_some_and(|c| c.reserved.is_some());
+        let admissible = if reserved {
+            1
+        } else {
+            self.admissible(&records)
+        };
         let mut converted = match first {
             Some(c) if admissible == 1 && records.len() == 1 => {
                 let base = usize::try_from(self.memory.decoding()).unwrap_or(usize::MAX);
@@ -143,7 +155,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
         for (i, sent) in records.iter().enumerate() {
             let (record, checked) = if i < admissible {
                 match converted.get_mut(i).and_then(Option::take) {
-                    None => (Ok(sent.clone()), Duration::ZERO),
+                    None => (Ok((sent.clone(), first_reserved.take())), Duration::ZERO),
                     Some(c) => split(c),
                 }
             } else {
@@ -162,7 +174,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
                     .convert(raw, wanted.get(i..).unwrap_or_default(), i, lookups)
                     .await;
                 match one.pop().flatten() {
-                    None => (Ok(sent.clone()), Duration::ZERO),
+                    None => (Ok((sent.clone(), None)), Duration::ZERO),
                     Some(c) => split(c),
                 }
             };
@@ -234,7 +246,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             .set(base.saturating_add(*extra).saturating_add(size), 0)
         {
             *extra += size;
-            Ok((c.record, c.checked))
+            Ok((c.record, c.checked, c.reserved))
         } else {
             // Refused after its checks passed: they are the tenant's unpaid work.
             self.ingest
@@ -271,7 +283,7 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             arena.charge()
         } else {
             let mut charge = Charge::default();
-            for (c, _) in converted.iter().flatten().flatten() {
+            for (c, _, _) in converted.iter().flatten().flatten() {
                 charge.records += 1;
                 charge.bytes += c.size();
             }
@@ -293,15 +305,15 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     async fn admit_record<'r>(
         &self,
         partitions: &Result<u32, ApiError>,
-        record: Result<Record<'r>, ApiError>,
+        record: Result<Reserved<'r>, ApiError>,
         leases: &mut u32,
     ) -> Result<(BufferLease, Record<'r>), ApiError> {
-        let record = record?;
+        let (record, mut reserved) = record?;
         let n = partitions.as_ref().map_err(Clone::clone)?;
         if let Some(detail) = crate::ingest::checks::missing_partition(record.partition, *n) {
             return Err(ApiError::UnknownPartition(detail));
         }
-        let taken = self.admit_one(&record, leases).await?;
+        let taken = self.admit_one(&record, reserved.as_mut(), leases).await?;
         Ok((taken, record))
     }
 
@@ -343,22 +355,26 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
     }
 
     /// One record: checked against every budget first (a record the tenant's own budgets
-    /// refuse is not demand and costs no lease call), then admitted.
+    /// refuse is not demand and costs no lease call), then admitted. A record that reserved
+    /// its tenant's tokens before registering was checked then.
     async fn admit_one(
         &self,
         record: &Record<'_>,
+        reserved: Option<&mut Reservation>,
         leases: &mut u32,
     ) -> Result<BufferLease, ApiError> {
         let ingest = &self.ingest;
         let charge = Charge::of(std::slice::from_ref(record));
-        if let Err(denial) = ingest
-            .admission
-            .check_to(&self.tenant, Some(&self.topic), charge)
-        {
-            return Err(self.refuse(denial, charge));
+        if reserved.is_none() {
+            let checked = ingest
+                .admission
+                .check_to(&self.tenant, Some(&self.topic), charge);
+            if let Err(denial) = checked {
+                return Err(self.refuse(denial, charge));
+            }
         }
         ingest
-            .admit_with(&self.tenant, &self.topic, charge, leases)
+            .admit_with(&self.tenant, &self.topic, (charge, reserved), leases)
             .await
     }
 }
@@ -374,14 +390,26 @@ fn same_refusal(a: &ApiError, b: &ApiError) -> bool {
     }
 }
 
-/// A record after the schema step, with the CPU its checks took (owed until it is admitted).
-type Checked = (Record<'static>, Duration);
+/// A body of one record, decided before its stream was answered: in its schemas (when they
+/// apply), and what it needs of its tenant reserved (the converted record holds its own).
+pub(super) struct First {
+    pub converted: Option<ConvertedRecord>,
+    /// The reservation of a record the schema step left as it was.
+    pub reserved: Option<Reservation>,
+}
+
+/// A record after the schema step, with the CPU its checks took (owed until it is admitted)
+/// and what it reserved before registering its raw schemas (for its admission).
+type Checked = (Record<'static>, Duration, Option<Reservation>);
+
+/// A record on its way to admission, with its reservation if it made one.
+type Reserved<'r> = (Record<'r>, Option<Reservation>);
 
 /// A converted record's outcome and what its checks cost (nothing when it was refused: a
 /// refused record's checks were charged where it was refused).
-fn split(c: Result<Checked, ApiError>) -> (Result<Record<'static>, ApiError>, Duration) {
+fn split(c: Result<Checked, ApiError>) -> (Result<Reserved<'static>, ApiError>, Duration) {
     match c {
-        Ok((record, checked)) => (Ok(record), checked),
+        Ok((record, checked, reserved)) => (Ok((record, reserved)), checked),
         Err(e) => (Err(e), Duration::ZERO),
     }
 }

@@ -56,9 +56,9 @@ pub(super) struct Pump<P: RecordNotes + RecordSchemas> {
     pub(super) lookups_since: Instant,
     /// Started when the stream ends early: a coded body's rest is drained as it came.
     pub(super) drain: crate::ingest::coding::Drain,
-    /// A body of one record, converted before the stream was answered: admitted as it is,
-    /// not converted twice.
-    pub(super) first: Option<crate::ingest::contracts::ConvertedRecord>,
+    /// A body of one record, converted and its tokens reserved before the stream was
+    /// answered: admitted as it is, not converted twice.
+    pub(super) first: Option<super::admit::First>,
     /// What reading the stream costs until its records are decided (`ingest::reading`).
     pub(super) work: StreamWork,
     /// Records were refused since the tenant's unpaid work was last asked.

@@ -120,8 +120,36 @@ async fn post_v2(gw: &Gateway, topic: &str, token: &str, body: &str) -> (u16, St
     (status, text)
 }
 
-/// A produce with `token`, sent from a task of its own (concurrent ones share a fetch): its
-/// status, error code and `Retry-After`.
+/// Addresses no token was verified from (until a test verifies one from it): their unknown
+/// kids refetch on the general allowance only (the tests' producers send from 127.0.0.1).
+const STRANGER: [u8; 4] = [127, 0, 0, 77];
+const ANOTHER_STRANGER: [u8; 4] = [127, 0, 0, 78];
+
+/// [`post`] to `url` from the loopback address `from`.
+async fn post_from(
+    url: &str,
+    token: &str,
+    from: [u8; 4],
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let client = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let response = client
+        .post(url)
+        .bearer_auth(token)
+        .json(&json!({"records": [{"value": {"n": 1}}]}))
+        .send()
+        .await
+        .expect("sent");
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let body = response.json().await.expect("a JSON answer");
+    (status, headers, body)
+}
+
+/// A produce with `token` from a stranger's address ([`ANOTHER_STRANGER`]), sent from a task
+/// of its own (concurrent ones share a fetch): its status, error code and `Retry-After`.
 fn spawn_post(
     gw: &Gateway,
     topic: &str,
@@ -129,8 +157,7 @@ fn spawn_post(
 ) -> tokio::task::JoinHandle<(u16, Option<String>, Option<String>)> {
     let url = gw.url(topic);
     tokio::spawn(async move {
-        let (status, headers, body) =
-            post_json(&url, &token, &json!({"records": [{"value": 1}]})).await;
+        let (status, headers, body) = post_from(&url, &token, ANOTHER_STRANGER).await;
         let wait = headers
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
@@ -347,11 +374,12 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
     assert_eq!(idp.fetches(), 1, "the start-up fetch");
 
     // The IdP rotates a new key in. Within min_refetch_s (60 s) of the last fetch, a token
-    // with its kid is told to come back when the next fetch is allowed (no fetch now).
+    // with its kid from an address no token was verified from is told to come back when the
+    // next fetch is allowed (no fetch now).
     idp.set(idp::jwks(&[&old, &new]));
     gw.advance_ms(45_000);
     let rotated = orders_token(&gw, &new, None);
-    let (status, headers, body) = post(&gw, topic, &rotated).await;
+    let (status, headers, body) = post_from(&gw.url(topic), &rotated, STRANGER).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (503, Some("jwks_unavailable")),
@@ -368,7 +396,8 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
     assert_eq!(idp.fetches(), 1, "throttled");
     // A client that honours Retry-After is admitted, after one refetch.
     gw.advance_ms(15_000);
-    assert_admitted(&gw, topic, &rotated, "after Retry-After").await;
+    let (status, _, body) = post_from(&gw.url(topic), &rotated, STRANGER).await;
+    assert_eq!(status, 200, "after Retry-After: {body}");
     assert_eq!(idp.fetches(), 2, "one refetch");
 
     // A flood of tokens naming kids nobody has, concurrently: no refetch until min_refetch_s
@@ -402,6 +431,57 @@ async fn a_rotated_key_is_fetched_once_and_a_flood_of_unknown_kids_refetches_at_
         }
         gw.advance_ms(60_000);
     }
+    gw.shutdown().await;
+}
+
+/// Review 41-r9 of #37: one forged token a throttle period (public `iss` and `aud`, an invented
+/// `kid`) from anywhere spent the refetch a rotation needs, and every rotated-in key was
+/// refused 503 for up to `min_refetch_s`. A token from an address that verified as a tenant
+/// lately refetches on that tenant's own allowance, which strangers cannot spend; each
+/// allowance still makes at most one fetch per period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_forged_kid_does_not_keep_a_producers_rotated_key_out() {
+    let (old, new) = (Signer::ec("2026-01"), Signer::ed("2026-02"));
+    let topic = "test.jwt.forged-kid";
+    let (idp, _cluster, gw) = behind_idp(topic, &[&old], |_| {}).await;
+    // acme's producer verified a token from 127.0.0.1: that address is acme's.
+    assert_admitted(&gw, topic, &orders_token(&gw, &old, None), "old key").await;
+    gw.advance_ms(60_000);
+    let url = gw.url(topic);
+    // A stranger's forged kid spends the general refetch (the set has no such key: 401).
+    let forged = orders_token(&gw, &old, Some("forged-1"));
+    let (status, _, body) = post_from(&url, &forged, STRANGER).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "{body}"
+    );
+    assert_eq!(idp.fetches(), 2);
+    // The IdP rotates a key in; the producer's first token with it is admitted at once, on
+    // acme's own allowance (before: 503 until the stranger's period ended).
+    idp.set(idp::jwks(&[&old, &new]));
+    gw.advance_ms(1_000);
+    assert_admitted(&gw, topic, &orders_token(&gw, &new, None), "rotated key").await;
+    assert_eq!(idp.fetches(), 3, "one refetch for the producer");
+    // Within the period, neither another stranger's kid nor another of acme's fetches again.
+    let again = orders_token(&gw, &old, Some("forged-2"));
+    let (status, _, body) = post_from(&url, &again, STRANGER).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
+    let (status, _, body) = post(&gw, topic, &orders_token(&gw, &old, Some("forged-3"))).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
+    assert_eq!(
+        idp.fetches(),
+        3,
+        "each allowance fetched once in the period"
+    );
     gw.shutdown().await;
 }
 
@@ -772,13 +852,27 @@ async fn a_key_the_issuer_withdraws_stops_admitting_the_tokens_it_verified() {
     idp.set(idp::jwks(&[&new]));
     gw.advance_ms(60_000);
     assert_eq!(produce_as(&gw, topic, &new, None).await, 200);
-    // A cached token whose key is gone is verified again and refused: at once with 503 (the
-    // set was read less than min_refetch_s ago, so its kid could be one rotated in since),
-    // then, once the next fetch is allowed and finds no such key, with 401.
+    // A cached token whose key is gone is verified again and refused. From a stranger's
+    // address at once with 503 (the set was read less than min_refetch_s ago, so its kid
+    // could be one rotated in since), then, once the next fetch is allowed and finds no such
+    // key, with 401; from its producer's address, with 401 after a refetch on its tenant's
+    // allowance.
+    let url = gw.url(topic);
+    let (status, _, body) = post_from(&url, &cached, STRANGER).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("jwks_unavailable")),
+        "{body}"
+    );
     let gone = "a cached token whose key is gone";
-    assert_refused(&gw, topic, &cached, 503, "jwks_unavailable", gone).await;
-    gw.advance_ms(60_000);
     assert_refused(&gw, topic, &cached, 401, "token_key_unknown", gone).await;
+    gw.advance_ms(60_000);
+    let (status, _, body) = post_from(&url, &cached, STRANGER).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("token_key_unknown")),
+        "{body}"
+    );
     // The same document fetched again changes nothing: cached tokens stay cached.
     let steady = orders_token(&gw, &new, None);
     assert_eq!(post(&gw, topic, &steady).await.0, 200);
@@ -852,14 +946,26 @@ async fn unknown_kids_spend_the_addresss_allowance() {
     let (idp, _cluster, gw) = behind_idp(topic, &[&rsa], few_failures).await;
     let valid = orders_token(&gw, &rsa, None);
     assert_admitted(&gw, topic, &valid, "valid").await;
-    // Within min_refetch_s of the start-up fetch: each unknown kid is told to come back.
+    // Within min_refetch_s of the start-up fetch: each unknown kid from a stranger's address
+    // is told to come back.
+    let url = gw.url(topic);
     for i in 0..3 {
         let forged = orders_token(&gw, &rsa, Some(&format!("bogus-{i}")));
-        let what = format!("failure {i}");
-        assert_refused(&gw, topic, &forged, 503, "jwks_unavailable", &what).await;
+        let (status, _, body) = post_from(&url, &forged, STRANGER).await;
+        let refused = (status, body["error"].as_str());
+        assert_eq!(
+            refused,
+            (503, Some("jwks_unavailable")),
+            "failure {i}: {body}"
+        );
     }
     let forged = orders_token(&gw, &rsa, Some("bogus-3"));
-    assert_refused(&gw, topic, &forged, 429, "auth_failures", "spent").await;
+    let (status, _, body) = post_from(&url, &forged, STRANGER).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (429, Some("auth_failures")),
+        "{body}"
+    );
     assert_eq!(idp.fetches(), 1, "only the start-up fetch");
     assert_admitted(&gw, topic, &valid, "verified before").await;
     gw.shutdown().await;

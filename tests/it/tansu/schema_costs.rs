@@ -214,6 +214,81 @@ async fn refused_requests_never_register_a_schema() {
     );
 }
 
+/// Review 41-r9 of #37: concurrent requests, each with a new raw schema, from a tenant allowed
+/// one record at once all passed a check that took nothing while their registrations were in
+/// flight: 4–10 new versions per burst, 1–2 records written, the rest answered 429. Each now
+/// reserves its tenant's tokens before registering, so a version is registered only for a
+/// record that is written, on v3 (a single record, admitted as a stream's) and v2 (a request)
+/// alike; and a single v3 record its budget refuses is answered 429, not 200 with the refusal
+/// in its report.
+#[tokio::test]
+async fn concurrent_requests_register_only_for_what_their_budget_admits() {
+    let (registry, topic) = registry_and_topic("test.regrace").await;
+    let gw = gateway(&registry, "").await;
+    let subject = format!("{topic}-value");
+    // Every registry answer is slow: the requests' lookups and registrations overlap.
+    registry.set_delay(Duration::from_millis(150));
+    let schema = |i: usize| {
+        json!({"type": "object", "title": format!("race{i}"),
+               "properties": {"a": {"type": "integer"}}})
+        .to_string()
+    };
+    let v3_tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (addr, topic) = (gw.addr, topic.clone());
+            let record =
+                json!({"value": {"type": "JSONSCHEMA", "schema": schema(i), "data": {"a": i}}});
+            tokio::spawn(async move { v3_to(addr, SLOW_KEY, &topic, &record).await })
+        })
+        .collect();
+    let mut written = 0;
+    for task in v3_tasks {
+        let (status, answer, _) = task.await.expect("v3 task");
+        match status {
+            200 => {
+                assert_eq!(
+                    answer["error_code"], 200,
+                    "written, or refused by status: {answer}"
+                );
+                written += 1;
+            }
+            429 => assert_eq!(answer["error_code"], 42901, "{answer}"),
+            other => panic!("{other}: {answer}"),
+        }
+    }
+    assert!(written >= 1, "the budget's one record is written");
+    assert_eq!(
+        registry.versions(&subject).len(),
+        written,
+        "a version for each record written, none for the refused"
+    );
+    // The same race on Confluent v2, a request of one record and a new value schema each, on a
+    // gateway of its own (a full bucket).
+    let gw = gateway(&registry, "").await;
+    let before = registry.versions(&subject).len();
+    let v2_tasks: Vec<_> = (100..108)
+        .map(|i| {
+            let url = format!("http://{}/topics/{topic}", gw.addr);
+            let body = json!({"value_schema": schema(i), "records": [{"value": {"a": 1}}]});
+            tokio::spawn(async move {
+                let headers = [("content-type", "application/vnd.kafka.jsonschema.v2+json")];
+                post_text(&url, SLOW_KEY, &headers, body.to_string()).await
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for task in v2_tasks {
+        let (status, _, text) = task.await.expect("v2 task");
+        match status {
+            200 => written += 1,
+            429 => {}
+            other => panic!("{other}: {text}"),
+        }
+    }
+    assert!(written >= 1, "the budget's one record is written");
+    assert_eq!(registry.versions(&subject).len() - before, written);
+}
+
 /// Review 24 of #37: the registry lookup of a new raw schema was not one of its tenant's
 /// lookups, so a 1-record/s tenant's records refused after it (a partition the topic does not
 /// have) made 1,200 lookups in 13 s against a bucket of 100 + 10/s. Each is the tenant's own.
