@@ -21,7 +21,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::admission::Reservation;
+use crate::admission::{LeaseNeed, Reservation};
 use crate::body::RecordArena;
 use crate::identity::Topic;
 use crate::inflight_bodies::BodyHold;
@@ -317,14 +317,28 @@ impl Ingest {
     }
 
     /// [`Ingest::would_admit`], and what the request needs of its tenant's budgets and buffer
-    /// share reserved for its admission: what comes before registering raw schemas.
-    async fn reserve(
+    /// share reserved for its admission: what comes before registering raw schemas (and
+    /// before a single v3 record's answer).
+    pub(super) async fn reserve(
         &self,
         tenant: &Arc<Tenant>,
         topic: &Topic,
         charge: Charge,
     ) -> Result<Reservation, ApiError> {
         self.topic_exists(topic).await?;
+        // Cluster mode: what the slices lack is leased first, so what is reserved are tokens
+        // this replica holds, which no other replica can spend during the registration.
+        if let Some(cluster) = &self.cluster {
+            if let Some(need) = self.admission.lease_need(tenant, Some(topic), charge) {
+                let whole = LeaseNeed {
+                    partial: false,
+                    ..need
+                };
+                if let Err(r) = cluster.lease_for(tenant, whole).await {
+                    return Err(super::admit::refused(tenant, r));
+                }
+            }
+        }
         self.admission
             .reserve_to(tenant, Some(topic), charge)
             .map_err(|d| self.denied(tenant, d))

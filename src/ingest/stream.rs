@@ -257,10 +257,7 @@ impl Ingest {
                 None => Some(Charge::of(&records[..records.len().min(1)])),
             };
             if let Some(charge) = charge {
-                let reserved = self
-                    .admission
-                    .reserve_to(tenant, Some(&pump.topic), charge)
-                    .map_err(|d| self.denied(tenant, d))?;
+                let reserved = self.reserve(tenant, &pump.topic, charge).await?;
                 match first.converted.as_mut() {
                     Some(c) => c.reserved = Some(reserved),
                     None => first.reserved = Some(reserved),

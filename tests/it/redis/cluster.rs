@@ -1150,3 +1150,51 @@ async fn a_stream_within_its_budget_is_admitted_whole_in_cluster_mode() {
     drop(reader);
     gw.shutdown().await;
 }
+
+/// Review 41-r9 of #37, across replicas: a request registering a new raw schema reserves its
+/// tenant's tokens first, and in cluster mode leases what its slice lacks before it reserves,
+/// so what it reserved are tokens no other replica can spend. Two replicas, a tenant allowed
+/// one record (the clock stands still), eight concurrent v2 requests with a new schema each,
+/// half to each replica, every registry answer slow: a version is registered only for a
+/// record written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_replicas_a_registration_is_only_for_a_record_written() {
+    use crate::common::schema_registry::SchemaRegistry;
+    let registry = SchemaRegistry::start().await;
+    let r = Replicas::new("regrace");
+    let url = registry.url();
+    let (a, b) = r
+        .start_two(&redis_url(), |cfg| {
+            limit_records(cfg, 1, 1);
+            cfg.schema_registry.url = Some(url.clone());
+        })
+        .await;
+    registry.set_delay(Duration::from_millis(150));
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let gw = if i % 2 == 0 { &a } else { &b };
+            let url = format!("http://{}/topics/{TOPIC}", gw.addr);
+            let schema = json!({"type": "object", "title": format!("across{i}")}).to_string();
+            let body = json!({"value_schema": schema, "records": [{"value": {"n": i}}]});
+            tokio::spawn(async move {
+                let headers = [("content-type", "application/vnd.kafka.jsonschema.v2+json")];
+                post_text(&url, KEY, &headers, body.to_string()).await
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for task in tasks {
+        let (status, _, text) = task.await.expect("task");
+        match status {
+            200 => written += 1,
+            429 => {}
+            other => panic!("{other}: {text}"),
+        }
+    }
+    assert_eq!(written, 1, "the tenant's one record");
+    assert_eq!(
+        registry.versions(&format!("{TOPIC}-value")).len(),
+        written,
+        "a version for the record written, none for the refused"
+    );
+}
