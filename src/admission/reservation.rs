@@ -86,3 +86,6 @@ pub(super) fn check_after(
     }
     buckets.check(now, charge)
 }
+
+#[cfg(test)]
+mod tests;
