@@ -338,7 +338,7 @@ impl Admission {
         // Shadow mode asks what a limit would refuse only of a limit in shadow mode: the global
         // slice is an `Arc` taken from its `ArcSwap`, not worth taking on every request.
         let mut shadow = None;
-        let mut pending = reservation::check_after(&state.buckets, now, charge, others).map(Some);
+        let mut pending = state.buckets.check_after(now, charge, others).map(Some);
         if state.budget_shadow {
             let slice = state.buckets.slice().map(|s| &**s);
             if let Some(r) = shadow::would_refuse(&pending, slice, now, Scope::Tenant) {

@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use crate::budget::{PendingCharge, Short, TenantBuckets};
 use crate::identity::Topic;
 use crate::record::Charge;
 use crate::refusal::Denial;
@@ -71,20 +70,6 @@ impl Admission {
             charge,
         })
     }
-}
-
-/// The tenant's buckets charged `charge` after what `others` reserved: refused when both do
-/// not fit, and what `charge` alone would make them when they do.
-pub(super) fn check_after(
-    buckets: &TenantBuckets,
-    now: u64,
-    charge: Charge,
-    others: Charge,
-) -> Result<PendingCharge, Short> {
-    if others != Charge::default() {
-        let _both = buckets.check(now, charge.plus(others))?;
-    }
-    buckets.check(now, charge)
 }
 
 #[cfg(test)]

@@ -140,12 +140,17 @@ impl TenantBuckets {
 
     /// The TATs after taking `charge` from the local buckets (a single instance's, or a share).
     fn take_local(&self, now_ns: u64, charge: Charge) -> Result<Tats, Shortfall> {
+        self.take_local_from(self.tats, now_ns, charge)
+    }
+
+    /// [`TenantBuckets::take_local`] from the buckets at `tats`.
+    fn take_local_from(&self, tats: Tats, now_ns: u64, charge: Charge) -> Result<Tats, Shortfall> {
         let spec = self.effective();
         match self.source {
             Source::Fallback { reprobe_ns, .. } => {
-                take_fallback(&spec, self.tats, now_ns, charge, reprobe_ns)
+                take_fallback(&spec, tats, now_ns, charge, reprobe_ns)
             }
-            _ => take_both(&spec, self.tats, now_ns, charge),
+            _ => take_both(&spec, tats, now_ns, charge),
         }
     }
 
@@ -159,6 +164,37 @@ impl TenantBuckets {
                 .take_local(now_ns, charge)
                 .map(|t| PendingCharge(Pending::Tats(t)))
                 .map_err(Short::Wait),
+        }
+    }
+
+    /// [`TenantBuckets::check`] once `others` (what other requests reserved) is taken: a
+    /// refusal's wait is until `charge` is there after them, not until both fit at once (which
+    /// a burst smaller than both never allows). What is returned charges `charge` alone.
+    pub fn check_after(
+        &self,
+        now_ns: u64,
+        charge: Charge,
+        others: Charge,
+    ) -> Result<PendingCharge, Short> {
+        if others == Charge::default() {
+            return self.check(now_ns, charge);
+        }
+        match &self.source {
+            Source::Leased { slice, .. } => match slice.missing(&self.spec, charge.plus(others)) {
+                None => Ok(PendingCharge(Pending::Slice(charge))),
+                Some(m) => Err(Short::Lease(m)),
+            },
+            _ => {
+                // What is reserved fitted when it was reserved; were the budget lowered
+                // since, both are asked for at once.
+                let (from, rest) = match self.take_local(now_ns, others) {
+                    Ok(after) => (after, charge),
+                    Err(_) => (self.tats, charge.plus(others)),
+                };
+                self.take_local_from(from, now_ns, rest)
+                    .map_err(Short::Wait)?;
+                self.check(now_ns, charge)
+            }
         }
     }
 

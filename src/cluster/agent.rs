@@ -94,10 +94,18 @@ impl Cluster {
                 && d.rate == PerDimension::default()
             {
                 // Drained under the tenant's lock: admissions take from a tenant's slice only
-                // under it, so nothing they checked disappears before they commit.
+                // under it, so nothing they checked disappears before they commit. A slice
+                // whose tenant has tokens reserved (a request registering raw schemas, which
+                // leased them first) is kept until that request is admitted or gone: given
+                // back, another replica would spend them meanwhile (review 41-r10 of #37: a
+                // registration slower than `slice_ttl_ms` was refused after it wrote its
+                // version).
                 let tokens = match &tenant {
                     Some(t) => {
-                        let _state = t.admission_state();
+                        let state = t.admission_state();
+                        if state.reserved != Charge::default() {
+                            continue;
+                        }
                         slice.drain()
                     }
                     None => slice.drain(),

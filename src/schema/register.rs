@@ -154,11 +154,43 @@ impl Schemas {
             self.take_registrations(tenant, n)
                 .map_err(|error| Failure { side, error })?;
         }
+        // More than one to register: the registry is asked first whether it would take each,
+        // so one it refuses as incompatible does not leave the others registered (review
+        // 41-r10 of #37: a key schema registered, then the value's refused, for every
+        // refused request).
+        if new.len() > 1 {
+            for p in pending.iter().filter(|p| new.contains(&p.side)) {
+                self.check_compatible(tenant, p).await?;
+            }
+        }
         let mut ids = Vec::with_capacity(pending.len());
         for p in pending {
             ids.push(self.register_one(tenant, p).await?);
         }
         Ok(ids)
+    }
+
+    /// Whether the registry would take a pending schema under its subject (one of the calls
+    /// its registration was paid with), or the refusal registering it would get.
+    async fn check_compatible(&self, tenant: &str, pending: &Pending) -> Result<(), Failure> {
+        let fail = |error| Failure {
+            side: pending.side,
+            error,
+        };
+        let Some(client) = &self.client else {
+            return Err(fail(SchemaError::NoRegistry));
+        };
+        let raw = &pending.raw;
+        let subject = &raw.subject;
+        let answer = self
+            .call(tenant, client.compatible(subject, raw.format, &raw.text))
+            .await
+            .map_err(|e| fail(super::resolve::call_error(e)))?;
+        answer.map_err(|why| {
+            fail(SchemaError::Refused(format!(
+                "the Schema Registry would refuse the schema under {subject:?} as incompatible with its latest version: {why}"
+            )))
+        })
     }
 
     /// Registers a pending schema whose registration the tenant paid for. Its id.

@@ -249,6 +249,37 @@ impl SchemaRegistryClient {
         }
     }
 
+    /// `POST /compatibility/subjects/{subject}/versions/latest`: `Err` with the registry's
+    /// reasons when registering the schema under the subject would be refused as incompatible.
+    /// A subject without versions takes anything, and so does a registry without the endpoint
+    /// (404): registering is then what tells.
+    pub async fn compatible(
+        &self,
+        subject: &str,
+        format: Format,
+        schema: &str,
+    ) -> Result<Result<(), String>, CallError> {
+        let url = self.url(&["compatibility", "subjects", subject, "versions", "latest"]);
+        let request = self
+            .http
+            .post(url)
+            .query(&[("verbose", "true")])
+            .header("content-type", "application/vnd.schemaregistry.v1+json")
+            .body(body(format, schema).to_string());
+        match self.call(request).await {
+            Ok((_, answer)) => {
+                let answer: CompatibilityAnswer = parse(&answer)?;
+                Ok(if answer.is_compatible {
+                    Ok(())
+                } else {
+                    Err(answer.messages.join("; "))
+                })
+            }
+            Err(CallError::NotFound(_)) => Ok(Ok(())),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `POST /subjects/{subject}/versions`: registers the schema (or finds it) and says its id.
     pub async fn register(
         &self,
@@ -266,6 +297,14 @@ impl SchemaRegistryClient {
             .await?;
         Ok(parse::<IdAnswer>(&answer)?.id)
     }
+}
+
+/// The registry's answer to a compatibility question.
+#[derive(Deserialize)]
+struct CompatibilityAnswer {
+    is_compatible: bool,
+    #[serde(default)]
+    messages: Vec<String>,
 }
 
 fn body(format: Format, schema: &str) -> serde_json::Value {

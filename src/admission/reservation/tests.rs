@@ -74,3 +74,23 @@ fn a_reservation_counts_against_the_tenants_buffer_share() {
     assert_eq!(refused.reason, Reason::TenantBuffer);
     assert!(r.admission.admit(&t, Charge::new(1, 20)).0.is_ok());
 }
+
+/// Review 41-r10 of #37: a request refused for another's reservation was told to come back in
+/// a day (both at once never fit a burst of one). Its wait is until its own tokens are there
+/// after the reserved ones are taken.
+#[test]
+fn a_refusal_for_a_reservation_waits_for_its_own_tokens_after_it() {
+    let r = rig(BudgetSpec::default(), 1 << 30, 1 << 20);
+    let t = Arc::new(tenant("a", Some((1, 1)), None, 1.0));
+    let one = Charge::new(1, 10);
+    let _reserved = r
+        .admission
+        .reserve_to(&t, None, one)
+        .expect("the one token");
+    let refused = refusal(r.admission.admit(&t, one).0);
+    assert_eq!(
+        refused.retry_after,
+        std::time::Duration::from_secs(1),
+        "one token a second, after the reserved one"
+    );
+}

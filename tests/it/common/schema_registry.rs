@@ -90,6 +90,8 @@ pub enum Call {
     Register,
     /// `GET /subjects/{subject}/versions/{version}` (and the versions list).
     SubjectVersion,
+    /// `POST /compatibility/subjects/{subject}/versions/latest`.
+    Compatibility,
     /// Everything else, known or not.
     Other,
 }
@@ -101,6 +103,7 @@ impl Call {
             (&Method::GET, ["schemas", "ids", ..]) => Self::SchemaById,
             (&Method::POST, ["subjects", _]) => Self::Lookup,
             (&Method::POST, ["subjects", _, "versions"]) => Self::Register,
+            (&Method::POST, ["compatibility", ..]) => Self::Compatibility,
             (&Method::GET, ["subjects", _, "versions", ..]) => Self::SubjectVersion,
             _ => Self::Other,
         }
@@ -149,6 +152,27 @@ impl Data {
         id
     }
 
+    /// Why `text` may not follow `subject`'s latest version, under the one rule of Confluent's
+    /// default BACKWARD compatibility this registry keeps when asked to: a JSON Schema must not
+    /// change the `type` of a property the latest declares.
+    fn incompatible(&self, subject: &str, kind: SchemaType, text: &str) -> Option<String> {
+        let latest = self.get(*self.subjects.get(subject)?.last()?)?;
+        if kind != SchemaType::Json || latest.kind != SchemaType::Json {
+            return None;
+        }
+        let props = |t: &str| -> serde_json::Map<String, Value> {
+            serde_json::from_str::<Value>(t)
+                .ok()
+                .and_then(|v| v.get("properties").and_then(Value::as_object).cloned())
+                .unwrap_or_default()
+        };
+        let (old, new) = (props(&latest.text), props(text));
+        old.iter().find_map(|(name, was)| {
+            let now = new.get(name)?;
+            (was.get("type") != now.get("type")).then(|| format!("the type of {name} changed"))
+        })
+    }
+
     fn get(&self, id: u32) -> Option<&Stored> {
         (id as usize)
             .checked_sub(1)
@@ -164,6 +188,8 @@ struct Shared {
     dropping: AtomicBool,
     calls: Mutex<HashMap<Call, u64>>,
     total: AtomicU64,
+    /// Keep BACKWARD compatibility's property-type rule ([`Data::incompatible`]).
+    compatibility: AtomicBool,
     unknown: Mutex<Vec<String>>,
 }
 
@@ -196,6 +222,10 @@ impl SchemaRegistry {
                 post(register).get(subject_versions),
             )
             .route("/subjects/{subject}/versions/{version}", get(version))
+            .route(
+                "/compatibility/subjects/{subject}/versions/{version}",
+                post(compatibility),
+            )
             .route(
                 "/subjects/{subject}/versions/{version}/schema",
                 get(version_schema),
@@ -259,6 +289,12 @@ impl SchemaRegistry {
     /// Every answer waits this long first.
     pub fn set_delay(&self, delay: Duration) {
         *self.shared.delay.lock().expect("delay") = delay;
+    }
+
+    /// Refuses (409) a JSON Schema that changes the type of a property its subject's latest
+    /// version declares, as Confluent's default compatibility does; off by default.
+    pub fn set_compatibility(&self, on: bool) {
+        self.shared.compatibility.store(on, Ordering::SeqCst);
     }
 
     /// Every answer is 500 (error_code 50001) while down.
@@ -580,12 +616,33 @@ async fn register(
             &format!("Invalid schema {text}: {e}"),
         );
     }
-    let id = shared
-        .data
-        .lock()
-        .expect("data")
-        .register(&subject, kind, &text);
+    let mut data = shared.data.lock().expect("data");
+    if shared.compatibility.load(Ordering::SeqCst) {
+        if let Some(why) = data.incompatible(&subject, kind, &text) {
+            let message =
+                format!("Schema being registered is incompatible with an earlier schema: {why}");
+            return error(StatusCode::CONFLICT, 409, &message);
+        }
+    }
+    let id = data.register(&subject, kind, &text);
     ok(json!({"id": id}))
+}
+
+/// `POST /compatibility/subjects/{subject}/versions/latest`: `is_compatible`, or 40401 for a
+/// subject with no version.
+async fn compatibility(
+    State(shared): State<Arc<Shared>>,
+    Path((subject, _version)): Path<(String, String)>,
+    Posted(kind, text): Posted,
+) -> Response {
+    let data = shared.data.lock().expect("data");
+    if !data.subjects.contains_key(&subject) {
+        return subject_not_found(&subject);
+    }
+    let why = data
+        .incompatible(&subject, kind, &text)
+        .filter(|_| shared.compatibility.load(Ordering::SeqCst));
+    ok(json!({"is_compatible": why.is_none(), "messages": why.into_iter().collect::<Vec<_>>()}))
 }
 
 async fn subject_versions(

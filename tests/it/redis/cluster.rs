@@ -1198,3 +1198,60 @@ async fn across_replicas_a_registration_is_only_for_a_record_written() {
         "a version for the record written, none for the refused"
     );
 }
+
+/// Review 41-r10 of #37: the slice agent gave an idle slice's tokens back to Redis once it had
+/// not been refilled for `slice_ttl_ms`, even while a request that leased them for its
+/// reservation was registering its schema: the tenant's requests on another replica took
+/// them, and the registering request was refused after its version was written. A slice
+/// whose tenant holds a reservation is kept. Here the registration takes seconds while the
+/// clock passes the slice's time to live (and refills no token: 1 record/s, 150 ms); another
+/// tenant's idle slice, given back in the same pass, shows the agent looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserved_slice_is_not_given_back_while_its_registration_runs() {
+    use crate::common::schema_registry::{Call, SchemaRegistry};
+    let registry = SchemaRegistry::start().await;
+    let r = Replicas::new("reserved-slice");
+    let url = registry.url();
+    let (a, b) = r
+        .start_two(&redis_url(), |cfg| {
+            limit_records(cfg, 1, 1);
+            cfg.schema_registry.url = Some(url.clone());
+            cfg.schema_registry.timeout_ms = 30_000;
+            cfg.cluster.slice_ttl_ms = 100;
+            let mut idle = tenant("idle", "idle-key", &["test.*"]);
+            idle.records_per_sec = Some(100);
+            idle.records_burst = Some(100);
+            cfg.tenants.push(idle);
+        })
+        .await;
+    let returned = "floodgate_cluster_returned_tokens_total{bucket=\"records\"}";
+    let (status, _, body) = post_json(&a.url(TOPIC), "idle-key", &one_record()).await;
+    assert_eq!(status, 200, "{body}");
+    let before = metric(&a, returned).await.unwrap_or(0.0);
+    // acme's request on A: its schema is new, and the registry answers in 2 s a call.
+    registry.set_delay(Duration::from_secs(2));
+    let url = format!("http://{}/topics/{TOPIC}", a.addr);
+    let registering = tokio::spawn(async move {
+        let schema = json!({"type": "object", "title": "slow"}).to_string();
+        let body = json!({"value_schema": schema, "records": [{"value": {"n": 1}}]});
+        let headers = [("content-type", "application/vnd.kafka.jsonschema.v2+json")];
+        post_text(&url, KEY, &headers, body.to_string()).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while registry.calls(Call::Register) == 0 {
+        assert!(Instant::now() < deadline, "no registration began");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past the slices' time to live while it registers: the agent gives idle's slice back.
+    r.clock.advance_ms(150);
+    while metric(&a, returned).await.unwrap_or(0.0) <= before {
+        assert!(Instant::now() < deadline, "the agent gave nothing back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // acme's token is A's, reserved: B finds none.
+    let (status, _, body) = post_json(&b.url(TOPIC), KEY, &one_record()).await;
+    assert_eq!(status, 429, "{body}");
+    let (status, _, text) = registering.await.expect("task");
+    assert_eq!(status, 200, "the registering request is written: {text}");
+    assert_eq!(registry.versions(&format!("{TOPIC}-value")).len(), 1);
+}

@@ -289,6 +289,53 @@ async fn concurrent_requests_register_only_for_what_their_budget_admits() {
     assert_eq!(registry.versions(&subject).len() - before, written);
 }
 
+/// Review 41-r10 of #37: a record whose key carried a new raw schema and whose value carried
+/// one the registry refuses as incompatible had its key schema registered, then was refused:
+/// a version of `<topic>-key` for every refused request. With more than one schema to
+/// register, each is first put to the registry's compatibility check, and none is registered
+/// unless all would be; on v3 and v2 alike.
+#[tokio::test]
+async fn a_record_one_of_whose_schemas_the_registry_refuses_registers_neither() {
+    use crate::common::schema_registry::SchemaType;
+    let (registry, topic) = registry_and_topic("test.kvsplit").await;
+    registry.set_compatibility(true);
+    let (key_subject, value_subject) = (format!("{topic}-key"), format!("{topic}-value"));
+    registry.register(&value_subject, SchemaType::Json, &integer_a());
+    let gw = gateway(&registry, "").await;
+    let key_schema = |i: usize| json!({"type": "object", "title": format!("k{i}")}).to_string();
+    let value_schema = |kind: &str| {
+        json!({"type": "object", "title": kind, "properties": {"a": {"type": kind}}}).to_string()
+    };
+    let record = json!({
+        "key": {"type": "JSONSCHEMA", "schema": key_schema(1), "data": {"k": 1}},
+        "value": {"type": "JSONSCHEMA", "schema": value_schema("string"), "data": {"a": "x"}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(s, 422, "{answer}");
+    assert!(message(&answer).contains("incompatible"), "{answer}");
+    let body = json!({"key_schema": key_schema(2), "value_schema": value_schema("string"),
+                      "records": [{"key": {"k": 2}, "value": {"a": "x"}}]});
+    let (status, answer) = v2(&gw, KEY, &topic, "jsonschema", &body).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        registry.versions(&key_subject),
+        Vec::<u32>::new(),
+        "no key version"
+    );
+    assert_eq!(
+        registry.calls(Call::Register),
+        0,
+        "nothing asked to register"
+    );
+    // A pair the registry takes registers both.
+    let record = json!({
+        "key": {"type": "JSONSCHEMA", "schema": key_schema(3), "data": {"k": 3}},
+        "value": {"type": "JSONSCHEMA", "schema": value_schema("integer"), "data": {"a": 3}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(registry.versions(&key_subject).len(), 1);
+    assert_eq!(registry.versions(&value_subject).len(), 2);
+}
+
 /// Review 24 of #37: the registry lookup of a new raw schema was not one of its tenant's
 /// lookups, so a 1-record/s tenant's records refused after it (a partition the topic does not
 /// have) made 1,200 lookups in 13 s against a bucket of 100 + 10/s. Each is the tenant's own.
