@@ -6,11 +6,16 @@ calls floodgate makes (the tests have their own in Rust, tests/it/common/schema_
   POST /subjects/{subject}                       lookup: id and version, or 404 40401/40403
   POST /subjects/{subject}/versions              register (or find): {"id": N}
   GET  /subjects/{subject}/versions/{v|latest}   404 40401/40402 when missing
+  POST /compatibility/subjects/{subject}/versions/latest   {"is_compatible": ...}, 40401
 
 and two of its own for the scripts: GET /_stats (calls by kind, versions per subject) and
 POST /_register/{subject} (registers without counting a call).
 
-Usage: schema_registry.py PORT
+With --compatibility it keeps one rule of Confluent's default BACKWARD compatibility: a JSON
+Schema may not change the "type" of a property its subject's latest version declares
+(registering one is 409, and the compatibility call says so).
+
+Usage: schema_registry.py PORT [--compatibility]
 """
 import json
 import sys
@@ -22,6 +27,26 @@ LOCK = threading.Lock()
 SCHEMAS = []  # (type, text); id N at index N - 1
 SUBJECTS = {}  # subject -> [id, ...], version 1 first
 CALLS = {}
+COMPATIBILITY = "--compatibility" in sys.argv[2:]
+
+
+def incompatible(subject, kind, text):
+    """Why text may not follow the subject's latest version, or None."""
+    ids = SUBJECTS.get(subject)
+    if not COMPATIBILITY or not ids or kind != "JSON" or SCHEMAS[ids[-1] - 1][0] != "JSON":
+        return None
+    def props(t):
+        try:
+            p = json.loads(t).get("properties")
+        except (ValueError, AttributeError):
+            return {}
+        return p if isinstance(p, dict) else {}
+    old, new = props(SCHEMAS[ids[-1] - 1][1]), props(text)
+    for name, was in old.items():
+        if name in new and isinstance(was, dict) and isinstance(new[name], dict) \
+                and was.get("type") != new[name].get("type"):
+            return "the type of %s changed" % name
+    return None
 
 
 def register(subject, kind, text):
@@ -106,7 +131,18 @@ class Handler(BaseHTTPRequestHandler):
         if len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
             self.count("register")
             with LOCK:
+                bad = incompatible(parts[1], kind, text)
+                if bad:
+                    return self.reply(409, {"error_code": 409, "message":
+                                            "Schema being registered is incompatible with an earlier schema: " + bad})
                 return self.reply(200, {"id": register(parts[1], kind, text)})
+        if len(parts) == 5 and parts[0] == "compatibility" and parts[1] == "subjects":
+            self.count("compatibility")
+            with LOCK:
+                if parts[2] not in SUBJECTS:
+                    return self.reply(404, {"error_code": 40401, "message": "Subject not found."})
+                bad = incompatible(parts[2], kind, text)
+            return self.reply(200, {"is_compatible": bad is None, "messages": [bad] if bad else []})
         self.reply(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
 
 
