@@ -10,7 +10,8 @@
 # process's user-space instructions (librdkafka's threads included, which move with how
 # records fall into batches) and those of the tokio workers (the request's path: HTTP, the
 # pipeline, the answer). Knobs: ROUNDS (2), N (3000), KAFKA_PORT (19593), IC_PORT (18690;
-# admin IC_PORT + 1). Dumps in scripts/bench/out/callgrind-NAME-ROUND.*
+# admin IC_PORT + 1), API (v1: `/v1` with async=true; v3: one Confluent v3 record a request,
+# answered once it is delivered). Dumps in scripts/bench/out/callgrind-NAME-ROUND.*
 # (`callgrind_annotate` them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,7 @@ KAFKA_PORT=${KAFKA_PORT:-19593}
 PORT=${IC_PORT:-18690}
 ADMIN_PORT=$((PORT + 1))
 KEY=bench-key
+API=${API:-v1}
 command -v valgrind >/dev/null || { echo "valgrind is needed (Debian: apt-get install valgrind)"; exit 1; }
 bench_tansu_start "$KAFKA_PORT"
 trap bench_cleanup EXIT
@@ -30,19 +32,24 @@ bench_topics "127.0.0.1:$KAFKA_PORT" bench.ab
   bench_tenant bench "$KEY" "bench.*"
 } > "$OUT/instructions.toml"
 send() { # N requests over 4 keep-alive connections; fails on any answer but 2xx
-  python3 - "$PORT" "$1" "$KEY" <<'PY'
+  python3 - "$PORT" "$1" "$KEY" "$API" <<'PY'
 import http.client, json, sys, threading
-port, n, key = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-body = json.dumps({"records": [{"value": "x" * 200}]}).encode()
+port, n, key, api = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if api == "v3":
+    path = "/v3/clusters/bench/topics/bench.ab/records"
+    body = json.dumps({"value": {"type": "STRING", "data": "x" * 200}}).encode()
+else:
+    path = "/v1/topics/bench.ab/records?async=true"
+    body = json.dumps({"records": [{"value": "x" * 200}]}).encode()
 head = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
 bad = []
 def client(k):
     c = http.client.HTTPConnection("127.0.0.1", port)
     for _ in range(k):
-        c.request("POST", "/v1/topics/bench.ab/records?async=true", body, head)
+        c.request("POST", path, body, head)
         r = c.getresponse()
-        r.read()
-        if r.status >= 300:
+        answer = r.read()
+        if r.status >= 300 or (api == "v3" and b'"error_code":200' not in answer):
             bad.append(r.status)
 threads = [threading.Thread(target=client, args=(n // 4,)) for _ in range(4)]
 [t.start() for t in threads]
