@@ -122,7 +122,7 @@ async fn a_client(request: Request, next: Next) -> Response {
     if let Some(trust) = peer.and_then(|p| p.trust.as_ref()) {
         if !trust.is_verified() {
             // Never over an allowance (`run`): the name is only what they are counted by.
-            trust.verified_as(&format!("admin clients from {}", trust.source()));
+            trust.anonymous_client(&format!("admin clients from {}", trust.source()));
         }
     }
     next.run(request).await

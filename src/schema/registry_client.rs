@@ -249,35 +249,45 @@ impl SchemaRegistryClient {
         }
     }
 
-    /// `POST /compatibility/subjects/{subject}/versions/latest`: `Err` with the registry's
-    /// reasons when registering the schema under the subject would be refused as incompatible.
-    /// A subject without versions takes anything, and so does a registry without the endpoint
-    /// (404): registering is then what tells.
+    /// Whether registering the schema under the subject would be refused as incompatible:
+    /// `Err` with the registry's reasons. Asked as registering asks it —
+    /// `POST /compatibility/subjects/{subject}/versions`, against the versions the subject's
+    /// level names (all of them under a `*_TRANSITIVE` level; review 41-r12 of #37: asked of
+    /// the latest only, a schema compatible with it but not with an older version passed) —
+    /// and, from a registry without that route (before Confluent 5.5), of `versions/latest`.
+    /// A subject without versions takes anything, and so does a registry with neither route:
+    /// registering is then what tells.
     pub async fn compatible(
         &self,
         subject: &str,
         format: Format,
         schema: &str,
     ) -> Result<Result<(), String>, CallError> {
-        let url = self.url(&["compatibility", "subjects", subject, "versions", "latest"]);
-        let request = self
-            .http
-            .post(url)
-            .query(&[("verbose", "true")])
-            .header("content-type", "application/vnd.schemaregistry.v1+json")
-            .body(body(format, schema).to_string());
-        match self.call(request).await {
-            Ok((_, answer)) => {
-                let answer: CompatibilityAnswer = parse(&answer)?;
-                Ok(if answer.is_compatible {
-                    Ok(())
-                } else {
-                    Err(answer.messages.join("; "))
-                })
+        for path in [
+            &["compatibility", "subjects", subject, "versions"][..],
+            &["compatibility", "subjects", subject, "versions", "latest"][..],
+        ] {
+            let request = self
+                .http
+                .post(self.url(path))
+                .query(&[("verbose", "true")])
+                .header("content-type", "application/vnd.schemaregistry.v1+json")
+                .body(body(format, schema).to_string());
+            match self.call(request).await {
+                Ok((_, answer)) => {
+                    let answer: CompatibilityAnswer = parse(&answer)?;
+                    return Ok(if answer.is_compatible {
+                        Ok(())
+                    } else {
+                        Err(answer.messages.join("; "))
+                    });
+                }
+                // No such subject (either route), or no such route: the next, then nothing.
+                Err(CallError::NotFound(_)) => continue,
+                Err(e) => return Err(e),
             }
-            Err(CallError::NotFound(_)) => Ok(Ok(())),
-            Err(e) => Err(e),
         }
+        Ok(Ok(()))
     }
 
     /// `POST /subjects/{subject}/versions`: registers the schema (or finds it) and says its id.

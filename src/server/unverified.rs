@@ -56,6 +56,10 @@ pub struct Unverified {
     /// are counted now: when every address holds as many as the newcomer's, the oldest one
     /// makes room.
     oldest: Mutex<Held>,
+    /// Connections of anonymous clients (the admin listener's: a request without a token made
+    /// them a group of their address's), in the order they became one: when every party
+    /// holds one, the oldest idle one makes room ([`ConnectionTrust::anonymous_client`]).
+    clients: Mutex<Held>,
     unverified_now: AtomicUsize,
     /// What their heads hold, against `max_unauthenticated_bytes`.
     heads: heads::Heads,
@@ -219,6 +223,7 @@ impl Unverified {
             evicted_bound: AtomicU64::new(0),
             listener: AtomicUsize::new(0),
             oldest: Mutex::default(),
+            clients: Mutex::default(),
             unverified_now: AtomicUsize::new(0),
             heads: heads::Heads::new(u64::MAX),
             room_age,
@@ -392,6 +397,19 @@ impl Unverified {
         // tenant's busy connection is cut (review 25: a flood cut a tenant's uploads).
         let oldest = |l: &mut Looked| close_oldest(&mut self.oldest(), age, l, Some(address));
         let made = made.or_else(|| (seated_mine == 0).then(|| oldest(l)).flatten());
+        // No unverified one either: every party an anonymous client holding one idle
+        // keep-alive connection (review 41-r11 of #37: 257 addresses each asking `/healthz`
+        // every 8 s on one connection kept every probe out, 10 s then reset). The oldest idle
+        // one of them makes room for a newcomer that has waited a quarter of `ROOM_AGE`: by
+        // then the unverified ones opened before it had their while, and are closed first (a
+        // flood of silent connections does not close a client's keep-alive one).
+        let client = |l: &mut Looked| close_idle_client(&mut self.clients(), age, l);
+        let asked_long = waited >= age / room::ROOM_AGE_SPOKEN_FOR;
+        let made = made.or_else(|| {
+            (seated_mine == 0 && asked_long)
+                .then(|| client(l))
+                .flatten()
+        });
         // A busy one last: first one its peer has sent nothing on for a while; one still
         // being sent to (an upload in progress) only once the newcomer has waited a grace of
         // its own — an upload may end meanwhile and leave its connection idle (review 25:
@@ -444,6 +462,12 @@ impl Unverified {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn clients(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn release(&self, address: IpAddr) {
         self.unverified_now.fetch_sub(1, Ordering::Relaxed);
         let mut counts = self.counts();
@@ -461,7 +485,7 @@ mod known;
 mod room;
 mod trust;
 use known::Known;
-use room::{close_bound, close_oldest, seated, Looked, Take};
+use room::{close_bound, close_idle_client, close_oldest, seated, Looked, Take};
 
 #[cfg(test)]
 mod tests;

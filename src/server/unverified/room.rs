@@ -138,6 +138,38 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> O
     Some(slot)
 }
 
+/// Marks the oldest idle connection of `held` (anonymous clients, in the order they became
+/// one) that is neither the operator's nor closing, and had its quarter of `age` since it
+/// opened, to close gracefully: that one; `None` if none is. Those gone, closing or the
+/// operator's leave the order; busy ones keep their place.
+pub(super) fn close_idle_client(
+    held: &mut Held,
+    age: Duration,
+    looked: &mut Looked,
+) -> Option<Arc<Slot>> {
+    let least = age / ROOM_AGE_SPOKEN_FOR;
+    let mut at = 0;
+    while let Some(weak) = held.slots.get(at).cloned() {
+        let live = looked
+            .at(&weak)
+            .filter(|s| !s.closing.load(Ordering::Acquire) && !s.operator.load(Ordering::Acquire));
+        let Some(slot) = live else {
+            held.slots.remove(at);
+            continue;
+        };
+        if !slot.idle() || slot.opened.elapsed() < least {
+            at += 1;
+            continue;
+        }
+        held.slots.remove(at);
+        slot.made_room.store(true, Ordering::Release);
+        slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
+        slot.closing.store(true, Ordering::Release);
+        return weak.upgrade();
+    }
+    None
+}
+
 /// What a connection is doing, as the choice of one to close for a newcomer reads it.
 impl Slot {
     /// How long after it opened it got its slot; `None` while it waits for one.

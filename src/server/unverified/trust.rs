@@ -51,6 +51,36 @@ impl ConnectionTrust {
         true
     }
 
+    /// A request without a credential made this connection an anonymous client's, counted
+    /// in `group` (the admin listener's "admin clients from" its address): as
+    /// [`ConnectionTrust::verified_as`], and in the order in which such connections make room
+    /// when every party holds one.
+    pub fn anonymous_client(&self, group: &str) {
+        let slot = &self.0;
+        // Called only on a connection no request verified yet (the admin listener's
+        // middleware asks): a trusted proxy's is counted in no group, the operator's is
+        // never closed for room.
+        self.verified_as(group);
+        if slot.exempt || slot.operator.load(Ordering::Acquire) {
+            return;
+        }
+        let owner = &slot.owner;
+        let mut looked = Looked::default();
+        let mut clients = owner.clients();
+        // Compacted now and then: those closing or gone leave.
+        let bound = 2 * owner.listener.load(Ordering::Relaxed) + 8;
+        if clients.slots.len() > bound {
+            clients.slots.retain(|w| {
+                looked
+                    .at(w)
+                    .is_some_and(|s| !s.closing.load(Ordering::Acquire))
+            });
+        }
+        clients.slots.push_back(Arc::downgrade(slot));
+        drop(clients);
+        drop(looked);
+    }
+
     /// A request on this connection carried an operator's credential (a valid admin token):
     /// the connection is the operator's, counted against neither an address nor a group, as
     /// a trusted proxy's is, and never closed to make room. Counted as "admin clients from"

@@ -155,21 +155,36 @@ impl Data {
     /// Why `text` may not follow `subject`'s latest version, under the one rule of Confluent's
     /// default BACKWARD compatibility this registry keeps when asked to: a JSON Schema must not
     /// change the `type` of a property the latest declares.
-    fn incompatible(&self, subject: &str, kind: SchemaType, text: &str) -> Option<String> {
-        let latest = self.get(*self.subjects.get(subject)?.last()?)?;
-        if kind != SchemaType::Json || latest.kind != SchemaType::Json {
-            return None;
-        }
+    /// `every`: against every version (a `*_TRANSITIVE` level), else the latest.
+    fn incompatible(
+        &self,
+        subject: &str,
+        kind: SchemaType,
+        text: &str,
+        every: bool,
+    ) -> Option<String> {
+        let ids = self.subjects.get(subject)?;
+        let against = if every {
+            &ids[..]
+        } else {
+            &ids[ids.len() - 1..]
+        };
         let props = |t: &str| -> serde_json::Map<String, Value> {
             serde_json::from_str::<Value>(t)
                 .ok()
                 .and_then(|v| v.get("properties").and_then(Value::as_object).cloned())
                 .unwrap_or_default()
         };
-        let (old, new) = (props(&latest.text), props(text));
-        old.iter().find_map(|(name, was)| {
-            let now = new.get(name)?;
-            (was.get("type") != now.get("type")).then(|| format!("the type of {name} changed"))
+        let new = props(text);
+        against.iter().find_map(|id| {
+            let old = self.get(*id)?;
+            if kind != SchemaType::Json || old.kind != SchemaType::Json {
+                return None;
+            }
+            props(&old.text).iter().find_map(|(name, was)| {
+                let now = new.get(name)?;
+                (was.get("type") != now.get("type")).then(|| format!("the type of {name} changed"))
+            })
         })
     }
 
@@ -190,6 +205,8 @@ struct Shared {
     total: AtomicU64,
     /// Keep BACKWARD compatibility's property-type rule ([`Data::incompatible`]).
     compatibility: AtomicBool,
+    /// ... against every version, as `BACKWARD_TRANSITIVE` does.
+    transitive: AtomicBool,
     unknown: Mutex<Vec<String>>,
 }
 
@@ -224,6 +241,10 @@ impl SchemaRegistry {
             .route("/subjects/{subject}/versions/{version}", get(version))
             .route(
                 "/compatibility/subjects/{subject}/versions/{version}",
+                post(compatibility_of_version),
+            )
+            .route(
+                "/compatibility/subjects/{subject}/versions",
                 post(compatibility),
             )
             .route(
@@ -295,6 +316,13 @@ impl SchemaRegistry {
     /// version declares, as Confluent's default compatibility does; off by default.
     pub fn set_compatibility(&self, on: bool) {
         self.shared.compatibility.store(on, Ordering::SeqCst);
+    }
+
+    /// With [`SchemaRegistry::set_compatibility`]: registering checks every version
+    /// (`BACKWARD_TRANSITIVE`), and so does `POST /compatibility/subjects/{s}/versions`;
+    /// `.../versions/latest` still asks of the latest only.
+    pub fn set_transitive(&self, on: bool) {
+        self.shared.transitive.store(on, Ordering::SeqCst);
     }
 
     /// Every answer is 500 (error_code 50001) while down.
@@ -618,7 +646,8 @@ async fn register(
     }
     let mut data = shared.data.lock().expect("data");
     if shared.compatibility.load(Ordering::SeqCst) {
-        if let Some(why) = data.incompatible(&subject, kind, &text) {
+        let every = shared.transitive.load(Ordering::SeqCst);
+        if let Some(why) = data.incompatible(&subject, kind, &text, every) {
             let message =
                 format!("Schema being registered is incompatible with an earlier schema: {why}");
             return error(StatusCode::CONFLICT, 409, &message);
@@ -628,19 +657,39 @@ async fn register(
     ok(json!({"id": id}))
 }
 
-/// `POST /compatibility/subjects/{subject}/versions/latest`: `is_compatible`, or 40401 for a
-/// subject with no version.
-async fn compatibility(
+/// `POST /compatibility/subjects/{subject}/versions/latest`: against the latest only.
+async fn compatibility_of_version(
     State(shared): State<Arc<Shared>>,
     Path((subject, _version)): Path<(String, String)>,
     Posted(kind, text): Posted,
 ) -> Response {
+    compatible_answer(&shared, &subject, kind, &text, false)
+}
+
+/// `POST /compatibility/subjects/{subject}/versions`: the check registering makes.
+async fn compatibility(
+    State(shared): State<Arc<Shared>>,
+    Path(subject): Path<String>,
+    Posted(kind, text): Posted,
+) -> Response {
+    let every = shared.transitive.load(Ordering::SeqCst);
+    compatible_answer(&shared, &subject, kind, &text, every)
+}
+
+/// `is_compatible` (with the reason), or 40401 for a subject with no version.
+fn compatible_answer(
+    shared: &Shared,
+    subject: &str,
+    kind: SchemaType,
+    text: &str,
+    every: bool,
+) -> Response {
     let data = shared.data.lock().expect("data");
-    if !data.subjects.contains_key(&subject) {
-        return subject_not_found(&subject);
+    if !data.subjects.contains_key(subject) {
+        return subject_not_found(subject);
     }
     let why = data
-        .incompatible(&subject, kind, &text)
+        .incompatible(subject, kind, text, every)
         .filter(|_| shared.compatibility.load(Ordering::SeqCst));
     ok(json!({"is_compatible": why.is_none(), "messages": why.into_iter().collect::<Vec<_>>()}))
 }

@@ -274,3 +274,69 @@ async fn a_mixed_flood_does_not_keep_a_probe_waiting() {
     );
     gw.shutdown().await;
 }
+
+/// One keep-alive connection from `local` to `to` asking `/healthz` every 2 s (one more when
+/// the gateway closes it), until `until`; how many it opened.
+async fn keep_asking(local: String, to: SocketAddr, until: Instant) -> u64 {
+    let mut opened = 0;
+    'connect: while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        let Ok(Ok(mut s)) = tokio::time::timeout(left, from(&local, to)).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        opened += 1;
+        while Instant::now() < until {
+            if s.write_all(HEALTHZ).await.is_err() {
+                continue 'connect;
+            }
+            let mut buf = [0u8; 1024];
+            let left = until.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => continue 'connect,
+                Err(_) => break 'connect,
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    opened
+}
+
+/// One keep-alive connection from each of 300 addresses, each asking `/healthz` every 2 s:
+/// no party held two and none was unverified, so nothing made room on the full admin listener
+/// (256), and a probe waited 10 s and was reset (review 41-r11 of #37). The oldest idle
+/// anonymous client now makes room, and a probe is answered within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_client_from_each_of_many_addresses_does_not_keep_a_probe_waiting() {
+    let (_cluster, gw) = gateway_on_mock("test.slow", Time::Real, |_| {}).await;
+    let until = Instant::now() + Duration::from_secs(8);
+    let flood: Vec<_> = (0..300u32)
+        .map(|i| {
+            let local = format!("127.0.{}.{}", 5 + i / 250, 1 + i % 250);
+            tokio::spawn(keep_asking(local, gw.admin, until))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut waits = Vec::new();
+    for i in 0..5 {
+        let started = Instant::now();
+        let mut probe = from(&format!("127.0.3.{}", 30 + i), gw.admin)
+            .await
+            .expect("connect");
+        let answer = healthz(&mut probe).await;
+        assert!(answer.contains(" 200 "), "the probe: {answer}");
+        waits.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let mut opened = 0;
+    for f in flood {
+        opened += f.await.expect("flood task");
+    }
+    eprintln!("probes waited {waits:?}; {opened} connections opened");
+    assert!(
+        waits.iter().all(|w| *w < Duration::from_secs(1)),
+        "probes waited {waits:?}"
+    );
+    gw.shutdown().await;
+}

@@ -336,6 +336,46 @@ async fn a_record_one_of_whose_schemas_the_registry_refuses_registers_neither() 
     assert_eq!(registry.versions(&value_subject).len(), 2);
 }
 
+/// Reviews 41-r11 and r12 of #37, two ways past the compatibility check of the record above:
+/// under a `*_TRANSITIVE` level a value compatible with the latest version but not an older
+/// one (the check now asks what registering asks: every version the level names), and a key
+/// and value under one subject with two schemas, each compatible with the latest but not with
+/// each other (refused before either is registered: no serializer writes that).
+#[tokio::test]
+async fn a_record_whose_registration_would_split_registers_nothing() {
+    use crate::common::schema_registry::SchemaType;
+    let (registry, topic) = registry_and_topic("test.kvsplit2").await;
+    registry.set_compatibility(true);
+    registry.set_transitive(true);
+    let (key_subject, value_subject) = (format!("{topic}-key"), format!("{topic}-value"));
+    let props = |name: &str, kind: &str| {
+        json!({"type": "object", "properties": {name: {"type": kind}}}).to_string()
+    };
+    registry.register(&value_subject, SchemaType::Json, &props("a", "integer"));
+    registry.register(&value_subject, SchemaType::Json, &props("b", "string"));
+    let gw = gateway(&registry, "").await;
+    let key_schema = |i: usize| json!({"type": "object", "title": format!("k{i}")}).to_string();
+    // `a` as a string: fine by the latest (`b`), not by version 1.
+    let record = json!({
+        "key": {"type": "JSONSCHEMA", "schema": key_schema(1), "data": {"k": 1}},
+        "value": {"type": "JSONSCHEMA", "schema": props("a", "string"), "data": {"a": "x"}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(s, 422, "{answer}");
+    assert!(message(&answer).contains("incompatible"), "{answer}");
+    // Key and value under the value's subject, `c` an integer in one and a string in the
+    // other: each fine by the latest.
+    let record = json!({
+        "key": {"type": "JSONSCHEMA", "subject": value_subject, "schema": props("c", "integer"),
+                "data": {"c": 1}},
+        "value": {"type": "JSONSCHEMA", "schema": props("c", "string"), "data": {"c": "x"}}});
+    let (s, answer, _) = v3(&gw, KEY, &topic, &record).await;
+    assert_eq!(s, 422, "{answer}");
+    assert!(message(&answer).contains("one subject"), "{answer}");
+    assert_eq!(registry.versions(&key_subject), Vec::<u32>::new());
+    assert_eq!(registry.versions(&value_subject).len(), 2, "nothing added");
+    assert_eq!(registry.calls(Call::Register), 0);
+}
+
 /// Review 24 of #37: the registry lookup of a new raw schema was not one of its tenant's
 /// lookups, so a 1-record/s tenant's records refused after it (a partition the topic does not
 /// have) made 1,200 lookups in 13 s against a bucket of 100 + 10/s. Each is the tenant's own.
