@@ -104,9 +104,11 @@ impl JsonSchema {
             .build(&schema)
             .map_err(|e| {
                 let e = e.to_string();
+                // The validator says only that a pattern is not a regex: both reasons it may
+                // have (a backreference was told only of the size, review 41-r12 of #37).
                 CompileError::Invalid(if e.contains("regex") || e.contains("pattern") {
                     format!(
-                        "{e} (a pattern compiles to at most {} bytes: [schema_registry] max_pattern_bytes)",
+                        "{e} (a pattern must be one the linear-time engine takes, with no backreferences or look-around, and compile to at most {} bytes: [schema_registry] max_pattern_bytes)",
                         bounds.max_pattern_bytes
                     )
                 } else {

@@ -219,6 +219,10 @@ fn patterns_are_bounded_in_count_and_size_and_a_schema_by_its_measured_memory() 
     );
     let e = compile(Format::Json, &pattern_schema(1, 5_000), &bounds).expect_err("size");
     assert!(e.to_string().contains("max_pattern_bytes"), "{e}");
+    // A pattern the engine cannot take is told so, not only of the size.
+    let backreference = r#"{"type": "string", "pattern": "(?<n>a)\\k<n>"}"#;
+    let e = compile(Format::Json, backreference, &bounds).expect_err("backreference");
+    assert!(e.to_string().contains("no backreferences"), "{e}");
     // Within both, the compile is measured: 50 regexes of `\w{200}` keep megabytes, far more
     // than the text times 32 the cache used to count.
     let text = pattern_schema(50, 200);
