@@ -148,7 +148,13 @@ impl<P: RecordNotes + RecordSchemas + 'static> Pump<P> {
             }
         };
         let partitions = self.partitions().await;
-        let mut leases = self.lease_group(arena, &converted).await;
+        // A reserved record's tokens were leased when it reserved them: asked for the group
+        // here, they would count once as reserved and once as wanted.
+        let mut leases = if reserved {
+            1
+        } else {
+            self.lease_group(arena, &converted).await
+        };
         let mut lease: Option<BufferLease> = None;
         let mut admitted: Vec<Record<'_>> = Vec::with_capacity(records.len());
         let mut fates = Vec::with_capacity(records.len());
