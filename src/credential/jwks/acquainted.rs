@@ -205,6 +205,10 @@ mod tests {
         }
         let now = 3 * S;
         assert_eq!(a.tenant_of(victim, now).as_deref(), Some("victim"));
+        // A producer first seen once the map is full is remembered too (it was a stranger).
+        let late = IpAddr::from([10, 0, 0, 2]);
+        a.note(late, "other", now);
+        assert_eq!(a.tenant_of(late, now).as_deref(), Some("other"));
         assert_eq!(a.inner.lock().sources.len(), MAX_SOURCES);
         let last = ip(2 * MAX_SOURCES - 1);
         assert_eq!(a.tenant_of(last, now).as_deref(), Some("attacker"));
