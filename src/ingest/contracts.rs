@@ -25,7 +25,6 @@ use crate::admission::{LeaseNeed, Reservation};
 use crate::body::RecordArena;
 use crate::identity::Topic;
 use crate::inflight_bodies::BodyHold;
-use crate::kafka::TopicInfo;
 use crate::outcome::ApiError;
 use crate::record::{Charge, Record};
 use crate::refusal::Denial;
@@ -261,6 +260,8 @@ impl Ingest {
         deferred: Vec<(usize, usize, Vec<Pending>)>,
         format: &BodyFormat<'_>,
     ) -> Result<((Option<u32>, Option<u32>), Reservation), ApiError> {
+        // The topic again: its schema work may have taken a while since the early check.
+        self.check_topic(topic, std::iter::empty()).await?;
         let reservation = self.reserve(tenant, topic, out.charge()).await?;
         let (mut ids, mut failed) = ((None, None), Vec::new());
         for (index, at, pending) in deferred {
@@ -310,22 +311,22 @@ impl Ingest {
         topic: &Topic,
         charge: Charge,
     ) -> Result<(), ApiError> {
-        self.topic_exists(topic).await?;
+        self.check_topic(topic, std::iter::empty()).await?;
         self.admission
             .check_to(tenant, Some(topic), charge)
             .map_err(|d| self.denied(tenant, d))
     }
 
-    /// [`Ingest::would_admit`], and what the request needs of its tenant's budgets and buffer
-    /// share reserved for its admission: what comes before registering raw schemas (and
-    /// before a single v3 record's answer).
+    /// What the request needs of its tenant's budgets and buffer share reserved for its
+    /// admission, if [`Ingest::would_admit`] would let it through (the topic is the caller's
+    /// to have checked): what comes before registering raw schemas (and before a single v3
+    /// record's answer).
     pub(super) async fn reserve(
         &self,
         tenant: &Arc<Tenant>,
         topic: &Topic,
         charge: Charge,
     ) -> Result<Reservation, ApiError> {
-        self.topic_exists(topic).await?;
         // Cluster mode: what the slices lack is leased first, so what is reserved are tokens
         // this replica holds, which no other replica can spend during the registration.
         if let Some(cluster) = &self.cluster {
@@ -342,14 +343,6 @@ impl Ingest {
         self.admission
             .reserve_to(tenant, Some(topic), charge)
             .map_err(|d| self.denied(tenant, d))
-    }
-
-    async fn topic_exists(&self, topic: &Topic) -> Result<(), ApiError> {
-        match self.catalog.lookup(topic.as_str()).await {
-            Ok(TopicInfo::Exists { .. }) => Ok(()),
-            Ok(TopicInfo::Missing) => Err(ApiError::UnknownTopic(topic.as_str().into())),
-            Err(e) => Err(ApiError::KafkaUnavailable(e)),
-        }
     }
 
     /// Record `index` in its schemas, or its error (counted when the data did not fit).

@@ -39,37 +39,64 @@ pub(super) fn close_oldest(
     except: Option<IpAddr>,
 ) -> Option<Arc<Slot>> {
     let least = age / ROOM_AGE_SPOKEN_FOR;
-    let mut at = 0;
-    while let Some(weak) = held.slots.get(at).cloned() {
-        let live = looked
-            .at(&weak)
-            .filter(|s| s.counted.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire));
-        let Some(slot) = live else {
-            // Verified, closing or gone: out of the order for good.
-            held.slots.remove(at);
-            continue;
-        };
+    // Verified, closing or gone: out of the order for good.
+    let live = |s: &Slot| s.counted.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire);
+    let slot = take_first(held, looked, live, |slot| {
         // Its own, or a newcomer waiting too: closed, it would free no slot.
         let seated_after = slot.seated_after();
         let Some(waited) = seated_after.filter(|_| Some(slot.address) != except) else {
-            at += 1;
-            continue;
+            return Step::Pass;
         };
         let opened_for = slot.opened.elapsed();
         if opened_for < least {
             // Every one after it opened later still.
-            return None;
+            return Step::Stop;
         }
         // It waited for its slot: its while to authenticate counts from its seat.
         let seated_for = opened_for.saturating_sub(waited);
         if seated_for < age && !(seated_for >= least && slot.spoken_for()) {
-            at += 1;
-            continue;
+            Step::Pass
+        } else {
+            Step::Take
         }
-        slot.evicted.store(true, Ordering::Release);
-        slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
-        held.slots.remove(at);
-        return weak.upgrade();
+    })?;
+    slot.evicted.store(true, Ordering::Release);
+    slot.owner.evicted.fetch_add(1, Ordering::Relaxed);
+    Some(slot)
+}
+
+/// What walking an order ([`take_first`]) does with a live slot.
+enum Step {
+    /// Leaves it in its place and looks at the next.
+    Pass,
+    /// Takes it out of the order: the walk's answer.
+    Take,
+    /// Ends the walk with none.
+    Stop,
+}
+
+/// Walks `held`'s order from its oldest: a slot gone or not `live` leaves the order for good,
+/// and the first `step` takes leaves it too and is returned.
+fn take_first(
+    held: &mut Held,
+    looked: &mut Looked,
+    live: impl Fn(&Slot) -> bool,
+    mut step: impl FnMut(&Slot) -> Step,
+) -> Option<Arc<Slot>> {
+    let mut at = 0;
+    while let Some(weak) = held.slots.get(at).cloned() {
+        let Some(slot) = looked.at(&weak).filter(|s| live(s)) else {
+            held.slots.remove(at);
+            continue;
+        };
+        match step(slot) {
+            Step::Pass => at += 1,
+            Step::Stop => return None,
+            Step::Take => {
+                held.slots.remove(at);
+                return weak.upgrade();
+            }
+        }
     }
     None
 }
@@ -132,9 +159,7 @@ pub(super) fn close_bound(held: &mut Held, looked: &mut Looked, take: Take) -> O
     };
     let at = idle.or_else(busy)?;
     let slot = held.slots.remove(at)?.upgrade()?;
-    slot.made_room.store(true, Ordering::Release);
-    slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
-    slot.closing.store(true, Ordering::Release);
+    slot.close_for_room();
     Some(slot)
 }
 
@@ -148,30 +173,27 @@ pub(super) fn close_idle_client(
     looked: &mut Looked,
 ) -> Option<Arc<Slot>> {
     let least = age / ROOM_AGE_SPOKEN_FOR;
-    let mut at = 0;
-    while let Some(weak) = held.slots.get(at).cloned() {
-        let live = looked
-            .at(&weak)
-            .filter(|s| !s.closing.load(Ordering::Acquire) && !s.operator.load(Ordering::Acquire));
-        let Some(slot) = live else {
-            held.slots.remove(at);
-            continue;
-        };
-        if !slot.idle() || slot.opened.elapsed() < least {
-            at += 1;
-            continue;
+    let live = |s: &Slot| !s.closing.load(Ordering::Acquire) && !s.operator.load(Ordering::Acquire);
+    let slot = take_first(held, looked, live, |slot| {
+        if slot.idle() && slot.opened.elapsed() >= least {
+            Step::Take
+        } else {
+            Step::Pass
         }
-        held.slots.remove(at);
-        slot.made_room.store(true, Ordering::Release);
-        slot.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
-        slot.closing.store(true, Ordering::Release);
-        return weak.upgrade();
-    }
-    None
+    })?;
+    slot.close_for_room();
+    Some(slot)
 }
 
 /// What a connection is doing, as the choice of one to close for a newcomer reads it.
 impl Slot {
+    /// Marks it to close gracefully for a newcomer: its answers in flight get their grace.
+    fn close_for_room(&self) {
+        self.made_room.store(true, Ordering::Release);
+        self.owner.evicted_bound.fetch_add(1, Ordering::Relaxed);
+        self.closing.store(true, Ordering::Release);
+    }
+
     /// How long after it opened it got its slot; `None` while it waits for one.
     fn seated_after(&self) -> Option<std::time::Duration> {
         let ns = self.seated_after_ns.load(Ordering::Acquire);
